@@ -1,0 +1,85 @@
+"""durakv command line: `durakv server [CONFIG_FILE] [--name value ...]` and the tools."""
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from .config import Config
+from .errors import ConfigError, JournalCorrupt
+
+_LEVELS = {"debug": logging.DEBUG, "verbose": logging.INFO, "notice": logging.INFO, "warning": logging.WARNING,
+           "nothing": logging.CRITICAL + 10}
+
+
+def _setup_logging(config):
+    handler = logging.FileHandler(config["logfile"]) if config["logfile"] else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(process)d:M %(asctime)s %(levelname).1s %(name)s: %(message)s",
+                                           "%d %b %Y %H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS.get(config["loglevel"], logging.INFO))
+
+
+def load_config(argv):
+    config = Config()
+    args = list(argv)
+    if args and not args[0].startswith("--"):
+        config.load_file(args.pop(0))
+    config.load_args(args)
+    return config
+
+
+def run_server(argv):
+    try:
+        config = load_config(argv)
+    except (ConfigError, OSError) as exc:
+        print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
+        return 1
+    _setup_logging(config)
+    try:
+        import uvloop
+        uvloop.install() if hasattr(uvloop, "install") else None
+    except ImportError:
+        pass
+    from .server.server import Server
+
+    async def main():
+        server = Server(config)
+        await server.start()
+        await server.serve_until_shutdown()
+
+    try:
+        if "uvloop" in sys.modules:
+            import uvloop
+            uvloop.run(main()) if hasattr(uvloop, "run") else asyncio.run(main())
+        else:
+            asyncio.run(main())
+    except JournalCorrupt as exc:
+        logging.getLogger("durakv").critical("start-up stopped: %s", exc)
+        return 2
+    except OSError as exc:
+        logging.getLogger("durakv").critical("cannot start: %s", exc)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
+    parser.add_argument("command", nargs="?", default="server", choices=["server"],
+                        help="server: start a node (default)")
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else run_server([])
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "server":
+        return run_server(rest)
+    parser.error(f"unknown command {cmd!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""What every handler uses: the execution Context and argument parsing helpers.
+
+A handler is `fn(ctx, args) -> reply`. It runs synchronously against ctx.keyspace, never awaits,
+never touches a socket, file or journal. A write records its deterministic effects with
+ctx.propagate(...); the dispatcher hands them to the durability layer.
+"""
+
+import math
+from collections import deque
+
+from .. import messages
+from ..errors import CommandError, WrongType
+from ..keyspace import ZSet
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+class Context:
+    """Per-command execution state. One instance per connection, reset for each command."""
+
+    __slots__ = ("keyspace", "db", "client", "server", "effects", "replaying", "dispatcher")
+
+    def __init__(self, keyspace, server=None, client=None, dispatcher=None):
+        self.keyspace = keyspace
+        self.dispatcher = dispatcher
+        self.server = server
+        self.client = client
+        self.db = keyspace.dbs[0]
+        self.effects = []
+        self.replaying = False
+
+    @property
+    def resp3(self) -> bool:
+        return self.client is not None and self.client.resp == 3
+
+    def now_ms(self) -> int:
+        return self.keyspace.clock_ms()
+
+    # -- keys ---------------------------------------------------------------------------------
+    def lookup(self, key):
+        return self.keyspace.lookup(self.db, key)
+
+    def lookup_type(self, key, typ):
+        """The value at key if it is of Python type `typ`, None if missing; WRONGTYPE otherwise."""
+        value = self.keyspace.lookup(self.db, key)
+        if value is None or type(value) is typ:
+            return value
+        raise WrongType()
+
+    def lookup_string(self, key):
+        return self.lookup_type(key, bytes)
+
+    def lookup_hash(self, key):
+        return self.lookup_type(key, dict)
+
+    def lookup_list(self, key):
+        return self.lookup_type(key, deque)
+
+    def lookup_set(self, key):
+        return self.lookup_type(key, set)
+
+    def lookup_zset(self, key):
+        return self.lookup_type(key, ZSet)
+
+    def exists(self, key) -> bool:
+        return self.keyspace.lookup(self.db, key) is not None
+
+    def store(self, key, value, keep_ttl=False):
+        """Sets key to value (any type), dropping its TTL unless keep_ttl."""
+        db = self.db
+        db.data[key] = value
+        if not keep_ttl and db.expires:
+            db.expires.pop(key, None)
+
+    def delete(self, key) -> bool:
+        return self.keyspace.delete(self.db, key)
+
+    def delete_if_empty(self, key, value):
+        if not value:
+            self.keyspace.delete(self.db, key)
+
+    def ttl_ms(self, key):
+        """Expire time (absolute ms) of key, or None."""
+        return self.db.expires.get(key)
+
+    def set_expire(self, key, expire_at_ms):
+        self.db.set_expire(key, expire_at_ms)
+
+    def persist(self, key) -> bool:
+        return self.db.expires.pop(key, None) is not None
+
+    # -- effects ------------------------------------------------------------------------------
+    def propagate(self, *argv):
+        """Record one effect (a deterministic command) in the current database."""
+        self._flush_server_deletes()
+        self.effects.append((self.db.id, argv))
+
+    def propagate_args(self, args):
+        self._flush_server_deletes()
+        self.effects.append((self.db.id, tuple(args)))
+
+    def _flush_server_deletes(self):
+        deleted = self.keyspace.deleted_by_server
+        if deleted:
+            for db_id, key, _reason in deleted:
+                self.effects.append((db_id, (b"DEL", key)))
+            deleted.clear()
+
+    def take_effects(self):
+        self._flush_server_deletes()
+        effects = self.effects
+        self.effects = []
+        return effects
+
+
+# -- argument parsing -------------------------------------------------------------------------
+
+def parse_int(value: bytes, message=messages.NOT_INTEGER) -> int:
+    """A signed 64-bit integer in Valkey's strict form (no spaces, no '+', no leading zeros)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise CommandError(message) from None
+    if not (INT64_MIN <= n <= INT64_MAX) or not _strict_int(value):
+        raise CommandError(message)
+    return n
+
+
+def _strict_int(value: bytes) -> bool:
+    if not value or len(value) > 20:
+        return False
+    if value[0] == 45:  # '-'
+        digits = value[1:]
+        if not digits or digits == b"0":
+            return False
+    else:
+        digits = value
+    return digits.isdigit() and (digits == b"0" or digits[0] != 48)
+
+
+def parse_nonneg_int(value: bytes, message=messages.VALUE_OUT_OF_RANGE_POSITIVE) -> int:
+    n = parse_int(value)
+    if n < 0:
+        raise CommandError(message)
+    return n
+
+
+def parse_float(value: bytes, message=messages.NOT_FLOAT, allow_nan=False) -> float:
+    """A double as Valkey's strtod accepts it ('inf', '-inf', '+inf', '1e3'); no spaces, no NaN."""
+    if not value or value[:1].isspace() or value[-1:].isspace():
+        raise CommandError(message)
+    try:
+        f = float(value)
+    except ValueError:
+        raise CommandError(message) from None
+    if math.isnan(f) and not allow_nan:
+        raise CommandError(message)
+    low = value.lower()
+    if b"_" in value or low.lstrip(b"+-") in (b"infinity", b"nan"):
+        raise CommandError(message)
+    return f
+
+
+def parse_timeout_ms(value: bytes, unit_ms: int) -> int:
+    n = parse_int(value)
+    return n * unit_ms
+
+
+def normalize_range(start: int, stop: int, length: int):
+    """Valkey's index normalization for inclusive [start, stop]; returns None if empty."""
+    if start < 0:
+        start += length
+    if stop < 0:
+        stop += length
+    if start < 0:
+        start = 0
+    if start > stop or start >= length:
+        return None
+    if stop >= length:
+        stop = length - 1
+    return start, stop
+
+
+def upper(b: bytes) -> bytes:
+    return b.upper()
+
+
+def syntax_error():
+    return CommandError(messages.SYNTAX)
+
+
+def wrong_arity(name) -> CommandError:
+    return CommandError(messages.WRONG_ARITY.format(name))

@@ -1,0 +1,38 @@
+"""Per-client state that commands read and change (the socket side lives in server/)."""
+
+import itertools
+
+_ids = itertools.count(1)
+
+
+class Session:
+    __slots__ = ("id", "db_id", "resp", "authenticated", "user", "name", "lib_name", "lib_ver",
+                 "in_multi", "multi_queue", "multi_error", "watched", "dirty_cas", "ctx",
+                 "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
+                 "close_after_reply", "addr", "laddr", "fd", "tracking")
+
+    def __init__(self, created_ms=0, authenticated=True):
+        self.id = next(_ids)
+        self.db_id = 0
+        self.resp = 2
+        self.authenticated = authenticated
+        self.user = "default"
+        self.name = b""
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.in_multi = False
+        self.multi_queue = []
+        self.multi_error = False
+        self.watched = set()       # (db_id, key)
+        self.dirty_cas = False
+        self.ctx = None
+        self.created_ms = created_ms
+        self.last_interaction_ms = created_ms
+        self.last_cmd = "NULL"
+        self.flags = "N"
+        self.readonly_mode = False
+        self.close_after_reply = False
+        self.addr = "?"
+        self.laddr = "?"
+        self.fd = -1
+        self.tracking = False

@@ -1,0 +1,39 @@
+"""One error hierarchy. A CommandError carries the full reply text (prefix included)."""
+
+from . import messages
+
+
+class DurakvError(Exception):
+    """Base class for durakv's own failures (not replies)."""
+
+
+class CommandError(DurakvError):
+    """Raised by a handler; becomes an error reply. `text` is the reply without the leading '-'."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+class WrongType(CommandError):
+    def __init__(self):
+        super().__init__(messages.WRONGTYPE)
+
+
+class SyntaxErr(CommandError):
+    def __init__(self):
+        super().__init__(messages.SYNTAX)
+
+
+class ConfigError(DurakvError):
+    """A configuration file or argument is invalid; start-up stops with this message."""
+
+
+class JournalCorrupt(DurakvError):
+    """A journal record before the tail failed its checksum; start-up stops (never a silent skip)."""
+
+
+class ProtocolError(DurakvError):
+    """The client sent bytes that are not RESP; the connection is answered and closed."""

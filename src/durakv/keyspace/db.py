@@ -1,0 +1,262 @@
+"""Databases, expiry and memory accounting."""
+
+import heapq
+import random
+import sys
+from collections import deque
+
+from .zset import ZSet
+
+_TYPE_NAMES = {bytes: "string", dict: "hash", deque: "list", set: "set", ZSet: "zset"}
+
+
+def type_name(value) -> str:
+    return _TYPE_NAMES.get(type(value), "none")
+
+
+# Estimated bytes for one key (dict slot, key object header) and per-element container overhead.
+_KEY_OVERHEAD = 100
+_ELEMENT_OVERHEAD = {dict: 100, deque: 16, set: 80, ZSet: 180}
+_BYTES_HEADER = sys.getsizeof(b"")
+
+
+def estimate_value(value) -> int:
+    """Approximate bytes held by a value: exact for strings, sampled (5 elements, as Valkey's
+    MEMORY USAGE does) for collections so the cost stays O(1) per write."""
+    t = type(value)
+    if t is bytes:
+        return _BYTES_HEADER + len(value)
+    n = len(value)
+    if n == 0:
+        return 64
+    if t is dict:
+        it = iter(value.items())
+        sample = [next(it) for _ in range(min(5, n))]
+        avg = sum(len(k) + len(v) for k, v in sample) / len(sample) + 2 * _BYTES_HEADER
+    elif t is deque:
+        sample = [value[0], value[-1], value[n // 2]]
+        avg = sum(len(x) for x in sample) / 3 + _BYTES_HEADER
+    elif t is set:
+        it = iter(value)
+        sample = [next(it) for _ in range(min(5, n))]
+        avg = sum(len(x) for x in sample) / len(sample) + _BYTES_HEADER
+    else:  # ZSet
+        it = iter(value.scores)
+        sample = [next(it) for _ in range(min(5, n))]
+        avg = sum(len(x) for x in sample) / len(sample) + _BYTES_HEADER + 24
+    return int(64 + n * (avg + _ELEMENT_OVERHEAD[t]))
+
+
+def estimate_key(key: bytes, value) -> int:
+    return _KEY_OVERHEAD + _BYTES_HEADER + len(key) + estimate_value(value)
+
+
+class Db:
+    """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
+
+    __slots__ = ("id", "data", "expires", "access", "expiry_heap", "_sample", "_sample_misses",
+                 "avg_ttl_ms")
+
+    def __init__(self, db_id: int):
+        self.id = db_id
+        self.data = {}
+        self.expires = {}
+        self.access = {}       # key -> LRU clock (s) or packed LFU counter, when the policy needs it
+        self.expiry_heap = []  # (expire_at_ms, key); entries are checked against `expires` on pop
+        self._sample = []      # snapshot of keys for random sampling (RANDOMKEY, eviction)
+        self._sample_misses = 0
+        self.avg_ttl_ms = 0
+
+    def __len__(self):
+        return len(self.data)
+
+    def set_expire(self, key: bytes, expire_at_ms: int):
+        self.expires[key] = expire_at_ms
+        heapq.heappush(self.expiry_heap, (expire_at_ms, key))
+
+    def random_keys(self, count: int, rng: random.Random, from_expires=False):
+        """Up to `count` random live keys (may repeat), O(1) amortized: samples a snapshot of the
+        key list that is rebuilt once too many sampled keys have gone."""
+        source = self.expires if from_expires else self.data
+        if not source:
+            return []
+        if from_expires:
+            keys = list(source) if len(source) <= 64 else None
+            if keys is not None:
+                return [rng.choice(keys) for _ in range(count)]
+        if len(self._sample) < len(source) // 2 or self._sample_misses > max(16, len(self._sample) // 4):
+            self._sample = list(self.data)
+            self._sample_misses = 0
+        out = []
+        tries = 0
+        while len(out) < count and tries < count * 8 and self._sample:
+            tries += 1
+            k = rng.choice(self._sample)
+            if k in source:
+                out.append(k)
+            else:
+                self._sample_misses += 1
+                if self._sample_misses > max(16, len(self._sample) // 4):
+                    self._sample = list(self.data)
+                    self._sample_misses = 0
+        return out
+
+    def clear(self):
+        self.data.clear()
+        self.expires.clear()
+        self.access.clear()
+        self.expiry_heap.clear()
+        self._sample = []
+
+
+class Keyspace:
+    """All databases plus the bookkeeping shared by them.
+
+    `expire_enabled` is False while replaying a journal or following one as a replica: then time does
+    not make keys vanish (the primary's DEL effects do), exactly as Valkey while loading.
+    Keys deleted by lazy/active expiry or eviction are reported in `deleted_by_server` as (db, key)
+    so the caller can turn them into DEL effects for the journal.
+    """
+
+    def __init__(self, num_dbs: int = 16, clock_ms=None, rng=None):
+        import time
+        self.dbs = [Db(i) for i in range(num_dbs)]
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.rng = rng or random.Random()
+        self.expire_enabled = True
+        self.deleted_by_server = []  # (db_id, key, reason) with reason 'expired' | 'evicted'
+        self.used_bytes = 0          # estimated dataset bytes, kept current by the dispatcher
+        self.expired_keys = 0
+        self.evicted_keys = 0
+        self.track_access = None     # None | 'lru' | 'lfu'
+        self.lfu_log_factor = 10
+        self.lfu_decay_time_min = 1
+
+    # -- expiry -----------------------------------------------------------------------------
+    def is_expired(self, db: Db, key: bytes, now_ms=None) -> bool:
+        at = db.expires.get(key)
+        if at is None or not self.expire_enabled:
+            return False
+        return at <= (now_ms if now_ms is not None else self.clock_ms())
+
+    def lookup(self, db: Db, key: bytes):
+        """The live value of key, or None. Deletes an expired key (lazy expiry)."""
+        value = db.data.get(key)
+        if value is None:
+            return None
+        if db.expires and key in db.expires and self.expire_enabled and db.expires[key] <= self.clock_ms():
+            self.server_delete(db, key, "expired")
+            return None
+        if self.track_access is not None:
+            self._touch(db, key)
+        return value
+
+    def delete(self, db: Db, key: bytes) -> bool:
+        """Removes key. Memory accounting is the caller's (the dispatcher measures a command's keys
+        before and after it runs); deletions the server makes on its own use server_delete."""
+        value = db.data.pop(key, None)
+        if value is None:
+            return False
+        if db.expires:
+            db.expires.pop(key, None)
+        if db.access:
+            db.access.pop(key, None)
+        return True
+
+    def server_delete(self, db: Db, key: bytes, reason: str):
+        """A deletion not asked for by a command (expiry, eviction): accounted and reported."""
+        value = db.data.get(key)
+        if value is None:
+            return
+        self.used_bytes -= estimate_key(key, value)
+        self.delete(db, key)
+        if reason == "expired":
+            self.expired_keys += 1
+        else:
+            self.evicted_keys += 1
+        self.deleted_by_server.append((db.id, key, reason))
+
+    def active_expire_cycle(self, budget_ms: float, perf_counter) -> int:
+        """Deletes expired keys, earliest first, within a time budget. Returns how many.
+
+        Departs from Valkey's random sampling: a heap of expiry times finds every expired key without
+        scanning, which matters in Python where random access into a dict is O(n)."""
+        if not self.expire_enabled:
+            return 0
+        now = self.clock_ms()
+        deadline = perf_counter() + budget_ms / 1000.0
+        removed = 0
+        for db in self.dbs:
+            heap = db.expiry_heap
+            while heap and heap[0][0] <= now:
+                at, key = heapq.heappop(heap)
+                if db.expires.get(key) != at:
+                    continue  # stale: TTL changed or key deleted
+                self.server_delete(db, key, "expired")
+                removed += 1
+                if removed % 64 == 0 and perf_counter() > deadline:
+                    return removed
+            # Keep the heap from growing with stale entries when TTLs are rewritten often.
+            if len(heap) > 2 * len(db.expires) + 1024:
+                db.expiry_heap = [(at, k) for k, at in db.expires.items()]
+                heapq.heapify(db.expiry_heap)
+        return removed
+
+    # -- access tracking for LRU/LFU eviction --------------------------------------------------
+    def _touch(self, db: Db, key: bytes):
+        now = self.clock_ms()
+        if self.track_access == "lru":
+            db.access[key] = now // 1000
+            return
+        packed = db.access.get(key)
+        minutes = (now // 60000) & 0xFFFF
+        if packed is None:
+            counter = 5  # LFU_INIT_VAL
+        else:
+            counter = packed & 0xFF
+            elapsed = (minutes - (packed >> 8)) & 0xFFFF
+            if self.lfu_decay_time_min:
+                counter = max(0, counter - elapsed // self.lfu_decay_time_min)
+            if counter < 255:
+                base = max(0, counter - 5)
+                if self.rng.random() < 1.0 / (base * self.lfu_log_factor + 1):
+                    counter += 1
+        db.access[key] = (minutes << 8) | counter
+
+    def idle_ms(self, db: Db, key: bytes) -> int:
+        last = db.access.get(key)
+        if last is None or self.track_access != "lru":
+            return 0
+        return max(0, self.clock_ms() - last * 1000)
+
+    def lfu_counter(self, db: Db, key: bytes) -> int:
+        packed = db.access.get(key)
+        return 5 if packed is None else packed & 0xFF
+
+    # -- eviction ------------------------------------------------------------------------------
+    def evict_one(self, policy: str, samples: int = 5):
+        """Evicts the best of `samples` random candidates under `policy`. Returns (db_id, key) or None."""
+        best = None
+        best_score = None
+        volatile = policy.startswith("volatile")
+        now = self.clock_ms()
+        for db in self.dbs:
+            source = db.expires if volatile else db.data
+            if not source:
+                continue
+            for key in db.random_keys(samples, self.rng, from_expires=volatile):
+                if policy.endswith("lru"):
+                    score = -(db.access.get(key, 0))          # oldest access first
+                elif policy.endswith("lfu"):
+                    score = -(self.lfu_counter(db, key))       # least used first
+                elif policy == "volatile-ttl":
+                    score = -(db.expires.get(key, now) - now)  # soonest expiry first
+                else:
+                    score = self.rng.random()
+                if best_score is None or score > best_score:
+                    best, best_score = (db, key), score
+        if best is None:
+            return None
+        db, key = best
+        self.server_delete(db, key, "evicted")
+        return db.id, key

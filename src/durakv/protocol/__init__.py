@@ -1,0 +1,1 @@
+"""RESP2/RESP3 protocol: sans-IO parsing (bytes in, commands out) and reply encoding."""

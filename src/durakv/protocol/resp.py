@@ -1,0 +1,159 @@
+"""Reply values and their RESP2/RESP3 encodings.
+
+Handlers return plain Python values; the connection encodes them for the client's protocol:
+
+    bytes        bulk string              int          integer
+    str          simple string (status)   None         null ($-1 in RESP2, _ in RESP3)
+    float        double (bulk in RESP2)   bool         boolean (integer in RESP2)
+    list/tuple   array                    dict         map (flat array in RESP2)
+    RespSet      set (array in RESP2)     Push         push (array in RESP2)
+    NullArray    *-1 in RESP2, _ in RESP3 ErrorReply   error
+    Raw          bytes sent as they are
+"""
+
+import math
+
+
+class RespSet(list):
+    """A set reply: RESP3 '~', RESP2 array."""
+    __slots__ = ()
+
+
+class Push(list):
+    """An out-of-band push: RESP3 '>', RESP2 array."""
+    __slots__ = ()
+
+
+class Raw(bytes):
+    """Already-encoded reply bytes."""
+    __slots__ = ()
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "NullArray"
+
+
+NullArray = _NullArray()
+
+
+class ErrorReply:
+    """An error reply; `text` has Valkey's prefix (e.g. 'ERR ...', 'WRONGTYPE ...')."""
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self):
+        return f"ErrorReply({self.text!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, ErrorReply) and other.text == self.text
+
+    def __hash__(self):
+        return hash(self.text)
+
+
+OK = Raw(b"+OK\r\n")
+QUEUED = Raw(b"+QUEUED\r\n")
+PONG = Raw(b"+PONG\r\n")
+NULL_BULK = Raw(b"$-1\r\n")
+
+
+def format_double(value: float) -> bytes:
+    """Valkey's shortest round-trip double text: '1', '1.5', 'inf', '-inf', '1e+20'."""
+    if value != value:
+        return b"nan"
+    if value == math.inf:
+        return b"inf"
+    if value == -math.inf:
+        return b"-inf"
+    if value.is_integer() and abs(value) < 1e17:
+        return b"%d" % int(value)
+    text = repr(value)
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        sign = exp[0] if exp[0] in "+-" else "+"
+        digits = exp.lstrip("+-").lstrip("0") or "0"
+        if len(digits) < 2:
+            digits = "0" + digits
+        text = f"{mantissa}e{sign}{digits}"
+    return text.encode()
+
+
+_INT_CACHE = [b":%d\r\n" % i for i in range(1024)]
+
+
+def encode(value, resp3: bool = False) -> bytes:
+    out = []
+    _encode(value, resp3, out.append)
+    return b"".join(out)
+
+
+def _encode(value, resp3, w):
+    t = type(value)
+    if t is bytes:
+        w(b"$%d\r\n%s\r\n" % (len(value), value))
+    elif t is Raw:
+        w(value)
+    elif t is int:
+        if 0 <= value < 1024:
+            w(_INT_CACHE[value])
+        else:
+            w(b":%d\r\n" % value)
+    elif value is None:
+        w(b"_\r\n" if resp3 else b"$-1\r\n")
+    elif t is list or t is tuple:
+        w(b"*%d\r\n" % len(value))
+        for item in value:
+            _encode(item, resp3, w)
+    elif t is str:
+        w(b"+%s\r\n" % value.encode())
+    elif t is ErrorReply:
+        w(b"-%s\r\n" % value.text.encode().replace(b"\r", b" ").replace(b"\n", b" "))
+    elif t is float:
+        text = format_double(value)
+        if resp3:
+            w(b",%s\r\n" % text)
+        else:
+            w(b"$%d\r\n%s\r\n" % (len(text), text))
+    elif t is dict:
+        if resp3:
+            w(b"%%%d\r\n" % len(value))
+        else:
+            w(b"*%d\r\n" % (2 * len(value)))
+        for k, v in value.items():
+            _encode(k, resp3, w)
+            _encode(v, resp3, w)
+    elif t is RespSet:
+        w((b"~%d\r\n" if resp3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode(item, resp3, w)
+    elif t is Push:
+        w((b">%d\r\n" if resp3 else b"*%d\r\n") % len(value))
+        for item in value:
+            _encode(item, resp3, w)
+    elif t is bool:
+        if resp3:
+            w(b"#t\r\n" if value else b"#f\r\n")
+        else:
+            w(b":1\r\n" if value else b":0\r\n")
+    elif value is NullArray:
+        w(b"_\r\n" if resp3 else b"*-1\r\n")
+    elif isinstance(value, bytearray) or isinstance(value, memoryview):
+        data = bytes(value)
+        w(b"$%d\r\n%s\r\n" % (len(data), data))
+    else:
+        raise TypeError(f"cannot encode reply of type {t.__name__}")
+
+
+def encode_command(args) -> bytes:
+    """A command as a RESP array of bulk strings (used for effects, the journal and snapshots)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if type(a) is not bytes:
+            a = a if isinstance(a, (bytes, bytearray)) else str(a).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(parts)

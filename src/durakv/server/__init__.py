@@ -1,0 +1,1 @@
+"""The network server: asyncio (uvloop) TCP/TLS listeners, connections, pipelining, reply ordering."""

@@ -1,0 +1,176 @@
+"""INFO: Valkey's section layout ('# Section' then 'field:value' lines), filled from live state."""
+
+import os
+import platform
+import resource
+import sys
+import time
+
+DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
+                    "keyspace", "durability"]
+ALL_SECTIONS = DEFAULT_SECTIONS + ["commandstats", "errorstats"]
+
+
+def _section_server(srv):
+    cfg = srv.config
+    uptime = int(time.monotonic() - srv.started_monotonic)
+    f = dict(srv.version_fields())
+    f.update({
+        "redis_git_sha1": "00000000", "redis_git_dirty": 0, "redis_build_id": "0",
+        "redis_mode": "cluster" if cfg["cluster-enabled"] else "standalone", "server_mode": "standalone",
+        "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "arch_bits": 64, "multiplexing_api": "epoll", "atomicvar_api": "python",
+        "gcc_version": "0.0.0", "python_version": platform.python_version(),
+        "process_id": os.getpid(), "process_supervised": "no", "run_id": srv.run_id,
+        "tcp_port": cfg["port"], "server_time_usec": int(time.time() * 1e6),
+        "uptime_in_seconds": uptime, "uptime_in_days": uptime // 86400, "hz": cfg["hz"],
+        "configured_hz": cfg["hz"], "lru_clock": int(time.time()) & 0xFFFFFF,
+        "executable": os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "",
+        "config_file": cfg.config_file or "", "io_threads_active": 0,
+    })
+    return f
+
+
+def _section_clients(srv):
+    blocked = 0
+    return {"connected_clients": len(srv.clients), "cluster_connections": 0,
+            "maxclients": srv.config["maxclients"],
+            "client_recent_max_input_buffer": 0, "client_recent_max_output_buffer": 0,
+            "blocked_clients": blocked, "tracking_clients": 0, "pubsub_clients": 0,
+            "watching_clients": sum(1 for c in srv.clients.values() if c.session.watched),
+            "clients_in_timeout_table": 0, "total_watched_keys": len(srv.dispatcher.watchers),
+            "total_blocking_keys": 0, "total_blocking_keys_on_nokey": 0}
+
+
+def _human(n):
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return "%.2f%s" % (n / size, unit)
+    return "%dB" % n
+
+
+def _section_memory(srv):
+    used = srv.dispatcher.used_memory_fn()
+    rss = srv.memory_rss()
+    peak = max(getattr(srv, "peak_memory", 0), used)
+    srv.peak_memory = peak
+    maxmem = srv.config["maxmemory"]
+    return {"used_memory": used, "used_memory_human": _human(used), "used_memory_rss": rss,
+            "used_memory_rss_human": _human(rss), "used_memory_peak": peak, "used_memory_peak_human": _human(peak),
+            "used_memory_dataset": srv.keyspace.used_bytes, "used_memory_startup": 0,
+            "maxmemory": maxmem, "maxmemory_human": _human(maxmem), "maxmemory_policy": srv.config["maxmemory-policy"],
+            "mem_fragmentation_ratio": round(rss / used, 2) if used else 0, "mem_allocator": "pymalloc",
+            "total_system_memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
+
+
+def _section_persistence(srv):
+    t = srv.tracker
+    return {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
+            "rdb_changes_since_last_save": (t.assigned - srv.last_snapshot_index) if t else 0,
+            "rdb_bgsave_in_progress": int(srv.snapshot_in_progress is not None),
+            "rdb_last_save_time": srv.lastsave, "rdb_last_bgsave_status": srv.last_bgsave_status,
+            "aof_enabled": int(t is not None and t.mode != "none"), "aof_rewrite_in_progress": 0,
+            "aof_last_write_status": "ok" if t is None or t.failed is None else "err"}
+
+
+def _section_stats(srv):
+    d = srv.dispatcher
+    ks = srv.keyspace
+    return {"total_connections_received": srv.total_connections, "total_commands_processed": d.total_commands,
+            "instantaneous_ops_per_sec": srv.instantaneous_ops(), "total_net_input_bytes": 0,
+            "total_net_output_bytes": 0, "rejected_connections": srv.rejected_connections,
+            "expired_keys": ks.expired_keys, "evicted_keys": ks.evicted_keys,
+            "keyspace_hits": d.keyspace_hits, "keyspace_misses": d.keyspace_misses,
+            "pubsub_channels": 0, "pubsub_patterns": 0, "total_error_replies": d.total_errors,
+            "unexpected_error_replies": d.error_counts.get("ERR", 0) and 0,
+            "total_reads_processed": 0, "total_writes_processed": 0,
+            "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors}
+
+
+def _section_replication(srv):
+    t = srv.tracker
+    offset = t.committed if t else 0
+    if srv.replica_of is None:
+        return {"role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
+                "master_replid": srv.run_id, "master_repl_offset": offset, "second_repl_offset": -1,
+                "repl_backlog_active": 0}
+    return {"role": "slave", "master_repl_offset": offset}
+
+
+def _section_cpu(srv):
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"used_cpu_sys": "%.6f" % ru.ru_stime, "used_cpu_user": "%.6f" % ru.ru_utime,
+            "used_cpu_sys_children": "%.6f" % ch.ru_stime, "used_cpu_user_children": "%.6f" % ch.ru_utime}
+
+
+def _section_keyspace(srv):
+    out = {}
+    for db in srv.keyspace.dbs:
+        if db.data:
+            out["db%d" % db.id] = "keys=%d,expires=%d,avg_ttl=0" % (len(db.data), len(db.expires))
+    return out
+
+
+def _section_durability(srv):
+    t = srv.tracker
+    j = srv.journal
+    mode = t.mode if t else srv.config["durability"]
+    return {"durability_mode": srv.config["durability"] if t is None else mode,
+            "effective_durability": mode if (t is None or t.failed is None) else "failed",
+            "durability_lag_ms": t.lag_ms() if t else 0,
+            "journal_backend": "local" if j is not None else "none",
+            "journal_commit_index": t.committed if t else 0,
+            "journal_applied_index": t.assigned if t else 0,
+            "journal_bytes": j.bytes_size if j is not None else 0,
+            "last_snapshot_index": srv.last_snapshot_index,
+            "traffic_management_active": int(bool(t and t.traffic_management_active)),
+            "durability_buffer_ms": srv.config["durability-buffer-ms"],
+            "durability_buffer_exceeded_errors": t.buffer_exceeded_errors if t else 0,
+            "held_replies_clients": len(t.waiters) if t else 0}
+
+
+def _section_commandstats(srv):
+    from ..commands import registry
+    out = {}
+    for cmd in registry.TABLE.values():
+        for c in [cmd] + list(cmd.subcommands.values()):
+            if c.calls or c.rejected_calls or c.failed_calls:
+                per = c.usec / c.calls if c.calls else 0
+                out["cmdstat_" + c.fullname] = ("calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,"
+                                                "failed_calls=%d" % (c.calls, c.usec, per, c.rejected_calls,
+                                                                     c.failed_calls))
+    return out
+
+
+def _section_errorstats(srv):
+    return {"errorstat_" + k: "count=%d" % v for k, v in srv.dispatcher.error_counts.items()}
+
+
+_SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,
+             "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
+             "cpu": _section_cpu, "keyspace": _section_keyspace, "durability": _section_durability,
+             "commandstats": _section_commandstats, "errorstats": _section_errorstats}
+
+
+def render_info(srv, requested):
+    names = [s.lower() for s in requested] or ["default"]
+    wanted = []
+    for n in names:
+        if n == "default":
+            wanted += DEFAULT_SECTIONS
+        elif n in ("all", "everything"):
+            wanted += ALL_SECTIONS
+        elif n in _SECTIONS:
+            wanted.append(n)
+    seen = set()
+    parts = []
+    for n in wanted:
+        if n in seen:
+            continue
+        seen.add(n)
+        fields = _SECTIONS[n](srv)
+        lines = ["# " + n.capitalize()]
+        lines += ["%s:%s" % (k, v) for k, v in fields.items()]
+        parts.append("\r\n".join(lines))
+    return ("\r\n\r\n".join(parts) + "\r\n").encode() if parts else b""

@@ -1,0 +1,147 @@
+"""Test fixtures: real durakv server processes on free loopback ports, real valkey-py clients.
+
+Every process a test starts is stopped by its pid at teardown. Waiting is polling with a deadline.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import valkey
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout_s=10.0, interval_s=0.02, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    last_exc = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+            last_exc = exc
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out waiting for {what}" + (f": {last_exc!r}" if last_exc else ""))
+
+
+class ServerProcess:
+    """A durakv server subprocess. start() returns once it answers PING."""
+
+    def __init__(self, data_dir, port=None, args=(), env=None):
+        self.data_dir = str(data_dir)
+        self.port = port or free_port()
+        self.args = list(args)
+        self.env = env
+        self.proc = None
+        self.log_path = os.path.join(self.data_dir, f"server-{self.port}.log")
+
+    def start(self, wait=True, password=None):
+        os.makedirs(self.data_dir, exist_ok=True)
+        cmd = [sys.executable, "-m", "durakv", "server", "--port", str(self.port), "--bind", "127.0.0.1",
+               "--dir", self.data_dir] + self.args
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        if wait:
+            self.wait_ready(password=password)
+        return self
+
+    def wait_ready(self, timeout_s=20.0, password=None):
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.read_log()[-2000:]}")
+            with self.client(password=password, socket_timeout=1) as c:
+                return c.ping()
+        wait_until(ready, timeout_s, what=f"durakv on port {self.port}")
+
+    def client(self, protocol=2, password=None, **kw):
+        kw.setdefault("socket_timeout", 10)
+        return valkey.Valkey(host="127.0.0.1", port=self.port, protocol=protocol, password=password, **kw)
+
+    def read_log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(timeout=20)
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        if getattr(self, "log", None):
+            self.log.close()
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    started = []
+
+    def make(*args, data_dir=None, port=None, start=True, password=None, env=None):
+        srv = ServerProcess(data_dir or tmp_path / f"data{len(started)}", port=port, args=args, env=env)
+        started.append(srv)
+        if start:
+            srv.start(password=password)
+        return srv
+
+    yield make
+    for srv in started:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One server for a test module (fast); tests must use their own keys or FLUSHALL first."""
+    srv = ServerProcess(tmp_path_factory.mktemp("shared"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def r(shared_server):
+    """A RESP2 client on a flushed shared server."""
+    c = shared_server.client(protocol=2)
+    c.flushall()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def r3(shared_server):
+    """A RESP3 client on a flushed shared server."""
+    c = shared_server.client(protocol=3)
+    c.flushall()
+    yield c
+    c.close()
+
+
+@pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
+def rr(shared_server, request):
+    """Runs a test with both protocols."""
+    c = shared_server.client(protocol=request.param)
+    c.flushall()
+    yield c
+    c.close()
