@@ -2,7 +2,6 @@
 clients keep being served."""
 
 import socket
-import ssl
 import subprocess
 
 import pytest

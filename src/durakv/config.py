@@ -19,7 +19,7 @@ def parse_memory(text: str) -> int:
         if t.endswith(suffix):
             num = t[: -len(suffix)]
             if not num.lstrip("-").isdigit():
-                raise ValueError(f"argument must be a memory value")
+                raise ValueError("argument must be a memory value")
             return int(num) * _UNITS[suffix]
     if not t.lstrip("-").isdigit():
         raise ValueError("argument must be a memory value")

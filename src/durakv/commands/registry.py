@@ -123,7 +123,9 @@ def _indexes_from_specs(specs, args):
             except ValueError:
                 continue
             first = start + kn["firstkey"]
-            out.extend(i for i in range(first, first + numkeys * kn["step"], kn["step"]) if i < n)
+            step = kn["step"]
+            if numkeys > 0:
+                out.extend(range(first, min(first + numkeys * step, n), step))
     return out
 
 

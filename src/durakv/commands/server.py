@@ -232,7 +232,7 @@ def _key_spec_reply(spec):
                                              b"keystep": k["step"]}}
     else:
         fkr = {b"type": b"unknown", b"spec": {}}
-    return {b"flags": RespSet(f.upper().encode() for f in spec["flags"]), b"begin_search": bsr,
+    return {b"flags": RespSet(f.upper() for f in spec["flags"]), b"begin_search": bsr,
             b"find_keys": fkr}
 
 
@@ -253,8 +253,9 @@ def _legacy_range(cmd):
 
 def command_info(cmd):
     first, last, step = _legacy_range(cmd)
-    return [cmd.fullname.encode(), cmd.arity, RespSet(f.encode() for f in sorted(cmd.flags)), first, last, step,
-            RespSet(("@" + a).encode() for a in cmd.acl), RespSet(),
+    # Flags and categories are status replies in Valkey (redis-cli asserts on that).
+    return [cmd.fullname.encode(), cmd.arity, RespSet(sorted(cmd.flags)), first, last, step,
+            RespSet("@" + a for a in cmd.acl), RespSet(),
             [_key_spec_reply(s) for s in cmd.key_specs],
             [command_info(s) for s in cmd.subcommands.values() if s.handler is not None]]
 
@@ -269,7 +270,7 @@ def _args_doc(arguments):
             d[b"key_spec_index"] = a["key_spec_index"]
         if "token" in a:
             d[b"token"] = a["token"].encode()
-        flags = [f.encode() for f in ("optional", "multiple", "multiple_token") if a.get(f)]
+        flags = [f for f in ("optional", "multiple", "multiple_token") if a.get(f)]
         if flags:
             d[b"flags"] = RespSet(flags)
         if "arguments" in a:
@@ -282,7 +283,7 @@ def command_doc(cmd):
     spec = cmd.spec
     d = {b"summary": b"", b"since": spec.get("since", "").encode(), b"group": spec.get("group", "").encode()}
     if spec.get("doc_flags"):
-        d[b"doc_flags"] = RespSet(f.encode() for f in spec["doc_flags"])
+        d[b"doc_flags"] = RespSet(spec["doc_flags"])
     if spec.get("arguments"):
         d[b"arguments"] = _args_doc(spec["arguments"])
     subs = {s.fullname.encode(): command_doc(s) for s in cmd.subcommands.values() if s.handler is not None}
@@ -381,7 +382,7 @@ def command_getkeys(ctx, args):
 @command("command|getkeysandflags")
 def command_getkeysandflags(ctx, args):
     cmd, target, idx = _getkeys(args)
-    flags = RespSet(f.upper().encode() for f in cmd.key_specs[0]["flags"]) if cmd.key_specs else RespSet()
+    flags = RespSet(f.upper() for f in cmd.key_specs[0]["flags"]) if cmd.key_specs else RespSet()
     return [[target[i], flags] for i in idx]
 
 

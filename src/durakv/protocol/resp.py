@@ -63,24 +63,57 @@ NULL_BULK = Raw(b"$-1\r\n")
 
 
 def format_double(value: float) -> bytes:
-    """Valkey's shortest round-trip double text: '1', '1.5', 'inf', '-inf', '1e+20'."""
+    """Valkey 8's double text (d2string): integers up to 2^62 as plain digits, otherwise the shortest
+    round-trip digits laid out as fpconv_dtoa does ('0.00001', '1.5e-7', '1e+20'), 'inf', '-inf', '-0'."""
     if value != value:
         return b"nan"
     if value == math.inf:
         return b"inf"
     if value == -math.inf:
         return b"-inf"
-    if value.is_integer() and abs(value) < 1e17:
+    if value == 0:
+        return b"-0" if math.copysign(1.0, value) < 0 else b"0"
+    if value.is_integer() and -4611686018427387903 <= value <= 4611686018427387903:
         return b"%d" % int(value)
-    text = repr(value)
+    neg = value < 0
+    digits, k = _shortest_digits(-value if neg else value)
+    return (b"-" if neg else b"") + _emit_digits(digits, k, neg).encode()
+
+
+def _shortest_digits(a: float):
+    """(digits, K) with a == int(digits) * 10**K, digits the shortest round-trip ones (no trailing 0)."""
+    text = repr(a)
     if "e" in text:
-        mantissa, exp = text.split("e")
-        sign = exp[0] if exp[0] in "+-" else "+"
-        digits = exp.lstrip("+-").lstrip("0") or "0"
-        if len(digits) < 2:
-            digits = "0" + digits
-        text = f"{mantissa}e{sign}{digits}"
-    return text.encode()
+        mant, exp = text.split("e")
+        exp = int(exp)
+    else:
+        mant, exp = text, 0
+    ip, _, fp = mant.partition(".")
+    if fp == "0":
+        fp = ""
+    digits = (ip + fp).lstrip("0")
+    k = exp - len(fp)
+    stripped = digits.rstrip("0")
+    k += len(digits) - len(stripped)
+    return stripped, k
+
+
+def _emit_digits(digits: str, k: int, neg: bool) -> str:
+    n = len(digits)
+    exp = abs(k + n - 1)
+    if k >= 0 and exp < n + 7:
+        return digits + "0" * k
+    if k < 0 and (k > -7 or exp < 4):
+        offset = n - abs(k)
+        if offset <= 0:
+            return "0." + "0" * (-offset) + digits
+        return digits[:offset] + "." + digits[offset:]
+    sign = "-" if k + n - 1 < 0 else "+"
+    n = min(n, 18 - neg)
+    out = digits[0]
+    if n > 1:
+        out += "." + digits[1:n]
+    return out + "e" + sign + str(exp)
 
 
 _INT_CACHE = [b":%d\r\n" % i for i in range(1024)]

@@ -160,7 +160,7 @@ class Server:
                 try:
                     srv = await self.loop.create_server(lambda: Connection(self, tls=True), host, cfg["tls-port"],
                                                         ssl=ctx, backlog=cfg["tcp-backlog"], reuse_address=True)
-                except OSError as exc:
+                except OSError:
                     if len(hosts) > 1 and host in ("::1", "::"):
                         continue
                     raise

@@ -1,0 +1,300 @@
+"""Snapshot files: a point-in-time image of a Keyspace as the commands that rebuild it.
+
+`<dir>/snapshots/snapshot-<index:020d>.dks`:
+
+    header   magic b"DKVSNAP\\n" | version u16 | index u64 (journal index covered) | created_ms u64
+    body     RESP-encoded commands: per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
+             (collections in chunks of <= 512 elements), then `PEXPIREAT key ms` when the key has a TTL
+    trailer  magic b"DKVSEND\\n" | commands u64 | crc u32 (CRC32C of every byte before it)
+
+little-endian. The body goes through the same path as journal replay: apply_fn(db_id, argv), with
+`SELECT` handled here. A snapshot is written to a temporary file, fsynced, renamed into place and the
+directory fsynced, so a snapshot file that exists under its final name is complete; its checksum is
+still verified before anything is applied.
+"""
+
+import logging
+import os
+import re
+import struct
+import time
+from collections import deque
+
+import hiredis
+from crc32c import crc32c
+
+from ..errors import DurakvError
+from ..keyspace import ZSet
+from ..protocol.parser import request_len
+from ..protocol.resp import encode_command
+
+log = logging.getLogger("durakv.snapshot")
+
+MAGIC = b"DKVSNAP\n"
+TRAILER_MAGIC = b"DKVSEND\n"
+VERSION = 1
+HEADER = struct.Struct("<8sHQQ")
+TRAILER = struct.Struct("<8sQI")
+CHUNK = 512
+SNAPSHOT_RE = re.compile(r"^snapshot-(\d{20})\.dks$")
+_READ_SIZE = 1 << 20
+_WRITE_BUFFER = 1 << 20
+
+
+class SnapshotCorrupt(DurakvError):
+    """A snapshot file failed its checks (size, magic, version, checksum, body)."""
+
+
+def snapshots_dir(data_dir) -> str:
+    return os.path.join(os.fspath(data_dir), "snapshots")
+
+
+def snapshot_path(data_dir, index: int) -> str:
+    return os.path.join(snapshots_dir(data_dir), "snapshot-%020d.dks" % index)
+
+
+def list_snapshots(data_dir):
+    """[(index, path)] of the snapshot files under data_dir/snapshots, newest (highest index) first."""
+    sdir = snapshots_dir(data_dir)
+    try:
+        names = os.listdir(sdir)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        m = SNAPSHOT_RE.match(name)
+        if m:
+            out.append((int(m.group(1)), os.path.join(sdir, name)))
+    out.sort(reverse=True)
+    return out
+
+
+def score_text(score: float) -> bytes:
+    """A score as text that parses back to exactly the same double (including -0.0, inf, 1e-300)."""
+    return repr(score).encode()
+
+
+# -- writing ------------------------------------------------------------------------------------------
+
+def iter_commands(keyspace):
+    """Yields (db_id, argv) that rebuild keyspace on an empty one (SELECT not included)."""
+    for db in keyspace.dbs:
+        expires = db.expires
+        for key, value in db.data.items():
+            t = type(value)
+            if t is bytes:
+                yield db.id, (b"SET", key, value)
+            elif t is deque:
+                items = list(value)
+                for i in range(0, len(items), CHUNK):
+                    yield db.id, (b"RPUSH", key, *items[i:i + CHUNK])
+            elif t is dict:
+                items = list(value.items())
+                for i in range(0, len(items), CHUNK):
+                    argv = [b"HSET", key]
+                    for f, v in items[i:i + CHUNK]:
+                        argv.append(f)
+                        argv.append(v)
+                    yield db.id, argv
+            elif t is set:
+                items = list(value)
+                for i in range(0, len(items), CHUNK):
+                    yield db.id, (b"SADD", key, *items[i:i + CHUNK])
+            elif t is ZSet:
+                items = list(value.scores.items())
+                for i in range(0, len(items), CHUNK):
+                    argv = [b"ZADD", key]
+                    for m, s in items[i:i + CHUNK]:
+                        argv.append(score_text(s))
+                        argv.append(m)
+                    yield db.id, argv
+            else:
+                raise TypeError("cannot snapshot value of type %s (key %r)" % (t.__name__, key))
+            if expires:
+                at = expires.get(key)
+                if at is not None:
+                    yield db.id, (b"PEXPIREAT", key, b"%d" % at)
+
+
+def write_snapshot(path, keyspace, index: int, created_ms=None) -> dict:
+    """Writes keyspace as the snapshot covering journal index `index` to `path` (atomically: temporary
+    file, fsync, rename, directory fsync). Returns {'path', 'index', 'bytes', 'commands', 'keys'}."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    created = int(time.time() * 1000) if created_ms is None else created_ms
+    crc = 0
+    total = 0
+    commands = 0
+    keys = sum(len(db.data) for db in keyspace.dbs)
+    try:
+        with open(tmp, "wb", buffering=0) as f:
+            buf = []
+            buffered = 0
+
+            def put(data):
+                nonlocal crc, total, buffered, buf
+                crc = crc32c(data, crc)
+                total += len(data)
+                buf.append(data)
+                buffered += len(data)
+                if buffered >= _WRITE_BUFFER:
+                    f.write(b"".join(buf))
+                    buf = []
+                    buffered = 0
+
+            put(HEADER.pack(MAGIC, VERSION, index, created))
+            current = None
+            for db_id, argv in iter_commands(keyspace):
+                if db_id != current:
+                    put(encode_command((b"SELECT", b"%d" % db_id)))
+                    commands += 1
+                    current = db_id
+                put(encode_command(argv))
+                commands += 1
+            tail = TRAILER_MAGIC + struct.pack("<Q", commands)
+            crc = crc32c(tail, crc)
+            buf.append(tail + struct.pack("<I", crc))
+            f.write(b"".join(buf))
+            total += TRAILER.size
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"path": path, "index": index, "bytes": total, "commands": commands, "keys": keys}
+
+
+# -- reading ------------------------------------------------------------------------------------------
+
+def read_header(path):
+    """(index, created_ms) from a snapshot's header (no checksum verification)."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER.size)
+    return _parse_header(path, head)
+
+
+def _parse_header(path, head):
+    if len(head) < HEADER.size:
+        raise SnapshotCorrupt("snapshot %s: too short for a header" % path)
+    magic, version, index, created = HEADER.unpack(head)
+    if magic != MAGIC:
+        raise SnapshotCorrupt("snapshot %s: bad magic %r" % (path, magic))
+    if version != VERSION:
+        raise SnapshotCorrupt("snapshot %s: unsupported version %d" % (path, version))
+    return index, created
+
+
+def verify_snapshot(path):
+    """Checks size, header, trailer and checksum. Returns (index, created_ms, commands); raises
+    SnapshotCorrupt."""
+    size = os.path.getsize(path)
+    if size < HEADER.size + TRAILER.size:
+        raise SnapshotCorrupt("snapshot %s: truncated (%d bytes)" % (path, size))
+    crc = 0
+    end = size - 4
+    with open(path, "rb") as f:
+        head = f.read(HEADER.size)
+        index, created = _parse_header(path, head)
+        crc = crc32c(head)
+        pos = HEADER.size
+        while pos < end:
+            chunk = f.read(min(_READ_SIZE, end - pos))
+            if not chunk:
+                raise SnapshotCorrupt("snapshot %s: shorter than its size while reading" % path)
+            crc = crc32c(chunk, crc)
+            pos += len(chunk)
+        f.seek(size - TRAILER.size)
+        magic, commands, stored = TRAILER.unpack(f.read(TRAILER.size))
+    if magic != TRAILER_MAGIC:
+        raise SnapshotCorrupt("snapshot %s: bad trailer (incomplete file?)" % path)
+    if stored != crc:
+        raise SnapshotCorrupt("snapshot %s: checksum mismatch (stored %08x, computed %08x)" % (path, stored, crc))
+    return index, created, commands
+
+
+def load_snapshot(path, keyspace, apply_fn) -> int:
+    """Verifies the snapshot's checksum, then applies its commands with apply_fn(db_id, argv) (expiry off
+    in keyspace meanwhile). Returns the journal index it covers. Raises SnapshotCorrupt before applying
+    anything when the file is damaged."""
+    index, _created, commands = verify_snapshot(path)
+    size = os.path.getsize(path)
+    end = size - TRAILER.size
+    reader = hiredis.Reader()
+    db_id = 0
+    count = 0
+    consumed = 0
+    fed = 0
+    saved = keyspace.expire_enabled
+    keyspace.expire_enabled = False
+    try:
+        with open(path, "rb") as f:
+            f.seek(HEADER.size)
+            pos = HEADER.size
+            while pos < end:
+                chunk = f.read(min(_READ_SIZE, end - pos))
+                if not chunk:
+                    raise SnapshotCorrupt("snapshot %s: shorter than its size while reading" % path)
+                pos += len(chunk)
+                fed += len(chunk)
+                reader.feed(chunk)
+                while True:
+                    try:
+                        argv = reader.gets()
+                    except hiredis.ProtocolError as exc:
+                        raise SnapshotCorrupt("snapshot %s: bad body: %s" % (path, exc)) from None
+                    if argv is False:
+                        break
+                    if type(argv) is not list or not argv or any(type(a) is not bytes for a in argv):
+                        raise SnapshotCorrupt("snapshot %s: body holds something other than a command" % path)
+                    consumed += request_len(argv)
+                    count += 1
+                    if len(argv) == 2 and argv[0].upper() == b"SELECT":
+                        if not argv[1].isdigit():
+                            raise SnapshotCorrupt("snapshot %s: bad SELECT %r" % (path, argv[1]))
+                        db_id = int(argv[1])
+                    else:
+                        apply_fn(db_id, argv)
+    finally:
+        keyspace.expire_enabled = saved
+    if consumed != fed or count != commands:
+        raise SnapshotCorrupt("snapshot %s: body ends inside a command or holds %d commands, not %d"
+                              % (path, count, commands))
+    return index
+
+
+def newest_valid_snapshot(data_dir):
+    """(index, path) of the newest snapshot whose checksum verifies, or None. Damaged newer ones are
+    logged and passed over (the journal after an older snapshot still rebuilds the state)."""
+    for index, path in list_snapshots(data_dir):
+        try:
+            verify_snapshot(path)
+        except (SnapshotCorrupt, OSError) as exc:
+            log.error("snapshot %s is not usable, falling back to an older one: %s", path, exc)
+            continue
+        return index, path
+    return None
+
+
+def load_newest_snapshot(data_dir, keyspace, apply_fn):
+    """Loads the newest valid snapshot into keyspace; returns its index and path, or (0, None) when there
+    is none. Each candidate's checksum is verified before any of it is applied."""
+    for index, path in list_snapshots(data_dir):
+        try:
+            load_snapshot(path, keyspace, apply_fn)
+        except SnapshotCorrupt as exc:
+            if any(len(db.data) for db in keyspace.dbs):
+                raise  # damage found after applying part of it (the count check): cannot fall back
+            log.error("snapshot %s is not usable, falling back to an older one: %s", path, exc)
+            continue
+        return index, path
+    return 0, None
