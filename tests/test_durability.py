@@ -26,7 +26,8 @@ def test_sync_kill9_loses_no_acknowledged_write(server_factory, tmp_path, cycle)
     stop = threading.Event()
     writers = run_writers(srv.port, 8, stop, max_seconds=20)
     rng = random.Random(cycle)
-    wait_until(lambda: _ack_count(writers) > 300 + rng.randint(0, 1500), 20, what="writes acknowledged")
+    target = 2000 + rng.randint(0, 3000)
+    wait_until(lambda: _ack_count(writers) > target, 30, what="writes acknowledged")
     srv.kill()  # SIGKILL mid-stream
     stop.set()
     for w in writers:
@@ -38,6 +39,7 @@ def test_sync_kill9_loses_no_acknowledged_write(server_factory, tmp_path, cycle)
     with srv.client() as c:
         missing = missing_acked(c, writers)
         assert missing == [], f"{len(missing)} of {acked} acknowledged writes lost"
+    print(f"kill -9 cycle {cycle}: {acked} acknowledged writes from 8 writers, 0 lost")
 
 
 def test_async_loss_is_bounded_by_lag(server_factory, tmp_path):

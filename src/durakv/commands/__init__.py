@@ -3,7 +3,8 @@
 from . import registry  # noqa: F401
 
 FAMILIES = ("strings", "keys", "hashes", "lists", "sets", "zsets", "transactions",
-            "connection", "server")
+            "connection", "server", "bitmaps", "hyperloglog", "streams", "blocking", "pubsub",
+            "scripting", "generic", "introspection", "hash_ttl", "cluster")
 
 
 def load_all():

@@ -16,10 +16,29 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
 
+class Blocked:
+    """Returned by a blocking command (BLPOP, XREAD BLOCK, ...) that cannot be served now.
+
+    The server parks the client on `keys` (in the context's db) and, each time one of them is written,
+    calls `retry(ctx)` for the parked clients in the order they blocked: it returns the reply (and
+    records effects with ctx.propagate, like any handler) or None to keep waiting. After `timeout_ms`
+    (0 = forever) the client gets `timeout_reply`. Handlers must not return Blocked when
+    ctx.may_block is False (inside MULTI/EXEC or a script): they answer as if the timeout had passed."""
+
+    __slots__ = ("keys", "timeout_ms", "retry", "timeout_reply", "db_id")
+
+    def __init__(self, keys, timeout_ms, retry, timeout_reply=None):
+        self.keys = keys
+        self.timeout_ms = timeout_ms
+        self.retry = retry
+        self.timeout_reply = timeout_reply
+        self.db_id = None
+
+
 class Context:
     """Per-command execution state. One instance per connection, reset for each command."""
 
-    __slots__ = ("keyspace", "db", "client", "server", "effects", "replaying", "dispatcher")
+    __slots__ = ("keyspace", "db", "client", "server", "effects", "replaying", "dispatcher", "may_block")
 
     def __init__(self, keyspace, server=None, client=None, dispatcher=None):
         self.keyspace = keyspace
@@ -29,6 +48,7 @@ class Context:
         self.db = keyspace.dbs[0]
         self.effects = []
         self.replaying = False
+        self.may_block = True
 
     @property
     def resp3(self) -> bool:

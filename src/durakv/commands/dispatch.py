@@ -226,11 +226,16 @@ class Dispatcher:
                 return ErrorReply(text), ()
         replies = []
         effects = []
-        for cmd, args in queue:
-            reply, eff, _ = self._run(session, cmd, args, in_exec=True)
-            replies.append(reply)
-            if eff:
-                effects.extend(eff)
+        ctx = session.ctx
+        ctx.may_block = False  # blocking commands inside a transaction answer as if timed out
+        try:
+            for cmd, args in queue:
+                reply, eff, _ = self._run(session, cmd, args, in_exec=True)
+                replies.append(reply)
+                if eff:
+                    effects.extend(eff)
+        finally:
+            ctx.may_block = True
         return replies, effects
 
     def _watched_expired(self, session):
