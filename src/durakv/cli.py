@@ -69,14 +69,21 @@ def run_server(argv):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
-    parser.add_argument("command", nargs="?", default="server", choices=["server"],
-                        help="server: start a node (default)")
+    parser.add_argument("command", nargs="?", default="server", choices=["server", "cluster", "bench"],
+                        help="server: start a node (default); cluster: a local multi-AZ cluster; "
+                             "bench: load generator (bench compare: durakv vs redis/valkey)")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else run_server([])
     cmd, rest = argv[0], argv[1:]
     if cmd == "server":
         return run_server(rest)
+    if cmd == "cluster":
+        from .cluster.cli import main as cluster_main
+        return cluster_main(rest)
+    if cmd == "bench":
+        from .tools.bench.cli import main as bench_main
+        return bench_main(rest)
     parser.error(f"unknown command {cmd!r}")
     return 2
 

@@ -2,15 +2,26 @@
 
 from .. import VALKEY_VERSION, messages
 from ..errors import CommandError
-from ..protocol.resp import OK, PONG, ErrorReply
-from .base import parse_int, syntax_error
+from ..protocol.resp import OK, PONG, ErrorReply, Raw, RespSet
+from .base import INT64_MAX, parse_int, syntax_error
+from . import registry
 from .registry import command
+
+
+def _conn(ctx):
+    """The server-side connection of the running client, or None (no server, internal session)."""
+    server = ctx.server
+    return server.clients.get(ctx.client.id) if server is not None else None
 
 
 @command("ping")
 def ping(ctx, args):
     if len(args) > 2:
         raise CommandError(messages.WRONG_ARITY.format("ping"))
+    if ctx.client.resp == 2 and ctx.server is not None:
+        conn = ctx.server.clients.get(ctx.client.id)
+        if conn is not None and conn.subs is not None and conn.subs.total():
+            return [b"pong", args[1] if len(args) == 2 else b""]  # subscribed mode in RESP2
     return PONG if len(args) == 1 else args[1]
 
 
@@ -116,9 +127,25 @@ def reset(ctx, args):
     s.resp = 2
     s.name = b""
     s.readonly_mode = False
+    conn = _conn(ctx)
+    if conn is not None:
+        ctx.server.hooks.reset_client(conn)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
     if ctx.dispatcher.requirepass:
         s.authenticated = False
     return "RESET"
+
+
+@command("monitor")
+def monitor(ctx, args):
+    if not ctx.may_block:
+        raise CommandError(messages.MONITOR_DENY_BLOCKING)
+    conn = _conn(ctx)
+    if conn is None:
+        raise CommandError("ERR MONITOR needs a client connection")
+    if conn.monitor:
+        return Raw(b"")  # already monitoring: Valkey ignores it without a reply
+    ctx.server.hooks.add_monitor(conn)
+    return OK
 
 
 @command("readonly")
@@ -179,13 +206,36 @@ def client_line(srv, conn, now_ms):
     s = conn.session
     age = (now_ms - s.created_ms) // 1000
     idle = (now_ms - s.last_interaction_ms) // 1000
-    flags = "x" if s.in_multi else "N"
-    return ("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=%d sub=0 psub=0 ssub=0 "
+    subs = getattr(conn, "subs", None)
+    tracking = getattr(conn, "tracking", None)
+    flags = "".join((
+        "O" if getattr(conn, "monitor", False) else "",
+        "P" if subs is not None and subs.total() else "",
+        "x" if s.in_multi else "",
+        "b" if getattr(conn, "blocked", None) is not None else "",
+        "t" if tracking is not None else "",
+        "R" if tracking is not None and tracking.broken else "",
+        "B" if tracking is not None and tracking.bcast else "",
+        "d" if s.dirty_cas else "",
+        "c" if s.close_after_reply else "",
+        "r" if s.readonly_mode else "",
+        "e" if getattr(conn, "no_evict", False) else "",
+        "T" if getattr(conn, "no_touch", False) else "")) or "N"
+    nsub, npsub, nssub = (len(subs.channels), len(subs.patterns), len(subs.shard)) if subs is not None else (0, 0, 0)
+    redir = tracking.redirect if tracking is not None else -1
+    return ("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=%d sub=%d psub=%d ssub=%d "
             "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=%d omem=0 "
-            "tot-mem=0 events=r cmd=%s user=%s redir=-1 resp=%d lib-name=%s lib-ver=%s" % (
+            "tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s" % (
                 s.id, s.addr, s.laddr, s.fd, s.name.decode("utf-8", "replace"), age, idle, flags, s.db_id,
-                len(s.multi_queue) if s.in_multi else -1, len(s.watched), len(conn.pending), s.last_cmd,
-                s.user, s.resp, s.lib_name.decode("utf-8", "replace"), s.lib_ver.decode("utf-8", "replace")))
+                nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), len(conn.pending),
+                s.last_cmd, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
+                s.lib_ver.decode("utf-8", "replace")))
+
+
+def _client_type(conn) -> bytes:
+    """getClientType: pubsub if subscribed, else normal (MONITOR clients are normal too)."""
+    subs = getattr(conn, "subs", None)
+    return b"pubsub" if subs is not None and subs.total() else b"normal"
 
 
 @command("client|list")
@@ -199,8 +249,7 @@ def client_list(ctx, args):
             kind = args[i + 1].lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError("ERR Unknown client type '%s'" % args[i + 1].decode("utf-8", "replace"))
-            if kind != b"normal":
-                conns = []
+            conns = [c for c in conns if _client_type(c) == kind]
             i += 2
         elif opt == b"ID" and i + 1 < len(args):
             ids = set()
@@ -265,7 +314,7 @@ def client_kill(ctx, args):
             kind = val.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError("ERR Unknown client type '%s'" % val.decode("utf-8", "replace"))
-            filters.append(lambda c, k=kind: k == b"normal")
+            filters.append(lambda c, k=kind: _client_type(c) == k)
         elif opt == b"SKIPME":
             v = val.lower()
             if v not in (b"yes", b"no"):
@@ -288,31 +337,261 @@ def client_kill(ctx, args):
     return killed
 
 
+def _on_off(arg) -> bool:
+    v = arg.lower()
+    if v == b"on":
+        return True
+    if v == b"off":
+        return False
+    raise syntax_error()
+
+
 @command("client|no-evict")
 def client_no_evict(ctx, args):
-    if args[2].lower() not in (b"on", b"off"):
-        raise syntax_error()
+    on = _on_off(args[2])
+    conn = _conn(ctx)
+    if conn is not None:
+        conn.no_evict = on  # durakv has no client-memory eviction: the flag is kept and listed
     return OK
 
 
 @command("client|no-touch")
 def client_no_touch(ctx, args):
-    if args[2].lower() not in (b"on", b"off"):
-        raise syntax_error()
+    on = _on_off(args[2])
+    conn = _conn(ctx)
+    if conn is not None:
+        conn.no_touch = on  # reads by this client leave LRU/LFU access untouched (except TOUCH)
+        ctx.server.hooks.update_special(conn)
     return OK
+
+
+def _subcommand_syntax(args):
+    return CommandError(messages.SUBCOMMAND_SYNTAX.format(args[1].decode("utf-8", "replace"), "CLIENT"))
+
+
+def _ms_timeout_end(ctx, arg) -> int:
+    """getTimeoutFromObjectOrReply(UNIT_MILLISECONDS) -> absolute end in ms (0 for 0)."""
+    tval = parse_int(arg, messages.TIMEOUT_NOT_INTEGER)
+    if tval < 0:
+        raise CommandError(messages.TIMEOUT_NEGATIVE)
+    if tval > 0:
+        now = ctx.server.clock_ms()
+        if tval > INT64_MAX - now:
+            raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
+        tval += now
+    return tval
+
+
+@command("client|pause")
+def client_pause(ctx, args):
+    if len(args) > 4:
+        raise _subcommand_syntax(args)
+    all_commands = True
+    if len(args) == 4:
+        mode = args[3].lower()
+        if mode == b"write":
+            all_commands = False
+        elif mode != b"all":
+            raise CommandError(messages.PAUSE_MODE)
+    end = _ms_timeout_end(ctx, args[2])
+    ctx.server.blocking.pause(end, all_commands)
+    return OK
+
+
+@command("client|unpause")
+def client_unpause(ctx, args):
+    ctx.server.blocking.unpause()
+    return OK
+
+
+@command("client|unblock")
+def client_unblock(ctx, args):
+    if len(args) > 4:
+        raise _subcommand_syntax(args)
+    error = False
+    if len(args) == 4:
+        reason = args[3].lower()
+        if reason == b"error":
+            error = True
+        elif reason != b"timeout":
+            raise CommandError(messages.UNBLOCK_REASON)
+    client_id = parse_int(args[2])
+    return 1 if ctx.server.blocking.unblock(client_id, error) else 0
+
+
+def _prefix_overlap(a: bytes, b: bytes) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+@command("client|tracking")
+def client_tracking(ctx, args):
+    redirect = 0
+    bcast = optin = optout = noloop = False
+    prefixes = []
+    srv = ctx.server
+    j, n = 3, len(args)
+    while j < n:
+        opt = args[j].lower()
+        more = j + 1 < n
+        if opt == b"redirect" and more:
+            j += 1
+            if redirect:
+                raise CommandError(messages.TRACKING_ONE_REDIRECT)
+            redirect = parse_int(args[j])
+            if redirect not in srv.clients:
+                raise CommandError(messages.TRACKING_REDIRECT_MISSING)
+        elif opt == b"bcast":
+            bcast = True
+        elif opt == b"optin":
+            optin = True
+        elif opt == b"optout":
+            optout = True
+        elif opt == b"noloop":
+            noloop = True
+        elif opt == b"prefix" and more:
+            j += 1
+            prefixes.append(args[j])
+        else:
+            raise syntax_error()
+        j += 1
+    conn = _conn(ctx)
+    if conn is None:
+        raise CommandError("ERR CLIENT TRACKING needs a client connection")
+    state = args[2].lower()
+    tracking = srv.hooks.tracking
+    if state == b"on":
+        current = conn.tracking
+        if not bcast and prefixes:
+            raise CommandError(messages.TRACKING_PREFIX_NEEDS_BCAST)
+        if current is not None and current.bcast != bcast:
+            raise CommandError(messages.TRACKING_SWITCH_BCAST)
+        if bcast and (optin or optout):
+            raise CommandError(messages.TRACKING_OPTIN_BCAST)
+        if optin and optout:
+            raise CommandError(messages.TRACKING_OPTIN_OPTOUT)
+        if current is not None and (optin and current.optout or optout and current.optin):
+            raise CommandError(messages.TRACKING_SWITCH_OPTIN)
+        if bcast:
+            existing = current.prefixes if current is not None else []
+            for i, p in enumerate(prefixes):
+                for e in existing:
+                    if _prefix_overlap(e, p):
+                        raise CommandError(messages.TRACKING_PREFIX_OVERLAP.format(
+                            p.decode("utf-8", "replace"), e.decode("utf-8", "replace")))
+                for q in prefixes[i + 1:]:
+                    if _prefix_overlap(p, q):
+                        raise CommandError(messages.TRACKING_PREFIX_OVERLAP_ARGS.format(
+                            p.decode("utf-8", "replace"), q.decode("utf-8", "replace")))
+        tracking.enable(conn, redirect, bcast, optin, optout, noloop, prefixes)
+    elif state == b"off":
+        tracking.disable(conn)
+    else:
+        raise syntax_error()
+    srv.hooks.update_special(conn)
+    srv.hooks.refresh()
+    return OK
+
+
+@command("client|caching")
+def client_caching(ctx, args):
+    conn = _conn(ctx)
+    t = conn.tracking if conn is not None else None
+    if t is None:
+        raise CommandError(messages.CACHING_NOT_TRACKING)
+    opt = args[2].lower()
+    if opt == b"yes":
+        if not t.optin:
+            raise CommandError(messages.CACHING_YES_OPTIN)
+    elif opt == b"no":
+        if not t.optout:
+            raise CommandError(messages.CACHING_NO_OPTOUT)
+    else:
+        raise syntax_error()
+    t.caching = True
+    return OK
+
+
+@command("client|getredir")
+def client_getredir(ctx, args):
+    conn = _conn(ctx)
+    t = conn.tracking if conn is not None else None
+    return t.redirect if t is not None else -1
+
+
+@command("client|trackinginfo")
+def client_trackinginfo(ctx, args):
+    conn = _conn(ctx)
+    t = conn.tracking if conn is not None else None
+    flags = RespSet()
+    if t is None:
+        flags.append(b"off")
+        return {b"flags": flags, b"redirect": -1, b"prefixes": []}
+    flags.append(b"on")
+    if t.bcast:
+        flags.append(b"bcast")
+    if t.optin:
+        flags.append(b"optin")
+        if t.caching:
+            flags.append(b"caching-yes")
+    if t.optout:
+        flags.append(b"optout")
+        if t.caching:
+            flags.append(b"caching-no")
+    if t.noloop:
+        flags.append(b"noloop")
+    if t.broken:
+        flags.append(b"broken_redirect")
+    return {b"flags": flags, b"redirect": t.redirect, b"prefixes": sorted(t.prefixes)}
+
+
+_CLIENT_HELP = (  # Valkey's text, per subcommand; only the implemented ones are listed
+    (b"caching", (b"CACHING (YES|NO)",
+                  b"    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.")),
+    (b"capa", (b"CAPA <option> [options...]", b"    The client claims its some capability options. Options are:",
+               b"    * REDIRECT",
+               b"      The client can handle redirection during primary and replica failover in standalone mode.")),
+    (b"getredir", (b"GETREDIR", b"    Return the client ID we are redirecting to when tracking is enabled.")),
+    (b"getname", (b"GETNAME", b"    Return the name of the current connection.")),
+    (b"id", (b"ID", b"    Return the ID of the current connection.")),
+    (b"info", (b"INFO", b"    Return information about the current client connection.")),
+    (b"kill", (b"KILL <ip:port>", b"    Kill connection made from <ip:port>.",
+               b"KILL <option> <value> [<option> <value> [...]]", b"    Kill connections. Options are:",
+               b"    * ADDR (<ip:port>|<unixsocket>:0)", b"      Kill connections made from the specified address",
+               b"    * LADDR (<ip:port>|<unixsocket>:0)", b"      Kill connections made to specified local address",
+               b"    * TYPE (NORMAL|PRIMARY|REPLICA|PUBSUB)", b"      Kill connections by type.",
+               b"    * USER <username>", b"      Kill connections authenticated by <username>.",
+               b"    * SKIPME (YES|NO)", b"      Skip killing current connection (default: yes).",
+               b"    * ID <client-id>", b"      Kill connections by client id.",
+               b"    * MAXAGE <maxage>", b"      Kill connections older than the specified age.")),
+    (b"list", (b"LIST [options ...]", b"    Return information about client connections. Options:",
+               b"    * TYPE (NORMAL|PRIMARY|REPLICA|PUBSUB)", b"      Return clients of specified type.")),
+    (b"unpause", (b"UNPAUSE", b"    Stop the current client pause, resuming traffic.")),
+    (b"pause", (b"PAUSE <timeout> [WRITE|ALL]",
+                b"    Suspend all, or just write, clients for <timeout> milliseconds.")),
+    (b"reply", (b"REPLY (ON|OFF|SKIP)", b"    Control the replies sent to the current connection.")),
+    (b"setname", (b"SETNAME <name>", b"    Assign the name <name> to the current connection.")),
+    (b"setinfo", (b"SETINFO <option> <value>", b"    Set client meta attr. Options are:",
+                  b"    * LIB-NAME: the client lib name.", b"    * LIB-VER: the client lib version.")),
+    (b"unblock", (b"UNBLOCK <clientid> [TIMEOUT|ERROR]", b"    Unblock the specified blocked client.")),
+    (b"tracking", (b"TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+                   b"         [OPTIN] [OPTOUT] [NOLOOP]", b"    Control server assisted client side caching.")),
+    (b"trackinginfo", (b"TRACKINGINFO", b"    Report tracking status for the current connection.")),
+    (b"no-evict", (b"NO-EVICT (ON|OFF)", b"    Protect current client connection from eviction.")),
+    (b"no-touch", (b"NO-TOUCH (ON|OFF)", b"    Will not touch LRU/LFU stats when this mode is on.")),
+)
 
 
 @command("client|help")
 def client_help(ctx, args):
-    return [b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            b"ID", b"    Return the ID of the current connection.",
-            b"GETNAME", b"    Return the name of the current connection.",
-            b"SETNAME <name>", b"    Assign the name <name> to the current connection.",
-            b"SETINFO <LIB-NAME|LIB-VER> <value>", b"    Set client library name or version.",
-            b"LIST [TYPE <type>] [ID <id> [<id> ...]]", b"    Return information about client connections.",
-            b"INFO", b"    Return information about the current client connection.",
-            b"KILL <ip:port> | <option> <value> [...]", b"    Kill connections.",
-            b"HELP", b"    Print this help."]
+    subs = registry.TABLE[b"client"].subcommands
+    out = [b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"]
+    for name, lines in _CLIENT_HELP:
+        sub = subs.get(name)
+        if sub is not None and sub.handler is not None:
+            out.extend(lines)
+    out += [b"HELP", b"    Print this help."]
+    return out
 
 
 __all__ = ["ErrorReply"]

@@ -13,6 +13,7 @@ from ..keyspace.db import estimate_key
 from ..protocol.resp import QUEUED, ErrorReply, OK, NullArray
 from . import registry
 from .base import Context
+from .introspection import Monitors
 
 # Allowed while a transaction is being queued; they act at once.
 _MULTI_IMMEDIATE = {b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"}
@@ -43,6 +44,13 @@ class Dispatcher:
         self.used_memory_fn = lambda: keyspace.used_bytes
         self.refuse_writes_fn = None   # () -> error text or None (durability backpressure)
         self.is_replica_fn = None      # () -> bool
+        # Slow log + latency monitor (commands/introspection.py), following the server's config live.
+        self.monitors = Monitors(keyspace, server.config if server is not None else None)
+        self.serving_fn = None         # (cmd) -> error text while this node must not serve (lease)
+        # Scripting (durakv/scripting): its per-server state, and while a script runs past
+        # busy-reply-threshold the object that answers -BUSY / holds the calling client's commands.
+        self.scripting = None
+        self.busy = None
 
     def new_context(self, session):
         ctx = Context(self.keyspace, self.server, session, self)
@@ -72,6 +80,10 @@ class Dispatcher:
             return self._reject(session, cmd, messages.WRONG_ARITY.format(name))
         if not session.authenticated and not cmd.no_auth:
             return self._reject(session, cmd, messages.NOAUTH)
+        if self.busy is not None:
+            held = self.busy.intercept(session, cmd, args)
+            if held is not None:
+                return held
         if session.in_multi and args[0].lower() not in _MULTI_IMMEDIATE:
             if cmd.no_multi:
                 return self._reject(session, cmd, messages.NOT_ALLOWED_IN_MULTI)
@@ -94,6 +106,10 @@ class Dispatcher:
 
     def _admission(self, session, cmd):
         """Role, backpressure and memory checks for a command about to run; error text or None."""
+        if self.serving_fn is not None and not cmd.stale:
+            text = self.serving_fn(cmd)
+            if text:
+                return text
         if cmd.write:
             if self.is_replica_fn is not None and self.is_replica_fn():
                 return messages.READONLY
@@ -150,7 +166,10 @@ class Dispatcher:
             if self.server is not None:
                 self.server.log_exception(cmd.fullname, exc)
         cmd.calls += 1
-        cmd.usec += int((self.perf_counter() - started) * 1e6)
+        usec = int((self.perf_counter() - started) * 1e6)
+        cmd.usec += usec
+        if usec >= self.monitors.threshold_us:
+            self.monitors.record(session, cmd, args, usec)
         self.total_commands += 1
         if cmd.write:
             after = 0

@@ -41,6 +41,7 @@ class WriteTracker:
         self.failed = None                  # the journal failed: no more acknowledgements
         self.commit_listeners = []          # fn(index) after each commit (snapshots, stats)
         self.appended_bytes = 0
+        self._in_flight = False
 
     # -- submitting effects ------------------------------------------------------------------
     def submit(self, effects, keys_of) -> int:
@@ -91,17 +92,27 @@ class WriteTracker:
 
     def _close_batch(self):
         index = self._batch_index
-        if not index:
+        if not index or self._in_flight:
+            # One append in flight at a time: what arrives meanwhile joins the open batch, which is
+            # closed when the append completes (group commit; on JetStream also the fencing rule).
             return
         effects = self._batch
         self._batch = []
         self._batch_index = 0
         payload = encode_effects(effects)
         self.appended_bytes += len(payload)
-        fut = asyncio.ensure_future(self.journal.append(payload), loop=self.loop)
+        self._in_flight = True
+        try:
+            fut = asyncio.ensure_future(self.journal.append(payload), loop=self.loop)
+        except Exception as exc:  # noqa: BLE001 - a closed/failed journal raises at call time
+            fut = self.loop.create_future()
+            fut.set_exception(exc)
         fut.add_done_callback(lambda f, i=index: self._on_appended(i, f))
 
     def _on_appended(self, index, fut):
+        self._in_flight = False
+        if self._batch_index and self.failed is None:
+            self.loop.call_soon(self._close_batch)
         exc = fut.exception()
         if exc is not None:
             # A journal that cannot persist must never acknowledge: hold every later reply and

@@ -105,3 +105,24 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def bytes_size(self) -> int:
         """Bytes of storage the held entries use (framing included)."""
+
+
+class EpochFilter:
+    """Which entries a reader applies, given epoch markers (DESIGN: fencing on JetStream).
+
+    A new primary appends a marker (an entry with an empty payload carrying its epoch) before its first
+    write. Every reader ignores entries whose epoch is older than the newest marker before them, so an
+    append a deposed primary managed to land after the takeover is never applied by anyone."""
+
+    __slots__ = ("epoch",)
+
+    def __init__(self, epoch: int = 0):
+        self.epoch = epoch
+
+    def accept(self, entry: Entry) -> bool:
+        """True if entry's effects must be applied; markers raise the epoch and are never applied."""
+        if not entry.payload:
+            if entry.epoch > self.epoch:
+                self.epoch = entry.epoch
+            return False
+        return entry.epoch >= self.epoch

@@ -5,9 +5,10 @@ import random
 import sys
 from collections import deque
 
+from .stream import Stream
 from .zset import ZSet
 
-_TYPE_NAMES = {bytes: "string", dict: "hash", deque: "list", set: "set", ZSet: "zset"}
+_TYPE_NAMES = {bytes: "string", dict: "hash", deque: "list", set: "set", ZSet: "zset", Stream: "stream"}
 
 
 def type_name(value) -> str:
@@ -26,6 +27,8 @@ def estimate_value(value) -> int:
     t = type(value)
     if t is bytes:
         return _BYTES_HEADER + len(value)
+    if t is Stream:
+        return value.estimate_bytes()
     n = len(value)
     if n == 0:
         return 64
@@ -124,6 +127,7 @@ class Keyspace:
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.rng = rng or random.Random()
         self.expire_enabled = True
+        self.hide_expired = False    # replicas: expired keys are invisible to reads but not deleted
         self.deleted_by_server = []  # (db_id, key, reason) with reason 'expired' | 'evicted'
         self.used_bytes = 0          # estimated dataset bytes, kept current by the dispatcher
         self.expired_keys = 0
@@ -131,6 +135,7 @@ class Keyspace:
         self.track_access = None     # None | 'lru' | 'lfu'
         self.lfu_log_factor = 10
         self.lfu_decay_time_min = 1
+        self.latency_monitor = None  # commands.introspection.Monitors: gets "expire-cycle" samples
 
     # -- expiry -----------------------------------------------------------------------------
     def is_expired(self, db: Db, key: bytes, now_ms=None) -> bool:
@@ -144,9 +149,12 @@ class Keyspace:
         value = db.data.get(key)
         if value is None:
             return None
-        if db.expires and key in db.expires and self.expire_enabled and db.expires[key] <= self.clock_ms():
-            self.server_delete(db, key, "expired")
-            return None
+        if db.expires and key in db.expires and db.expires[key] <= self.clock_ms():
+            if self.expire_enabled:
+                self.server_delete(db, key, "expired")
+                return None
+            if self.hide_expired:
+                return None  # a replica: the key is gone for readers; the primary's DEL will remove it
         if self.track_access is not None:
             self._touch(db, key)
         return value
@@ -177,6 +185,13 @@ class Keyspace:
         self.deleted_by_server.append((db.id, key, reason))
 
     def active_expire_cycle(self, budget_ms: float, perf_counter) -> int:
+        started = perf_counter()
+        removed = self._active_expire_cycle(budget_ms, perf_counter)
+        if self.latency_monitor is not None:
+            self.latency_monitor.add_sample_if_needed("expire-cycle", int((perf_counter() - started) * 1000))
+        return removed
+
+    def _active_expire_cycle(self, budget_ms: float, perf_counter) -> int:
         """Deletes expired keys, earliest first, within a time budget. Returns how many.
 
         Departs from Valkey's random sampling: a heap of expiry times finds every expired key without
@@ -211,16 +226,16 @@ class Keyspace:
         packed = db.access.get(key)
         minutes = (now // 60000) & 0xFFFF
         if packed is None:
-            counter = 5  # LFU_INIT_VAL
+            counter = 5  # LFU_INIT_VAL: a new object's counter, then this access counts (updateLFU)
         else:
             counter = packed & 0xFF
             elapsed = (minutes - (packed >> 8)) & 0xFFFF
             if self.lfu_decay_time_min:
                 counter = max(0, counter - elapsed // self.lfu_decay_time_min)
-            if counter < 255:
-                base = max(0, counter - 5)
-                if self.rng.random() < 1.0 / (base * self.lfu_log_factor + 1):
-                    counter += 1
+        if counter < 255:
+            base = max(0, counter - 5)
+            if self.rng.random() < 1.0 / (base * self.lfu_log_factor + 1):
+                counter += 1
         db.access[key] = (minutes << 8) | counter
 
     def idle_ms(self, db: Db, key: bytes) -> int:

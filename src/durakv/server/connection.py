@@ -4,11 +4,14 @@ import asyncio
 import collections
 
 from .. import messages
+from ..errors import CommandError
 from ..protocol.parser import RequestParser
 from ..protocol.resp import ErrorReply, Raw, encode
+from ..commands.base import Blocked
 from ..commands.session import Session
 
 _RAW = Raw
+_SEES_ALL = frozenset(("exec", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"))
 
 
 class Connection(asyncio.Protocol):
@@ -23,6 +26,20 @@ class Connection(asyncio.Protocol):
         self.pending = collections.deque()   # (commit index to wait for, bytes | Future) behind a held reply
         self.closing = False
         self.paused = False
+        # Parked (server/blocking.py): blocked on keys or postponed by CLIENT PAUSE; the commands that
+        # arrive meanwhile wait in `backlog`, in order.
+        self.blocked = None
+        self.backlog = None
+        self.backlog_error = None
+        self.out = None            # replies of the batch being processed (pushes go behind them)
+        # Pub/sub, MONITOR, CLIENT TRACKING / NO-TOUCH / NO-EVICT (server/notify.py, server/pubsub.py);
+        # `special` sends this connection's commands through server.hooks.
+        self.subs = None
+        self.monitor = False
+        self.tracking = None
+        self.no_touch = False
+        self.no_evict = False
+        self.special = False
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport):
@@ -52,6 +69,9 @@ class Connection(asyncio.Protocol):
         server.dispatcher.unwatch_all(self.session)
         server.tracker.waiters.discard(self)
         self.pending.clear()
+        if self.special or self.blocked is not None:
+            server.hooks.drop_client(self)
+        self.backlog = None
 
     def pause_writing(self):
         # The client is not reading its replies: stop reading its requests until it catches up.
@@ -68,12 +88,38 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         commands, error = self.parser.feed(data)
-        out = []
+        if self.backlog is not None:  # parked: these wait behind the parked command, in order
+            self.backlog.extend(commands)
+            if error is not None and self.backlog_error is None:
+                self.backlog_error = error
+            return
+        self._process(commands, error)
+
+    def resume(self):
+        """Runs the commands that waited while this connection was parked (blocked or paused)."""
+        if self.closing or self.blocked is not None or self.backlog is None:
+            return
+        commands = list(self.backlog)
+        error = self.backlog_error
+        self.backlog = self.backlog_error = None
+        self._process(commands, error)
+
+    def _process(self, commands, error):
+        out = self.out = []
         server = self.server
-        for args in commands:
-            self._handle(args, out, server)
-            if self.session.close_after_reply or self.closing:
-                break
+        try:
+            for i, args in enumerate(commands):
+                self._handle(args, out, server)
+                if self.session.close_after_reply or self.closing:
+                    break
+                if self.blocked is not None:
+                    if self.backlog is None:
+                        self.backlog = collections.deque()
+                    self.backlog.extend(commands[i + 1:])
+                    self.backlog_error, error = error, None
+                    break
+        finally:
+            self.out = None
         if error is not None and not self.session.close_after_reply:
             server.log_protocol_error(self.session, error)
             self._emit(0, b"-ERR %s\r\n" % error.encode(), out)
@@ -85,6 +131,13 @@ class Connection(asyncio.Protocol):
 
     # -- one command ---------------------------------------------------------------------------
     def _handle(self, args, out, server):
+        hooks = server.hooks
+        if hooks.active or self.special:
+            hooks.handle(self, args, out)  # pub/sub limits, MONITOR, PAUSE, tracking, notifications, ...
+        else:
+            self._execute(args, out, server, None)
+
+    def _execute(self, args, out, server, hooks):
         session = self.session
         session.last_interaction_ms = server.clock_ms()
         reply, effects, cmd = server.dispatcher.execute(session, args)
@@ -92,21 +145,29 @@ class Connection(asyncio.Protocol):
         index = 0
         if effects:
             index = tracker.submit(effects, server.keys_of_effect)
+            session.last_write_index = tracker.assigned  # the batch holding them (WAITAOF)
         elif tracker.mode == "sync" and tracker.committed < tracker.assigned and cmd is not None \
                 and type(reply) is not ErrorReply:
             # A read (or a write that changed nothing) must not reveal an uncommitted write.
-            if cmd.readonly or cmd.write:
+            if cmd.name in _SEES_ALL:
+                index = tracker.barrier_index()  # EXEC, scripts: may have read any key
+            elif cmd.readonly or cmd.write:
                 if cmd.keyless:
                     index = tracker.barrier_index()  # no keys: sees the whole keyspace
                 else:
                     index = tracker.read_wait_index(session.db_id, cmd.keys(args))
-            elif cmd.name == "exec":
-                index = tracker.barrier_index()
         if cmd is not None:
             session.last_cmd = cmd.fullname
+        if hooks is not None:
+            hooks.after(self, args, cmd, reply, effects)
+        elif effects and server.blocking.waiting:
+            server.hooks.after_effects(self, cmd, effects)  # may wake clients blocked on these keys
         t = type(reply)
         if t is _RAW:
             data = reply
+        elif t is Blocked:
+            server.blocking.block(self, reply, cmd, args)  # parked: the reply comes when it is served
+            return
         elif t is asyncio.Future or isinstance(reply, asyncio.Future):
             self._emit_future(index, reply, out)
             return
@@ -144,6 +205,8 @@ class Connection(asyncio.Protocol):
                     break
                 try:
                     data = encode(data.result(), resp3)
+                except CommandError as exc:
+                    data = b"-%s\r\n" % exc.text.encode()
                 except Exception as exc:  # noqa: BLE001
                     data = b"-ERR %s\r\n" % str(exc).encode()
             pending.popleft()
@@ -160,8 +223,18 @@ class Connection(asyncio.Protocol):
         data = encode(reply, self.session.resp == 3)
         if self.pending:
             self.pending.append((0, data))
-        elif self.transport is not None:
+        elif self.out is not None:
+            self.out.append(data)  # this connection is mid-batch: behind the replies before it
+        elif self.transport is not None and not self.closing:
             self.transport.write(data)
+
+    def send_reply(self, index, reply):
+        """A reply produced outside this connection's own processing (a served blocked command)."""
+        data = reply if type(reply) is _RAW else encode(reply, self.session.resp == 3)
+        out = []
+        self._emit(index, data, out)
+        if out and self.transport is not None and not self.closing:
+            self.transport.write(out[0])
 
     def close(self):
         self.closing = True

@@ -6,6 +6,8 @@ import resource
 import sys
 import time
 
+from ..scripting import runner as _scripting
+
 DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
                     "keyspace", "durability"]
 ALL_SECTIONS = DEFAULT_SECTIONS + ["commandstats", "errorstats"]
@@ -32,14 +34,15 @@ def _section_server(srv):
 
 
 def _section_clients(srv):
-    blocked = 0
+    blocking = srv.blocking
     return {"connected_clients": len(srv.clients), "cluster_connections": 0,
             "maxclients": srv.config["maxclients"],
             "client_recent_max_input_buffer": 0, "client_recent_max_output_buffer": 0,
-            "blocked_clients": blocked, "tracking_clients": 0, "pubsub_clients": 0,
+            "blocked_clients": blocking.blocked_clients(), "tracking_clients": srv.hooks.tracking.clients,
+            "pubsub_clients": srv.pubsub.clients,
             "watching_clients": sum(1 for c in srv.clients.values() if c.session.watched),
-            "clients_in_timeout_table": 0, "total_watched_keys": len(srv.dispatcher.watchers),
-            "total_blocking_keys": 0, "total_blocking_keys_on_nokey": 0}
+            "clients_in_timeout_table": blocking.timed, "total_watched_keys": len(srv.dispatcher.watchers),
+            "total_blocking_keys": blocking.blocking_keys(), "total_blocking_keys_on_nokey": 0}
 
 
 def _human(n):
@@ -60,7 +63,8 @@ def _section_memory(srv):
             "used_memory_dataset": srv.keyspace.used_bytes, "used_memory_startup": 0,
             "maxmemory": maxmem, "maxmemory_human": _human(maxmem), "maxmemory_policy": srv.config["maxmemory-policy"],
             "mem_fragmentation_ratio": round(rss / used, 2) if used else 0, "mem_allocator": "pymalloc",
-            "total_system_memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
+            "total_system_memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+            **_scripting.info_memory(srv)}
 
 
 def _section_persistence(srv):
@@ -80,8 +84,14 @@ def _section_stats(srv):
             "instantaneous_ops_per_sec": srv.instantaneous_ops(), "total_net_input_bytes": 0,
             "total_net_output_bytes": 0, "rejected_connections": srv.rejected_connections,
             "expired_keys": ks.expired_keys, "evicted_keys": ks.evicted_keys,
+            "evicted_scripts": _scripting.evicted_scripts(srv),
             "keyspace_hits": d.keyspace_hits, "keyspace_misses": d.keyspace_misses,
-            "pubsub_channels": 0, "pubsub_patterns": 0, "total_error_replies": d.total_errors,
+            "pubsub_channels": len(srv.pubsub.channels), "pubsub_patterns": len(srv.pubsub.patterns),
+            "pubsubshard_channels": len(srv.pubsub.shard),
+            "tracking_total_keys": len(srv.hooks.tracking.table),
+            "tracking_total_items": sum(len(v) for v in srv.hooks.tracking.table.values()),
+            "tracking_total_prefixes": len(srv.hooks.tracking.prefixes),
+            "total_error_replies": d.total_errors,
             "unexpected_error_replies": d.error_counts.get("ERR", 0) and 0,
             "total_reads_processed": 0, "total_writes_processed": 0,
             "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors}
@@ -90,6 +100,12 @@ def _section_stats(srv):
 def _section_replication(srv):
     t = srv.tracker
     offset = t.committed if t else 0
+    node = getattr(srv, "cluster_node", None)
+    if node is not None:
+        fields = {"role": "master" if node.role == "primary" else "slave", "connected_slaves": 0,
+                  "master_replid": srv.run_id, "master_repl_offset": node.applied_index}
+        fields.update(node.info_fields())
+        return fields
     if srv.replica_of is None:
         return {"role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
                 "master_replid": srv.run_id, "master_repl_offset": offset, "second_repl_offset": -1,
@@ -115,13 +131,19 @@ def _section_keyspace(srv):
 def _section_durability(srv):
     t = srv.tracker
     j = srv.journal
+    node = getattr(srv, "cluster_node", None)
+    if node is not None and node.journal is not None:
+        j = node.journal
     mode = t.mode if t else srv.config["durability"]
+    if node is not None and node.role == "replica":
+        mode = srv.config["durability"]  # the shard's mode; this replica applies what the primary commits
     return {"durability_mode": srv.config["durability"] if t is None else mode,
             "effective_durability": mode if (t is None or t.failed is None) else "failed",
             "durability_lag_ms": t.lag_ms() if t else 0,
-            "journal_backend": "local" if j is not None else "none",
-            "journal_commit_index": t.committed if t else 0,
-            "journal_applied_index": t.assigned if t else 0,
+            "journal_backend": srv.config["journal-backend"] if (j is not None or srv.cluster_node) else "none",
+            "journal_commit_index": (j.commit_index if node is not None and j is not None
+                                     else (t.committed if t else 0)),
+            "journal_applied_index": node.applied_index if node is not None else (t.assigned if t else 0),
             "journal_bytes": j.bytes_size if j is not None else 0,
             "last_snapshot_index": srv.last_snapshot_index,
             "traffic_management_active": int(bool(t and t.traffic_management_active)),

@@ -15,7 +15,10 @@ from ..commands.dispatch import Dispatcher, apply_effect
 from ..commands.session import Session
 from ..durability import WriteTracker
 from ..keyspace import Keyspace
+from .blocking import Blocking
 from .connection import Connection
+from .notify import Hooks, parse_notify_flags
+from .pubsub import PubSub
 
 log = logging.getLogger("durakv.server")
 
@@ -50,7 +53,12 @@ class Server:
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
         self.replica_of = None             # set by replication (later); None = primary
         self.active_expire_enabled = True
+        self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
+        self.writes_paused = False
         self._apply_session = Session(authenticated=True)
+        self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
+        self.blocking = Blocking(self)     # clients blocked on keys or paused (server/blocking.py)
+        self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
         self._apply_config_all()
@@ -63,7 +71,7 @@ class Server:
 
     def _apply_config_all(self):
         for name in ("requirepass", "maxmemory", "maxmemory-policy", "maxmemory-samples", "lfu-log-factor",
-                     "lfu-decay-time"):
+                     "lfu-decay-time", "notify-keyspace-events"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -86,9 +94,13 @@ class Server:
             self.tracker.set_mode(value)
         elif name == "durability-buffer-ms" and self.tracker is not None:
             self.tracker.buffer_ms = value
+        elif name == "notify-keyspace-events":
+            self.hooks.set_notify_flags(value)
 
     def validate_config_set(self, name, value):
         """Extra checks CONFIG SET needs beyond parsing; returns an error reason or None."""
+        if name == "notify-keyspace-events" and parse_notify_flags(value) < 0:
+            return "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
         if name == "durability":
             current = self.tracker.mode if self.tracker else "none"
             if (value == "none") != (current == "none"):
@@ -101,6 +113,9 @@ class Server:
         self.shutdown_event = asyncio.Event()
         os.makedirs(self.dir, exist_ok=True)
         mode = self.config["durability"]
+        if self.config["journal-backend"] == "jetstream":
+            await self._start_cluster_node()
+            return
         self.loading = True
         started = time.monotonic()
         from ..recovery import recover
@@ -133,10 +148,39 @@ class Server:
             except (NotImplementedError, RuntimeError):
                 pass
 
+    async def _start_cluster_node(self):
+        """A shard member on the JetStream journal (replication/node.py decides primary or replica)."""
+        from ..replication.node import ClusterNode
+        self.loading = True
+        self.cluster_node = ClusterNode(self)
+        await self.cluster_node.start()
+        self.journal = None  # the shard's journal belongs to the node; INFO reads it from there
+        self.dispatcher.is_replica_fn = lambda: self.replica_of is not None
+        self.dispatcher.refuse_writes_fn = self.tracker.refuse_writes
+        self.dispatcher.serving_fn = self._serving_error
+        self.loading = False
+        await self._listen()
+        self._timer = self.loop.create_task(self._cron())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self.loop.add_signal_handler(sig, self.request_shutdown)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    def _serving_error(self, cmd):
+        node = self.cluster_node
+        if node is None:
+            return None
+        if self.writes_paused and cmd.write:
+            return "READONLY You can't write against a read only replica."
+        return node.serving_error()
+
     def apply_effect(self, db_id, argv):
         reply = apply_effect(self.dispatcher, self._apply_session, db_id, argv)
         if hasattr(reply, "text"):
             raise RuntimeError(f"replaying {argv[:3]!r} in db {db_id} failed: {reply.text}")
+        if self.hooks.active:  # a replica's clients: keyspace notifications, tracking invalidation
+            self.hooks.after_effects(None, None, ((db_id, argv),))
 
     async def _listen(self):
         cfg = self.config
@@ -204,7 +248,8 @@ class Server:
             limit = self.clock_ms() - timeout * 1000
             for conn in list(self.clients.values()):
                 s = conn.session
-                if s.last_interaction_ms < limit and not conn.pending:
+                if s.last_interaction_ms < limit and not conn.pending and conn.blocked is None \
+                        and not (conn.subs is not None and conn.subs.total()):
                     conn.close()
 
     def submit_server_deletes(self):
@@ -214,9 +259,13 @@ class Server:
         deleted.clear()
         self.dispatcher.touch_watched(effects)
         self.tracker.submit(effects, self.keys_of_effect)
+        if effects:
+            self.hooks.after_effects(None, None, effects)
 
     def keys_of_effect(self, argv):
         cmd = registry.TABLE.get(argv[0].lower())
+        if cmd is not None and cmd.subcommands and len(argv) > 1:  # XGROUP SETID key ...
+            cmd = cmd.subcommands.get(argv[1].lower(), cmd)
         if cmd is None or cmd.keyless:
             return ()
         return cmd.keys(argv)
@@ -236,6 +285,8 @@ class Server:
 
     def start_snapshot(self):
         """Builds a snapshot without pausing: returns a Future resolved with 'OK' or an exception."""
+        if self.cluster_node is not None:
+            return self.loop.create_task(self._cluster_snapshot())
         if self.snapshot_in_progress is not None:
             return self.snapshot_in_progress
         fut = self.loop.create_future()
@@ -271,6 +322,17 @@ class Server:
             fut.exception()  # mark retrieved when nobody waits
         finally:
             self.snapshot_in_progress = None
+
+    async def _cluster_snapshot(self):
+        """On a JetStream shard, snapshots are made by replicas into the object store."""
+        node = self.cluster_node
+        if node.role != "replica":
+            from ..errors import CommandError
+            raise CommandError("ERR snapshots of a JetStream shard are taken on its replicas")
+        index = await node.snapshot_now()
+        self.last_snapshot_index = index
+        self.lastsave = int(time.time())
+        return "OK"
 
     async def _snapshot_in_process(self):
         """durability none: no journal to replay, so the image is written from memory in a thread."""

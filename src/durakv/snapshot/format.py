@@ -3,8 +3,10 @@
 `<dir>/snapshots/snapshot-<index:020d>.dks`:
 
     header   magic b"DKVSNAP\\n" | version u16 | index u64 (journal index covered) | created_ms u64
-    body     RESP-encoded commands: per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
-             (collections in chunks of <= 512 elements), then `PEXPIREAT key ms` when the key has a TTL
+    body     RESP-encoded commands: first `FUNCTION LOAD code` per function library (in db 0), then
+             per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
+             (collections in chunks of <= 512 elements) or, for a stream, XADD / XGROUP / XCLAIM / XSETID
+             (Stream.rebuild_commands), then `PEXPIREAT key ms` when the key has a TTL
     trailer  magic b"DKVSEND\\n" | commands u64 | crc u32 (CRC32C of every byte before it)
 
 little-endian. The body goes through the same path as journal replay: apply_fn(db_id, argv), with
@@ -25,6 +27,7 @@ from crc32c import crc32c
 
 from ..errors import DurakvError
 from ..keyspace import ZSet
+from ..keyspace.stream import Stream
 from ..protocol.parser import request_len
 from ..protocol.resp import encode_command
 
@@ -78,6 +81,10 @@ def score_text(score: float) -> bytes:
 
 def iter_commands(keyspace):
     """Yields (db_id, argv) that rebuild keyspace on an empty one (SELECT not included)."""
+    functions = getattr(keyspace, "functions", None)  # FUNCTION LOAD libraries (scripting/functions.py)
+    if functions:
+        for argv in functions.snapshot_commands():
+            yield 0, argv
     for db in keyspace.dbs:
         expires = db.expires
         for key, value in db.data.items():
@@ -107,6 +114,9 @@ def iter_commands(keyspace):
                     for m, s in items[i:i + CHUNK]:
                         argv.append(score_text(s))
                         argv.append(m)
+                    yield db.id, argv
+            elif t is Stream:
+                for argv in value.rebuild_commands(key):
                     yield db.id, argv
             else:
                 raise TypeError("cannot snapshot value of type %s (key %r)" % (t.__name__, key))

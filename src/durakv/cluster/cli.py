@@ -1,0 +1,133 @@
+"""`durakv cluster up|status|down|failover`: a local three-AZ cluster (NATS + durakv nodes) from one command."""
+
+import argparse
+import json
+import sys
+
+from .local import ClusterError, ClusterNotReady, LocalCluster, RespError
+from .nats_procs import ProcessError
+
+
+def _table(headers, rows) -> str:
+    cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    return "\n".join([fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in cells])
+
+
+def render_status(st) -> str:
+    out = [f"cluster {st['dir']}  (nats servers: {st['nats_servers']})", ""]
+    out.append(_table(["NATS", "AZ", "CLIENT", "ROUTE", "MONITOR", "PID", "STATE", "META-LEADER"],
+                      [[n["name"], n["az"], n["ports"].get("client"), n["ports"].get("cluster"),
+                        n["ports"].get("monitor"), n["pid"], n["state"], "yes" if n["meta_leader"] else ""]
+                       for n in st["nats"]]))
+    out.append("")
+    rows = []
+    for n in st["nodes"]:
+        dur = n["durability"]
+        mode = dur.get("effective_durability") or dur.get("durability_mode")
+        rows.append([n["name"], n["shard"], n["az"], n["port"], n["pid"], n["state"],
+                     n["role"] or n.get("error"), n["epoch"], n["applied_index"], n["lag_ms"],
+                     mode, dur.get("durability_lag_ms"), dur.get("journal_backend")])
+    out.append(_table(["NODE", "SHARD", "AZ", "PORT", "PID", "STATE", "ROLE", "EPOCH", "APPLIED", "LAG_MS",
+                       "DURABILITY", "DUR_LAG_MS", "JOURNAL"], rows))
+    if st["streams"]:
+        out.append("")
+        out.append(_table(["STREAM", "LEADER", "REPLICAS", "MESSAGES", "LAST_SEQ"],
+                          [[name, s["leader"], ",".join(s["replicas"]), s["messages"], s["last_seq"]]
+                           for name, s in sorted(st["streams"].items())]))
+    return "\n".join(out)
+
+
+def _cmd_up(args):
+    try:
+        cluster = LocalCluster.up(args.dir, shards=args.shards, replicas=args.replicas, durability=args.durability,
+                                  base_port=args.base_port, journal_backend=args.journal_backend,
+                                  timeout_s=args.timeout, log=lambda m: print(m, flush=True))
+    except ClusterNotReady as exc:
+        print(f"cluster started but not ready: {exc}", file=sys.stderr)
+        return 1
+    except (ClusterError, ProcessError, TimeoutError, OSError) as exc:
+        print(f"cluster up failed: {exc}", file=sys.stderr)
+        return 1
+    print(render_status(cluster.status()))
+    for shard in cluster.shards:
+        p = cluster.primary(shard)
+        if p is not None:
+            print(f"shard {shard}: primary {p.name} ({p.az}) at 127.0.0.1:{p.port}")
+    print(f"manifest: {cluster.dir}/manifest.json   stop with: durakv cluster down --dir {args.dir}")
+    return 0
+
+
+def _cmd_status(args):
+    st = LocalCluster.load(args.dir).status()
+    print(json.dumps(st, indent=2) if args.json else render_status(st))
+    return 0
+
+
+def _cmd_down(args):
+    out = LocalCluster.load(args.dir).down(timeout_s=args.timeout)
+    for name, what in out.items():
+        print(f"{name}: {what}")
+    return 0
+
+
+def _cmd_failover(args):
+    cluster = LocalCluster.load(args.dir)
+    old = cluster.primary(args.shard)
+    try:
+        node, seconds = cluster.failover(shard=args.shard, to=args.to, timeout_s=args.timeout)
+    except RespError as exc:
+        print(f"CLUSTER FAILOVER refused: {exc}", file=sys.stderr)
+        return 1
+    except TimeoutError as exc:
+        print(f"failover not completed: {exc}", file=sys.stderr)
+        return 1
+    print(f"shard {args.shard}: primary {old.name if old else '-'} -> {node.name} ({node.az}) "
+          f"in {seconds * 1000:.0f} ms")
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="durakv cluster",
+                                     description="A local multi-AZ cluster: 3 NATS nodes (az1..az3) + durakv nodes.")
+    sub = parser.add_subparsers(dest="action", required=True)
+
+    up = sub.add_parser("up", help="start NATS and the durakv nodes, write DIR/manifest.json, wait until serving")
+    up.add_argument("--dir", required=True, help="cluster directory (data, logs, manifest)")
+    up.add_argument("--shards", type=int, default=1)
+    up.add_argument("--replicas", type=int, default=2, help="replicas per shard (besides the primary)")
+    up.add_argument("--durability", choices=["none", "async", "sync"], default="sync")
+    up.add_argument("--base-port", type=int, default=None,
+                    help="NATS on P..P+8, durakv nodes from P+10 (default: free ports)")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to serve")
+    up.add_argument("--journal-backend", choices=["jetstream", "local"], default="jetstream",
+                    help=argparse.SUPPRESS)
+    up.set_defaults(func=_cmd_up)
+
+    status = sub.add_parser("status", help="role, AZ, port, pid, epoch, applied index and lag of every node")
+    status.add_argument("--dir", required=True)
+    status.add_argument("--json", action="store_true", help="JSON instead of a table")
+    status.set_defaults(func=_cmd_status)
+
+    down = sub.add_parser("down", help="stop every process of the manifest (SIGTERM, then SIGKILL)")
+    down.add_argument("--dir", required=True)
+    down.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
+    down.set_defaults(func=_cmd_down)
+
+    fo = sub.add_parser("failover", help="planned failover: CLUSTER FAILOVER on a replica, wait for the switch")
+    fo.add_argument("--dir", required=True)
+    fo.add_argument("--shard", type=int, default=0)
+    fo.add_argument("--to", default=None, help="node name (e.g. 0-1); default: the most caught-up replica")
+    fo.add_argument("--timeout", type=float, default=30.0)
+    fo.set_defaults(func=_cmd_failover)
+    return parser
+
+
+def main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ClusterError, ProcessError, KeyError) as exc:
+        print(f"durakv cluster {args.action}: {exc}", file=sys.stderr)
+        return 1

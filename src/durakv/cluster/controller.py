@@ -1,0 +1,117 @@
+"""The failover controller: a loop whose tick returns a reason string (patroni's HA loop).
+
+One controller runs in every node of a shard. It owns no sockets: it talks to a CoordinationStore (leases)
+and to the node through a small interface, so tests drive tick() with fakes and assert on the reasons.
+
+Node interface used here:
+    node.node_id, node.addr, node.az         identity
+    node.role                                 'primary' | 'replica'
+    node.epoch                                epoch the node writes (primary) or has seen (replica)
+    node.lease_valid_until_ms                 set by the controller: the primary serves only before it
+    await node.promote(epoch)                 catch up, append the epoch marker, start serving writes
+    await node.step_down(reason)              the lease is gone: stop acknowledging, rejoin as a replica
+    await node.hand_over()                    planned: stop taking writes and wait until all are committed
+    await node.become_replica()               planned: continue as a replica of the new primary
+"""
+
+import time
+
+from .store import Lease, StaleRevision
+
+
+class Controller:
+    def __init__(self, store, node, shard: str, lease_ttl_ms: int = 2000, clock_ms=None):
+        self.store = store
+        self.node = node
+        self.shard = shard
+        self.ttl_ms = lease_ttl_ms
+        # A holder stops serving this long before its lease ends, to absorb scheduling delays.
+        self.margin_ms = max(50, lease_ttl_ms // 5)
+        # A replica waits this long past the end of a lease before taking it.
+        self.grace_ms = max(20, lease_ttl_ms // 20)
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.last_reason = "not started"
+        self.primary_addr = None
+        self.primary_id = None
+
+    @property
+    def interval_s(self) -> float:
+        return max(0.02, self.ttl_ms / 10000.0)
+
+    async def tick(self) -> str:
+        try:
+            reason = await self._tick()
+        except Exception as exc:  # noqa: BLE001 - the store may be unreachable; the lease clock decides
+            reason = "coordination store unreachable (%s: %s)" % (type(exc).__name__, exc)
+        self.last_reason = reason
+        return reason
+
+    async def _tick(self) -> str:
+        node = self.node
+        lease, revision = await self.store.get_lease(self.shard)
+        if lease is not None:
+            self.primary_addr = lease.addr
+            self.primary_id = lease.holder
+        if node.role == "primary":
+            return await self._primary_tick(lease, revision)
+        return await self._replica_tick(lease, revision)
+
+    async def _primary_tick(self, lease, revision):
+        node = self.node
+        if lease is None or lease.holder != node.node_id or lease.epoch != node.epoch:
+            holder = "nobody" if lease is None else "%s (epoch %d)" % (lease.holder, lease.epoch)
+            await node.step_down("lease now held by %s" % holder)
+            return "lease lost to %s; stepped down" % holder
+        target = await self.store.failover_request(self.shard)
+        if target and target != node.node_id:
+            return await self._hand_over(lease, revision, target)
+        sent = self.clock_ms()
+        renewed = Lease(node.node_id, node.epoch, node.addr, node.az, sent + self.ttl_ms)
+        try:
+            await self.store.put_lease(self.shard, renewed, revision)
+        except StaleRevision:
+            return "renewal lost a compare-and-set race; re-reading the lease next tick"
+        node.lease_valid_until_ms = sent + self.ttl_ms - self.margin_ms
+        return "renewed lease epoch %d until %d" % (node.epoch, sent + self.ttl_ms)
+
+    async def _hand_over(self, lease, revision, target):
+        node = self.node
+        await node.hand_over()
+        now = self.clock_ms()
+        handed = Lease(target, lease.epoch + 1, "", "", now + self.ttl_ms, handover_to=target)
+        try:
+            await self.store.put_lease(self.shard, handed, revision)
+        except StaleRevision:
+            await node.step_down("lease changed during the handover")
+            return "handover to %s raced with another lease change; stepped down" % target
+        await self.store.clear_failover_request(self.shard)
+        await node.become_replica()
+        return "handed the lease over to %s (epoch %d)" % (target, lease.epoch + 1)
+
+    async def _replica_tick(self, lease, revision):
+        node = self.node
+        now = self.clock_ms()
+        if lease is not None and lease.holder == node.node_id and lease.epoch > node.epoch:
+            # Planned failover: the old primary handed us the lease; claim it with our address.
+            mine = Lease(node.node_id, lease.epoch, node.addr, node.az, now + self.ttl_ms)
+            try:
+                await self.store.put_lease(self.shard, mine, revision)
+            except StaleRevision:
+                return "handed lease changed before we could claim it"
+            node.lease_valid_until_ms = now + self.ttl_ms - self.margin_ms
+            await node.promote(lease.epoch)
+            return "promoted by planned handover (epoch %d)" % lease.epoch
+        if lease is None or now > lease.expires_ms + self.grace_ms:
+            epoch = (lease.epoch if lease is not None else 0) + 1
+            epoch = max(epoch, node.epoch + 1)
+            mine = Lease(node.node_id, epoch, node.addr, node.az, now + self.ttl_ms)
+            try:
+                await self.store.put_lease(self.shard, mine, revision)
+            except StaleRevision:
+                return "lost the race for the expired lease"
+            node.lease_valid_until_ms = now + self.ttl_ms - self.margin_ms
+            await node.promote(epoch)
+            previous = "no lease" if lease is None else "lease of %s expired" % lease.holder
+            return "%s; acquired epoch %d and promoted" % (previous, epoch)
+        return "replica of %s (epoch %d, lease valid for %d ms)" % (
+            lease.holder, lease.epoch, lease.expires_ms - now)

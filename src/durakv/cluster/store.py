@@ -1,0 +1,199 @@
+"""The coordination store behind one abstract class (patroni's DCS pattern): leases and snapshots.
+
+Implemented on the same NATS cluster as the journal: a JetStream KV bucket for leases (compare-and-set on the
+entry revision) and an object store bucket for snapshots. All times are wall-clock milliseconds from the
+injected clock; a lease is valid until `expires_ms`, and every holder stops serving at its own
+`valid_until` (computed from the time it *sent* the renewal, minus a margin), which is never later than
+what any other node can observe, so two primaries never serve at once on a clock-synchronised machine set.
+"""
+
+import abc
+import json
+import time
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class Lease:
+    holder: str          # node id
+    epoch: int           # the holder's journal epoch (fencing)
+    addr: str            # host:port clients should use
+    az: str
+    expires_ms: int      # wall clock; after this, any replica may take the lease
+    handover_to: str = ""  # planned failover: the node the holder is handing over to
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes):
+        return cls(**json.loads(raw))
+
+
+class StaleRevision(Exception):
+    """A compare-and-set lost: somebody else wrote the key since the revision we read."""
+
+
+class CoordinationStore(abc.ABC):
+    """Atomicity and failure contracts:
+
+    * get_lease returns the lease and its revision as one consistent read (revision 0 = no lease).
+    * put_lease(shard, lease, revision) is atomic compare-and-set: it succeeds only if the stored revision is
+      still `revision` (0 = create only if absent) and returns the new revision; otherwise StaleRevision.
+      A timeout or connection error raises another exception: the write may or may not have happened, so
+      the caller must re-read before assuming anything (and a primary keeps serving only until its own
+      valid_until).
+    * Snapshots: put_snapshot stores bytes under (shard, index) atomically (readers see all or nothing);
+      latest_snapshot returns the newest complete one.
+    """
+
+    @abc.abstractmethod
+    async def get_lease(self, shard: str):
+        """(Lease | None, revision)."""
+
+    @abc.abstractmethod
+    async def put_lease(self, shard: str, lease: Lease, revision: int) -> int:
+        """Compare-and-set; returns the new revision or raises StaleRevision."""
+
+    @abc.abstractmethod
+    async def request_failover(self, shard: str, to_node: str):
+        """Asks the primary of shard to hand its lease over to to_node (planned failover)."""
+
+    @abc.abstractmethod
+    async def failover_request(self, shard: str):
+        """The pending planned-failover target node id, or None."""
+
+    @abc.abstractmethod
+    async def clear_failover_request(self, shard: str):
+        """Removes a pending request."""
+
+    @abc.abstractmethod
+    async def put_snapshot(self, shard: str, index: int, epoch: int, data: bytes):
+        """Stores a snapshot covering journal index `index`."""
+
+    @abc.abstractmethod
+    async def latest_snapshot(self, shard: str):
+        """(index, epoch, bytes) of the newest snapshot, or None."""
+
+    @abc.abstractmethod
+    async def snapshot_indexes(self, shard: str):
+        """Indexes of the stored snapshots, oldest first."""
+
+    @abc.abstractmethod
+    async def delete_snapshot(self, shard: str, index: int):
+        """Drops one snapshot."""
+
+
+class NatsStore(CoordinationStore):
+    LEASES = "DURAKV_LEASES"
+    SNAPSHOTS = "DURAKV_SNAPSHOTS"
+
+    def __init__(self, nc, replicas=3, clock_ms=None):
+        self.nc = nc
+        self.js = nc.jetstream(timeout=5.0)
+        self.replicas = replicas
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.kv = None
+        self.obs = None
+
+    async def open(self):
+        from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType
+        try:
+            self.kv = await self.js.key_value(self.LEASES)
+        except Exception:  # noqa: BLE001 - bucket absent
+            try:
+                self.kv = await self.js.create_key_value(KeyValueConfig(
+                    bucket=self.LEASES, history=1, replicas=self.replicas, storage=StorageType.FILE))
+            except Exception:  # noqa: BLE001 - created concurrently by another node
+                self.kv = await self.js.key_value(self.LEASES)
+        try:
+            self.obs = await self.js.object_store(self.SNAPSHOTS)
+        except Exception:  # noqa: BLE001
+            try:
+                self.obs = await self.js.create_object_store(self.SNAPSHOTS, ObjectStoreConfig(
+                    bucket=self.SNAPSHOTS, replicas=self.replicas, storage=StorageType.FILE))
+            except Exception:  # noqa: BLE001
+                self.obs = await self.js.object_store(self.SNAPSHOTS)
+        return self
+
+    @staticmethod
+    def _lease_key(shard):
+        return "lease.%s" % shard
+
+    @staticmethod
+    def _failover_key(shard):
+        return "failover.%s" % shard
+
+    async def get_lease(self, shard):
+        from nats.js.errors import KeyNotFoundError
+        try:
+            entry = await self.kv.get(self._lease_key(shard))
+        except KeyNotFoundError:
+            return None, 0
+        if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            return None, entry.revision or 0
+        return Lease.decode(entry.value), entry.revision
+
+    async def put_lease(self, shard, lease, revision):
+        from nats.js.errors import KeyWrongLastSequenceError
+        try:
+            if revision == 0:
+                return await self.kv.create(self._lease_key(shard), lease.encode())
+            return await self.kv.update(self._lease_key(shard), lease.encode(), last=revision)
+        except KeyWrongLastSequenceError as exc:
+            raise StaleRevision(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - create() on an existing key
+            if "wrong last sequence" in str(exc).lower() or "key exists" in str(exc).lower():
+                raise StaleRevision(str(exc)) from None
+            raise
+
+    async def request_failover(self, shard, to_node):
+        await self.kv.put(self._failover_key(shard), to_node.encode())
+
+    async def failover_request(self, shard):
+        from nats.js.errors import KeyNotFoundError
+        try:
+            entry = await self.kv.get(self._failover_key(shard))
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        return entry.value.decode()
+
+    async def clear_failover_request(self, shard):
+        await self.kv.put(self._failover_key(shard), b"")
+
+    @staticmethod
+    def _snap_name(shard, index):
+        return "shard-%s/%020d" % (shard, index)
+
+    async def put_snapshot(self, shard, index, epoch, data):
+        from nats.js.api import ObjectMeta
+        meta = ObjectMeta(name=self._snap_name(shard, index), description=json.dumps({"epoch": epoch}))
+        await self.obs.put(meta.name, data, meta=meta)
+
+    async def snapshot_indexes(self, shard):
+        prefix = "shard-%s/" % shard
+        try:
+            infos = await self.obs.list()
+        except Exception:  # noqa: BLE001 - empty bucket raises NotFound in nats-py
+            return []
+        out = sorted(int(i.name[len(prefix):]) for i in infos if i.name.startswith(prefix) and not i.deleted)
+        return out
+
+    async def latest_snapshot(self, shard):
+        for index in reversed(await self.snapshot_indexes(shard)):
+            try:
+                res = await self.obs.get(self._snap_name(shard, index))
+            except Exception:  # noqa: BLE001
+                continue
+            epoch = 0
+            try:
+                epoch = json.loads(res.info.description or "{}").get("epoch", 0)
+            except ValueError:
+                pass
+            return index, epoch, res.data
+        return None
+
+    async def delete_snapshot(self, shard, index):
+        await self.obs.delete(self._snap_name(shard, index))

@@ -1,0 +1,268 @@
+"""Blocking list and sorted-set pops: BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX BZMPOP.
+
+Each one first tries the non-blocking command's logic (commands/lists.py, commands/zsets.py, reused, not
+copied). If nothing can be popped it returns `Blocked` (commands/base.py) and the server parks the client
+(server/blocking.py) until a write to one of its keys lets `retry` serve it, the timeout passes, or CLIENT
+UNBLOCK. Inside MULTI/EXEC (ctx.may_block False) they answer at once as if the timeout had passed.
+
+Effects are those of the non-blocking logic, as Valkey replicates a served blocking pop: LPOP/RPOP (BLPOP,
+BRPOP, BLMPOP), LMOVE/RPOPLPUSH (BLMOVE, BRPOPLPUSH), ZREM (BZPOPMIN/BZPOPMAX/BZMPOP).
+"""
+
+import math
+from collections import deque
+from decimal import Decimal, InvalidOperation
+
+from .. import messages
+from ..errors import CommandError
+from ..keyspace import ZSet
+from ..protocol.resp import NullArray
+from . import lists, zsets
+from .base import Blocked, INT64_MAX, syntax_error
+from .registry import command
+
+_SPACE = b" \t\n\v\f\r"
+
+
+def parse_timeout(ctx, arg: bytes) -> int:
+    """getTimeoutFromObjectOrReply(UNIT_SECONDS): a long double of seconds -> milliseconds rounded up
+    (0 = block forever). Returns the relative timeout in ms."""
+    value = _strtold(arg)
+    if value is None:
+        raise CommandError(messages.TIMEOUT_NOT_FLOAT)
+    ms = value * 1000.0
+    if ms > INT64_MAX:
+        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
+    if ms == -math.inf:
+        raise CommandError(messages.TIMEOUT_NEGATIVE)
+    tval = math.ceil(ms)
+    if tval < 0:
+        raise CommandError(messages.TIMEOUT_NEGATIVE)
+    if tval > 0 and tval > INT64_MAX - ctx.now_ms():
+        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
+    return tval
+
+
+def _strtold(arg: bytes):
+    """string2ld: the whole string is a number strtold accepts (no leading space, no NaN)."""
+    if not arg or arg[0] in _SPACE or arg[-1] in _SPACE or b"_" in arg:
+        return None
+    try:
+        value = float(arg)
+    except ValueError:
+        body = arg.lstrip(b"+-")
+        if body[:2].lower() != b"0x":
+            return None
+        try:
+            value = float.fromhex(arg.decode("ascii"))
+        except (ValueError, OverflowError, UnicodeDecodeError):
+            return None
+    if value != value:
+        return None
+    if value in (math.inf, -math.inf):
+        if arg.lstrip(b"+-").lower() not in (b"inf", b"infinity"):
+            return _long_double_extreme(arg, value)
+    elif value == 0.0 and any(c in b"123456789" for c in arg.lower().split(b"e", 1)[0]) \
+            and not arg.lstrip(b"+-").lower().startswith(b"0x"):
+        return _long_double_extreme(arg, value)
+    return value
+
+
+_LDBL_MAX = Decimal("1.18973149535723176502e+4932")
+_LDBL_TRUE_MIN = Decimal("3.64519953188247460253e-4951")
+
+
+def _long_double_extreme(arg: bytes, value: float):
+    """A decimal number beyond a double's range: what strtold (80-bit long double) makes of it.
+    Too large for a long double is ERANGE (None); otherwise a stand-in double with the same effect
+    on a timeout (huge stays infinite, tiny becomes the smallest double of its sign)."""
+    try:
+        d = Decimal(arg.decode("ascii"))
+    except (InvalidOperation, UnicodeDecodeError):
+        return None
+    mag = abs(d)
+    if mag >= _LDBL_MAX or (mag and mag < _LDBL_TRUE_MIN):
+        return None
+    if value == 0.0:
+        return -5e-324 if d < 0 else 5e-324
+    return value
+
+
+def _mpop_options(args, is_zset):
+    """numkeys, MIN|MAX / LEFT|RIGHT and COUNT of B[LZ]MPOP, checked in Valkey's order (before the
+    timeout). Returns the keys."""
+    numkeys = lists.range_long(args[2], 1, lists.LONG_MAX, messages.NUMKEYS_ZERO)
+    where_idx = 3 + numkeys
+    n = len(args)
+    if where_idx >= n:
+        raise syntax_error()
+    if is_zset:
+        if args[where_idx].upper() not in (b"MIN", b"MAX"):
+            raise syntax_error()
+    else:
+        lists._where(args[where_idx])
+    count = -1
+    j = where_idx + 1
+    while j < n:
+        if count == -1 and args[j].upper() == b"COUNT" and j + 1 < n:
+            j += 1
+            count = lists.range_long(args[j], 1, lists.LONG_MAX, messages.COUNT_ZERO)
+        else:
+            raise syntax_error()
+        j += 1
+    return args[3:where_idx]
+
+
+def _has(ctx, keys, typ) -> bool:
+    """True if one of keys holds a non-empty value of type typ (what wakes a blocked pop)."""
+    for key in keys:
+        v = ctx.lookup(key)
+        if v and type(v) is typ:
+            return True
+    return False
+
+
+# -- BLPOP / BRPOP --------------------------------------------------------------------------------
+
+def _pop_first(ctx, keys, left):
+    for key in keys:
+        dq = ctx.lookup_list(key)
+        if dq:
+            value = lists._pop(ctx, (b"LPOP" if left else b"RPOP", key), left)
+            return [key, value]
+    return None
+
+
+def _bpop(ctx, args, left):
+    timeout = parse_timeout(ctx, args[-1])
+    keys = args[1:-1]
+    reply = _pop_first(ctx, keys, left)
+    if reply is not None:
+        return reply
+    if not ctx.may_block:
+        return NullArray
+
+    def retry(rctx):
+        if not _has(rctx, keys, deque):
+            return None
+        return _pop_first(rctx, keys, left)
+
+    return Blocked(keys, timeout, retry, NullArray)
+
+
+@command("blpop")
+def blpop(ctx, args):
+    return _bpop(ctx, args, True)
+
+
+@command("brpop")
+def brpop(ctx, args):
+    return _bpop(ctx, args, False)
+
+
+# -- BLMOVE / BRPOPLPUSH --------------------------------------------------------------------------
+
+def _bmove(ctx, args, move_args, src_left, dst_left, timeout):
+    src = args[1]
+    if ctx.lookup_list(src) is None:
+        if not ctx.may_block:
+            return None
+
+        def retry(rctx):
+            if not _has(rctx, (src,), deque):
+                return None
+            return lists._move(rctx, move_args, src_left, dst_left)
+
+        return Blocked([src], timeout, retry, NullArray)
+    return lists._move(ctx, move_args, src_left, dst_left)
+
+
+@command("blmove")
+def blmove(ctx, args):
+    src_left = lists._where(args[3])
+    dst_left = lists._where(args[4])
+    timeout = parse_timeout(ctx, args[5])
+    move_args = (b"LMOVE", args[1], args[2], b"LEFT" if src_left else b"RIGHT", b"LEFT" if dst_left else b"RIGHT")
+    return _bmove(ctx, args, move_args, src_left, dst_left, timeout)
+
+
+@command("brpoplpush")
+def brpoplpush(ctx, args):
+    timeout = parse_timeout(ctx, args[3])
+    return _bmove(ctx, args, (b"RPOPLPUSH", args[1], args[2]), False, True, timeout)
+
+
+# -- BLMPOP ---------------------------------------------------------------------------------------
+
+@command("blmpop")
+def blmpop(ctx, args):
+    keys = _mpop_options(args, False)
+    timeout = parse_timeout(ctx, args[1])
+    mpop_args = [b"LMPOP", *args[2:]]
+    reply = lists.lmpop(ctx, mpop_args)
+    if reply is not NullArray or not ctx.may_block:
+        return reply
+
+    def retry(rctx):
+        if not _has(rctx, keys, deque):
+            return None
+        return lists.lmpop(rctx, mpop_args)
+
+    return Blocked(keys, timeout, retry, NullArray)
+
+
+# -- BZPOPMIN / BZPOPMAX --------------------------------------------------------------------------
+
+def _zpop_first(ctx, keys, from_max):
+    for key in keys:
+        z = ctx.lookup_zset(key)
+        if z:
+            (score, member), = zsets._pop_items(ctx, key, z, 1, from_max)
+            return [key, member, score]
+    return None
+
+
+def _bzpop(ctx, args, from_max):
+    timeout = parse_timeout(ctx, args[-1])
+    keys = args[1:-1]
+    reply = _zpop_first(ctx, keys, from_max)
+    if reply is not None:
+        return reply
+    if not ctx.may_block:
+        return NullArray
+
+    def retry(rctx):
+        if not _has(rctx, keys, ZSet):
+            return None
+        return _zpop_first(rctx, keys, from_max)
+
+    return Blocked(keys, timeout, retry, NullArray)
+
+
+@command("bzpopmin")
+def bzpopmin(ctx, args):
+    return _bzpop(ctx, args, False)
+
+
+@command("bzpopmax")
+def bzpopmax(ctx, args):
+    return _bzpop(ctx, args, True)
+
+
+# -- BZMPOP ---------------------------------------------------------------------------------------
+
+@command("bzmpop")
+def bzmpop(ctx, args):
+    keys = _mpop_options(args, True)
+    timeout = parse_timeout(ctx, args[1])
+    mpop_args = [b"ZMPOP", *args[2:]]
+    reply = zsets.zmpop(ctx, mpop_args)
+    if reply is not NullArray or not ctx.may_block:
+        return reply
+
+    def retry(rctx):
+        if not _has(rctx, keys, ZSet):
+            return None
+        return zsets.zmpop(rctx, mpop_args)
+
+    return Blocked(keys, timeout, retry, NullArray)

@@ -1,0 +1,598 @@
+"""Generic leftovers: SORT SORT_RO DUMP RESTORE WAIT WAITAOF.
+
+Effects: SORT .. STORE -> DEL dst (when it existed) + RPUSH dst <result> in chunks, or DEL dst for an
+empty result (the result may depend on set iteration order and on the BY/GET keys, so it is recorded, not
+recomputed); RESTORE propagates itself with the TTL made absolute (ABSTTL), or DEL when REPLACE met a TTL
+already in the past. SORT without STORE, SORT_RO, DUMP, WAIT and WAITAOF change nothing.
+
+DUMP payloads are durakv's own serialization, not Valkey's RDB encoding:
+
+    type tag (1 byte) | body | version (u16) | CRC32C of everything before it (u32)      little-endian
+
+    string  the bytes
+    list    u32 count | u32 length * count | elements                   (set: the same, tag 2)
+    hash    u32 count | u32 length * 2 * count | field, value, field, value ...
+    zset    u32 count | u32 length * count | f64 score * count | members (rank order)
+    stream  u32 commands | u32 argc * commands | u32 length * args | args: the commands that rebuild it
+            (Stream.rebuild_commands, as snapshots use) on the placeholder key "k"; RESTORE runs them on a
+            scratch keyspace (only XADD XGROUP XCLAIM XTRIM XDEL XSETID on that key are accepted)
+
+The version (0x4B44) is above every RDB version, so a real Valkey rejects these payloads and durakv
+rejects Valkey's, both with "DUMP payload version or checksum are wrong".
+"""
+
+import heapq
+import math
+import struct
+import weakref
+from collections import deque
+from itertools import islice
+
+from crc32c import crc32c
+
+from .. import messages
+from ..errors import CommandError, WrongType
+from ..keyspace import Keyspace, ZSet
+from ..keyspace.db import estimate_key
+from ..keyspace.stream import Stream
+from ..protocol.resp import OK, ErrorReply
+from .base import INT64_MAX, parse_int, syntax_error
+from .dispatch import Dispatcher
+from .registry import command
+from .session import Session
+
+RPUSH_CHUNK = 512
+
+# -- SORT ---------------------------------------------------------------------------------------------
+
+
+_ELEMENT = object()  # the pattern "#": the element itself
+
+
+def _compile_pattern(pattern: bytes):
+    """(prefix, suffix, field) for lookupKeyByPattern; '#' -> _ELEMENT; no '*' -> None (never found)."""
+    if pattern == b"#":
+        return _ELEMENT
+    star = pattern.find(b"*")
+    if star < 0:
+        return None
+    arrow = pattern.find(b"->", star + 1)
+    if arrow >= 0 and arrow + 2 < len(pattern):
+        return pattern[:star], pattern[star + 1:arrow], pattern[arrow + 2:]
+    return pattern[:star], pattern[star + 1:], None
+
+
+def _lookup_by_pattern(ctx, compiled, element):
+    """The string (or hash field) a compiled BY/GET pattern names for element, or None."""
+    if compiled is None:
+        return None
+    if compiled is _ELEMENT:
+        return element
+    prefix, suffix, field = compiled
+    value = ctx.keyspace.lookup(ctx.db, prefix + element + suffix)
+    if value is None:
+        return None
+    if field is not None:
+        return value.get(field) if type(value) is dict else None
+    return value if type(value) is bytes else None
+
+
+_SPACES = b" \t\n\v\f\r"
+_MIN_NORMAL = 2.2250738585072014e-308
+
+
+def sort_score(text: bytes):
+    """strtod() as SORT uses it: the whole string must parse (leading spaces allowed, trailing not; an empty
+    string is 0), no NaN, no overflow or underflow (ERANGE). None when it cannot be converted."""
+    s = text.lstrip(_SPACES)
+    if not s:
+        return 0.0 if not text else None
+    if s[-1] in _SPACES or b"_" in s:
+        return None
+    body = s[1:] if s[0] in b"+-" else s
+    is_hex = body[:2].lower() == b"0x"
+    try:
+        value = float.fromhex(s.decode("ascii")) if is_hex else float(s)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if value != value:
+        return None
+    if math.isinf(value):
+        return value if body.lower() in (b"inf", b"infinity") else None  # else it overflowed
+    if value == 0.0:
+        mantissa = body[2:].lower().split(b"p")[0] if is_hex else body.lower().split(b"e")[0]
+        return None if mantissa.strip(b"0.") else value  # a non-zero number that underflowed
+    return None if abs(value) < _MIN_NORMAL else value
+
+
+def _sort(ctx, args, readonly):
+    desc = alpha = dontsort = False
+    limit_start, limit_count = 0, -1
+    sortby = store = None
+    gets = []
+    j, n = 2, len(args)
+    while j < n:
+        opt = args[j].lower()
+        left = n - j - 1
+        if opt == b"asc":
+            desc = False
+        elif opt == b"desc":
+            desc = True
+        elif opt == b"alpha":
+            alpha = True
+        elif opt == b"limit" and left >= 2:
+            limit_start = parse_int(args[j + 1])
+            limit_count = parse_int(args[j + 2])
+            j += 2
+        elif opt == b"store" and left >= 1 and not readonly:
+            store = args[j + 1]
+            j += 1
+        elif opt == b"by" and left >= 1:
+            sortby = args[j + 1]
+            if b"*" not in sortby:
+                dontsort = True  # a constant pattern: nothing to sort by (and it stays so, as Valkey)
+            j += 1
+        elif opt == b"get" and left >= 1:
+            gets.append(_compile_pattern(args[j + 1]))
+            j += 1
+        else:
+            raise syntax_error()
+        j += 1
+
+    key = args[1]
+    value = ctx.lookup(key)
+    t = type(value)
+    if value is not None and t is not set and t is not deque and t is not ZSet:
+        raise WrongType()
+    if value is None:
+        value, t = deque(), deque
+    if dontsort and t is set and store is not None:
+        # A set has no order of its own: a stored result must not depend on iteration order.
+        dontsort, alpha, sortby = False, True, None
+
+    vectorlen = len(value)
+    start = min(max(limit_start, 0), vectorlen)
+    limit_count = min(max(limit_count, -1), vectorlen)
+    end = vectorlen - 1 if limit_count < 0 else start + limit_count - 1
+    if start >= vectorlen:
+        start, end = vectorlen - 1, vectorlen - 2
+    if end >= vectorlen:
+        end = vectorlen - 1
+    if (t is ZSet or t is deque) and dontsort and (start != 0 or end != vectorlen - 1):
+        vectorlen = end - start + 1
+
+    if t is deque and dontsort:
+        if end >= start:
+            source = reversed(value) if desc else value
+            vector = list(islice(source, start, start + vectorlen))
+            end -= start
+            start = 0
+        else:
+            vector = []
+    elif t is ZSet and dontsort:
+        order = value.order
+        if desc:
+            top = len(order) - start
+            vector = [m for _s, m in reversed(order[max(0, top - vectorlen):top])]
+        else:
+            vector = [m for _s, m in order[start:start + max(0, vectorlen)]]
+        end -= start
+        start = 0
+    elif t is ZSet:
+        vector = list(value.scores)
+    else:
+        vector = list(value)
+
+    if not dontsort:
+        by = _compile_pattern(sortby) if sortby is not None else None
+        if alpha:
+            if sortby is not None:
+                weights = [_lookup_by_pattern(ctx, by, e) for e in vector]
+                keyed = sorted(zip(((w is not None, w or b"") for w in weights), vector),
+                               key=_first, reverse=desc)
+                vector = [e for _k, e in keyed]
+            else:
+                vector.sort(reverse=desc)
+        else:
+            scored = []
+            for e in vector:
+                if sortby is not None:
+                    w = _lookup_by_pattern(ctx, by, e)
+                    score = 0.0 if w is None else sort_score(w)
+                else:
+                    score = sort_score(e)
+                if score is None:
+                    raise CommandError(messages.SORT_SCORE_NOT_DOUBLE)
+                scored.append((score, e))
+            scored.sort(reverse=desc)
+            vector = [e for _s, e in scored]
+
+    selected = vector[start:end + 1] if end >= start else []
+    if not gets:
+        result = selected
+    else:
+        result = []
+        missing = b"" if store is not None else None
+        for e in selected:
+            for compiled in gets:
+                v = _lookup_by_pattern(ctx, compiled, e)
+                result.append(missing if v is None else v)
+    if store is None:
+        return result
+    _store_result(ctx, key, store, result)
+    return len(result)
+
+
+def _first(pair):
+    return pair[0]
+
+
+def _store_result(ctx, src, dst, result):
+    """setKey(dst, list) for a non-empty result, else delete dst; memory accounted here when dst is not
+    the sorted key (the dispatcher measures only the keys the command's key specs name)."""
+    ks = ctx.keyspace
+    old = ctx.lookup(dst)
+    account = dst != src
+    if result:
+        new = deque(result)
+        if old is not None:
+            ctx.delete(dst)
+            ctx.propagate(b"DEL", dst)
+        ctx.store(dst, new)
+        for i in range(0, len(result), RPUSH_CHUNK):
+            ctx.propagate(b"RPUSH", dst, *result[i:i + RPUSH_CHUNK])
+        if account:
+            ks.used_bytes += estimate_key(dst, new) - (estimate_key(dst, old) if old is not None else 0)
+    elif old is not None:
+        ctx.delete(dst)
+        ctx.propagate(b"DEL", dst)
+        if account:
+            ks.used_bytes -= estimate_key(dst, old)
+
+
+@command("sort")
+def sort(ctx, args):
+    return _sort(ctx, args, False)
+
+
+@command("sort_ro")
+def sort_ro(ctx, args):
+    return _sort(ctx, args, True)
+
+
+# -- DUMP / RESTORE -----------------------------------------------------------------------------------
+
+DUMP_VERSION = 0x4B44
+_TAG_STRING, _TAG_LIST, _TAG_SET, _TAG_ZSET, _TAG_HASH, _TAG_STREAM = 0, 1, 2, 3, 4, 15
+_STREAM_KEY = b"k"
+_STREAM_REBUILD = {b"xadd": 1, b"xgroup": 2, b"xclaim": 1, b"xtrim": 1, b"xdel": 1, b"xsetid": 1}  # key position
+_U32 = struct.Struct("<I")
+_FOOTER = struct.Struct("<HI")
+
+
+class _BadData(Exception):
+    pass
+
+
+def dump_payload(value) -> bytes:
+    t = type(value)
+    if t is bytes:
+        body = [b"\x00", value]
+    elif t is deque or t is set:
+        items = list(value)
+        body = [b"\x01" if t is deque else b"\x02", _U32.pack(len(items)),
+                struct.pack("<%dI" % len(items), *map(len, items))] + items
+    elif t is dict:
+        flat = [x for pair in value.items() for x in pair]
+        body = [b"\x04", _U32.pack(len(value)), struct.pack("<%dI" % len(flat), *map(len, flat))] + flat
+    elif t is ZSet:
+        members = [m for _s, m in value.order]
+        scores = [s for s, _m in value.order]
+        body = [b"\x03", _U32.pack(len(members)), struct.pack("<%dI" % len(members), *map(len, members)),
+                struct.pack("<%dd" % len(scores), *scores)] + members
+    elif t is Stream:
+        commands = list(value.rebuild_commands(_STREAM_KEY))
+        flat = [a for argv in commands for a in argv]
+        body = [b"\x0f", _U32.pack(len(commands)), struct.pack("<%dI" % len(commands), *map(len, commands)),
+                struct.pack("<%dI" % len(flat), *map(len, flat))] + flat
+    else:
+        raise TypeError("cannot DUMP a %s" % t.__name__)
+    body.append(struct.pack("<H", DUMP_VERSION))
+    payload = b"".join(body)
+    return payload + _U32.pack(crc32c(payload))
+
+
+def verify_payload(payload: bytes) -> bool:
+    if len(payload) < 1 + _FOOTER.size:
+        return False
+    version, crc = _FOOTER.unpack_from(payload, len(payload) - _FOOTER.size)
+    return version == DUMP_VERSION and crc32c(memoryview(payload)[:-4]) == crc
+
+
+def _split(buf, pos, end, count, lengths):
+    out = []
+    for ln in lengths:
+        nxt = pos + ln
+        if nxt > end:
+            raise _BadData()
+        out.append(bytes(buf[pos:nxt]))
+        pos = nxt
+    if pos != end:
+        raise _BadData()
+    return out
+
+
+def load_payload(payload: bytes, clock_ms=None):
+    """The value a verified payload holds (clock_ms: "now" for a rebuilt stream's consumers). Raises
+    _BadData when its body is malformed."""
+    end = len(payload) - _FOOTER.size
+    tag = payload[0]
+    if tag == _TAG_STRING:
+        return payload[1:end]
+    buf = memoryview(payload)
+    try:
+        (count,) = _U32.unpack_from(payload, 1)
+        if count == 0:
+            raise _BadData()  # Valkey never stores an empty collection
+        pos = 5
+        if tag in (_TAG_LIST, _TAG_SET):
+            if pos + 4 * count > end:
+                raise _BadData()
+            lengths = struct.unpack_from("<%dI" % count, payload, pos)
+            items = _split(buf, pos + 4 * count, end, count, lengths)
+            if tag == _TAG_LIST:
+                return deque(items)
+            value = set(items)
+            if len(value) != count:
+                raise _BadData()
+            return value
+        if tag == _TAG_HASH:
+            if pos + 8 * count > end:
+                raise _BadData()
+            lengths = struct.unpack_from("<%dI" % (2 * count), payload, pos)
+            flat = _split(buf, pos + 8 * count, end, 2 * count, lengths)
+            value = dict(zip(flat[0::2], flat[1::2]))
+            if len(value) != count:
+                raise _BadData()
+            return value
+        if tag == _TAG_ZSET:
+            if pos + 12 * count > end:
+                raise _BadData()
+            lengths = struct.unpack_from("<%dI" % count, payload, pos)
+            scores = struct.unpack_from("<%dd" % count, payload, pos + 4 * count)
+            members = _split(buf, pos + 12 * count, end, count, lengths)
+            mapping = dict(zip(members, scores))
+            if len(mapping) != count or any(s != s for s in scores):
+                raise _BadData()
+            return ZSet.from_scores(mapping)
+        if tag == _TAG_STREAM:
+            if pos + 4 * count > end:
+                raise _BadData()
+            argcs = struct.unpack_from("<%dI" % count, payload, pos)
+            pos += 4 * count
+            nargs = sum(argcs)
+            if pos + 4 * nargs > end:
+                raise _BadData()
+            lengths = struct.unpack_from("<%dI" % nargs, payload, pos)
+            flat = _split(buf, pos + 4 * nargs, end, nargs, lengths)
+            commands = []
+            i = 0
+            for argc in argcs:
+                commands.append(flat[i:i + argc])
+                i += argc
+            return _rebuild_stream(commands, clock_ms)
+    except struct.error:
+        raise _BadData() from None
+    raise _BadData()
+
+
+def _rebuild_stream(commands, clock_ms):
+    """Runs a stream payload's commands on a scratch keyspace; the stream they build, or _BadData."""
+    scratch = Keyspace(num_dbs=1, clock_ms=clock_ms)
+    scratch.expire_enabled = False
+    dispatcher = Dispatcher(scratch)
+    session = Session()
+    for argv in commands:
+        pos = _STREAM_REBUILD.get(argv[0].lower()) if argv else None
+        if pos is None or len(argv) <= pos or argv[pos] != _STREAM_KEY:
+            raise _BadData()
+        reply, _effects, _cmd = dispatcher.execute(session, argv)
+        if type(reply) is ErrorReply:
+            raise _BadData()
+    value = scratch.dbs[0].data.get(_STREAM_KEY)
+    if type(value) is not Stream:
+        raise _BadData()
+    return value
+
+
+@command("dump")
+def dump(ctx, args):
+    value = ctx.lookup(args[1])
+    if value is None:
+        return None
+    return dump_payload(value)
+
+
+@command("restore")
+def restore(ctx, args):
+    replace = absttl = False
+    idletime = freq = None
+    j, n = 4, len(args)
+    while j < n:
+        opt = args[j].lower()
+        more = n - j - 1
+        if opt == b"replace":
+            replace = True
+        elif opt == b"absttl":
+            absttl = True
+        elif opt == b"idletime" and more >= 1 and freq is None:
+            idletime = parse_int(args[j + 1])
+            if idletime < 0:
+                raise CommandError(messages.RESTORE_BAD_IDLETIME)
+            j += 1
+        elif opt == b"freq" and more >= 1 and idletime is None:
+            freq = parse_int(args[j + 1])
+            if not 0 <= freq <= 255:
+                raise CommandError(messages.RESTORE_BAD_FREQ)
+            j += 1
+        else:
+            raise syntax_error()
+        j += 1
+    key = args[1]
+    if not replace and ctx.lookup(key) is not None:
+        raise CommandError(messages.BUSYKEY)
+    ttl = parse_int(args[2])
+    if ttl < 0:
+        raise CommandError(messages.RESTORE_BAD_TTL)
+    payload = args[3]
+    if not verify_payload(payload):
+        raise CommandError(messages.DUMP_PAYLOAD_INVALID)
+    try:
+        value = load_payload(payload, ctx.keyspace.clock_ms)
+    except _BadData:
+        raise CommandError(messages.DUMP_BAD_DATA) from None
+
+    deleted = ctx.delete(key) if replace else False
+    now = ctx.now_ms()
+    if ttl and not absttl:
+        ttl += now
+    if ttl and ctx.keyspace.expire_enabled and (ttl <= now or ttl > INT64_MAX):
+        # Already expired (or past the clock's range, which wraps negative in Valkey): nothing is created.
+        if deleted:
+            ctx.propagate(b"DEL", key)
+        return OK
+    ctx.store(key, value)
+    if ttl:
+        ctx.set_expire(key, ttl)
+        if not absttl:
+            argv = list(args)
+            argv[2] = b"%d" % ttl
+            argv.append(b"ABSTTL")
+            ctx.propagate_args(argv)
+            _set_lru_lfu(ctx, key, idletime, freq)
+            return OK
+    ctx.propagate_args(args)
+    _set_lru_lfu(ctx, key, idletime, freq)
+    return OK
+
+
+def _set_lru_lfu(ctx, key, idletime, freq):
+    """objectSetLRUOrLFU: IDLETIME under an LRU policy, FREQ under an LFU policy; otherwise ignored."""
+    ks = ctx.keyspace
+    if ks.track_access == "lfu" and freq is not None:
+        minutes = (ks.clock_ms() // 60000) & 0xFFFF
+        ctx.db.access[key] = (minutes << 8) | freq
+    elif ks.track_access == "lru" and idletime is not None:
+        ctx.db.access[key] = max(0, ks.clock_ms() // 1000 - idletime)
+
+
+# -- WAIT / WAITAOF -----------------------------------------------------------------------------------
+
+def _parse_timeout_ms(ctx, raw) -> int:
+    """getTimeoutFromObjectOrReply(UNIT_MILLISECONDS): a relative timeout, 0 = forever."""
+    t = parse_int(raw, messages.TIMEOUT_NOT_INTEGER)
+    if t < 0:
+        raise CommandError(messages.TIMEOUT_NEGATIVE)
+    if t > 0 and t > INT64_MAX - ctx.now_ms():
+        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
+    return t
+
+
+def _is_replica(ctx) -> bool:
+    srv = ctx.server
+    return srv is not None and getattr(srv, "replica_of", None) is not None
+
+
+def _acked_replicas(ctx, index) -> int:
+    """Replicas that acknowledged the journal up to index. durakv has no replicas yet: 0."""
+    return 0
+
+
+def _resolve(fut, reply_fn):
+    if not fut.done():
+        fut.set_result(reply_fn())
+
+
+def _future_with_timeout(ctx, timeout_ms, reply_fn):
+    """A Future the connection holds the client's reply on; resolved with reply_fn() at the timeout (never
+    when timeout_ms is 0, as a Valkey client blocked with timeout 0 until it disconnects)."""
+    loop = ctx.server.loop
+    fut = loop.create_future()
+    if timeout_ms:
+        handle = loop.call_later(timeout_ms / 1000.0, _resolve, fut, reply_fn)
+        fut.add_done_callback(lambda _f: handle.cancel())
+    return fut
+
+
+@command("wait")
+def wait(ctx, args):
+    if _is_replica(ctx):
+        raise CommandError(messages.WAIT_REPLICA)
+    numreplicas = parse_int(args[1])
+    timeout_ms = _parse_timeout_ms(ctx, args[2])
+    index = getattr(ctx.client, "last_write_index", 0)
+    acked = _acked_replicas(ctx, index)
+    if acked >= numreplicas or not ctx.may_block or ctx.server is None or ctx.server.loop is None:
+        return acked
+    return _future_with_timeout(ctx, timeout_ms, lambda: _acked_replicas(ctx, index))
+
+
+class _LocalCommitWaiters:
+    """Futures waiting for the journal to commit an index (WAITAOF numlocal 1). One per tracker,
+    registered once as its commit listener."""
+
+    def __init__(self, tracker):
+        self.tracker = tracker
+        self.heap = []
+        self.seq = 0
+        tracker.commit_listeners.append(self.on_commit)
+
+    def add(self, index, fut, reply_fn):
+        self.seq += 1
+        heapq.heappush(self.heap, (index, self.seq, fut, reply_fn))
+
+    def on_commit(self, committed):
+        heap = self.heap
+        while heap and heap[0][0] <= committed:
+            _index, _seq, fut, reply_fn = heapq.heappop(heap)
+            _resolve(fut, reply_fn)
+
+
+_local_waiters = weakref.WeakKeyDictionary()
+
+
+@command("waitaof")
+def waitaof(ctx, args):
+    numlocal = parse_int(args[1])
+    if not 0 <= numlocal <= 1:
+        raise CommandError(messages.VALUE_MUST_BETWEEN.format(0, 1))
+    numreplicas = parse_int(args[2])
+    if numreplicas < 0:
+        raise CommandError(messages.VALUE_OUT_OF_RANGE_POSITIVE)
+    timeout_ms = _parse_timeout_ms(ctx, args[3])
+    if _is_replica(ctx):
+        raise CommandError(messages.WAITAOF_REPLICA)
+    srv = ctx.server
+    tracker = srv.tracker if srv is not None else None
+    journaled = tracker is not None and tracker.mode != "none"
+    if numlocal and not journaled:
+        raise CommandError(messages.WAITAOF_NO_AOF)
+    index = getattr(ctx.client, "last_write_index", 0)
+
+    def reply():
+        # Valkey's fsynced_reploff is -1 without an AOF: then nothing is acknowledged locally.
+        local = 1 if journaled and tracker.committed >= index else 0
+        return [local, _acked_replicas(ctx, index)]
+
+    now = reply()
+    if (now[0] >= numlocal and now[1] >= numreplicas) or not ctx.may_block or srv is None or srv.loop is None:
+        return now
+    fut = _future_with_timeout(ctx, timeout_ms, reply)
+    if numreplicas <= now[1]:
+        # Only the local commit is missing: resolve as soon as the journal commits the client's write.
+        waiters = _local_waiters.get(tracker)
+        if waiters is None:
+            waiters = _local_waiters[tracker] = _LocalCommitWaiters(tracker)
+        waiters.add(index, fut, reply)
+    return fut
+

@@ -1,0 +1,455 @@
+"""EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION: Lua scripts and function libraries.
+
+The Lua runtime, the script rules for server.call and the threading for long scripts live in
+durakv/scripting (see its docstring). A script's effects are the effects of the commands it ran, in
+order, leaving as this command's effects; FUNCTION LOAD/DELETE/FLUSH/RESTORE propagate themselves.
+"""
+
+import time
+
+from .. import messages
+from ..errors import CommandError
+from ..keyspace.glob import compile_glob
+from ..protocol.resp import OK, RespSet
+from ..scripting.functions import LOAD_TIMEOUT_MS, FunctionError, get_functions, split_args
+from ..scripting.lua import LuaEngine, sha1hex
+from ..scripting.runner import (ALLOW_OOM, EVAL_COMPAT, FLAG_NAMES, NO_CLUSTER, NO_WRITES, ScriptRun,
+                                get_state)
+from .base import parse_int
+from .registry import command
+
+_SHEBANG_FLAGS = {name: flag for flag, name in FLAG_NAMES}
+
+
+class Script:
+    __slots__ = ("body", "flags", "fn")
+
+    def __init__(self, body, flags, fn):
+        self.body = body
+        self.flags = flags
+        self.fn = fn
+
+
+def _shebang_flags(body: bytes):
+    """evalExtractShebangFlags: (flags, shebang length). Raises CommandError."""
+    if not body.startswith(b"#!"):
+        return EVAL_COMPAT, 0
+    nl = body.find(b"\n")
+    if nl < 0:
+        raise CommandError("ERR Invalid script shebang")
+    parts = split_args(body[:nl])
+    if not parts:
+        raise CommandError("ERR Invalid engine in script shebang")
+    if parts[0] != b"#!lua":
+        raise CommandError("ERR Unexpected engine in script shebang: %s" % parts[0].decode("utf-8", "replace"))
+    flags = 0
+    for part in parts[1:]:
+        if not part.startswith(b"flags="):
+            raise CommandError("ERR Unknown lua shebang option: %s" % part.decode("utf-8", "replace"))
+        names = part[6:]
+        for name in (names.split(b",") if names else ()):
+            bit = _SHEBANG_FLAGS.get(name)
+            if bit is None:
+                raise CommandError("ERR Unexpected flag in script shebang: %s" % name.decode("utf-8", "replace"))
+            flags |= bit
+    return flags, nl
+
+
+def _engine(state) -> LuaEngine:
+    if state.engine is None:
+        state.engine = LuaEngine("eval")
+    return state.engine
+
+
+def _create_script(state, body: bytes, from_eval: bool) -> bytes:
+    """luaCreateFunction: compiles body into the script cache (EVAL-added scripts are LRU-evicted)."""
+    sha = sha1hex(body)
+    script = state.scripts.get(sha)
+    if script is not None:
+        if not from_eval:
+            state.lru.pop(sha, None)   # SCRIPT LOAD promotes it: never evicted
+        return sha
+    flags, shebang_len = _shebang_flags(body)
+    fn, err = _engine(state).compile(body[shebang_len:], b"@user_script")
+    if fn is None:
+        raise CommandError("ERR Error compiling script (new function): %s" % err.decode("utf-8", "replace"))
+    if from_eval:
+        lru = state.lru
+        while len(lru) >= state.LRU_LIMIT:
+            oldest, _ = lru.popitem(last=False)
+            state.scripts.pop(oldest, None)
+            state.evicted += 1
+        lru[sha] = None
+    state.scripts[sha] = Script(body, flags, fn)
+    return sha
+
+
+def _numkeys(args, message=None):
+    if message is None:
+        n = parse_int(args[2])
+    else:
+        n = parse_int(args[2], message)
+    if n > len(args) - 3:
+        raise CommandError(messages.NUMKEYS_GT_ARGS)
+    if n < 0:
+        raise CommandError(messages.NUMKEYS_NEGATIVE)
+    return n
+
+
+def _prepare(ctx, flags, ro):
+    """The checks processCommand and scriptPrepareForRun make before a script runs.
+    Returns (read_only, allow_oom, out_of_memory_at_start)."""
+    d = ctx.dispatcher
+    oom = False
+    if d.maxmemory and d.used_memory_fn() > d.maxmemory:
+        oom = not d._evict()
+    if not flags & EVAL_COMPAT:
+        writes = not flags & NO_WRITES
+        if writes:
+            # a script that may write is a write command (evalGetCommandFlags / fcallGetCommandFlags)
+            if oom and not flags & ALLOW_OOM:
+                raise CommandError(messages.OOM)
+            if d.refuse_writes_fn is not None:
+                text = d.refuse_writes_fn()
+                if text:
+                    raise CommandError(text)
+            if d.is_replica_fn is not None and d.is_replica_fn():
+                raise CommandError(messages.READONLY)
+        if flags & NO_CLUSTER and ctx.server is not None and ctx.server.config["cluster-enabled"]:
+            raise CommandError(messages.SCRIPT_NO_CLUSTER)
+        if writes and ro:
+            raise CommandError(messages.SCRIPT_RO_WRITE_FLAG)
+        return not writes or ro, bool(flags & ALLOW_OOM), oom
+    return ro, False, oom
+
+
+# -- EVAL family ----------------------------------------------------------------------------------------
+
+def _eval(ctx, args, evalsha, ro):
+    state = get_state(ctx.dispatcher)
+    if evalsha and len(args[1]) != 40:
+        raise CommandError(messages.NOSCRIPT)
+    numkeys = _numkeys(args)
+    if evalsha:
+        sha = args[1].lower()
+        script = state.scripts.get(sha)
+        if script is None:
+            raise CommandError(messages.NOSCRIPT)
+    else:
+        sha = _create_script(state, args[1], True)
+        script = state.scripts[sha]
+    if sha in state.lru:
+        state.lru.move_to_end(sha)
+    read_only, allow_oom, oom = _prepare(ctx, script.flags, ro)
+    run = ScriptRun(state, "eval", sha, ctx, args, read_only, allow_oom, oom)
+    engine = state.engine
+    keys = args[3:3 + numkeys]
+    argv = args[3 + numkeys:]
+    fn = script.fn
+    return state.run(ctx, run, lambda: engine.call(run, fn, keys, argv))
+
+
+@command("eval")
+def eval_(ctx, args):
+    return _eval(ctx, args, False, False)
+
+
+@command("evalsha")
+def evalsha(ctx, args):
+    return _eval(ctx, args, True, False)
+
+
+@command("eval_ro")
+def eval_ro(ctx, args):
+    return _eval(ctx, args, False, True)
+
+
+@command("evalsha_ro")
+def evalsha_ro(ctx, args):
+    return _eval(ctx, args, True, True)
+
+
+# -- SCRIPT ------------------------------------------------------------------------------------------------
+
+@command("script|load")
+def script_load(ctx, args):
+    return _create_script(get_state(ctx.dispatcher), args[2], False)
+
+
+@command("script|exists")
+def script_exists(ctx, args):
+    scripts = get_state(ctx.dispatcher).scripts
+    return [1 if sha.lower() in scripts else 0 for sha in args[2:]]
+
+
+@command("script|flush")
+def script_flush(ctx, args):
+    if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"SYNC", b"ASYNC")):
+        raise CommandError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+    state = get_state(ctx.dispatcher)
+    state.scripts = {}
+    state.lru.clear()
+    state.engine = None        # a fresh Lua state, as scriptingReset
+    return OK
+
+
+@command("script|show")
+def script_show(ctx, args):
+    script = get_state(ctx.dispatcher).scripts.get(args[2].lower()) if len(args[2]) == 40 else None
+    if script is None:
+        raise CommandError(messages.NOSCRIPT)
+    return script.body
+
+
+@command("script|kill")
+def script_kill(ctx, args):
+    err = get_state(ctx.dispatcher).kill(True)
+    if err is not None:
+        raise CommandError(err)
+    return OK
+
+
+@command("script|debug")
+def script_debug(ctx, args):
+    mode = args[2].upper()
+    if mode == b"NO":
+        return OK
+    if mode in (b"YES", b"SYNC"):
+        raise CommandError("ERR SCRIPT DEBUG (the Lua debugger) is not supported by durakv")
+    raise CommandError("ERR Use SCRIPT DEBUG YES/SYNC/NO")
+
+
+_SCRIPT_HELP = [
+    "DEBUG (YES|SYNC|NO)",
+    "    Set the debug mode for subsequent scripts executed.",
+    "EXISTS <sha1> [<sha1> ...]",
+    "    Return information about the existence of the scripts in the script cache.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Flush the Lua scripts cache. Very dangerous on replicas.",
+    "    When called without the optional mode argument, the behavior is determined",
+    "     by the lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the scripts cache.",
+    "    * SYNC: Synchronously flush the scripts cache.",
+    "KILL",
+    "    Kill the currently executing Lua script.",
+    "LOAD <script>",
+    "    Load a script into the scripts cache without executing it.",
+    "SHOW <sha1>",
+    "    Show a script from the scripts cache.",
+]
+
+
+def _help(name, lines):
+    return (["%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:" % name] + lines
+            + ["HELP", "    Print this help."])
+
+
+@command("script|help")
+def script_help(ctx, args):
+    return _help("SCRIPT", _SCRIPT_HELP)
+
+
+# -- FCALL -------------------------------------------------------------------------------------------------
+
+def _fcall(ctx, args, ro):
+    funcs = get_functions(ctx.keyspace)
+    fi = funcs.lookup(args[1])
+    if fi is None:
+        raise CommandError(messages.FUNCTION_NOT_FOUND)
+    numkeys = _numkeys(args, messages.FCALL_BAD_NUMKEYS)
+    read_only, allow_oom, oom = _prepare(ctx, fi.flags, ro)
+    state = get_state(ctx.dispatcher)
+    run = ScriptRun(state, "function", fi.name, ctx, args, read_only, allow_oom, oom)
+    engine = funcs.engine
+    keys = args[3:3 + numkeys]
+    argv = args[3 + numkeys:]
+    fn = fi.fn
+    return state.run(ctx, run, lambda: engine.call(run, fn, keys, argv))
+
+
+@command("fcall")
+def fcall(ctx, args):
+    return _fcall(ctx, args, False)
+
+
+@command("fcall_ro")
+def fcall_ro(ctx, args):
+    return _fcall(ctx, args, True)
+
+
+# -- FUNCTION ----------------------------------------------------------------------------------------------
+
+def _obeys(ctx) -> bool:
+    """Replaying the journal or a snapshot (mustObeyClient): no FUNCTION LOAD timeout."""
+    srv = ctx.server
+    return ctx.replaying or srv is None or ctx.client is getattr(srv, "_apply_session", None)
+
+
+def _function_error(exc: FunctionError):
+    return CommandError("ERR " + exc.args[0])
+
+
+@command("function|load")
+def function_load(ctx, args):
+    replace = False
+    pos = 2
+    while pos < len(args) - 1:
+        opt = args[pos]
+        pos += 1
+        if opt.upper() == b"REPLACE":
+            replace = True
+            continue
+        raise CommandError("ERR Unknown option given: %s" % opt.decode("utf-8", "replace"))
+    funcs = get_functions(ctx.keyspace)
+    try:
+        name = funcs.create(args[pos], replace, 0 if _obeys(ctx) else LOAD_TIMEOUT_MS)
+    except FunctionError as exc:
+        raise _function_error(exc) from None
+    ctx.propagate_args(args)
+    return name
+
+
+@command("function|delete")
+def function_delete(ctx, args):
+    if not get_functions(ctx.keyspace).delete(args[2]):
+        raise CommandError(messages.LIBRARY_NOT_FOUND)
+    ctx.propagate_args(args)
+    return OK
+
+
+@command("function|flush")
+def function_flush(ctx, args):
+    if len(args) > 3:
+        raise CommandError(messages.SUBCOMMAND_SYNTAX.format("flush", "FUNCTION"))
+    if len(args) == 3 and args[2].upper() not in (b"SYNC", b"ASYNC"):
+        raise CommandError("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")
+    funcs = get_functions(ctx.keyspace)
+    if funcs:
+        funcs.flush()
+        ctx.propagate(b"FUNCTION", b"FLUSH")
+    return OK
+
+
+@command("function|list")
+def function_list(ctx, args):
+    with_code = False
+    pattern = None
+    i = 2
+    while i < len(args):
+        arg = args[i]
+        upper = arg.upper()
+        if not with_code and upper == b"WITHCODE":
+            with_code = True
+        elif pattern is None and upper == b"LIBRARYNAME":
+            if i >= len(args) - 1:
+                raise CommandError("ERR library name argument was not given")
+            i += 1
+            pattern = args[i]
+        else:
+            raise CommandError("ERR Unknown argument %s" % arg.decode("utf-8", "replace"))
+        i += 1
+    match = compile_glob(pattern, True) if pattern is not None else None
+    out = []
+    for lib in get_functions(ctx.keyspace).ctx.libraries.values():
+        if match is not None and not match(lib.name):
+            continue
+        entry = {b"library_name": lib.name, b"engine": b"LUA", b"functions": [
+            {b"name": fi.name, b"description": fi.desc,
+             b"flags": RespSet([name.decode() for flag, name in FLAG_NAMES if fi.flags & flag])}
+            for fi in lib.functions.values()]}
+        if with_code:
+            entry[b"library_code"] = lib.code
+        out.append(entry)
+    return out
+
+
+@command("function|dump")
+def function_dump(ctx, args):
+    return get_functions(ctx.keyspace).dump()
+
+
+@command("function|restore")
+def function_restore(ctx, args):
+    if len(args) > 4:
+        raise CommandError(messages.SUBCOMMAND_SYNTAX.format("restore", "FUNCTION"))
+    policy = b"APPEND"
+    if len(args) == 4:
+        policy = args[3].upper()
+        if policy not in (b"APPEND", b"REPLACE", b"FLUSH"):
+            raise CommandError("ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.")
+    try:
+        get_functions(ctx.keyspace).restore(args[2], policy)
+    except FunctionError as exc:
+        raise _function_error(exc) from None
+    ctx.propagate_args(args)
+    return OK
+
+
+@command("function|stats")
+def function_stats(ctx, args):
+    busy = ctx.dispatcher.busy
+    running = None
+    if busy is not None:
+        run = busy.run
+        if run.kind == "eval":
+            raise CommandError(messages.BUSY_SCRIPT)
+        running = {b"name": run.funcname, b"command": list(run.command),
+                   b"duration_ms": int((time.monotonic() - run.started) * 1000)}
+    funcs = get_functions(ctx.keyspace)
+    return {b"running_script": running,
+            b"engines": {b"LUA": {b"libraries_count": len(funcs.ctx.libraries),
+                                  b"functions_count": funcs.ctx.function_count()}}}
+
+
+@command("function|kill")
+def function_kill(ctx, args):
+    err = get_state(ctx.dispatcher).kill(False)
+    if err is not None:
+        raise CommandError(err)
+    return OK
+
+
+_FUNCTION_HELP = [
+    "LOAD [REPLACE] <FUNCTION CODE>",
+    "    Create a new library with the given library name and code.",
+    "DELETE <LIBRARY NAME>",
+    "    Delete the given library.",
+    "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+    "    Return general information on all the libraries:",
+    "    * Library name",
+    "    * The engine used to run the Library",
+    "    * Functions list",
+    "    * Library code (if WITHCODE is given)",
+    "    It also possible to get only function that matches a pattern using LIBRARYNAME argument.",
+    "STATS",
+    "    Return information about the current function running:",
+    "    * Function name",
+    "    * Command used to run the function",
+    "    * Duration in MS that the function is running",
+    "    If no function is running, return nil",
+    "    In addition, returns a list of available engines.",
+    "KILL",
+    "    Kill the current running function.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Delete all the libraries.",
+    "    When called without the optional mode argument, the behavior is determined by the",
+    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the libraries.",
+    "    * SYNC: Synchronously flush the libraries.",
+    "DUMP",
+    "    Return a serialized payload representing the current libraries, can be restored using FUNCTION "
+    "RESTORE command",
+    "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+    "    Restore the libraries represented by the given payload, it is possible to give a restore policy to",
+    "    control how to handle existing libraries (default APPEND):",
+    "    * FLUSH: delete all existing libraries.",
+    "    * APPEND: appends the restored libraries to the existing libraries. On collision, abort.",
+    "    * REPLACE: appends the restored libraries to the existing libraries, On collision, replace the old",
+    "      libraries with the new libraries (notice that even on this option there is a chance of failure",
+    "      in case of functions name collision with another library).",
+]
+
+
+@command("function|help")
+def function_help(ctx, args):
+    return _help("FUNCTION", _FUNCTION_HELP)

@@ -1,0 +1,1 @@
+"""Followers: tail the shard's journal, apply committed effects, take over as primary when elected."""

@@ -1,0 +1,293 @@
+"""A shard member on the JetStream journal: follows the journal as a replica, serves as primary while it
+holds the lease, and moves between the two as the failover controller decides.
+
+Replica: applies committed entries in order through the same code as recovery (expiry off: the primary's
+DEL effects decide), serves reads, refuses writes with -READONLY, periodically writes a snapshot to the
+object store and purges the stream below the oldest snapshot still kept.
+Primary: appends batches with its epoch, serves while its lease is valid by its own clock.
+A primary that loses its lease unexpectedly re-executes itself: its memory may hold writes that never
+committed, so it rejoins as a replica from snapshot + journal like any new node.
+"""
+
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+import time
+
+from ..cluster.controller import Controller
+from ..cluster.store import NatsStore
+from ..durability import WriteTracker
+from ..journal.base import EpochFilter
+from ..journal.jetstream import JetStreamJournal, connect
+from ..recovery import apply_payload
+
+log = logging.getLogger("durakv.replication")
+
+
+class ClusterNode:
+    def __init__(self, server):
+        self.server = server
+        cfg = server.config
+        self.shard = cfg["shard"]
+        self.az = cfg["availability-zone"]
+        self.node_id = cfg["node-id"] or "%s-%s-%d" % (self.shard, self.az, cfg["port"])
+        self.addr = "%s:%d" % (cfg["announce-ip"], cfg["port"])
+        self.servers = [s.strip() for s in cfg["journal-nats-servers"].split(",") if s.strip()]
+        self.role = "replica"
+        self.epoch = 0
+        self.lease_valid_until_ms = 0
+        self.applied_index = 0
+        self.applied_at_ms = 0
+        self.stream_last = 0
+        self.filter = EpochFilter(0)
+        self.nc = None
+        self.journal = None
+        self.store = None
+        self.controller = None
+        self.subscription = None
+        self.snapshot_index = 0
+        self.promotions = 0
+        self._task = None
+        self._snap_task = None
+        self._apply_errors = 0
+        self._last_probe = 0.0
+
+    # -- start-up -------------------------------------------------------------------------------
+    async def start(self):
+        srv = self.server
+        self.nc = await connect(self.servers, name="durakv-%s" % self.node_id)
+        self.store = await NatsStore(self.nc).open()
+        self.journal = JetStreamJournal(self.nc, self.shard)
+        await self.journal.ensure_stream()
+        await self._load_snapshot()
+        srv.keyspace.expire_enabled = False
+        srv.keyspace.hide_expired = True
+        await self._follow_from(self.applied_index)
+        await self.catch_up(timeout_s=120)
+        self.controller = Controller(self.store, self, self.shard, srv.config["lease-ttl-ms"], srv.clock_ms)
+        self._task = srv.loop.create_task(self._control_loop())
+        self._snap_task = srv.loop.create_task(self._snapshot_loop())
+        srv.tracker = WriteTracker(None, mode="none", loop=srv.loop)
+        srv.replica_of = "unknown"
+        log.info("node %s (az %s) following shard %s from index %d", self.node_id, self.az, self.shard,
+                 self.applied_index)
+
+    async def _load_snapshot(self):
+        snap = await self.store.latest_snapshot(self.shard)
+        if snap is None:
+            return
+        index, epoch, data = snap
+        from ..snapshot.format import load_snapshot
+        fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            ks = self.server.keyspace
+            saved = ks.expire_enabled
+            ks.expire_enabled = False
+            try:
+                load_snapshot(path, ks, self.server.apply_effect)
+            finally:
+                ks.expire_enabled = saved
+        finally:
+            os.unlink(path)
+        self.applied_index = self.snapshot_index = index
+        self.filter = EpochFilter(epoch)
+        self.epoch = max(self.epoch, epoch)
+        log.info("loaded snapshot of shard %s at index %d (epoch %d)", self.shard, index, epoch)
+
+    # -- following ------------------------------------------------------------------------------
+    async def _follow_from(self, after):
+        self.subscription = await self.journal.follow(after, self._on_entry)
+
+    def _on_entry(self, entry):
+        if entry.index <= self.applied_index:
+            return  # an ordered consumer restart may resend what we have
+        if self.role == "primary":
+            return
+        ks = self.server.keyspace
+        if self.filter.accept(entry):
+            ks.hide_expired = False  # effects see every stored key, expired or not, as on the primary
+            try:
+                for db_id, argv in apply_payload(entry.payload):
+                    self.server.apply_effect(db_id, argv)
+            except Exception as exc:  # noqa: BLE001 - a replica that cannot apply must not serve
+                self._apply_errors += 1
+                log.critical("replica cannot apply entry %d: %s; restarting to resync", entry.index, exc)
+                self.reexec()
+                return
+            finally:
+                ks.hide_expired = True
+        else:
+            self.epoch = max(self.epoch, self.filter.epoch)
+        self.applied_index = entry.index
+        self.applied_at_ms = self.server.clock_ms()
+
+    async def catch_up(self, timeout_s=30.0):
+        """Waits until everything committed in the stream (as of now) is applied."""
+        last = await self.journal.last_index()
+        self.stream_last = last
+        deadline = time.monotonic() + timeout_s
+        while self.applied_index < last:
+            if time.monotonic() > deadline:
+                raise TimeoutError("catch-up stalled at %d of %d" % (self.applied_index, last))
+            await asyncio.sleep(0.002)
+        return last
+
+    # -- controller loop ------------------------------------------------------------------------
+    async def _control_loop(self):
+        previous = None
+        while True:
+            reason = await self.controller.tick()
+            if reason != previous and not reason.startswith("renewed lease") and not reason.startswith(
+                    "replica of"):
+                log.info("controller: %s", reason)
+            previous = reason
+            if self.role == "replica":
+                self.server.replica_of = self.controller.primary_addr or "unknown"
+                now = time.monotonic()
+                if now - self._last_probe > 1.0:
+                    self._last_probe = now
+                    try:
+                        self.stream_last = await self.journal.last_index()
+                    except Exception:  # noqa: BLE001 - reported as lag below
+                        pass
+            await asyncio.sleep(self.controller.interval_s)
+
+    def serving_error(self):
+        """Error text if this primary must not serve now (its lease is past due by its own clock)."""
+        if self.role == "primary" and self.server.clock_ms() > self.lease_valid_until_ms:
+            return "CLUSTERDOWN The primary's lease expired; it is not serving until it is renewed"
+        return None
+
+    # -- role changes (called by the controller) ------------------------------------------------
+    async def promote(self, epoch):
+        srv = self.server
+        started = time.monotonic()
+        await self.catch_up(timeout_s=60)
+        if self.subscription is not None:
+            try:
+                await self.subscription.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+            self.subscription = None
+        # Entries may have landed between catch_up and the unsubscribe: read them too.
+        async for entry in self.journal.read(self.applied_index):
+            self._on_entry(entry)
+        self.journal.set_last(self.applied_index)
+        self.journal.epoch = epoch
+        await self.journal.open_writer()
+        self.journal.on_fenced = lambda exc: srv.loop.create_task(self.step_down(str(exc)))
+        marker_index = await self.journal.append_marker(epoch)
+        self.epoch = epoch
+        self.filter = EpochFilter(epoch)
+        self.applied_index = marker_index
+        srv.keyspace.expire_enabled = True
+        srv.keyspace.hide_expired = False
+        mode = srv.config["durability"]
+        srv.tracker = WriteTracker(self.journal, mode=mode if mode != "none" else "sync",
+                                   buffer_ms=srv.config["durability-buffer-ms"], loop=srv.loop)
+        srv.dispatcher.refuse_writes_fn = srv.tracker.refuse_writes
+        self.role = "primary"
+        srv.replica_of = None
+        self.promotions += 1
+        log.info("promoted to primary of shard %s at epoch %d (marker %d) in %.3fs", self.shard, epoch,
+                 marker_index, time.monotonic() - started)
+
+    async def step_down(self, reason):
+        if self.role != "primary":
+            return
+        log.warning("stepping down: %s; restarting as a replica", reason)
+        self.reexec()
+
+    async def hand_over(self):
+        """Planned failover: hold new writes, finish the journal, so the new primary loses nothing."""
+        srv = self.server
+        srv.writes_paused = True
+        await srv.tracker.drain(timeout_s=10)
+        await self.journal.drain(timeout_s=10)
+
+    async def become_replica(self):
+        srv = self.server
+        self.role = "replica"
+        srv.keyspace.expire_enabled = False
+        srv.keyspace.hide_expired = True
+        self.journal.stop_writer()
+        old = srv.tracker
+        srv.tracker = WriteTracker(None, mode="none", loop=srv.loop)
+        for conn in list(old.waiters):
+            conn.on_commit(old.committed)
+        srv.replica_of = "unknown"
+        self.applied_index = self.journal.commit_index
+        await self._follow_from(self.applied_index)
+        srv.writes_paused = False
+        log.info("now a replica of shard %s after handing over at index %d", self.shard, self.applied_index)
+
+    def reexec(self):
+        """Re-executes this process with the same arguments: it restarts as a replica."""
+        logging.shutdown()
+        # `-m durakv` whichever way it was started (console script or python -m): same arguments.
+        os.execv(sys.executable, [sys.executable, "-m", "durakv"] + sys.argv[1:])
+
+    # -- snapshots off the primary --------------------------------------------------------------
+    async def _snapshot_loop(self):
+        interval_ms = self.server.config["replica-snapshot-interval-ms"]
+        if not interval_ms:
+            return
+        while True:
+            await asyncio.sleep(interval_ms / 1000.0)
+            if self.role != "replica" or self.applied_index <= self.snapshot_index:
+                continue
+            try:
+                await self.snapshot_now()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("replica snapshot failed: %r", exc)
+
+    async def snapshot_now(self):
+        """Writes this replica's state at its applied index to the object store, then drops stream
+        entries that no kept snapshot needs (the two newest snapshots are kept)."""
+        from ..snapshot.format import write_snapshot
+        index = self.applied_index
+        fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
+        os.close(fd)
+        try:
+            write_snapshot(path, self.server.keyspace, index)
+            with open(path, "rb") as f:
+                data = f.read()
+        finally:
+            os.unlink(path)
+        await self.store.put_snapshot(self.shard, index, self.filter.epoch, data)
+        self.snapshot_index = index
+        kept = await self.store.snapshot_indexes(self.shard)
+        for old in kept[:-2]:
+            await self.store.delete_snapshot(self.shard, old)
+        kept = kept[-2:]
+        if kept:
+            await self.journal.truncate_before(kept[0] + 1)
+        log.info("snapshot of shard %s at index %d stored (%d bytes)", self.shard, index, len(data))
+        return index
+
+    # -- INFO -----------------------------------------------------------------------------------
+    def info_fields(self):
+        now = self.server.clock_ms()
+        c = self.controller
+        if self.role == "primary" and self.journal is not None:
+            self.applied_index = max(self.applied_index, self.journal.commit_index)
+        fields = {"durakv_node_id": self.node_id, "durakv_shard": self.shard, "availability_zone": self.az,
+                  "durakv_epoch": self.epoch, "journal_applied_index": self.applied_index,
+                  "journal_stream_last_index": self.stream_last, "lease_valid_ms":
+                  max(0, self.lease_valid_until_ms - now) if self.role == "primary" else 0,
+                  "controller_reason": c.last_reason if c else "starting", "promotions": self.promotions}
+        if self.role == "replica":
+            host, _, port = (c.primary_addr or ":0").rpartition(":") if c else ("", "", "0")
+            fields.update({"master_host": host, "master_port": port or 0,
+                           "master_link_status": "up" if self.subscription is not None else "down",
+                           "replica_lag_entries": max(0, self.stream_last - self.applied_index),
+                           "replica_lag_ms": (max(0, now - self.applied_at_ms)
+                                              if self.applied_at_ms and self.stream_last > self.applied_index
+                                              else 0),
+                           "slave_read_repl_offset": self.applied_index,
+                           "slave_repl_offset": self.applied_index})
+        return fields

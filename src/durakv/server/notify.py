@@ -1,0 +1,682 @@
+"""What the server does around a command besides running it: keyspace notifications, client-side caching
+invalidation (CLIENT TRACKING), MONITOR, the subscribed/monitor-mode command limits, CLIENT PAUSE
+postponement, CLIENT NO-TOUCH, and waking clients blocked on keys.
+
+Connections take the plain path while nothing of this is in use (`Hooks.active` false and the connection
+not `special`); otherwise every command goes through Hooks.handle.
+
+Keyspace notifications (notify-keyspace-events) are derived centrally from the command that ran and the
+effects it recorded, not from calls inside every handler. The event names are Valkey's; where an effect
+is a rewrite of the command the command name decides (SPOP recorded as SREM still says "spop", ZINCRBY
+recorded as ZADD says "zincr", INCR recorded as SET says "incrby", EXPIRE recorded as PEXPIREAT says
+"expire", SET .. EX says "set" then "expire"). Server-side expiry and eviction publish "expired" and
+"evicted" when they happen. Approximations, documented:
+  - inside MULTI/EXEC the command names are not known per effect, so a rewritten effect gives the name
+    of what it was rewritten to (SPOP in a transaction notifies "srem");
+  - "del" for a collection emptied by a removal is decided by the key's existence after the whole command;
+  - "new" (n) and "keymiss" (m) look at the command's own keys in its db before it runs (keymiss only for
+    read-only commands);
+  - commands of families this module does not know notify their effect's name in the class of its ACL
+    category (e.g. a stream effect XADD -> "xadd" in class t).
+"""
+
+import time
+
+from .. import messages
+from ..commands import registry
+from ..protocol.resp import QUEUED, Push, Raw, encode
+
+# notify-keyspace-events classes (server.h)
+K = 1 << 0
+E = 1 << 1
+G = 1 << 2
+STR = 1 << 3
+LIST = 1 << 4
+SET = 1 << 5
+HASH = 1 << 6
+ZSET = 1 << 7
+EXPIRED = 1 << 8
+EVICTED = 1 << 9
+STREAM = 1 << 10
+KEY_MISS = 1 << 11
+MODULE = 1 << 13
+NEW = 1 << 14
+ALL = G | STR | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE
+
+_CHARS = {"A": ALL, "g": G, "$": STR, "l": LIST, "s": SET, "h": HASH, "z": ZSET, "x": EXPIRED, "e": EVICTED,
+          "K": K, "E": E, "t": STREAM, "m": KEY_MISS, "d": MODULE, "n": NEW}
+
+
+def parse_notify_flags(text: str) -> int:
+    """keyspaceEventsStringToFlags: -1 if a character is not a class."""
+    flags = 0
+    for ch in text:
+        f = _CHARS.get(ch)
+        if f is None:
+            return -1
+        flags |= f
+    return flags
+
+
+def notify_flags_to_string(flags: int) -> str:
+    out = []
+    if flags & ALL == ALL:
+        out.append("A")
+    else:
+        for ch, f in (("g", G), ("$", STR), ("l", LIST), ("s", SET), ("h", HASH), ("z", ZSET), ("x", EXPIRED),
+                      ("e", EVICTED), ("t", STREAM), ("d", MODULE), ("n", NEW)):
+            if flags & f:
+                out.append(ch)
+    for ch, f in (("K", K), ("E", E), ("m", KEY_MISS)):
+        if flags & f:
+            out.append(ch)
+    return "".join(out)
+
+
+_ACL_CLASS = {"string": STR, "bitmap": STR, "hyperloglog": STR, "list": LIST, "set": SET, "hash": HASH,
+              "sortedset": ZSET, "geo": ZSET, "stream": STREAM}
+
+# effect name -> (class, event) for effects whose key is argv[1] and mean one event
+_SIMPLE = {
+    b"setrange": (STR, b"setrange"), b"append": (STR, b"append"), b"incr": (STR, b"incrby"),
+    b"decr": (STR, b"incrby"), b"incrby": (STR, b"incrby"), b"decrby": (STR, b"incrby"),
+    b"incrbyfloat": (STR, b"incrbyfloat"), b"setbit": (STR, b"setbit"), b"pfadd": (STR, b"pfadd"),
+    b"pexpireat": (G, b"expire"), b"expireat": (G, b"expire"), b"pexpire": (G, b"expire"),
+    b"expire": (G, b"expire"), b"persist": (G, b"persist"),
+    b"lpush": (LIST, b"lpush"), b"lpushx": (LIST, b"lpush"), b"rpush": (LIST, b"rpush"),
+    b"rpushx": (LIST, b"rpush"), b"linsert": (LIST, b"linsert"), b"lset": (LIST, b"lset"),
+    b"hsetnx": (HASH, b"hset"), b"hmset": (HASH, b"hset"), b"hincrby": (HASH, b"hincrby"),
+    b"hincrbyfloat": (HASH, b"hincrbyfloat"), b"sadd": (SET, b"sadd"),
+    b"sinterstore": (SET, b"sinterstore"), b"sunionstore": (SET, b"sunionstore"),
+    b"sdiffstore": (SET, b"sdiffstore"), b"zunionstore": (ZSET, b"zunionstore"),
+    b"zinterstore": (ZSET, b"zinterstore"), b"zdiffstore": (ZSET, b"zdiffstore"),
+    b"zrangestore": (ZSET, b"zrangestore"), b"sort": (LIST, b"sortstore"),
+}
+# removals: the key may be gone afterwards, then "del" follows
+_REMOVERS = {
+    b"lpop": (LIST, b"lpop"), b"rpop": (LIST, b"rpop"), b"lrem": (LIST, b"lrem"), b"ltrim": (LIST, b"ltrim"),
+    b"srem": (SET, b"srem"), b"spop": (SET, b"spop"), b"hdel": (HASH, b"hdel"), b"zrem": (ZSET, b"zrem"),
+    b"zremrangebyrank": (ZSET, b"zremrangebyrank"), b"zremrangebyscore": (ZSET, b"zremrangebyscore"),
+    b"zremrangebylex": (ZSET, b"zremrangebylex"), b"zpopmin": (ZSET, b"zpopmin"),
+    b"zpopmax": (ZSET, b"zpopmax"),
+}
+_NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish"}
+# what SET is called when another command was rewritten into it
+_SET_ORIGIN = {"incr": b"incrby", "decr": b"incrby", "incrby": b"incrby", "decrby": b"incrby",
+               "incrbyfloat": b"incrbyfloat"}
+_ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpopmax", "bzpopmax": b"zpopmax"}
+_EXPIRE_OPTS = {b"ex", b"px", b"exat", b"pxat"}
+
+_PUBSUB_ALLOWED = {"ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
+                   "punsubscribe", "quit", "reset"}
+_CLIENT_FAMILY = {"client"}
+
+
+def _resolve(args, session):
+    """The command the dispatcher will run for args, or None if it will refuse it before running
+    (unknown, arity, authentication): those refusals come first, as in Valkey."""
+    cmd = registry.TABLE.get(args[0].lower())
+    if cmd is None or (cmd.handler is None and not cmd.subcommands):
+        return None
+    if cmd.subcommands and (cmd.handler is None or len(args) > 1):
+        if len(args) < 2:
+            return None
+        sub = cmd.subcommands.get(args[1].lower())
+        if sub is None or sub.handler is None:
+            return None
+        cmd = sub
+    arity = cmd.arity
+    n = len(args)
+    if (arity > 0 and n != arity) or n < -arity:
+        return None
+    if not session.authenticated and not cmd.no_auth:
+        return None
+    return cmd
+
+
+def _top(cmd):
+    return cmd.parent if cmd.parent is not None else cmd
+
+
+def _repr(arg: bytes) -> bytes:
+    """sdscatrepr: a double-quoted, escaped string."""
+    out = bytearray(b'"')
+    for c in arg:
+        if c == 0x5C:
+            out += b"\\\\"
+        elif c == 0x22:
+            out += b'\\"'
+        elif c == 0x0A:
+            out += b"\\n"
+        elif c == 0x0D:
+            out += b"\\r"
+        elif c == 0x09:
+            out += b"\\t"
+        elif c == 0x07:
+            out += b"\\a"
+        elif c == 0x08:
+            out += b"\\b"
+        elif 0x20 <= c <= 0x7E:
+            out.append(c)
+        else:
+            out += b"\\x%02x" % c
+    out += b'"'
+    return bytes(out)
+
+
+class _DeletionLog(list):
+    """keyspace.deleted_by_server that also tells the hooks at once (for "expired"/"evicted")."""
+    __slots__ = ("hook",)
+
+    def __init__(self, hook, items=()):
+        super().__init__(items)
+        self.hook = hook
+
+    def append(self, item):
+        list.append(self, item)
+        self.hook(item)
+
+
+# -- client-side caching ------------------------------------------------------------------------------
+
+class TrackingState:
+    __slots__ = ("bcast", "optin", "optout", "noloop", "caching", "redirect", "prefixes", "broken")
+
+    def __init__(self):
+        self.bcast = self.optin = self.optout = self.noloop = self.caching = self.broken = False
+        self.redirect = 0
+        self.prefixes = []
+
+
+class _Prefix:
+    __slots__ = ("keys", "clients")
+
+    def __init__(self):
+        self.keys = {}     # key modified this loop iteration -> connection that modified it (or None)
+        self.clients = {}  # conn -> None
+
+
+class Tracking:
+    """Valkey's tracking.c: a table key -> ids of clients that read it, plus BCAST prefixes."""
+
+    def __init__(self, server):
+        self.server = server
+        self.table = {}        # key -> set of client ids (keys are tracked by name, in every db)
+        self.prefixes = {}     # prefix -> _Prefix
+        self.clients = 0
+        self._bcast_pending = False
+
+    def enable(self, conn, redirect, bcast, optin, optout, noloop, prefixes):
+        t = conn.tracking
+        if t is None:
+            t = conn.tracking = TrackingState()
+            self.clients += 1
+        t.broken = False
+        t.bcast = bcast
+        t.optin, t.optout, t.noloop = optin, optout, noloop
+        t.redirect = redirect
+        if bcast:
+            for p in (prefixes or [b""]):
+                state = self.prefixes.get(p)
+                if state is None:
+                    state = self.prefixes[p] = _Prefix()
+                if conn not in state.clients:
+                    state.clients[conn] = None
+                    t.prefixes.append(p)
+
+    def disable(self, conn):
+        t = conn.tracking
+        if t is None:
+            return
+        for p in t.prefixes:
+            state = self.prefixes.get(p)
+            if state is not None:
+                state.clients.pop(conn, None)
+                if not state.clients:
+                    del self.prefixes[p]
+        conn.tracking = None
+        self.clients -= 1
+
+    def remember(self, conn, cmd, args):
+        """After a read-only command of a (non-BCAST) tracking client: remember who read which keys."""
+        t = conn.tracking
+        if t.optin and not t.caching or t.optout and t.caching:
+            return
+        if not cmd.readonly or cmd.pubsub:
+            return
+        cid = conn.session.id
+        table = self.table
+        for key in cmd.keys(args):
+            ids = table.get(key)
+            if ids is None:
+                table[key] = {cid}
+            else:
+                ids.add(cid)
+
+    def invalidate(self, key, current, deferred):
+        """A key changed: tell the clients that read it (once), and remember it for BCAST prefixes."""
+        if self.prefixes:
+            for p, state in self.prefixes.items():
+                if key.startswith(p):
+                    state.keys[key] = current
+                    if not self._bcast_pending:
+                        self._bcast_pending = True
+                        self.server.loop.call_soon(self._broadcast)
+        ids = self.table.pop(key, None)
+        if not ids:
+            return
+        clients = self.server.clients
+        for cid in ids:
+            target = clients.get(cid)
+            if target is None:
+                continue
+            t = target.tracking
+            if t is None or t.bcast:
+                continue
+            if target is current:
+                if t.noloop:
+                    continue
+                if deferred is not None:
+                    deferred.append(key)
+                    continue
+            self.send(target, [key])
+
+    def flush(self, current, deferred):
+        """FLUSHDB/FLUSHALL: every tracking client is told everything is invalid (a null)."""
+        for conn in list(self.server.clients.values()):
+            if conn.tracking is None:
+                continue
+            if conn is current and deferred is not None:
+                deferred.append(None)
+            else:
+                self.send(conn, None)
+        self.table = {}
+
+    def _broadcast(self):
+        self._bcast_pending = False
+        for state in list(self.prefixes.values()):
+            if not state.keys:
+                continue
+            keys = state.keys
+            state.keys = {}
+            everything = list(keys)
+            for conn in list(state.clients):
+                if conn.tracking is None:
+                    continue
+                if conn.tracking.noloop:
+                    mine = [k for k, who in keys.items() if who is not conn]
+                    if mine:
+                        self.send(conn, mine)
+                else:
+                    self.send(conn, everything)
+
+    def send(self, conn, keys):
+        """sendTrackingMessage: RESP3 push 'invalidate', or a __redis__:invalidate message to a RESP2
+        redirect target in subscribed mode. keys is a list of key names or None (flush)."""
+        t = conn.tracking
+        target = conn
+        redirected = False
+        if t is not None and t.redirect:
+            target = self.server.clients.get(t.redirect)
+            if target is None:
+                t.broken = True
+                if conn.session.resp == 3:
+                    conn.push(Push([b"tracking-redir-broken", t.redirect]))
+                return
+            redirected = True
+        if target.session.resp == 3:
+            target.push(Push([b"invalidate", keys]))
+        elif redirected and target.subs is not None and target.subs.total():
+            self.server.pubsub.push_message(target, b"__redis__:invalidate", keys)
+
+
+# -- the hooks ------------------------------------------------------------------------------------------
+
+class Hooks:
+    def __init__(self, server):
+        self.server = server
+        self.active = False
+        self.notify_flags = 0
+        self.monitors = {}                 # conn -> None
+        self.tracking = Tracking(server)
+        self._server_deleted = set()       # (db_id, key) removed by expiry/eviction: no "del" for them
+        self._pre_absent = None            # keys of the running command absent before it ran
+        self._exec_queue = None            # queued commands of the running EXEC
+        self._rejected = -1                # rejected_calls of the running command before it ran
+        self._deferred = None              # invalidations for the running client, sent after its reply
+        self._monitor_feed = None          # what MONITOR shows of the running command, after its reply
+        ks = server.keyspace
+        ks.deleted_by_server = _DeletionLog(self._on_server_delete, ks.deleted_by_server)
+
+    # -- state ----------------------------------------------------------------------------------
+    def refresh(self):
+        s = self.server
+        self.active = bool(self.monitors or self.notify_flags or self.tracking.clients or s.blocking.pause_mode)
+
+    def update_special(self, conn):
+        subs = conn.subs
+        conn.special = bool((subs is not None and subs.total()) or conn.monitor or conn.no_touch
+                            or conn.tracking is not None)
+
+    def set_notify_flags(self, text):
+        flags = parse_notify_flags(text or "")
+        self.notify_flags = flags if flags > 0 else 0
+        self.refresh()
+
+    def add_monitor(self, conn):
+        self.monitors[conn] = None
+        conn.monitor = True
+        self.update_special(conn)
+        self.refresh()
+
+    def reset_client(self, conn):
+        """RESET: out of subscribed mode, tracking and MONITOR; NO-EVICT and NO-TOUCH off."""
+        self.server.pubsub.drop_client(conn)
+        if conn.tracking is not None:
+            self.tracking.disable(conn)
+        self.monitors.pop(conn, None)
+        conn.monitor = conn.no_evict = conn.no_touch = False
+        self.update_special(conn)
+        self.refresh()
+
+    def drop_client(self, conn):
+        """A connection closed: forget everything it was part of."""
+        s = self.server
+        s.blocking.drop_client(conn)
+        s.pubsub.drop_client(conn)
+        if conn.tracking is not None:
+            self.tracking.disable(conn)
+        self.monitors.pop(conn, None)
+        self.refresh()
+
+    # -- around one command -----------------------------------------------------------------------
+    def handle(self, conn, args, out):
+        """The slow path of Connection._handle."""
+        server = self.server
+        session = conn.session
+        cmd = _resolve(args, session)
+        if cmd is not None:
+            text = None
+            subs = conn.subs
+            if subs is not None and session.resp == 2 and subs.total() and _top(cmd).name not in _PUBSUB_ALLOWED:
+                text = messages.PUBSUB_CONTEXT.format(cmd.fullname)
+            elif conn.monitor and (cmd.write or cmd.readonly or "may_replicate" in cmd.flags):
+                text = messages.REPLICA_KEYSPACE
+            if text is not None:
+                session.last_interaction_ms = server.clock_ms()
+                reply, _e, _c = server.dispatcher._reject(session, cmd, text)
+                conn._emit(0, encode(reply), out)
+                return
+            if server.blocking.pause_mode is not None and server.blocking.must_postpone(cmd, session):
+                session.last_interaction_ms = server.clock_ms()
+                server.blocking.postpone(conn, args)
+                return
+        ks = server.keyspace
+        no_touch = conn.no_touch and ks.track_access is not None and (cmd is None or cmd.name != "touch")
+        if no_touch:
+            ks.track_access = None  # CLIENT NO-TOUCH: this command's lookups leave LRU/LFU alone
+        self._exec_queue = list(session.multi_queue) if (
+            cmd is not None and cmd.name == "exec" and session.in_multi) else None
+        # refused before running (unknown, arity, auth) or rejected by admission: not "executed"
+        self._rejected = cmd.rejected_calls if cmd is not None else -1
+        self._pre_absent = None
+        if cmd is not None and self.notify_flags & (NEW | KEY_MISS) and not session.in_multi:
+            db = ks.dbs[session.db_id]
+            data = db.data
+            self._pre_absent = {k for k in cmd.keys(args) if k not in data or ks.is_expired(db, k)}
+        deferred = self._deferred = []
+        self._monitor_feed = None
+        try:
+            conn._execute(args, out, server, self)
+            if self._monitor_feed is not None:
+                self._feed_monitors(conn, *self._monitor_feed)
+        finally:
+            self._monitor_feed = None
+            if no_touch:
+                policy = server.config["maxmemory-policy"]
+                ks.track_access = "lru" if policy.endswith("lru") else ("lfu" if policy.endswith("lfu") else None)
+            self._deferred = None
+            self._exec_queue = None
+        t = conn.tracking
+        if t is not None:
+            if deferred:
+                self.tracking.send(conn, deferred if None not in deferred else None)
+            if t.caching and not session.in_multi and (cmd is None or _top(cmd).name not in _CLIENT_FAMILY):
+                t.caching = False
+
+    def after(self, conn, args, cmd, reply, effects):
+        """Called by Connection._execute right after the dispatcher ran a command (before its reply
+        is emitted)."""
+        if cmd is None or reply is QUEUED:
+            if effects:
+                self.after_effects(conn, cmd, effects, args=args, pre_absent=self._pre_absent)
+            return
+        rejected = self._rejected == -1 or cmd.rejected_calls != self._rejected
+        if self.monitors and not rejected:
+            self._monitor_feed = (args, cmd, reply, self._exec_queue)  # fed once the reply is out
+        t = conn.tracking
+        if t is not None and not t.bcast and not rejected:
+            if self._exec_queue is not None:
+                if type(reply) is list:
+                    for c, a in self._exec_queue:
+                        self.tracking.remember(conn, c, a)
+            else:
+                self.tracking.remember(conn, cmd, args)
+        if self._pre_absent and self.notify_flags & KEY_MISS and cmd.readonly and not rejected:
+            db_id = conn.session.db_id
+            for key in cmd.keys(args):
+                if key in self._pre_absent:
+                    self._publish(KEY_MISS, b"keymiss", db_id, key)
+        if effects:
+            self.after_effects(conn, cmd, effects, args=args, pre_absent=self._pre_absent)
+
+    def after_effects(self, conn, cmd, effects, args=None, served=False, pre_absent=None):
+        """Everything effects cause besides the journal: notifications, invalidations, wake-ups.
+        Called for a client's command, a served blocked client (served=True) and server-side deletions."""
+        server = self.server
+        if self.notify_flags:
+            if server.pubsub.has_subscribers():
+                self._notify(cmd, args, effects, pre_absent)
+            self._server_deleted.clear()
+        tracking = self.tracking
+        if tracking.clients:
+            deferred = None if served else self._deferred
+            keys_of = server.keys_of_effect
+            for db_id, argv in effects:
+                name = argv[0].lower()
+                if name == b"flushdb" or name == b"flushall":
+                    tracking.flush(conn, deferred)
+                    continue
+                for key in keys_of(argv):
+                    tracking.invalidate(key, conn, deferred)
+        blocking = server.blocking
+        if blocking.waiting:
+            keys_of = server.keys_of_effect
+            for db_id, argv in effects:
+                name = argv[0].lower()
+                if name in (b"flushall", b"swapdb"):
+                    blocking.signal_all()
+                    continue
+                if name == b"flushdb":
+                    blocking.signal_all(db_id)
+                    continue
+                for key in keys_of(argv):
+                    blocking.signal(db_id, key)
+                if name == b"move" and len(argv) > 2:
+                    try:
+                        blocking.signal(int(argv[2]), argv[1])
+                    except ValueError:
+                        pass
+                elif name == b"copy":
+                    target = _copy_target_db(argv, db_id)
+                    if target != db_id and len(argv) > 2:
+                        blocking.signal(target, argv[2])
+            blocking.serve()
+
+    # -- MONITOR ----------------------------------------------------------------------------------
+    def _feed_monitors(self, conn, args, cmd, reply, exec_queue):
+        if exec_queue is not None and type(reply) is list:
+            for c, a in exec_queue:
+                self._feed_one(conn, c, a)
+        self._feed_one(conn, cmd, args)
+
+    def _feed_one(self, conn, cmd, args):
+        if cmd.admin or "skip_monitor" in cmd.flags:
+            return
+        top = _top(cmd).name
+        if top == "auth":
+            args = [args[0]] + [b"(redacted)"] * (len(args) - 1)
+        elif top == "hello":
+            args = list(args)
+            i = 2
+            while i < len(args):
+                opt = args[i].lower()
+                if opt == b"auth" and i + 2 < len(args):
+                    args[i + 1] = args[i + 2] = b"(redacted)"
+                    i += 3
+                elif opt == b"setname":
+                    i += 2
+                else:
+                    i += 1
+        now = time.time()
+        sec = int(now)
+        usec = int((now - sec) * 1e6)
+        s = conn.session
+        line = b"+%d.%06d [%d %s] %s\r\n" % (sec, usec, s.db_id, s.addr.encode(),
+                                             b" ".join(_repr(a) for a in args))
+        data = Raw(line)
+        for m in list(self.monitors):
+            if not m.closing:
+                m.push(data)
+
+    # -- keyspace notifications -------------------------------------------------------------------
+    def _on_server_delete(self, item):
+        if not self.notify_flags:
+            return
+        db_id, key, reason = item
+        self._server_deleted.add((db_id, key))
+        if reason == "expired":
+            self._publish(EXPIRED, b"expired", db_id, key)
+        else:
+            self._publish(EVICTED, b"evicted", db_id, key)
+
+    def _publish(self, cls, event, db_id, key):
+        flags = self.notify_flags
+        if not flags & cls:
+            return
+        pubsub = self.server.pubsub
+        if not pubsub.has_subscribers():
+            return
+        if flags & K:
+            pubsub.publish(b"__keyspace@%d__:%s" % (db_id, key), event)
+        if flags & E:
+            pubsub.publish(b"__keyevent@%d__:%s" % (db_id, event), key)
+
+    def _notify(self, cmd, args, effects, pre_absent):
+        origin = _top(cmd).name if cmd is not None else None
+        ks = self.server.keyspace
+        dbs = ks.dbs
+        server_deleted = self._server_deleted
+        new_seen = set()
+        publish = self._publish
+        for db_id, argv in effects:
+            name = argv[0].lower()
+            if name in _NONE:
+                continue
+            if name == b"del" and len(argv) == 2 and (db_id, argv[1]) in server_deleted:
+                server_deleted.discard((db_id, argv[1]))
+                continue
+            for cls, event, edb, key, may_empty in _events(name, argv, db_id, origin, args):
+                if pre_absent and key in pre_absent and (edb, key) not in new_seen and key in dbs[edb].data:
+                    new_seen.add((edb, key))
+                    publish(NEW, b"new", edb, key)
+                publish(cls, event, edb, key)
+                if may_empty and key not in dbs[edb].data:
+                    publish(G, b"del", edb, key)
+
+
+def _copy_target_db(argv, db_id):
+    i = 3
+    while i < len(argv):
+        if argv[i].lower() == b"db" and i + 1 < len(argv):
+            try:
+                return int(argv[i + 1])
+            except ValueError:
+                return db_id
+        i += 1
+    return db_id
+
+
+def _events(name, argv, db_id, origin, args):
+    """(class, event, db, key, may_have_emptied_key) for one effect."""
+    simple = _SIMPLE.get(name)
+    if simple is not None:
+        return [(simple[0], simple[1], db_id, argv[1], False)]
+    remover = _REMOVERS.get(name)
+    if remover is not None:
+        cls, event = remover
+        if name == b"srem" and origin == "spop":
+            event = b"spop"
+        elif name == b"zrem" and origin is not None:
+            if origin in _ZPOP_ORIGIN:
+                event = _ZPOP_ORIGIN[origin]
+            elif origin in ("zmpop", "bzmpop") and args is not None:
+                event = b"zpopmax" if any(a.lower() == b"max" for a in args[2:]) else b"zpopmin"
+        return [(cls, event, db_id, argv[1], True)]
+    if name == b"set":
+        if origin in _SET_ORIGIN:
+            return [(STR, _SET_ORIGIN[origin], db_id, argv[1], False)]
+        out = [(STR, b"set", db_id, argv[1], False)]
+        if any(a.lower() in _EXPIRE_OPTS for a in argv[3:]):
+            out.append((G, b"expire", db_id, argv[1], False))
+        return out
+    if name == b"mset" or name == b"msetnx":
+        return [(STR, b"set", db_id, argv[i], False) for i in range(1, len(argv) - 1, 2)]
+    if name == b"del" or name == b"unlink":
+        if origin == "spop":
+            out = []
+            for k in argv[1:]:
+                out.append((SET, b"spop", db_id, k, False))
+                out.append((G, b"del", db_id, k, False))
+            return out
+        return [(G, b"del", db_id, k, False) for k in argv[1:]]
+    if name == b"hset":
+        event = b"hincrbyfloat" if origin == "hincrbyfloat" else b"hset"
+        return [(HASH, event, db_id, argv[1], False)]
+    if name == b"zadd":
+        incr = origin == "zincrby" or (origin == "zadd" and args is not None
+                                       and any(a.lower() == b"incr" for a in args[2:]))
+        return [(ZSET, b"zincr" if incr else b"zadd", db_id, argv[1], False)]
+    if name == b"rename" or name == b"renamenx":
+        return [(G, b"rename_from", db_id, argv[1], False), (G, b"rename_to", db_id, argv[2], False)]
+    if name == b"lmove" or name == b"rpoplpush":
+        if name == b"lmove":
+            src_left = argv[3].lower() == b"left"
+            dst_left = argv[4].lower() == b"left"
+        else:
+            src_left, dst_left = False, True
+        return [(LIST, b"lpush" if dst_left else b"rpush", db_id, argv[2], False),
+                (LIST, b"lpop" if src_left else b"rpop", db_id, argv[1], True)]
+    if name == b"smove":
+        return [(SET, b"srem", db_id, argv[1], True), (SET, b"sadd", db_id, argv[2], False)]
+    if name == b"move":
+        try:
+            target = int(argv[2])
+        except (ValueError, IndexError):
+            target = db_id
+        return [(G, b"move_from", db_id, argv[1], False), (G, b"move_to", target, argv[1], False)]
+    if name == b"copy":
+        return [(G, b"copy_to", _copy_target_db(argv, db_id), argv[2], False)]
+    cmd = registry.TABLE.get(name)
+    if cmd is None or cmd.keyless:
+        return ()
+    cls = G
+    for cat in cmd.acl:
+        c = _ACL_CLASS.get(cat)
+        if c is not None:
+            cls = c
+            break
+    return [(cls, name, db_id, k, False) for k in cmd.keys(argv)]
+
+
+__all__ = ["Hooks", "parse_notify_flags", "notify_flags_to_string"]

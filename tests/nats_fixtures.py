@@ -1,0 +1,92 @@
+"""Pytest fixtures for tests against a real NATS cluster and real local durakv clusters.
+
+Use them from a test module with `from nats_fixtures import nats_cluster, local_cluster  # noqa: F401`
+(or `pytest_plugins = ["nats_fixtures"]` in conftest.py). Every process started here is stopped by pid at
+teardown; every wait is a poll with a deadline.
+"""
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from durakv.cluster.local import LocalCluster, manifest_path
+from durakv.cluster.nats_procs import NatsCluster, port_is_free
+
+
+@pytest.fixture
+def nats_cluster(tmp_path):
+    """Three NATS nodes (nats-az1..3, JetStream, sync_interval always, unique_tag az:) on free ports.
+    `.servers` is the comma-separated URL list, `.urls` a list, `.nodes` the NatsNode handles."""
+    cluster = NatsCluster(tmp_path / "nats-cluster")
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
+class ClusterFactory:
+    """local_cluster(**LocalCluster.up options) -> a running LocalCluster in its own tmp dir; down at teardown.
+    `track(dir)` registers a cluster started some other way (e.g. the CLI) for the same teardown."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        self.dirs = []
+
+    def new_dir(self):
+        d = self.tmp_path / f"cluster{len(self.dirs)}"
+        self.dirs.append(d)
+        return d
+
+    def __call__(self, **options):
+        options.setdefault("timeout_s", 60.0)
+        return LocalCluster.up(self.new_dir(), **options)
+
+    def track(self, d):
+        self.dirs.append(d)
+        return d
+
+    def teardown(self):
+        for d in self.dirs:
+            if os.path.exists(manifest_path(d)):
+                LocalCluster.load(d).down()
+
+
+@pytest.fixture
+def local_cluster(tmp_path):
+    factory = ClusterFactory(tmp_path)
+    yield factory
+    factory.teardown()
+
+
+def free_port_range(count, start=20000, stop=60000, step=97):
+    """A base port P with P..P+count-1 all free on 127.0.0.1 right now."""
+    for base in range(start + (os.getpid() % 50) * step, stop, step):
+        if all(port_is_free(p) for p in range(base, base + count)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def run(coro, timeout_s=60.0):
+    """Run a coroutine to completion (nats-py is asyncio-only) with an overall deadline."""
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+async def async_wait_for(predicate, timeout_s, what, interval_s=0.05):
+    """Await predicate() (a coroutine function) until truthy or the deadline; returns its value."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        try:
+            value = await predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+            last = exc
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out waiting for {what}" + (f": {last!r}" if last else ""))
+        await asyncio.sleep(interval_s)
