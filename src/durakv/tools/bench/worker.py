@@ -6,8 +6,9 @@ hiredis and hands each to its client, which records the latency sample and, in c
 Open loop: client c sends batch i at its *intended* time t0 + phase_c + i / batch_rate, whether or not earlier
 replies have come back (up to max_outstanding in flight), and latency is measured from that intended time, so a
 server stall is charged to every request that should have been sent during it (no coordinated omission). How
-late the generator itself was at sending is recorded separately ("send lag"). Open-loop workers use a
-select()-based loop, whose timers have microsecond resolution (epoll and libuv round timers to milliseconds).
+late the generator itself was at sending is recorded separately ("send lag"). Open-loop workers wait with
+select() on the epoll descriptor (PreciseEpollSelector): microsecond timeouts, which epoll_wait and libuv round
+to milliseconds, at the cost of one descriptor rather than one per connection.
 
 Closed loop: each client keeps `pipeline` requests in flight; latency is measured from the actual send time.
 """
@@ -16,6 +17,7 @@ import asyncio
 import math
 import os
 import random
+import select
 import selectors
 import signal
 import ssl
@@ -613,11 +615,22 @@ class Worker:
                                      "connections": sum(len(c.conns) for c in self.clients)})
 
 
+class PreciseEpollSelector(selectors.EpollSelector):
+    """epoll for readiness, but timed waits go through select() on the epoll fd itself (readable when any
+    registered descriptor has events), so a timeout of 0.3 ms is 0.3 ms and not 1 ms."""
+
+    def select(self, timeout=None):
+        if timeout is not None and timeout > 0:
+            select.select([self._selector.fileno()], [], [], timeout)
+            timeout = 0
+        return super().select(timeout)
+
+
 def make_loop(open_loop: bool):
-    """Open loop: select() (microsecond timers). Closed loop: uvloop when installed, else the default loop."""
+    """Open loop: precise timers (PreciseEpollSelector). Closed loop: uvloop when installed, else default."""
     if open_loop:
         _reduce_timer_slack()
-        return asyncio.SelectorEventLoop(selectors.SelectSelector())
+        return asyncio.SelectorEventLoop(PreciseEpollSelector())
     try:
         import uvloop
         return uvloop.new_event_loop()
@@ -650,17 +663,11 @@ def worker_main(wid, nproc, cfg, specs, queue, go, start_value):
             os.sched_setaffinity(0, set(cfg.cpus))
         except (OSError, AttributeError):
             pass
-    n_fds = len(specs) * 8 if cfg.cluster else len(specs)
-    precise = n_fds < 900
-    loop = make_loop(cfg.open_loop and precise)
+    loop = make_loop(cfg.open_loop)
     asyncio.set_event_loop(loop)
 
     async def main():
-        worker = Worker(wid, nproc, cfg, specs, queue, go, start_value)
-        if cfg.open_loop and not precise:
-            worker.note(f"{len(specs)} connections in one process: millisecond timers (select() takes < 900 "
-                        "descriptors); use more --processes for microsecond send timing")
-        await worker.run()
+        await Worker(wid, nproc, cfg, specs, queue, go, start_value).run()
 
     try:
         loop.run_until_complete(main())

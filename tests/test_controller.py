@@ -1,0 +1,157 @@
+"""The failover controller without sockets: fake store, fake node, injected clock; assertions on reasons."""
+
+import asyncio
+
+from durakv.cluster.controller import Controller
+from durakv.cluster.store import CoordinationStore, Lease, StaleRevision
+
+
+class FakeStore(CoordinationStore):
+    def __init__(self):
+        self.lease = None
+        self.revision = 0
+        self.request = None
+        self.fail_next = None
+
+    async def get_lease(self, shard):
+        if self.fail_next:
+            exc, self.fail_next = self.fail_next, None
+            raise exc
+        return self.lease, self.revision
+
+    async def put_lease(self, shard, lease, revision):
+        if revision != self.revision:
+            raise StaleRevision("stale")
+        self.lease = lease
+        self.revision += 1
+        return self.revision
+
+    async def request_failover(self, shard, to_node):
+        self.request = to_node
+
+    async def failover_request(self, shard):
+        return self.request
+
+    async def clear_failover_request(self, shard):
+        self.request = None
+
+    async def put_snapshot(self, shard, index, epoch, data):
+        raise NotImplementedError
+
+    async def latest_snapshot(self, shard):
+        return None
+
+    async def snapshot_indexes(self, shard):
+        return []
+
+    async def delete_snapshot(self, shard, index):
+        raise NotImplementedError
+
+
+class FakeNode:
+    def __init__(self, node_id):
+        self.node_id = node_id
+        self.addr = f"127.0.0.1:{7000 + int(node_id[-1])}"
+        self.az = "az" + node_id[-1]
+        self.role = "replica"
+        self.epoch = 0
+        self.lease_valid_until_ms = 0
+        self.events = []
+
+    async def promote(self, epoch):
+        self.role, self.epoch = "primary", epoch
+        self.events.append(("promote", epoch))
+
+    async def step_down(self, reason):
+        self.role = "replica"
+        self.events.append(("step_down", reason))
+
+    async def hand_over(self):
+        self.events.append(("hand_over",))
+
+    async def become_replica(self):
+        self.role = "replica"
+        self.events.append(("become_replica",))
+
+
+class Clock:
+    def __init__(self):
+        self.ms = 1_000_000
+
+    def __call__(self):
+        return self.ms
+
+
+def tick(c):
+    return asyncio.run(c.tick())
+
+
+def make(store, node, clock, ttl=2000):
+    return Controller(store, node, "0", lease_ttl_ms=ttl, clock_ms=clock)
+
+
+def test_first_node_takes_the_free_lease_and_renews():
+    store, clock = FakeStore(), Clock()
+    a = FakeNode("n1")
+    ca = make(store, a, clock)
+    assert tick(ca) == "no lease; acquired epoch 1 and promoted"
+    assert a.role == "primary" and a.epoch == 1
+    clock.ms += 300
+    assert tick(ca).startswith("renewed lease epoch 1 until")
+    assert a.lease_valid_until_ms == clock.ms + 2000 - ca.margin_ms
+
+
+def test_replica_waits_while_lease_valid_then_takes_over_with_next_epoch():
+    store, clock = FakeStore(), Clock()
+    a, b = FakeNode("n1"), FakeNode("n2")
+    ca, cb = make(store, a, clock), make(store, b, clock)
+    tick(ca)
+    assert tick(cb).startswith("replica of n1 (epoch 1")
+    clock.ms += 2000  # exactly at expiry: still within grace
+    assert tick(cb).startswith("replica of n1")
+    clock.ms += cb.grace_ms + 1
+    assert tick(cb) == "lease of n1 expired; acquired epoch 2 and promoted"
+    assert b.role == "primary" and b.epoch == 2
+    # The old primary, back, sees the lease gone and steps down.
+    assert tick(ca) == "lease lost to n2 (epoch 2); stepped down"
+    assert a.events[-1][0] == "step_down"
+
+
+def test_two_replicas_race_only_one_wins():
+    store, clock = FakeStore(), Clock()
+    b, c = FakeNode("n2"), FakeNode("n3")
+    cb, cc = make(store, b, clock), make(store, c, clock)
+    store.lease, store.revision = Lease("n1", 4, "x:1", "az1", clock.ms - 10_000), 7
+    # Both read revision 7; b writes first, c's compare-and-set must lose.
+    lease, rev = asyncio.run(store.get_lease("0"))
+    assert tick(cb) == "lease of n1 expired; acquired epoch 5 and promoted"
+    store_lease_after_b = store.lease
+
+    async def c_races_with_stale_revision():
+        return await cc._replica_tick(lease, rev)
+    assert asyncio.run(c_races_with_stale_revision()) == "lost the race for the expired lease"
+    assert store.lease == store_lease_after_b and c.role == "replica"
+
+
+def test_planned_handover():
+    store, clock = FakeStore(), Clock()
+    a, b = FakeNode("n1"), FakeNode("n2")
+    ca, cb = make(store, a, clock), make(store, b, clock)
+    tick(ca)
+    tick(cb)
+    asyncio.run(store.request_failover("0", "n2"))
+    assert tick(ca) == "handed the lease over to n2 (epoch 2)"
+    assert [e[0] for e in a.events[-2:]] == ["hand_over", "become_replica"] and a.role == "replica"
+    assert tick(cb) == "promoted by planned handover (epoch 2)"
+    assert b.role == "primary" and store.lease.addr == b.addr and store.request is None
+    assert tick(ca).startswith("replica of n2 (epoch 2")
+
+
+def test_store_unreachable_is_a_reason_not_a_crash():
+    store, clock = FakeStore(), Clock()
+    a = FakeNode("n1")
+    ca = make(store, a, clock)
+    tick(ca)
+    store.fail_next = TimeoutError("nats down")
+    assert tick(ca) == "coordination store unreachable (TimeoutError: nats down)"
+    assert a.role == "primary"  # it keeps serving only until its own lease_valid_until_ms
