@@ -13,6 +13,9 @@ import time
 import pytest
 import valkey
 
+# NATS cluster fixtures (nats_cluster, local_cluster, module_nats) for the multi-AZ tests.
+pytest_plugins = ["nats_fixtures", "nats_procs_fixture"]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -14,7 +14,7 @@ from nats.js.api import StorageType
 
 from durakv.cluster.local import LocalCluster, manifest_path, parse_info
 from durakv.cluster.nats_procs import http_json, pid_alive, wait_for
-from nats_fixtures import free_port_range, local_cluster, nats_cluster, run, async_wait_for  # noqa: F401
+from nats_fixtures import async_wait_for, free_port_range, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATS_NAMES = {"nats-az1", "nats-az2", "nats-az3"}

@@ -11,7 +11,6 @@ import valkey
 
 from cluster_util import acked_count, missing_acked, start_writers, wait_new_primary
 from conftest import wait_until
-from nats_fixtures import local_cluster  # noqa: F401
 
 STREAM = "DURAKV_SHARD_0"
 
@@ -39,7 +38,7 @@ def _check_no_loss(cluster, writers):
         wait_until(lambda r=replica: not missing_acked(r.port, writers), 20, what=f"{replica.name} caught up")
 
 
-def test_kill9_primary_under_sync_writers(local_cluster):  # noqa: F811
+def test_kill9_primary_under_sync_writers(local_cluster):
     cluster = local_cluster(durability="sync")
     old = cluster.primary(0)
     stop = threading.Event()
@@ -55,7 +54,7 @@ def test_kill9_primary_under_sync_writers(local_cluster):  # noqa: F811
     wait_until(lambda: cluster.get(old.name).role() == "slave", 30, what="old primary rejoined as replica")
 
 
-def test_kill9_of_the_stream_leader(local_cluster):  # noqa: F811
+def test_kill9_of_the_stream_leader(local_cluster):
     cluster = local_cluster(durability="sync")
     stop = threading.Event()
     writers = _run_writers_until(cluster, 8, 1000, stop)
@@ -67,7 +66,7 @@ def test_kill9_of_the_stream_leader(local_cluster):  # noqa: F811
     cluster.restart(leader)
 
 
-def test_whole_az_power_loss(local_cluster):  # noqa: F811
+def test_whole_az_power_loss(local_cluster):
     cluster = local_cluster(durability="sync")
     primary = cluster.primary(0)
     az = primary.az  # the AZ of the primary (and its NATS node): the worst single-AZ loss
@@ -82,7 +81,7 @@ def test_whole_az_power_loss(local_cluster):  # noqa: F811
     _check_no_loss(cluster, writers)
 
 
-def test_paused_primary_is_fenced(local_cluster):  # noqa: F811
+def test_paused_primary_is_fenced(local_cluster):
     cluster = local_cluster(durability="sync")
     old = cluster.primary(0)
     c_old = valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=30)
@@ -120,7 +119,7 @@ def test_paused_primary_is_fenced(local_cluster):  # noqa: F811
     c_old.close()
 
 
-def test_planned_failover_under_load_without_errors(local_cluster):  # noqa: F811
+def test_planned_failover_under_load_without_errors(local_cluster):
     cluster = local_cluster(durability="sync")
     old = cluster.primary(0)
     stop = threading.Event()
@@ -139,7 +138,7 @@ def test_planned_failover_under_load_without_errors(local_cluster):  # noqa: F81
     assert old.role() == "slave"
 
 
-def test_async_loss_is_bounded_by_lag(local_cluster):  # noqa: F811
+def test_async_loss_is_bounded_by_lag(local_cluster):
     cluster = local_cluster(durability="async")
     old = cluster.primary(0)
     stop = threading.Event()
@@ -158,7 +157,7 @@ def test_async_loss_is_bounded_by_lag(local_cluster):  # noqa: F811
     print(f"async: {len(missing)} of {acked_count(writers)} acknowledged writes lost; lag seen {lag_ms} ms")
 
 
-def test_replica_catches_up_from_snapshot_and_journal(local_cluster):  # noqa: F811
+def test_replica_catches_up_from_snapshot_and_journal(local_cluster):
     cluster = local_cluster(durability="sync")
     primary = cluster.primary(0)
     replica, other = cluster.replicas(0)[:2]

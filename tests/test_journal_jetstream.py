@@ -10,11 +10,10 @@ import pytest
 from durakv.journal.base import Entry, EpochFilter, JournalFenced
 from durakv.journal.jetstream import JetStreamJournal
 from journal_contract import JournalContract
-from nats_procs_fixture import module_nats  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
-def _servers(request, module_nats):  # noqa: F811
+def _servers(request, module_nats):
     if request.instance is not None:
         request.instance.servers = module_nats.urls
 
@@ -61,7 +60,7 @@ def _run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
-def test_marker_fences_a_stale_writer(module_nats, tmp_path):  # noqa: F811
+def test_marker_fences_a_stale_writer(module_nats, tmp_path):
     """Old writer A (epoch 1) appends; new writer B reads to the end and appends its epoch-2 marker; A's
     next appends are rejected (fenced), never land, and A learns it was deposed."""
     shard = shard_for(tmp_path)
@@ -94,7 +93,7 @@ def test_marker_fences_a_stale_writer(module_nats, tmp_path):  # noqa: F811
     _run(main())
 
 
-def test_stale_append_landing_before_the_marker_is_kept_and_marker_retries(module_nats, tmp_path):  # noqa: F811
+def test_stale_append_landing_before_the_marker_is_kept_and_marker_retries(module_nats, tmp_path):
     """If the old writer's in-flight append lands between the new writer's read and its marker, the marker
     is rejected, the new writer reads the tail (older epoch only), keeps that entry and retries after it."""
     shard = shard_for(tmp_path)
@@ -118,7 +117,7 @@ def test_stale_append_landing_before_the_marker_is_kept_and_marker_retries(modul
     _run(main())
 
 
-def test_reader_ignores_entries_older_than_the_newest_marker(module_nats):  # noqa: F811
+def test_reader_ignores_entries_older_than_the_newest_marker(module_nats):
     f = EpochFilter()
     seq = [Entry(1, 1, b""), Entry(2, 1, b"x"), Entry(3, 2, b""), Entry(4, 1, b"late"), Entry(5, 2, b"y")]
     assert [e.payload for e in seq if f.accept(e)] == [b"x", b"y"]
