@@ -1,69 +1,13 @@
 """List commands against a real server (valkey-py, RESP2 and RESP3) plus effect determinism."""
 
-import socket
 
-import pytest
-import valkey
 
 from replay_util import run_and_replay
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def raw(client, *args):
-    """The reply without valkey-py's per-command response callbacks."""
-    conn = client.connection_pool.get_connection("_")
-    try:
-        conn.send_command(*args)
-        return conn.read_response()
-    finally:
-        client.connection_pool.release(conn)
-
-
-def _encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-def _read_reply(f):
-    line = f.readline()
-    t = line[:1]
-    if t in (b"$", b"=", b"!"):
-        n = int(line[1:-2])
-        return line if n < 0 else line + f.read(n + 2)
-    if t in (b"*", b"~", b">", b"%", b"|"):
-        n = int(line[1:-2])
-        if n < 0:
-            return line
-        if t in (b"%", b"|"):
-            n *= 2
-        return line + b"".join(_read_reply(f) for _ in range(n))
-    return line
-
-
-def wire(client, *args):
-    """The exact bytes of the reply to one command, sent with the client's protocol."""
-    kw = client.connection_pool.connection_kwargs
-    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
-        f = s.makefile("rb")
-        if kw.get("protocol") == 3:
-            s.sendall(_encode(["HELLO", "3"]))
-            _read_reply(f)
-        s.sendall(_encode(args))
-        return _read_reply(f)
-
-
-def resp3(client) -> bool:
-    return client.connection_pool.connection_kwargs.get("protocol") == 3
-
-
-def err(client, *args):
-    with pytest.raises(valkey.ResponseError) as info:
-        raw(client, *args)
-    return str(info.value)
+from wire_util import err, raw, resp3, wire  # noqa: F401
 
 
 NULL_BULK = {False: b"$-1\r\n", True: b"_\r\n"}

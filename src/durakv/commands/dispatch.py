@@ -9,7 +9,7 @@ import time
 
 from .. import messages
 from ..errors import CommandError
-from ..keyspace.db import estimate_key
+from ..keyspace.db import estimate_key, estimate_key_overhead
 from ..protocol.resp import QUEUED, ErrorReply, OK, NullArray
 from . import registry
 from .base import Context
@@ -18,6 +18,8 @@ from .introspection import Monitors
 # Allowed while a transaction is being queued; they act at once.
 _MULTI_IMMEDIATE = {b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"}
 _NO_KEY_COMMANDS_TOUCH_ALL = {b"flushdb", b"flushall", b"swapdb"}
+# estimate_key(k, v) for a string value, inlined on the write path: this constant + len(k) + len(v).
+_STRING_KEY_COST = estimate_key_overhead(b"")
 
 
 def _arg_preview(args):
@@ -148,10 +150,12 @@ class Dispatcher:
         db = ctx.db
         if cmd.write:
             key_idx = cmd.key_indexes(args)
+            lookup = keyspace.lookup
             for i in key_idx:
-                v = keyspace.lookup(db, args[i])  # lazy expiry first, so the handler sees live keys
+                k = args[i]
+                v = lookup(db, k)  # lazy expiry first, so the handler sees live keys
                 if v is not None:
-                    before += estimate_key(args[i], v)
+                    before += (_STRING_KEY_COST + len(k) + len(v)) if type(v) is bytes else estimate_key(k, v)
         started = self.perf_counter()
         try:
             reply = cmd.handler(ctx, args)
@@ -176,9 +180,10 @@ class Dispatcher:
             db = ctx.db
             data = db.data
             for i in key_idx:
-                v = data.get(args[i])
+                k = args[i]
+                v = data.get(k)
                 if v is not None:
-                    after += estimate_key(args[i], v)
+                    after += (_STRING_KEY_COST + len(k) + len(v)) if type(v) is bytes else estimate_key(k, v)
             keyspace.used_bytes += after - before
         effects = ctx.take_effects() if (ctx.effects or keyspace.deleted_by_server) else ()
         if effects and self.watchers:

@@ -12,7 +12,7 @@ class Command:
     __slots__ = ("name", "fullname", "handler", "arity", "flags", "acl", "key_specs", "spec",
                  "subcommands", "parent", "write", "readonly", "denyoom", "admin", "noscript",
                  "no_auth", "no_multi", "loading", "stale", "pubsub", "blocking", "simple_keys",
-                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless")
+                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -44,9 +44,17 @@ class Command:
         # Fast path for the common shape: keys at fixed positions first..last step.
         self.simple_keys = _simple_range(self.key_specs)
         self.keyless = not self.key_specs
+        # The commonest shape of all (GET, SET, HSET, ...): keys at positions known in advance.
+        self.fixed_keys = None
+        if self.simple_keys is not None and self.simple_keys[1] >= 0:
+            first, last, step = self.simple_keys
+            self.fixed_keys = tuple(range(first, last + 1, step))
 
     def key_indexes(self, args):
         """Positions of the keys in args (args[0] is the command name), per the key specs."""
+        fixed = self.fixed_keys
+        if fixed is not None and len(args) > fixed[-1]:
+            return fixed
         simple = self.simple_keys
         if simple is not None:
             first, last, step = simple

@@ -54,6 +54,11 @@ def estimate_key(key: bytes, value) -> int:
     return _KEY_OVERHEAD + _BYTES_HEADER + len(key) + estimate_value(value)
 
 
+def estimate_key_overhead(value: bytes) -> int:
+    """estimate_key(k, v) - len(k) - len(v) for a string value (the dispatcher inlines it)."""
+    return estimate_key(b"", value) - len(value)
+
+
 class Db:
     """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
 

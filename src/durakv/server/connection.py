@@ -107,6 +107,7 @@ class Connection(asyncio.Protocol):
     def _process(self, commands, error):
         out = self.out = []
         server = self.server
+        server.now_ms = server.clock_ms()  # one clock read per batch of requests (idle accounting)
         try:
             for i, args in enumerate(commands):
                 self._handle(args, out, server)
@@ -139,7 +140,7 @@ class Connection(asyncio.Protocol):
 
     def _execute(self, args, out, server, hooks):
         session = self.session
-        session.last_interaction_ms = server.clock_ms()
+        session.last_interaction_ms = server.now_ms
         reply, effects, cmd = server.dispatcher.execute(session, args)
         tracker = server.tracker
         index = 0
@@ -165,6 +166,8 @@ class Connection(asyncio.Protocol):
         t = type(reply)
         if t is _RAW:
             data = reply
+        elif t is bytes:
+            data = b"$%d\r\n%s\r\n" % (len(reply), reply)
         elif t is Blocked:
             server.blocking.block(self, reply, cmd, args)  # parked: the reply comes when it is served
             return

@@ -53,6 +53,7 @@ class Server:
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
         self.replica_of = None             # set by replication (later); None = primary
         self.active_expire_enabled = True
+        self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
         self.writes_paused = False
         self._apply_session = Session(authenticated=True)
@@ -109,6 +110,9 @@ class Server:
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
+        # The journal thread needs the GIL back the moment its fsync returns, or every sync reply waits
+        # for the interpreter's 5 ms switch interval while the event loop serves other clients.
+        sys.setswitchinterval(0.0002)
         self.loop = asyncio.get_running_loop()
         self.shutdown_event = asyncio.Event()
         os.makedirs(self.dir, exist_ok=True)
