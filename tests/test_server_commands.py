@@ -223,3 +223,34 @@ def test_time_lastsave(r):
 
 def _s(x):
     return x.decode() if isinstance(x, bytes) else x
+
+
+def test_swapdb_and_role(r):
+    r.set("in0", "a")
+    r.execute_command("SELECT", 1)
+    r.set("in1", "b")
+    r.execute_command("SELECT", 0)
+    assert r.swapdb(0, 1)
+    assert r.get("in1") == b"b" and r.get("in0") is None
+    r.execute_command("SELECT", 1)
+    assert r.get("in0") == b"a"
+    r.execute_command("SELECT", 0)
+    with pytest.raises(valkey.ResponseError, match="DB index is out of range"):
+        r.swapdb(0, 99)
+    with pytest.raises(valkey.ResponseError, match="invalid first DB index"):
+        r.execute_command("SWAPDB", "x", "1")
+    role = r.execute_command("ROLE")
+    assert role[0] == b"master" and isinstance(role[1], int)
+
+
+def test_swapdb_replays_from_the_journal(server_factory):
+    srv = server_factory("--durability", "sync")
+    with srv.client() as c:
+        c.set("k", "db0")
+        c.swapdb(0, 2)
+    srv.kill()
+    srv.start()
+    with srv.client() as c:
+        assert c.get("k") is None
+        c.execute_command("SELECT", 2)
+        assert c.get("k") == b"db0"

@@ -397,3 +397,38 @@ def command_help(ctx, args):
             b"GETKEYS <full-command>", b"    Return the keys from a full command.",
             b"GETKEYSANDFLAGS <full-command>", b"    Return the keys and the access flags from a full command.",
             b"HELP", b"    Print this help."]
+
+
+# -- SWAPDB / ROLE ------------------------------------------------------------------------------
+
+@command("swapdb")
+def swapdb(ctx, args):
+    dbs = ctx.keyspace.dbs
+    try:
+        a = parse_int(args[1], "ERR invalid first DB index")
+        b = parse_int(args[2], "ERR invalid second DB index")
+    except CommandError:
+        raise
+    if not (0 <= a < len(dbs)) or not (0 <= b < len(dbs)):
+        raise CommandError(messages.DB_INDEX_OUT_OF_RANGE)
+    if a != b:
+        # Swap the contents, not the Db objects: every client context keeps pointing at "db a".
+        da, db_ = dbs[a], dbs[b]
+        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses"):
+            va, vb = getattr(da, field), getattr(db_, field)
+            setattr(da, field, vb)
+            setattr(db_, field, va)
+    ctx.propagate(b"SWAPDB", b"%d" % a, b"%d" % b)
+    return OK
+
+
+@command("role")
+def role(ctx, args):
+    srv = ctx.server
+    node = getattr(srv, "cluster_node", None) if srv is not None else None
+    if node is not None and node.role == "replica":
+        c = node.controller
+        host, _, port = ((c.primary_addr if c else None) or ":0").rpartition(":")
+        return [b"slave", host.encode(), int(port or 0), b"connected", node.applied_index]
+    offset = node.applied_index if node is not None else (srv.tracker.committed if srv and srv.tracker else 0)
+    return [b"master", offset, []]
