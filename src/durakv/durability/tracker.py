@@ -112,7 +112,7 @@ class WriteTracker:
     def _on_appended(self, index, fut):
         self._in_flight = False
         if self._batch_index and self.failed is None:
-            self.loop.call_soon(self._close_batch)
+            self._close_batch()  # what gathered during the append leaves now, not an iteration later
         exc = fut.exception()
         if exc is not None:
             # A journal that cannot persist must never acknowledge: hold every later reply and

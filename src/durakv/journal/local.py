@@ -257,12 +257,14 @@ class LocalJournal(Journal):
     (segment fsyncs), `dir_fsync_count`, `write_count` (os.write calls of batches), `batch_count`,
     `torn_tail_cuts`; `writing` is True while a batch is being written/fsynced."""
 
-    def __init__(self, dir, segment_bytes=DEFAULT_SEGMENT_BYTES, fsync=True):
+    def __init__(self, dir, segment_bytes=DEFAULT_SEGMENT_BYTES, fsync=True, group_per_iteration=True):
         self.data_dir = os.fspath(dir)
         self.dir = journal_dir(dir)
         self.segment_bytes = segment_bytes
         self.fsync = fsync
         self.stall_ms = 0
+        self.group_per_iteration = group_per_iteration
+        self._kick_scheduled = False
         self.fsync_count = 0
         self.dir_fsync_count = 0
         self.write_count = 0
@@ -276,8 +278,7 @@ class LocalJournal(Journal):
         self._commit = 0
         self._next = 1
         self._pending = []
-        self._wake = None
-        self._task = None
+        self._idle = None
         self._loop = None
         self._executor = None
         self._open = False
@@ -327,9 +328,9 @@ class LocalJournal(Journal):
             raise
         self._failed = None
         self._pending = []
-        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._open = True
-        self._task = self._loop.create_task(self._writer(), name="durakv-journal-writer")
 
     def _recover(self, base_index):
         os.makedirs(self.dir, exist_ok=True)
@@ -399,7 +400,7 @@ class LocalJournal(Journal):
         self._next = index + 1
         fut = self._loop.create_future()
         self._pending.append((_APPEND, index, payload, encode_header(index, epoch, payload), fut))
-        self._wake.set()
+        self._kick()
         return fut
 
     def rotate(self):
@@ -413,50 +414,76 @@ class LocalJournal(Journal):
             raise JournalFailed(str(self._failed))
         fut = self._loop.create_future()
         self._pending.append((_ROTATE, self._next, None, None, fut))
-        self._wake.set()
+        self._kick()
         return fut
 
-    async def _writer(self):
-        loop = self._loop
-        wake = self._wake
-        while True:
-            if not self._pending:
-                if not self._open:
-                    return
-                wake.clear()
-                await wake.wait()
-                continue
-            items = self._pending
-            self._pending = []
-            self.writing = True
-            self._inflight = len(items)
-            try:
-                await loop.run_in_executor(self._executor, self._write_items, items)
-            except BaseException as exc:
-                self.writing = False
-                self._inflight = 0
-                failure = JournalFailed("journal write failed: %s: %s" % (type(exc).__name__, exc))
-                failure.__cause__ = exc
-                self._failed = failure
-                log.error("journal %s: %s; appends are refused until it is reopened", self.dir, failure)
-                for item in items + self._pending:
-                    fut = item[4]
-                    if not fut.done():
-                        fut.set_exception(failure)
-                self._pending = []
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                return
-            self.writing = False
-            self._inflight = 0
-            commit = self._commit
-            for kind, index, _payload, _header, fut in items:
-                if kind == _APPEND:
-                    commit = index
-            self._commit = commit
-            for kind, index, _payload, _header, fut in items:
+    def _kick(self):
+        """Hands everything queued to the journal thread as one batch, unless a batch is in progress
+        (group commit: what arrives meanwhile forms the next batch). Called on the event loop.
+
+        With group_per_iteration (the default) the batch leaves at the end of the loop iteration, so
+        appends issued together share one write and fsync. The server's write tracker already makes one
+        append per iteration and turns this off to save that hop."""
+        if self.writing or not self._pending or self._failed is not None:
+            return
+        if self.group_per_iteration and not self._kick_scheduled:
+            self._kick_scheduled = True
+            self._loop.call_soon(self._kick_now)
+            return
+        if not self._kick_scheduled:
+            self._kick_now()
+
+    def _kick_now(self):
+        self._kick_scheduled = False
+        if self.writing or not self._pending or self._failed is not None:
+            return
+        items = self._pending
+        self._pending = []
+        self.writing = True
+        self._inflight = len(items)
+        self._idle.clear()
+        self._executor.submit(self._thread_batch, items)
+
+    def _thread_batch(self, items):
+        """Runs in the journal thread: write + fsync, then completes the batch on the event loop in one
+        hop (no task or executor-future round trips, which each cost an event-loop iteration)."""
+        try:
+            self._write_items(items)
+            exc = None
+        except BaseException as e:  # noqa: BLE001 - reported on the loop
+            exc = e
+        try:
+            self._loop.call_soon_threadsafe(self._batch_done, items, exc)
+        except RuntimeError:
+            pass  # the loop is gone: the process is exiting
+
+    def _batch_done(self, items, exc):
+        self.writing = False
+        self._inflight = 0
+        if exc is not None:
+            failure = JournalFailed("journal write failed: %s: %s" % (type(exc).__name__, exc))
+            failure.__cause__ = exc
+            self._failed = failure
+            log.error("journal %s: %s; appends are refused until it is reopened", self.dir, failure)
+            for item in items + self._pending:
+                fut = item[4]
                 if not fut.done():
-                    fut.set_result(index)
+                    fut.set_exception(failure)
+            self._pending = []
+            self._idle.set()
+            return
+        commit = self._commit
+        for kind, index, _payload, _header, _fut in items:
+            if kind == _APPEND:
+                commit = index
+        self._commit = commit
+        for kind, index, _payload, _header, fut in items:
+            if not fut.done():
+                fut.set_result(index)
+        if self._pending:
+            self._kick_now()  # appends that arrived during the fsync: the next batch, at once
+        else:
+            self._idle.set()
 
     def _write_items(self, items):
         """Runs in the journal thread: writes and fsyncs a batch, rotating segments as needed."""
@@ -577,12 +604,10 @@ class LocalJournal(Journal):
         if not self._open:
             return
         self._open = False
-        self._wake.set()
         try:
-            if self._task is not None:
-                await self._task
+            self._kick_now()
+            await self._idle.wait()
         finally:
-            self._task = None
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

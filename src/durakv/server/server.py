@@ -135,7 +135,7 @@ class Server:
         if mode != "none":
             from ..journal.local import LocalJournal
             self.journal = LocalJournal(os.path.join(self.dir), segment_bytes=self.config["journal-segment-bytes"],
-                                        fsync=self.config["journal-fsync"])
+                                        fsync=self.config["journal-fsync"], group_per_iteration=False)
             await self.journal.open(base_index=last_index)
             self.snapshot_journal_bytes = self.journal.bytes_size
         self.tracker = WriteTracker(self.journal, mode=mode, buffer_ms=self.config["durability-buffer-ms"],
