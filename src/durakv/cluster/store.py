@@ -8,6 +8,7 @@ what any other node can observe, so two primaries never serve at once on a clock
 """
 
 import abc
+import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -91,29 +92,42 @@ class NatsStore(CoordinationStore):
     def __init__(self, nc, replicas=3, clock_ms=None):
         self.nc = nc
         self.js = nc.jetstream(timeout=5.0)
+        # Lease reads and writes must fail fast while the KV bucket elects a leader (an AZ loss), so the
+        # controller's next tick retries instead of one request waiting out a long timeout.
+        self.js_fast = nc.jetstream(timeout=1.0)
         self.replicas = replicas
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.kv = None
         self.obs = None
 
-    async def open(self):
+    async def open(self, timeout_s: float = 60.0):
+        """Opens (creating if needed) the lease bucket and the snapshot bucket, retrying until the
+        deadline while the NATS cluster is still forming."""
         from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType
-        try:
-            self.kv = await self.js.key_value(self.LEASES)
-        except Exception:  # noqa: BLE001 - bucket absent
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_exc = None
+        while loop.time() < deadline and (self.kv is None or self.obs is None):
             try:
-                self.kv = await self.js.create_key_value(KeyValueConfig(
-                    bucket=self.LEASES, history=1, replicas=self.replicas, storage=StorageType.FILE))
-            except Exception:  # noqa: BLE001 - created concurrently by another node
-                self.kv = await self.js.key_value(self.LEASES)
-        try:
-            self.obs = await self.js.object_store(self.SNAPSHOTS)
-        except Exception:  # noqa: BLE001
-            try:
-                self.obs = await self.js.create_object_store(self.SNAPSHOTS, ObjectStoreConfig(
-                    bucket=self.SNAPSHOTS, replicas=self.replicas, storage=StorageType.FILE))
-            except Exception:  # noqa: BLE001
-                self.obs = await self.js.object_store(self.SNAPSHOTS)
+                if self.kv is None:
+                    try:
+                        self.kv = await self.js.key_value(self.LEASES)
+                    except Exception:  # noqa: BLE001 - absent: create it
+                        self.kv = await self.js.create_key_value(KeyValueConfig(
+                            bucket=self.LEASES, history=1, replicas=self.replicas, storage=StorageType.FILE))
+                if self.obs is None:
+                    try:
+                        self.obs = await self.js.object_store(self.SNAPSHOTS)
+                    except Exception:  # noqa: BLE001
+                        self.obs = await self.js.create_object_store(self.SNAPSHOTS, ObjectStoreConfig(
+                            bucket=self.SNAPSHOTS, replicas=self.replicas, storage=StorageType.FILE))
+            except Exception as exc:  # noqa: BLE001 - created concurrently, or JetStream not ready
+                last_exc = exc
+                await asyncio.sleep(0.2)
+        if self.kv is None or self.obs is None:
+            raise TimeoutError("coordination buckets unavailable: %r" % (last_exc,))
+        # Lease reads and writes go through the context with short requests (see js_fast).
+        self.kv = await self.js_fast.key_value(self.LEASES)
         return self
 
     @staticmethod

@@ -79,19 +79,31 @@ class JetStreamJournal(Journal):
         self.retries = 0
 
     # -- setup ----------------------------------------------------------------------------------
-    async def ensure_stream(self):
+    async def ensure_stream(self, timeout_s: float = 60.0):
+        """Creates the shard's stream if it does not exist. Retried until the deadline: right after a
+        cluster starts (or while an AZ is down) JetStream may not place an R3 stream yet."""
         from nats.js.api import StorageType, StreamConfig
         from nats.js.errors import NotFoundError
-        try:
-            info = await self.js.stream_info(self.stream)
-        except NotFoundError:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_exc = None
+        while loop.time() < deadline:
+            try:
+                return await self.js.stream_info(self.stream)
+            except NotFoundError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - no JetStream leader yet, timeouts
+                last_exc = exc
+                await asyncio.sleep(0.2)
+                continue
             cfg = StreamConfig(name=self.stream, subjects=[self.subject], storage=StorageType.FILE,
                                num_replicas=self.replicas, allow_direct=True)
             try:
-                info = await self.js.add_stream(cfg)
-            except Exception:  # noqa: BLE001 - another node created it first
-                info = await self.js.stream_info(self.stream)
-        return info
+                return await self.js.add_stream(cfg)
+            except Exception as exc:  # noqa: BLE001 - created concurrently, or not placeable yet
+                last_exc = exc
+                await asyncio.sleep(0.2)
+        raise TimeoutError("stream %s could not be created or found: %r" % (self.stream, last_exc))
 
     async def refresh(self):
         info = await self.js.stream_info(self.stream)

@@ -59,7 +59,8 @@ class ClusterNode:
         srv = self.server
         self.nc = await connect(self.servers, name="durakv-%s" % self.node_id)
         self.store = await NatsStore(self.nc).open()
-        self.journal = JetStreamJournal(self.nc, self.shard)
+        # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
+        self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0)
         await self.journal.ensure_stream()
         await self._load_snapshot()
         srv.keyspace.expire_enabled = False
