@@ -994,3 +994,12 @@ def test_stream_copy_and_id_list_compaction():
     assert len(big.ids.a) <= 2 * 50 + 33
     assert loc("XDEL", "big", "1951-0", "1975-0") == 2
     assert [e[0] for e in loc("XRANGE", "big", "-", "+", "COUNT", "2")] == [b"1952-0", b"1953-0"]
+
+
+def test_copy_of_a_stream_is_independent(r):
+    r.xadd("src-stream", {"a": "1"}, id="1-1")
+    r.xgroup_create("src-stream", "g", id="0")
+    assert r.copy("src-stream", "dst-stream") == 1
+    r.xadd("src-stream", {"b": "2"}, id="2-1")
+    assert r.xlen("dst-stream") == 1 and r.xlen("src-stream") == 2
+    assert [g["name"] for g in r.xinfo_groups("dst-stream")] in ([b"g"], ["g"])

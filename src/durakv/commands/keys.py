@@ -15,6 +15,7 @@ from ..keyspace import ZSet, type_name
 from ..keyspace.db import estimate_key
 from ..keyspace.glob import compile_glob
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
+from ..keyspace.stream import Stream
 from ..protocol.resp import OK
 from .base import INT64_MAX, parse_int, syntax_error
 from .registry import command
@@ -53,7 +54,7 @@ def _duplicate(value):
         return deque(value)
     if t is set:
         return value.copy()
-    if t is ZSet:
+    if t is ZSet or t is Stream:
         return value.copy()
     raise TypeError(f"cannot copy a {t.__name__}")
 
