@@ -135,3 +135,23 @@ def test_pipelining_many_commands_in_one_write(shared_server):
 def test_inline_commands(shared_server):
     out = _raw_exchange(shared_server.port, b"SET inl 'a b'\r\nGET inl\r\nQUIT\r\n")
     assert out == b"+OK\r\n$3\r\na b\r\n+OK\r\n"
+
+
+def test_limits_lift_after_auth(server_factory):
+    srv = server_factory("--requirepass", "pw", password="pw")
+    big = b"v" * 100000
+    payload = (b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n"
+               + b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n%s\r\n" % (len(big), big)
+               + b"*13\r\n$4\r\nMSET\r\n" + b"$1\r\na\r\n$1\r\n1\r\n" * 6)
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+        s.sendall(payload)
+        s.settimeout(5)
+        out = b""
+        while out.count(b"+OK\r\n") < 3:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    assert out == b"+OK\r\n+OK\r\n+OK\r\n"
+    with srv.client(password="pw") as c:
+        assert c.strlen("big") == 100000

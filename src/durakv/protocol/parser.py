@@ -57,11 +57,9 @@ class RequestParser:
             return commands, str(exc)
         if not self.authenticated:
             for i, args in enumerate(commands):
-                if len(args) > UNAUTH_MAX_MULTIBULK:
-                    return commands[:i], "Protocol error: unauthenticated multibulk length"
-                for a in args:
-                    if len(a) > UNAUTH_MAX_BULK:
-                        return commands[:i], "Protocol error: unauthenticated bulk length"
+                limit = unauthenticated_limit(args)
+                if limit is not None:
+                    return commands[:i], limit
         return commands, None
 
     def _feed(self, data, commands):
@@ -147,6 +145,16 @@ class RequestParser:
         if args:
             commands.append(args)
         return data[nl + 1:]
+
+
+def unauthenticated_limit(args):
+    """Valkey's protocol error for a request from a client that has not authenticated yet, or None."""
+    if len(args) > UNAUTH_MAX_MULTIBULK:
+        return "Protocol error: unauthenticated multibulk length"
+    for a in args:
+        if len(a) > UNAUTH_MAX_BULK:
+            return "Protocol error: unauthenticated bulk length"
+    return None
 
 
 def _type_char(value):

@@ -5,7 +5,7 @@ import collections
 
 from .. import messages
 from ..errors import CommandError
-from ..protocol.parser import RequestParser
+from ..protocol.parser import RequestParser, unauthenticated_limit
 from ..protocol.resp import ErrorReply, Raw, encode
 from ..commands.base import Blocked
 from ..commands.session import Session
@@ -22,7 +22,6 @@ class Connection(asyncio.Protocol):
         self.session = Session(created_ms=server.clock_ms(), authenticated=not server.requirepass)
         cfg = server.config
         self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"])
-        self.parser.authenticated = self.session.authenticated
         self.pending = collections.deque()   # (commit index to wait for, bytes | Future) behind a held reply
         self.closing = False
         self.paused = False
@@ -110,6 +109,13 @@ class Connection(asyncio.Protocol):
         server.now_ms = server.clock_ms()  # one clock read per batch of requests (idle accounting)
         try:
             for i, args in enumerate(commands):
+                if not self.session.authenticated:
+                    # Valkey's tighter limits before AUTH, checked per request as it comes up (an AUTH
+                    # earlier in the same read lifts them for the requests after it).
+                    limit = unauthenticated_limit(args)
+                    if limit is not None:
+                        error = limit
+                        break
                 self._handle(args, out, server)
                 if self.session.close_after_reply or self.closing:
                     break
