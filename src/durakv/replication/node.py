@@ -53,6 +53,8 @@ class ClusterNode:
         self._snap_task = None
         self._apply_errors = 0
         self._last_probe = 0.0
+        self._progress_index = -1
+        self._progress_at = 0.0
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
@@ -124,6 +126,8 @@ class ClusterNode:
         else:
             self.epoch = max(self.epoch, self.filter.epoch)
         self.applied_index = entry.index
+        if entry.index > self.stream_last:
+            self.stream_last = entry.index
         self.applied_at_ms = self.server.clock_ms()
 
     async def catch_up(self, timeout_s=30.0):
@@ -134,8 +138,32 @@ class ClusterNode:
         while self.applied_index < last:
             if time.monotonic() > deadline:
                 raise TimeoutError("catch-up stalled at %d of %d" % (self.applied_index, last))
+            await self.resubscribe_if_stalled()
             await asyncio.sleep(0.002)
         return last
+
+    async def resubscribe_if_stalled(self, stall_s=3.0):
+        """An ordered consumer whose NATS server died may stop delivering without an error (seen when a
+        whole AZ goes down): if entries are pending and nothing was applied for stall_s, follow again
+        from the applied index."""
+        now = time.monotonic()
+        if self.applied_index != self._progress_index:
+            self._progress_index, self._progress_at = self.applied_index, now
+            return
+        if self.stream_last <= self.applied_index or now - self._progress_at < stall_s:
+            return
+        log.warning("following stalled at index %d of %d; subscribing again", self.applied_index, self.stream_last)
+        old, self.subscription = self.subscription, None
+        if old is not None:
+            try:
+                await old.unsubscribe()
+            except Exception:  # noqa: BLE001 - its connection may be the broken part
+                pass
+        self._progress_at = now
+        try:
+            await self._follow_from(self.applied_index)
+        except Exception as exc:  # noqa: BLE001 - retried on the next stall check
+            log.warning("subscribing again failed: %r", exc)
 
     # -- controller loop ------------------------------------------------------------------------
     async def _control_loop(self):
@@ -155,6 +183,7 @@ class ClusterNode:
                         self.stream_last = await self.journal.last_index()
                     except Exception:  # noqa: BLE001 - reported as lag below
                         pass
+                await self.resubscribe_if_stalled()
             await asyncio.sleep(self.controller.interval_s)
 
     def serving_error(self):
