@@ -18,7 +18,7 @@ from ..errors import CommandError
 from ..keyspace import ZSet
 from ..protocol.resp import NullArray
 from . import lists, zsets
-from .base import Blocked, INT64_MAX, syntax_error
+from .base import Blocked, INT64_MAX
 from .registry import command
 
 _SPACE = b" \t\n\v\f\r"
@@ -88,31 +88,6 @@ def _long_double_extreme(arg: bytes, value: float):
     return value
 
 
-def _mpop_options(args, is_zset):
-    """numkeys, MIN|MAX / LEFT|RIGHT and COUNT of B[LZ]MPOP, checked in Valkey's order (before the
-    timeout). Returns the keys."""
-    numkeys = lists.range_long(args[2], 1, lists.LONG_MAX, messages.NUMKEYS_ZERO)
-    where_idx = 3 + numkeys
-    n = len(args)
-    if where_idx >= n:
-        raise syntax_error()
-    if is_zset:
-        if args[where_idx].upper() not in (b"MIN", b"MAX"):
-            raise syntax_error()
-    else:
-        lists._where(args[where_idx])
-    count = -1
-    j = where_idx + 1
-    while j < n:
-        if count == -1 and args[j].upper() == b"COUNT" and j + 1 < n:
-            j += 1
-            count = lists.range_long(args[j], 1, lists.LONG_MAX, messages.COUNT_ZERO)
-        else:
-            raise syntax_error()
-        j += 1
-    return args[3:where_idx]
-
-
 def _has(ctx, keys, typ) -> bool:
     """True if one of keys holds a non-empty value of type typ (what wakes a blocked pop)."""
     for key in keys:
@@ -133,31 +108,32 @@ def _pop_first(ctx, keys, left):
     return None
 
 
-def _bpop(ctx, args, left):
+def _block_on_first(ctx, args, pop_first, typ, end):
+    """BLPOP/BRPOP/BZPOPMIN/BZPOPMAX: pop from the first non-empty key, else park on all of them."""
     timeout = parse_timeout(ctx, args[-1])
     keys = args[1:-1]
-    reply = _pop_first(ctx, keys, left)
+    reply = pop_first(ctx, keys, end)
     if reply is not None:
         return reply
     if not ctx.may_block:
         return NullArray
 
     def retry(rctx):
-        if not _has(rctx, keys, deque):
+        if not _has(rctx, keys, typ):
             return None
-        return _pop_first(rctx, keys, left)
+        return pop_first(rctx, keys, end)
 
     return Blocked(keys, timeout, retry, NullArray)
 
 
 @command("blpop")
 def blpop(ctx, args):
-    return _bpop(ctx, args, True)
+    return _block_on_first(ctx, args, _pop_first, deque, True)
 
 
 @command("brpop")
 def brpop(ctx, args):
-    return _bpop(ctx, args, False)
+    return _block_on_first(ctx, args, _pop_first, deque, False)
 
 
 # -- BLMOVE / BRPOPLPUSH --------------------------------------------------------------------------
@@ -194,21 +170,27 @@ def brpoplpush(ctx, args):
 
 # -- BLMPOP ---------------------------------------------------------------------------------------
 
-@command("blmpop")
-def blmpop(ctx, args):
-    keys = _mpop_options(args, False)
+def _block_mpop(ctx, args, name, mpop, ends, typ):
+    """BLMPOP/BZMPOP: the options are checked (in Valkey's order, before the timeout), then the
+    non-blocking LMPOP/ZMPOP runs now or, if every key is empty, on each wake-up."""
+    keys = lists.parse_mpop(args, 2, ends)[0]
     timeout = parse_timeout(ctx, args[1])
-    mpop_args = [b"LMPOP", *args[2:]]
-    reply = lists.lmpop(ctx, mpop_args)
+    mpop_args = [name, *args[2:]]
+    reply = mpop(ctx, mpop_args)
     if reply is not NullArray or not ctx.may_block:
         return reply
 
     def retry(rctx):
-        if not _has(rctx, keys, deque):
+        if not _has(rctx, keys, typ):
             return None
-        return lists.lmpop(rctx, mpop_args)
+        return mpop(rctx, mpop_args)
 
     return Blocked(keys, timeout, retry, NullArray)
+
+
+@command("blmpop")
+def blmpop(ctx, args):
+    return _block_mpop(ctx, args, b"LMPOP", lists.lmpop, lists.LIST_ENDS, deque)
 
 
 # -- BZPOPMIN / BZPOPMAX --------------------------------------------------------------------------
@@ -222,47 +204,18 @@ def _zpop_first(ctx, keys, from_max):
     return None
 
 
-def _bzpop(ctx, args, from_max):
-    timeout = parse_timeout(ctx, args[-1])
-    keys = args[1:-1]
-    reply = _zpop_first(ctx, keys, from_max)
-    if reply is not None:
-        return reply
-    if not ctx.may_block:
-        return NullArray
-
-    def retry(rctx):
-        if not _has(rctx, keys, ZSet):
-            return None
-        return _zpop_first(rctx, keys, from_max)
-
-    return Blocked(keys, timeout, retry, NullArray)
-
-
 @command("bzpopmin")
 def bzpopmin(ctx, args):
-    return _bzpop(ctx, args, False)
+    return _block_on_first(ctx, args, _zpop_first, ZSet, False)
 
 
 @command("bzpopmax")
 def bzpopmax(ctx, args):
-    return _bzpop(ctx, args, True)
+    return _block_on_first(ctx, args, _zpop_first, ZSet, True)
 
 
 # -- BZMPOP ---------------------------------------------------------------------------------------
 
 @command("bzmpop")
 def bzmpop(ctx, args):
-    keys = _mpop_options(args, True)
-    timeout = parse_timeout(ctx, args[1])
-    mpop_args = [b"ZMPOP", *args[2:]]
-    reply = zsets.zmpop(ctx, mpop_args)
-    if reply is not NullArray or not ctx.may_block:
-        return reply
-
-    def retry(rctx):
-        if not _has(rctx, keys, ZSet):
-            return None
-        return zsets.zmpop(rctx, mpop_args)
-
-    return Blocked(keys, timeout, retry, NullArray)
+    return _block_mpop(ctx, args, b"ZMPOP", zsets.zmpop, zsets.ZSET_ENDS, ZSet)

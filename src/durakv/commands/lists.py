@@ -143,14 +143,20 @@ def rpop(ctx, args):
     return _pop(ctx, args, False)
 
 
-@command("lmpop")
-def lmpop(ctx, args):
-    numkeys = range_long(args[1], 1, LONG_MAX, messages.NUMKEYS_ZERO)
-    where_idx = 2 + numkeys
+LIST_ENDS = {b"LEFT": True, b"RIGHT": False}
+
+
+def parse_mpop(args, numkeys_idx, ends):
+    """numkeys, the keys, the end (a value of `ends`) and COUNT of LMPOP / ZMPOP and their blocking
+    forms (numkeys at numkeys_idx), checked in Valkey's order. Returns (keys, end, count)."""
+    numkeys = range_long(args[numkeys_idx], 1, LONG_MAX, messages.NUMKEYS_ZERO)
+    where_idx = numkeys_idx + 1 + numkeys
     n = len(args)
     if where_idx >= n:
         raise syntax_error()
-    left = _where(args[where_idx])
+    end = ends.get(args[where_idx].upper())
+    if end is None:
+        raise syntax_error()
     count = -1
     j = where_idx + 1
     while j < n:
@@ -160,9 +166,13 @@ def lmpop(ctx, args):
         else:
             raise syntax_error()
         j += 1
-    if count == -1:
-        count = 1
-    for key in args[2:where_idx]:
+    return args[numkeys_idx + 1:where_idx], end, (1 if count == -1 else count)
+
+
+@command("lmpop")
+def lmpop(ctx, args):
+    keys, left, count = parse_mpop(args, 1, LIST_ENDS)
+    for key in keys:
         dq = ctx.lookup_list(key)
         if not dq:
             continue

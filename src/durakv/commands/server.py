@@ -199,9 +199,8 @@ def debug(ctx, args):
         return OK
     if sub == b"JOURNAL-STALL" and len(args) == 3:
         # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
-        if srv.journal is None:
+        if not srv.set_journal_stall(parse_int(args[2])):
             raise CommandError("ERR no journal (durability none)")
-        srv.journal.stall_ms = parse_int(args[2])
         return OK
     if sub == b"HELP":
         return [b"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

@@ -14,7 +14,7 @@ from ..keyspace import ZSet
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
 from ..protocol.resp import NullArray, format_double
 from .base import parse_int, syntax_error, wrong_arity
-from .lists import LONG_MAX, positive_long, range_long
+from .lists import LONG_MAX, parse_mpop, positive_long, range_long
 from .registry import command
 
 _INF = math.inf
@@ -562,32 +562,13 @@ def zpopmax(ctx, args):
     return _zpop(ctx, args, True)
 
 
+ZSET_ENDS = {b"MIN": False, b"MAX": True}
+
+
 @command("zmpop")
 def zmpop(ctx, args):
-    numkeys = range_long(args[1], 1, LONG_MAX, messages.NUMKEYS_ZERO)
-    where_idx = 2 + numkeys
-    n = len(args)
-    if where_idx >= n:
-        raise syntax_error()
-    where = args[where_idx].upper()
-    if where == b"MIN":
-        from_max = False
-    elif where == b"MAX":
-        from_max = True
-    else:
-        raise syntax_error()
-    count = -1
-    j = where_idx + 1
-    while j < n:
-        if count == -1 and args[j].upper() == b"COUNT" and j + 1 < n:
-            j += 1
-            count = range_long(args[j], 1, LONG_MAX, messages.COUNT_ZERO)
-        else:
-            raise syntax_error()
-        j += 1
-    if count == -1:
-        count = 1
-    for key in args[2:where_idx]:
+    keys, from_max, count = parse_mpop(args, 1, ZSET_ENDS)
+    for key in keys:
         z = ctx.lookup_zset(key)
         if not z:
             continue

@@ -352,6 +352,13 @@ class Server:
         for _first, seg_path in list_segments(journal_dir(self.dir)):
             os.unlink(seg_path)
 
+    def set_journal_stall(self, stall_ms) -> bool:
+        """Fault injection (DEBUG JOURNAL-STALL): delay every local journal fsync. False without one."""
+        if self.journal is None or not hasattr(self.journal, "stall_ms"):
+            return False
+        self.journal.stall_ms = stall_ms
+        return True
+
     # -- clients ----------------------------------------------------------------------------------
     def client_connections(self):
         return list(self.clients.values())
