@@ -13,6 +13,29 @@ from durakv.keyspace import Keyspace, ZSet
 
 load_all()
 
+NOW = 1_700_000_000_000
+
+
+class Direct:
+    """Commands run in-process on a Dispatcher with a settable clock (exact TTLs, no sleeping)."""
+
+    def __init__(self, now=NOW):
+        import random
+        self.now = now
+        self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(7))
+        self.d = Dispatcher(self.ks)
+        self.s = Session()
+        self.effects = []
+
+    def __call__(self, *args):
+        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+        reply, eff, _ = self.d.execute(self.s, argv)
+        self.effects.extend(eff)
+        return reply
+
+    def db(self, n=0):
+        return self.ks.dbs[n]
+
 
 def dump(keyspace):
     out = {}

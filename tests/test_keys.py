@@ -6,59 +6,16 @@ import random
 from collections import deque
 
 import pytest
-import valkey
 
 from durakv import messages
-from durakv.commands.dispatch import Dispatcher
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace, ZSet
 from durakv.keyspace.glob import compile_glob, glob_match
 from durakv.keyspace.scan import ScanCursors, parse_cursor, parse_scan_options
 from durakv.errors import CommandError
 from durakv.protocol.resp import ErrorReply
-from replay_util import apply_effects, dump, run_and_replay
-
-NOW = 1_700_000_000_000
-
-
-def error_of(client, *args) -> str:
-    """The full error text (with its 'ERR ' prefix) of a command that must fail."""
-    with pytest.raises(valkey.ResponseError) as exc:
-        client.execute_command(*args)
-    text = str(exc.value)
-    # valkey-py strips the "ERR " prefix (only); WRONGTYPE errors arrive whole.
-    return text if text.startswith("WRONGTYPE ") else "ERR " + text
-
-
-def raw(client, *args):
-    """The reply exactly as decoded from the wire, without valkey-py's per-command callbacks."""
-    pool = client.connection_pool
-    conn = pool.get_connection(args[0])
-    try:
-        conn.send_command(*args)
-        return conn.read_response()
-    finally:
-        pool.release(conn)
-
-
-class Direct:
-    """Commands run in-process on a Dispatcher with a settable clock (exact TTLs, no sleeping)."""
-
-    def __init__(self, now=NOW):
-        self.now = now
-        self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(7))
-        self.d = Dispatcher(self.ks)
-        self.s = Session()
-        self.effects = []
-
-    def __call__(self, *args):
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = self.d.execute(self.s, argv)
-        self.effects.extend(eff)
-        return reply
-
-    def db(self, n=0):
-        return self.ks.dbs[n]
+from replay_util import NOW, Direct, apply_effects, dump, run_and_replay
+from wire_util import error_of, raw
 
 
 # -- DEL / UNLINK / EXISTS / TOUCH / TYPE ---------------------------------------------------------

@@ -1,57 +1,12 @@
 """String commands: GET SET (all options) SETNX SETEX PSETEX GETSET GETDEL GETEX MGET MSET MSETNX
 INCR DECR INCRBY DECRBY INCRBYFLOAT APPEND STRLEN GETRANGE SUBSTR SETRANGE."""
 
-import random
-
-import pytest
-import valkey
 
 from durakv import messages
 from durakv.commands import strings
-from durakv.commands.dispatch import Dispatcher
-from durakv.commands.session import Session
-from durakv.keyspace import Keyspace
 from durakv.protocol.resp import ErrorReply, OK
-from replay_util import run_and_replay
-
-NOW = 1_700_000_000_000
-
-
-def error_of(client, *args) -> str:
-    """The full error text (with its 'ERR ' prefix) of a command that must fail."""
-    with pytest.raises(valkey.ResponseError) as exc:
-        client.execute_command(*args)
-    text = str(exc.value)
-    # valkey-py strips the "ERR " prefix (only); WRONGTYPE errors arrive whole.
-    return text if text.startswith("WRONGTYPE ") else "ERR " + text
-
-
-def raw(client, *args):
-    """The reply exactly as decoded from the wire, without valkey-py's per-command callbacks."""
-    pool = client.connection_pool
-    conn = pool.get_connection(args[0])
-    try:
-        conn.send_command(*args)
-        return conn.read_response()
-    finally:
-        pool.release(conn)
-
-
-class Direct:
-    """Commands run in-process on a Dispatcher with a settable clock (for exact TTL arithmetic)."""
-
-    def __init__(self, now=NOW):
-        self.now = now
-        self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(7))
-        self.d = Dispatcher(self.ks)
-        self.s = Session()
-        self.effects = []
-
-    def __call__(self, *args):
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = self.d.execute(self.s, argv)
-        self.effects.extend(eff)
-        return reply
+from replay_util import NOW, Direct, run_and_replay
+from wire_util import error_of, raw
 
 
 # -- GET / SET ---------------------------------------------------------------------------------

@@ -63,3 +63,12 @@ def err(client, *args):
 
 
 resp3 = is_resp3
+
+
+def error_of(client, *args) -> str:
+    """The full error text (with its 'ERR ' prefix) of a command that must fail."""
+    with pytest.raises(valkey.ResponseError) as exc:
+        client.execute_command(*args)
+    text = str(exc.value)
+    # valkey-py strips the "ERR " prefix (only); WRONGTYPE errors arrive whole.
+    return text if text.startswith("WRONGTYPE ") else "ERR " + text
