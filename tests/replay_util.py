@@ -7,7 +7,7 @@ as recovery and replicas apply them.
 from collections import deque
 
 from durakv.commands import load_all
-from durakv.commands.dispatch import Dispatcher
+from durakv.commands.pipeline import Pipeline
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace, ZSet
 
@@ -16,20 +16,66 @@ load_all()
 NOW = 1_700_000_000_000
 
 
+class EffectLog:
+    """Durability for an in-process pipeline in tests: keeps what each command submitted, answers every
+    ticket 0 (nothing is journaled, so nothing waits)."""
+
+    def __init__(self):
+        self.effects = []
+        self.last = []
+        self.dirty = []
+        self.pending = False
+        self.refusing = False
+        self.needs_dirty = True
+        self.assigned = 0
+        self.committed = 0
+
+    def submit(self, effects, dirty):
+        self.last = list(effects)
+        self.effects.extend(effects)
+        self.dirty.append(dirty)
+        self.assigned += 1
+        return 0
+
+    def read_ticket(self, db_id, keys):
+        return 0
+
+    def barrier_ticket(self):
+        return 0
+
+    def refuse_writes(self):
+        return None
+
+
+def make_pipeline(keyspace):
+    """A Pipeline on keyspace whose durability is an EffectLog."""
+    pipeline = Pipeline(keyspace)
+    pipeline.durability = EffectLog()
+    return pipeline
+
+
+def execute(pipeline, session, argv):
+    """One client request through pipeline.process: (reply, the effects it submitted, Command)."""
+    log = pipeline.durability
+    log.last = []
+    reply, _ticket, cmd = pipeline.process(session, argv)
+    return reply, log.last, cmd
+
+
 class Direct:
-    """Commands run in-process on a Dispatcher with a settable clock (exact TTLs, no sleeping)."""
+    """Commands run in-process on a pipeline with a settable clock (exact TTLs, no sleeping)."""
 
     def __init__(self, now=NOW):
         import random
         self.now = now
         self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(7))
-        self.d = Dispatcher(self.ks)
+        self.d = make_pipeline(self.ks)
         self.s = Session()
         self.effects = []
 
     def __call__(self, *args):
         argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = self.d.execute(self.s, argv)
+        reply, eff, _ = execute(self.d, self.s, argv)
         self.effects.extend(eff)
         return reply
 
@@ -56,13 +102,10 @@ def dump(keyspace):
 
 
 def apply_effects(keyspace, effects):
-    d = Dispatcher(keyspace)
+    d = make_pipeline(keyspace)
     s = Session()
     for db_id, argv in effects:
-        s.db_id = db_id
-        ctx = s.ctx or d.new_context(s)
-        ctx.db = keyspace.dbs[db_id]
-        reply, _eff, _cmd = d.execute(s, [a if isinstance(a, bytes) else str(a).encode() for a in argv])
+        reply = d.apply(s, db_id, [a if isinstance(a, bytes) else str(a).encode() for a in argv])
         assert not hasattr(reply, "text"), f"effect {argv!r} failed on replay: {reply.text}"
 
 
@@ -72,12 +115,12 @@ def run_and_replay(commands, clock_ms=None, seed=1):
     import random
     clock = clock_ms or (lambda: 1_700_000_000_000)
     ks = Keyspace(clock_ms=clock, rng=random.Random(seed))
-    d = Dispatcher(ks)
+    d = make_pipeline(ks)
     s = Session()
     replies, effects = [], []
     for c in commands:
         argv = [a if isinstance(a, bytes) else str(a).encode() for a in c]
-        reply, eff, _ = d.execute(s, argv)
+        reply, eff, _ = execute(d, s, argv)
         replies.append(reply)
         effects.extend(eff)
     ks2 = Keyspace(clock_ms=clock, rng=random.Random(seed + 1))

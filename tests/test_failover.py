@@ -178,3 +178,65 @@ def test_replica_catches_up_from_snapshot_and_journal(local_cluster):
         assert r.get("k0") == b"0" and r.dbsize() >= 3500
     log = open(cluster.get(replica.name).log).read()
     assert "loaded snapshot of shard 0" in log
+
+
+LEASE = "CLUSTERDOWN The primary's lease expired; it is not serving until it is renewed"
+
+
+def test_primary_without_a_valid_lease_refuses_scripts_and_transactions(local_cluster):
+    """The lease rule on every command path, with real processes: when the primary cannot renew its lease
+    (all three NATS servers paused), a plain GET, EVAL and FCALL (flagged `stale` in Valkey) and EXEC are all
+    refused, a script that writes changes nothing, and everything serves again once it renews."""
+    cluster = local_cluster(durability="sync", replicas=0)
+    primary = cluster.primary(0)
+    c = valkey.Valkey(host="127.0.0.1", port=primary.port, socket_timeout=10)
+    c.set("k", "v")
+    c.function_load("#!lua name=lib\nserver.register_function('get', function(keys) "
+                    "return server.call('GET', keys[1]) end)")
+    for n in cluster.nats:
+        cluster.pause(n.name)
+    try:
+        def refused():
+            try:
+                c.get("k")
+                return False
+            except valkey.exceptions.ResponseError as exc:
+                return str(exc) == LEASE
+        wait_until(refused, 15, what="the lease to lapse")
+        for call in (lambda: c.eval("return server.call('GET',KEYS[1])", 1, "k"),
+                     lambda: c.eval("return server.call('SET',KEYS[1],'script')", 1, "k"),
+                     lambda: c.fcall("get", 1, "k")):
+            try:
+                call()
+                raise AssertionError("answered without a lease")
+            except valkey.exceptions.ResponseError as exc:
+                assert str(exc) == LEASE
+        raw = c.connection_pool.get_connection("x")
+        raw.send_command("MULTI")
+        assert raw.read_response() == b"OK"
+        raw.send_command("GET", "k")
+        try:
+            raw.read_response()
+            raise AssertionError("queued without a lease")
+        except valkey.exceptions.ResponseError as exc:
+            assert str(exc) == LEASE
+        raw.send_command("EXEC")
+        try:
+            raw.read_response()
+            raise AssertionError("EXEC ran without a lease")
+        except valkey.exceptions.ResponseError as exc:
+            assert str(exc) == "Transaction discarded because of: " + LEASE
+        c.connection_pool.release(raw)
+        assert c.ping() is True   # no data touched: answered
+    finally:
+        for n in cluster.nats:
+            cluster.resume(n.name)
+
+    def serving():
+        try:
+            return c.get("k")
+        except valkey.exceptions.ResponseError:
+            return None
+    wait_until(lambda: serving() is not None, 30, what="the primary to renew and serve again")
+    assert c.get("k") == b"v"   # the refused script wrote nothing
+    c.close()

@@ -4,7 +4,7 @@ import pytest
 import valkey
 from replay_util import run_and_replay
 
-from durakv.commands.dispatch import Dispatcher
+from replay_util import execute, make_pipeline
 from durakv.commands.geo import decode_score, distance
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace
@@ -280,12 +280,12 @@ def test_search_matches_brute_force():
     for i in range(400):
         argv += [b"%.6f" % rng.uniform(9, 11), b"%.6f" % rng.uniform(44, 46), b"p%d" % i]
     ks = Keyspace(clock_ms=lambda: 0)
-    d, s = Dispatcher(ks), Session()
-    assert d.execute(s, argv)[0] == 400
+    d, s = make_pipeline(ks), Session()
+    assert execute(d, s, argv)[0] == 400
     points = []
     z = ks.dbs[0].data[b"pts"]
     for center, radius_km in (((10.0, 45.0), 30), ((9.5, 44.2), 80), ((10.9, 45.9), 5)):
-        reply, _, _ = d.execute(s, [b"GEOSEARCH", b"pts", b"FROMLONLAT", str(center[0]).encode(),
+        reply, _, _ = execute(d, s, [b"GEOSEARCH", b"pts", b"FROMLONLAT", str(center[0]).encode(),
                                     str(center[1]).encode(), b"BYRADIUS", str(radius_km).encode(), b"km"])
         expected = set()
         for score, member in z.order:

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from durakv.commands.dispatch import Dispatcher
+from replay_util import execute, make_pipeline
 from durakv.commands.numeric import format_long_double_human, parse_long_double, round_long_double
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace
@@ -18,13 +18,13 @@ from wire_util import err, is_resp3, raw, wire  # noqa: F401
 
 
 def local():
-    """A dispatcher on a fresh keyspace, for tests that look at internal state."""
+    """A pipeline on a fresh keyspace, for tests that look at internal state."""
     ks = Keyspace(clock_ms=lambda: 1_700_000_000_000, rng=random.Random(7))
-    d = Dispatcher(ks)
+    d = make_pipeline(ks)
     s = Session()
 
     def run(*args):
-        reply, _eff, _cmd = d.execute(s, [a if isinstance(a, bytes) else str(a).encode() for a in args])
+        reply, _eff, _cmd = execute(d, s, [a if isinstance(a, bytes) else str(a).encode() for a in args])
         return reply
     return ks, run
 

@@ -12,7 +12,7 @@ import pytest
 import valkey
 
 from durakv import messages
-from durakv.commands.dispatch import Dispatcher
+from replay_util import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace, hll
 from durakv.protocol.resp import ErrorReply
@@ -39,13 +39,13 @@ def error_of(client, *args) -> str:
 class Direct:
     def __init__(self):
         self.ks = Keyspace(clock_ms=lambda: 1_700_000_000_000, rng=random.Random(3))
-        self.d = Dispatcher(self.ks)
+        self.d = make_pipeline(self.ks)
         self.s = Session()
         self.effects = []
 
     def __call__(self, *args):
         argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = self.d.execute(self.s, argv)
+        reply, eff, _ = execute(self.d, self.s, argv)
         self.effects.extend(eff)
         return reply
 

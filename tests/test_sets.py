@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from durakv.commands import sets as sets_module
-from durakv.commands.dispatch import Dispatcher
+from replay_util import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace
 from replay_util import apply_effects, dump, run_and_replay
@@ -425,12 +425,12 @@ def test_replay_no_effect_when_nothing_changes():
 def test_replay_store_after_source_expired():
     clock = [1_700_000_000_000]
     ks = Keyspace(clock_ms=lambda: clock[0], rng=random.Random(1))
-    d = Dispatcher(ks)
+    d = make_pipeline(ks)
     session = Session()
     effects = []
 
     def run(*args):
-        reply, eff, _cmd = d.execute(session, [str(a).encode() for a in args])
+        reply, eff, _cmd = execute(d, session, [str(a).encode() for a in args])
         effects.extend(eff)
         return reply
 

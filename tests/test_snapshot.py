@@ -12,13 +12,14 @@ import sys
 
 import pytest
 
-from durakv.commands.dispatch import Dispatcher
+from replay_util import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.errors import JournalCorrupt
 from durakv.journal import LocalJournal, iter_entries
 from durakv.keyspace import Keyspace
 from durakv.protocol.resp import ErrorReply, encode_command
-from durakv.recovery import RecoveryError, apply_payload, dispatcher_apply_fn, encode_effects, recover
+from durakv.journal.codec import decode_payload, encode_effects
+from durakv.recovery import RecoveryError, pipeline_apply_fn, recover
 from durakv.snapshot.format import (CHUNK, SnapshotCorrupt, list_snapshots, load_newest_snapshot, load_snapshot,
                                     newest_valid_snapshot, read_header, score_text, snapshot_path,
                                     verify_snapshot, write_snapshot)
@@ -37,22 +38,22 @@ def b(x):
 
 
 class Live:
-    """A keyspace driven through the Dispatcher, as a server would; collects each command's effects."""
+    """A keyspace driven through the pipeline, as a server would; collects each command's effects."""
 
     def __init__(self, seed=1):
         self.ks = Keyspace(clock_ms=lambda: NOW, rng=random.Random(seed))
-        self.dispatcher = Dispatcher(self.ks)
+        self.dispatcher = make_pipeline(self.ks)
         self.session = Session()
 
     def run(self, *argv):
-        reply, effects, _ = self.dispatcher.execute(self.session, [b(a) for a in argv])
+        reply, effects, _ = execute(self.dispatcher, self.session, [b(a) for a in argv])
         assert not isinstance(reply, ErrorReply), (argv[:3], reply)
         return list(effects)
 
 
 def fresh():
     ks = Keyspace(clock_ms=lambda: NOW)
-    return ks, dispatcher_apply_fn(ks)
+    return ks, pipeline_apply_fn(ks)
 
 
 def bits(f):
@@ -254,7 +255,7 @@ def test_encode_effects_selects_only_when_the_db_changes():
         (b"SELECT", b"2"), (b"SET", b"k", b"v"), (b"DEL", b"x"), (b"SELECT", b"0"), (b"SADD", b"s", b"m"),
         (b"SELECT", b"2"), (b"INCR", b"n")])
     assert payload == expected
-    assert apply_payload(payload) == [(db, list(argv)) for db, argv in effects]
+    assert decode_payload(payload) == [(db, list(argv)) for db, argv in effects]
     # Every entry starts with its own SELECT, even in db 0.
     assert encode_effects([(0, (b"DEL", b"k"))]).startswith(encode_command((b"SELECT", b"0")))
     assert encode_effects([(99, (b"DEL", b"k"))]).startswith(encode_command((b"SELECT", b"99")))
@@ -263,14 +264,14 @@ def test_encode_effects_selects_only_when_the_db_changes():
 
 def test_payload_round_trips_binary_arguments():
     effects = [(1, (b"SET", b"\r\n\x00", b"*2\r\n$1\r\n")), (1, (b"HSET", b"h", b"", b"\xff" * 1000))]
-    assert apply_payload(encode_effects(effects)) == [(db, list(a)) for db, a in effects]
+    assert decode_payload(encode_effects(effects)) == [(db, list(a)) for db, a in effects]
 
 
 @pytest.mark.parametrize("payload", [b"garbage", b"*2\r\n$3\r\nSET\r\n", b"*1\r\n:5\r\n",
                                      encode_command((b"SELECT", b"x")) + encode_command((b"DEL", b"k"))])
 def test_bad_payloads_raise(payload):
     with pytest.raises(ValueError):
-        apply_payload(payload)
+        decode_payload(payload)
 
 
 # -- recovery ---------------------------------------------------------------------------------------------
@@ -363,7 +364,7 @@ def test_recover_from_snapshot_plus_journal(tmp_path):
     # Exactly the snapshot's commands, then the effects of the entries after it, were applied.
     snapshot_cmds = []
     load_snapshot(snapshot_path(tmp_path, upto), Keyspace(), lambda db, argv: snapshot_cmds.append(argv[0]))
-    journal_cmds = [argv[0] for e in iter_entries(tmp_path, after=upto) for _db, argv in apply_payload(e.payload)]
+    journal_cmds = [argv[0] for e in iter_entries(tmp_path, after=upto) for _db, argv in decode_payload(e.payload)]
     assert len(journal_cmds) > 100
     assert seen == snapshot_cmds + journal_cmds
 

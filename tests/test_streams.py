@@ -11,7 +11,7 @@ import valkey
 from conftest import wait_until
 from replay_util import apply_effects, run_and_replay
 from durakv.commands.base import Blocked
-from durakv.commands.dispatch import Dispatcher
+from replay_util import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.errors import CommandError
 from durakv.keyspace import Keyspace
@@ -55,18 +55,18 @@ def ids_of(entries):
 
 
 class Local:
-    """A Dispatcher on an in-process keyspace with a settable clock."""
+    """A pipeline on an in-process keyspace with a settable clock."""
 
     def __init__(self, now=T0):
         self.now = now
         self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(3))
-        self.d = Dispatcher(self.ks)
+        self.d = make_pipeline(self.ks)
         self.s = Session()
         self.effects = []
 
     def __call__(self, *args):
         argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = self.d.execute(self.s, argv)
+        reply, eff, _ = execute(self.d, self.s, argv)
         self.effects.extend(eff)
         return reply
 

@@ -208,3 +208,10 @@ GEO_STORE_WITH = "ERR {} is not compatible with WITHDIST, WITHHASH and WITHCOORD
 GEO_FROM_ONE = "ERR exactly one of FROMMEMBER or FROMLONLAT can be specified for {}"
 GEO_BY_ONE = "ERR exactly one of BYRADIUS and BYBOX can be specified for {}"
 GEO_ANY_NEEDS_COUNT = "ERR the ANY argument requires COUNT argument"
+# -- the pipeline: EXEC aborts and script calls (server.c rejectCommand/execCommandAbort, script.c scriptCall) --
+EXECABORT_BECAUSE = "EXECABORT Transaction discarded because of: {}"
+SCRIPT_UNKNOWN_COMMAND = "ERR Unknown command called from script"
+SCRIPT_WRONG_ARITY = "ERR Wrong number of args calling command from script"
+SCRIPT_NOT_ALLOWED = "ERR This Redis command is not allowed from script"
+SCRIPT_WRITE_IN_RO = "ERR Write commands are not allowed from read-only scripts."
+LEASE_EXPIRED = "CLUSTERDOWN The primary's lease expired; it is not serving until it is renewed"

@@ -2,7 +2,7 @@
 
 A handler is `fn(ctx, args) -> reply`. It runs synchronously against ctx.keyspace, never awaits,
 never touches a socket, file or journal. A write records its deterministic effects with
-ctx.propagate(...); the dispatcher hands them to the durability layer.
+ctx.propagate(...); the pipeline hands them to the durability layer.
 """
 
 import math
@@ -36,17 +36,23 @@ class Blocked:
 
 
 class Context:
-    """Per-command execution state. One instance per connection, reset for each command."""
+    """Per-command execution state. One instance per session, reset for each command.
 
-    __slots__ = ("keyspace", "db", "client", "server", "effects", "replaying", "dispatcher", "may_block")
+    `port` is the handler's only way to the process around it (client list, snapshots, config, pub/sub,
+    failover, ...: commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
 
-    def __init__(self, keyspace, server=None, client=None, dispatcher=None):
+    __slots__ = ("keyspace", "db", "client", "port", "effects", "dirty", "replaying", "pipeline", "may_block",
+                 "dirty_exact")
+
+    def __init__(self, keyspace, port=None, client=None, pipeline=None):
         self.keyspace = keyspace
-        self.dispatcher = dispatcher
-        self.server = server
+        self.pipeline = pipeline
+        self.port = port
         self.client = client
         self.db = keyspace.dbs[0]
         self.effects = []
+        self.dirty = []          # (db_id, key) the effects touched beyond the command's own keys; None: unknown
+        self.dirty_exact = False  # the handler reported exactly the keys it changed (ctx.touch)
         self.replaying = False
         self.may_block = True
 
@@ -120,11 +126,32 @@ class Context:
         self._flush_server_deletes()
         self.effects.append((self.db.id, tuple(args)))
 
+    def touch(self, db_id, key, exact=False):
+        """Reports a key this command's effects changed that its key specs do not name (MOVE's target db,
+        COPY ... DB). exact=True: the handler reports every key it changed (the command's own keys are then
+        not added), e.g. SMOVE of a member the destination already holds changes only the source."""
+        if self.dirty is not None:
+            self.dirty.append((db_id, key))
+        if exact:
+            self.dirty_exact = True
+
+    def touch_unknown(self):
+        """This command's effects may have changed keys nobody can list (FLUSHALL, SWAPDB, SORT ... STORE):
+        every later read waits for their commit."""
+        self.dirty = None
+
+    def take_server_deletes(self):
+        """Turns the keys the server deleted meanwhile (lazy expiry, eviction) into DEL effects, in order."""
+        self._flush_server_deletes()
+
     def _flush_server_deletes(self):
         deleted = self.keyspace.deleted_by_server
         if deleted:
+            dirty = self.dirty
             for db_id, key, _reason in deleted:
                 self.effects.append((db_id, (b"DEL", key)))
+                if dirty is not None:
+                    dirty.append((db_id, key))
             deleted.clear()
 
     def take_effects(self):
@@ -132,6 +159,12 @@ class Context:
         effects = self.effects
         self.effects = []
         return effects
+
+    def take_dirty(self):
+        dirty = self.dirty
+        self.dirty = []
+        self.dirty_exact = False
+        return dirty
 
 
 # -- argument parsing -------------------------------------------------------------------------

@@ -8,20 +8,12 @@ from . import registry
 from .registry import command
 
 
-def _conn(ctx):
-    """The server-side connection of the running client, or None (no server, internal session)."""
-    server = ctx.server
-    return server.clients.get(ctx.client.id) if server is not None else None
-
-
 @command("ping")
 def ping(ctx, args):
     if len(args) > 2:
         raise CommandError(messages.WRONG_ARITY.format("ping"))
-    if ctx.client.resp == 2 and ctx.server is not None:
-        conn = ctx.server.clients.get(ctx.client.id)
-        if conn is not None and conn.subs is not None and conn.subs.total():
-            return [b"pong", args[1] if len(args) == 2 else b""]  # subscribed mode in RESP2
+    if ctx.client.resp == 2 and ctx.client.subscribed:
+        return [b"pong", args[1] if len(args) == 2 else b""]  # subscribed mode in RESP2
     return PONG if len(args) == 1 else args[1]
 
 
@@ -31,7 +23,7 @@ def echo(ctx, args):
 
 
 def _check_password(ctx, username, password):
-    required = ctx.server.requirepass if ctx.server is not None else ctx.dispatcher.requirepass
+    required = ctx.pipeline.requirepass
     if username.lower() != b"default":
         return False
     if not required:
@@ -43,7 +35,7 @@ def _check_password(ctx, username, password):
 def auth(ctx, args):
     if len(args) > 3:
         raise syntax_error()
-    required = ctx.dispatcher.requirepass
+    required = ctx.pipeline.requirepass
     if len(args) == 2:
         if not required:
             raise CommandError(messages.AUTH_NO_PASSWORD)
@@ -93,7 +85,7 @@ def hello(ctx, args):
         s.resp = proto
     if name is not None:
         s.name = name
-    role = "replica" if ctx.server is not None and ctx.server.replica_of is not None else "master"
+    role = "replica" if ctx.port.replication()["role"] == "replica" else "master"
     return {b"server": b"valkey", b"version": VALKEY_VERSION.encode(), b"proto": s.resp, b"id": s.id,
             b"mode": b"standalone", b"role": role.encode(), b"modules": []}
 
@@ -118,19 +110,14 @@ def quit_(ctx, args):
 @command("reset")
 def reset(ctx, args):
     s = ctx.client
-    s.in_multi = False
-    s.multi_queue = []
-    s.multi_error = False
-    ctx.dispatcher.unwatch_all(s)
+    ctx.pipeline.discard(s)
     s.db_id = 0
     ctx.db = ctx.keyspace.dbs[0]
     s.resp = 2
     s.name = b""
     s.readonly_mode = False
-    conn = _conn(ctx)
-    if conn is not None:
-        ctx.server.hooks.reset_client(conn)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
-    if ctx.dispatcher.requirepass:
+    ctx.port.reset_client(s)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
+    if ctx.pipeline.requirepass:
         s.authenticated = False
     return "RESET"
 
@@ -139,12 +126,8 @@ def reset(ctx, args):
 def monitor(ctx, args):
     if not ctx.may_block:
         raise CommandError(messages.MONITOR_DENY_BLOCKING)
-    conn = _conn(ctx)
-    if conn is None:
-        raise CommandError("ERR MONITOR needs a client connection")
-    if conn.monitor:
+    if not ctx.port.monitor(ctx.client):
         return Raw(b"")  # already monitoring: Valkey ignores it without a reply
-    ctx.server.hooks.add_monitor(conn)
     return OK
 
 
@@ -202,46 +185,10 @@ def client_setinfo(ctx, args):
     return OK
 
 
-def client_line(srv, conn, now_ms):
-    s = conn.session
-    age = (now_ms - s.created_ms) // 1000
-    idle = (now_ms - s.last_interaction_ms) // 1000
-    subs = getattr(conn, "subs", None)
-    tracking = getattr(conn, "tracking", None)
-    flags = "".join((
-        "O" if getattr(conn, "monitor", False) else "",
-        "P" if subs is not None and subs.total() else "",
-        "x" if s.in_multi else "",
-        "b" if getattr(conn, "blocked", None) is not None else "",
-        "t" if tracking is not None else "",
-        "R" if tracking is not None and tracking.broken else "",
-        "B" if tracking is not None and tracking.bcast else "",
-        "d" if s.dirty_cas else "",
-        "c" if s.close_after_reply else "",
-        "r" if s.readonly_mode else "",
-        "e" if getattr(conn, "no_evict", False) else "",
-        "T" if getattr(conn, "no_touch", False) else "")) or "N"
-    nsub, npsub, nssub = (len(subs.channels), len(subs.patterns), len(subs.shard)) if subs is not None else (0, 0, 0)
-    redir = tracking.redirect if tracking is not None else -1
-    return ("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=%d sub=%d psub=%d ssub=%d "
-            "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=%d omem=0 "
-            "tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s" % (
-                s.id, s.addr, s.laddr, s.fd, s.name.decode("utf-8", "replace"), age, idle, flags, s.db_id,
-                nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), len(conn.pending),
-                s.last_cmd, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
-                s.lib_ver.decode("utf-8", "replace")))
-
-
-def _client_type(conn) -> bytes:
-    """getClientType: pubsub if subscribed, else normal (MONITOR clients are normal too)."""
-    subs = getattr(conn, "subs", None)
-    return b"pubsub" if subs is not None and subs.total() else b"normal"
-
-
 @command("client|list")
 def client_list(ctx, args):
-    srv = ctx.server
-    conns = srv.client_connections()
+    port = ctx.port
+    sessions = port.sessions()
     i = 2
     while i < len(args):
         opt = args[i].upper()
@@ -249,7 +196,7 @@ def client_list(ctx, args):
             kind = args[i + 1].lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError("ERR Unknown client type '%s'" % args[i + 1].decode("utf-8", "replace"))
-            conns = [c for c in conns if _client_type(c) == kind]
+            sessions = [s for s in sessions if port.client_kind(s) == kind]
             i += 2
         elif opt == b"ID" and i + 1 < len(args):
             ids = set()
@@ -261,32 +208,28 @@ def client_list(ctx, args):
                 if n <= 0:
                     raise CommandError("ERR Invalid client ID")
                 ids.add(n)
-            conns = [c for c in conns if c.session.id in ids]
+            sessions = [s for s in sessions if s.id in ids]
             break
         else:
             raise syntax_error()
-    now = ctx.now_ms()
-    return "".join(client_line(srv, c, now) + "\n" for c in conns).encode()
+    return "".join(port.client_line(s) + "\n" for s in sessions).encode()
 
 
 @command("client|info")
 def client_info(ctx, args):
-    srv = ctx.server
-    conn = srv.clients.get(ctx.client.id)
-    if conn is None:
-        return b""
-    return (client_line(srv, conn, ctx.now_ms()) + "\n").encode()
+    line = ctx.port.client_line(ctx.client)
+    return (line + "\n").encode() if line else b""
 
 
 @command("client|kill")
 def client_kill(ctx, args):
-    srv = ctx.server
-    conns = srv.client_connections()
+    port = ctx.port
+    sessions = port.sessions()
     if len(args) == 3:  # old form: CLIENT KILL addr:port
         addr = args[2].decode("utf-8", "replace")
-        for c in conns:
-            if c.session.addr == addr:
-                srv.kill_client(c)
+        for s in sessions:
+            if s.addr == addr:
+                port.kill_client(s)
                 return OK
         raise CommandError(messages.NO_SUCH_CLIENT)
     filters = []
@@ -303,18 +246,18 @@ def client_kill(ctx, args):
                 raise CommandError("ERR client-id should be greater than 0") from None
             if n <= 0:
                 raise CommandError("ERR client-id should be greater than 0")
-            filters.append(lambda c, n=n: c.session.id == n)
+            filters.append(lambda s, n=n: s.id == n)
         elif opt == b"ADDR":
-            filters.append(lambda c, v=val.decode(): c.session.addr == v)
+            filters.append(lambda s, v=val.decode(): s.addr == v)
         elif opt == b"LADDR":
-            filters.append(lambda c, v=val.decode(): c.session.laddr == v)
+            filters.append(lambda s, v=val.decode(): s.laddr == v)
         elif opt == b"USER":
-            filters.append(lambda c, v=val.decode(): c.session.user == v)
+            filters.append(lambda s, v=val.decode(): s.user == v)
         elif opt == b"TYPE":
             kind = val.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError("ERR Unknown client type '%s'" % val.decode("utf-8", "replace"))
-            filters.append(lambda c, k=kind: _client_type(c) == k)
+            filters.append(lambda s, k=kind: port.client_kind(s) == k)
         elif opt == b"SKIPME":
             v = val.lower()
             if v not in (b"yes", b"no"):
@@ -323,16 +266,16 @@ def client_kill(ctx, args):
         elif opt == b"MAXAGE":
             age = parse_int(val)
             now = ctx.now_ms()
-            filters.append(lambda c, a=age: (now - c.session.created_ms) // 1000 >= a)
+            filters.append(lambda s, a=age: (now - s.created_ms) // 1000 >= a)
         else:
             raise syntax_error()
         i += 2
     killed = 0
-    for c in conns:
-        if skipme and c.session.id == ctx.client.id:
+    for s in sessions:
+        if skipme and s.id == ctx.client.id:
             continue
-        if all(f(c) for f in filters):
-            srv.kill_client(c)
+        if all(f(s) for f in filters):
+            port.kill_client(s)
             killed += 1
     return killed
 
@@ -348,20 +291,14 @@ def _on_off(arg) -> bool:
 
 @command("client|no-evict")
 def client_no_evict(ctx, args):
-    on = _on_off(args[2])
-    conn = _conn(ctx)
-    if conn is not None:
-        conn.no_evict = on  # durakv has no client-memory eviction: the flag is kept and listed
+    ctx.port.set_no_evict(ctx.client, _on_off(args[2]))
     return OK
 
 
 @command("client|no-touch")
 def client_no_touch(ctx, args):
-    on = _on_off(args[2])
-    conn = _conn(ctx)
-    if conn is not None:
-        conn.no_touch = on  # reads by this client leave LRU/LFU access untouched (except TOUCH)
-        ctx.server.hooks.update_special(conn)
+    # reads by this client leave LRU/LFU access untouched (except TOUCH)
+    ctx.port.set_no_touch(ctx.client, _on_off(args[2]))
     return OK
 
 
@@ -375,7 +312,7 @@ def _ms_timeout_end(ctx, arg) -> int:
     if tval < 0:
         raise CommandError(messages.TIMEOUT_NEGATIVE)
     if tval > 0:
-        now = ctx.server.clock_ms()
+        now = ctx.port.clock_ms()
         if tval > INT64_MAX - now:
             raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
         tval += now
@@ -394,13 +331,13 @@ def client_pause(ctx, args):
         elif mode != b"all":
             raise CommandError(messages.PAUSE_MODE)
     end = _ms_timeout_end(ctx, args[2])
-    ctx.server.blocking.pause(end, all_commands)
+    ctx.port.pause_clients(end, all_commands)
     return OK
 
 
 @command("client|unpause")
 def client_unpause(ctx, args):
-    ctx.server.blocking.unpause()
+    ctx.port.unpause_clients()
     return OK
 
 
@@ -416,7 +353,7 @@ def client_unblock(ctx, args):
         elif reason != b"timeout":
             raise CommandError(messages.UNBLOCK_REASON)
     client_id = parse_int(args[2])
-    return 1 if ctx.server.blocking.unblock(client_id, error) else 0
+    return 1 if ctx.port.unblock_client(client_id, error) else 0
 
 
 def _prefix_overlap(a: bytes, b: bytes) -> bool:
@@ -429,7 +366,7 @@ def client_tracking(ctx, args):
     redirect = 0
     bcast = optin = optout = noloop = False
     prefixes = []
-    srv = ctx.server
+    port = ctx.port
     j, n = 3, len(args)
     while j < n:
         opt = args[j].lower()
@@ -439,7 +376,7 @@ def client_tracking(ctx, args):
             if redirect:
                 raise CommandError(messages.TRACKING_ONE_REDIRECT)
             redirect = parse_int(args[j])
-            if redirect not in srv.clients:
+            if not port.client_exists(redirect):
                 raise CommandError(messages.TRACKING_REDIRECT_MISSING)
         elif opt == b"bcast":
             bcast = True
@@ -455,13 +392,9 @@ def client_tracking(ctx, args):
         else:
             raise syntax_error()
         j += 1
-    conn = _conn(ctx)
-    if conn is None:
-        raise CommandError("ERR CLIENT TRACKING needs a client connection")
     state = args[2].lower()
-    tracking = srv.hooks.tracking
     if state == b"on":
-        current = conn.tracking
+        current = port.tracking_state(ctx.client)
         if not bcast and prefixes:
             raise CommandError(messages.TRACKING_PREFIX_NEEDS_BCAST)
         if current is not None and current.bcast != bcast:
@@ -483,20 +416,17 @@ def client_tracking(ctx, args):
                     if _prefix_overlap(p, q):
                         raise CommandError(messages.TRACKING_PREFIX_OVERLAP_ARGS.format(
                             p.decode("utf-8", "replace"), q.decode("utf-8", "replace")))
-        tracking.enable(conn, redirect, bcast, optin, optout, noloop, prefixes)
+        port.tracking_enable(ctx.client, redirect, bcast, optin, optout, noloop, prefixes)
     elif state == b"off":
-        tracking.disable(conn)
+        port.tracking_disable(ctx.client)
     else:
         raise syntax_error()
-    srv.hooks.update_special(conn)
-    srv.hooks.refresh()
     return OK
 
 
 @command("client|caching")
 def client_caching(ctx, args):
-    conn = _conn(ctx)
-    t = conn.tracking if conn is not None else None
+    t = ctx.port.tracking_state(ctx.client)
     if t is None:
         raise CommandError(messages.CACHING_NOT_TRACKING)
     opt = args[2].lower()
@@ -514,15 +444,13 @@ def client_caching(ctx, args):
 
 @command("client|getredir")
 def client_getredir(ctx, args):
-    conn = _conn(ctx)
-    t = conn.tracking if conn is not None else None
+    t = ctx.port.tracking_state(ctx.client)
     return t.redirect if t is not None else -1
 
 
 @command("client|trackinginfo")
 def client_trackinginfo(ctx, args):
-    conn = _conn(ctx)
-    t = conn.tracking if conn is not None else None
+    t = ctx.port.tracking_state(ctx.client)
     flags = RespSet()
     if t is None:
         flags.append(b"off")

@@ -21,10 +21,8 @@ The version (0x4B44) is above every RDB version, so a real Valkey rejects these 
 rejects Valkey's, both with "DUMP payload version or checksum are wrong".
 """
 
-import heapq
 import math
 import struct
-import weakref
 from collections import deque
 from itertools import islice
 
@@ -37,7 +35,6 @@ from ..keyspace.db import estimate_key
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply
 from .base import INT64_MAX, parse_int, syntax_error
-from .dispatch import Dispatcher
 from .registry import command
 from .session import Session
 
@@ -390,13 +387,15 @@ def _rebuild_stream(commands, clock_ms):
     """Runs a stream payload's commands on a scratch keyspace; the stream they build, or _BadData."""
     scratch = Keyspace(num_dbs=1, clock_ms=clock_ms)
     scratch.expire_enabled = False
-    dispatcher = Dispatcher(scratch)
+    from .pipeline import Pipeline  # the command table is complete by the time RESTORE runs
+    pipeline = Pipeline(scratch)
+    pipeline.stats_enabled = False
     session = Session()
     for argv in commands:
         pos = _STREAM_REBUILD.get(argv[0].lower()) if argv else None
         if pos is None or len(argv) <= pos or argv[pos] != _STREAM_KEY:
             raise _BadData()
-        reply, _effects, _cmd = dispatcher.execute(session, argv)
+        reply = pipeline.apply(session, 0, argv)
         if type(reply) is ErrorReply:
             raise _BadData()
     value = scratch.dbs[0].data.get(_STREAM_KEY)
@@ -499,29 +498,13 @@ def _parse_timeout_ms(ctx, raw) -> int:
 
 
 def _is_replica(ctx) -> bool:
-    srv = ctx.server
-    return srv is not None and getattr(srv, "replica_of", None) is not None
+    return ctx.port.replication()["role"] == "replica"
 
 
 def _acked_replicas(ctx, index) -> int:
-    """Replicas that acknowledged the journal up to index. durakv has no replicas yet: 0."""
+    """Replicas known to have applied the journal up to index. Replicas follow the journal without
+    acknowledging positions back, so none is known: 0 (WAIT is then answered at its timeout)."""
     return 0
-
-
-def _resolve(fut, reply_fn):
-    if not fut.done():
-        fut.set_result(reply_fn())
-
-
-def _future_with_timeout(ctx, timeout_ms, reply_fn):
-    """A Future the connection holds the client's reply on; resolved with reply_fn() at the timeout (never
-    when timeout_ms is 0, as a Valkey client blocked with timeout 0 until it disconnects)."""
-    loop = ctx.server.loop
-    fut = loop.create_future()
-    if timeout_ms:
-        handle = loop.call_later(timeout_ms / 1000.0, _resolve, fut, reply_fn)
-        fut.add_done_callback(lambda _f: handle.cancel())
-    return fut
 
 
 @command("wait")
@@ -530,35 +513,11 @@ def wait(ctx, args):
         raise CommandError(messages.WAIT_REPLICA)
     numreplicas = parse_int(args[1])
     timeout_ms = _parse_timeout_ms(ctx, args[2])
-    index = getattr(ctx.client, "last_write_index", 0)
+    index = ctx.client.last_write_index
     acked = _acked_replicas(ctx, index)
-    if acked >= numreplicas or not ctx.may_block or ctx.server is None or ctx.server.loop is None:
+    if acked >= numreplicas or not ctx.may_block:
         return acked
-    return _future_with_timeout(ctx, timeout_ms, lambda: _acked_replicas(ctx, index))
-
-
-class _LocalCommitWaiters:
-    """Futures waiting for the journal to commit an index (WAITAOF numlocal 1). One per tracker,
-    registered once as its commit listener."""
-
-    def __init__(self, tracker):
-        self.tracker = tracker
-        self.heap = []
-        self.seq = 0
-        tracker.commit_listeners.append(self.on_commit)
-
-    def add(self, index, fut, reply_fn):
-        self.seq += 1
-        heapq.heappush(self.heap, (index, self.seq, fut, reply_fn))
-
-    def on_commit(self, committed):
-        heap = self.heap
-        while heap and heap[0][0] <= committed:
-            _index, _seq, fut, reply_fn = heapq.heappop(heap)
-            _resolve(fut, reply_fn)
-
-
-_local_waiters = weakref.WeakKeyDictionary()
+    return ctx.port.wait_replicas(index, numreplicas, timeout_ms, lambda: _acked_replicas(ctx, index))
 
 
 @command("waitaof")
@@ -572,27 +531,22 @@ def waitaof(ctx, args):
     timeout_ms = _parse_timeout_ms(ctx, args[3])
     if _is_replica(ctx):
         raise CommandError(messages.WAITAOF_REPLICA)
-    srv = ctx.server
-    tracker = srv.tracker if srv is not None else None
-    journaled = tracker is not None and tracker.mode != "none"
+    port = ctx.port
+    journaled = port.journaled()
     if numlocal and not journaled:
         raise CommandError(messages.WAITAOF_NO_AOF)
-    index = getattr(ctx.client, "last_write_index", 0)
+    index = ctx.client.last_write_index
 
     def reply():
         # Valkey's fsynced_reploff is -1 without an AOF: then nothing is acknowledged locally.
-        local = 1 if journaled and tracker.committed >= index else 0
+        local = 1 if journaled and port.committed_index() >= index else 0
         return [local, _acked_replicas(ctx, index)]
 
     now = reply()
-    if (now[0] >= numlocal and now[1] >= numreplicas) or not ctx.may_block or srv is None or srv.loop is None:
+    if (now[0] >= numlocal and now[1] >= numreplicas) or not ctx.may_block:
         return now
-    fut = _future_with_timeout(ctx, timeout_ms, reply)
     if numreplicas <= now[1]:
-        # Only the local commit is missing: resolve as soon as the journal commits the client's write.
-        waiters = _local_waiters.get(tracker)
-        if waiters is None:
-            waiters = _local_waiters[tracker] = _LocalCommitWaiters(tracker)
-        waiters.add(index, fut, reply)
-    return fut
+        # Only the local commit is missing: answered as soon as the journal commits the client's write.
+        return port.wait_local_commit(index, timeout_ms, reply)
+    return port.wait_replicas(index, numreplicas, timeout_ms, reply)
 

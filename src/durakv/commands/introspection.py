@@ -210,7 +210,7 @@ def _verbatim(ctx, text: bytes):
 # -- SLOWLOG --------------------------------------------------------------------------------------
 
 def _monitors(ctx):
-    return ctx.dispatcher.monitors
+    return ctx.pipeline.monitors
 
 
 @command("slowlog|get")
@@ -445,7 +445,7 @@ def latency_report(mon, hz, now):
 
 @command("latency|doctor")
 def latency_doctor(ctx, args):
-    hz = ctx.server.config["hz"] if ctx.server is not None else 10
+    hz = ctx.port.config["hz"] if ctx.port.config is not None else 10
     return _verbatim(ctx, latency_report(_monitors(ctx), hz, int(time.time())).encode())
 
 
@@ -586,14 +586,12 @@ def _peek(ctx, key):
 
 
 def _policy(ctx):
-    if ctx.server is not None:
-        return ctx.server.config["maxmemory-policy"]
-    return ctx.dispatcher.maxmemory_policy
+    return ctx.pipeline.maxmemory_policy
 
 
 def _shared_integers_allowed(ctx):
     """canUseSharedObject: no shared integers under maxmemory with an LRU/LFU policy."""
-    d = ctx.dispatcher
+    d = ctx.pipeline
     return not (d.maxmemory and d.maxmemory_policy.endswith(("lru", "lfu")))
 
 
@@ -715,13 +713,9 @@ def memory_usage_cmd(ctx, args):
 
 def _memory_overview(ctx):
     """(used, peak, rss): used is INFO's used_memory (the dataset estimate the maxmemory check uses)."""
-    srv = ctx.server
-    used = ctx.dispatcher.used_memory_fn()
-    if srv is None:
-        return used, used, used
-    peak = max(getattr(srv, "peak_memory", 0), used)
-    srv.peak_memory = peak
-    return used, peak, srv.memory_rss()
+    port = ctx.port
+    used = ctx.pipeline.used_memory_fn()
+    return used, port.note_peak_memory(used), port.memory_rss() or used
 
 
 @command("memory|stats")

@@ -70,16 +70,6 @@ def _parse_db(ctx, raw):
     return dbs[n]
 
 
-def _signal_modified(ctx, db_id, key):
-    """Invalidates WATCHes on a key in another db (the effect itself names only the source db)."""
-    dispatcher = ctx.dispatcher
-    if dispatcher is not None and dispatcher.watchers:
-        sessions = dispatcher.watchers.get((db_id, key))
-        if sessions:
-            for s in sessions:
-                s.dirty_cas = True
-
-
 # -- existence and deletion ----------------------------------------------------------------------
 
 @command("del")
@@ -191,10 +181,10 @@ def copy(ctx, args):
     if expire is not None:
         dst_db.set_expire(newkey, expire)
     if dst_db is not src_db:
-        # The dispatcher measures a write's keys in the current db only.
+        # The pipeline measures a write's keys in the current db only.
         ks.used_bytes += estimate_key(newkey, new) - (
             estimate_key(newkey, existing) if existing is not None else 0)
-        _signal_modified(ctx, dst_db.id, newkey)
+    ctx.touch(dst_db.id, newkey, exact=True)  # the source is only read
     ctx.propagate_args(args)
     return 1
 
@@ -217,8 +207,8 @@ def move(ctx, args):
     dst_db.data[key] = value
     if expire is not None:
         dst_db.set_expire(key, expire)
-    ks.used_bytes += estimate_key(key, value)  # the dispatcher saw it leave the source db
-    _signal_modified(ctx, dst_db.id, key)
+    ks.used_bytes += estimate_key(key, value)  # the pipeline saw it leave the source db
+    ctx.touch(dst_db.id, key)
     ctx.propagate_args(args)
     return 1
 

@@ -11,40 +11,27 @@ from ..errors import CommandError
 from .registry import command
 
 
-def _conn(ctx):
-    server = ctx.server
-    conn = server.clients.get(ctx.client.id) if server is not None else None
-    if conn is None:
-        raise CommandError("ERR pub/sub needs a client connection")
-    return conn
-
-
-def _subscribed(conn) -> bool:
-    return conn.subs is not None and conn.subs.total() > 0
-
-
 def _unsubscribe(ctx, args, kind):
-    conn = _conn(ctx)
-    if not _subscribed(conn):
-        raise CommandError(messages.NOSUB.format(args[0].lower().decode("utf-8", "replace")))
-    return ctx.server.pubsub.unsubscribe(conn, args[1:], kind)
+    # Outside subscribed mode this answers as Valkey 7.2 and 8.0.2+ do (a confirmation with count 0):
+    # 8.0.0-8.0.1's -NOSUB broke Celery and other clients and was reverted.
+    return ctx.port.unsubscribe(ctx.client, args[1:], kind)
 
 
 @command("subscribe")
 def subscribe(ctx, args):
-    return ctx.server.pubsub.subscribe(_conn(ctx), args[1:], "channel")
+    return ctx.port.subscribe(ctx.client, args[1:], "channel")
 
 
 @command("psubscribe")
 def psubscribe(ctx, args):
-    return ctx.server.pubsub.subscribe(_conn(ctx), args[1:], "pattern")
+    return ctx.port.subscribe(ctx.client, args[1:], "pattern")
 
 
 @command("ssubscribe")
 def ssubscribe(ctx, args):
     if not ctx.may_block:
         raise CommandError(messages.DENY_BLOCKING.format("SSUBSCRIBE"))
-    return ctx.server.pubsub.subscribe(_conn(ctx), args[1:], "shard")
+    return ctx.port.subscribe(ctx.client, args[1:], "shard")
 
 
 @command("unsubscribe")
@@ -64,18 +51,12 @@ def sunsubscribe(ctx, args):
 
 @command("publish")
 def publish(ctx, args):
-    server = ctx.server
-    if server is None:
-        return 0
-    return server.pubsub.publish(args[1], args[2])
+    return ctx.port.publish(args[1], args[2])
 
 
 @command("spublish")
 def spublish(ctx, args):
-    server = ctx.server
-    if server is None:
-        return 0
-    return server.pubsub.publish(args[1], args[2], shard=True)
+    return ctx.port.publish(args[1], args[2], shard=True)
 
 
 # -- PUBSUB ---------------------------------------------------------------------------------------
@@ -88,39 +69,39 @@ def _syntax(args):
 def pubsub_channels(ctx, args):
     if len(args) > 3:
         raise _syntax(args)
-    return ctx.server.pubsub.channel_list(args[2] if len(args) == 3 else None)
+    return ctx.port.pubsub_channels(args[2] if len(args) == 3 else None)
 
 
 @command("pubsub|shardchannels")
 def pubsub_shardchannels(ctx, args):
     if len(args) > 3:
         raise _syntax(args)
-    return ctx.server.pubsub.channel_list(args[2] if len(args) == 3 else None, shard=True)
+    return ctx.port.pubsub_channels(args[2] if len(args) == 3 else None, shard=True)
 
 
 @command("pubsub|numsub")
 def pubsub_numsub(ctx, args):
-    ps = ctx.server.pubsub
+    port = ctx.port
     out = []
     for ch in args[2:]:
         out.append(ch)
-        out.append(ps.numsub(ch))
+        out.append(port.pubsub_numsub(ch))
     return out
 
 
 @command("pubsub|shardnumsub")
 def pubsub_shardnumsub(ctx, args):
-    ps = ctx.server.pubsub
+    port = ctx.port
     out = []
     for ch in args[2:]:
         out.append(ch)
-        out.append(ps.numsub(ch, shard=True))
+        out.append(port.pubsub_numsub(ch, shard=True))
     return out
 
 
 @command("pubsub|numpat")
 def pubsub_numpat(ctx, args):
-    return len(ctx.server.pubsub.patterns)
+    return ctx.port.pubsub_numpat()
 
 
 @command("pubsub|help")

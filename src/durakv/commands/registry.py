@@ -12,7 +12,10 @@ class Command:
     __slots__ = ("name", "fullname", "handler", "arity", "flags", "acl", "key_specs", "spec",
                  "subcommands", "parent", "write", "readonly", "denyoom", "admin", "noscript",
                  "no_auth", "no_multi", "loading", "stale", "pubsub", "blocking", "simple_keys",
-                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys")
+                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys",
+                 "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
+                 "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
+                 "argc_min", "argc_max")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -25,11 +28,17 @@ class Command:
         self.acl = spec.get("acl", [])
         self.key_specs = spec.get("key_specs", [])
         self.subcommands = {}
+        # Scripts: (pipeline, args) -> (write, may_replicate, denyoom) from the script's own flags
+        # (Valkey's getCommandFlags for EVAL/FCALL), or None to use the static flags.
+        self.queue_flags_fn = None
         self._set_flags()
         self.calls = self.usec = self.rejected_calls = self.failed_calls = 0
 
     def _set_flags(self):
         f = self.flags
+        # Arity as a range, so the hot path checks it with one chained comparison.
+        self.argc_min = self.arity if self.arity > 0 else -self.arity
+        self.argc_max = self.arity if self.arity > 0 else 1 << 30
         self.write = "write" in f
         self.readonly = "readonly" in f
         self.denyoom = "denyoom" in f
@@ -41,9 +50,27 @@ class Command:
         self.stale = "stale" in f
         self.pubsub = "pubsub" in f
         self.blocking = "blocking" in f
+        self.may_replicate = self.write or "may_replicate" in f
+        self.allow_busy = "allow_busy" in f
+        self.skip_monitor = "skip_monitor" in f or self.admin
+        self.skip_slowlog = "skip_slowlog" in f
+        top = self.fullname.split("|")[0]
+        # EXEC and scripts run other commands through the pipeline: their keys, effects and checks are
+        # those of the commands they run.
+        self.calls_commands = top in _CALLS_COMMANDS
+        # What a primary must not answer without a valid lease: anything that reads or writes data.
+        self.touches_data = self.write or self.readonly or self.calls_commands
+        # Runs immediately even inside MULTI (processCommand's list).
+        self.multi_immediate = top in _MULTI_IMMEDIATE
         # Fast path for the common shape: keys at fixed positions first..last step.
         self.simple_keys = _simple_range(self.key_specs)
         self.keyless = not self.key_specs
+        # Key specs that cannot name every key (SORT ... STORE, MIGRATE ... KEYS).
+        self.keys_incomplete = any("unknown" in s["begin_search"] or "unknown" in s["find_keys"]
+                                   or "incomplete" in s.get("flags", ()) for s in self.key_specs)
+        # A read that sees the whole keyspace (KEYS, SCAN, DBSIZE, EXEC, scripts): in sync mode it waits for
+        # every write issued before it, not only for writes of its keys.
+        self.sees_all = self.calls_commands or (self.keyless and (self.readonly or self.write))
         # The commonest shape of all (GET, SET, HSET, ...): keys at positions known in advance.
         self.fixed_keys = None
         if self.simple_keys is not None and self.simple_keys[1] >= 0:
@@ -137,6 +164,9 @@ def _indexes_from_specs(specs, args):
     return out
 
 
+_CALLS_COMMANDS = {"exec", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
+_MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset"}
+
 TABLE = {}  # lowercase bytes name -> Command
 
 
@@ -171,6 +201,7 @@ def command(fullname: str, *, flags=None, arity=None, extra_flags=()):
             cmd._set_flags()
         if arity is not None:
             cmd.arity = arity
+            cmd._set_flags()
         return fn
     return register
 

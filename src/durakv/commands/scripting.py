@@ -13,10 +13,12 @@ from ..keyspace.glob import compile_glob
 from ..protocol.resp import OK, RespSet
 from ..scripting.functions import LOAD_TIMEOUT_MS, FunctionError, get_functions, split_args
 from ..scripting.lua import LuaEngine, sha1hex
-from ..scripting.runner import (ALLOW_OOM, EVAL_COMPAT, FLAG_NAMES, NO_CLUSTER, NO_WRITES, ScriptRun,
-                                get_state)
+from ..scripting.runner import (ALLOW_OOM, EVAL_COMPAT, FLAG_NAMES, NO_CLUSTER, NO_WRITES, ScriptCalls,
+                                ScriptingState, ScriptRun)
+from . import registry
 from .base import parse_int
 from .registry import command
+from .session import Session
 
 _SHEBANG_FLAGS = {name: flag for flag, name in FLAG_NAMES}
 
@@ -96,26 +98,50 @@ def _numkeys(args, message=None):
     return n
 
 
+def get_state(pipeline) -> ScriptingState:
+    """The pipeline's scripting state, made on first use with the calls scripting may make into it."""
+    state = pipeline.scripting
+    if state is None:
+        session = Session(authenticated=True)
+        session.addr = "lua"   # how MONITOR shows a script's commands
+        pipeline.new_context(session).may_block = False
+
+        def set_busy(busy):
+            pipeline.busy = busy
+
+        def finish(run):
+            # A script that ran past busy-reply-threshold ended: its effects leave now, as one batch.
+            dur = pipeline.durability
+            if run.effects:
+                ticket = pipeline.submit_collected(run.effects, run.dirty_keys)
+                if run.caller is not None:
+                    run.caller.last_write_index = dur.assigned
+                return ticket
+            return dur.barrier_ticket()
+
+        calls = ScriptCalls(session, pipeline.script_call, pipeline.script_exists, set_busy, finish)
+        state = pipeline.scripting = ScriptingState(calls)
+    return state
+
+
 def _prepare(ctx, flags, ro):
-    """The checks processCommand and scriptPrepareForRun make before a script runs.
-    Returns (read_only, allow_oom, out_of_memory_at_start)."""
-    d = ctx.dispatcher
-    oom = False
-    if d.maxmemory and d.used_memory_fn() > d.maxmemory:
-        oom = not d._evict()
+    """scriptPrepareForRun's checks before a script runs. Returns (read_only, allow_oom, out_of_memory_at_start)."""
+    p = ctx.pipeline
+    oom = p.out_of_memory()
     if not flags & EVAL_COMPAT:
         writes = not flags & NO_WRITES
         if writes:
             # a script that may write is a write command (evalGetCommandFlags / fcallGetCommandFlags)
             if oom and not flags & ALLOW_OOM:
                 raise CommandError(messages.OOM)
-            if d.refuse_writes_fn is not None:
-                text = d.refuse_writes_fn()
+            dur = p.durability
+            if dur.refusing:
+                text = dur.refuse_writes()
                 if text:
                     raise CommandError(text)
-            if d.is_replica_fn is not None and d.is_replica_fn():
+            if p.gate is not None and p.gate.is_replica():
                 raise CommandError(messages.READONLY)
-        if flags & NO_CLUSTER and ctx.server is not None and ctx.server.config["cluster-enabled"]:
+        if flags & NO_CLUSTER and p.router is not None:
             raise CommandError(messages.SCRIPT_NO_CLUSTER)
         if writes and ro:
             raise CommandError(messages.SCRIPT_RO_WRITE_FLAG)
@@ -123,10 +149,50 @@ def _prepare(ctx, flags, ro):
     return ro, False, oom
 
 
+def _flags_to_command(flags):
+    """scriptFlagsToCmdFlags: (write, denyoom, may_replicate) of a script that declared its flags."""
+    write = not flags & NO_WRITES
+    return write, write and not flags & ALLOW_OOM, write
+
+
+def _eval_flags(pipeline, args):
+    """evalGetCommandFlags: the script's declared flags decide what kind of command EVAL is."""
+    evalsha = args[0].lower().startswith(b"evalsha")
+    state = pipeline.scripting
+    if evalsha:
+        if len(args[1]) != 40 or state is None:
+            return None
+        script = state.scripts.get(args[1].lower())
+        if script is None:
+            return None
+        flags = script.flags
+    else:
+        script = state.scripts.get(sha1hex(args[1])) if state is not None else None
+        if script is not None:
+            flags = script.flags
+        else:
+            try:
+                flags, _ = _shebang_flags(args[1])
+            except CommandError:
+                return None
+    if flags & EVAL_COMPAT:
+        return None
+    return _flags_to_command(flags)
+
+
+def _fcall_flags(pipeline, args):
+    fi = get_functions(pipeline.keyspace).lookup(args[1])
+    return None if fi is None else _flags_to_command(fi.flags)
+
+
+def _run(ctx, run, call):
+    return get_state(ctx.pipeline).run(ctx, run, call, ctx.port.script_host())
+
+
 # -- EVAL family ----------------------------------------------------------------------------------------
 
 def _eval(ctx, args, evalsha, ro):
-    state = get_state(ctx.dispatcher)
+    state = get_state(ctx.pipeline)
     if evalsha and len(args[1]) != 40:
         raise CommandError(messages.NOSCRIPT)
     numkeys = _numkeys(args)
@@ -141,12 +207,12 @@ def _eval(ctx, args, evalsha, ro):
     if sha in state.lru:
         state.lru.move_to_end(sha)
     read_only, allow_oom, oom = _prepare(ctx, script.flags, ro)
-    run = ScriptRun(state, "eval", sha, ctx, args, read_only, allow_oom, oom)
+    run = ScriptRun(state, "eval", sha, ctx, args, read_only, allow_oom, oom, script.flags)
     engine = state.engine
     keys = args[3:3 + numkeys]
     argv = args[3 + numkeys:]
     fn = script.fn
-    return state.run(ctx, run, lambda: engine.call(run, fn, keys, argv))
+    return _run(ctx, run, lambda: engine.call(run, fn, keys, argv))
 
 
 @command("eval")
@@ -173,12 +239,12 @@ def evalsha_ro(ctx, args):
 
 @command("script|load")
 def script_load(ctx, args):
-    return _create_script(get_state(ctx.dispatcher), args[2], False)
+    return _create_script(get_state(ctx.pipeline), args[2], False)
 
 
 @command("script|exists")
 def script_exists(ctx, args):
-    scripts = get_state(ctx.dispatcher).scripts
+    scripts = get_state(ctx.pipeline).scripts
     return [1 if sha.lower() in scripts else 0 for sha in args[2:]]
 
 
@@ -186,7 +252,7 @@ def script_exists(ctx, args):
 def script_flush(ctx, args):
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"SYNC", b"ASYNC")):
         raise CommandError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
-    state = get_state(ctx.dispatcher)
+    state = get_state(ctx.pipeline)
     state.scripts = {}
     state.lru.clear()
     state.engine = None        # a fresh Lua state, as scriptingReset
@@ -195,7 +261,7 @@ def script_flush(ctx, args):
 
 @command("script|show")
 def script_show(ctx, args):
-    script = get_state(ctx.dispatcher).scripts.get(args[2].lower()) if len(args[2]) == 40 else None
+    script = get_state(ctx.pipeline).scripts.get(args[2].lower()) if len(args[2]) == 40 else None
     if script is None:
         raise CommandError(messages.NOSCRIPT)
     return script.body
@@ -203,7 +269,7 @@ def script_show(ctx, args):
 
 @command("script|kill")
 def script_kill(ctx, args):
-    err = get_state(ctx.dispatcher).kill(True)
+    err = get_state(ctx.pipeline).kill(True)
     if err is not None:
         raise CommandError(err)
     return OK
@@ -258,13 +324,13 @@ def _fcall(ctx, args, ro):
         raise CommandError(messages.FUNCTION_NOT_FOUND)
     numkeys = _numkeys(args, messages.FCALL_BAD_NUMKEYS)
     read_only, allow_oom, oom = _prepare(ctx, fi.flags, ro)
-    state = get_state(ctx.dispatcher)
-    run = ScriptRun(state, "function", fi.name, ctx, args, read_only, allow_oom, oom)
+    state = get_state(ctx.pipeline)
+    run = ScriptRun(state, "function", fi.name, ctx, args, read_only, allow_oom, oom, fi.flags)
     engine = funcs.engine
     keys = args[3:3 + numkeys]
     argv = args[3 + numkeys:]
     fn = fi.fn
-    return state.run(ctx, run, lambda: engine.call(run, fn, keys, argv))
+    return _run(ctx, run, lambda: engine.call(run, fn, keys, argv))
 
 
 @command("fcall")
@@ -281,8 +347,7 @@ def fcall_ro(ctx, args):
 
 def _obeys(ctx) -> bool:
     """Replaying the journal or a snapshot (mustObeyClient): no FUNCTION LOAD timeout."""
-    srv = ctx.server
-    return ctx.replaying or srv is None or ctx.client is getattr(srv, "_apply_session", None)
+    return ctx.replaying or ctx.port.script_host() is None
 
 
 def _function_error(exc: FunctionError):
@@ -387,7 +452,7 @@ def function_restore(ctx, args):
 
 @command("function|stats")
 def function_stats(ctx, args):
-    busy = ctx.dispatcher.busy
+    busy = get_state(ctx.pipeline).busy
     running = None
     if busy is not None:
         run = busy.run
@@ -403,7 +468,7 @@ def function_stats(ctx, args):
 
 @command("function|kill")
 def function_kill(ctx, args):
-    err = get_state(ctx.dispatcher).kill(False)
+    err = get_state(ctx.pipeline).kill(False)
     if err is not None:
         raise CommandError(err)
     return OK
@@ -453,3 +518,9 @@ _FUNCTION_HELP = [
 @command("function|help")
 def function_help(ctx, args):
     return _help("FUNCTION", _FUNCTION_HELP)
+
+
+for _name in ("eval", "evalsha", "eval_ro", "evalsha_ro"):
+    registry.TABLE[_name.encode()].queue_flags_fn = _eval_flags
+for _name in ("fcall", "fcall_ro"):
+    registry.TABLE[_name.encode()].queue_flags_fn = _fcall_flags

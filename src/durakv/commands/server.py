@@ -19,7 +19,7 @@ NO_REPLY = Raw(b"")
 def config_get(ctx, args):
     out = {}
     for pattern in args[2:]:
-        for name, value in ctx.server.config.matching(pattern.decode("utf-8", "replace")).items():
+        for name, value in ctx.port.config.matching(pattern.decode("utf-8", "replace")).items():
             out[name.encode()] = value.encode()
     return out
 
@@ -28,7 +28,7 @@ def config_get(ctx, args):
 def config_set(ctx, args):
     if len(args) % 2 != 0:
         raise CommandError(messages.WRONG_ARITY.format("config|set"))
-    cfg = ctx.server.config
+    port = ctx.port
     from ..config import BY_NAME
     pairs = []
     for i in range(2, len(args), 2):
@@ -43,13 +43,13 @@ def config_set(ctx, args):
             opt.parse(value)
         except ValueError as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
-        problem = ctx.server.validate_config_set(opt.name, opt.parse(value))
+        problem = port.validate_config_set(opt.name, opt.parse(value))
         if problem:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, problem))
         pairs.append((name, value))
     for name, value in pairs:
         try:
-            cfg.set(name, value)
+            port.config_set(name, value)
         except (ConfigError, ValueError) as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
     return OK
@@ -57,15 +57,14 @@ def config_set(ctx, args):
 
 @command("config|resetstat")
 def config_resetstat(ctx, args):
-    d = ctx.dispatcher
+    d = ctx.pipeline
     d.total_errors = 0
     d.error_counts.clear()
-    d.keyspace_hits = d.keyspace_misses = 0
+    ctx.keyspace.hits = ctx.keyspace.misses = 0
     for cmd in registry.TABLE.values():
         for c in [cmd] + list(cmd.subcommands.values()):
             c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
-    srv = ctx.server
-    srv.total_connections = srv.rejected_connections = 0
+    ctx.port.reset_stats()
     ctx.keyspace.expired_keys = ctx.keyspace.evicted_keys = 0
     return OK
 
@@ -73,7 +72,7 @@ def config_resetstat(ctx, args):
 @command("config|rewrite")
 def config_rewrite(ctx, args):
     try:
-        ctx.server.config.rewrite()
+        ctx.port.rewrite_config()
     except ConfigError as exc:
         raise CommandError("ERR " + str(exc)) from None
     except OSError as exc:
@@ -94,7 +93,7 @@ def config_help(ctx, args):
 
 @command("info")
 def info(ctx, args):
-    return ctx.server.info([a.decode("utf-8", "replace") for a in args[1:]])
+    return ctx.port.info([a.decode("utf-8", "replace") for a in args[1:]])
 
 
 @command("dbsize")
@@ -111,7 +110,7 @@ def time_(ctx, args):
 
 @command("lastsave")
 def lastsave(ctx, args):
-    return ctx.server.lastsave
+    return ctx.port.last_save()
 
 
 # -- FLUSHDB / FLUSHALL -------------------------------------------------------------------------
@@ -152,19 +151,19 @@ def flushall(ctx, args):
 
 @command("save")
 def save(ctx, args):
-    return ctx.server.start_snapshot()
+    return ctx.port.start_snapshot()
 
 
 @command("bgsave")
 def bgsave(ctx, args):
-    srv = ctx.server
+    port = ctx.port
     if len(args) > 2 or (len(args) == 2 and args[1].upper() != b"SCHEDULE"):
         raise syntax_error()
-    if srv.snapshot_in_progress is not None:
+    if port.snapshot_in_progress():
         if len(args) == 2:
             return "Background saving scheduled"
         raise CommandError(messages.SAVE_IN_PROGRESS)
-    srv.start_snapshot()
+    port.start_snapshot()
     return "Background saving started"
 
 
@@ -175,7 +174,7 @@ def shutdown(ctx, args):
             raise syntax_error()
     if any(a.upper() == b"ABORT" for a in args[1:]):
         raise CommandError("ERR No shutdown in progress.")
-    ctx.server.request_shutdown()
+    ctx.port.shutdown()
     ctx.client.close_after_reply = True
     return NO_REPLY
 
@@ -185,7 +184,7 @@ def shutdown(ctx, args):
 @command("debug")
 def debug(ctx, args):
     sub = args[1].upper()
-    srv = ctx.server
+    port = ctx.port
     if sub == b"SLEEP" and len(args) == 3:
         # Like Valkey: blocks the whole server, which is what tests of timeouts want.
         try:
@@ -195,11 +194,11 @@ def debug(ctx, args):
         time.sleep(max(0.0, seconds))
         return OK
     if sub == b"SET-ACTIVE-EXPIRE" and len(args) == 3:
-        srv.active_expire_enabled = args[2] == b"1"
+        port.set_active_expire(args[2] == b"1")
         return OK
     if sub == b"JOURNAL-STALL" and len(args) == 3:
         # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
-        if not srv.set_journal_stall(parse_int(args[2])):
+        if not port.journal_stall(parse_int(args[2])):
             raise CommandError("ERR no journal (durability none)")
         return OK
     if sub == b"HELP":
@@ -423,11 +422,7 @@ def swapdb(ctx, args):
 
 @command("role")
 def role(ctx, args):
-    srv = ctx.server
-    node = getattr(srv, "cluster_node", None) if srv is not None else None
-    if node is not None and node.role == "replica":
-        c = node.controller
-        host, _, port = ((c.primary_addr if c else None) or ":0").rpartition(":")
-        return [b"slave", host.encode(), int(port or 0), b"connected", node.applied_index]
-    offset = node.applied_index if node is not None else (srv.tracker.committed if srv and srv.tracker else 0)
-    return [b"master", offset, []]
+    r = ctx.port.replication()
+    if r["role"] == "replica":
+        return [b"slave", r["primary_host"].encode(), r["primary_port"], b"connected", r["offset"]]
+    return [b"master", r["offset"], [[h.encode(), b"%d" % p, b"%d" % o] for h, p, o in r["replicas"]]]

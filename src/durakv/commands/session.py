@@ -9,7 +9,9 @@ class Session:
     __slots__ = ("id", "db_id", "resp", "authenticated", "user", "name", "lib_name", "lib_ver",
                  "in_multi", "multi_queue", "multi_error", "watched", "dirty_cas", "ctx",
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
-                 "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index")
+                 "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
+                 "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
+                 "subscribed", "monitor", "special", "no_touch", "asking")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -23,7 +25,7 @@ class Session:
         self.in_multi = False
         self.multi_queue = []
         self.multi_error = False
-        self.watched = set()       # (db_id, key)
+        self.watched = {}          # (db_id, key) -> the key was already expired when WATCHed
         self.dirty_cas = False
         self.ctx = None
         self.created_ms = created_ms
@@ -37,3 +39,15 @@ class Session:
         self.fd = -1
         self.tracking = False
         self.last_write_index = 0  # journal entry holding this client's newest write (WAITAOF)
+        # Flags of the commands queued in MULTI, as processCommand aggregates them for EXEC.
+        self.multi_write = self.multi_denyoom = self.multi_may_replicate = self.multi_touches_data = False
+        # Subscribed / MONITOR state the admission checks read; `special` is true while either is set, so
+        # the common path tests one attribute.
+        self.subscribed = 0
+        self.monitor = False
+        self.special = False
+        self.no_touch = False
+        self.asking = False
+
+    def refresh_special(self):
+        self.special = bool(self.subscribed or self.monitor)

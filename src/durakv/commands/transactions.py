@@ -1,4 +1,6 @@
-"""MULTI EXEC DISCARD WATCH UNWATCH. EXEC's effects leave as one batch (one journal entry)."""
+"""MULTI EXEC DISCARD WATCH UNWATCH. EXEC's effects leave as one batch (one journal entry).
+
+Queueing, the checks at EXEC time and running the queue are the pipeline's (commands/pipeline.py)."""
 
 from .. import messages
 from ..errors import CommandError
@@ -9,9 +11,7 @@ from .registry import command
 @command("multi")
 def multi(ctx, args):
     s = ctx.client
-    if s.in_multi:
-        raise CommandError(messages.MULTI_NESTED)
-    s.in_multi = True
+    s.in_multi = True   # MULTI inside MULTI never gets here: it is flagged no-multi (the pipeline refuses it)
     s.multi_queue = []
     s.multi_error = False
     return OK
@@ -22,10 +22,7 @@ def exec_(ctx, args):
     s = ctx.client
     if not s.in_multi:
         raise CommandError(messages.EXEC_WITHOUT_MULTI)
-    reply, effects = ctx.dispatcher.exec_transaction(s)
-    if effects:
-        ctx.effects.extend(effects)
-    return reply
+    return ctx.pipeline.exec_queued(s, ctx)
 
 
 @command("discard")
@@ -33,24 +30,19 @@ def discard(ctx, args):
     s = ctx.client
     if not s.in_multi:
         raise CommandError(messages.DISCARD_WITHOUT_MULTI)
-    s.in_multi = False
-    s.multi_queue = []
-    s.multi_error = False
-    ctx.dispatcher.unwatch_all(s)
+    ctx.pipeline.discard(s)
     return OK
 
 
 @command("watch")
 def watch(ctx, args):
     s = ctx.client
-    if s.in_multi:
-        raise CommandError(messages.WATCH_IN_MULTI)
     for key in args[1:]:
-        ctx.dispatcher.watch(s, ctx.db.id, key)
+        ctx.pipeline.watch(s, ctx.db.id, key)
     return OK
 
 
 @command("unwatch")
 def unwatch(ctx, args):
-    ctx.dispatcher.unwatch_all(ctx.client)
+    ctx.pipeline.unwatch_all(ctx.client)
     return OK

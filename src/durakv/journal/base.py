@@ -1,7 +1,7 @@
 """The Journal interface: the ordered, durable log of one shard's effects.
 
 An entry is an opaque batch of bytes (the durability layer puts a batch of RESP-encoded effects in it; see
-durakv.recovery.encode_effects). Backends know nothing of commands: they store bytes in order, number
+durakv.journal.codec). Backends know nothing of commands: they store bytes in order, number
 them 1, 2, 3, ... and say when they are durable.
 
 Contract every backend keeps (tests/journal_contract.py checks it):

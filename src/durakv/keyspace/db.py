@@ -55,7 +55,7 @@ def estimate_key(key: bytes, value) -> int:
 
 
 def estimate_key_overhead(value: bytes) -> int:
-    """estimate_key(k, v) - len(k) - len(v) for a string value (the dispatcher inlines it)."""
+    """estimate_key(k, v) - len(k) - len(v) for a string value (the pipeline inlines it)."""
     return estimate_key(b"", value) - len(value)
 
 
@@ -134,7 +134,10 @@ class Keyspace:
         self.expire_enabled = True
         self.hide_expired = False    # replicas: expired keys are invisible to reads but not deleted
         self.deleted_by_server = []  # (db_id, key, reason) with reason 'expired' | 'evicted'
-        self.used_bytes = 0          # estimated dataset bytes, kept current by the dispatcher
+        self.used_bytes = 0          # estimated dataset bytes, kept current by the pipeline
+        self.reading = False         # a read-only command runs: its lookups count as hits / misses
+        self.hits = 0
+        self.misses = 0
         self.expired_keys = 0
         self.evicted_keys = 0
         self.track_access = None     # None | 'lru' | 'lfu'
@@ -153,19 +156,27 @@ class Keyspace:
         """The live value of key, or None. Deletes an expired key (lazy expiry)."""
         value = db.data.get(key)
         if value is None:
+            if self.reading:
+                self.misses += 1
             return None
         if db.expires and key in db.expires and db.expires[key] <= self.clock_ms():
             if self.expire_enabled:
                 self.server_delete(db, key, "expired")
+                if self.reading:
+                    self.misses += 1
                 return None
             if self.hide_expired:
+                if self.reading:
+                    self.misses += 1
                 return None  # a replica: the key is gone for readers; the primary's DEL will remove it
         if self.track_access is not None:
             self._touch(db, key)
+        if self.reading:
+            self.hits += 1
         return value
 
     def delete(self, db: Db, key: bytes) -> bool:
-        """Removes key. Memory accounting is the caller's (the dispatcher measures a command's keys
+        """Removes key. Memory accounting is the caller's (the pipeline measures a command's keys
         before and after it runs); deletions the server makes on its own use server_delete."""
         value = db.data.pop(key, None)
         if value is None:

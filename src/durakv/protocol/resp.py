@@ -56,6 +56,39 @@ class ErrorReply:
         return hash(self.text)
 
 
+class Deferred:
+    """A reply not known yet: WAIT, WAITAOF, BGSAVE/SAVE, CLUSTER FAILOVER, a blocked command once served, a
+    script past busy-reply-threshold. Its producer calls resolve(reply, index) exactly once (later calls
+    are ignored); the durability layer releases it in request order once it is resolved and journal entry
+    `index` (0: none) is committed. resolve() may be called before anyone listens."""
+
+    __slots__ = ("reply", "index", "done", "_listener")
+
+    def __init__(self):
+        self.reply = None
+        self.index = 0
+        self.done = False
+        self._listener = None
+
+    def resolve(self, reply, index=0):
+        if self.done:
+            return
+        self.reply = reply
+        self.index = index
+        self.done = True
+        listener = self._listener
+        if listener is not None:
+            self._listener = None
+            listener()
+
+    def listen(self, fn):
+        """fn() once resolved (at once if already)."""
+        if self.done:
+            fn()
+        else:
+            self._listener = fn
+
+
 OK = Raw(b"+OK\r\n")
 QUEUED = Raw(b"+QUEUED\r\n")
 PONG = Raw(b"+PONG\r\n")

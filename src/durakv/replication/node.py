@@ -16,12 +16,12 @@ import sys
 import tempfile
 import time
 
+from .. import messages
 from ..cluster.controller import Controller
 from ..cluster.store import NatsStore
-from ..durability import WriteTracker
 from ..journal.base import EpochFilter
+from ..journal.codec import decode_payload
 from ..journal.jetstream import JetStreamJournal, connect
-from ..recovery import apply_payload
 
 log = logging.getLogger("durakv.replication")
 
@@ -55,6 +55,7 @@ class ClusterNode:
         self._last_probe = 0.0
         self._progress_index = -1
         self._progress_at = 0.0
+        self.writes_paused = False      # a planned hand-over is draining: writes answer -READONLY
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
@@ -72,8 +73,6 @@ class ClusterNode:
         self.controller = Controller(self.store, self, self.shard, srv.config["lease-ttl-ms"], srv.clock_ms)
         self._task = srv.loop.create_task(self._control_loop())
         self._snap_task = srv.loop.create_task(self._snapshot_loop())
-        srv.tracker = WriteTracker(None, mode="none", loop=srv.loop)
-        srv.replica_of = "unknown"
         log.info("node %s (az %s) following shard %s from index %d", self.node_id, self.az, self.shard,
                  self.applied_index)
 
@@ -114,7 +113,7 @@ class ClusterNode:
         if self.filter.accept(entry):
             ks.hide_expired = False  # effects see every stored key, expired or not, as on the primary
             try:
-                for db_id, argv in apply_payload(entry.payload):
+                for db_id, argv in decode_payload(entry.payload):
                     self.server.apply_effect(db_id, argv)
             except Exception as exc:  # noqa: BLE001 - a replica that cannot apply must not serve
                 self._apply_errors += 1
@@ -175,7 +174,6 @@ class ClusterNode:
                 log.info("controller: %s", reason)
             previous = reason
             if self.role == "replica":
-                self.server.replica_of = self.controller.primary_addr or "unknown"
                 now = time.monotonic()
                 if now - self._last_probe > 1.0:
                     self._last_probe = now
@@ -186,10 +184,19 @@ class ClusterNode:
                 await self.resubscribe_if_stalled()
             await asyncio.sleep(self.controller.interval_s)
 
-    def serving_error(self):
-        """Error text if this primary must not serve now (its lease is past due by its own clock)."""
-        if self.role == "primary" and self.server.clock_ms() > self.lease_valid_until_ms:
-            return "CLUSTERDOWN The primary's lease expired; it is not serving until it is renewed"
+    # -- the pipeline's gate: checked in admission for every command path ---------------------------
+    def is_replica(self) -> bool:
+        return self.role != "primary"
+
+    def serving_error(self, write):
+        """Error text if this node must not serve a command touching data now: a primary whose lease is
+        past due by its own clock, or writes during a planned hand-over."""
+        if self.role != "primary":
+            return None
+        if write and self.writes_paused:
+            return messages.READONLY
+        if self.server.clock_ms() > self.lease_valid_until_ms:
+            return messages.LEASE_EXPIRED
         return None
 
     # -- role changes (called by the controller) ------------------------------------------------
@@ -217,11 +224,8 @@ class ClusterNode:
         srv.keyspace.expire_enabled = True
         srv.keyspace.hide_expired = False
         mode = srv.config["durability"]
-        srv.tracker = WriteTracker(self.journal, mode=mode if mode != "none" else "sync",
-                                   buffer_ms=srv.config["durability-buffer-ms"], loop=srv.loop)
-        srv.dispatcher.refuse_writes_fn = srv.tracker.refuse_writes
+        srv.durability.attach(self.journal, mode if mode != "none" else "sync", srv.config["durability-buffer-ms"])
         self.role = "primary"
-        srv.replica_of = None
         self.promotions += 1
         log.info("promoted to primary of shard %s at epoch %d (marker %d) in %.3fs", self.shard, epoch,
                  marker_index, time.monotonic() - started)
@@ -235,8 +239,8 @@ class ClusterNode:
     async def hand_over(self):
         """Planned failover: hold new writes, finish the journal, so the new primary loses nothing."""
         srv = self.server
-        srv.writes_paused = True
-        await srv.tracker.drain(timeout_s=10)
+        self.writes_paused = True
+        await srv.durability.drain(timeout_s=10)
         await self.journal.drain(timeout_s=10)
 
     async def become_replica(self):
@@ -245,14 +249,10 @@ class ClusterNode:
         srv.keyspace.expire_enabled = False
         srv.keyspace.hide_expired = True
         self.journal.stop_writer()
-        old = srv.tracker
-        srv.tracker = WriteTracker(None, mode="none", loop=srv.loop)
-        for conn in list(old.waiters):
-            conn.on_commit(old.committed)
-        srv.replica_of = "unknown"
+        srv.durability.detach()
         self.applied_index = self.journal.commit_index
         await self._follow_from(self.applied_index)
-        srv.writes_paused = False
+        self.writes_paused = False
         log.info("now a replica of shard %s after handing over at index %d", self.shard, self.applied_index)
 
     def reexec(self):

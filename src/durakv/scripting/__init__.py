@@ -10,13 +10,16 @@ Design of long-running scripts. Command handlers are synchronous and the event l
 runs, yet a script past busy-reply-threshold must let other clients get -BUSY and SCRIPT KILL. So Lua
 runs on a worker thread (one per server; scripts never overlap) while the loop thread waits for it, at
 most busy-reply-threshold: up to then the loop is parked in the handler and the worker runs server.call
-commands directly, exactly as if the handler had run them. Past it the handler returns a Future and the
+commands directly, exactly as if the handler had run them. Past it the handler returns a Deferred and the
 loop serves again; every later server.call is executed on the loop thread (the worker hands it over and
 waits), so server state is only ever touched by one thread at a time. While the script is in that
-state the dispatcher answers other clients -BUSY (Dispatcher.busy), queues the calling client's own
+state the pipeline answers other clients -BUSY (pipeline.busy), queues the calling client's own
 commands behind the script, and active expiry pauses; SCRIPT KILL / FUNCTION KILL set a flag a Lua count
-hook polls every 100000 instructions. Inside MULTI/EXEC, with no running loop (recovery, tests on a bare
-Dispatcher) or with busy-reply-threshold 0, scripts run inline on the calling thread.
+hook polls every 100000 instructions. Inside MULTI/EXEC, with no host (start-up replay, tests on a bare
+pipeline) or with busy-reply-threshold 0, scripts run inline on the calling thread.
+
+This package never imports commands/: server.call reaches the pipeline only through the ScriptCalls the
+pipeline hands it (runner.py).
 
 Effects: the commands a script runs record their own deterministic effects; they are collected in order
 and leave as the script command's effects (one journal batch), so replay never runs Lua for EVAL.
@@ -25,6 +28,6 @@ libraries survive restarts.
 """
 
 from .functions import Functions, get_functions
-from .runner import ScriptingState, get_state
+from .runner import ScriptingState
 
-__all__ = ["Functions", "ScriptingState", "get_functions", "get_state"]
+__all__ = ["Functions", "ScriptingState", "get_functions"]

@@ -1,26 +1,29 @@
 """Running a script: server.call with script rules, the worker thread, BUSY and SCRIPT/FUNCTION KILL.
 
+This package never imports commands/: the pipeline hands it a ScriptCalls object (the script client's
+session, `call(run, argv)` = the pipeline's script_call, `exists(argv)`, `set_busy`, `finish`), and the
+port a ScriptHost (the event loop, busy-reply-threshold, parking the calling client, active expiry).
+
 Threading (see the package docstring for the why):
 
-* Inline: no event loop (recovery, the snapshot builder, tests on a bare Dispatcher), inside MULTI/EXEC
+* Inline: no host (start-up replay, the snapshot builder, tests on a bare pipeline), inside MULTI/EXEC
   (ctx.may_block is False) or with busy-reply-threshold 0, Lua runs on the calling thread.
 * Otherwise Lua runs on the server's one script worker thread while the event-loop thread waits for it,
   up to busy-reply-threshold. Meanwhile the loop is parked inside the EVAL handler, so the worker may run
   server.call commands itself: nothing else touches the keyspace (phase 1, Valkey's "blocked" time).
-* Past the threshold the handler returns a Future and the loop runs again (phase 2). From then on the
+* Past the threshold the handler returns a Deferred and the loop runs again (phase 2). From then on the
   worker never touches server state: each server.call is handed to the loop thread
-  (call_soon_threadsafe) and the worker waits for its reply. The dispatcher answers every other client
-  -BUSY (Dispatcher.busy, except allow_busy commands such as SCRIPT KILL), the calling connection is
-  parked (conn.blocked: its later commands wait in its backlog, as behind a blocked BLPOP) and active
-  expiry pauses. SCRIPT KILL sets a flag that the Lua count hook (every 100000 instructions) polls.
+  (call_soon_threadsafe) and the worker waits for its reply. The pipeline answers every other client
+  -BUSY (pipeline.busy, except allow_busy commands such as SCRIPT KILL), the calling client is parked (its
+  later commands wait behind the script, as behind a blocked BLPOP) and active expiry pauses. SCRIPT KILL
+  sets a flag that the Lua count hook (every 100000 instructions) polls.
 
 The switch from phase 1 to 2 is made under ScriptRun.lock, which the worker holds while it executes a
 command directly, so a command never straddles it. The script's effects are collected in order and
 leave as the EVAL's own effects (one journal batch); in phase 2 they are submitted when the script ends,
-and the reply waits for their commit like any reply.
+and the Deferred resolves with the reply and the ticket durability gave them.
 """
 
-import asyncio
 import collections
 import logging
 import queue
@@ -28,9 +31,7 @@ import threading
 import time
 
 from .. import messages
-from ..commands import registry
-from ..commands.session import Session
-from ..protocol.resp import ErrorReply
+from ..protocol.resp import Deferred, ErrorReply
 
 log = logging.getLogger("durakv.script")
 
@@ -48,42 +49,54 @@ BUSY_EVAL = messages.BUSY_SCRIPT
 BUSY_FUNCTION = messages.BUSY_FUNCTION
 
 
-def lookup_command(argv):
-    """lookupCommand: the Command for argv (a container with one argument is itself), else None."""
-    cmd = registry.TABLE.get(argv[0].lower())
-    if cmd is None:
-        return None
-    if cmd.subcommands and len(argv) > 1:
-        sub = cmd.subcommands.get(argv[1].lower())
-        if sub is None or sub.handler is None:
-            return None
-        return sub
-    if cmd.handler is None and not cmd.subcommands:
-        return None
-    return cmd
+class ScriptCalls:
+    """What the pipeline gives scripting (duck-typed: commands/scripting.py builds it).
+
+    session           the script client's Session (its ctx has may_block False)
+    call(run, argv)   server.call: script rules, admission and the command; the reply value
+    exists(argv)      whether argv names a command (redis.acl_check_cmd / pcall lookups)
+    set_busy(b)       installs (or clears, b=None) the object that answers -BUSY while a script runs long
+    finish(run)       a long script ended: submit run.effects / run.dirty_keys; returns the reply's ticket
+    """
+
+    __slots__ = ("session", "call", "exists", "set_busy", "finish")
+
+    def __init__(self, session, call, exists, set_busy, finish):
+        self.session = session
+        self.call = call
+        self.exists = exists
+        self.set_busy = set_busy
+        self.finish = finish
+
+
+# The host (made by the server's port, duck-typed here): `loop`, `threshold_ms()` (busy-reply-threshold; 0:
+# run inline), `park(session)` / `unpark(session)` (the calling client's later commands wait behind a long
+# script), `suspend_active_expire()` / `resume_active_expire()` (no expiry cycle while the loop answers -BUSY).
 
 
 class ScriptRun:
     """One execution of a script or function: what server.call needs and what the hook polls."""
 
     __slots__ = ("state", "kind", "funcname", "readonly", "allow_oom", "pre_oom", "hook", "session",
-                 "resp", "caller_resp3", "effects", "dirty", "killed", "lock", "detached", "finished",
-                 "reply", "started", "loading", "load_deadline", "library", "caller", "command", "future",
-                 "loop", "saved_clock", "saved_expire", "conn", "cmd")
+                 "resp", "caller_resp3", "effects", "dirty_keys", "dirty", "killed", "lock", "detached",
+                 "finished", "reply", "started", "loading", "load_deadline", "library", "caller", "command",
+                 "deferred", "loop", "saved_clock", "host", "flags")
 
     def __init__(self, state, kind, funcname, caller_ctx=None, command=(), readonly=False, allow_oom=False,
-                 pre_oom=False):
+                 pre_oom=False, flags=0):
         self.state = state
         self.kind = kind                  # "eval" | "function"
         self.funcname = funcname          # sha (eval) or function name, bytes
         self.readonly = readonly
         self.allow_oom = allow_oom
         self.pre_oom = pre_oom
+        self.flags = flags
         self.hook = False
         self.resp = 2
         self.caller_resp3 = caller_ctx.resp3 if caller_ctx is not None else False
         self.effects = []
-        self.dirty = False
+        self.dirty_keys = []              # (db_id, key) the effects touched; None: unknown
+        self.dirty = False                # a write ran (Valkey's SCRIPT_WRITE_DIRTY)
         self.killed = False
         self.lock = threading.Lock()
         self.detached = False
@@ -95,17 +108,16 @@ class ScriptRun:
         self.library = None
         self.caller = caller_ctx.client if caller_ctx is not None else None
         self.command = command
-        self.future = None
+        self.deferred = None
         self.loop = None
         self.saved_clock = None
-        self.saved_expire = None
-        self.conn = None
-        self.cmd = None
-        session = self.session = state.session
-        if caller_ctx is not None:
+        self.host = None
+        session = self.session = state.calls.session if state.calls is not None else None
+        if caller_ctx is not None and session is not None:
             session.db_id = caller_ctx.db.id
             session.ctx.db = caller_ctx.db
-        session.resp = 2
+        if session is not None:
+            session.resp = 2
 
     # -- asked by the Lua engine -------------------------------------------------------------------
     def set_resp(self, resp):
@@ -113,7 +125,7 @@ class ScriptRun:
         self.session.resp = resp
 
     def lookup(self, argv):
-        return lookup_command(argv)
+        return self.state.calls.exists(argv) or None
 
     def interrupt(self):
         if self.killed:
@@ -127,16 +139,17 @@ class ScriptRun:
         """server.call: runs argv with script rules; the reply value (ErrorReply for errors)."""
         with self.lock:
             if not self.detached:
-                return self._execute(argv)
+                return self.state.calls.call(self, argv)
         return self._execute_on_loop(argv)
 
     def _execute_on_loop(self, argv):
         done = threading.Event()
         box = []
+        calls = self.state.calls
 
         def job():
             try:
-                box.append(self._execute(argv))
+                box.append(calls.call(self, argv))
             except Exception as exc:  # noqa: BLE001
                 log.exception("server.call(%r) failed", argv[:3])
                 box.append(ErrorReply("ERR internal error: %s" % exc))
@@ -149,40 +162,6 @@ class ScriptRun:
             return ErrorReply("ERR the server is shutting down")
         done.wait()
         return box[0]
-
-    def _execute(self, argv):
-        """scriptCall: the checks Valkey makes for a command called from a script, then the command."""
-        cmd = lookup_command(argv)
-        if cmd is None:
-            return ErrorReply("ERR Unknown command called from script")
-        n = len(argv)
-        arity = cmd.arity
-        if (arity > 0 and n != arity) or n < -arity:
-            return ErrorReply("ERR Wrong number of args calling command from script")
-        if cmd.noscript:
-            return ErrorReply("ERR This Redis command is not allowed from script")
-        d = self.state.dispatcher
-        write = cmd.write
-        if self.readonly and (write or "may_replicate" in cmd.flags):
-            return ErrorReply("ERR Write commands are not allowed from read-only scripts.")
-        if write and not self.dirty:
-            if d.is_replica_fn is not None and d.is_replica_fn():
-                return ErrorReply(messages.READONLY)
-            if d.refuse_writes_fn is not None:
-                text = d.refuse_writes_fn()
-                if text:
-                    return ErrorReply(text)
-        if (not self.allow_oom and d.maxmemory and not self.dirty and self.pre_oom and cmd.denyoom):
-            return ErrorReply(messages.OOM)
-        if write:
-            self.dirty = True
-        reply, effects, _cmd = d._run(self.session, cmd, argv, in_exec=True)
-        if effects:
-            self.effects.extend(effects)
-        if isinstance(reply, asyncio.Future):
-            reply.cancel()
-            return ErrorReply("ERR '%s' cannot be called from a script" % cmd.fullname)
-        return reply
 
 
 class _Worker:
@@ -202,57 +181,43 @@ class _Worker:
                 log.exception("script worker job failed")
 
 
-class ScriptParked:
-    """conn.blocked of the client whose script runs past busy-reply-threshold."""
-    __slots__ = ()
-
-
-SCRIPT_PARKED = ScriptParked()
-
-
 class BusyScript:
-    """Dispatcher.busy while a script runs past busy-reply-threshold."""
+    """pipeline.busy while a script runs past busy-reply-threshold."""
 
-    def __init__(self, state, run):
-        self.state = state
+    def __init__(self, run):
         self.run = run
         self.text = BUSY_EVAL if run.kind == "eval" else BUSY_FUNCTION
 
-    def intercept(self, session, cmd, args):
-        """(reply, effects, cmd) for a command arriving meanwhile, or None to run it normally."""
-        if "allow_busy" in cmd.flags and session is not self.run.caller:
+    def refuse(self, session, cmd, args):
+        """The error text for a command arriving meanwhile, or None to run it."""
+        if cmd.allow_busy and session is not self.run.caller:
             if cmd.name == "shutdown" and not any(a.upper() == b"NOSAVE" for a in args[1:]):
-                return self.state.dispatcher._reject(session, cmd, self.text)
+                return self.text
             return None
-        return self.state.dispatcher._reject(session, cmd, self.text)
+        return self.text
 
 
 class ScriptingState:
-    """Per dispatcher (server): the EVAL engine and script cache, the worker, the running script."""
+    """Per pipeline: the EVAL engine and script cache, the worker, the running script."""
 
     LRU_LIMIT = 500
 
-    def __init__(self, dispatcher):
-        self.dispatcher = dispatcher
+    def __init__(self, calls):
+        self.calls = calls
         self.engine = None
         self.scripts = {}                          # sha (lowercase hex bytes) -> Script
         self.lru = collections.OrderedDict()       # shas added by EVAL (evictable), oldest first
         self.evicted = 0
-        self.session = Session(authenticated=True)
-        ctx = dispatcher.new_context(self.session)
-        ctx.may_block = False
         self._worker = None
-        self._pending = []                         # (index, future, reply) waiting for a commit
-        self._listening = None                     # the tracker our commit listener is on
         self.current = None                        # the ScriptRun running right now (any phase)
+        self.busy = None                           # the BusyScript while one runs long
 
     # -- running -------------------------------------------------------------------------------------
-    def run(self, ctx, run, call):
+    def run(self, ctx, run, call, host=None):
         """Runs call() (which runs the Lua code with `run`) per the threading rules above.
-        Returns the reply, or a Future when the script went past busy-reply-threshold."""
-        server = ctx.server
-        loop = getattr(server, "loop", None) if server is not None else None
-        threshold = server.config["busy-reply-threshold"] if server is not None else 0
+        Returns the reply, or a Deferred when the script went past busy-reply-threshold."""
+        threshold = host.threshold_ms() if host is not None else 0
+        loop = host.loop if host is not None else None
         run.hook = threshold > 0
         ks = ctx.keyspace
         saved_clock = ks.clock_ms
@@ -265,9 +230,10 @@ class ScriptingState:
             finally:
                 ks.clock_ms = saved_clock
                 self.current = None
-            ctx.effects.extend(run.effects)
+            self._hand_over(ctx, run)
             return reply
         run.loop = loop
+        run.host = host
         done = threading.Event()
 
         def job():
@@ -282,7 +248,7 @@ class ScriptingState:
                 detached = run.detached
             if detached:
                 try:
-                    loop.call_soon_threadsafe(self._finish_detached, run)
+                    loop.call_soon_threadsafe(self._finish_detached, run, ks)
                 except RuntimeError:
                     pass  # the loop is closed: the server is shutting down
             else:
@@ -300,7 +266,7 @@ class ScriptingState:
         if finished:
             ks.clock_ms = saved_clock
             self.current = None
-            ctx.effects.extend(run.effects)
+            self._hand_over(ctx, run)
             return run.reply
         # phase 2: the loop serves again; everything else gets -BUSY until the script ends
         log.warning("Slow script detected: still in execution after %d milliseconds. You can try killing "
@@ -308,73 +274,44 @@ class ScriptingState:
                     int((time.monotonic() - run.started) * 1000),
                     "SCRIPT KILL" if run.kind == "eval" else "FUNCTION KILL",
                     run.funcname.decode("utf-8", "replace"))
-        run.future = loop.create_future()
+        run.deferred = Deferred()
         run.saved_clock = saved_clock
-        run.saved_expire = server.active_expire_enabled
-        run.cmd = lookup_command(run.command) if run.command else None
-        server.active_expire_enabled = False
-        self.dispatcher.busy = BusyScript(self, run)
-        conn = server.clients.get(run.caller.id) if run.caller is not None else None
-        if conn is not None and conn.blocked is None:
-            conn.blocked = SCRIPT_PARKED     # its next commands wait behind the script, in order
-            run.conn = conn
-        return run.future
+        host.suspend_active_expire()
+        self.busy = BusyScript(run)
+        self.calls.set_busy(self.busy)
+        if run.caller is not None:
+            host.park(run.caller)     # its next commands wait behind the script, in order
+        return run.deferred
 
-    def _finish_detached(self, run):
+    @staticmethod
+    def _hand_over(ctx, run):
+        """A script that ended inside its handler: its effects leave as the handler's own."""
+        if run.effects:
+            ctx.effects.extend(run.effects)
+            if ctx.dirty is not None:
+                if run.dirty_keys is None:
+                    ctx.dirty = None
+                else:
+                    ctx.dirty.extend(run.dirty_keys)
+
+    def _finish_detached(self, run, ks):
         """On the loop thread once a script that went past the threshold has ended: its effects go to
-        durability (and wake blocked clients, notify, ...), its reply waits for their commit, and the
-        parked connection resumes."""
-        self.dispatcher.busy = None
+        durability, its reply waits for their commit, and the parked client resumes."""
+        self.busy = None
+        self.calls.set_busy(None)
         self.current = None
-        server = self.dispatcher.server
-        server.active_expire_enabled = run.saved_expire
-        self.dispatcher.keyspace.clock_ms = run.saved_clock
-        effects = run.effects
-        tracker = server.tracker
-        if effects:
-            index = tracker.submit(effects, server.keys_of_effect)
-            if run.caller is not None:
-                run.caller.last_write_index = tracker.assigned
-            hooks = getattr(server, "hooks", None)
-            if hooks is not None:
-                hooks.after_effects(run.conn, run.cmd, effects, args=run.command, served=True)
-        else:
-            index = tracker.barrier_index()
-        self._resolve(run.future, run.reply, index)
-        conn = run.conn
-        if conn is not None and conn.blocked is SCRIPT_PARKED:
-            conn.blocked = None
-            run.loop.call_soon(conn.resume)
-
-    def _resolve(self, fut, reply, index):
-        """Resolves fut with reply once journal entry `index` is committed."""
-        if fut.done():
-            return
-        tracker = self.dispatcher.server.tracker
-        if not index or tracker.committed >= index:
-            fut.set_result(reply)
-            return
-        self._pending.append((index, fut, reply))
-        if self._listening is not tracker:
-            tracker.commit_listeners.append(self._on_commit)
-            self._listening = tracker
-
-    def _on_commit(self, committed):
-        if not self._pending:
-            return
-        keep = []
-        for index, fut, reply in self._pending:
-            if index <= committed:
-                if not fut.done():
-                    fut.set_result(reply)
-            else:
-                keep.append((index, fut, reply))
-        self._pending = keep
+        host = run.host
+        host.resume_active_expire()
+        ks.clock_ms = run.saved_clock
+        ticket = self.calls.finish(run)
+        run.deferred.resolve(run.reply, ticket)
+        if run.caller is not None:
+            host.unpark(run.caller)
 
     # -- killing -------------------------------------------------------------------------------------
     def kill(self, is_eval):
         """scriptKill for SCRIPT KILL (is_eval) / FUNCTION KILL: None when killed, else the error text."""
-        busy = self.dispatcher.busy
+        busy = self.busy
         if busy is None:
             return messages.NOTBUSY
         run = busy.run
@@ -388,13 +325,6 @@ class ScriptingState:
         return None
 
 
-def get_state(dispatcher) -> ScriptingState:
-    state = getattr(dispatcher, "scripting", None)
-    if state is None:
-        state = dispatcher.scripting = ScriptingState(dispatcher)
-    return state
-
-
 # -- INFO ------------------------------------------------------------------------------------------------
 
 def _human(n):
@@ -406,7 +336,7 @@ def _human(n):
 
 def info_memory(server) -> dict:
     """The scripting fields of INFO memory (Lua VM and script cache sizes, script/function counts)."""
-    state = getattr(server.dispatcher, "scripting", None)
+    state = getattr(server.pipeline, "scripting", None)
     funcs = getattr(server.keyspace, "functions", None)
     idle = state is None or state.current is None     # never enter a Lua state a script is running in
     vm_eval = state.engine.memory() if (state is not None and state.engine is not None and idle) else 0
@@ -425,5 +355,5 @@ def info_memory(server) -> dict:
 
 
 def evicted_scripts(server) -> int:
-    state = getattr(server.dispatcher, "scripting", None)
+    state = getattr(server.pipeline, "scripting", None)
     return state.evicted if state is not None else 0

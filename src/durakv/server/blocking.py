@@ -4,9 +4,10 @@ Blocking on keys follows Valkey's blocked.c: a handler that cannot be served ret
 connection is parked (its later pipelined commands wait behind it, in order) and put on a FIFO list per
 (db, key). Whenever effects touch such a key (any client's command, EXEC, server-side deletions, or the
 effects of another served blocked client, as for a BLMOVE chain) the key is "ready" and the clients parked
-on it are retried in the order they blocked. A retry that returns a reply releases the client: its effects
-go to durability as any write's (so the journal holds e.g. LPOP for the served BLPOP) and its reply is
-emitted with the commit index the tracker gave, so in sync mode it leaves only once the pop is durable.
+on it are retried in the order they blocked, through the pipeline (pipeline.retry_blocked: the same admission
+and call() as any command). The blocked client's reply is a Deferred held in its outbox; a retry that
+returns a reply resolves it with the ticket durability gave its effects (so the journal holds e.g. LPOP for
+the served BLPOP, and in sync mode the reply leaves only once the pop is durable).
 
 CLIENT PAUSE parks ("postpones") a client whose command must wait for the pause to end; the command is
 re-run from scratch afterwards, exactly like Valkey's BLOCKED_POSTPONE.
@@ -17,9 +18,7 @@ import logging
 
 from .. import messages
 from ..commands.base import Blocked
-from ..errors import CommandError
-from ..keyspace.db import estimate_key
-from ..protocol.resp import ErrorReply
+from ..protocol.resp import Deferred, ErrorReply
 
 log = logging.getLogger("durakv.blocking")
 
@@ -33,7 +32,7 @@ POSTPONED = Postponed()
 
 
 class BlockedClient:
-    __slots__ = ("conn", "blocked", "cmd", "args", "db_id", "keys", "timer", "done")
+    __slots__ = ("conn", "blocked", "cmd", "args", "db_id", "keys", "timer", "done", "reply")
 
     def __init__(self, conn, blocked, cmd, args, db_id):
         self.conn = conn
@@ -44,6 +43,7 @@ class BlockedClient:
         self.keys = tuple(dict.fromkeys(blocked.keys))
         self.timer = None
         self.done = False
+        self.reply = Deferred()   # held in the client's outbox until served, timed out or unblocked
 
 
 class Blocking:
@@ -76,6 +76,7 @@ class Blocking:
                 clients = waiting[dk] = {}
             clients[entry] = None
         conn.blocked = entry
+        conn.outbox.hold_deferred(entry.reply)
         self.count += 1
         timeout_ms = blocked.timeout_ms
         if timeout_ms and timeout_ms > 0:
@@ -105,13 +106,13 @@ class Blocking:
             entry.conn.blocked = None
         self.server.hooks.refresh()
 
-    def _finish(self, entry, reply, index=0):
+    def _finish(self, entry, reply, ticket=0):
         """Releases a parked client with its reply and lets its queued commands run."""
         self._release(entry)
         conn = entry.conn
+        entry.reply.resolve(reply, ticket)
         if conn.closing:
             return
-        conn.send_reply(index, reply)
         self.server.loop.call_soon(conn.resume)
 
     def _timed_out(self, entry):
@@ -127,7 +128,7 @@ class Blocking:
         if not isinstance(entry, BlockedClient) or entry.done:
             return False
         if error:
-            self.server.dispatcher._count_error(messages.UNBLOCKED_BY_CLIENT)
+            self.server.pipeline.count_error(messages.UNBLOCKED_BY_CLIENT)
             self._finish(entry, ErrorReply(messages.UNBLOCKED_BY_CLIENT))
         else:
             self._finish(entry, entry.blocked.timeout_reply)
@@ -177,55 +178,22 @@ class Blocking:
             self._serving = False
 
     def _retry(self, entry):
-        server = self.server
         conn = entry.conn
         if conn.closing:
             self._release(entry)
             return
         session = conn.session
-        dispatcher = server.dispatcher
         ctx = session.ctx
-        keyspace = server.keyspace
-        db = ctx.db = keyspace.dbs[entry.db_id]
-        cmd = entry.cmd
-        keys = cmd.keys(entry.args) if cmd is not None else entry.keys
-        data = db.data
-        before = 0
-        for k in keys:
-            v = keyspace.lookup(db, k)  # lazy expiry first, as the dispatcher does before measuring
-            if v is not None:
-                before += estimate_key(k, v)
+        saved_db = ctx.db
+        ctx.db = self.server.keyspace.dbs[entry.db_id]
         try:
-            reply = entry.blocked.retry(ctx)
-        except CommandError as exc:
-            reply = ErrorReply(exc.text)
-            dispatcher._count_error(exc.text)
-            if cmd is not None:
-                cmd.failed_calls += 1
-        except Exception as exc:  # noqa: BLE001 - a retry bug must not take the server down
-            reply = ErrorReply("ERR internal error in '%s': %s" % (cmd.fullname if cmd else "?", exc))
-            dispatcher._count_error(reply.text)
-            server.log_exception(cmd.fullname if cmd else "blocked retry", exc)
-        effects = ctx.take_effects() if (ctx.effects or keyspace.deleted_by_server) else ()
-        after = 0
-        for k in keys:
-            v = data.get(k)
-            if v is not None:
-                after += estimate_key(k, v)
-        keyspace.used_bytes += after - before
-        index = 0
-        if effects:
-            if dispatcher.watchers:
-                dispatcher.touch_watched(effects)
-            index = server.tracker.submit(effects, server.keys_of_effect)
-            session.last_write_index = server.tracker.assigned
+            reply, ticket = self.server.pipeline.retry_blocked(session, entry.cmd, entry.args,
+                                                               entry.blocked.retry)
+        finally:
+            ctx.db = saved_db
         if reply is None or type(reply) is Blocked:
-            if effects:  # only lazy expiry happened: journal it, keep waiting
-                server.hooks.after_effects(None, cmd, effects)
             return
-        self._finish(entry, reply, index)
-        if effects:
-            server.hooks.after_effects(conn, cmd, effects, args=entry.args, served=True)
+        self._finish(entry, reply, ticket)
 
     # -- CLIENT PAUSE ---------------------------------------------------------------------------
     def pause(self, end_ms, all_commands):
@@ -246,6 +214,7 @@ class Blocking:
         if self._pause_timer is not None:
             self._pause_timer.cancel()
         self._pause_timer = loop.call_later((self.pause_end_ms - now) / 1000.0, self._pause_check)
+        self.server.pipeline.pause = self
         self.server.hooks.refresh()
 
     def _pause_check(self):
@@ -264,6 +233,7 @@ class Blocking:
             self._pause_timer = None
         self.pause_mode = None
         self.pause_end_ms = 0
+        self.server.pipeline.pause = None
         if self._saved_active_expire is not None:
             self.server.active_expire_enabled = self._saved_active_expire
             self._saved_active_expire = None
@@ -276,21 +246,16 @@ class Blocking:
                 loop.call_soon(conn.resume)
         self.server.hooks.refresh()
 
-    def must_postpone(self, cmd, session) -> bool:
-        """True if cmd may not run now because of CLIENT PAUSE."""
+    def must_postpone(self, may_replicate) -> bool:
+        """True if a command may not run now because of CLIENT PAUSE (may_replicate: it writes or may
+        propagate, EXEC of such commands included)."""
         mode = self.pause_mode
         if mode is None:
             return False
         if self.server.clock_ms() >= self.pause_end_ms:
             self.unpause()
             return False
-        if mode == "all":
-            return True
-        if cmd.write or "may_replicate" in cmd.flags:
-            return True
-        if cmd.name == "exec" and session.in_multi:
-            return any(c.write or "may_replicate" in c.flags for c, _a in session.multi_queue)
-        return False
+        return mode == "all" or may_replicate
 
     def postpone(self, conn, args):
         """Parks conn with args as the first command to run once the pause ends."""

@@ -41,7 +41,7 @@ def _section_clients(srv):
             "blocked_clients": blocking.blocked_clients(), "tracking_clients": srv.hooks.tracking.clients,
             "pubsub_clients": srv.pubsub.clients,
             "watching_clients": sum(1 for c in srv.clients.values() if c.session.watched),
-            "clients_in_timeout_table": blocking.timed, "total_watched_keys": len(srv.dispatcher.watchers),
+            "clients_in_timeout_table": blocking.timed, "total_watched_keys": len(srv.pipeline.watchers),
             "total_blocking_keys": blocking.blocking_keys(), "total_blocking_keys_on_nokey": 0}
 
 
@@ -53,7 +53,7 @@ def _human(n):
 
 
 def _section_memory(srv):
-    used = srv.dispatcher.used_memory_fn()
+    used = srv.pipeline.used_memory_fn()
     rss = srv.memory_rss()
     peak = max(getattr(srv, "peak_memory", 0), used)
     srv.peak_memory = peak
@@ -68,7 +68,7 @@ def _section_memory(srv):
 
 
 def _section_persistence(srv):
-    t = srv.tracker
+    t = srv.durability.tracker
     return {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
             "rdb_changes_since_last_save": (t.assigned - srv.last_snapshot_index) if t else 0,
             "rdb_bgsave_in_progress": int(srv.snapshot_in_progress is not None),
@@ -78,14 +78,14 @@ def _section_persistence(srv):
 
 
 def _section_stats(srv):
-    d = srv.dispatcher
+    d = srv.pipeline
     ks = srv.keyspace
     return {"total_connections_received": srv.total_connections, "total_commands_processed": d.total_commands,
             "instantaneous_ops_per_sec": srv.instantaneous_ops(), "total_net_input_bytes": 0,
             "total_net_output_bytes": 0, "rejected_connections": srv.rejected_connections,
             "expired_keys": ks.expired_keys, "evicted_keys": ks.evicted_keys,
             "evicted_scripts": _scripting.evicted_scripts(srv),
-            "keyspace_hits": d.keyspace_hits, "keyspace_misses": d.keyspace_misses,
+            "keyspace_hits": ks.hits, "keyspace_misses": ks.misses,
             "pubsub_channels": len(srv.pubsub.channels), "pubsub_patterns": len(srv.pubsub.patterns),
             "pubsubshard_channels": len(srv.pubsub.shard),
             "tracking_total_keys": len(srv.hooks.tracking.table),
@@ -98,19 +98,16 @@ def _section_stats(srv):
 
 
 def _section_replication(srv):
-    t = srv.tracker
-    offset = t.committed if t else 0
+    offset = srv.durability.committed
     node = getattr(srv, "cluster_node", None)
     if node is not None:
         fields = {"role": "master" if node.role == "primary" else "slave", "connected_slaves": 0,
                   "master_replid": srv.run_id, "master_repl_offset": node.applied_index}
         fields.update(node.info_fields())
         return fields
-    if srv.replica_of is None:
-        return {"role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
-                "master_replid": srv.run_id, "master_repl_offset": offset, "second_repl_offset": -1,
-                "repl_backlog_active": 0}
-    return {"role": "slave", "master_repl_offset": offset}
+    return {"role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
+            "master_replid": srv.run_id, "master_repl_offset": offset, "second_repl_offset": -1,
+            "repl_backlog_active": 0}
 
 
 def _section_cpu(srv):
@@ -129,7 +126,7 @@ def _section_keyspace(srv):
 
 
 def _section_durability(srv):
-    t = srv.tracker
+    t = srv.durability.tracker
     j = srv.journal
     node = getattr(srv, "cluster_node", None)
     if node is not None and node.journal is not None:
@@ -149,7 +146,7 @@ def _section_durability(srv):
             "traffic_management_active": int(bool(t and t.traffic_management_active)),
             "durability_buffer_ms": srv.config["durability-buffer-ms"],
             "durability_buffer_exceeded_errors": t.buffer_exceeded_errors if t else 0,
-            "held_replies_clients": len(t.waiters) if t else 0}
+            "held_replies_clients": len(srv.durability.waiting)}
 
 
 def _section_commandstats(srv):
@@ -166,7 +163,7 @@ def _section_commandstats(srv):
 
 
 def _section_errorstats(srv):
-    return {"errorstat_" + k: "count=%d" % v for k, v in srv.dispatcher.error_counts.items()}
+    return {"errorstat_" + k: "count=%d" % v for k, v in srv.pipeline.error_counts.items()}
 
 
 _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,

@@ -22,9 +22,8 @@ recorded as ZADD says "zincr", INCR recorded as SET says "incrby", EXPIRE record
 
 import time
 
-from .. import messages
 from ..commands import registry
-from ..protocol.resp import QUEUED, Push, Raw, encode
+from ..protocol.resp import Push, Raw
 
 # notify-keyspace-events classes (server.h)
 K = 1 << 0
@@ -107,31 +106,8 @@ _SET_ORIGIN = {"incr": b"incrby", "decr": b"incrby", "incrby": b"incrby", "decrb
 _ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpopmax", "bzpopmax": b"zpopmax"}
 _EXPIRE_OPTS = {b"ex", b"px", b"exat", b"pxat"}
 
-_PUBSUB_ALLOWED = {"ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
-                   "punsubscribe", "quit", "reset"}
 _CLIENT_FAMILY = {"client"}
-
-
-def _resolve(args, session):
-    """The command the dispatcher will run for args, or None if it will refuse it before running
-    (unknown, arity, authentication): those refusals come first, as in Valkey."""
-    cmd = registry.TABLE.get(args[0].lower())
-    if cmd is None or (cmd.handler is None and not cmd.subcommands):
-        return None
-    if cmd.subcommands and (cmd.handler is None or len(args) > 1):
-        if len(args) < 2:
-            return None
-        sub = cmd.subcommands.get(args[1].lower())
-        if sub is None or sub.handler is None:
-            return None
-        cmd = sub
-    arity = cmd.arity
-    n = len(args)
-    if (arity > 0 and n != arity) or n < -arity:
-        return None
-    if not session.authenticated and not cmd.no_auth:
-        return None
-    return cmd
+_RO_SCRIPTS = {"eval_ro", "evalsha_ro", "fcall_ro"}
 
 
 def _top(cmd):
@@ -333,41 +309,51 @@ class Tracking:
 # -- the hooks ------------------------------------------------------------------------------------------
 
 class Hooks:
+    """The pipeline's observer while anything needs it (pipeline.observer is None otherwise): MONITOR,
+    keyspace notifications, CLIENT TRACKING, NO-TOUCH and clients blocked on keys. Its methods run inside
+    every call() (plain commands, EXEC's commands, a script's commands, blocked retries, replica apply)."""
+
     def __init__(self, server):
         self.server = server
         self.active = False
         self.notify_flags = 0
         self.monitors = {}                 # conn -> None
         self.tracking = Tracking(server)
+        self.no_touch_clients = 0
+        self.current = None                # the connection whose request is running (tracking, NO-TOUCH)
         self._server_deleted = set()       # (db_id, key) removed by expiry/eviction: no "del" for them
-        self._pre_absent = None            # keys of the running command absent before it ran
-        self._exec_queue = None            # queued commands of the running EXEC
-        self._rejected = -1                # rejected_calls of the running command before it ran
-        self._deferred = None              # invalidations for the running client, sent after its reply
-        self._monitor_feed = None          # what MONITOR shows of the running command, after its reply
+        self._deferred = []                # invalidations for the current client, sent after its reply
+        self._own_feed = []                # MONITOR lines of the current client's own command, ditto
         ks = server.keyspace
         ks.deleted_by_server = _DeletionLog(self._on_server_delete, ks.deleted_by_server)
 
     # -- state ----------------------------------------------------------------------------------
     def refresh(self):
         s = self.server
-        self.active = bool(self.monitors or self.notify_flags or self.tracking.clients or s.blocking.pause_mode)
-
-    def update_special(self, conn):
-        subs = conn.subs
-        conn.special = bool((subs is not None and subs.total()) or conn.monitor or conn.no_touch
-                            or conn.tracking is not None)
+        self.active = bool(self.monitors or self.notify_flags or self.tracking.clients or s.blocking.waiting
+                           or self.no_touch_clients)
+        s.pipeline.observer = self if self.active else None
 
     def set_notify_flags(self, text):
         flags = parse_notify_flags(text or "")
         self.notify_flags = flags if flags > 0 else 0
         self.refresh()
 
-    def add_monitor(self, conn):
+    def add_monitor(self, conn) -> bool:
+        if conn in self.monitors:
+            return False
         self.monitors[conn] = None
-        conn.monitor = True
-        self.update_special(conn)
+        conn.session.monitor = True
+        conn.session.refresh_special()
         self.refresh()
+        return True
+
+    def set_no_touch(self, conn, on):
+        s = conn.session
+        if s.no_touch != on:
+            s.no_touch = on
+            self.no_touch_clients += 1 if on else -1
+            self.refresh()
 
     def reset_client(self, conn):
         """RESET: out of subscribed mode, tracking and MONITOR; NO-EVICT and NO-TOUCH off."""
@@ -375,8 +361,10 @@ class Hooks:
         if conn.tracking is not None:
             self.tracking.disable(conn)
         self.monitors.pop(conn, None)
-        conn.monitor = conn.no_evict = conn.no_touch = False
-        self.update_special(conn)
+        conn.session.monitor = False
+        conn.session.refresh_special()
+        conn.no_evict = False
+        self.set_no_touch(conn, False)
         self.refresh()
 
     def drop_client(self, conn):
@@ -387,92 +375,81 @@ class Hooks:
         if conn.tracking is not None:
             self.tracking.disable(conn)
         self.monitors.pop(conn, None)
+        if conn.session.no_touch:
+            conn.session.no_touch = False
+            self.no_touch_clients -= 1
+        if self.current is conn:
+            self.current = None
         self.refresh()
 
-    # -- around one command -----------------------------------------------------------------------
-    def handle(self, conn, args, out):
-        """The slow path of Connection._handle."""
-        server = self.server
-        session = conn.session
-        cmd = _resolve(args, session)
-        if cmd is not None:
-            text = None
-            subs = conn.subs
-            if subs is not None and session.resp == 2 and subs.total() and _top(cmd).name not in _PUBSUB_ALLOWED:
-                text = messages.PUBSUB_CONTEXT.format(cmd.fullname)
-            elif conn.monitor and (cmd.write or cmd.readonly or "may_replicate" in cmd.flags):
-                text = messages.REPLICA_KEYSPACE
-            if text is not None:
-                session.last_interaction_ms = server.clock_ms()
-                reply, _e, _c = server.dispatcher._reject(session, cmd, text)
-                conn._emit(0, encode(reply), out)
-                return
-            if server.blocking.pause_mode is not None and server.blocking.must_postpone(cmd, session):
-                session.last_interaction_ms = server.clock_ms()
-                server.blocking.postpone(conn, args)
-                return
-        ks = server.keyspace
-        no_touch = conn.no_touch and ks.track_access is not None and (cmd is None or cmd.name != "touch")
-        if no_touch:
+    # -- around every call() ----------------------------------------------------------------------
+    def before_call(self, session, cmd, args):
+        """Runs before a command's handler. Returns what after_call needs back."""
+        ks = self.server.keyspace
+        saved_access = None
+        if session.no_touch and ks.track_access is not None and cmd.name != "touch":
+            saved_access = ks.track_access
             ks.track_access = None  # CLIENT NO-TOUCH: this command's lookups leave LRU/LFU alone
-        self._exec_queue = list(session.multi_queue) if (
-            cmd is not None and cmd.name == "exec" and session.in_multi) else None
-        # refused before running (unknown, arity, auth) or rejected by admission: not "executed"
-        self._rejected = cmd.rejected_calls if cmd is not None else -1
-        self._pre_absent = None
-        if cmd is not None and self.notify_flags & (NEW | KEY_MISS) and not session.in_multi:
+        pre_absent = None
+        if self.notify_flags & (NEW | KEY_MISS) and not cmd.keyless:
             db = ks.dbs[session.db_id]
             data = db.data
-            self._pre_absent = {k for k in cmd.keys(args) if k not in data or ks.is_expired(db, k)}
-        deferred = self._deferred = []
-        self._monitor_feed = None
-        try:
-            conn._execute(args, out, server, self)
-            if self._monitor_feed is not None:
-                self._feed_monitors(conn, *self._monitor_feed)
-        finally:
-            self._monitor_feed = None
-            if no_touch:
-                policy = server.config["maxmemory-policy"]
-                ks.track_access = "lru" if policy.endswith("lru") else ("lfu" if policy.endswith("lfu") else None)
-            self._deferred = None
-            self._exec_queue = None
-        t = conn.tracking
-        if t is not None:
-            if deferred:
-                self.tracking.send(conn, deferred if None not in deferred else None)
-            if t.caching and not session.in_multi and (cmd is None or _top(cmd).name not in _CLIENT_FAMILY):
-                t.caching = False
+            pre_absent = {k for k in cmd.keys(args) if k not in data or ks.is_expired(db, k)}
+        if self.monitors and cmd.calls_commands and cmd.skip_monitor:
+            self._feed(session, cmd, args)   # EVAL/FCALL show before the commands they run (evalCommand)
+        if saved_access is None and pre_absent is None:
+            return None
+        return saved_access, pre_absent
 
-    def after(self, conn, args, cmd, reply, effects):
-        """Called by Connection._execute right after the dispatcher ran a command (before its reply
-        is emitted)."""
-        if cmd is None or reply is QUEUED:
-            if effects:
-                self.after_effects(conn, cmd, effects, args=args, pre_absent=self._pre_absent)
-            return
-        rejected = self._rejected == -1 or cmd.rejected_calls != self._rejected
-        if self.monitors and not rejected:
-            self._monitor_feed = (args, cmd, reply, self._exec_queue)  # fed once the reply is out
-        t = conn.tracking
-        if t is not None and not t.bcast and not rejected:
-            if self._exec_queue is not None:
-                if type(reply) is list:
-                    for c, a in self._exec_queue:
-                        self.tracking.remember(conn, c, a)
-            else:
-                self.tracking.remember(conn, cmd, args)
-        if self._pre_absent and self.notify_flags & KEY_MISS and cmd.readonly and not rejected:
-            db_id = conn.session.db_id
+    def after_call(self, session, cmd, args, reply, effects, dirty, pre, retry=False):
+        server = self.server
+        pre_absent = None
+        if pre is not None:
+            saved_access, pre_absent = pre
+            if saved_access is not None:
+                server.keyspace.track_access = saved_access
+        if self.monitors and not cmd.skip_monitor and not retry:
+            self._feed(session, cmd, args)
+        current = self.current
+        if current is not None and current.tracking is not None and not current.tracking.bcast \
+                and cmd.readonly and cmd.name not in _RO_SCRIPTS:
+            self.tracking.remember(current, cmd, args)
+        if pre_absent and self.notify_flags & KEY_MISS and cmd.readonly:
+            db_id = session.db_id
             for key in cmd.keys(args):
-                if key in self._pre_absent:
+                if key in pre_absent:
                     self._publish(KEY_MISS, b"keymiss", db_id, key)
-        if effects:
-            self.after_effects(conn, cmd, effects, args=args, pre_absent=self._pre_absent)
+        if effects and not cmd.calls_commands:   # EXEC's and scripts' own commands reported theirs
+            self._effects(cmd, args, effects, dirty, pre_absent, served=retry)
 
-    def after_effects(self, conn, cmd, effects, args=None, served=False, pre_absent=None):
-        """Everything effects cause besides the journal: notifications, invalidations, wake-ups.
-        Called for a client's command, a served blocked client (served=True) and server-side deletions."""
+    def effects_outside_call(self, effects, dirty):
+        """Effects no command produced (server-side expiry/eviction): invalidations and wake-ups."""
+        self._effects(None, None, effects, dirty, None, served=True)
+
+    def after_top(self, session):
+        """After a top-level command: clients blocked on keys it changed are served (handleClientsBlockedOnKeys)."""
+        blocking = self.server.blocking
+        if blocking.waiting:
+            blocking.serve()
+
+    def after_reply(self, conn):
+        """The current client's reply is queued: the invalidations its own command caused follow it."""
+        if self._own_feed:
+            feed, self._own_feed = self._own_feed, []
+            for data in feed:
+                conn.push(data)
+        deferred = self._deferred
+        if deferred and conn.tracking is not None:
+            self._deferred = []
+            self.tracking.send(conn, deferred if None not in deferred else None)
+        elif deferred:
+            self._deferred = []
+        t = conn.tracking
+        if t is not None and t.caching and not conn.session.in_multi and conn.session.last_cmd.split("|")[0] \
+                not in _CLIENT_FAMILY:
+            t.caching = False
+
+    def _effects(self, cmd, args, effects, dirty, pre_absent, served):
         server = self.server
         if self.notify_flags:
             if server.pubsub.has_subscribers():
@@ -480,49 +457,36 @@ class Hooks:
             self._server_deleted.clear()
         tracking = self.tracking
         if tracking.clients:
-            deferred = None if served else self._deferred
-            keys_of = server.keys_of_effect
-            for db_id, argv in effects:
+            current = None if served else self.current
+            deferred = self._deferred if current is not None else None
+            flushed = False
+            for _db_id, argv in effects:
                 name = argv[0].lower()
                 if name == b"flushdb" or name == b"flushall":
-                    tracking.flush(conn, deferred)
-                    continue
-                for key in keys_of(argv):
-                    tracking.invalidate(key, conn, deferred)
+                    tracking.flush(current, deferred)
+                    flushed = True
+            if not flushed:
+                if dirty is None:
+                    tracking.flush(current, deferred)
+                else:
+                    for _db_id, key in dirty:
+                        tracking.invalidate(key, current, deferred)
         blocking = server.blocking
         if blocking.waiting:
-            keys_of = server.keys_of_effect
-            for db_id, argv in effects:
-                name = argv[0].lower()
-                if name in (b"flushall", b"swapdb"):
-                    blocking.signal_all()
-                    continue
-                if name == b"flushdb":
-                    blocking.signal_all(db_id)
-                    continue
-                for key in keys_of(argv):
+            if dirty is None:
+                for db_id, argv in effects:
+                    name = argv[0].lower()
+                    if name == b"flushdb":
+                        blocking.signal_all(db_id)
+                    else:
+                        blocking.signal_all()
+                        break
+            else:
+                for db_id, key in dirty:
                     blocking.signal(db_id, key)
-                if name == b"move" and len(argv) > 2:
-                    try:
-                        blocking.signal(int(argv[2]), argv[1])
-                    except ValueError:
-                        pass
-                elif name == b"copy":
-                    target = _copy_target_db(argv, db_id)
-                    if target != db_id and len(argv) > 2:
-                        blocking.signal(target, argv[2])
-            blocking.serve()
 
     # -- MONITOR ----------------------------------------------------------------------------------
-    def _feed_monitors(self, conn, args, cmd, reply, exec_queue):
-        if exec_queue is not None and type(reply) is list:
-            for c, a in exec_queue:
-                self._feed_one(conn, c, a)
-        self._feed_one(conn, cmd, args)
-
-    def _feed_one(self, conn, cmd, args):
-        if cmd.admin or "skip_monitor" in cmd.flags:
-            return
+    def _feed(self, session, cmd, args):
         top = _top(cmd).name
         if top == "auth":
             args = [args[0]] + [b"(redacted)"] * (len(args) - 1)
@@ -541,12 +505,16 @@ class Hooks:
         now = time.time()
         sec = int(now)
         usec = int((now - sec) * 1e6)
-        s = conn.session
-        line = b"+%d.%06d [%d %s] %s\r\n" % (sec, usec, s.db_id, s.addr.encode(),
+        line = b"+%d.%06d [%d %s] %s\r\n" % (sec, usec, session.db_id, session.addr.encode(),
                                              b" ".join(_repr(a) for a in args))
         data = Raw(line)
+        current = self.current
         for m in list(self.monitors):
-            if not m.closing:
+            if m.closing:
+                continue
+            if m is current:
+                self._own_feed.append(data)   # behind its own reply, as Valkey's output buffer orders it
+            else:
                 m.push(data)
 
     # -- keyspace notifications -------------------------------------------------------------------

@@ -70,7 +70,9 @@ class PubSub:
             self.clients += 1
         elif before_total and after == 0:
             self.clients -= 1
-        self.server.hooks.update_special(conn)
+        session = conn.session
+        session.subscribed = after  # what the pipeline's pub/sub-context check reads
+        session.refresh_special()
 
     def subscribe(self, conn, names, kind):
         """SUBSCRIBE (kind 'channel'), PSUBSCRIBE ('pattern') or SSUBSCRIBE ('shard'): the confirmations."""

@@ -1,4 +1,4 @@
-"""The durakv server process: keyspace + dispatcher + durability + listeners + housekeeping timers."""
+"""The durakv server process: keyspace + pipeline + durability + listeners + housekeeping timers."""
 
 import asyncio
 import logging
@@ -10,30 +10,35 @@ import sys
 import time
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__
-from ..commands import load_all, registry
-from ..commands.dispatch import Dispatcher, apply_effect
+from ..commands import load_all
+from ..commands.pipeline import Pipeline
 from ..commands.session import Session
-from ..durability import WriteTracker
+from ..durability import Durability
 from ..keyspace import Keyspace
+from ..protocol.resp import Deferred, ErrorReply
 from .blocking import Blocking
 from .connection import Connection
 from .notify import Hooks, parse_notify_flags
+from .port import ServerPort
 from .pubsub import PubSub
 
 log = logging.getLogger("durakv.server")
 
 
 class Server:
-    """Everything one node holds. Command handlers reach it as ctx.server (never the sockets)."""
+    """Everything one node holds: the keyspace, the pipeline commands run through, durability, the
+    listeners and timers. Command handlers reach it only through its port (server/port.py)."""
 
     def __init__(self, config, clock_ms=None):
         load_all()
         self.config = config
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.keyspace = Keyspace(config["databases"], clock_ms=self.clock_ms)
-        self.dispatcher = Dispatcher(self.keyspace, server=self)
+        self.port = ServerPort(self)
+        self.pipeline = Pipeline(self.keyspace, port=self.port, config=config)
+        self.durability = Durability()
+        self.pipeline.durability = self.durability
         self.journal = None
-        self.tracker = None
         self.loop = None
         self.clients = {}
         self.listeners = []
@@ -51,12 +56,11 @@ class Server:
         self.loading = False
         self.shutdown_event = None
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
-        self.replica_of = None             # set by replication (later); None = primary
         self.active_expire_enabled = True
         self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
-        self.writes_paused = False
         self._apply_session = Session(authenticated=True)
+        self.pipeline.new_context(self._apply_session).replaying = True
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
         self.blocking = Blocking(self)     # clients blocked on keys or paused (server/blocking.py)
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
@@ -76,7 +80,7 @@ class Server:
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
-        d = self.dispatcher
+        d = self.pipeline
         if name == "requirepass":
             d.requirepass = value or None
         elif name == "maxmemory":
@@ -91,10 +95,10 @@ class Server:
             self.keyspace.lfu_log_factor = value
         elif name == "lfu-decay-time":
             self.keyspace.lfu_decay_time_min = value
-        elif name == "durability" and self.tracker is not None:
-            self.tracker.set_mode(value)
-        elif name == "durability-buffer-ms" and self.tracker is not None:
-            self.tracker.buffer_ms = value
+        elif name == "durability" and self.durability.tracker is not None:
+            self.durability.set_mode(value)
+        elif name == "durability-buffer-ms" and self.durability.tracker is not None:
+            self.durability.tracker.buffer_ms = value
         elif name == "notify-keyspace-events":
             self.hooks.set_notify_flags(value)
 
@@ -103,7 +107,7 @@ class Server:
         if name == "notify-keyspace-events" and parse_notify_flags(value) < 0:
             return "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
         if name == "durability":
-            current = self.tracker.mode if self.tracker else "none"
+            current = self.durability.mode
             if (value == "none") != (current == "none"):
                 return "durability can switch live only between async and sync; none is chosen at start-up"
         return None
@@ -114,6 +118,7 @@ class Server:
         # for the interpreter's 5 ms switch interval while the event loop serves other clients.
         sys.setswitchinterval(0.0002)
         self.loop = asyncio.get_running_loop()
+        self.durability.loop = self.loop
         self.shutdown_event = asyncio.Event()
         os.makedirs(self.dir, exist_ok=True)
         mode = self.config["durability"]
@@ -124,10 +129,12 @@ class Server:
         started = time.monotonic()
         from ..recovery import recover
         self.keyspace.expire_enabled = False
+        self.pipeline.stats_enabled = False   # replayed commands are not client commands
         try:
             snap_index, last_index = recover(self.dir, self.keyspace, self.apply_effect)
         finally:
             self.keyspace.expire_enabled = True
+            self.pipeline.stats_enabled = True
         self.last_snapshot_index = snap_index
         self.recovered_index = last_index
         log.info("loaded snapshot index %d and journal up to %d in %.3fs (%d keys)", snap_index, last_index,
@@ -138,11 +145,8 @@ class Server:
                                         fsync=self.config["journal-fsync"], group_per_iteration=False)
             await self.journal.open(base_index=last_index)
             self.snapshot_journal_bytes = self.journal.bytes_size
-        self.tracker = WriteTracker(self.journal, mode=mode, buffer_ms=self.config["durability-buffer-ms"],
-                                    loop=self.loop)
-        self.tracker.commit_listeners.append(self._maybe_auto_snapshot)
-        self.dispatcher.refuse_writes_fn = self.tracker.refuse_writes
-        self.dispatcher.is_replica_fn = lambda: self.replica_of is not None
+            self.durability.attach(self.journal, mode, self.config["durability-buffer-ms"])
+        self.durability.commit_listeners.append(self._maybe_auto_snapshot)
         self.loading = False
         await self._listen()
         self._timer = self.loop.create_task(self._cron())
@@ -159,9 +163,7 @@ class Server:
         self.cluster_node = ClusterNode(self)
         await self.cluster_node.start()
         self.journal = None  # the shard's journal belongs to the node; INFO reads it from there
-        self.dispatcher.is_replica_fn = lambda: self.replica_of is not None
-        self.dispatcher.refuse_writes_fn = self.tracker.refuse_writes
-        self.dispatcher.serving_fn = self._serving_error
+        self.pipeline.gate = self.cluster_node   # role and lease checks in admission
         self.loading = False
         await self._listen()
         self._timer = self.loop.create_task(self._cron())
@@ -171,20 +173,11 @@ class Server:
             except (NotImplementedError, RuntimeError):
                 pass
 
-    def _serving_error(self, cmd):
-        node = self.cluster_node
-        if node is None:
-            return None
-        if self.writes_paused and cmd.write:
-            return "READONLY You can't write against a read only replica."
-        return node.serving_error()
-
     def apply_effect(self, db_id, argv):
-        reply = apply_effect(self.dispatcher, self._apply_session, db_id, argv)
-        if hasattr(reply, "text"):
+        """One journaled effect (start-up replay, a replica following), through the pipeline."""
+        reply = self.pipeline.apply(self._apply_session, db_id, argv)
+        if type(reply) is ErrorReply:
             raise RuntimeError(f"replaying {argv[:3]!r} in db {db_id} failed: {reply.text}")
-        if self.hooks.active:  # a replica's clients: keyspace notifications, tracking invalidation
-            self.hooks.after_effects(None, None, ((db_id, argv),))
 
     async def _listen(self):
         cfg = self.config
@@ -214,7 +207,7 @@ class Server:
                     raise
                 self.listeners.append(srv)
         log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s", __version__, port,
-                 cfg["tls-port"], self.tracker.mode, self.dir)
+                 cfg["tls-port"], self.effective_durability(), self.dir)
 
     def _tls_context(self):
         cfg = self.config
@@ -242,9 +235,10 @@ class Server:
         if self.active_expire_enabled:
             ks.active_expire_cycle(25.0, time.perf_counter)
         if ks.deleted_by_server:
-            self.submit_server_deletes()
+            self.pipeline.mark()
+            self.pipeline.server_deletes()
         now = time.monotonic()
-        self.ops_samples.append((now, self.dispatcher.total_commands))
+        self.ops_samples.append((now, self.pipeline.total_commands))
         while len(self.ops_samples) > 16:
             self.ops_samples.pop(0)
         timeout = self.config["timeout"]
@@ -252,27 +246,9 @@ class Server:
             limit = self.clock_ms() - timeout * 1000
             for conn in list(self.clients.values()):
                 s = conn.session
-                if s.last_interaction_ms < limit and not conn.pending and conn.blocked is None \
+                if s.last_interaction_ms < limit and not conn.outbox.held and conn.blocked is None \
                         and not (conn.subs is not None and conn.subs.total()):
                     conn.close()
-
-    def submit_server_deletes(self):
-        """DEL effects for keys the server removed on its own (active expiry, eviction)."""
-        deleted = self.keyspace.deleted_by_server
-        effects = [(db_id, (b"DEL", key)) for db_id, key, _reason in deleted]
-        deleted.clear()
-        self.dispatcher.touch_watched(effects)
-        self.tracker.submit(effects, self.keys_of_effect)
-        if effects:
-            self.hooks.after_effects(None, None, effects)
-
-    def keys_of_effect(self, argv):
-        cmd = registry.TABLE.get(argv[0].lower())
-        if cmd is not None and cmd.subcommands and len(argv) > 1:  # XGROUP SETID key ...
-            cmd = cmd.subcommands.get(argv[1].lower(), cmd)
-        if cmd is None or cmd.keyless:
-            return ()
-        return cmd.keys(argv)
 
     def instantaneous_ops(self):
         s = self.ops_samples
@@ -288,22 +264,23 @@ class Server:
             self.start_snapshot()
 
     def start_snapshot(self):
-        """Builds a snapshot without pausing: returns a Future resolved with 'OK' or an exception."""
+        """Builds a snapshot without pausing: a Deferred resolved with 'OK' or an ErrorReply."""
         if self.cluster_node is not None:
-            return self.loop.create_task(self._cluster_snapshot())
+            d = Deferred()
+            self.loop.create_task(self._cluster_snapshot(d))
+            return d
         if self.snapshot_in_progress is not None:
             return self.snapshot_in_progress
-        fut = self.loop.create_future()
-        self.snapshot_in_progress = fut
-        self.loop.create_task(self._snapshot(fut))
-        return fut
+        d = self.snapshot_in_progress = Deferred()
+        self.loop.create_task(self._snapshot(d))
+        return d
 
     async def _snapshot(self, fut):
         try:
             if self.journal is None:
                 await self._snapshot_in_process()
             else:
-                await self.tracker.drain()
+                await self.durability.drain()
                 await self.journal.rotate()
                 upto = self.journal.commit_index
                 if upto > self.last_snapshot_index:
@@ -318,25 +295,28 @@ class Server:
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())
             self.last_bgsave_status = "ok"
-            fut.set_result("OK")
+            self.snapshot_in_progress = None
+            fut.resolve("OK")
         except Exception as exc:  # noqa: BLE001
             log.error("snapshot failed: %s", exc)
             self.last_bgsave_status = "err"
-            fut.set_exception(exc)
-            fut.exception()  # mark retrieved when nobody waits
-        finally:
             self.snapshot_in_progress = None
+            fut.resolve(ErrorReply("ERR snapshot failed: %s" % exc))
 
-    async def _cluster_snapshot(self):
+    async def _cluster_snapshot(self, d):
         """On a JetStream shard, snapshots are made by replicas into the object store."""
         node = self.cluster_node
         if node.role != "replica":
-            from ..errors import CommandError
-            raise CommandError("ERR snapshots of a JetStream shard are taken on its replicas")
-        index = await node.snapshot_now()
+            d.resolve(ErrorReply("ERR snapshots of a JetStream shard are taken on its replicas"))
+            return
+        try:
+            index = await node.snapshot_now()
+        except Exception as exc:  # noqa: BLE001
+            d.resolve(ErrorReply("ERR snapshot failed: %s" % exc))
+            return
         self.last_snapshot_index = index
         self.lastsave = int(time.time())
-        return "OK"
+        d.resolve("OK")
 
     async def _snapshot_in_process(self):
         """durability none: no journal to replay, so the image is written from memory in a thread."""
@@ -365,7 +345,7 @@ class Server:
 
     def kill_client(self, conn):
         conn.session.close_after_reply = True
-        if not conn.pending:
+        if conn.outbox is None or not conn.outbox.held:
             conn.close()
 
     # -- shutdown -------------------------------------------------------------------------------
@@ -378,10 +358,12 @@ class Server:
         await self.close()
 
     async def close(self):
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
         for srv in self.listeners:
             srv.close()
-        if self.tracker is not None and self.tracker.mode != "none":
-            await self.tracker.drain(timeout_s=10)
+        await self.durability.drain(timeout_s=10)
         for conn in list(self.clients.values()):
             conn.close()
         if self.journal is not None:
@@ -407,6 +389,23 @@ class Server:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except OSError:
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def effective_durability(self) -> str:
+        node = self.cluster_node
+        if node is not None and node.role == "replica":
+            return self.config["durability"]
+        return self.durability.mode
+
+    def replication_info(self) -> dict:
+        """What ROLE, HELLO and INFO replication say about this node's place in its shard."""
+        node = self.cluster_node
+        if node is not None and node.role == "replica":
+            c = node.controller
+            host, _, port = ((c.primary_addr if c else None) or ":0").rpartition(":")
+            return {"role": "replica", "primary_host": host, "primary_port": int(port or 0),
+                    "offset": node.applied_index, "replicas": []}
+        offset = node.applied_index if node is not None else self.durability.committed
+        return {"role": "master", "primary_host": "", "primary_port": 0, "offset": offset, "replicas": []}
 
     def version_fields(self):
         return {"redis_version": REDIS_COMPAT_VERSION, "valkey_version": VALKEY_VERSION,

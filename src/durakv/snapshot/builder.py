@@ -20,7 +20,7 @@ import time
 # The snapshot package itself stays below commands/ in the layering; only this entry point (a process of
 # its own, never imported by the package) needs the command table, through recovery, to replay the journal.
 from ..keyspace import Keyspace
-from ..recovery import dispatcher_apply_fn, replay_journal
+from ..recovery import pipeline_apply_fn, replay_journal
 from .format import (SNAPSHOT_RE, list_snapshots, load_newest_snapshot, snapshot_path, snapshots_dir,
                      write_snapshot)
 
@@ -32,7 +32,7 @@ def build(data_dir, upto: int, databases: int = 16, keep: int = 2) -> dict:
     started = time.monotonic()
     keyspace = Keyspace(num_dbs=databases)
     keyspace.expire_enabled = False
-    apply_fn = dispatcher_apply_fn(keyspace)
+    apply_fn = pipeline_apply_fn(keyspace)
     base_index, base_path = load_newest_snapshot(data_dir, keyspace, apply_fn)
     if base_index >= upto:
         deleted = prune(data_dir, keep)

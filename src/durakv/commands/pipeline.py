@@ -1,0 +1,670 @@
+"""The command pipeline: Valkey's processCommand + call(), one copy for every caller.
+
+Every command that reaches the keyspace goes through one Pipeline object:
+
+    process(session, args)      a client's request (connections): resolve, admit, queue (MULTI), call
+    exec_queued(session)        EXEC: all-or-nothing admission of the queue, then call() per command
+    script_call(run, argv)      server.call from Lua / FCALL: scriptCall's checks, admission, call()
+    retry_blocked(...)          a blocked command retried when its keys change: admission, call()
+    apply(session, db_id, argv) a replica applying the journal and start-up replay: call() only
+
+Resolution happens once per request (exact bytes of the name first, then lowercased), admission checks in
+Valkey's order (arity, authentication, MULTI rules, ACL, cluster slot, OOM, journal failures and
+backpressure, read-only replica, pub/sub context, lease, loading, busy script, CLIENT PAUSE) and call()
+does the accounting (calls, usec, slowlog, memory estimate) and collects the command's deterministic
+effects with the keys they touch. The pipeline never touches a socket, a file or the journal: process()
+hands effects to the durability object it was given (`submit(effects, dirty) -> ticket`) and returns the
+ticket with the reply; only durability decides when that reply may leave.
+
+What the pipeline does not own is plugged in as narrow objects, each None when unused (so the common
+path checks one attribute):
+    durability  submit/read_ticket/barrier_ticket/refuse_writes/pending (durability/)
+    gate        the node's role: is_replica(), serving_error(write) (lease, planned failover)
+    router      cluster mode: check(session, cmd, args, queue, run) -> error text or None (routing/)
+    acl         check(session, cmd, args, context) -> error text or None (context: toplevel, multi, exec, lua)
+    observer    before_call/after_call/after_top (notifications, tracking, MONITOR, blocked wake-ups)
+    pause       CLIENT PAUSE state: must_postpone(may_replicate) -> bool
+    busy        a script running past busy-reply-threshold: error text for a command arriving meanwhile
+
+Dirty keys: call() returns the (db_id, key) pairs its effects touched (the command's own keys from its key
+specs, plus what the handler reported with ctx.touch, plus keys the server deleted meanwhile), or None when
+they are not known (FLUSHALL, SWAPDB, SORT ... STORE): then every later read waits for that write's commit.
+"""
+
+import time
+
+from .. import messages
+from ..errors import CommandError
+from ..keyspace.db import estimate_key, estimate_key_overhead
+from ..protocol.resp import QUEUED, ErrorReply, NullArray
+from . import registry
+from .base import Blocked, Context
+from .introspection import Monitors
+
+# estimate_key(k, v) for a string value, inlined on the write path: this constant + len(k) + len(v).
+_STRING_KEY_COST = estimate_key_overhead(b"")
+_EXACT_CACHE_MAX = 4096   # distinct spellings of command names remembered (an attacker can send many)
+
+
+class Postponed:
+    """The reply of a command that must wait for CLIENT PAUSE to end: the caller parks the client and
+    runs the command again from scratch afterwards (Valkey's blockPostponeClient)."""
+    __slots__ = ()
+
+
+POSTPONE = Postponed()
+
+
+def _arg_preview(args):
+    return " ".join("'%s'" % a[:128].decode("utf-8", "replace") for a in args[1:])
+
+
+def _merge_dirty(into, more):
+    """Dirty lists of nested calls: None (unknown keys) absorbs everything."""
+    if into is None or more is None:
+        return None
+    into.extend(more)
+    return into
+
+
+def _admission_input(name):
+    """A pipeline attribute that admission reads: setting it recomputes `_admit_always`, so a client's
+    request checks one flag to know whether it needs admission at all."""
+    private = "_" + name
+
+    def get(self):
+        return getattr(self, private)
+
+    def set(self, value):
+        setattr(self, private, value)
+        self._admit_always = bool(self._acl is not None or self._router is not None or self._gate is not None
+                                  or self._maxmemory or self._busy is not None or self._pause is not None
+                                  or self._loading)
+    return property(get, set)
+
+
+class NoDurability:
+    """The durability of a pipeline with nothing behind it (start-up replay, a scratch keyspace): effects go
+    nowhere and every reply may leave at once."""
+    pending = refusing = needs_dirty = False
+    assigned = committed = 0
+
+    def submit(self, effects, dirty):
+        return 0
+
+    def read_ticket(self, db_id, keys):
+        return 0
+
+    def barrier_ticket(self):
+        return 0
+
+    def refuse_writes(self):
+        return None
+
+
+class Pipeline:
+    gate = _admission_input("gate")
+    router = _admission_input("router")
+    acl = _admission_input("acl")
+    busy = _admission_input("busy")
+    pause = _admission_input("pause")
+    loading = _admission_input("loading")
+    maxmemory = _admission_input("maxmemory")
+
+    def __init__(self, keyspace, port=None, perf_counter=time.perf_counter, config=None):
+        from .port import Port
+        self.keyspace = keyspace
+        self.port = port if port is not None else Port()
+        self.perf_counter = perf_counter
+        self.durability = NoDurability()
+        self.observer = None
+        self._gate = self._router = self._acl = self._busy = self._pause = None
+        self._loading = False
+        self._maxmemory = 0
+        self._admit_always = False
+        self.watchers = {}           # (db_id, key) -> set of sessions
+        self.total_commands = 0
+        self.total_errors = 0
+        self.error_counts = {}       # error prefix -> count
+        self.requirepass = None
+        self.maxmemory_policy = "noeviction"
+        self.maxmemory_samples = 5
+        self.used_memory_fn = lambda: keyspace.used_bytes
+        self.monitors = Monitors(keyspace, config)
+        self.scripting = None        # scripting.runner.ScriptingState, made on first use
+        self._exact = {}             # command name exactly as received -> Command
+        self._plain = {}             # ... for commands without subcommands (the hot path's table)
+        self._mark = perf_counter()  # end of the previous call: the start of the next (one clock read per call)
+        self.stats_enabled = True
+
+    def new_context(self, session):
+        ctx = Context(self.keyspace, self.port, session, self)
+        ctx.db = self.keyspace.dbs[session.db_id]
+        session.ctx = ctx
+        return ctx
+
+    def mark(self):
+        """Entry points outside a connection's batch (timers, another thread's script) start the clock."""
+        self._mark = self.perf_counter()
+
+    # -- resolution -----------------------------------------------------------------------------------
+    def resolve(self, args):
+        """(Command, None) for args, descending into subcommands, or (Command or None, error text)."""
+        name = args[0]
+        cmd = self._exact.get(name)
+        if cmd is None:
+            cmd = registry.TABLE.get(name.lower())
+            if cmd is None or (cmd.handler is None and not cmd.subcommands):
+                return None, messages.UNKNOWN_COMMAND.format(name[:128].decode("utf-8", "replace"),
+                                                             _arg_preview(args))
+            if len(self._exact) < _EXACT_CACHE_MAX:
+                self._exact[name] = cmd
+                if not cmd.subcommands:
+                    self._plain[name] = cmd
+        if cmd.subcommands and (cmd.handler is None or len(args) > 1):
+            if len(args) < 2:
+                return cmd, messages.WRONG_ARITY.format(cmd.name)
+            sub = cmd.subcommands.get(args[1].lower())
+            if sub is None or sub.handler is None:
+                return cmd, messages.UNKNOWN_SUBCOMMAND.format(args[1][:128].decode("utf-8", "replace"),
+                                                               cmd.name.upper())
+            cmd = sub
+        arity = cmd.arity
+        n = len(args)
+        if (arity > 0 and n != arity) or n < -arity:
+            return cmd, messages.WRONG_ARITY.format(cmd.fullname if cmd.parent is not None else cmd.name)
+        return cmd, None
+
+    # -- processCommand -----------------------------------------------------------------------------
+    def process(self, session, args):
+        """A client's request. Returns (reply, ticket, cmd): ticket 0 means the reply may leave now, else
+        the durability ticket it waits for. reply may be Blocked, POSTPONE or a Deferred."""
+        cmd = self._plain.get(args[0])
+        if cmd is None or not cmd.argc_min <= len(args) <= cmd.argc_max:
+            cmd, text = self.resolve(args)
+            if text is not None:
+                return self.reject(session, cmd, text), 0, cmd
+        if not session.authenticated and not cmd.no_auth:
+            return self.reject(session, cmd, messages.NOAUTH), 0, cmd
+        if session.in_multi:
+            answer = self._in_multi(session, cmd, args)
+            if answer is not None:
+                return answer, 0, cmd
+        elif self._admit_always or session.special or cmd.queue_flags_fn is not None or self.durability.refusing:
+            write, denyoom, may_replicate = self._flags(cmd, args, session)
+            text = self.admit(session, cmd, args, write, denyoom, may_replicate)
+            if text is not None:
+                return (POSTPONE if text is POSTPONE else self.reject(session, cmd, text)), 0, cmd
+        reply, effects, dirty = self.call(session, cmd, args)
+        ticket = 0
+        dur = self.durability
+        if effects:
+            ticket = dur.submit(effects, dirty)
+            session.last_write_index = dur.assigned
+        elif dur.pending and type(reply) is not ErrorReply and (cmd.readonly or cmd.write or cmd.calls_commands):
+            # A read (or a write that changed nothing) must not reveal an uncommitted write.
+            if cmd.sees_all:
+                ticket = dur.barrier_ticket()
+            else:
+                ticket = dur.read_ticket(session.db_id, cmd.keys(args))
+        obs = self.observer
+        if obs is not None:
+            obs.after_top(session)
+        return reply, ticket, cmd
+
+    def _in_multi(self, session, cmd, args):
+        """A command while a transaction is being queued: the answer (QUEUED or an error), or None when it
+        runs now (EXEC, DISCARD, MULTI's own family). Queued commands pass admission now, as in Valkey, and
+        EXEC passes it again with the flags of everything it queued."""
+        if cmd.no_multi:
+            return self.reject(session, cmd, messages.NOT_ALLOWED_IN_MULTI)
+        queue = None
+        if cmd.fullname == "exec":
+            write, denyoom, may_replicate = session.multi_write, session.multi_denyoom, session.multi_may_replicate
+            queue = session.multi_queue
+        else:
+            write, denyoom, may_replicate = self._flags(cmd, args, session)
+        text = self.admit(session, cmd, args, write, denyoom, may_replicate, queueing=not cmd.multi_immediate,
+                          queue=queue)
+        if text is not None:
+            return POSTPONE if text is POSTPONE else self.reject(session, cmd, text)
+        if cmd.multi_immediate:
+            return None
+        session.multi_queue.append((cmd, args))
+        session.multi_write |= write
+        session.multi_denyoom |= denyoom
+        session.multi_may_replicate |= may_replicate
+        session.multi_touches_data |= cmd.touches_data
+        return QUEUED
+
+    def _flags(self, cmd, args, session):
+        """(write, denyoom, may_replicate) of a command as admission sees it (getCommandFlags: a script's
+        own flags decide for EVAL/FCALL)."""
+        fn = cmd.queue_flags_fn
+        if fn is not None:
+            flags = fn(self, args)
+            if flags is not None:
+                return flags
+        return cmd.write, cmd.denyoom, cmd.may_replicate
+
+    def admit(self, session, cmd, args, write, denyoom, may_replicate, queueing=False, queue=None, run=None):
+        """The checks after lookup and authentication, in processCommand's order (scriptCall's for a
+        command a script runs: `run` is that script's ScriptRun). Error text, POSTPONE, or None to run.
+        `queue` is EXEC's queued commands (the slot check covers all of them)."""
+        acl = self._acl
+        if acl is not None:
+            context = "lua" if run is not None else ("multi" if session.in_multi else "toplevel")
+            text = acl.check(run.caller if run is not None and run.caller is not None else session, cmd, args,
+                             context)
+            if text is not None:
+                return text
+        router = self._router
+        if router is not None and (not cmd.keyless or cmd.calls_commands or queue is not None):
+            text = router.check(session, cmd, args, queue, run)
+            if text is not None:
+                return text
+        # A script that already wrote cannot be failed halfway by server state (SCRIPT_WRITE_DIRTY).
+        dirty = run is not None and run.dirty
+        if self._maxmemory and not dirty:
+            if run is not None:
+                if denyoom and run.pre_oom and not run.allow_oom:
+                    return messages.OOM
+            else:
+                if queueing and not cmd.multi_immediate:
+                    denyoom = True  # MULTI queueing may grow memory without bound (processCommand's rule)
+                if denyoom and self.used_memory_fn() > self._maxmemory and not self.evict():
+                    return messages.OOM
+        dur = self.durability
+        if write and dur.refusing and not dirty:
+            text = dur.refuse_writes()
+            if text is not None:
+                return text
+        gate = self._gate
+        if gate is not None:
+            if write and not dirty and gate.is_replica():
+                return messages.READONLY
+            if cmd.touches_data or write:
+                text = gate.serving_error(write)
+                if text is not None:
+                    return text
+        if run is not None:
+            return None   # what follows is about the client connection, not the script's own commands
+        if session.special:
+            if session.subscribed and session.resp == 2 and cmd.fullname.split("|")[0] not in _PUBSUB_ALLOWED:
+                return messages.PUBSUB_CONTEXT.format(cmd.fullname)
+        if self._loading and not cmd.loading:
+            return messages.BUSY_LOADING
+        busy = self._busy
+        if busy is not None:
+            text = busy.refuse(session, cmd, args)
+            if text is not None:
+                return text
+        if session.special and session.monitor and (may_replicate or write or cmd.readonly):
+            return messages.REPLICA_KEYSPACE
+        pause = self._pause
+        if pause is not None and pause.must_postpone(may_replicate):
+            return POSTPONE
+        return None
+
+    def reject(self, session, cmd, text):
+        """rejectCommand: flags a transaction being queued, counts, and answers the error (EXECABORT with
+        the reason when EXEC itself is rejected)."""
+        if session.in_multi:
+            session.multi_error = True
+        if cmd is not None:
+            cmd.rejected_calls += 1
+        self.count_error(text)
+        if cmd is not None and cmd.fullname == "exec" and session.in_multi:
+            self.discard(session)
+            return ErrorReply(messages.EXECABORT_BECAUSE.format(text))
+        return ErrorReply(text)
+
+    def count_error(self, text):
+        self.total_errors += 1
+        prefix = text.split(" ", 1)[0]
+        self.error_counts[prefix] = self.error_counts.get(prefix, 0) + 1
+
+    def evict(self) -> bool:
+        """Evicts until under maxmemory. False if the policy forbids it or nothing is left."""
+        if self.maxmemory_policy == "noeviction":
+            return False
+        used, limit = self.used_memory_fn, self.maxmemory
+        for _ in range(100000):
+            if used() <= limit:
+                return True
+            if self.keyspace.evict_one(self.maxmemory_policy, self.maxmemory_samples) is None:
+                return False
+        return used() <= limit
+
+    def out_of_memory(self) -> bool:
+        return bool(self.maxmemory) and self.used_memory_fn() > self.maxmemory and not self.evict()
+
+    # -- call() ---------------------------------------------------------------------------------------
+    def call(self, session, cmd, args, handler=None):
+        """Runs one admitted command (or `handler(ctx)` for a blocked retry) with its accounting.
+        Returns (reply, effects, dirty)."""
+        ctx = session.ctx
+        if ctx is None:
+            ctx = self.new_context(session)
+        keyspace = self.keyspace
+        obs = self.observer
+        pre = obs.before_call(session, cmd, args) if obs is not None else None
+        db = ctx.db
+        write = cmd.write
+        if write:
+            key_idx = cmd.fixed_keys
+            if key_idx is None or len(args) <= key_idx[-1]:
+                key_idx = cmd.key_indexes(args)
+            before = 0
+            lookup = keyspace.lookup
+            for i in key_idx:
+                k = args[i]
+                v = lookup(db, k)  # lazy expiry first, so the handler sees live keys
+                if v is not None:
+                    before += (_STRING_KEY_COST + len(k) + len(v)) if type(v) is bytes else estimate_key(k, v)
+        reading = cmd.readonly
+        if reading:
+            keyspace.reading = True   # keyspace_hits / keyspace_misses count read lookups only
+        start = self._mark
+        try:
+            reply = cmd.handler(ctx, args) if handler is None else handler(ctx)
+        except CommandError as exc:
+            reply = ErrorReply(exc.text)
+            cmd.failed_calls += 1
+            self.count_error(exc.text)
+        except Exception as exc:  # a handler bug must not take the server down
+            reply = ErrorReply("ERR internal error in '%s': %s" % (cmd.fullname, exc))
+            cmd.failed_calls += 1
+            self.count_error(reply.text)
+            self.port.log_exception(cmd.fullname, exc)
+        end = self._mark = self.perf_counter()
+        if reading:
+            keyspace.reading = False
+        if self.stats_enabled and (handler is None or (reply is not None and type(reply) is not Blocked)):
+            cmd.calls += 1
+            usec = int((end - start) * 1e6)
+            cmd.usec += usec
+            if usec >= self.monitors.threshold_us and not cmd.skip_slowlog:
+                self.monitors.record(session, cmd, args, usec)
+            self.total_commands += 1
+        if write:
+            after = 0
+            data = db.data
+            for i in key_idx:
+                k = args[i]
+                v = data.get(k)
+                if v is not None:
+                    after += (_STRING_KEY_COST + len(k) + len(v)) if type(v) is bytes else estimate_key(k, v)
+            keyspace.used_bytes += after - before
+        effects = ctx.effects
+        if keyspace.deleted_by_server:
+            ctx.take_server_deletes()
+        elif not effects:
+            if obs is not None:
+                obs.after_call(session, cmd, args, reply, (), (), pre, handler is not None)
+            return reply, (), ()
+        ctx.effects = []
+        dirty = ctx.dirty
+        ctx.dirty = []
+        exact = ctx.dirty_exact
+        if exact:
+            ctx.dirty_exact = False
+        if dirty is not None and not exact and not cmd.calls_commands and (
+                self.watchers or obs is not None or self.durability.needs_dirty):
+            if cmd.keys_incomplete:
+                dirty = self._effect_keys(effects, dirty)   # SORT ... STORE: its effects name the keys
+            elif cmd.keyless:
+                if write:
+                    dirty = None                # FLUSHALL, SWAPDB, FUNCTION LOAD: no key list
+            else:
+                db_id = db.id
+                for i in (key_idx if write else cmd.key_indexes(args)):
+                    dirty.append((db_id, args[i]))
+        if self.watchers and not cmd.calls_commands:
+            self.touch_watched(dirty)  # EXEC's and scripts' own commands touched theirs already
+        if obs is not None:
+            obs.after_call(session, cmd, args, reply, effects, dirty, pre, handler is not None)
+        return reply, effects, dirty
+
+    def _effect_keys(self, effects, dirty):
+        """The keys effects touch, from their own key specs (for commands whose specs cannot name them)."""
+        for db_id, argv in effects:
+            ecmd, text = self.resolve(argv)
+            if text is not None or ecmd.keyless or ecmd.keys_incomplete:
+                return None
+            dirty.extend([(db_id, argv[i]) for i in ecmd.key_indexes(argv)])
+        return dirty
+
+    def submit(self, effects, dirty):
+        """Effects produced outside a client's command (server-side expiry/eviction, a script that ran past
+        busy-reply-threshold): to durability, WATCH and the observer. Returns the ticket."""
+        if not effects:
+            return 0
+        if self.watchers:
+            self.touch_watched(dirty)
+        ticket = self.durability.submit(effects, dirty)
+        obs = self.observer
+        if obs is not None:
+            obs.effects_outside_call(effects, dirty)
+            obs.after_top(None)
+        return ticket
+
+    def submit_collected(self, effects, dirty):
+        """Effects whose commands already went through call() (a long script's, collected while it ran):
+        only durability and the blocked-client wake-ups are left to do."""
+        ticket = self.durability.submit(effects, dirty)
+        obs = self.observer
+        if obs is not None:
+            obs.after_top(None)
+        return ticket
+
+    def server_deletes(self):
+        """DEL effects for keys the server removed on its own (active expiry, eviction), submitted."""
+        deleted = self.keyspace.deleted_by_server
+        if not deleted:
+            return 0
+        effects = [(db_id, (b"DEL", key)) for db_id, key, _reason in deleted]
+        dirty = [(db_id, key) for db_id, key, _reason in deleted]
+        deleted.clear()
+        return self.submit(effects, dirty)
+
+    # -- blocked commands ---------------------------------------------------------------------------
+    def retry_blocked(self, session, cmd, args, retry):
+        """A blocked command retried because one of its keys changed (Valkey re-processes it through
+        processCommand). Returns (reply, ticket): reply None or Blocked keeps it waiting."""
+        if cmd is not None:
+            write, denyoom, may_replicate = cmd.write, cmd.denyoom, cmd.may_replicate
+            text = self.admit(session, cmd, args, write, False, may_replicate)
+            if text is POSTPONE:
+                return None, 0
+            if text is not None:
+                return self.reject(session, cmd, text), 0
+        self.mark()
+        reply, effects, dirty = self.call(session, cmd, args, handler=retry)
+        ticket = 0
+        if effects:
+            dur = self.durability
+            ticket = dur.submit(effects, dirty)
+            if reply is not None and type(reply) is not Blocked:
+                session.last_write_index = dur.assigned
+        return reply, ticket
+
+    # -- replicas and recovery ----------------------------------------------------------------------
+    def apply(self, session, db_id, argv):
+        """Applies one journaled effect (start-up replay, a replica following the journal): no admission,
+        nothing journaled again. Returns the reply (an ErrorReply means the journal and this code disagree)."""
+        cmd, text = self.resolve(argv)
+        if text is not None:
+            return ErrorReply(text)
+        ctx = session.ctx or self.new_context(session)
+        if session.db_id != db_id:
+            session.db_id = db_id
+            ctx.db = self.keyspace.dbs[db_id]
+        reply, effects, dirty = self.call(session, cmd, argv)
+        obs = self.observer
+        if obs is not None and effects:
+            obs.after_top(None)
+        return reply
+
+    # -- WATCH --------------------------------------------------------------------------------------
+    def watch(self, session, db_id, key):
+        dk = (db_id, key)
+        if dk in session.watched:
+            return
+        db = self.keyspace.dbs[db_id]
+        session.watched[dk] = key in db.data and self.keyspace.is_expired(db, key)
+        self.watchers.setdefault(dk, set()).add(session)
+
+    def unwatch_all(self, session, keep_dirty=False):
+        for wk in session.watched:
+            s = self.watchers.get(wk)
+            if s is not None:
+                s.discard(session)
+                if not s:
+                    del self.watchers[wk]
+        session.watched.clear()
+        if not keep_dirty:
+            session.dirty_cas = False
+
+    def touch_watched(self, dirty):
+        """touchWatchedKey for every key an effect changed (None: unknown keys; the handlers of FLUSHDB,
+        FLUSHALL and SWAPDB call touch_db_watched themselves, before the data is gone)."""
+        if dirty is None:
+            return
+        watchers = self.watchers
+        for dk in dirty:
+            sessions = watchers.get(dk)
+            if sessions:
+                self._touch_sessions(dk, sessions)
+
+    def _touch_sessions(self, dk, sessions):
+        dbs = self.keyspace.dbs
+        for s in list(sessions):
+            if s.watched.get(dk):
+                # Watched while already expired: deleting it changes nothing logically (the flag clears);
+                # anything else leaves the transaction alone, as Valkey's touchWatchedKey.
+                if dk[1] not in dbs[dk[0]].data:
+                    s.watched[dk] = False
+                continue
+            s.dirty_cas = True
+            self.unwatch_all(s, keep_dirty=True)
+
+    def touch_db_watched(self, emptied_db, replaced_with=None):
+        """touchAllWatchedKeysInDb: FLUSHDB/FLUSHALL (replaced_with None) and SWAPDB (both ways), called by
+        the handler before it changes the databases."""
+        ks = self.keyspace
+        emptied_id = emptied_db.id
+        for (db_id, key), sessions in list(self.watchers.items()):
+            if db_id != emptied_id:
+                continue
+            in_emptied = key in emptied_db.data
+            in_replaced = replaced_with is not None and key in replaced_with.data
+            if not (in_emptied or in_replaced):
+                continue
+            for s in list(sessions):
+                dk = (db_id, key)
+                if s.watched.get(dk):
+                    if not in_replaced:
+                        s.watched[dk] = False   # an expired key now deleted: no logical change
+                        continue
+                    if ks.is_expired(replaced_with, key):
+                        continue                # an expired key stays expired
+                elif not in_emptied and ks.is_expired(replaced_with, key):
+                    s.watched[dk] = True        # a missing key replaced by an expired one
+                    continue
+                s.dirty_cas = True
+
+    # -- MULTI / EXEC -------------------------------------------------------------------------------
+    def discard(self, session):
+        session.in_multi = False
+        session.multi_queue = []
+        session.multi_error = False
+        session.multi_write = session.multi_denyoom = session.multi_may_replicate = False
+        session.multi_touches_data = False
+        self.unwatch_all(session)
+
+    def exec_queued(self, session, ctx):
+        """execCommand: runs the queued commands atomically. Returns the reply; the effects and dirty keys of
+        the whole transaction are added to ctx (they leave as one journal batch)."""
+        queue = session.multi_queue
+        if session.multi_error:
+            self.discard(session)
+            return ErrorReply(messages.EXECABORT)
+        if session.dirty_cas or self._watched_expired(session):
+            self.discard(session)
+            return NullArray
+        self.discard(session)   # out of MULTI and unwatched before running, as Valkey does
+        replies = []
+        effects = ctx.effects
+        dirty = ctx.dirty
+        ctx.may_block = False  # blocking commands inside a transaction answer as if timed out
+        acl = self.acl
+        try:
+            for cmd, args in queue:
+                if acl is not None:
+                    text = acl.check(session, cmd, args, "exec")  # rules may have changed since queueing
+                    if text is not None:
+                        replies.append(ErrorReply(text))
+                        continue
+                saved_effects = ctx.effects
+                ctx.effects = []
+                saved_dirty = ctx.dirty
+                ctx.dirty = []
+                try:
+                    reply, eff, d = self.call(session, cmd, args)
+                finally:
+                    ctx.effects = saved_effects
+                    ctx.dirty = saved_dirty
+                replies.append(reply)
+                if eff:
+                    effects.extend(eff)
+                    dirty = _merge_dirty(dirty, d)
+        finally:
+            ctx.may_block = True
+        ctx.dirty = dirty
+        return replies
+
+    def _watched_expired(self, session):
+        ks = self.keyspace
+        for (db_id, key), expired_when_watched in session.watched.items():
+            if expired_when_watched:
+                continue
+            db = ks.dbs[db_id]
+            if key in db.data and ks.is_expired(db, key):
+                return True
+        return False
+
+    # -- scripts ------------------------------------------------------------------------------------
+    def script_call(self, run, argv):
+        """server.call / server.pcall from a script: scriptCall's own checks (arity, noscript, read-only
+        script), then admit() in its script form, then call(). Returns the reply value."""
+        cmd, text = self.resolve(argv)
+        if cmd is None or (text is not None and text.startswith("ERR unknown")):
+            return ErrorReply(messages.SCRIPT_UNKNOWN_COMMAND)
+        if text is not None:
+            return ErrorReply(messages.SCRIPT_WRONG_ARITY)
+        if cmd.noscript:
+            return ErrorReply(messages.SCRIPT_NOT_ALLOWED)
+        if run.readonly and cmd.may_replicate:
+            return ErrorReply(messages.SCRIPT_WRITE_IN_RO)
+        session = run.session
+        text = self.admit(session, cmd, argv, cmd.write, cmd.denyoom, cmd.may_replicate, run=run)
+        if text is not None:
+            return ErrorReply(text)
+        if cmd.write:
+            run.dirty = True
+        reply, effects, dirty = self.call(session, cmd, argv)
+        if effects:
+            run.effects.extend(effects)
+            run.dirty_keys = _merge_dirty(run.dirty_keys, dirty)
+        if type(reply) is Blocked or hasattr(reply, "resolve"):
+            return ErrorReply("ERR '%s' cannot be called from a script" % cmd.fullname)
+        return reply
+
+    def script_exists(self, argv) -> bool:
+        cmd, text = self.resolve(argv)
+        return cmd is not None and (text is None or not text.startswith("ERR unknown"))
+
+
+_PUBSUB_ALLOWED = {"ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
+                   "punsubscribe", "quit", "reset"}

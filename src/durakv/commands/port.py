@@ -1,0 +1,179 @@
+"""Port: everything a command handler may ask of the process around the keyspace, in one narrow object.
+
+Handlers reach `ctx.port` and nothing else of the server: its methods are the whole list of services
+commands use (clients, pub/sub, snapshots, config, failover, commit waits, ...). This base class is the
+port of a pipeline with no process around it (unit tests on an in-process pipeline, start-up replay, the
+snapshot builder): no clients, no journal, no listeners, and a clear error for what needs a server. The
+server's port (server/port.py) implements the same methods against the running process; a test may pass
+its own subclass to see or fake what handlers ask.
+
+Methods that answer later return a protocol.resp.Deferred, which durability releases in request order.
+"""
+
+import logging
+import time
+
+from ..errors import CommandError
+
+log = logging.getLogger("durakv.commands")
+
+
+class Port:
+    config = None          # the process's Config (read by CONFIG GET, INFO, ...), None without a process
+
+    # -- general ----------------------------------------------------------------------------------
+    def clock_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def log_exception(self, where, exc):
+        log.error("unexpected error in %s: %r", where, exc, exc_info=exc)
+
+    def _needs_server(self, what):
+        raise CommandError("ERR %s needs a running server" % what)
+
+    # -- clients ----------------------------------------------------------------------------------
+    def sessions(self) -> list:
+        """The sessions of the connected clients, oldest first."""
+        return []
+
+    def client_kind(self, session) -> bytes:
+        """getClientType: b'pubsub' for a subscribed client, else b'normal'."""
+        return b"pubsub" if session.subscribed else b"normal"
+
+    def client_line(self, session) -> str:
+        """One CLIENT LIST / CLIENT INFO line (without the newline)."""
+        self._needs_server("CLIENT LIST")
+
+    def client_exists(self, client_id) -> bool:
+        return False
+
+    def kill_client(self, session):
+        """Closes the client's connection once its pending replies are written."""
+
+    def set_no_evict(self, session, on):
+        pass
+
+    def set_no_touch(self, session, on):
+        session.no_touch = on
+
+    def monitor(self, session) -> bool:
+        """Turns the client into a MONITOR; False if it already is one."""
+        self._needs_server("MONITOR")
+
+    def reset_client(self, session):
+        """RESET's server side: out of subscribed mode, tracking, MONITOR; NO-EVICT and NO-TOUCH off."""
+        session.no_touch = False
+
+    def pause_clients(self, end_ms, all_commands):
+        self._needs_server("CLIENT PAUSE")
+
+    def unpause_clients(self):
+        pass
+
+    def unblock_client(self, client_id, error) -> bool:
+        return False
+
+    def tracking_state(self, session):
+        """The client's CLIENT TRACKING state (server/notify.TrackingState) or None."""
+        return None
+
+    def tracking_enable(self, session, redirect, bcast, optin, optout, noloop, prefixes):
+        self._needs_server("CLIENT TRACKING")
+
+    def tracking_disable(self, session):
+        pass
+
+    # -- pub/sub ----------------------------------------------------------------------------------
+    def subscribe(self, session, names, kind):
+        """SUBSCRIBE ('channel'), PSUBSCRIBE ('pattern'), SSUBSCRIBE ('shard'): the confirmations (Raw)."""
+        raise CommandError("ERR pub/sub needs a client connection")
+
+    def unsubscribe(self, session, names, kind):
+        raise CommandError("ERR pub/sub needs a client connection")
+
+    def publish(self, channel, message, shard=False) -> int:
+        return 0
+
+    def pubsub_channels(self, pattern, shard=False) -> list:
+        return []
+
+    def pubsub_numsub(self, channel, shard=False) -> int:
+        return 0
+
+    def pubsub_numpat(self) -> int:
+        return 0
+
+    # -- server -----------------------------------------------------------------------------------
+    def info(self, sections) -> str:
+        self._needs_server("INFO")
+
+    def validate_config_set(self, name, value):
+        """A reason CONFIG SET must refuse this value beyond parsing it, or None."""
+        return None
+
+    def config_set(self, name, value):
+        self._needs_server("CONFIG SET")
+
+    def rewrite_config(self):
+        self._needs_server("CONFIG REWRITE")
+
+    def reset_stats(self):
+        """CONFIG RESETSTAT's server counters (connections, ...)."""
+
+    def last_save(self) -> int:
+        return 0
+
+    def snapshot_in_progress(self) -> bool:
+        return False
+
+    def start_snapshot(self):
+        """A Deferred resolved with 'OK' (or an ErrorReply) once the snapshot is written."""
+        self._needs_server("SAVE")
+
+    def shutdown(self):
+        self._needs_server("SHUTDOWN")
+
+    def set_active_expire(self, on):
+        pass
+
+    def journal_stall(self, stall_ms) -> bool:
+        return False
+
+    def memory_rss(self) -> int:
+        return 0
+
+    def note_peak_memory(self, used) -> int:
+        return used
+
+    def replication(self) -> dict:
+        """role ('master'|'replica'), primary_host, primary_port, offset, replicas [(host, port, offset)]."""
+        return {"role": "master", "primary_host": "", "primary_port": 0, "offset": 0, "replicas": []}
+
+    # -- durability waits -------------------------------------------------------------------------
+    def journaled(self) -> bool:
+        return False
+
+    def committed_index(self) -> int:
+        return 0
+
+    def wait_local_commit(self, index, timeout_ms, reply_fn):
+        """WAITAOF's local part: a Deferred resolved with reply_fn() once entry `index` commits or the
+        timeout passes (0: no timeout)."""
+        return reply_fn()
+
+    def wait_replicas(self, index, numreplicas, timeout_ms, reply_fn):
+        """WAIT: a Deferred resolved with reply_fn() when enough replicas applied `index` or at the timeout."""
+        return reply_fn()
+
+    # -- cluster ----------------------------------------------------------------------------------
+    def node_id(self):
+        return None
+
+    def request_failover(self):
+        raise CommandError("ERR This instance has cluster support disabled")
+
+    # -- scripting --------------------------------------------------------------------------------
+    def script_host(self):
+        """What a long script needs of the process (scripting/runner.ScriptHost), or None: scripts then run
+        on the calling thread with no busy-reply-threshold."""
+        return None

@@ -1,0 +1,213 @@
+"""Durability: the only place that decides when a reply may leave.
+
+One Durability object lives as long as the process. Its policy is swappable: `attach(journal, mode)` puts a
+journal behind it (a WriteTracker batching effects into entries: `sync` or `async`), `detach()` takes it away
+(durability `none`, or a replica, which never journals). The pipeline hands it each write's effects with the
+keys they touched (`submit`) and asks it whether a read must wait (`read_ticket`, `barrier_ticket`) and
+whether writes must be refused now (`refusing`, `refuse_writes`); what it answers is a ticket, 0 meaning
+"may leave now", else the journal index the reply waits for.
+
+Each connection has an Outbox: the connection gives it every encoded reply with its ticket, in request
+order, and writes what the outbox releases. Replies whose ticket is committed leave at once; the others are
+held, and so is everything behind them (request order). A Deferred reply (WAIT, WAITAOF, BGSAVE, CLUSTER
+FAILOVER, a served blocked command, a long script) is held the same way until its producer resolves it and
+its own index commits. Out-of-band pushes (pub/sub, invalidations, MONITOR) queue behind held replies.
+"""
+
+import heapq
+import itertools
+
+from ..protocol.resp import Deferred
+from .tracker import WriteTracker
+
+
+def _no_ticket(*_args):
+    return 0
+
+
+def _no_refusal():
+    return None
+
+
+class Durability:
+    # What the pipeline calls on every command, bound to the current policy's functions by _use (instance
+    # attributes, so no extra call layer): submit(effects, dirty) -> ticket, read_ticket(db_id, keys) ->
+    # ticket, barrier_ticket() -> ticket, refuse_writes() -> error text or None.
+
+    def __init__(self, loop=None, clock_ms=None):
+        self.loop = loop
+        self.clock_ms = clock_ms
+        self.tracker = None
+        self.journal = None
+        self.committed = 0
+        self.assigned = 0
+        self.pending = False       # a sync write is uncommitted: reads may have to wait
+        self.needs_dirty = False   # a journal is attached: the keys each write touched are wanted
+        self.refusing = False      # writes must ask refuse_writes() (async buffer, failed journal)
+        self.waiting = set()       # outboxes holding a reply for a commit
+        self.commit_listeners = []  # fn(index) after each commit (snapshots, stats)
+        self._commit_waiters = []   # heap of (index, seq, fn): WAITAOF and the like
+        self._seq = itertools.count()
+        self._use(None)
+
+    # -- the policy ----------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.tracker.mode if self.tracker is not None else "none"
+
+    def attach(self, journal, mode, buffer_ms=10000):
+        """Journal every write from now on (`sync` or `async`), numbering after journal.commit_index."""
+        if mode not in ("sync", "async"):
+            raise ValueError("a journal runs in sync or async mode")
+        self.journal = journal
+        self._use(WriteTracker(journal, self, mode=mode, buffer_ms=buffer_ms, loop=self.loop,
+                               clock_ms=self.clock_ms))
+
+    def detach(self):
+        """No journal from now on (a replica, or a primary handing over). Replies already committed leave;
+        call it only once everything issued is committed (drain first)."""
+        tracker = self.tracker
+        if tracker is not None:
+            self.on_commit(tracker.committed)
+        self.journal = None
+        self._use(None)
+
+    def set_mode(self, mode):
+        if self.tracker is None:
+            raise ValueError("durability none has no journal; restart with a journal to change it")
+        self.tracker.set_mode(mode)
+
+    def _use(self, tracker):
+        self.tracker = tracker
+        if tracker is None:
+            # Instance attributes shadow the methods below: the pipeline calls them on every write.
+            self.submit = _no_ticket
+            self.read_ticket = _no_ticket
+            self.barrier_ticket = _no_ticket
+            self.refuse_writes = _no_refusal
+            self.pending = self.refusing = self.needs_dirty = False
+        else:
+            self.submit = tracker.submit
+            self.read_ticket = tracker.read_ticket
+            self.barrier_ticket = tracker.barrier_ticket
+            self.refuse_writes = tracker.refuse_writes
+            self.needs_dirty = True
+            tracker._publish()
+
+    # -- commits -------------------------------------------------------------------------------
+    def on_commit(self, index):
+        """Called by the tracker after entry `index` committed: held replies leave, waiters run."""
+        for box in list(self.waiting):
+            box.release()
+        heap = self._commit_waiters
+        while heap and heap[0][0] <= index:
+            _i, _s, fn = heapq.heappop(heap)
+            fn()
+        for fn in self.commit_listeners:
+            fn(index)
+
+    def when_committed(self, index, fn):
+        """fn() once journal entry `index` is committed (at once if it is)."""
+        if index <= self.committed or self.tracker is None:
+            fn()
+        else:
+            heapq.heappush(self._commit_waiters, (index, next(self._seq), fn))
+
+    def committed_deferred(self, index, reply) -> Deferred:
+        """A Deferred resolved with reply once entry `index` is committed."""
+        d = Deferred()
+        self.when_committed(index, lambda: d.resolve(reply))
+        return d
+
+    async def drain(self, timeout_s=30.0):
+        return await self.tracker.drain(timeout_s) if self.tracker is not None else True
+
+    # -- replies -------------------------------------------------------------------------------
+    def outbox(self, write, encode) -> "Outbox":
+        return Outbox(self, write, encode)
+
+
+class Outbox:
+    """One connection's replies, in request order. `ready` is what may leave now (the connection writes it
+    with one transport.write per batch); `held` is (index, bytes | Deferred) waiting for a commit."""
+
+    __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained")
+
+    def __init__(self, durability, write, encode):
+        self.durability = durability
+        self.ready = []
+        self.held = []
+        self.held_bytes = 0
+        self.write = write     # fn(bytes): the transport
+        self.encode = encode   # fn(reply) -> bytes, in the connection's protocol
+        self.closed = False
+        self.on_drained = None  # fn() when the last held reply has left
+
+    def emit(self, ticket, data):
+        """An encoded reply: leaves with the batch unless it (or anything before it) must wait."""
+        if ticket or self.held:
+            self.hold(ticket, data)
+        else:
+            self.ready.append(data)
+
+    def hold(self, ticket, data):
+        self.held.append((ticket, data))
+        self.held_bytes += len(data)
+        if ticket > self.durability.committed:
+            self.durability.waiting.add(self)
+
+    def hold_deferred(self, deferred):
+        self.held.append((0, deferred))
+        deferred.listen(self.release)
+
+    def push(self, data):
+        """An out-of-band message: behind everything already queued."""
+        if self.held:
+            self.held.append((0, data))
+            self.held_bytes += len(data)
+        else:
+            self.ready.append(data)
+
+    def release(self):
+        """Moves what may leave now from held to ready, in order, and writes it."""
+        held = self.held
+        if held:
+            committed = self.durability.committed
+            n = 0
+            for index, item in held:
+                if index > committed:
+                    self.durability.waiting.add(self)
+                    break
+                if type(item) is Deferred:
+                    if not item.done:
+                        break
+                    if item.index > committed:
+                        self.durability.waiting.add(self)
+                        break
+                    self.ready.append(self.encode(item.reply))
+                else:
+                    self.ready.append(item)
+                    self.held_bytes -= len(item)
+                n += 1
+            if n:
+                del held[:n]
+            if not held:
+                self.durability.waiting.discard(self)
+                self.flush()
+                if self.on_drained is not None:
+                    self.on_drained()
+                return
+        self.flush()
+
+    def flush(self):
+        ready = self.ready
+        if ready and not self.closed:
+            self.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        ready.clear()
+
+    def close(self):
+        self.closed = True
+        self.held.clear()
+        self.ready.clear()
+        self.held_bytes = 0
+        self.durability.waiting.discard(self)

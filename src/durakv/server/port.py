@@ -1,0 +1,297 @@
+"""The server's port: commands/port.Port implemented against the running process.
+
+Every service a handler uses of the server is one method here; nothing else of the server is reachable
+from commands/. The methods that touch connections take the client's Session and find its connection.
+"""
+
+import logging
+
+from ..commands.port import Port
+from ..errors import CommandError
+from ..protocol.resp import Deferred, ErrorReply
+
+log = logging.getLogger("durakv.server")
+
+
+class ServerPort(Port):
+    def __init__(self, server):
+        self.server = server
+        self.config = server.config
+        self._script_host = ScriptHost(server)
+
+    # -- general ----------------------------------------------------------------------------------
+    def clock_ms(self) -> int:
+        return self.server.clock_ms()
+
+    def log_exception(self, where, exc):
+        self.server.log_exception(where, exc)
+
+    def _conn(self, session):
+        return self.server.clients.get(session.id)
+
+    # -- clients ----------------------------------------------------------------------------------
+    def sessions(self) -> list:
+        return [c.session for c in self.server.clients.values()]
+
+    def client_kind(self, session) -> bytes:
+        return b"pubsub" if session.subscribed else b"normal"
+
+    def client_line(self, session) -> str:
+        conn = self._conn(session)
+        return client_line(conn, self.server.clock_ms()) if conn is not None else ""
+
+    def client_exists(self, client_id) -> bool:
+        return client_id in self.server.clients
+
+    def kill_client(self, session):
+        conn = self._conn(session)
+        if conn is not None:
+            self.server.kill_client(conn)
+
+    def set_no_evict(self, session, on):
+        conn = self._conn(session)
+        if conn is not None:
+            conn.no_evict = on  # durakv has no client-memory eviction: the flag is kept and listed
+
+    def set_no_touch(self, session, on):
+        conn = self._conn(session)
+        if conn is not None:
+            self.server.hooks.set_no_touch(conn, on)
+        else:
+            session.no_touch = on
+
+    def monitor(self, session) -> bool:
+        conn = self._conn(session)
+        if conn is None:
+            raise CommandError("ERR MONITOR needs a client connection")
+        return self.server.hooks.add_monitor(conn)
+
+    def reset_client(self, session):
+        conn = self._conn(session)
+        if conn is not None:
+            self.server.hooks.reset_client(conn)
+
+    def pause_clients(self, end_ms, all_commands):
+        self.server.blocking.pause(end_ms, all_commands)
+
+    def unpause_clients(self):
+        self.server.blocking.unpause()
+
+    def unblock_client(self, client_id, error) -> bool:
+        return self.server.blocking.unblock(client_id, error)
+
+    def tracking_state(self, session):
+        conn = self._conn(session)
+        return conn.tracking if conn is not None else None
+
+    def tracking_enable(self, session, redirect, bcast, optin, optout, noloop, prefixes):
+        conn = self._conn(session)
+        if conn is None:
+            raise CommandError("ERR CLIENT TRACKING needs a client connection")
+        hooks = self.server.hooks
+        hooks.tracking.enable(conn, redirect, bcast, optin, optout, noloop, prefixes)
+        session.tracking = True
+        hooks.refresh()
+
+    def tracking_disable(self, session):
+        conn = self._conn(session)
+        if conn is not None and conn.tracking is not None:
+            self.server.hooks.tracking.disable(conn)
+            session.tracking = False
+            self.server.hooks.refresh()
+
+    # -- pub/sub ----------------------------------------------------------------------------------
+    def _sub_conn(self, session):
+        conn = self._conn(session)
+        if conn is None:
+            raise CommandError("ERR pub/sub needs a client connection")
+        return conn
+
+    def subscribe(self, session, names, kind):
+        return self.server.pubsub.subscribe(self._sub_conn(session), names, kind)
+
+    def unsubscribe(self, session, names, kind):
+        return self.server.pubsub.unsubscribe(self._sub_conn(session), names, kind)
+
+    def publish(self, channel, message, shard=False) -> int:
+        return self.server.pubsub.publish(channel, message, shard=shard)
+
+    def pubsub_channels(self, pattern, shard=False) -> list:
+        return self.server.pubsub.channel_list(pattern, shard=shard)
+
+    def pubsub_numsub(self, channel, shard=False) -> int:
+        return self.server.pubsub.numsub(channel, shard=shard)
+
+    def pubsub_numpat(self) -> int:
+        return len(self.server.pubsub.patterns)
+
+    # -- server -----------------------------------------------------------------------------------
+    def info(self, sections) -> str:
+        return self.server.info(sections)
+
+    def validate_config_set(self, name, value):
+        return self.server.validate_config_set(name, value)
+
+    def config_set(self, name, value):
+        self.server.config.set(name, value)
+
+    def rewrite_config(self):
+        self.server.config.rewrite()
+
+    def reset_stats(self):
+        srv = self.server
+        srv.total_connections = srv.rejected_connections = 0
+
+    def last_save(self) -> int:
+        return self.server.lastsave
+
+    def snapshot_in_progress(self) -> bool:
+        return self.server.snapshot_in_progress is not None
+
+    def start_snapshot(self):
+        return self.server.start_snapshot()
+
+    def shutdown(self):
+        self.server.request_shutdown()
+
+    def set_active_expire(self, on):
+        self.server.active_expire_enabled = on
+
+    def journal_stall(self, stall_ms) -> bool:
+        return self.server.set_journal_stall(stall_ms)
+
+    def memory_rss(self) -> int:
+        return self.server.memory_rss()
+
+    def note_peak_memory(self, used) -> int:
+        srv = self.server
+        srv.peak_memory = max(getattr(srv, "peak_memory", 0), used)
+        return srv.peak_memory
+
+    def replication(self) -> dict:
+        return self.server.replication_info()
+
+    # -- durability waits -------------------------------------------------------------------------
+    def journaled(self) -> bool:
+        return self.server.durability.tracker is not None
+
+    def committed_index(self) -> int:
+        return self.server.durability.committed
+
+    def _deferred_with_timeout(self, timeout_ms, reply_fn):
+        d = Deferred()
+        if timeout_ms:
+            handle = self.server.loop.call_later(timeout_ms / 1000.0, lambda: d.resolve(reply_fn()))
+            d.listen(handle.cancel)
+        return d
+
+    def wait_local_commit(self, index, timeout_ms, reply_fn):
+        d = self._deferred_with_timeout(timeout_ms, reply_fn)
+        self.server.durability.when_committed(index, lambda: d.resolve(reply_fn()))
+        return d
+
+    def wait_replicas(self, index, numreplicas, timeout_ms, reply_fn):
+        # Replicas follow the journal; they do not acknowledge positions back to the primary, so WAIT
+        # answers what is known at its timeout (0 = until the client disconnects, as Valkey).
+        return self._deferred_with_timeout(timeout_ms, reply_fn)
+
+    # -- cluster ----------------------------------------------------------------------------------
+    def node_id(self):
+        node = self.server.cluster_node
+        return node.node_id if node is not None else None
+
+    def request_failover(self):
+        node = self.server.cluster_node
+        if node is None:
+            raise CommandError("ERR This instance has cluster support disabled")
+        if node.role == "primary":
+            raise CommandError("ERR You should send CLUSTER FAILOVER to a replica")
+        d = Deferred()
+        task = self.server.loop.create_task(node.store.request_failover(node.shard, node.node_id))
+
+        def done(t):
+            exc = t.exception()
+            d.resolve(ErrorReply("ERR failover request failed: %s" % exc) if exc is not None else "OK")
+        task.add_done_callback(done)
+        return d
+
+    # -- scripting --------------------------------------------------------------------------------
+    def script_host(self):
+        return self._script_host
+
+
+class ScriptParked:
+    """conn.blocked of the client whose script runs past busy-reply-threshold."""
+    __slots__ = ()
+
+
+SCRIPT_PARKED = ScriptParked()
+
+
+class ScriptHost:
+    """scripting/runner's host: the loop, busy-reply-threshold, parking the caller, active expiry."""
+
+    def __init__(self, server):
+        self.server = server
+        self._saved_expire = None
+
+    @property
+    def loop(self):
+        return self.server.loop
+
+    def threshold_ms(self) -> int:
+        return self.server.config["busy-reply-threshold"] if self.server.loop is not None else 0
+
+    def park(self, session):
+        conn = self.server.clients.get(session.id)
+        if conn is not None and conn.blocked is None:
+            conn.blocked = SCRIPT_PARKED
+
+    def unpark(self, session):
+        conn = self.server.clients.get(session.id)
+        if conn is not None and conn.blocked is SCRIPT_PARKED:
+            conn.blocked = None
+            self.server.loop.call_soon(conn.resume)
+
+    def suspend_active_expire(self):
+        srv = self.server
+        self._saved_expire = srv.active_expire_enabled
+        srv.active_expire_enabled = False
+
+    def resume_active_expire(self):
+        if self._saved_expire is not None:
+            self.server.active_expire_enabled = self._saved_expire
+            self._saved_expire = None
+
+
+def client_line(conn, now_ms) -> str:
+    """One CLIENT LIST line, Valkey's fields in Valkey's order."""
+    s = conn.session
+    age = (now_ms - s.created_ms) // 1000
+    idle = (now_ms - s.last_interaction_ms) // 1000
+    subs = conn.subs
+    tracking = conn.tracking
+    flags = "".join((
+        "O" if s.monitor else "",
+        "P" if s.subscribed else "",
+        "x" if s.in_multi else "",
+        "b" if conn.blocked is not None else "",
+        "t" if tracking is not None else "",
+        "R" if tracking is not None and tracking.broken else "",
+        "B" if tracking is not None and tracking.bcast else "",
+        "d" if s.dirty_cas else "",
+        "c" if s.close_after_reply else "",
+        "r" if s.readonly_mode else "",
+        "e" if conn.no_evict else "",
+        "T" if s.no_touch else "")) or "N"
+    nsub, npsub, nssub = (len(subs.channels), len(subs.patterns), len(subs.shard)) if subs is not None else (0, 0, 0)
+    redir = tracking.redirect if tracking is not None else -1
+    held = len(conn.outbox.held) if conn.outbox is not None else 0
+    return ("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=%d sub=%d psub=%d ssub=%d "
+            "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=%d omem=0 "
+            "tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s" % (
+                s.id, s.addr, s.laddr, s.fd, s.name.decode("utf-8", "replace"), age, idle, flags, s.db_id,
+                nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), held,
+                s.last_cmd, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
+                s.lib_ver.decode("utf-8", "replace")))
+
