@@ -8,7 +8,7 @@ and returns None (serve here) or a Refusal whose `.text` is the error reply (no 
 from binascii import crc_hqx as _crc
 
 from .. import messages
-from .slots import SLOTS, key_slot
+from .slots import LBRACE, SLOTS, key_slot
 
 # Refusal codes (Valkey's CLUSTER_REDIR_*).
 MOVED = "MOVED"
@@ -123,14 +123,14 @@ class Router:
         if n == 0:
             return None
         key = keys[0]
-        slot = (_crc(key, 0) if b"{" not in key else key_slot(key)) & 16383
+        slot = _crc(key, 0) & 16383 if LBRACE not in key else key_slot(key)
         code = self._fast[slot]
         if n == 1:
             if code == _SERVE or (code == _SERVE_READS and readonly and not write):
                 return None
         else:
-            for other in keys:
-                if ((_crc(other, 0) if b"{" not in other else key_slot(other)) & 16383) != slot:
+            for other in keys[1:]:
+                if (_crc(other, 0) & 16383 if LBRACE not in other else key_slot(other)) != slot:
                     return _DOWN_UNBOUND if self._owner[slot] is None else _CROSSSLOT
             if code == _SERVE or (code == _SERVE_READS and readonly and not write):
                 return None

@@ -9,14 +9,17 @@ from binascii import crc_hqx as _crc
 
 SLOTS = 16384
 _MASK = SLOTS - 1
+# ord("{"): `int in bytes` is a plain byte scan, several times faster than `b"{" in bytes` (which goes through
+# the buffer protocol) or bytes.find.
+LBRACE = 123
 
 
 def key_slot(key: bytes) -> int:
-    """The slot of `key` (bytes, bytearray or memoryview-compatible bytes)."""
-    s = key.find(b"{")
-    if s < 0:
+    """The slot of `key` (bytes or bytearray)."""
+    if LBRACE not in key:
         # The common case: no tag. binascii.crc_hqx is CRC16/XMODEM in C.
         return _crc(key, 0) & _MASK
+    s = key.find(b"{")
     e = key.find(b"}", s + 1)
     if e < 0 or e == s + 1:
         return _crc(key, 0) & _MASK

@@ -138,10 +138,11 @@ class Topology:
                 nodes[node.id] = node
             if len(nodes) > MAX_NODES:
                 raise TopologyError("more than %d nodes" % MAX_NODES)
-            for s in _slots_in(shard.slots):
-                if owner[s] is not None:
+            for a, b in shard.slots:
+                if any(owner[a:b + 1]):
+                    s = next(i for i in range(a, b + 1) if owner[i] is not None)
                     raise TopologyError("slot %d is owned by shard %s and shard %s" % (s, owner[s].id, shard.id))
-                owner[s] = shard
+                owner[a:b + 1] = [shard] * (b - a + 1)
             by_id[shard.id] = shard
             fixed.append(shard)
         migrating = {}
@@ -396,10 +397,15 @@ def _finish_shard(shard: Shard) -> Shard:
     _check_int(shard.config_epoch, "shard %s config_epoch" % shard.id)
     if not isinstance(shard.primary, Node):
         raise TopologyError("shard %s has no primary" % shard.id)
-    listed = _ranges(shard.slots, "shard %s slots" % shard.id)
-    slots = ranges_of(_slots_in(listed))
-    if sum(b - a + 1 for a, b in listed) != sum(b - a + 1 for a, b in slots):
-        raise TopologyError("shard %s lists a slot twice" % shard.id)
+    merged = []
+    for a, b in sorted(_ranges(shard.slots, "shard %s slots" % shard.id)):
+        if merged and a <= merged[-1][1]:
+            raise TopologyError("shard %s lists slot %d twice" % (shard.id, a))
+        if merged and a == merged[-1][1] + 1:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    slots = tuple((a, b) for a, b in merged)
     nodes = [shard.primary] + list(shard.replicas)
     for n in nodes:
         if not isinstance(n, Node):
