@@ -447,6 +447,13 @@ def test_cluster_nodes_view():
     on_b = views.cluster_nodes(t, B1, tls=True).decode().splitlines()
     assert on_b[2] == ("%s 127.0.0.1:7102@17002 myself,master - 0 0 2 connected 5461-10922 [100-<-%s] [101-<-%s]"
                        " [6000->-%s]" % (B1, A1, A1, C1))
+    assert views.cluster_replicas(t, B1.encode(), A1) == [
+        ("%s 127.0.0.1:7005@17005 slave %s 0 0 2 connected" % (B2, B1)).encode()]
+    assert views.cluster_replicas(t, C1.encode(), A1) == []
+    for arg, text in ((B2.encode(), "ERR The specified node is not a master"), (b"nope", "ERR Unknown node nope")):
+        with pytest.raises(CommandError) as info:
+            views.cluster_replicas(t, arg, A1)
+        assert info.value.text == text
     single = Topology([Shard(SA, "", 0, ((0, 0), (2, 16383)), Node(A1, "h", 1), ())])
     assert views.cluster_nodes(single, A1).decode().split(" connected")[1] == " 0 2-16383\n"
 
@@ -792,6 +799,15 @@ def test_cluster_nodes_matches_redis(redis_cluster):
             ours = ours.replace(" [%d->-%s]" % (MIG, rc["ids"]["B"]), "")
         assert ours.endswith("\n") and theirs.endswith("\n")
         assert sorted(ours.splitlines()) == sorted(theirs.splitlines()), name
+        c = Conn(rc["ports"][name])
+        try:
+            their_replicas = c.call("CLUSTER", "REPLICAS", rc["ids"]["A"])
+        finally:
+            c.close()
+        ours_r = views.cluster_replicas(mirror_topology(rc), rc["ids"]["A"].encode(), rc["ids"][name], pong_ms=pong)
+        if name == "R":
+            ours_r = [line.replace(b" [%d->-%s]" % (MIG, rc["ids"]["B"].encode()), b"") for line in ours_r]
+        assert ours_r == their_replicas and len(ours_r) == 1
 
 
 def test_cluster_info_matches_redis_fields(redis_cluster):

@@ -13,7 +13,7 @@ API (everything a caller needs):
   (Valkey's getNodeByQuery: serve, MOVED, ASK, CROSSSLOT, TRYAGAIN, CLUSTERDOWN; `Refusal.text` is the reply),
   `route_script_call(...)` for commands run by a script, `redirect_blocked(key, ...)` for blocked clients after
   a topology change.
-* views.py: the CLUSTER SLOTS / SHARDS / NODES / INFO / LINKS / MYID / MYSHARDID replies, and the argument
+* views.py: the CLUSTER SLOTS / SHARDS / NODES / REPLICAS / INFO / LINKS / MYID / MYSHARDID replies, and the argument
   checks and scan helper of COUNTKEYSINSLOT / GETKEYSINSLOT (keyspace.slotindex.SlotIndex is the index form).
 
 The caller skips routing for commands from its primary or the journal (Valkey's mustObeyClient) and for

@@ -5,9 +5,11 @@
 CLUSTER NODES and CLUSTER INFO are text (Valkey sends them with addReplyVerbatim: a RESP3 verbatim string of
 format "txt", a bulk string in RESP2); these functions return the bytes and the handler picks the encoding.
 
-Valkey 8.0 details kept here (and where Redis 7.0 differs):
-* Ports follow the asking client's connection: a TLS client is shown tls-ports, a plain one plain ports (Redis
-  7.0 shows whatever tls-cluster says to everyone).
+Valkey 8.0 details kept here:
+* Ports follow the asking client's connection (shouldReturnTlsInfo): a TLS client is shown tls-ports, a plain
+  one plain ports; tls-cluster only decides for clients without a connection.
+* The migrating/importing marks of CLUSTER NODES are on the myself line of every node of the source/target
+  shard: Valkey 8.0 replicates CLUSTER SETSLOT to replicas (Redis 7.0 shows them on the primary only).
 * CLUSTER SLOTS lists a replica only if it is not failed and its replication offset is not 0.
 * CLUSTER SHARDS shows "port" / "tls-port" only when non-zero; "health" is fail / loading (a replica at offset 0) /
   online.
@@ -108,35 +110,47 @@ def _slot_text(ranges):
     return "".join(" %d" % a if a == b else " %d-%d" % (a, b) for a, b in ranges)
 
 
+def _node_line(topology, shard, node, myself_id, tls, pong_ms):
+    is_me = node.id == myself_id
+    flags = []
+    if is_me:
+        flags.append("myself")
+    flags.append(_ROLE_FLAG[node.role])
+    if node.health in _HEALTH_FLAG:
+        flags.append(_HEALTH_FLAG[node.health])
+    port = node.tls_port if tls else node.port
+    addr = "%s:%d@%d" % (node.ip, port, node.bus_port)
+    if node.hostname:
+        addr += "," + node.hostname
+    primary = "-" if node.role == "primary" else shard.primary.id
+    pong = (pong_ms or {}).get(node.id, 0)
+    link = "connected" if is_me or node.health == "online" else "disconnected"
+    line = "%s %s %s %s 0 %d %d %s" % (node.id, addr, ",".join(flags), primary, pong, shard.config_epoch, link)
+    if node.role == "primary":
+        line += _slot_text(shard.slots)
+    if is_me:
+        line += _migration_text(topology, shard)
+    return line
+
+
 def cluster_nodes(topology, myself_id, tls=False, pong_ms=None) -> bytes:
     """CLUSTER NODES, one line per node ('\\n'-terminated):
     <id> <ip:port@cport[,hostname]> <flags> <primary|-> <ping-sent> <pong-recv> <config-epoch> <link> <slots>...
     and, on the line of myself, [slot->-<node>] / [slot-<-<node>] for slots its shard migrates out / in.
     `pong_ms` (node id -> wall-clock ms the node was last heard from) fills pong-recv; otherwise 0."""
-    lines = []
-    for sh in topology.shards:
-        for node in sh.nodes:
-            is_me = node.id == myself_id
-            flags = []
-            if is_me:
-                flags.append("myself")
-            flags.append(_ROLE_FLAG[node.role])
-            if node.health in _HEALTH_FLAG:
-                flags.append(_HEALTH_FLAG[node.health])
-            port = node.tls_port if tls else node.port
-            addr = "%s:%d@%d" % (node.ip, port, node.bus_port)
-            if node.hostname:
-                addr += "," + node.hostname
-            primary = "-" if node.role == "primary" else sh.primary.id
-            pong = (pong_ms or {}).get(node.id, 0)
-            link = "connected" if is_me or node.health == "online" else "disconnected"
-            line = "%s %s %s %s 0 %d %d %s" % (node.id, addr, ",".join(flags), primary, pong, sh.config_epoch, link)
-            if node.role == "primary":
-                line += _slot_text(sh.slots)
-            if is_me:
-                line += _migration_text(topology, sh)
-            lines.append(line + "\n")
-    return "".join(lines).encode()
+    return "".join(_node_line(topology, sh, node, myself_id, tls, pong_ms) + "\n"
+                   for sh in topology.shards for node in sh.nodes).encode()
+
+
+def cluster_replicas(topology, node_id: bytes, myself_id, tls=False, pong_ms=None) -> list:
+    """CLUSTER REPLICAS <node-id>: the CLUSTER NODES line (no newline) of each replica of a primary."""
+    node = topology.nodes.get(node_id.decode("utf-8", "replace"))
+    if node is None:
+        raise CommandError(messages.CLUSTER_UNKNOWN_NODE.format(node_id.decode("utf-8", "replace")))
+    if node.role != "primary":
+        raise CommandError(messages.CLUSTER_NOT_A_MASTER)
+    shard = topology.shard_by_id[node.shard_id]
+    return [_node_line(topology, shard, r, myself_id, tls, pong_ms).encode() for r in shard.replicas]
 
 
 def _migration_text(topology, shard):
