@@ -227,7 +227,8 @@ def test_promote_and_resharding_steps():
     assert done.migrating == {} and done.current_epoch == 6 and done.shard_by_id[SB].config_epoch == 6
     assert m.without_migration(range(5000, 5100)).migrating.keys() == set(range(5100, 5461))
     h = t.with_node(B1, health="fail", repl_offset=99)
-    assert h.nodes[B1].health == "fail" and h.nodes[B1].role == "primary" and h.shard_by_id[SB].primary.repl_offset == 99
+    assert h.nodes[B1].health == "fail" and h.nodes[B1].role == "primary"
+    assert h.shard_by_id[SB].primary.repl_offset == 99
     with pytest.raises(TopologyError):
         t.with_node(B1, role="replica")
     with pytest.raises(TopologyError, match="does not own it|not owned"):

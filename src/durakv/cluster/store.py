@@ -2,8 +2,8 @@
 snapshots.
 
 Implemented on the same NATS cluster as the journal: a JetStream KV bucket for leases and the topology
-(compare-and-set on the entry revision) and an object store bucket for snapshots. All times are wall-clock milliseconds from the
-injected clock; a lease is valid until `expires_ms`, and every holder stops serving at its own
+(compare-and-set on the entry revision) and an object store bucket for snapshots. All times are wall-clock
+milliseconds from the injected clock; a lease is valid until `expires_ms`, and every holder stops serving at its own
 `valid_until` (computed from the time it *sent* the renewal, minus a margin), which is never later than
 what any other node can observe, so two primaries never serve at once on a clock-synchronised machine set.
 """
