@@ -38,6 +38,16 @@ class FakeStore(CoordinationStore):
     async def put_snapshot(self, shard, index, epoch, data):
         raise NotImplementedError
 
+    # The controller never touches the topology (promotion's topology update is the node's).
+    async def get_topology(self):
+        raise NotImplementedError
+
+    async def put_topology(self, topology, expected_revision):
+        raise NotImplementedError
+
+    async def watch_topology(self, cb):
+        raise NotImplementedError
+
     async def latest_snapshot(self, shard):
         return None
 

@@ -1,8 +1,9 @@
-"""The coordination store behind one abstract class (patroni's DCS pattern): leases and snapshots.
+"""The coordination store behind one abstract class (patroni's DCS pattern): leases, the cluster topology and
+snapshots.
 
-Implemented on the same NATS cluster as the journal: a JetStream KV bucket for leases (compare-and-set on the
-entry revision) and an object store bucket for snapshots. All times are wall-clock milliseconds from the
-injected clock; a lease is valid until `expires_ms`, and every holder stops serving at its own
+Implemented on the same NATS cluster as the journal: a JetStream KV bucket for leases and the topology
+(compare-and-set on the entry revision) and an object store bucket for snapshots. All times are wall-clock
+milliseconds from the injected clock; a lease is valid until `expires_ms`, and every holder stops serving at its own
 `valid_until` (computed from the time it *sent* the renewal, minus a margin), which is never later than
 what any other node can observe, so two primaries never serve at once on a clock-synchronised machine set.
 """
@@ -10,8 +11,13 @@ what any other node can observe, so two primaries never serve at once on a clock
 import abc
 import asyncio
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass
+
+from ..routing.topology import MAX_DOCUMENT_BYTES, Topology, TopologyError
+
+log = logging.getLogger("durakv.store")
 
 
 @dataclass
@@ -46,6 +52,16 @@ class CoordinationStore(abc.ABC):
       valid_until).
     * Snapshots: put_snapshot stores bytes under (shard, index) atomically (readers see all or nothing);
       latest_snapshot returns the newest complete one.
+    * get_topology returns the topology and its revision as one consistent read ((None, 0) = none stored yet);
+      a stored document that does not validate raises TopologyError (it is never half-applied).
+    * put_topology(topology, expected_revision) is compare-and-set like put_lease: it succeeds only if the stored
+      revision is still expected_revision (0 = create only if absent) and returns the new revision; otherwise
+      StaleRevision, and the caller re-reads, re-applies its change to what it read, and tries again. A timeout
+      or connection error raises another exception: the write may or may not have happened (re-read).
+    * watch_topology(cb) calls cb(topology, revision) on the event loop with the stored topology (if any) and
+      then with every later one, in revision order, never the same revision twice; documents that do not
+      validate are logged and skipped (the node keeps its last good snapshot). It returns a handle whose
+      `await stop()` ends the deliveries.
     """
 
     @abc.abstractmethod
@@ -69,6 +85,19 @@ class CoordinationStore(abc.ABC):
         """Removes a pending request."""
 
     @abc.abstractmethod
+    async def get_topology(self):
+        """(Topology | None, revision)."""
+
+    @abc.abstractmethod
+    async def put_topology(self, topology: Topology, expected_revision: int) -> int:
+        """Compare-and-set; returns the new revision or raises StaleRevision."""
+
+    @abc.abstractmethod
+    async def watch_topology(self, cb):
+        """Delivers the current and every later topology to cb(topology, revision); returns a handle with
+        `async stop()`."""
+
+    @abc.abstractmethod
     async def put_snapshot(self, shard: str, index: int, epoch: int, data: bytes):
         """Stores a snapshot covering journal index `index`."""
 
@@ -85,9 +114,50 @@ class CoordinationStore(abc.ABC):
         """Drops one snapshot."""
 
 
+class TopologyWatch:
+    """A running watch_topology: `await stop()` ends it; `revision` is the last delivered revision."""
+
+    def __init__(self, watcher, cb):
+        self._watcher = watcher
+        self._cb = cb
+        self.revision = 0
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self):
+        async for entry in self._watcher:
+            if entry is None:            # nats-py's "caught up with the stored value" marker
+                continue
+            if entry.operation in ("DEL", "PURGE") or not entry.value or entry.revision <= self.revision:
+                continue
+            try:
+                topology = Topology.from_json(entry.value)
+            except TopologyError as exc:
+                log.warning("topology revision %d is invalid, kept the previous one: %s", entry.revision, exc)
+                continue
+            self.revision = entry.revision
+            try:
+                self._cb(topology, entry.revision)
+            except Exception:  # noqa: BLE001 - a failing subscriber must not end the watch
+                log.exception("topology watcher callback failed at revision %d", entry.revision)
+
+    async def stop(self):
+        try:
+            await self._watcher.stop()
+        finally:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
 class NatsStore(CoordinationStore):
+    # The topology sits in the lease bucket under its own key: the same replicated, file-backed bucket the
+    # leases need, one bucket to create and place, and a KV watch filters by key so lease traffic never
+    # reaches topology watchers.
     LEASES = "DURAKV_LEASES"
     SNAPSHOTS = "DURAKV_SNAPSHOTS"
+    TOPOLOGY_KEY = "topology"
 
     def __init__(self, nc, replicas=3, clock_ms=None):
         self.nc = nc
@@ -98,6 +168,7 @@ class NatsStore(CoordinationStore):
         self.replicas = replicas
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.kv = None
+        self.kv_watch = None
         self.obs = None
 
     async def open(self, timeout_s: float = 60.0):
@@ -126,7 +197,9 @@ class NatsStore(CoordinationStore):
                 await asyncio.sleep(0.2)
         if self.kv is None or self.obs is None:
             raise TimeoutError("coordination buckets unavailable: %r" % (last_exc,))
-        # Lease reads and writes go through the context with short requests (see js_fast).
+        # Lease reads and writes go through the context with short requests (see js_fast); a watch is set up
+        # once, with the patient context.
+        self.kv_watch = self.kv
         self.kv = await self.js_fast.key_value(self.LEASES)
         return self
 
@@ -176,6 +249,38 @@ class NatsStore(CoordinationStore):
 
     async def clear_failover_request(self, shard):
         await self.kv.put(self._failover_key(shard), b"")
+
+    async def get_topology(self):
+        from nats.js.errors import KeyNotFoundError
+        try:
+            entry = await self.kv.get(self.TOPOLOGY_KEY)
+        except KeyNotFoundError:
+            return None, 0
+        if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            return None, entry.revision or 0
+        return Topology.from_json(entry.value), entry.revision
+
+    async def put_topology(self, topology, expected_revision):
+        from nats.js.errors import KeyWrongLastSequenceError
+        if not isinstance(topology, Topology):
+            raise TypeError("put_topology needs a Topology")
+        raw = topology.to_json()
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise TopologyError("the topology document exceeds %d bytes" % MAX_DOCUMENT_BYTES)
+        try:
+            if expected_revision == 0:
+                return await self.kv.create(self.TOPOLOGY_KEY, raw)
+            return await self.kv.update(self.TOPOLOGY_KEY, raw, last=expected_revision)
+        except KeyWrongLastSequenceError as exc:
+            raise StaleRevision(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - create() on an existing key
+            if "wrong last sequence" in str(exc).lower() or "key exists" in str(exc).lower():
+                raise StaleRevision(str(exc)) from None
+            raise
+
+    async def watch_topology(self, cb):
+        watcher = await self.kv_watch.watch(self.TOPOLOGY_KEY)
+        return TopologyWatch(watcher, cb)
 
     @staticmethod
     def _snap_name(shard, index):
