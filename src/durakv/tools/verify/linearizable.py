@@ -14,10 +14,17 @@ Operation outcomes (Jepsen's convention):
   search may linearize it anywhere later but never has to; success is "every ok operation placed". An info read
   constrains nothing and is dropped.
 
-An info write or CAS whose written value no remaining operation can observe (no read returns it, no CAS expects
-it) is dropped before the search: in any linearization the next operation after it must be a write, so leaving
-it out changes nothing observable. Such timed-out writes are common around faults, and each one left in would
-double the states the search can reach.
+Reductions that keep the verdict exact and make many clients on one key tractable (each was checked against
+plain WGL and against brute force on small histories, see tests/test_verify_checker.py):
+- An info write or CAS whose value nothing can observe is dropped before the search: the next operation after
+  it in any linearization must be a write, so leaving it out changes nothing. Timed-out writes are common around
+  faults, and each one left in would double the states the search can reach.
+- A read that matches the register when it is a candidate is placed at once, without branching: every
+  operation that must precede it is placed already, and a read changes nothing, so any linearization from there
+  can start with it. If that leads nowhere, the state is dead.
+- When a value has a single producer, that producer is the last state change before each of its observers.
+  So it must take effect before its first observer completes (an info write that was read becomes mandatory),
+  and after every state change that must precede one of its observers.
 
 Values are compared as Valkey stores them: bytes and numbers become text (valkey-py sends 5 as "5"), None is
 a missing key.
@@ -26,6 +33,7 @@ Pure: no sockets, no asyncio. The time bound is a deadline checked inside the se
 `unknown`, never guessed.
 """
 
+import bisect
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -36,7 +44,7 @@ LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN = "ok", "fail", "unknown"
 REGISTER_FS = (READ, WRITE, CAS)
 
 _READ, _WRITE, _CAS = 0, 1, 2
-_CHECK_EVERY = 2048  # search steps between deadline checks: time.monotonic() costs as much as ~20 steps
+_CHECK_EVERY = 2048  # search steps between deadline checks (reading the clock every step would dominate)
 
 
 def register_value(v):
@@ -97,32 +105,136 @@ def _prepare(ops) -> list:
 
 
 def _prune(ps: list) -> list:
-    """Drops optional writes/CAS whose value nothing observes, to a fixpoint (a dropped CAS may have been
-    the only observer of another optional write's value)."""
-    while True:
-        observed = {p.a for p in ps if p.kind != _WRITE}
-        keep = [p for p in ps if p.ret is not None or p.kind == _READ or p.written() in observed]
-        if len(keep) == len(ps):
-            return ps
-        ps = keep
+    """Drops optional writes/CAS whose value nothing can observe. A value is observable when an ok read
+    returns it or an ok CAS expects it, or when a kept optional CAS expects it (that CAS can only take effect
+    after some write of it): a reachability from the ok operations, linear in the history."""
+    writers = {}
+    live, todo = set(), []
+    for i, p in enumerate(ps):
+        if p.ret is None:
+            writers.setdefault(p.written(), []).append(i)
+        elif p.kind != _WRITE and p.a not in live:
+            live.add(p.a)
+            todo.append(p.a)
+    keep = set()
+    while todo:
+        for i in writers.get(todo.pop(), ()):
+            keep.add(i)
+            p = ps[i]
+            if p.kind == _CAS and p.a not in live:
+                live.add(p.a)
+                todo.append(p.a)
+    if len(keep) == len(ps) - sum(1 for p in ps if p.ret is not None):
+        return ps
+    return [p for i, p in enumerate(ps) if p.ret is not None or i in keep]
+
+
+def _deadlines(ps: list, initial) -> list:
+    """The completion bound of each operation for the search: its own, or a tighter one implied by the others.
+    When an ok read or CAS observes a value v (other than the initial one) that exactly one operation
+    produces, that producer must take effect before the observer completes: an info write that was read becomes
+    mandatory with that bound. A producer made mandatory that is a CAS observes its expected value in turn.
+    Derived from the given operations only, so it holds for every weakened variant the shrinking builds."""
+    rets = [p.ret for p in ps]
+    producers = {}
+    for i, p in enumerate(ps):
+        if p.kind != _READ:
+            producers.setdefault(p.written(), []).append(i)
+    bound, todo = {}, []
+
+    def observe(v, t):
+        if v != initial and (v not in bound or t < bound[v]):
+            bound[v] = t
+            todo.append(v)
+    for p in ps:
+        if p.ret is not None and p.kind != _WRITE:
+            observe(p.a, p.ret)
+    while todo:
+        v = todo.pop()
+        prods = producers.get(v, ())
+        if len(prods) != 1:
+            continue
+        j = prods[0]
+        t = bound[v]
+        if t < ps[j].call:  # cannot be met: the search will find that out and fail
+            continue
+        if rets[j] is None or t < rets[j]:
+            rets[j] = t
+            if ps[j].kind == _CAS:
+                observe(ps[j].a, t)
+    return rets
+
+
+def _predecessors(ps: list, rets: list, initial):
+    """For a write/CAS p that is the only producer of a value v some mandatory operation observes: every
+    mandatory state-changing operation x that must precede an observer (x completes before the observer's
+    invoke) must also precede p, since p is the last state change before each observer. Only the frontier of
+    those is returned (the ones completing at or after the latest invoke among them): the rest are placed
+    before the frontier by real-time order alone. Returns (per op: tuple of indices or None, per op: the
+    latest observer invoke the rule came from)."""
+    n = len(ps)
+    before, before_ns = [None] * n, [0] * n
+    producers = {}
+    for i, p in enumerate(ps):
+        if p.kind != _READ:
+            producers.setdefault(p.written(), []).append(i)
+    last_observer = {}
+    for i, p in enumerate(ps):
+        if p.kind != _WRITE and rets[i] is not None and p.a != initial:
+            if p.call > last_observer.get(p.a, -1):
+                last_observer[p.a] = p.call
+    changing = sorted((rets[i], ps[i].call, i) for i in range(n) if ps[i].kind != _READ and rets[i] is not None)
+    ret_list = [r for r, _, _ in changing]
+    prefix_max_call = []
+    m = -1
+    for _, c, _ in changing:
+        m = c if c > m else m
+        prefix_max_call.append(m)
+    for v, t in last_observer.items():
+        prods = producers.get(v, ())
+        if len(prods) != 1:
+            continue
+        p = prods[0]
+        k = bisect.bisect_left(ret_list, t)     # changing[:k] complete before the last observer's invoke
+        if k == 0:
+            continue
+        latest_call = prefix_max_call[k - 1]
+        frontier = []
+        j = k - 1
+        while j >= 0 and ret_list[j] >= latest_call:
+            if changing[j][2] != p:
+                frontier.append(changing[j][2])
+            j -= 1
+        if frontier:
+            before[p] = tuple(frontier)
+            before_ns[p] = t
+    return before, before_ns
 
 
 class _OutOfTime(Exception):
     pass
 
 
-def _search(ps: list, initial, deadline: float, clock=time.monotonic, want_longest=False):
-    """WGL over one key. Returns (status, order): the linearization (indices into ps) when ok, the longest
-    partial one found when want_longest, else None."""
+def _search(ps: list, initial, deadline: float, clock=time.monotonic, want_longest=False, derived=True):
+    """WGL over one key. Returns (status, order, reach_ns): order is the linearization (indices into ps) when
+    ok, the longest partial one found when want_longest, else None; reach_ns, when it fails, is the latest
+    event time the search looked at (operations invoked after it took no part in the failure: the shrinking
+    starts by weakening them). derived=False searches with the recorded bounds only (no _deadlines /
+    _predecessors), so a longest partial order reads naturally."""
     n = len(ps)
-    remaining = sum(1 for p in ps if p.ret is not None)
+    if derived:
+        rets = _deadlines(ps, initial)
+        before, before_ns = _predecessors(ps, rets, initial)
+    else:
+        rets, before, before_ns = [p.ret for p in ps], [None] * n, [0] * n
+    remaining = sum(1 for t in rets if t is not None)
     if remaining == 0:
-        return LINEARIZABLE, []
+        return LINEARIZABLE, [], None
     events = []
     for i, p in enumerate(ps):
         events.append((p.call, 0, i))  # at equal times calls sort first: treated as concurrent
-        if p.ret is not None:
-            events.append((p.ret, 1, i))
+        if rets[i] is not None:
+            events.append((rets[i], 1, i))
     events.sort()
     tail = len(events) + 1
     nxt = list(range(1, tail + 1)) + [tail]
@@ -130,63 +242,95 @@ def _search(ps: list, initial, deadline: float, clock=time.monotonic, want_longe
     node_op = [-1] * (tail + 1)
     is_ret = [False] * (tail + 1)
     ret_node = [0] * n
-    for pos, (_, r, i) in enumerate(events, 1):
+    node_ns = [0] * (tail + 1)
+    for pos, (t, r, i) in enumerate(events, 1):
         node_op[pos] = i
+        node_ns[pos] = t
         if r:
             is_ret[pos] = True
             ret_node[i] = pos
+    placed = bytearray(n)
     kinds = [p.kind for p in ps]
     arg_a = [p.a for p in ps]
     arg_b = [p.b for p in ps]
     masks = [1 << i for i in range(n)]
 
     state, bits = initial, 0
-    stack = []          # (call node, state before it): the undo stack
+    stack = []          # (call node, state before it, forced read?): the undo stack
     cache = set()       # (linearized bitset, state) already explored
     longest = []
+    reach = 0
     countdown = _CHECK_EVERY
     e = nxt[0]
     while True:
-        if is_ret[e]:
-            # The first remaining completion: its operation was not placed before it. Undo the last step.
-            if not stack:
-                return NOT_LINEARIZABLE, (longest if want_longest else None)
-            if want_longest and len(stack) > len(longest):
-                longest = [node_op[x] for x, _ in stack]
-            e, state = stack.pop()
-            i = node_op[e]
-            bits ^= masks[i]
-            r = ret_node[i]
-            if r:
-                nxt[prv[r]] = r
-                prv[nxt[r]] = r
-                remaining += 1
-            nxt[prv[e]] = e
-            prv[nxt[e]] = e
-            e = nxt[e]
-            countdown -= 1
-            if not countdown:
-                countdown = _CHECK_EVERY
-                if clock() > deadline:
-                    return UNKNOWN, None
-            continue
-        if e == tail:  # only reachable with no completion left, which returned above
+        if e == tail:  # only reachable with no completion left, which returned as linearizable
             raise AssertionError("search ran past the last completion")
-        i = node_op[e]
-        k = kinds[i]
-        if k == _WRITE:
-            ok, new_state = True, arg_a[i]
-        elif k == _READ:
-            ok, new_state = state == arg_a[i], state
-        else:
-            ok, new_state = state == arg_a[i], arg_b[i]
-        if ok:
-            nb = bits | masks[i]
-            memo = (nb, new_state)
-            if memo not in cache:
+        t = node_ns[e]
+        if t > reach:
+            reach = t
+        if not is_ret[e]:
+            i = node_op[e]
+            k = kinds[i]
+            if k == _READ:
+                if state != arg_a[i]:
+                    e = nxt[e]
+                    continue
+                # A read that matches the register can be placed now without losing anything: everything that
+                # must precede it is placed already (it is a candidate) and it changes nothing, so any
+                # linearization from here can be reordered to start with it. If that fails, this state is dead:
+                # no sibling needs trying. This is what keeps many concurrent readers from branching.
+                nb = bits | masks[i]
+                memo = (nb, state)
+                if memo not in cache:
+                    cache.add(memo)
+                    stack.append((e, state, True))
+                    bits = nb
+                    placed[i] = 1
+                    nxt[prv[e]] = nxt[e]
+                    prv[nxt[e]] = prv[e]
+                    r = ret_node[i]
+                    nxt[prv[r]] = nxt[r]
+                    prv[nxt[r]] = prv[r]
+                    remaining -= 1
+                    if not remaining:
+                        return LINEARIZABLE, [node_op[x] for x, _, _ in stack], None
+                    e = nxt[0]
+                    countdown -= 1
+                    if not countdown:
+                        countdown = _CHECK_EVERY
+                        if clock() > deadline:
+                            return UNKNOWN, None, None
+                    continue
+                # Already explored from there (and it failed, or we would have returned): dead too.
+            else:
+                if k == _WRITE:
+                    new_state = arg_a[i]
+                elif state == arg_a[i]:
+                    new_state = arg_b[i]
+                else:
+                    e = nxt[e]
+                    continue
+                need = before[i]
+                if need is not None:
+                    blocked = False
+                    for x in need:
+                        if not placed[x]:
+                            blocked = True
+                            break
+                    if blocked:
+                        if before_ns[i] > reach:
+                            reach = before_ns[i]
+                        e = nxt[e]
+                        continue
+                nb = bits | masks[i]
+                memo = (nb, new_state)
+                if memo in cache:
+                    e = nxt[e]
+                    continue
                 cache.add(memo)
-                stack.append((e, state))
+                stack.append((e, state, False))
                 state, bits = new_state, nb
+                placed[i] = 1
                 nxt[prv[e]] = nxt[e]
                 prv[nxt[e]] = prv[e]
                 r = ret_node[i]
@@ -195,15 +339,40 @@ def _search(ps: list, initial, deadline: float, clock=time.monotonic, want_longe
                     prv[nxt[r]] = prv[r]
                     remaining -= 1
                     if not remaining:
-                        return LINEARIZABLE, [node_op[x] for x, _ in stack]
+                        return LINEARIZABLE, [node_op[x] for x, _, _ in stack], None
                 e = nxt[0]
                 countdown -= 1
                 if not countdown:
                     countdown = _CHECK_EVERY
                     if clock() > deadline:
-                        return UNKNOWN, None
+                        return UNKNOWN, None, None
                 continue
+        # This state is dead (we stand at a completion whose operation is not placed, or a forced read
+        # failed): undo steps until one that had alternatives.
+        while True:
+            if not stack:
+                return NOT_LINEARIZABLE, (longest if want_longest else None), reach
+            if want_longest and len(stack) > len(longest):
+                longest = [node_op[x] for x, _, _ in stack]
+            e, state, forced = stack.pop()
+            i = node_op[e]
+            bits ^= masks[i]
+            placed[i] = 0
+            r = ret_node[i]
+            if r:
+                nxt[prv[r]] = r
+                prv[nxt[r]] = r
+                remaining += 1
+            nxt[prv[e]] = e
+            prv[nxt[e]] = e
+            if not forced:
+                break
         e = nxt[e]
+        countdown -= 1
+        if not countdown:
+            countdown = _CHECK_EVERY
+            if clock() > deadline:
+                return UNKNOWN, None, None
 
 
 # --- results ---------------------------------------------------------------------------------------------
@@ -233,14 +402,17 @@ def _show(v):
 
 @dataclass
 class Counterexample:
-    """Operations of one key that admit no linearization. Minimal (when `minimal`): turning any one of the
-    ok operations into info (may or may not have happened) makes them linearizable."""
+    """Operations of one key, shown as recorded, that admit no linearization. `required` are the indices of the
+    ok operations the contradiction rests on; the other operations shown are writes they observe, needed only
+    as "may have happened after its invoke". When `minimal`, turning any one required operation into info
+    (may or may not have happened) leaves a linearizable set."""
     key: Any
     ops: list
     initial: Any
     explanation: str
     minimal: bool
     longest_prefix: list = field(default_factory=list)
+    required: list = field(default_factory=list)
 
     def render(self) -> str:
         t0 = min(o.invoke_ns for o in self.ops) if self.ops else 0
@@ -263,7 +435,7 @@ class Counterexample:
     def to_dict(self) -> dict:
         return {"key": plain(self.key), "initial": plain(self.initial), "minimal": self.minimal,
                 "explanation": self.explanation, "ops": [o.to_dict() for o in self.ops],
-                "longest_prefix": [o.index for o in self.longest_prefix]}
+                "longest_prefix": [o.index for o in self.longest_prefix], "required": list(self.required)}
 
 
 @dataclass
@@ -347,10 +519,10 @@ def check_registers(history, time_limit_s: float = 30.0, initial=None, minimize_
         ps = _prune(_prepare(ops))
         t = clock()
         key_deadline = t + max(0.0, deadline - t) / n_left
-        status, _ = _search(ps, init, key_deadline, clock)
+        status, _, reach_ns = _search(ps, init, key_deadline, clock)
         cex = None
         if status == NOT_LINEARIZABLE:
-            cex = _counterexample(key, ops, ps, init, clock() + minimize_s, clock)
+            cex = _counterexample(key, ops, ps, init, reach_ns, clock() + minimize_s, clock)
         results.append(KeyResult(key, status, len(ps), len(ops), clock() - t, cex))
     statuses = {r.status for r in results}
     status = (NOT_LINEARIZABLE if NOT_LINEARIZABLE in statuses else UNKNOWN if UNKNOWN in statuses
@@ -369,63 +541,75 @@ def _operations(history) -> list:
     return pair(items)
 
 
-def _counterexample(key, recorded, ps, initial, deadline, clock) -> Counterexample:
+def _counterexample(key, recorded, ps, initial, reach_ns, deadline, clock) -> Counterexample:
+    # Cut at the search's reach first: a weakening that leaves the failed search's states unchanged.
+    cut = {i for i, p in enumerate(ps) if p.ret is not None and p.call > reach_ns}
     try:
-        weak, minimal = _shrink(ps, initial, deadline, clock), True
+        weak, minimal = _shrink(ps, initial, cut, deadline, clock), True
     except _OutOfTime as exc:
         weak, minimal = exc.args[0], False
     small = _variant(ps, weak)
-    _, prefix = _search(small, initial, float("inf"), clock, want_longest=True)
+    status, prefix, _ = _search(small, initial, float("inf"), clock, want_longest=True, derived=False)
+    if status != NOT_LINEARIZABLE:
+        raise AssertionError(f"key {key!r}: the shrunk counterexample is linearizable (checker bug)")
     prefix = prefix or []
     return Counterexample(key, [p.src for p in small], initial, _explain(small, prefix, initial, recorded),
-                          minimal, [small[i].src for i in prefix])
+                          minimal, [small[i].src for i in prefix],
+                          sorted(p.src.index for p in small if p.ret is not None))
 
 
-def _variant(ps, weak: set) -> list:
-    """ps with the operations in `weak` turned into info: reads dropped, writes/CAS made optional."""
+def _variant(ps, weak: set, relaxed=None) -> list:
+    """ps with the operations in `weak` turned into info: reads dropped, writes/CAS made optional.
+    relaxed: ps already made optional, index for index (saves rebuilding them on every call)."""
     out = []
     for i, p in enumerate(ps):
         if i in weak:
             if p.kind != _READ:
-                out.append(replace(p, ret=None))
+                out.append(relaxed[i] if relaxed is not None else replace(p, ret=None))
         else:
             out.append(p)
     return _prune(out)
 
 
-def _shrink(ps, initial, deadline, clock) -> set:
+def _shrink(ps, initial, cut, deadline, clock) -> set:
     """The set of ok operations to weaken, found by delta debugging with monotone steps: weakening an
     operation only adds linearizations, so once a weaker history still fails, every stronger one does too.
-    Raises _OutOfTime(best set so far) at the deadline."""
+    `cut` is a set already known to keep the failure. Raises _OutOfTime(best set so far) at the deadline."""
     weak = set()
+    relaxed = [replace(p, ret=None) if p.ret is not None and p.kind != _READ else p for p in ps]
 
     def fails(extra):
         if clock() > deadline:
             raise _OutOfTime(set(weak))
-        status, _ = _search(_variant(ps, weak | extra), initial, deadline, clock)
+        status, _, _ = _search(_variant(ps, weak | extra, relaxed), initial, deadline, clock)
         if status == UNKNOWN:
             raise _OutOfTime(set(weak))
         return status == NOT_LINEARIZABLE
 
-    det = [i for i, p in enumerate(ps) if p.ret is not None]
-    # 1. The shortest prefix (by invoke) of ok operations that still fails with every later one weakened:
-    #    gallop from the start (failures are usually local), then bisect.
-    by_call = sorted(det, key=lambda i: (ps[i].call, i))
-    lo, hi = 0, len(by_call)       # fails(after hi) is known; fails(after lo) unknown
-    m = 1
-    while m < hi:
-        if fails(set(by_call[m:])):
-            hi = m
+    # The cut is exact for the plain search; the derived bounds and predecessors can in principle let a
+    # weaker variant explore differently, so it is checked once rather than trusted.
+    if cut and fails(cut):
+        weak |= cut
+
+    # 1. A window ending at the cut: the K latest-completing ok operations before it, K galloping up from 2
+    #    then bisected, so each check costs about the window, not the history.
+    by_ret_desc = sorted((i for i, p in enumerate(ps) if p.ret is not None and i not in weak),
+                         key=lambda i: (-ps[i].ret, -i))
+    lo, hi = 0, len(by_ret_desc)    # keeping hi fails (known); keeping lo does not (nothing kept)
+    k = 2
+    while k < hi:
+        if fails(set(by_ret_desc[k:])):
+            hi = k
             break
-        lo, m = m, m * 2
+        lo, k = k, k * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if fails(set(by_call[mid:])):
+        if fails(set(by_ret_desc[mid:])):
             hi = mid
         else:
             lo = mid
-    weak |= set(by_call[hi:])
-    kept = by_call[:hi]
+    weak |= set(by_ret_desc[hi:])
+    kept = by_ret_desc[:hi]
     # 2. Weaken the earliest-completing ones as long as it still fails: reads first, since a weakened read
     #    disappears while a weakened write stays on show (and may then need an extra read to pin it).
     rest = []

@@ -119,8 +119,10 @@ class _Sim:
         rng = self.rng
         actions = []
         idle = [p for p in self.processes if p not in self.pending]
-        if may_invoke and idle:
-            actions.append(("invoke", rng.choice(idle)))
+        if may_invoke:
+            # One action per idle client: closed-loop clients start their next request at once, so nearly
+            # every client is in flight, as in a real workload.
+            actions.extend(("invoke", p) for p in idle)
         for p, op in self.pending.items():
             actions.append(("complete" if op["applied"] else "apply", p))
             if not op["applied"] and (self.p_info or self.p_fail) and rng.random() < self.p_info + self.p_fail:
