@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from durakv.tools.pngplot import Chart
 from durakv.tools.verify import (History, Op, Operation, Recorder, acked_writes_report, acked_writes_table,
                                  async_rpo_table, check_acked_writes, check_registers, failover_report,
-                                 failover_table, latency_report, latency_table, linearizability_table, write_rate,
-                                 write_report)
+                                 failover_table, latency_report, latency_table, linearizability_report,
+                                 linearizability_table, write_rate, write_report)
 from durakv.tools.verify.plots import FAULT_SHADE, GAP_COLOR
 from durakv.tools.verify.simulate import simulate
 
@@ -272,6 +272,17 @@ def test_result_rendering_and_json():
     md = table.to_markdown()
     assert "| x | 3 | 3 | fail |" in md and "| y | 1 | 1 | ok |" in md
     assert "read -> '1'" in md
+
+
+def test_linearizability_report_files(tmp_path):
+    h = hist((1, "write", "x", "1", "ok", 0, 10), (2, "write", "x", "2", "ok", 20, 30),
+             (3, "read", "x", "1", "ok", 40, 50))
+    paths = write_report(tmp_path / "lin", linearizability_report(check(h)))
+    md = open(paths["report.md"]).read()
+    assert "| x | 3 | 3 | fail |" in md and "key 'x': not linearizable" in md
+    doc = json.load(open(paths["report.json"]))
+    assert doc["data"]["result"]["keys"][0]["counterexample"]["required"] == [0, 2, 4]
+    assert "NOT linearizable" in open(paths["report.txt"]).read()
 
 
 # --- time bound ------------------------------------------------------------------------------------------

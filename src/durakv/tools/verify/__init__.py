@@ -15,8 +15,8 @@ from .history import (ADD, CAS, FAIL, FAULT_START, FAULT_STOP, INFO, INVOKE, NEM
 from .linearizable import (LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN, Counterexample, KeyResult,
                            LinearizabilityResult, check_registers, describe)
 from .report import (Plot, Report, Table, acked_writes_report, acked_writes_table, async_rpo_table,
-                     failover_report, failover_table, latency_report, latency_table, linearizability_table,
-                     write_report)
+                     failover_report, failover_table, latency_report, latency_table, linearizability_report,
+                     linearizability_table, write_report)
 
 __all__ = [
     "ADD", "CAS", "FAIL", "FAULT_START", "FAULT_STOP", "INFO", "INVOKE", "NEMESIS", "OK", "READ", "WRITE",
@@ -25,5 +25,6 @@ __all__ = [
     "check_registers", "describe",
     "AckedWritesResult", "LostKey", "Window", "check_acked_writes", "write_rate",
     "Plot", "Report", "Table", "acked_writes_report", "acked_writes_table", "async_rpo_table", "failover_report",
-    "failover_table", "latency_report", "latency_table", "linearizability_table", "write_report",
+    "failover_table", "latency_report", "latency_table", "linearizability_report", "linearizability_table",
+    "write_report",
 ]

@@ -281,3 +281,8 @@ def latency_report(write_modes: dict, read_modes: Optional[dict] = None, title="
         plots.append(Plot("latency_read.png", "Read latency percentiles per durability mode (log scale)",
                           lambda path: plot_latency(path, read_modes, title="read latency per mode")))
     return Report(title, tables, plots, list(text), {"write": write_modes, "read": read_modes})
+
+
+def linearizability_report(result, title="durakv verify linearizable", text=()) -> Report:
+    """The per-key table with every counterexample rendered under it, and the full result in the JSON."""
+    return Report(title, [linearizability_table(result)], text=list(text), data={"result": result.to_dict()})
