@@ -1,21 +1,7 @@
 """Latency-over-time plot (PNG) of a run's timeline: matplotlib when installed, else a small built-in renderer."""
 
-import struct
-import zlib
+from ..pngplot import Canvas as _Canvas
 
-_FONT = {  # 3x5 glyphs, rows top to bottom
-    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
-    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
-    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010", "/": "001001010100100",
-    ":": "000010000010000", "-": "000000111000000", "(": "010100100100010", ")": "010001001001010",
-    "A": "010101111101101", "B": "110101110101110", "C": "011100100100011", "D": "110101101101110",
-    "E": "111100110100111", "F": "111100110100100", "G": "011100101101011", "H": "101101111101101",
-    "I": "111010010010111", "J": "001001001101010", "K": "101101110101101", "L": "100100100100111",
-    "M": "101111111101101", "N": "110101101101101", "O": "010101101101010", "P": "110101110100100",
-    "Q": "010101101110011", "R": "110101110101101", "S": "011100010001110", "T": "111010010010010",
-    "U": "101101101101111", "V": "101101101101010", "W": "101101111111101", "X": "101101010101101",
-    "Y": "101101010010010", "Z": "111001010100111",
-}
 _SERIES = [("SET", "p50", (120, 160, 230)), ("SET", "p99", (20, 60, 170)),
            ("GET", "p50", (250, 170, 90)), ("GET", "p99", (200, 40, 30))]
 
@@ -49,53 +35,6 @@ def write_plot(path, timeline, title="durakv bench"):
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return f"wrote {path}"
-
-
-class _Canvas:
-    def __init__(self, width, height):
-        self.w, self.h = width, height
-        self.px = bytearray(b"\xff" * (width * height * 3))
-
-    def dot(self, x, y, color):
-        if 0 <= x < self.w and 0 <= y < self.h:
-            i = (y * self.w + x) * 3
-            self.px[i:i + 3] = bytes(color)
-
-    def line(self, x0, y0, x1, y1, color, thick=1):
-        dx, dy = abs(x1 - x0), -abs(y1 - y0)
-        sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
-        err = dx + dy
-        while True:
-            for o in range(thick):
-                self.dot(x0, y0 + o, color)
-            if x0 == x1 and y0 == y1:
-                return
-            e2 = 2 * err
-            if e2 >= dy:
-                err += dy
-                x0 += sx
-            if e2 <= dx:
-                err += dx
-                y0 += sy
-
-    def text(self, x, y, s, color=(0, 0, 0), scale=2):
-        for ch in str(s).upper():
-            glyph = _FONT.get(ch)
-            if glyph:
-                for i, bit in enumerate(glyph):
-                    if bit == "1":
-                        for a in range(scale):
-                            for b in range(scale):
-                                self.dot(x + (i % 3) * scale + a, y + (i // 3) * scale + b, color)
-            x += 4 * scale
-
-    def png(self) -> bytes:
-        raw = b"".join(b"\x00" + bytes(self.px[y * self.w * 3:(y + 1) * self.w * 3]) for y in range(self.h))
-
-        def chunk(tag, data):
-            return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 def _panel(cv, x0, y0, x1, y1, series, tmax, ymax, unit):
