@@ -208,3 +208,16 @@ GEO_STORE_WITH = "ERR {} is not compatible with WITHDIST, WITHHASH and WITHCOORD
 GEO_FROM_ONE = "ERR exactly one of FROMMEMBER or FROMLONLAT can be specified for {}"
 GEO_BY_ONE = "ERR exactly one of BYRADIUS and BYBOX can be specified for {}"
 GEO_ANY_NEEDS_COUNT = "ERR the ANY argument requires COUNT argument"
+# -- ACL --
+NOPERM_EXEC = ("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. "
+               "This command is no longer allowed for the following reason: {}")
+NOPERM_SCRIPT = "ERR ACL failure in script: {}"
+NO_SUCH_USER = "ERR No such user '{}'"
+ACL_DEFAULT_NOT_REMOVABLE = "ERR The 'default' user cannot be removed"
+ACL_UNKNOWN_CATEGORY = "ERR Unknown category '{}'"
+ACL_GENPASS_BITS = ("ERR ACL GENPASS argument must be the number of bits for the output password, a positive number "
+                    "up to 4096")
+ACL_DRYRUN_NO_USER = "ERR User '{}' not found"
+ACL_DRYRUN_NO_COMMAND = "ERR Command '{}' not found"
+SORT_BY_ACL = "ERR BY option of SORT denied due to insufficient ACL permissions."
+SORT_GET_ACL = "ERR GET option of SORT denied due to insufficient ACL permissions."

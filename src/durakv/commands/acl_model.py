@@ -388,13 +388,22 @@ class Selector:
                 idx = 2 if cmd.parent is not None else 1
                 if idx >= len(args) or args[idx].lower() not in allowed_first:
                     return DENIED_CMD, 0
-        if not self.allkeys and command_has_keys(cmd):
-            keys = keys_box[0]
-            if keys is None:
-                keys = keys_box[0] = keys_with_access(cmd, args)
-            for pos, need in keys:
-                if not self.key_allowed(args[pos], need):
-                    return DENIED_KEY, pos
+        if not self.allkeys:
+            info = keys_box[1]
+            if info is None:
+                info = keys_box[1] = _key_info(cmd)
+            if info.has_keys:
+                keys = keys_box[0]
+                if keys is None:
+                    keys = keys_box[0] = info.keys(args)
+                patterns = self.patterns
+                for pos, need in keys:  # key_allowed(), inlined: this runs for every command of such a user
+                    key = args[pos]
+                    for p in patterns:
+                        if p.flags & need == need and p.match(key):
+                            break
+                    else:
+                        return DENIED_KEY, pos
         if not self.allchannels:
             spec = _CHANNEL_SPECS.get(cmd.fullname)
             if spec is not None:
@@ -566,9 +575,12 @@ def check(user, cmd, args):
     last position."""
     if user is None or user.unrestricted:
         return None
-    keys_box = [None]  # keys are extracted once for all the selectors
+    keys_box = [None, None]  # the keys (and how to find them) are worked out once for all the selectors
+    selectors = user.selectors
+    if len(selectors) == 1:
+        return selectors[0].check(cmd, args, keys_box)
     best_reason, best_pos = DENIED_CMD, 0
-    for selector in user.selectors:
+    for selector in selectors:
         denied = selector.check(cmd, args, keys_box)
         if denied is None:
             return None
@@ -583,7 +595,7 @@ def unrestricted_key_access(user, cmd, args, need=READ) -> bool:
     (SORT BY/GET read keys that no key spec names)."""
     if user is None or user.unrestricted:
         return True
-    keys_box = [None]
+    keys_box = [None, None]
     return any(s.check(cmd, args, keys_box) is None and s.unrestricted_keys(need) for s in user.selectors)
 
 
@@ -735,11 +747,15 @@ def _xread_keys(args):
     return [(i, 0) for i in range(streams + 1, n - num)]
 
 
+_SET_KEY_RW = ((1, READ | WRITE),)
+_SET_KEY_W = ((1, WRITE),)
+
+
 def _set_keys(args):
     for a in args[3:]:
         if a.lower() == b"get":
-            return [(1, READ | WRITE)]
-    return [(1, WRITE)]
+            return _SET_KEY_RW
+    return _SET_KEY_W
 
 
 def _bitfield_keys(args):
@@ -780,7 +796,8 @@ _GETKEYS = {
 
 
 class _KeyInfo:
-    __slots__ = ("has_keys", "use_specs", "specs", "proc")
+    """How to find a command's keys and the access each needs, worked out once per command."""
+    __slots__ = ("has_keys", "use_specs", "specs", "proc", "fixed", "min_argc")
 
     def __init__(self, cmd):
         specs = [s for s in cmd.key_specs if "not_key" not in s["flags"]]
@@ -789,16 +806,41 @@ class _KeyInfo:
         self.use_specs = bool(specs) and not any("variable_flags" in s["flags"] for s in cmd.key_specs)
         self.specs = [(s["begin_search"], s["find_keys"], _need_of(s["flags"]), "incomplete" in s["flags"])
                       for s in specs]
+        # The common shape (GET, HSET, COPY, ...): keys at positions known in advance, valid once the command
+        # has enough arguments; then the spec walk is skipped.
+        self.fixed = None
+        self.min_argc = 0
+        if self.use_specs and all("index" in bs and "range" in fk and fk["range"]["lastkey"] >= 0 and not inc
+                                  for bs, fk, _need, inc in self.specs):
+            fixed = []
+            for bs, fk, need, _inc in self.specs:
+                first = bs["index"]["pos"]
+                last = first + fk["range"]["lastkey"]
+                fixed.extend((i, need) for i in range(first, last + 1, fk["range"]["step"]))
+                self.min_argc = max(self.min_argc, last + 1)
+            self.fixed = tuple(fixed)
+
+    def keys(self, args):
+        """[(position, access needed: READ|WRITE bits)] (getKeysFromCommandWithSpecs)."""
+        if self.fixed is not None and len(args) >= self.min_argc:
+            return self.fixed
+        if self.use_specs:
+            keys = _keys_from_specs(self.specs, args)
+            if keys is not None:
+                return keys
+        if self.proc is not None:
+            return self.proc(args)
+        return ()
 
 
-_KEY_INFO = {}
+_KEY_INFO = {}  # Command -> _KeyInfo
 
 
 def _key_info(cmd):
-    info = _KEY_INFO.get(id(cmd))
-    if info is None or info[0] is not cmd:
-        info = _KEY_INFO[id(cmd)] = (cmd, _KeyInfo(cmd))
-    return info[1]
+    info = _KEY_INFO.get(cmd)
+    if info is None:
+        info = _KEY_INFO[cmd] = _KeyInfo(cmd)
+    return info
 
 
 def command_has_keys(cmd) -> bool:
@@ -807,14 +849,7 @@ def command_has_keys(cmd) -> bool:
 
 def keys_with_access(cmd, args):
     """[(position, access needed: READ|WRITE bits)] of the keys in args (getKeysFromCommandWithSpecs)."""
-    info = _key_info(cmd)
-    if info.use_specs:
-        keys = _keys_from_specs(info.specs, args)
-        if keys is not None:
-            return keys
-    if info.proc is not None:
-        return info.proc(args)
-    return []
+    return _key_info(cmd).keys(args)
 
 
 def _keys_from_specs(specs, args):

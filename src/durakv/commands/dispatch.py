@@ -53,6 +53,7 @@ class Dispatcher:
         # busy-reply-threshold the object that answers -BUSY / holds the calling client's commands.
         self.scripting = None
         self.busy = None
+        self.acl = None                # server/acl.py ServerAcl: ACL users (admits every command)
 
     def new_context(self, session):
         ctx = Context(self.keyspace, self.server, session, self)
@@ -82,6 +83,11 @@ class Dispatcher:
             return self._reject(session, cmd, messages.WRONG_ARITY.format(name))
         if not session.authenticated and not cmd.no_auth:
             return self._reject(session, cmd, messages.NOAUTH)
+        # ACL: the one permission check (acl_model.check via ServerAcl.admit); to move into the pipeline.
+        if self.acl is not None:
+            text = self.acl.admit(session, cmd, args)
+            if text is not None:
+                return self._reject(session, cmd, text)
         if self.busy is not None:
             held = self.busy.intercept(session, cmd, args)
             if held is not None:
@@ -254,6 +260,12 @@ class Dispatcher:
         ctx.may_block = False  # blocking commands inside a transaction answer as if timed out
         try:
             for cmd, args in queue:
+                # ACL re-check of each queued command (Valkey's execCommand); to move into the pipeline.
+                text = self.acl.exec_denied(session, cmd, args) if self.acl is not None else None
+                if text is not None:
+                    self._count_error(text)
+                    replies.append(ErrorReply(text))
+                    continue
                 reply, eff, _ = self._run(session, cmd, args, in_exec=True)
                 replies.append(reply)
                 if eff:

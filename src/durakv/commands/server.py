@@ -66,6 +66,7 @@ def config_resetstat(ctx, args):
             c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
     srv = ctx.server
     srv.total_connections = srv.rejected_connections = 0
+    srv.acl.reset_stats()
     ctx.keyspace.expired_keys = ctx.keyspace.evicted_keys = 0
     return OK
 

@@ -9,7 +9,7 @@ class Session:
     __slots__ = ("id", "db_id", "resp", "authenticated", "user", "name", "lib_name", "lib_ver",
                  "in_multi", "multi_queue", "multi_error", "watched", "dirty_cas", "ctx",
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
-                 "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index")
+                 "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index", "acl_user")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -37,3 +37,5 @@ class Session:
         self.fd = -1
         self.tracking = False
         self.last_write_index = 0  # journal entry holding this client's newest write (WAITAOF)
+        # The ACL user (acl_model.User) the client runs as; None is the default user (`user` is its name).
+        self.acl_user = None

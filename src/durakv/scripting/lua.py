@@ -508,9 +508,11 @@ class LuaEngine:
         argv, err = self._argv(args)
         if err is not None:
             raise ScriptRaise(err)
-        if run is None or run.lookup(argv) is None:
+        cmd = run.lookup(argv) if run is not None else None
+        if cmd is None:
             raise ScriptRaise(self.err_table("ERR Invalid command passed to server.acl_check_cmd()"))
-        return True
+        acl = getattr(run.state.dispatcher, "acl", None)
+        return acl.allowed(run.caller, cmd, argv) if acl is not None else True
 
     def _py_log(self, level, message):
         log.log(_LOG_LEVELS[int(level)], "%s", message.decode("utf-8", "replace"))

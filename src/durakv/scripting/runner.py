@@ -162,6 +162,11 @@ class ScriptRun:
         if cmd.noscript:
             return ErrorReply("ERR This Redis command is not allowed from script")
         d = self.state.dispatcher
+        # ACL (Valkey's scriptVerifyACL): the script runs as its caller's user; to move into the pipeline.
+        if d.acl is not None:
+            text = d.acl.script_denied(self.session, self.caller, self.command, cmd, argv)
+            if text is not None:
+                return ErrorReply(text)
         write = cmd.write
         if self.readonly and (write or "may_replicate" in cmd.flags):
             return ErrorReply("ERR Write commands are not allowed from read-only scripts.")

@@ -184,10 +184,17 @@ class Blocking:
             return
         session = conn.session
         dispatcher = server.dispatcher
+        cmd = entry.cmd
+        # ACL: the rules may have changed while it waited (Valkey re-runs processCommand); to move into the pipeline.
+        text = dispatcher.acl.blocked_denied(session, cmd, entry.args) if dispatcher.acl is not None else None
+        if text is not None:
+            cmd.rejected_calls += 1
+            dispatcher._count_error(text)
+            self._finish(entry, ErrorReply(text))
+            return
         ctx = session.ctx
         keyspace = server.keyspace
         db = ctx.db = keyspace.dbs[entry.db_id]
-        cmd = entry.cmd
         keys = cmd.keys(entry.args) if cmd is not None else entry.keys
         data = db.data
         before = 0
