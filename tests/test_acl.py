@@ -799,3 +799,17 @@ def test_acl_pubsub_default_applies_to_new_selectors_only(raw):
     c.call("CONFIG", "SET", "acl-pubsub-default", "allchannels")
     c.call("ACL", "SETUSER", "default", "reset", "on", "nopass", "~*", "+@all")
     assert c.call("PUBLISH", "hello", "world") == 0
+
+
+def test_password_guesses_against_requirepass_are_counted_and_logged(server_factory):
+    """Issue 9 item 12 without any ACL command: a requirepass server under a guessing client."""
+    srv = server_factory("--requirepass", "right", password="right")
+    attacker = RawClient(srv.port)
+    for i in range(300):
+        attacker.send("AUTH", "guess%d" % i)
+    replies = [attacker.read() for _ in range(300)]
+    assert {str(r) for r in replies} == {"WRONGPASS invalid username-password pair or user is disabled."}
+    assert attacker.call("AUTH", "right") == "OK"
+    assert info_stats(attacker)["acl_access_denied_auth"] == 300
+    wait_until(lambda: "AUTH failed for user 'default'" in srv.read_log(), 10, what="the AUTH failure line")
+    attacker.close()
