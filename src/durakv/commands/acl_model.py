@@ -257,6 +257,8 @@ class Selector:
                 else:
                     raise RuleError(EINVAL)
                 offset += 1
+            if not flags:
+                raise RuleError(EINVAL)  # a bare '%': Valkey would store a pattern it cannot describe
         else:
             flags = ALL_PERMS
         pattern = op[offset:]
