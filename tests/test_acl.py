@@ -286,8 +286,9 @@ def test_getuser_and_list_rendering(raw, resp):
 
 def test_setuser_errors(raw):
     c = raw()
-    assert err(c.call("ACL", "SETUSER", "newuser", "+@all", "+config|get|appendonly")) == \
-        "ERR Error in ACL SETUSER modifier '+config|get|appendonly': Allowing first-arg of a subcommand is not supported"
+    assert err(c.call("ACL", "SETUSER", "newuser", "+@all", "+config|get|appendonly")) == (
+        "ERR Error in ACL SETUSER modifier '+config|get|appendonly': Allowing first-arg of a subcommand is not "
+        "supported")
     assert err(c.call("ACL", "SETUSER", "newuser", "+@all", "+config|asdf")) == \
         "ERR Error in ACL SETUSER modifier '+config|asdf': Unknown command or category name in ACL"
     assert err(c.call("ACL", "SETUSER", "key-permission-RW", "%~")) == \

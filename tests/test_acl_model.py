@@ -430,3 +430,14 @@ def test_descriptions_rebuild_the_same_permissions():
             assert [(p.pattern, p.flags) for p in a.patterns] == [(p.pattern, p.flags) for p in b.patterns]
             assert a.channels == b.channels and a.allkeys == b.allkeys and a.allchannels == b.allchannels
     run()
+
+
+def test_read_and_write_star_patterns_round_trip():
+    """Found by the property test: '%R~* %W~*' is one '*' pattern with both permissions but not 'allkeys'; its
+    description must load back as it was (Valkey's '~*' would load as allkeys, then refuse the '~a*' after it)."""
+    u = m.Users()
+    user = setuser(u, "h", "%R~* %W~* ~a*")
+    assert user.root.keys_text() == b"%RW~* ~a*"
+    again = m.Users()
+    again.replace_all(again.parse_file(user.list_line() + b"\n", "h.acl"))
+    assert again.get(b"h").list_line() == user.list_line()

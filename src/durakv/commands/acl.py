@@ -22,7 +22,7 @@ def users_of(ctx):
 def _acl(ctx):
     acl = users_of(ctx)
     if acl is None:
-        raise CommandError("ERR ACL needs a running server")
+        raise CommandError(messages.ACL_NO_SERVER)
     return acl
 
 

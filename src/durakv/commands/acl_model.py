@@ -13,6 +13,7 @@ command flags.
 import hashlib
 import hmac
 
+from .. import messages
 from ..keyspace.glob import compile_glob
 from ..protocol.resp import RespSet
 from .spec import SPEC
@@ -93,16 +94,10 @@ def lookup_rule_command(name: str):
 ENOENT, EINVAL, EEXIST, EISDIR, ENODEV, EBADMSG, EALREADY, ECHILD = (
     "ENOENT", "EINVAL", "EEXIST", "EISDIR", "ENODEV", "EBADMSG", "EALREADY", "ECHILD")
 _ERROR_TEXT = {
-    ENOENT: "Unknown command or category name in ACL",
-    EINVAL: "Syntax error",
-    EEXIST: ("Adding a pattern after the * pattern (or the 'allkeys' flag) is not valid and does not have any "
-             "effect. Try 'resetkeys' to start with an empty list of patterns"),
-    EISDIR: ("Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and does not have any "
-             "effect. Try 'resetchannels' to start with an empty list of channels"),
-    ENODEV: "The password you are trying to remove from the user does not exist",
-    EBADMSG: "The password hash must be exactly 64 characters and contain only lowercase hexadecimal characters",
-    EALREADY: "Duplicate user found. A user can only be defined once in config files",
-    ECHILD: "Allowing first-arg of a subcommand is not supported",
+    ENOENT: messages.ACL_RULE_UNKNOWN, EINVAL: messages.ACL_RULE_SYNTAX, EEXIST: messages.ACL_RULE_KEYS_AFTER_ALL,
+    EISDIR: messages.ACL_RULE_CHANNELS_AFTER_ALL, ENODEV: messages.ACL_RULE_NO_SUCH_PASSWORD,
+    EBADMSG: messages.ACL_RULE_BAD_HASH, EALREADY: messages.ACL_RULE_DUPLICATE_USER,
+    ECHILD: messages.ACL_RULE_SUBCOMMAND_FIRSTARG,
 }
 
 
@@ -112,7 +107,7 @@ class RuleError(Exception):
     def __init__(self, code):
         super().__init__(code)
         self.code = code
-        self.text = _ERROR_TEXT.get(code, "Wrong format")
+        self.text = _ERROR_TEXT.get(code, messages.ACL_RULE_WRONG_FORMAT)
 
 
 def has_spaces(s: bytes) -> bool:
@@ -144,7 +139,12 @@ class KeyPattern:
         self.match = compile_glob(pattern)
 
     def describe(self) -> bytes:
-        prefix = b"~" if self.flags == ALL_PERMS else (b"%R~" if self.flags == READ else b"%W~")
+        if self.flags == ALL_PERMS:
+            # '%R~* %W~*' leave a '*' pattern that is not 'allkeys'; written as '~*' (Valkey's form) it would load
+            # back as allkeys, and a pattern after it would then refuse to load. '%RW~*' loads back as it was.
+            prefix = b"%RW~" if self.pattern == b"*" else b"~"
+        else:
+            prefix = b"%R~" if self.flags == READ else b"%W~"
         return prefix + self.pattern
 
 
@@ -605,11 +605,11 @@ def denial_message(reason, user, cmd, arg, verbose=False) -> str:
     """getAclErrorMessage (without the NOPERM prefix)."""
     name = user.name.decode("utf-8", "replace")
     if reason == DENIED_CMD:
-        return "User %s has no permissions to run the '%s' command" % (name, cmd.fullname)
+        return messages.ACL_DENIED_CMD.format(name, cmd.fullname)
     what = "key" if reason == DENIED_KEY else "channel"
     if verbose:
-        return "User %s has no permissions to access the '%s' %s" % (name, arg.decode("utf-8", "replace"), what)
-    return "No permissions to access a %s" % what
+        return messages.ACL_DENIED_VERBOSE.format(name, arg.decode("utf-8", "replace"), what)
+    return messages.ACL_DENIED.format(what)
 
 
 def channels_of(cmd, args):
@@ -1011,16 +1011,15 @@ class Users:
         Raises SetUserError with Valkey's message."""
         merged, bad = merge_selector_args(ops)
         if merged is None:
-            raise SetUserError("Unmatched parenthesis in acl selector starting at '%s'."
-                               % ops[bad].decode("utf-8", "replace"))
+            raise SetUserError(messages.ACL_SETUSER_UNMATCHED.format(ops[bad].decode("utf-8", "replace")))
         existing = self.by_name.get(name)
         temp = existing.copy() if existing is not None else User(name, self.pubsub_all)
         for op in merged:
             try:
                 temp.apply(op, self.pubsub_all)
             except RuleError as exc:
-                raise SetUserError("Error in ACL SETUSER modifier '%s': %s"
-                                   % (op.decode("utf-8", "replace"), exc.text)) from None
+                raise SetUserError(messages.ACL_SETUSER_MODIFIER.format(op.decode("utf-8", "replace"),
+                                                                        exc.text)) from None
         return temp
 
     def commit(self, name: bytes, staged):
@@ -1095,22 +1094,20 @@ class Users:
                 continue
             argv = line.split(b" ")
             if argv[0] != b"user" or len(argv) < 2:
-                errors.append("%s:%d should start with user keyword followed by the username. "
-                              % (filename, lineno))
+                errors.append(messages.ACL_FILE_NOT_USER.format(filename, lineno))
                 continue
             name = argv[1]
             if has_spaces(name):
-                errors.append("'%s:%d: username '%s' contains invalid characters. "
-                              % (filename, lineno, name.decode("utf-8", "replace")))
+                errors.append(messages.ACL_FILE_BAD_USERNAME.format(filename, lineno,
+                                                                     name.decode("utf-8", "replace")))
                 continue
             if name in users:
-                errors.append("WARNING: Duplicate user '%s' found on line %d. "
-                              % (name.decode("utf-8", "replace"), lineno))
+                errors.append(messages.ACL_FILE_DUPLICATE.format(name.decode("utf-8", "replace"), lineno))
                 continue
             u = users[name] = User(name, self.pubsub_all)
             merged, _bad = merge_selector_args(argv[2:])
             if merged is None:
-                errors.append("%s:%d: Unmatched parenthesis in selector definition." % (filename, lineno))
+                errors.append(messages.ACL_FILE_UNMATCHED.format(filename, lineno))
                 merged = []
             syntax_error = False
             for op in merged:
@@ -1119,14 +1116,13 @@ class Users:
                     u.apply(op, self.pubsub_all)
                 except RuleError as exc:
                     if exc.code == ENOENT:
-                        errors.append("%s:%d: Error in applying operation '%s': %s. "
-                                      % (filename, lineno, op.decode("utf-8", "replace"), exc.text))
+                        errors.append(messages.ACL_FILE_UNKNOWN_OP.format(
+                            filename, lineno, op.decode("utf-8", "replace"), exc.text))
                     elif not syntax_error:
-                        errors.append("%s:%d: %s. " % (filename, lineno, exc.text))
+                        errors.append(messages.ACL_FILE_OTHER.format(filename, lineno, exc.text))
                         syntax_error = True
         if errors:
-            raise ValueError("".join(errors) + "WARNING: ACL errors detected, no change to the previously active "
-                                               "ACL rules was performed")
+            raise ValueError("".join(errors) + messages.ACL_FILE_VERDICT)
         return users
 
     def replace_all(self, users):

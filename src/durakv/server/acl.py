@@ -17,9 +17,8 @@ from ..errors import ConfigError
 
 log = logging.getLogger("durakv.acl")
 
-_EXEC_REASON = {model.DENIED_CMD: "no permission to execute the command or subcommand",
-                model.DENIED_KEY: "no permission to touch the specified keys",
-                model.DENIED_CHANNEL: "no permission to access one of the channels used as arguments"}
+_EXEC_REASON = {model.DENIED_CMD: messages.ACL_EXEC_REASON_CMD, model.DENIED_KEY: messages.ACL_EXEC_REASON_KEY,
+                model.DENIED_CHANNEL: messages.ACL_EXEC_REASON_CHANNEL}
 AUTH_LOG_INTERVAL_MS = 1000  # at most one line per interval about failed AUTH, with the count it stands for
 
 
@@ -84,7 +83,7 @@ class ServerAcl:
             with open(self._path(), "rb") as f:
                 return f.read()
         except OSError as exc:
-            raise OSError("Error loading ACLs, opening file '%s': %s" % (self.filename, exc.strerror)) from None
+            raise OSError(messages.ACL_FILE_OPEN.format(self.filename, exc.strerror)) from None
 
     # -- whose commands -----------------------------------------------------------------------------------
     def user_of(self, session):
@@ -213,7 +212,7 @@ class ServerAcl:
         """ACL SETUSER: None or the error text. Subscribers of that user whose channels are no longer allowed
         are disconnected."""
         if model.has_spaces(name):
-            return "ERR Usernames can't contain spaces or null characters"
+            return messages.ACL_USERNAME_SPACES
         try:
             staged = self.users.stage(name, ops)
         except model.SetUserError as exc:
@@ -266,14 +265,10 @@ class ServerAcl:
             self.server.kill_client(conn)
 
     # -- the aclfile --------------------------------------------------------------------------------------
-    NO_ACLFILE = ("ERR This instance is not configured to use an ACL file. You may want to specify users via the "
-                  "ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a configuration file set) "
-                  "in order to store users in the configuration.")
-
     def load(self, current):
         """ACL LOAD: None or the error text (then nothing changed)."""
         if not self.filename:
-            return self.NO_ACLFILE
+            return messages.ACL_NO_ACLFILE
         try:
             users = self.users.parse_file(self._read_file(), self.filename)
         except (OSError, ValueError) as exc:
@@ -318,7 +313,7 @@ class ServerAcl:
     def save(self):
         """ACL SAVE: None or the error text. Written to a temporary file, fsynced, renamed, directory fsynced."""
         if not self.filename:
-            return self.NO_ACLFILE
+            return messages.ACL_NO_ACLFILE
         path = self._path()
         tmp = "%s.tmp-%d-%d" % (path, os.getpid(), self.server.clock_ms())
         try:
@@ -342,8 +337,7 @@ class ServerAcl:
                 os.unlink(tmp)
             except OSError:
                 pass
-            return ("ERR There was an error trying to save the ACLs. Please check the server logs for more "
-                    "information")
+            return messages.ACL_SAVE_FAILED
         return None
 
     # -- stats ----------------------------------------------------------------------------------------------
