@@ -55,6 +55,9 @@ def run_server(argv):
             uvloop.run(main()) if hasattr(uvloop, "run") else asyncio.run(main())
         else:
             asyncio.run(main())
+    except ConfigError as exc:  # found once the server is built (the ACL users: `user` lines, the aclfile)
+        print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
+        return 1
     except JournalCorrupt as exc:
         logging.getLogger("durakv").critical("start-up stopped: %s", exc)
         return 2

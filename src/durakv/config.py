@@ -93,6 +93,9 @@ OPTIONS = [
     Option("bind", "127.0.0.1 -::1", _string, mutable=False),
     Option("dir", "./durakv-data", _string, mutable=False),
     Option("requirepass", "", _string, sensitive=True),
+    Option("aclfile", "", _string, mutable=False),
+    Option("acllog-max-len", 128, _int_range(0, 2**63 - 1)),
+    Option("acl-pubsub-default", "resetchannels", _enum("allchannels", "resetchannels")),
     Option("maxmemory", 0, _memory),
     Option("maxmemory-policy", "noeviction", _enum("noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random",
                                                    "volatile-lru", "volatile-lfu", "volatile-random",
@@ -156,6 +159,11 @@ class Config:
         self.values = {o.name: o.default for o in OPTIONS}
         self.listeners = []   # callables(name, value) run after a successful set
         self.config_file = None
+        # `user <name> <rules...>` directives, as token lists without the 'user' word. Not an option (CONFIG
+        # GET/SET do not know it, as in Valkey): the ACL users are built from these at start-up.
+        self.user_lines = []
+        # () -> lines CONFIG REWRITE appends after the options (the ACL users, when there is no aclfile).
+        self.rewrite_extra_lines = None
 
     def __getitem__(self, name):
         return self.values[BY_NAME[name].name]
@@ -206,6 +214,9 @@ class Config:
                 except ValueError as exc:
                     raise ConfigError(f"{path}:{lineno}: {exc}") from None
                 name, args = parts[0], parts[1:]
+                if name.lower() == "user":
+                    self.user_lines.append([a.encode("utf-8", "surrogateescape") for a in args])
+                    continue
                 if name.lower() == "include":
                     for inc in args:
                         self.load_file(inc)
@@ -228,6 +239,11 @@ class Config:
             while j < len(argv) and not argv[j].startswith("--"):
                 vals.append(argv[j])
                 j += 1
+            if name.lower() == "user":
+                # Each argument is one token, as valkey-server quotes each of them: `--user alice on >pw`.
+                self.user_lines.append([v.encode("utf-8", "surrogateescape") for v in vals])
+                i = j
+                continue
             if not vals and BY_NAME.get(name.lower()) and isinstance(BY_NAME[name.lower()].default, bool):
                 vals = ["yes"]
             self.set(name, " ".join(vals), startup=True)
@@ -239,6 +255,8 @@ class Config:
             raise ConfigError("The server is running without a config file")
         lines = [f"{o.name} {_quote(_fmt(self.values[o.name]))}" for o in OPTIONS
                  if self.values[o.name] != o.default]
+        if self.rewrite_extra_lines is not None:
+            lines.extend(self.rewrite_extra_lines())
         tmp = self.config_file + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write("# written by durakv CONFIG REWRITE\n" + "\n".join(lines) + "\n")

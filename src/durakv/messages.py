@@ -243,3 +243,53 @@ SCRIPT_TRYAGAIN = ("ERR Unable to execute command '{}' in script because undecla
 SCRIPT_UNBOUND = "ERR Script attempted to access a slot not served"
 SCRIPT_NON_LOCAL_KEY = "ERR Script attempted to access a non local key in a cluster node"
 SCRIPT_CROSSSLOT = "ERR Script attempted to access keys that do not hash to the same slot"
+# -- ACL --
+NOPERM_EXEC = ("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. "
+               "This command is no longer allowed for the following reason: {}")
+NOPERM_SCRIPT = "ERR ACL failure in script: {}"
+NO_SUCH_USER = "ERR No such user '{}'"
+ACL_DEFAULT_NOT_REMOVABLE = "ERR The 'default' user cannot be removed"
+ACL_UNKNOWN_CATEGORY = "ERR Unknown category '{}'"
+ACL_GENPASS_BITS = ("ERR ACL GENPASS argument must be the number of bits for the output password, a positive number "
+                    "up to 4096")
+ACL_DRYRUN_NO_USER = "ERR User '{}' not found"
+ACL_DRYRUN_NO_COMMAND = "ERR Command '{}' not found"
+SORT_BY_ACL = "ERR BY option of SORT denied due to insufficient ACL permissions."
+SORT_GET_ACL = "ERR GET option of SORT denied due to insufficient ACL permissions."
+ACL_USERNAME_SPACES = "ERR Usernames can't contain spaces or null characters"
+ACL_NO_ACLFILE = ("ERR This instance is not configured to use an ACL file. You may want to specify users via the ACL "
+                  "SETUSER command and then issue a CONFIG REWRITE (assuming you have a configuration file set) in "
+                  "order to store users in the configuration.")
+ACL_SAVE_FAILED = "ERR There was an error trying to save the ACLs. Please check the server logs for more information"
+# getAclErrorMessage (after "NOPERM ", "ERR ACL failure in script: ", or alone in ACL DRYRUN)
+ACL_DENIED_CMD = "User {} has no permissions to run the '{}' command"
+ACL_DENIED_VERBOSE = "User {} has no permissions to access the '{}' {}"
+ACL_DENIED = "No permissions to access a {}"
+ACL_EXEC_REASON_CMD = "no permission to execute the command or subcommand"
+ACL_EXEC_REASON_KEY = "no permission to touch the specified keys"
+ACL_EXEC_REASON_CHANNEL = "no permission to access one of the channels used as arguments"
+# ACL SETUSER (without "ERR ") and the reasons of ACLSetUserStringError
+ACL_SETUSER_MODIFIER = "Error in ACL SETUSER modifier '{}': {}"
+ACL_SETUSER_UNMATCHED = "Unmatched parenthesis in acl selector starting at '{}'."
+ACL_RULE_UNKNOWN = "Unknown command or category name in ACL"
+ACL_RULE_SYNTAX = "Syntax error"
+ACL_RULE_KEYS_AFTER_ALL = ("Adding a pattern after the * pattern (or the 'allkeys' flag) is not valid and does not "
+                           "have any effect. Try 'resetkeys' to start with an empty list of patterns")
+ACL_RULE_CHANNELS_AFTER_ALL = ("Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and "
+                               "does not have any effect. Try 'resetchannels' to start with an empty list of channels")
+ACL_RULE_NO_SUCH_PASSWORD = "The password you are trying to remove from the user does not exist"
+ACL_RULE_BAD_HASH = ("The password hash must be exactly 64 characters and contain only lowercase hexadecimal "
+                     "characters")
+ACL_RULE_DUPLICATE_USER = "Duplicate user found. A user can only be defined once in config files"
+ACL_RULE_SUBCOMMAND_FIRSTARG = "Allowing first-arg of a subcommand is not supported"
+ACL_RULE_WRONG_FORMAT = "Wrong format"
+# ACL LOAD (ACLLoadFromFile): the problems of every line, then the verdict (after "ERR ")
+ACL_FILE_NOT_USER = "{}:{} should start with user keyword followed by the username. "
+ACL_FILE_BAD_USERNAME = "'{}:{}: username '{}' contains invalid characters. "
+ACL_FILE_DUPLICATE = "WARNING: Duplicate user '{}' found on line {}. "
+ACL_FILE_UNMATCHED = "{}:{}: Unmatched parenthesis in selector definition."
+ACL_FILE_UNKNOWN_OP = "{}:{}: Error in applying operation '{}': {}. "
+ACL_FILE_OTHER = "{}:{}: {}. "
+ACL_FILE_VERDICT = "WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
+ACL_FILE_OPEN = "Error loading ACLs, opening file '{}': {}"
+ACL_NO_SERVER = "ERR ACL needs a running server"  # durakv's own: a dispatcher without a server has no users

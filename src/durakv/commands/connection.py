@@ -3,6 +3,7 @@
 from .. import VALKEY_VERSION, messages
 from ..errors import CommandError
 from ..protocol.resp import OK, PONG, ErrorReply, Raw, RespSet
+from .acl import users_of
 from .base import INT64_MAX, parse_int, syntax_error
 from . import registry
 from .registry import command
@@ -22,30 +23,27 @@ def echo(ctx, args):
     return args[1]
 
 
-def _check_password(ctx, username, password):
-    required = ctx.pipeline.requirepass
-    if username.lower() != b"default":
-        return False
-    if not required:
-        return True
-    return password == required.encode()
+def _authenticate(ctx, username, password, argv0) -> bool:
+    """ACLAuthenticateUser through the server's users; without a server only default (nopass) exists."""
+    acl = users_of(ctx)
+    if acl is None:
+        return username == b"default"
+    return acl.authenticate(ctx.client, username, password, argv0)
 
 
 @command("auth")
 def auth(ctx, args):
     if len(args) > 3:
         raise syntax_error()
-    required = ctx.pipeline.requirepass
     if len(args) == 2:
-        if not required:
+        acl = users_of(ctx)
+        if acl is None or acl.users.default.nopass:
             raise CommandError(messages.AUTH_NO_PASSWORD)
         username, password = b"default", args[1]
     else:
         username, password = args[1], args[2]
-    if not _check_password(ctx, username, password):
+    if not _authenticate(ctx, username, password, args[0]):
         raise CommandError(messages.WRONGPASS)
-    ctx.client.authenticated = True
-    ctx.client.user = username.decode("utf-8", "replace")
     return OK
 
 
@@ -63,13 +61,11 @@ def hello(ctx, args):
             raise CommandError(messages.NOPROTO)
         i = 2
     name = None
-    while i < len(args):
+    username = password = None
+    while i < len(args):  # every option is parsed first: the last AUTH and the last SETNAME count
         opt = args[i].upper()
         if opt == b"AUTH" and i + 2 < len(args):
-            if not _check_password(ctx, args[i + 1], args[i + 2]):
-                raise CommandError(messages.WRONGPASS)
-            s.authenticated = True
-            s.user = args[i + 1].decode("utf-8", "replace")
+            username, password = args[i + 1], args[i + 2]
             i += 3
         elif opt == b"SETNAME" and i + 1 < len(args):
             name = args[i + 1]
@@ -77,6 +73,9 @@ def hello(ctx, args):
             i += 2
         else:
             raise CommandError("ERR Syntax error in HELLO option '%s'" % args[i].decode("utf-8", "replace"))
+    if username is not None:
+        if not _authenticate(ctx, username, password, args[0]):
+            raise CommandError(messages.WRONGPASS)
     if not s.authenticated:
         raise CommandError("NOAUTH HELLO must be called with the client already authenticated, otherwise the "
                            "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
@@ -117,7 +116,10 @@ def reset(ctx, args):
     s.name = b""
     s.readonly_mode = False
     ctx.port.reset_client(s)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
-    if ctx.pipeline.requirepass:
+    acl = users_of(ctx)
+    if acl is not None:
+        acl.reset_session(s)  # back to the default user, authenticated only if it needs no password
+    elif ctx.pipeline.requirepass:
         s.authenticated = False
     return "RESET"
 
@@ -252,7 +254,11 @@ def client_kill(ctx, args):
         elif opt == b"LADDR":
             filters.append(lambda s, v=val.decode(): s.laddr == v)
         elif opt == b"USER":
-            filters.append(lambda s, v=val.decode(): s.user == v)
+            acl = users_of(ctx)
+            user = acl.users.get(val) if acl is not None else None
+            if user is None:
+                raise CommandError(messages.NO_SUCH_USER.format(val.decode("utf-8", "replace")))
+            filters.append(lambda s, u=user: acl.user_of(s) is u)
         elif opt == b"TYPE":
             kind = val.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):

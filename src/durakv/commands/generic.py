@@ -34,6 +34,8 @@ from ..keyspace import Keyspace, ZSet
 from ..keyspace.db import estimate_key
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply
+from . import acl_model, registry
+from .acl import users_of
 from .base import INT64_MAX, parse_int, syntax_error
 from .registry import command
 from .session import Session
@@ -102,6 +104,15 @@ def sort_score(text: bytes):
     return None if abs(value) < _MIN_NORMAL else value
 
 
+def _full_key_access(ctx, args) -> bool:
+    """BY and GET read keys no key spec names: Valkey allows them only to a user who may read every key."""
+    acl = users_of(ctx)
+    if acl is None:
+        return True
+    return acl_model.unrestricted_key_access(acl.user_of(ctx.client), registry.TABLE[args[0].lower()], args,
+                                             acl_model.READ)
+
+
 def _sort(ctx, args, readonly):
     desc = alpha = dontsort = False
     limit_start, limit_count = 0, -1
@@ -128,8 +139,12 @@ def _sort(ctx, args, readonly):
             sortby = args[j + 1]
             if b"*" not in sortby:
                 dontsort = True  # a constant pattern: nothing to sort by (and it stays so, as Valkey)
+            elif not _full_key_access(ctx, args):
+                raise CommandError(messages.SORT_BY_ACL)
             j += 1
         elif opt == b"get" and left >= 1:
+            if not _full_key_access(ctx, args):
+                raise CommandError(messages.SORT_GET_ACL)
             gets.append(_compile_pattern(args[j + 1]))
             j += 1
         else:

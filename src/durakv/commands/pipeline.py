@@ -21,7 +21,8 @@ path checks one attribute):
     durability  submit/read_ticket/barrier_ticket/refuse_writes/pending (durability/)
     gate        the node's role: is_replica(), serving_error(write) (lease, planned failover)
     router      cluster mode: check(session, cmd, args, queue, run) -> error text or None (routing/)
-    acl         check(session, cmd, args, context) -> error text or None (context: toplevel, multi, exec, lua)
+    acl         check(session, cmd, args, context, run) -> error text or None (context: toplevel, multi, exec,
+                lua; run: the ScriptRun for a script's command), allowed(caller, cmd, args) -> bool
     observer    before_call/after_call/after_top (notifications, tracking, MONITOR, blocked wake-ups)
     pause       CLIENT PAUSE state: must_postpone(may_replicate) -> bool
     busy        a script running past busy-reply-threshold: error text for a command arriving meanwhile
@@ -253,9 +254,8 @@ class Pipeline:
         `queue` is EXEC's queued commands (the slot check covers all of them)."""
         acl = self._acl
         if acl is not None:
-            context = "lua" if run is not None else ("multi" if session.in_multi else "toplevel")
-            text = acl.check(run.caller if run is not None and run.caller is not None else session, cmd, args,
-                             context)
+            text = acl.check(session, cmd, args, "lua" if run is not None else (
+                "multi" if session.in_multi else "toplevel"), run)
             if text is not None:
                 return text
         router = self._router
@@ -602,7 +602,7 @@ class Pipeline:
         try:
             for cmd, args in queue:
                 if acl is not None:
-                    text = acl.check(session, cmd, args, "exec")  # rules may have changed since queueing
+                    text = acl.check(session, cmd, args, "exec", None)  # rules may have changed since queueing
                     if text is not None:
                         replies.append(ErrorReply(text))
                         continue
@@ -660,6 +660,14 @@ class Pipeline:
         if type(reply) is Blocked or hasattr(reply, "resolve"):
             return ErrorReply("ERR '%s' cannot be called from a script" % cmd.fullname)
         return reply
+
+    def script_acl_allowed(self, run, argv) -> bool:
+        """server.acl_check_cmd: the ACL check alone for the script's caller, nothing logged."""
+        acl = self._acl
+        if acl is None:
+            return True
+        cmd, text = self.resolve(argv)
+        return cmd is not None and text is None and acl.allowed(run.caller, cmd, argv)
 
     def script_exists(self, argv) -> bool:
         cmd, text = self.resolve(argv)

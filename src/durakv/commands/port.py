@@ -165,6 +165,11 @@ class Port:
         """WAIT: a Deferred resolved with reply_fn() when enough replicas applied `index` or at the timeout."""
         return reply_fn()
 
+    # -- ACL --------------------------------------------------------------------------------------
+    def acl_users(self):
+        """The process's ACL users and log (server/acl.ServerAcl), or None: only the default user exists."""
+        return None
+
     # -- cluster ----------------------------------------------------------------------------------
     def node_id(self):
         return None

@@ -119,7 +119,8 @@ def get_state(pipeline) -> ScriptingState:
                 return ticket
             return dur.barrier_ticket()
 
-        calls = ScriptCalls(session, pipeline.script_call, pipeline.script_exists, set_busy, finish)
+        calls = ScriptCalls(session, pipeline.script_call, pipeline.script_exists, set_busy, finish,
+                            pipeline.script_acl_allowed)
         state = pipeline.scripting = ScriptingState(calls)
     return state
 

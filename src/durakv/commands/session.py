@@ -11,7 +11,7 @@ class Session:
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
                  "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
-                 "subscribed", "monitor", "special", "no_touch", "asking")
+                 "subscribed", "monitor", "special", "no_touch", "asking", "acl_user")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -48,6 +48,8 @@ class Session:
         self.special = False
         self.no_touch = False
         self.asking = False
+        # The ACL user (acl_model.User) the client runs as; None is the default user (`user` is its name).
+        self.acl_user = None
 
     def refresh_special(self):
         self.special = bool(self.subscribed or self.monitor)

@@ -510,7 +510,7 @@ class LuaEngine:
             raise ScriptRaise(err)
         if run is None or run.lookup(argv) is None:
             raise ScriptRaise(self.err_table("ERR Invalid command passed to server.acl_check_cmd()"))
-        return True
+        return run.acl_allowed(argv)
 
     def _py_log(self, level, message):
         log.log(_LOG_LEVELS[int(level)], "%s", message.decode("utf-8", "replace"))

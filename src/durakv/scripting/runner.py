@@ -57,16 +57,18 @@ class ScriptCalls:
     exists(argv)      whether argv names a command (redis.acl_check_cmd / pcall lookups)
     set_busy(b)       installs (or clears, b=None) the object that answers -BUSY while a script runs long
     finish(run)       a long script ended: submit run.effects / run.dirty_keys; returns the reply's ticket
+    acl_allowed(run, argv)  server.acl_check_cmd: whether the script's user may run argv
     """
 
-    __slots__ = ("session", "call", "exists", "set_busy", "finish")
+    __slots__ = ("session", "call", "exists", "set_busy", "finish", "acl_allowed")
 
-    def __init__(self, session, call, exists, set_busy, finish):
+    def __init__(self, session, call, exists, set_busy, finish, acl_allowed):
         self.session = session
         self.call = call
         self.exists = exists
         self.set_busy = set_busy
         self.finish = finish
+        self.acl_allowed = acl_allowed
 
 
 # The host (made by the server's port, duck-typed here): `loop`, `threshold_ms()` (busy-reply-threshold; 0:
@@ -126,6 +128,9 @@ class ScriptRun:
 
     def lookup(self, argv):
         return self.state.calls.exists(argv) or None
+
+    def acl_allowed(self, argv) -> bool:
+        return self.state.calls.acl_allowed(self, argv)
 
     def interrupt(self):
         if self.killed:

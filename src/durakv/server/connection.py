@@ -25,7 +25,7 @@ class Connection(asyncio.Protocol):
         self.server = server
         self.tls = tls
         self.transport = None
-        self.session = Session(created_ms=server.clock_ms(), authenticated=not server.requirepass)
+        self.session = Session(created_ms=server.clock_ms(), authenticated=not server.acl.auth_required())
         cfg = server.config
         self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"])
         self.outbox = None

@@ -94,7 +94,8 @@ def _section_stats(srv):
             "total_error_replies": d.total_errors,
             "unexpected_error_replies": d.error_counts.get("ERR", 0) and 0,
             "total_reads_processed": 0, "total_writes_processed": 0,
-            "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors}
+            "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors,
+            **srv.acl.info_fields()}
 
 
 def _section_replication(srv):

@@ -141,6 +141,7 @@ class ServerPort(Port):
     def reset_stats(self):
         srv = self.server
         srv.total_connections = srv.rejected_connections = 0
+        srv.acl.reset_stats()
 
     def last_save(self) -> int:
         return self.server.lastsave
@@ -194,6 +195,10 @@ class ServerPort(Port):
         # Replicas follow the journal; they do not acknowledge positions back to the primary, so WAIT
         # answers what is known at its timeout (0 = until the client disconnects, as Valkey).
         return self._deferred_with_timeout(timeout_ms, reply_fn)
+
+    # -- ACL --------------------------------------------------------------------------------------
+    def acl_users(self):
+        return self.server.acl
 
     # -- cluster ----------------------------------------------------------------------------------
     def node_id(self):

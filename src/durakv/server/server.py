@@ -16,6 +16,7 @@ from ..commands.session import Session
 from ..durability import Durability
 from ..keyspace import Keyspace
 from ..protocol.resp import Deferred, ErrorReply
+from .acl import ServerAcl
 from .blocking import Blocking
 from .connection import Connection
 from .notify import Hooks, parse_notify_flags
@@ -66,6 +67,7 @@ class Server:
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
+        self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
