@@ -307,13 +307,9 @@ class Server:
                 await self.journal.rotate()
                 upto = self.journal.commit_index
                 if upto > self.last_snapshot_index:
-                    proc = await asyncio.create_subprocess_exec(
-                        sys.executable, "-m", "durakv.snapshot.builder", "--dir", self.dir, "--upto", str(upto),
-                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-                    out, err = await proc.communicate()
-                    if proc.returncode != 0:
-                        raise RuntimeError("snapshot builder failed: " + err.decode(errors="replace")[-500:])
-                    await self.journal.truncate_before(upto + 1)
+                    from ..snapshot.adopt import build_snapshot  # builder child; we verify + rename (journalhard)
+                    adopted = await build_snapshot(self.dir, upto, databases=self.config["databases"])
+                    await self.journal.truncate_before(adopted.journal_from)  # keep what the older snapshot needs
                     self.last_snapshot_index = upto
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())
