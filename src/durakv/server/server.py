@@ -110,6 +110,8 @@ class Server:
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
+        from ..snapshot.datadir import open_data_dir  # lock --dir, check journal vs snapshots (journalhard)
+        self.data_dir_lock = open_data_dir(self.dir, self.config)
         # The journal thread needs the GIL back the moment its fsync returns, or every sync reply waits
         # for the interpreter's 5 ms switch interval while the event loop serves other clients.
         sys.setswitchinterval(0.0002)
