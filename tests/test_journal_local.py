@@ -1064,3 +1064,20 @@ def test_descriptor_exhaustion_at_rotation_with_a_low_rlimit(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert out["ok"] == [1, 2, 3, 4] and out["errnos"] == [errno.EMFILE] and out["retry"] == 5
+
+
+def test_open_reuses_the_start_up_check_only_while_no_segment_changed(tmp_path, monkeypatch):
+    import durakv.journal.local as local
+    _batches(tmp_path, [1] * 10)
+    check_journal(tmp_path, remember=True)
+    reads = []
+    real = local._read_file
+    monkeypatch.setattr(local, "_read_file", lambda path: reads.append(path) or real(path))
+    j = LocalJournal(tmp_path)
+    run(j.open())
+    assert reads == [] and j.commit_index == 10      # nothing changed since the check: not read again
+    run(j.close())
+    check_journal(tmp_path, remember=True)
+    with open(seg_path(tmp_path), "ab") as f:         # a change after the check is seen
+        f.write(encode_frame(12, 0, b"out of place"))
+    _open_fails(tmp_path, "index gap")

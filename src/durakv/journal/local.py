@@ -529,14 +529,16 @@ def _cut(path, offset, keep_copy):
         os.fsync(f.fileno())
 
 
-def check_journal(data_dir, load_truncated=False, expect_after=None, expect_reason="", repair=True):
+def check_journal(data_dir, load_truncated=False, expect_after=None, expect_reason="", repair=True, remember=False):
     """Checks (and repairs) the journal under data_dir before anything is replayed; returns a JournalReport.
 
     Cuts a torn last append (logged). Raises JournalCorrupt for any other damage, naming file, byte offset
     and the entries missing, unless load_truncated: then cuts at the first damage, moves what follows aside
     (`*.dropped`) and logs every entry range dropped. `expect_after` (an index) says the journal must hold
     segments (a snapshot built from the journal covers that index, or the journal directory existed): a
-    journal without any is then damage too. With repair False nothing on disk changes (a dry check)."""
+    journal without any is then damage too. With repair False nothing on disk changes (a dry check).
+    remember (start-up's check, before recovery) lets the LocalJournal.open() that follows reuse this
+    result when no segment file changed meanwhile."""
     jdir = journal_dir(data_dir)
     dropped = []
     torn_cuts = 0
@@ -544,6 +546,9 @@ def check_journal(data_dir, load_truncated=False, expect_after=None, expect_reas
     if repair:
         _remove_leftovers(data_dir, jdir, existed)
     found = list_segments(jdir)
+    cached = _cached_report(jdir, found)
+    if cached is not None:
+        return cached
     segments = []
     problem = None      # (message, action) of the first damage
     expected = found[0][0] if found else (expect_after or 0) + 1
@@ -608,7 +613,46 @@ def check_journal(data_dir, load_truncated=False, expect_after=None, expect_reas
         expected = segments[-1].last_index + 1 if segments else (expect_after or 0) + 1
         if not segments and found:
             expected = max(expected, found[0][0])
-    return JournalReport(segments, expected, existed, torn_cuts, dropped)
+    report = JournalReport(segments, expected, existed, torn_cuts, dropped)
+    if problem is None and repair and remember and found:
+        _remember_report(jdir, found, report)
+    return report
+
+
+# Start-up checks the journal before recovery replays it, and LocalJournal.open() checks it again after;
+# nothing writes in between (the directory is locked), so the second check reuses the first when every
+# segment file is still the same one with the same size and mtime, instead of reading it all a third time.
+_REPORTS = {}
+
+
+def _fingerprint(found):
+    out = []
+    for _first, path in found:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        out.append((path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+def _copy_report(report, torn_tail_cuts):
+    segs = [_Segment(s.first_index, s.path, s.size, s.count, s.legacy, s.seq, s.batch_start, s.sealed)
+            for s in report.segments]
+    return report._replace(segments=segs, torn_tail_cuts=torn_tail_cuts, dropped=[])
+
+
+def _remember_report(jdir, found, report):
+    fp = _fingerprint(found)
+    if fp is not None:
+        _REPORTS[jdir] = (fp, _copy_report(report, 0))
+
+
+def _cached_report(jdir, found):
+    entry = _REPORTS.pop(jdir, None)  # used once: a later open() checks afresh
+    if entry is None or not found or entry[0] != _fingerprint(found):
+        return None
+    return _copy_report(entry[1], 0)
 
 
 def _drop(found, segments, action, message, dropped):

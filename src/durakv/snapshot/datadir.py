@@ -48,7 +48,7 @@ def open_data_dir(data_dir, config):
         if config["journal-backend"] == "local":
             expect_after, reason = journal_expectation(data_dir)
             check_journal(data_dir, load_truncated=config["journal-load-truncated"], expect_after=expect_after,
-                          expect_reason=reason)
+                          expect_reason=reason, remember=True)
     except BaseException:
         lock.release()
         raise
