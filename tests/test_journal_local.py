@@ -1045,8 +1045,9 @@ _FEW_FDS = """
         j = LocalJournal(d, segment_bytes=1000)
         await j.open()
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        used = len(os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (used, hard))   # no descriptor left for a new segment
+        lowest_free = os.open(os.devnull, os.O_RDONLY)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))   # no descriptor for a new segment
         results = await asyncio.gather(*[j.append(b"y" * 200) for _ in range(8)], return_exceptions=True)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         ok = [r for r in results if isinstance(r, int)]
