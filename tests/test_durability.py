@@ -192,7 +192,7 @@ def test_snapshot_then_restart(server_factory, tmp_path):
 
 
 def _segments(data_dir):
-    return sorted(glob.glob(os.path.join(str(data_dir), "journal", "*.wal")))
+    return sorted(glob.glob(os.path.join(str(data_dir), "journal", "*.seg")))
 
 
 def test_torn_tail_is_cut_and_logged(server_factory, tmp_path):

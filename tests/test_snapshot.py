@@ -9,6 +9,7 @@ import random
 import struct
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -16,6 +17,7 @@ from replay_util import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.errors import JournalCorrupt
 from durakv.journal import LocalJournal, iter_entries
+from durakv.journal.local import DATA_START
 from durakv.keyspace import Keyspace
 from durakv.protocol.resp import ErrorReply, encode_command
 from durakv.journal.codec import decode_payload, encode_effects
@@ -485,7 +487,7 @@ def test_a_failing_effect_stops_recovery(tmp_path):
 def test_a_corrupt_journal_stops_recovery(tmp_path):
     asyncio.run(journal_workload(tmp_path, Live(), random.Random(9), 200))
     seg = sorted(os.listdir(os.path.join(str(tmp_path), "journal")))[0]
-    _corrupt_byte(os.path.join(str(tmp_path), "journal", seg), 40)
+    _corrupt_byte(os.path.join(str(tmp_path), "journal", seg), DATA_START + 40)  # in the first record
     with pytest.raises(JournalCorrupt, match=seg):
         recover(tmp_path, *fresh())
 
@@ -576,3 +578,161 @@ def test_builder_with_nothing_new_keeps_the_existing_snapshot(tmp_path):
     code, again, _ = run_builder(tmp_path, last)
     assert code == 0 and again["already"] is True and again["index"] == last
     assert [i for i, _ in list_snapshots(tmp_path)] == [last]
+
+
+# -- format versions, adoption, the builder's life -------------------------------------------------------
+
+def test_version_1_snapshots_are_still_read(tmp_path):
+    from durakv.snapshot.format import HEADER_V1, MAGIC, TRAILER_MAGIC, read_info
+    from crc32c import crc32c
+    body = encode_command((b"SELECT", b"0")) + encode_command((b"SET", b"k", b"v1 file"))
+    data = HEADER_V1.pack(MAGIC, 1, 7, NOW) + body + TRAILER_MAGIC + struct.pack("<Q", 2)
+    data += struct.pack("<I", crc32c(data))
+    path = snapshot_path(tmp_path, 7)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(data)
+    assert verify_snapshot(path) == (7, NOW, 2)
+    info = read_info(path)
+    assert (info.index, info.journal_follows, info.header_size) == (7, False, HEADER_V1.size)
+    ks, apply_fn = fresh()
+    assert load_snapshot(path, ks, apply_fn) == 7 and ks.dbs[0].data[b"k"] == b"v1 file"
+
+
+def test_journal_follows_flag_is_in_the_header(tmp_path):
+    from durakv.snapshot.format import read_info
+    write_snapshot(snapshot_path(tmp_path, 3), Keyspace(), 3)
+    write_snapshot(snapshot_path(tmp_path, 4), Keyspace(), 4, journal_follows=True)
+    assert read_info(snapshot_path(tmp_path, 3)).journal_follows is False
+    assert read_info(snapshot_path(tmp_path, 4)).journal_follows is True
+
+
+def _temp_for(tmp_path, index, live_ks, owner=None):
+    from durakv.snapshot.adopt import temp_path
+    from durakv.snapshot.format import write_snapshot_file
+    path = temp_path(tmp_path, index, owner or os.getpid(), "t0ken")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_snapshot_file(path, live_ks, index, journal_follows=True)
+    return path
+
+
+def test_adopt_renames_a_verified_file_and_keeps_the_one_it_was_built_from(tmp_path):
+    from durakv.snapshot.adopt import adopt_snapshot
+    live = Live()
+    for index in (3, 8, 12):
+        live.run("SET", "k", index)
+        write_snapshot(snapshot_path(tmp_path, index), live.ks, index, journal_follows=True)
+    live.run("SET", "k", 20)
+    tmp = _temp_for(tmp_path, 20, live.ks)
+    adopted = adopt_snapshot(tmp_path, tmp, 20, base_index=8)
+    assert adopted.path == snapshot_path(tmp_path, 20) and not os.path.exists(tmp)
+    assert [i for i, _ in list_snapshots(tmp_path)] == [20, 8]      # 12 (skipped by the builder) and 3 go
+    assert adopted.journal_from == 9                                 # what start-up needs if 20 is bad
+    assert sorted(adopted.deleted) == sorted([snapshot_path(tmp_path, 12), snapshot_path(tmp_path, 3)])
+    ks, apply_fn = fresh()
+    assert load_snapshot(adopted.path, ks, apply_fn) == 20 and ks.dbs[0].data[b"k"] == b"20"
+
+
+def test_adopt_refuses_a_damaged_or_foreign_file_and_keeps_what_was_there(tmp_path):
+    from durakv.snapshot.adopt import adopt_snapshot
+    live = Live()
+    live.run("SET", "k", "v")
+    write_snapshot(snapshot_path(tmp_path, 5), live.ks, 5, journal_follows=True)
+    tmp = _temp_for(tmp_path, 9, live.ks)
+    _corrupt_byte(tmp, os.path.getsize(tmp) // 2)
+    with pytest.raises(SnapshotCorrupt, match="checksum"):
+        adopt_snapshot(tmp_path, tmp, 9, base_index=5)
+    assert not os.path.exists(tmp) and [i for i, _ in list_snapshots(tmp_path)] == [5]
+    foreign = _temp_for(tmp_path, 9, live.ks, owner=os.getpid() + 1)
+    with pytest.raises(RuntimeError, match="not written for this process"):
+        adopt_snapshot(tmp_path, foreign, 9, base_index=5)
+    assert [i for i, _ in list_snapshots(tmp_path)] == [5] and os.path.exists(foreign)
+
+
+def test_stale_temporary_files_of_dead_builders_are_removed(tmp_path):
+    from durakv.snapshot.adopt import remove_stale_temps, temp_path
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live_owner = os.getppid()   # alive: pytest's parent
+    paths = {}
+    for name, owner in (("dead", dead.pid), ("alive", live_owner)):
+        paths[name] = temp_path(tmp_path, 4, owner, name)
+        os.makedirs(os.path.dirname(paths[name]), exist_ok=True)
+        with open(paths[name], "wb") as f:
+            f.write(b"partial")
+    assert remove_stale_temps(tmp_path) == [paths["dead"]]
+    assert os.path.exists(paths["alive"])
+
+
+def test_builder_with_out_only_writes_its_temporary_file(tmp_path):
+    from durakv.snapshot.adopt import temp_path
+    live = Live()
+    last = asyncio.run(journal_workload(tmp_path, live, random.Random(21), 60))
+    out = temp_path(tmp_path, last, os.getpid(), "abc")
+    code, result, _err = run_builder(tmp_path, last, "--out", out)
+    assert code == 0 and result["path"] == out and result["index"] == last
+    assert os.path.exists(out) and list_snapshots(tmp_path) == []     # written, not adopted
+    assert verify_snapshot(out)[0] == last
+
+
+def test_builder_exits_at_once_when_its_parent_is_not_the_pid_it_was_given(tmp_path):
+    asyncio.run(journal_workload(tmp_path, Live(), random.Random(22), 20))
+    proc = subprocess.run([sys.executable, "-m", "durakv.snapshot.builder", "--dir", str(tmp_path), "--upto", "3",
+                           "--out", str(tmp_path / "x.tmp"), "--parent-pid", str(os.getpid() + 100000)],
+                          capture_output=True, timeout=60, env=_builder_env())
+    assert proc.returncode == 1 and b"is gone" in proc.stderr
+    assert not os.path.exists(tmp_path / "x.tmp")
+
+
+def _builder_env(**extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.update(extra)
+    return env
+
+
+def _pids_of(marker):
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmd and b"durakv.snapshot.builder" in cmd:
+            out.append(int(pid))
+    return out
+
+
+@pytest.mark.parametrize("how", ["pdeathsig", "pipe"])
+def test_builder_dies_with_the_process_that_started_it(tmp_path, how):
+    """The parent (a stand-in for the server) is killed -9 while the builder sleeps before writing."""
+    from conftest import wait_until
+    asyncio.run(journal_workload(tmp_path, Live(), random.Random(23), 30))
+    out = str(tmp_path / "snapshots" / "snapshot-00000000000000000003.dks.tmp.1.x")
+    os.makedirs(os.path.dirname(out))
+    # "pipe" turns PR_SET_PDEATHSIG off (a documented test hook) to check the portable fallback alone:
+    # the stdin pipe the parent holds, and the parent pid.
+    starter = textwrap.dedent("""
+        import os, subprocess, sys, time
+        d, out = sys.argv[1], sys.argv[2]
+        cmd = [sys.executable, "-m", "durakv.snapshot.builder", "--dir", d, "--upto", "3", "--out", out,
+               "--parent-pid", str(os.getpid())]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        print(proc.pid, flush=True)
+        time.sleep(120)
+    """)
+    env = _builder_env(DURAKV_SNAPSHOT_BUILDER_DELAY_MS="60000")
+    if how == "pipe":
+        env["DURAKV_SNAPSHOT_BUILDER_NO_PDEATHSIG"] = "1"
+    parent = subprocess.Popen([sys.executable, "-c", starter, str(tmp_path), out], stdout=subprocess.PIPE, env=env)
+    try:
+        builder_pid = int(parent.stdout.readline())
+        wait_until(lambda: builder_pid in _pids_of(out), 20, what="the builder to run")
+    finally:
+        parent.kill()
+        parent.wait(timeout=20)
+    wait_until(lambda: builder_pid not in _pids_of(out), 20, what="the builder to exit with its parent")
+    assert not os.path.exists(out)

@@ -6,7 +6,7 @@ import logging
 import sys
 
 from .config import Config
-from .errors import ConfigError, JournalCorrupt
+from .errors import ConfigError, DataDirInUse, JournalCorrupt
 
 _LEVELS = {"debug": logging.DEBUG, "verbose": logging.INFO, "notice": logging.INFO, "warning": logging.WARNING,
            "nothing": logging.CRITICAL + 10}
@@ -55,6 +55,12 @@ def run_server(argv):
             uvloop.run(main()) if hasattr(uvloop, "run") else asyncio.run(main())
         else:
             asyncio.run(main())
+    except DataDirInUse as exc:
+        # A fatal configuration error in Valkey's terms: exit 1, and say so on stderr even with a logfile.
+        logging.getLogger("durakv").critical("cannot start: %s", exc)
+        if config["logfile"]:
+            print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
+        return 1
     except ConfigError as exc:  # found once the server is built (the ACL users: `user` lines, the aclfile)
         print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
         return 1

@@ -1,12 +1,20 @@
-"""One Config object with valkey.conf-style names (plus durakv's own), as the server and CONFIG see them.
+r"""One Config object with valkey.conf-style names (plus durakv's own), as the server and CONFIG see them.
 
 Sources, later wins: built-in defaults, a config file (valkey.conf syntax: `name value ...` per line,
 `#` comments, quoted arguments), then `--name value` command-line arguments. CONFIG GET/SET use the same names.
+
+The file is read as Valkey reads it (config.c loadServerConfigFromString + sds.c sdssplitargs): lines split
+on LF and trimmed, arguments split on blanks, "double quotes" with \n \r \t \b \a \\ \" and \xHH escapes,
+'single quotes' with \' only; a closing quote must be followed by a blank; a single-valued option takes
+exactly one argument. CONFIG REWRITE writes every string value the way Valkey's rewriteConfigStringOption
+does (sdscatrepr: double-quoted, non-printable bytes escaped), so every value CONFIG SET accepts reads back
+identically after a restart. Like Valkey, string options take any bytes (a newline in requirepass is a
+valid password; it is escaped when written); what Valkey refuses, durakv refuses with Valkey's text: `save`
+must be pairs of integers (seconds >= 1, changes >= 0), split on single spaces as CONFIG SET does.
 """
 
 import fnmatch
 import os
-import shlex
 
 from .errors import ConfigError
 
@@ -64,6 +72,55 @@ def _string(text):
     return text
 
 
+_C_SPACE = " \t\n\v\f\r"
+_DIGITS = "0123456789"
+_LLONG_MAX = 2**63 - 1
+
+
+def _strtoll(text):
+    """C strtoll(text, &end, 10) with the check `*end == '\\0'`: the value, or None when text has anything
+    after the number. Like C, leading blanks and a sign are allowed and an empty string is 0."""
+    n = len(text)
+    i = 0
+    while i < n and text[i] in _C_SPACE:
+        i += 1
+    j = i + 1 if i < n and text[i] in "+-" else i
+    k = j
+    while k < n and text[k] in _DIGITS:
+        k += 1
+    if k == j:
+        return 0 if n == 0 else None
+    if k != n:
+        return None
+    value = int(text[j:k])
+    value = -value if text[i] == "-" else value
+    return max(-_LLONG_MAX - 1, min(_LLONG_MAX, value))
+
+
+def _save_args(args):
+    """Valkey's setConfigSaveOption: pairs of `seconds changes`; a single "" means no save points."""
+    if len(args) == 1 and args[0] == "":
+        args = []
+    if len(args) % 2:
+        raise ValueError("Invalid save parameters")
+    values = []
+    for j, arg in enumerate(args):
+        v = _strtoll(arg)
+        if v is None or (j % 2 == 0 and v < 1) or (j % 2 == 1 and v < 0):
+            raise ValueError("Invalid save parameters")
+        values.append(v)
+    return " ".join(str(v) for v in values)
+
+
+def _save(text):
+    # CONFIG SET splits a multi-argument value on single spaces (config.c performInterfaceSet)
+    return _save_args(text.split(" ") if text else [])
+
+
+def _words(text):
+    return " ".join(a for a in text.split(" ") if a) if text else ""
+
+
 def _fmt_bool(v):
     return "yes" if v else "no"
 
@@ -77,20 +134,35 @@ def _fmt(v):
 
 
 class Option:
-    __slots__ = ("name", "default", "parse", "mutable", "aliases", "sensitive")
+    """One config name. `multi`: takes several arguments (Valkey's MULTI_ARG_CONFIG); then `parse_args`
+    turns the argument list into the value, and `parse` a CONFIG SET string (split on spaces)."""
 
-    def __init__(self, name, default, parse, mutable=True, aliases=(), sensitive=False):
+    __slots__ = ("name", "default", "parse", "mutable", "aliases", "sensitive", "multi", "parse_args", "help")
+
+    def __init__(self, name, default, parse, mutable=True, aliases=(), sensitive=False, multi=False,
+                 parse_args=None, help=""):
         self.name = name
         self.default = default
         self.parse = parse
         self.mutable = mutable
         self.aliases = aliases
         self.sensitive = sensitive
+        self.multi = multi
+        self.parse_args = parse_args or (lambda args: parse(" ".join(args)))
+        self.help = help
+
+    def config_text(self, value) -> str:
+        """The value as CONFIG REWRITE writes it after the name."""
+        if self.multi:
+            return " ".join(_repr_if_needed(a) for a in value.split(" ")) if value else '""'
+        if self.parse is _string:
+            return quote_config_value(value)
+        return _fmt(value)
 
 
 OPTIONS = [
     Option("port", 6379, _int_range(0, 65535), mutable=False),
-    Option("bind", "127.0.0.1 -::1", _string, mutable=False),
+    Option("bind", "127.0.0.1 -::1", _words, mutable=False, multi=True),
     Option("dir", "./durakv-data", _string, mutable=False),
     Option("requirepass", "", _string, sensitive=True),
     Option("aclfile", "", _string, mutable=False),
@@ -120,7 +192,7 @@ OPTIONS = [
     Option("logfile", "", _string, mutable=False),
     Option("daemonize", False, _bool, mutable=False),
     Option("pidfile", "", _string, mutable=False),
-    Option("save", "", _string),
+    Option("save", "", _save, multi=True, parse_args=_save_args),
     Option("appendonly", False, _bool),
     Option("protected-mode", False, _bool),
     Option("slowlog-log-slower-than", 10000, _int_range(-1, 2**62)),
@@ -145,6 +217,14 @@ OPTIONS = [
     Option("journal-segment-bytes", 64 * 1024 * 1024, _memory, mutable=False),
     Option("journal-fsync", True, _bool, mutable=False),
     Option("auto-snapshot-journal-bytes", 256 * 1024 * 1024, _memory),
+    Option("journal-load-truncated", False, _bool,
+           help="Like Valkey's aof-load-truncated, for the local journal (default no, unlike Valkey's: an "
+                "acknowledged write must not vanish quietly). no: start-up stops when the journal is damaged "
+                "beyond its last append (a damaged record followed by valid ones, records ending before what "
+                "the segment state says was committed, a missing or emptied segment); the message names the "
+                "file, the byte offset and the entries missing. yes: start anyway, cutting the journal at the "
+                "first damage; every dropped entry range is logged and the dropped bytes are kept aside as "
+                "*.dropped files. A torn last append is always cut (it was never acknowledged)."),
 ]
 
 BY_NAME = {}
@@ -164,6 +244,7 @@ class Config:
         self.user_lines = []
         # () -> lines CONFIG REWRITE appends after the options (the ACL users, when there is no aclfile).
         self.rewrite_extra_lines = None
+        self._save_loaded = False  # Valkey: save lines of one start-up add up (an empty one clears)
 
     def __getitem__(self, name):
         return self.values[BY_NAME[name].name]
@@ -172,22 +253,55 @@ class Config:
         opt = BY_NAME.get(name)
         return self.values[opt.name] if opt else default
 
-    def set(self, name: str, text: str, startup=False):
-        """Parses and sets one option. Raises ConfigError with Valkey's wording on a bad value."""
+    def _lookup(self, name: str, startup: bool):
         opt = BY_NAME.get(name.lower())
         if opt is None:
             raise ConfigError(f"Bad directive or wrong number of arguments: '{name}'")
         if not startup and not opt.mutable:
             raise ConfigError("can't set immutable config")
-        try:
-            value = opt.parse(text)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        return opt
+
+    def _store(self, opt, value, startup):
         self.values[opt.name] = value
         if not startup:
             for fn in self.listeners:
                 fn(opt.name, value)
         return opt.name
+
+    def set(self, name: str, text: str, startup=False):
+        """Parses and sets one option from one string, as CONFIG SET does. Raises ConfigError with Valkey's
+        wording on a bad value."""
+        opt = self._lookup(name, startup)
+        try:
+            value = opt.parse(text)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return self._store(opt, value, startup)
+
+    def set_args(self, name: str, args, startup=True):
+        """Sets one option from its arguments as a config file line gives them (config.c): a single-valued
+        option takes exactly one; a multi-valued one given a single non-empty argument splits it again."""
+        opt = self._lookup(name, startup)
+        args = list(args)
+        try:
+            if opt.multi:
+                if len(args) == 1 and args[0]:
+                    split = split_args(args[0].encode("utf-8", "surrogateescape"))
+                    if split is None:
+                        raise ConfigError("Unbalanced quotes in configuration line")
+                    args = [_decode(a) for a in split]
+                value = opt.parse_args(args)
+                if opt.name == "save" and startup:
+                    if self._save_loaded and value and self.values["save"]:
+                        value = self.values["save"] + " " + value
+                    self._save_loaded = True
+            else:
+                if len(args) != 1:
+                    raise ConfigError("wrong number of arguments")
+                value = opt.parse(args[0])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return self._store(opt, value, startup)
 
     def matching(self, pattern: str):
         """(name, formatted value) pairs for CONFIG GET, aliases included when they match."""
@@ -204,30 +318,37 @@ class Config:
     # -- loading ------------------------------------------------------------------------------
     def load_file(self, path: str):
         self.config_file = os.path.abspath(path)
-        with open(path, encoding="utf-8") as f:
-            for lineno, raw in enumerate(f, 1):
-                line = raw.strip()
-                if not line or line.startswith("#"):
-                    continue
-                try:
-                    parts = shlex.split(line)
-                except ValueError as exc:
-                    raise ConfigError(f"{path}:{lineno}: {exc}") from None
-                name, args = parts[0], parts[1:]
-                if name.lower() == "user":
-                    self.user_lines.append([a.encode("utf-8", "surrogateescape") for a in args])
-                    continue
-                if name.lower() == "include":
-                    for inc in args:
-                        self.load_file(inc)
-                    continue
-                try:
-                    self.set(name, " ".join(args), startup=True)
-                except ConfigError as exc:
-                    raise ConfigError(f"{path}:{lineno}: '{line}': {exc}") from None
+        with open(path, "rb") as f:
+            self.load_text(f.read(), path)
+
+    def load_text(self, data: bytes, path="(config)"):
+        """Valkey's loadServerConfigFromString over the bytes of a config file."""
+        for lineno, raw in enumerate(data.split(b"\n"), 1):
+            line = raw.strip(b" \t\r\n")
+            if not line or line.startswith(b"#"):
+                continue
+            shown = _decode(line)
+            parts = split_args(line)
+            if parts is None:
+                raise ConfigError(f"{path}:{lineno}: '{shown}': Unbalanced quotes in configuration line")
+            if not parts:
+                continue
+            name, args = _decode(parts[0]).lower(), [_decode(a) for a in parts[1:]]
+            if name == "user":
+                # `user <name> <rules...>`: not an option (CONFIG GET/SET do not know it, as in Valkey); the ACL
+                # users are built from these lines at start-up.
+                self.user_lines.append(list(parts[1:]))
+                continue
+            if name == "include" and len(args) == 1:
+                self.load_file(args[0])
+                continue
+            try:
+                self.set_args(name, args, startup=True)
+            except ConfigError as exc:
+                raise ConfigError(f"{path}:{lineno}: '{shown}': {exc}") from None
 
     def load_args(self, argv):
-        """`--name value [value...]` pairs, as valkey-server accepts them."""
+        """`--name value [value...]` pairs, as valkey-server accepts them (each one a line of the config)."""
         i = 0
         while i < len(argv):
             arg = argv[i]
@@ -244,26 +365,131 @@ class Config:
                 self.user_lines.append([v.encode("utf-8", "surrogateescape") for v in vals])
                 i = j
                 continue
-            if not vals and BY_NAME.get(name.lower()) and isinstance(BY_NAME[name.lower()].default, bool):
+            opt = BY_NAME.get(name.lower())
+            if not vals and opt is not None and isinstance(opt.default, bool):
                 vals = ["yes"]
-            self.set(name, " ".join(vals), startup=True)
+            try:
+                self.set_args(name, vals, startup=True)
+            except ConfigError as exc:
+                raise ConfigError(f"--{name}: {exc}") from None
             i = j
 
     def rewrite(self):
-        """CONFIG REWRITE: writes every non-default option back to the config file."""
+        """CONFIG REWRITE: writes every non-default option back to the config file, string values quoted
+        as Valkey quotes them, so that the file reads back to the same values."""
         if not self.config_file:
             raise ConfigError("The server is running without a config file")
-        lines = [f"{o.name} {_quote(_fmt(self.values[o.name]))}" for o in OPTIONS
+        lines = [f"{o.name} {o.config_text(self.values[o.name])}" for o in OPTIONS
                  if self.values[o.name] != o.default]
         if self.rewrite_extra_lines is not None:
             lines.extend(self.rewrite_extra_lines())
         tmp = self.config_file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="ascii") as f:
             f.write("# written by durakv CONFIG REWRITE\n" + "\n".join(lines) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.config_file)
 
 
-def _quote(text):
-    return '""' if text == "" else (shlex.quote(text) if any(c.isspace() for c in text) else text)
+def _decode(data: bytes) -> str:
+    # CONFIG SET decodes values the same way, so a value survives a rewrite whatever bytes it held
+    return data.decode("utf-8", "replace")
+
+
+_SPLIT_SPACE = frozenset(b" \t\n\v\f\r")
+_TOKEN_END = frozenset(b" \n\r\t")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+
+
+def split_args(line: bytes):
+    """sds.c sdssplitargs: the arguments of one config line as bytes, or None for unbalanced quotes (or a
+    closing quote followed by something other than a blank). Like C, the line ends at a NUL byte."""
+    nul = line.find(b"\0")
+    if nul >= 0:
+        line = line[:nul]
+    n = len(line)
+
+    def at(i):
+        return line[i] if i < n else 0
+
+    out = []
+    p = 0
+    while True:
+        while p < n and line[p] in _SPLIT_SPACE:
+            p += 1
+        if p >= n:
+            return out
+        cur = bytearray()
+        inq = insq = done = False
+        while not done:
+            c = at(p)
+            if inq:
+                if c == 0x5C and at(p + 1) == 0x78 and at(p + 2) in _HEX and at(p + 3) in _HEX:
+                    cur.append(int(bytes((at(p + 2), at(p + 3))), 16))
+                    p += 3
+                elif c == 0x5C and at(p + 1):
+                    p += 1
+                    cur.append(_ESCAPES.get(at(p), at(p)))
+                elif c == 0x22:
+                    if at(p + 1) and at(p + 1) not in _SPLIT_SPACE:
+                        return None
+                    done = True
+                elif not c:
+                    return None
+                else:
+                    cur.append(c)
+            elif insq:
+                if c == 0x5C and at(p + 1) == 0x27:
+                    p += 1
+                    cur.append(0x27)
+                elif c == 0x27:
+                    if at(p + 1) and at(p + 1) not in _SPLIT_SPACE:
+                        return None
+                    done = True
+                elif not c:
+                    return None
+                else:
+                    cur.append(c)
+            elif c in _TOKEN_END or not c:
+                done = True
+            elif c == 0x22:
+                inq = True
+            elif c == 0x27:
+                insq = True
+            else:
+                cur.append(c)
+            if at(p):
+                p += 1
+        out.append(bytes(cur))
+
+
+_REPR = {0x5C: "\\\\", 0x22: '\\"', 10: "\\n", 13: "\\r", 9: "\\t", 7: "\\a", 8: "\\b"}
+
+
+def repr_bytes(data: bytes) -> str:
+    r"""sds.c sdscatrepr: double-quoted, with \\ \" \n \r \t \a \b escaped, other bytes outside
+    0x20..0x7e as \xHH (C isprint in the C locale)."""
+    out = ['"']
+    for c in data:
+        esc = _REPR.get(c)
+        if esc is not None:
+            out.append(esc)
+        elif 0x20 <= c <= 0x7E:
+            out.append(chr(c))
+        else:
+            out.append("\\x%02x" % c)
+    out.append('"')
+    return "".join(out)
+
+
+def quote_config_value(text: str) -> str:
+    """A string option's value as CONFIG REWRITE writes it (Valkey's rewriteConfigStringOption)."""
+    return repr_bytes(text.encode("utf-8", "surrogateescape"))
+
+
+def _repr_if_needed(word: str) -> str:
+    data = word.encode("utf-8", "surrogateescape")
+    if data and all(0x21 <= c <= 0x7E and c not in (0x22, 0x27, 0x5C) for c in data):
+        return word
+    return repr_bytes(data)

@@ -37,3 +37,11 @@ class JournalCorrupt(DurakvError):
 
 class ProtocolError(DurakvError):
     """The client sent bytes that are not RESP; the connection is answered and closed."""
+
+
+class DataDirInUse(DurakvError):
+    """Another process holds the data directory's lock; start-up stops (exit 1) naming its pid."""
+
+    def __init__(self, text: str, holder_pid=None):
+        super().__init__(text)
+        self.holder_pid = holder_pid

@@ -1,6 +1,6 @@
 """Introspection: OBJECT, MEMORY, SLOWLOG, LATENCY, and the slow log / latency monitor behind them.
 
-The dispatcher times every command; when one takes at least `Monitors.threshold_us` (the smaller of
+The pipeline times every command; when one takes at least `Monitors.threshold_us` (the smaller of
 `slowlog-log-slower-than` and `latency-monitor-threshold`, both followed live through CONFIG SET) it
 calls Monitors.record, which adds a slow log entry and/or a "command" / "fast-command" latency sample
 as Valkey's call() does. The keyspace reports each active expire cycle as "expire-cycle".
@@ -38,7 +38,7 @@ _REDACTED = b"(redacted)"
 
 
 class Monitors:
-    """Slow log entries and latency time series of one server (held by its dispatcher)."""
+    """Slow log entries and latency time series of one server (held by its pipeline)."""
 
     __slots__ = ("slowlog", "slowlog_next_id", "slowlog_slower_than", "slowlog_max_len",
                  "latency_threshold_ms", "latency_events", "threshold_us", "config")

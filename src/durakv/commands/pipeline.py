@@ -184,7 +184,9 @@ class Pipeline:
         if cmd is None or not cmd.argc_min <= len(args) <= cmd.argc_max:
             cmd, text = self.resolve(args)
             if text is not None:
+                session.last_cmd = cmd
                 return self.reject(session, cmd, text), 0, cmd
+        session.last_cmd = cmd
         if not session.authenticated and not cmd.no_auth:
             return self.reject(session, cmd, messages.NOAUTH), 0, cmd
         if session.in_multi:
@@ -356,14 +358,12 @@ class Pipeline:
             if key_idx is None or len(args) <= key_idx[-1]:
                 key_idx = cmd.key_indexes(args)
             before = 0
-            lookup = keyspace.lookup
             for i in key_idx:
                 k = args[i]
-                v = lookup(db, k)  # lazy expiry first, so the handler sees live keys
+                v = keyspace.lookup(db, k)  # lazy expiry first, so the handler sees live keys
                 if v is not None:
                     before += (_STRING_KEY_COST + len(k) + len(v)) if type(v) is bytes else estimate_key(k, v)
-        reading = cmd.readonly
-        if reading:
+        elif cmd.readonly:
             keyspace.reading = True   # keyspace_hits / keyspace_misses count read lookups only
         start = self._mark
         try:
@@ -378,8 +378,7 @@ class Pipeline:
             self.count_error(reply.text)
             self.port.log_exception(cmd.fullname, exc)
         end = self._mark = self.perf_counter()
-        if reading:
-            keyspace.reading = False
+        keyspace.reading = False
         if self.stats_enabled and (handler is None or (reply is not None and type(reply) is not Blocked)):
             cmd.calls += 1
             usec = int((end - start) * 1e6)
@@ -405,12 +404,10 @@ class Pipeline:
             return reply, (), ()
         ctx.effects = []
         dirty = ctx.dirty
-        ctx.dirty = []
-        exact = ctx.dirty_exact
-        if exact:
+        if ctx.dirty_exact:
             ctx.dirty_exact = False
-        if dirty is not None and not exact and not cmd.calls_commands and (
-                self.watchers or obs is not None or self.durability.needs_dirty):
+        elif dirty is not None and not cmd.calls_commands and (
+                obs is not None or self.durability.needs_dirty or self.watchers):
             if cmd.keys_incomplete:
                 dirty = self._effect_keys(effects, dirty)   # SORT ... STORE: its effects name the keys
             elif cmd.keyless:
@@ -420,6 +417,8 @@ class Pipeline:
                 db_id = db.id
                 for i in (key_idx if write else cmd.key_indexes(args)):
                     dirty.append((db_id, args[i]))
+        if dirty is None or dirty:
+            ctx.dirty = []     # the list leaves with the effects; the next command starts a new one
         if self.watchers and not cmd.calls_commands:
             self.touch_watched(dirty)  # EXEC's and scripts' own commands touched theirs already
         if obs is not None:

@@ -15,7 +15,7 @@ class Command:
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
-                 "argc_min", "argc_max")
+                 "argc_min", "argc_max", "changes_protocol")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -62,6 +62,8 @@ class Command:
         self.touches_data = self.write or self.readonly or self.calls_commands
         # Runs immediately even inside MULTI (processCommand's list).
         self.multi_immediate = top in _MULTI_IMMEDIATE
+        # The reply protocol may differ after it: the connection re-reads the session's RESP version.
+        self.changes_protocol = top in ("hello", "reset")
         # Fast path for the common shape: keys at fixed positions first..last step.
         self.simple_keys = _simple_range(self.key_specs)
         self.keyless = not self.key_specs

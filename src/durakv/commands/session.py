@@ -30,7 +30,7 @@ class Session:
         self.ctx = None
         self.created_ms = created_ms
         self.last_interaction_ms = created_ms
-        self.last_cmd = "NULL"
+        self.last_cmd = None       # the Command of the client's latest request (CLIENT LIST cmd=)
         self.flags = "N"
         self.readonly_mode = False
         self.close_after_reply = False

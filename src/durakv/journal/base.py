@@ -16,7 +16,8 @@ Contract every backend keeps (tests/journal_contract.py checks it):
   was never acknowledged may or may not survive a crash, but if it survives it is whole and in its place.
 * Failure: an I/O failure fails the append(s) it affects *and every later one* (the backend moves to a
   failed state and raises JournalFailed): after an fsync error nothing about the unsynced tail can be
-  trusted, so the owner must reopen (recover) the journal. A closed journal raises JournalClosed.
+  trusted, so the owner must reopen (recover) the journal. A backend that restores a clean state itself
+  may let the owner resume() instead (local: see LocalJournal). A closed journal raises JournalClosed.
 * Recovery (open()): scans what is stored, cuts an incomplete tail (an append that never completed,
   never acknowledged) and logs it, and raises durakv.errors.JournalCorrupt for damage anywhere before the
   tail. Nothing is ever skipped silently. open() sets commit_index.

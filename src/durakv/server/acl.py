@@ -176,12 +176,7 @@ class ServerAcl:
         if conn is None:
             return b""
         from .port import client_line
-        saved = session.last_cmd
-        session.last_cmd = current
-        try:
-            return client_line(conn, self.server.clock_ms()).encode("utf-8", "replace")
-        finally:
-            session.last_cmd = saved
+        return client_line(conn, self.server.clock_ms(), current).encode("utf-8", "replace")
 
     # -- AUTH ---------------------------------------------------------------------------------------------
     def authenticate(self, session, username: bytes, password: bytes, argv0: bytes) -> bool:

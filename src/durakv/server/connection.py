@@ -131,13 +131,17 @@ class Connection(asyncio.Protocol):
                         error = limit
                         break
                 reply, ticket, cmd = process(session, args)
-                if cmd is not None:
-                    session.last_cmd = cmd.fullname
+                if cmd is not None and cmd.changes_protocol:
+                    resp3 = session.resp == 3  # HELLO, RESET: the replies after it use the new protocol
                 t = type(reply)
                 if t is _RAW:
                     data = reply
                 elif t is bytes:
                     data = b"$%d\r\n%s\r\n" % (len(reply), reply)
+                elif reply is None:
+                    data = b"_\r\n" if resp3 else b"$-1\r\n"
+                elif t is int:
+                    data = b":%d\r\n" % reply
                 elif t is Blocked:
                     server.blocking.block(self, reply, cmd, args)  # its reply is a Deferred in the outbox
                     self._park(commands, i + 1, error)
@@ -156,8 +160,6 @@ class Connection(asyncio.Protocol):
                         break
                     continue
                 else:
-                    if resp3 != (session.resp == 3):
-                        resp3 = session.resp == 3  # HELLO changed the protocol mid-batch
                     try:
                         data = encode(reply, resp3)
                     except Exception as exc:  # noqa: BLE001 - a bad reply must not take the server down

@@ -445,8 +445,9 @@ class Hooks:
         elif deferred:
             self._deferred = []
         t = conn.tracking
-        if t is not None and t.caching and not conn.session.in_multi and conn.session.last_cmd.split("|")[0] \
-                not in _CLIENT_FAMILY:
+        last = conn.session.last_cmd
+        if t is not None and t.caching and not conn.session.in_multi and (
+                last is None or (last.parent or last).name not in _CLIENT_FAMILY):
             t.caching = False
 
     def _effects(self, cmd, args, effects, dirty, pre_absent, served):

@@ -269,9 +269,12 @@ class ScriptHost:
             self._saved_expire = None
 
 
-def client_line(conn, now_ms) -> str:
-    """One CLIENT LIST line, Valkey's fields in Valkey's order."""
+def client_line(conn, now_ms, current=None) -> str:
+    """One CLIENT LIST line, Valkey's fields in Valkey's order (`current`: the command name to show instead of
+    the last one, as ACL LOG shows the command being refused)."""
     s = conn.session
+    if current is None:
+        current = s.last_cmd.fullname if s.last_cmd is not None else "NULL"
     age = (now_ms - s.created_ms) // 1000
     idle = (now_ms - s.last_interaction_ms) // 1000
     subs = conn.subs
@@ -297,6 +300,6 @@ def client_line(conn, now_ms) -> str:
             "tot-mem=0 events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s" % (
                 s.id, s.addr, s.laddr, s.fd, s.name.decode("utf-8", "replace"), age, idle, flags, s.db_id,
                 nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), held,
-                s.last_cmd, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
+                current, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
                 s.lib_ver.decode("utf-8", "replace")))
 

@@ -16,6 +16,8 @@ from ..commands.session import Session
 from ..durability import Durability
 from ..keyspace import Keyspace
 from ..protocol.resp import Deferred, ErrorReply
+from ..snapshot.adopt import build_snapshot
+from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
 from .blocking import Blocking
 from .connection import Connection
@@ -116,6 +118,8 @@ class Server:
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
+        # Lock --dir (one server per data directory) and check the journal against the snapshots first.
+        self.data_dir_lock = open_data_dir(self.dir, self.config)
         # The journal thread needs the GIL back the moment its fsync returns, or every sync reply waits
         # for the interpreter's 5 ms switch interval while the event loop serves other clients.
         sys.setswitchinterval(0.0002)
@@ -286,13 +290,8 @@ class Server:
                 await self.journal.rotate()
                 upto = self.journal.commit_index
                 if upto > self.last_snapshot_index:
-                    proc = await asyncio.create_subprocess_exec(
-                        sys.executable, "-m", "durakv.snapshot.builder", "--dir", self.dir, "--upto", str(upto),
-                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-                    out, err = await proc.communicate()
-                    if proc.returncode != 0:
-                        raise RuntimeError("snapshot builder failed: " + err.decode(errors="replace")[-500:])
-                    await self.journal.truncate_before(upto + 1)
+                    adopted = await build_snapshot(self.dir, upto, databases=self.config["databases"])
+                    await self.journal.truncate_before(adopted.journal_from)  # keep what the older snapshot needs
                     self.last_snapshot_index = upto
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())

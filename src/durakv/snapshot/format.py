@@ -2,17 +2,22 @@
 
 `<dir>/snapshots/snapshot-<index:020d>.dks`:
 
-    header   magic b"DKVSNAP\\n" | version u16 | index u64 (journal index covered) | created_ms u64
+    header   magic b"DKVSNAP\\n" | version u16 (2) | index u64 (journal index covered) | created_ms u64 |
+             flags u32 (bit 0 JOURNAL_FOLLOWS: built from the journal, which continues after `index`)
     body     RESP-encoded commands: first `FUNCTION LOAD code` per function library (in db 0), then
              per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
              (collections in chunks of <= 512 elements) or, for a stream, XADD / XGROUP / XCLAIM / XSETID
              (Stream.rebuild_commands), then `PEXPIREAT key ms` when the key has a TTL
     trailer  magic b"DKVSEND\\n" | commands u64 | crc u32 (CRC32C of every byte before it)
 
-little-endian. The body goes through the same path as journal replay: apply_fn(db_id, argv), with
-`SELECT` handled here. A snapshot is written to a temporary file, fsynced, renamed into place and the
-directory fsynced, so a snapshot file that exists under its final name is complete; its checksum is
-still verified before anything is applied.
+little-endian. Version 1 files (the header without flags) are still read. The body goes through the same
+path as journal replay: apply_fn(db_id, argv), with `SELECT` handled here. A snapshot is written to a
+temporary file and fsynced, then renamed into place and the directory fsynced (by write_snapshot here, or,
+for the builder's file, by the server: snapshot/adopt.py), so a snapshot file that exists under its final
+name is complete; its checksum is still verified before anything is applied.
+
+JOURNAL_FOLLOWS lets start-up tell "the journal was deleted" from "there never was one after this image":
+a snapshot written from memory by a server without a journal (durability none) does not carry it.
 """
 
 import logging
@@ -21,6 +26,7 @@ import re
 import struct
 import time
 from collections import deque
+from typing import NamedTuple
 
 import hiredis
 from crc32c import crc32c
@@ -35,8 +41,11 @@ log = logging.getLogger("durakv.snapshot")
 
 MAGIC = b"DKVSNAP\n"
 TRAILER_MAGIC = b"DKVSEND\n"
-VERSION = 1
-HEADER = struct.Struct("<8sHQQ")
+VERSION = 2
+HEADER = struct.Struct("<8sHQQI")
+HEADER_V1 = struct.Struct("<8sHQQ")
+_HEADER_SIZES = {1: HEADER_V1.size, 2: HEADER.size}
+JOURNAL_FOLLOWS = 1
 TRAILER = struct.Struct("<8sQI")
 CHUNK = 512
 SNAPSHOT_RE = re.compile(r"^snapshot-(\d{20})\.dks$")
@@ -126,20 +135,18 @@ def iter_commands(keyspace):
                     yield db.id, (b"PEXPIREAT", key, b"%d" % at)
 
 
-def write_snapshot(path, keyspace, index: int, created_ms=None) -> dict:
-    """Writes keyspace as the snapshot covering journal index `index` to `path` (atomically: temporary
-    file, fsync, rename, directory fsync). Returns {'path', 'index', 'bytes', 'commands', 'keys'}."""
+def write_snapshot_file(path, keyspace, index: int, created_ms=None, journal_follows=False) -> dict:
+    """Writes keyspace as the snapshot covering journal index `index` into `path` itself and fsyncs it (no
+    rename: the builder writes its temporary file this way and the server adopts it). Returns {'path',
+    'index', 'bytes', 'commands', 'keys', 'crc'}. A file left half-written by a failure is removed."""
     path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = "%s.tmp.%d" % (path, os.getpid())
     created = int(time.time() * 1000) if created_ms is None else created_ms
     crc = 0
     total = 0
     commands = 0
     keys = sum(len(db.data) for db in keyspace.dbs)
     try:
-        with open(tmp, "wb", buffering=0) as f:
+        with open(path, "wb", buffering=0) as f:
             buf = []
             buffered = 0
 
@@ -154,7 +161,7 @@ def write_snapshot(path, keyspace, index: int, created_ms=None) -> dict:
                     buf = []
                     buffered = 0
 
-            put(HEADER.pack(MAGIC, VERSION, index, created))
+            put(HEADER.pack(MAGIC, VERSION, index, created, JOURNAL_FOLLOWS if journal_follows else 0))
             current = None
             for db_id, argv in iter_commands(keyspace):
                 if db_id != current:
@@ -169,6 +176,32 @@ def write_snapshot(path, keyspace, index: int, created_ms=None) -> dict:
             f.write(b"".join(buf))
             total += TRAILER.size
             os.fsync(f.fileno())
+    except BaseException:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        raise
+    return {"path": path, "index": index, "bytes": total, "commands": commands, "keys": keys, "crc": crc}
+
+
+def fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(path, keyspace, index: int, created_ms=None, journal_follows=False) -> dict:
+    """Writes keyspace as the snapshot covering journal index `index` to `path` (atomically: temporary
+    file, fsync, rename, directory fsync). Returns {'path', 'index', 'bytes', 'commands', 'keys', 'crc'}."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    info = write_snapshot_file(tmp, keyspace, index, created_ms, journal_follows)
+    try:
         os.rename(tmp, path)
     except BaseException:
         try:
@@ -176,47 +209,67 @@ def write_snapshot(path, keyspace, index: int, created_ms=None) -> dict:
         except FileNotFoundError:
             pass
         raise
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return {"path": path, "index": index, "bytes": total, "commands": commands, "keys": keys}
+    fsync_dir(directory)
+    info["path"] = path
+    return info
 
 
 # -- reading ------------------------------------------------------------------------------------------
 
+class SnapshotInfo(NamedTuple):
+    index: int
+    created_ms: int
+    journal_follows: bool
+    header_size: int
+
+
 def read_header(path):
     """(index, created_ms) from a snapshot's header (no checksum verification)."""
+    info = read_info(path)
+    return info.index, info.created_ms
+
+
+def read_info(path) -> SnapshotInfo:
+    """The header of a snapshot (no checksum verification); raises SnapshotCorrupt or OSError."""
     with open(path, "rb") as f:
         head = f.read(HEADER.size)
     return _parse_header(path, head)
 
 
-def _parse_header(path, head):
-    if len(head) < HEADER.size:
+def _parse_header(path, head) -> SnapshotInfo:
+    if len(head) < HEADER_V1.size:
         raise SnapshotCorrupt("snapshot %s: too short for a header" % path)
-    magic, version, index, created = HEADER.unpack(head)
+    magic, version = struct.unpack_from("<8sH", head)
     if magic != MAGIC:
         raise SnapshotCorrupt("snapshot %s: bad magic %r" % (path, magic))
-    if version != VERSION:
+    size = _HEADER_SIZES.get(version)
+    if size is None:
         raise SnapshotCorrupt("snapshot %s: unsupported version %d" % (path, version))
-    return index, created
+    if len(head) < size:
+        raise SnapshotCorrupt("snapshot %s: too short for a header" % path)
+    if version == 1:
+        _m, _v, index, created = HEADER_V1.unpack_from(head)
+        flags = 0
+    else:
+        _m, _v, index, created, flags = HEADER.unpack_from(head)
+    return SnapshotInfo(index, created, bool(flags & JOURNAL_FOLLOWS), size)
 
 
 def verify_snapshot(path):
     """Checks size, header, trailer and checksum. Returns (index, created_ms, commands); raises
     SnapshotCorrupt."""
     size = os.path.getsize(path)
-    if size < HEADER.size + TRAILER.size:
+    if size < HEADER_V1.size + TRAILER.size:
         raise SnapshotCorrupt("snapshot %s: truncated (%d bytes)" % (path, size))
     crc = 0
     end = size - 4
     with open(path, "rb") as f:
-        head = f.read(HEADER.size)
-        index, created = _parse_header(path, head)
+        head = f.read(min(HEADER.size, size - TRAILER.size))
+        info = _parse_header(path, head)
+        head = head[:info.header_size]
+        f.seek(info.header_size)
         crc = crc32c(head)
-        pos = HEADER.size
+        pos = info.header_size
         while pos < end:
             chunk = f.read(min(_READ_SIZE, end - pos))
             if not chunk:
@@ -229,7 +282,7 @@ def verify_snapshot(path):
         raise SnapshotCorrupt("snapshot %s: bad trailer (incomplete file?)" % path)
     if stored != crc:
         raise SnapshotCorrupt("snapshot %s: checksum mismatch (stored %08x, computed %08x)" % (path, stored, crc))
-    return index, created, commands
+    return info.index, info.created_ms, commands
 
 
 def load_snapshot(path, keyspace, apply_fn) -> int:
@@ -237,6 +290,7 @@ def load_snapshot(path, keyspace, apply_fn) -> int:
     in keyspace meanwhile). Returns the journal index it covers. Raises SnapshotCorrupt before applying
     anything when the file is damaged."""
     index, _created, commands = verify_snapshot(path)
+    header_size = read_info(path).header_size
     size = os.path.getsize(path)
     end = size - TRAILER.size
     reader = hiredis.Reader()
@@ -248,8 +302,8 @@ def load_snapshot(path, keyspace, apply_fn) -> int:
     keyspace.expire_enabled = False
     try:
         with open(path, "rb") as f:
-            f.seek(HEADER.size)
-            pos = HEADER.size
+            f.seek(header_size)
+            pos = header_size
             while pos < end:
                 chunk = f.read(min(_READ_SIZE, end - pos))
                 if not chunk:
