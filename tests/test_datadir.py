@@ -219,7 +219,7 @@ def builder_pids(data_dir):
                 cmd = f.read().split(b"\0")
         except OSError:
             continue
-        if b"durakv.snapshot.builder" in cmd and os.fsencode(str(data_dir)) in cmd:
+        if b"durakv.recovery.builder" in cmd and os.fsencode(str(data_dir)) in cmd:
             out.append(int(pid))
     return out
 
@@ -228,7 +228,7 @@ def test_killing_the_server_kills_its_snapshot_builder_and_nothing_is_adopted(se
     data = tmp_path / "data"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["DURAKV_SNAPSHOT_BUILDER_DELAY_MS"] = "60000"   # test hook (snapshot/builder.py): sleep before writing
+    env["DURAKV_SNAPSHOT_BUILDER_DELAY_MS"] = "60000"   # test hook (recovery/builder.py): sleep before writing
     srv = server_factory("--durability", "sync", data_dir=data, env=env)
     with srv.client() as c:
         # Enough data that even a builder without the delay hook replays for a while.

@@ -497,7 +497,7 @@ def test_a_corrupt_journal_stops_recovery(tmp_path):
 def run_builder(data_dir, upto, *extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-m", "durakv.snapshot.builder", "--dir", str(data_dir),
+    proc = subprocess.run([sys.executable, "-m", "durakv.recovery.builder", "--dir", str(data_dir),
                            "--upto", str(upto), *extra], capture_output=True, env=env, timeout=120)
     lines = proc.stdout.decode().strip().splitlines()
     assert len(lines) == 1, (proc.stdout, proc.stderr)
@@ -677,7 +677,7 @@ def test_builder_with_out_only_writes_its_temporary_file(tmp_path):
 
 def test_builder_exits_at_once_when_its_parent_is_not_the_pid_it_was_given(tmp_path):
     asyncio.run(journal_workload(tmp_path, Live(), random.Random(22), 20))
-    proc = subprocess.run([sys.executable, "-m", "durakv.snapshot.builder", "--dir", str(tmp_path), "--upto", "3",
+    proc = subprocess.run([sys.executable, "-m", "durakv.recovery.builder", "--dir", str(tmp_path), "--upto", "3",
                            "--out", str(tmp_path / "x.tmp"), "--parent-pid", str(os.getpid() + 100000)],
                           capture_output=True, timeout=60, env=_builder_env())
     assert proc.returncode == 1 and b"is gone" in proc.stderr
@@ -701,7 +701,7 @@ def _pids_of(marker):
                 cmd = f.read()
         except OSError:
             continue
-        if marker.encode() in cmd and b"durakv.snapshot.builder" in cmd:
+        if marker.encode() in cmd and b"durakv.recovery.builder" in cmd:
             out.append(int(pid))
     return out
 
@@ -718,7 +718,7 @@ def test_builder_dies_with_the_process_that_started_it(tmp_path, how):
     starter = textwrap.dedent("""
         import os, subprocess, sys, time
         d, out = sys.argv[1], sys.argv[2]
-        cmd = [sys.executable, "-m", "durakv.snapshot.builder", "--dir", d, "--upto", "3", "--out", out,
+        cmd = [sys.executable, "-m", "durakv.recovery.builder", "--dir", d, "--upto", "3", "--out", out,
                "--parent-pid", str(os.getpid())]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         print(proc.pid, flush=True)

@@ -1,6 +1,6 @@
 """Adopting a snapshot: the serving process, not the builder, puts a new snapshot in place.
 
-The builder (snapshot/builder.py, a child process) writes `snapshot-<index>.dks.tmp.<server pid>.<token>` and
+The builder (recovery/builder.py, a child process) writes `snapshot-<index>.dks.tmp.<server pid>.<token>` and
 fsyncs it. The server that started it checks the checksum, renames the file into place, fsyncs the directory
 and reads the checksum back under the final name; only then are older snapshots pruned. A temporary file is
 adopted only by the process whose pid it carries, so a builder left over from a server that died can never
@@ -174,7 +174,7 @@ async def build_snapshot(data_dir, upto: int, databases: int = 16, keep: int = 2
     os.makedirs(snapshots_dir(data_dir), exist_ok=True)
     tmp = temp_path(data_dir, upto, os.getpid(), os.urandom(6).hex())
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "durakv.snapshot.builder", "--dir", data_dir, "--upto", str(upto),
+        sys.executable, "-m", "durakv.recovery.builder", "--dir", data_dir, "--upto", str(upto),
         "--databases", str(databases), "--keep", str(keep), "--out", tmp, "--parent-pid", str(os.getpid()),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:

@@ -8,15 +8,15 @@ pipeline_apply_fn builds such a function for a bare Keyspace). The entry codec i
 
 import logging
 
-from .commands import load_all
-from .commands.pipeline import Pipeline
-from .commands.session import Session
-from .errors import DurakvError, JournalCorrupt
-from .journal.base import JournalTruncated
-from .journal.codec import decode_payload
-from .journal.local import iter_entries, journal_dir, list_segments
-from .protocol.resp import ErrorReply
-from .snapshot.format import load_newest_snapshot
+from ..commands import load_all
+from ..commands.pipeline import Pipeline
+from ..commands.session import Session
+from ..errors import DurakvError, JournalCorrupt
+from ..journal.base import JournalTruncated
+from ..journal.codec import decode_payload
+from ..journal.local import iter_entries, journal_dir, list_segments
+from ..protocol.resp import ErrorReply
+from ..snapshot.format import load_newest_snapshot
 
 log = logging.getLogger("durakv.recovery")
 

@@ -1,6 +1,9 @@
 """Builds the next snapshot in a separate process, so snapshots never pause the serving process.
 
-    python -m durakv.snapshot.builder --dir D --upto INDEX [--databases 16] [--keep 2]
+It is recovery run elsewhere: the newest snapshot plus the journal after it, replayed through the pipeline,
+then written as the next snapshot (so it lives with recovery, above snapshot/ and commands/ in the map).
+
+    python -m durakv.recovery.builder --dir D --upto INDEX [--databases 16] [--keep 2]
                                       [--out TEMP_PATH --parent-pid PID]
 
 Loads the newest valid snapshot of D, replays the journal entries after it up to INDEX and writes the
@@ -35,12 +38,10 @@ import sys
 import threading
 import time
 
-# The snapshot package itself stays below commands/ in the layering; only this entry point (a process of
-# its own, never imported by the package) needs the command table, through recovery, to replay the journal.
 from ..keyspace import Keyspace
-from ..recovery import pipeline_apply_fn, replay_journal
-from .adopt import adopt_snapshot, journal_needed_from, prune_snapshots, temp_path
-from .format import load_newest_snapshot, write_snapshot_file
+from ..snapshot.adopt import adopt_snapshot, journal_needed_from, prune_snapshots, temp_path
+from ..snapshot.format import load_newest_snapshot, write_snapshot_file
+from . import pipeline_apply_fn, replay_journal
 
 log = logging.getLogger("durakv.snapshot")
 
@@ -126,7 +127,7 @@ def _watch_parent(parent_pid: int):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m durakv.snapshot.builder",
+    parser = argparse.ArgumentParser(prog="python -m durakv.recovery.builder",
                                      description="Write the snapshot covering journal index UPTO.")
     parser.add_argument("--dir", required=True, help="data directory (holds journal/ and snapshots/)")
     parser.add_argument("--upto", required=True, type=int, help="journal index the snapshot covers")
