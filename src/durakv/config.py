@@ -117,6 +117,49 @@ def _save(text):
     return _save_args(text.split(" ") if text else [])
 
 
+_OBUF_CLASSES = {"normal": "normal", "slave": "slave", "replica": "slave", "pubsub": "pubsub"}
+OBUF_DEFAULT = "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"
+
+
+def _obuf_args(args):
+    """updateClientOutputBufferLimit: groups of `<class> <hard> <soft> <soft_seconds>`; the classes given are
+    replaced, the others keep their values (merged in Config._store). Stored as CONFIG GET shows it."""
+    if len(args) == 1 and args[0] == "":
+        args = []
+    if len(args) % 4:
+        raise ValueError("Wrong number of arguments in buffer limit configuration.")
+    given = {}
+    for j in range(0, len(args), 4):
+        cls = _OBUF_CLASSES.get(args[j].lower())
+        if cls is None:
+            raise ValueError("Invalid client class specified in buffer limit configuration.")
+        try:
+            hard, soft = parse_memory(args[j + 1]), parse_memory(args[j + 2])
+        except ValueError:
+            raise ValueError("Error in hard, soft or soft_seconds setting in buffer limit configuration.") from None
+        seconds = _strtoll(args[j + 3])
+        if seconds is None or seconds < 0:
+            raise ValueError("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
+        given[cls] = (hard, soft, seconds)
+    return " ".join("%s %d %d %d" % ((cls,) + limits) for cls, limits in given.items())
+
+
+def _obuf(text):
+    return _obuf_args(text.split(" ") if text else [])
+
+
+def obuf_limits(value) -> dict:
+    """{class: (hard_bytes, soft_bytes, soft_seconds)} of a client-output-buffer-limit value."""
+    parts = value.split()
+    return {parts[j]: (int(parts[j + 1]), int(parts[j + 2]), int(parts[j + 3])) for j in range(0, len(parts), 4)}
+
+
+def _obuf_merge(current, given):
+    limits = obuf_limits(current or OBUF_DEFAULT)
+    limits.update(obuf_limits(given))
+    return " ".join("%s %d %d %d" % ((cls,) + limits[cls]) for cls in ("normal", "slave", "pubsub"))
+
+
 def _words(text):
     return " ".join(a for a in text.split(" ") if a) if text else ""
 
@@ -137,10 +180,11 @@ class Option:
     """One config name. `multi`: takes several arguments (Valkey's MULTI_ARG_CONFIG); then `parse_args`
     turns the argument list into the value, and `parse` a CONFIG SET string (split on spaces)."""
 
-    __slots__ = ("name", "default", "parse", "mutable", "aliases", "sensitive", "multi", "parse_args", "help")
+    __slots__ = ("name", "default", "parse", "mutable", "aliases", "sensitive", "multi", "parse_args", "help",
+                 "merge")
 
     def __init__(self, name, default, parse, mutable=True, aliases=(), sensitive=False, multi=False,
-                 parse_args=None, help=""):
+                 parse_args=None, help="", merge=None):
         self.name = name
         self.default = default
         self.parse = parse
@@ -150,6 +194,7 @@ class Option:
         self.multi = multi
         self.parse_args = parse_args or (lambda args: parse(" ".join(args)))
         self.help = help
+        self.merge = merge          # (current value, parsed value) -> value stored, for partial settings
 
     def config_text(self, value) -> str:
         """The value as CONFIG REWRITE writes it after the name."""
@@ -183,6 +228,10 @@ OPTIONS = [
     Option("hz", 10, _int_range(1, 500)),
     Option("proto-max-bulk-len", 512 * 1024 * 1024, _memory),
     Option("client-query-buffer-limit", 1024 * 1024 * 1024, _memory),
+    Option("client-output-buffer-limit", OBUF_DEFAULT, _obuf, multi=True, parse_args=_obuf_args, merge=_obuf_merge),
+    Option("client-held-replies-limit", 32 * 1024 * 1024, _memory,
+           help="durakv: bytes of replies one client may have waiting for their journal commit (sync); past "
+                "it the server stops reading that client's requests until commits catch up"),
     Option("tls-port", 0, _int_range(0, 65535), mutable=False),
     Option("tls-cert-file", "", _string, mutable=False),
     Option("tls-key-file", "", _string, mutable=False),
@@ -262,6 +311,8 @@ class Config:
         return opt
 
     def _store(self, opt, value, startup):
+        if opt.merge is not None:
+            value = opt.merge(self.values[opt.name], value)
         self.values[opt.name] = value
         if not startup:
             for fn in self.listeners:

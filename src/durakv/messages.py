@@ -293,3 +293,7 @@ ACL_FILE_OTHER = "{}:{}: {}. "
 ACL_FILE_VERDICT = "WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
 ACL_FILE_OPEN = "Error loading ACLs, opening file '{}': {}"
 ACL_NO_SERVER = "ERR ACL needs a running server"  # durakv's own: a dispatcher without a server has no users
+# -- a journal that cannot persist (Valkey's MISCONF: "Errors writing to the AOF file") --
+JOURNAL_FAILED_WRITES = "MISCONF Errors writing to the journal: {}. Writes are refused until it can persist again."
+JOURNAL_FAILED_WRITE = ("MISCONF Errors writing to the journal: {}. This write, or the write this read waited for, "
+                        "may not be durable.")

@@ -17,8 +17,9 @@ its own index commits. Out-of-band pushes (pub/sub, invalidations, MONITOR) queu
 import heapq
 import itertools
 
+from .. import messages
 from ..protocol.resp import Deferred
-from .tracker import WriteTracker
+from .tracker import WriteTracker, failure_reason
 
 
 def _no_ticket(*_args):
@@ -46,6 +47,7 @@ class Durability:
         self.refusing = False      # writes must ask refuse_writes() (async buffer, failed journal)
         self.waiting = set()       # outboxes holding a reply for a commit
         self.commit_listeners = []  # fn(index) after each commit (snapshots, stats)
+        self.failure_listeners = []  # fn(first_index, exc) after the journal failed to persist from first_index
         self._commit_waiters = []   # heap of (index, seq, fn): WAITAOF and the like
         self._seq = itertools.count()
         self._use(None)
@@ -68,6 +70,7 @@ class Durability:
         call it only once everything issued is committed (drain first)."""
         tracker = self.tracker
         if tracker is not None:
+            tracker.close()
             self.on_commit(tracker.committed)
         self.journal = None
         self._use(None)
@@ -106,6 +109,17 @@ class Durability:
         for fn in self.commit_listeners:
             fn(index)
 
+    def on_failure(self, first, exc):
+        """Called by the tracker when nothing from journal index `first` on could be persisted: every reply
+        waiting for one of those entries (the writes, and the reads that waited for them) is answered with
+        an error now instead of hanging, then the owner (the server, a shard's node) is told."""
+        reason = failure_reason(exc)
+        write_error = b"-%s\r\n" % messages.JOURNAL_FAILED_WRITE.format(reason).encode()
+        for box in list(self.waiting):
+            box.fail_from(first, write_error)
+        for fn in self.failure_listeners:
+            fn(first, exc)
+
     def when_committed(self, index, fn):
         """fn() once journal entry `index` is committed (at once if it is)."""
         if index <= self.committed or self.tracker is None:
@@ -131,7 +145,12 @@ class Outbox:
     """One connection's replies, in request order. `ready` is what may leave now (the connection writes it
     with one transport.write per batch); `held` is (index, bytes | Deferred) waiting for a commit."""
 
-    __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained")
+    __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained",
+                 "limit_bytes", "over_limit", "on_limit")
+
+    # What a held reply keeps alive besides its own bytes (its entry here, the write's effect and arguments in
+    # the batch waiting for the journal), counted against the limit; a held Deferred counts this alone.
+    ENTRY_COST = 256
 
     def __init__(self, durability, write, encode):
         self.durability = durability
@@ -142,6 +161,11 @@ class Outbox:
         self.encode = encode   # fn(reply) -> bytes, in the connection's protocol
         self.closed = False
         self.on_drained = None  # fn() when the last held reply has left
+        # Backpressure: past limit_bytes of held replies the connection stops reading the client (on_limit(True))
+        # until they fall under half of it (on_limit(False)), as Valkey bounds a client's buffers.
+        self.limit_bytes = 0
+        self.over_limit = False
+        self.on_limit = None
 
     def emit(self, ticket, data):
         """An encoded reply: leaves with the batch unless it (or anything before it) must wait."""
@@ -152,19 +176,27 @@ class Outbox:
 
     def hold(self, ticket, data):
         self.held.append((ticket, data))
-        self.held_bytes += len(data)
+        self.held_bytes += len(data) + self.ENTRY_COST
         if ticket > self.durability.committed:
             self.durability.waiting.add(self)
+        if self.limit_bytes and self.held_bytes > self.limit_bytes and not self.over_limit:
+            self._set_over(True)
 
     def hold_deferred(self, deferred):
         self.held.append((0, deferred))
+        self.held_bytes += self.ENTRY_COST
         deferred.listen(self.release)
+
+    def _set_over(self, over):
+        self.over_limit = over
+        if self.on_limit is not None:
+            self.on_limit(over)
 
     def push(self, data):
         """An out-of-band message: behind everything already queued."""
         if self.held:
             self.held.append((0, data))
-            self.held_bytes += len(data)
+            self.held_bytes += len(data) + self.ENTRY_COST
         else:
             self.ready.append(data)
 
@@ -185,12 +217,15 @@ class Outbox:
                         self.durability.waiting.add(self)
                         break
                     self.ready.append(self.encode(item.reply))
+                    self.held_bytes -= self.ENTRY_COST
                 else:
                     self.ready.append(item)
-                    self.held_bytes -= len(item)
+                    self.held_bytes -= len(item) + self.ENTRY_COST
                 n += 1
             if n:
                 del held[:n]
+                if self.over_limit and self.held_bytes <= self.limit_bytes // 2:
+                    self._set_over(False)
             if not held:
                 self.durability.waiting.discard(self)
                 self.flush()
@@ -198,6 +233,20 @@ class Outbox:
                     self.on_drained()
                 return
         self.flush()
+
+    def fail_from(self, first, data):
+        """Replies waiting for journal index `first` or later will never see it committed: `data` (an error)
+        takes their place and they leave in order."""
+        held = self.held
+        for i, (index, item) in enumerate(held):
+            if type(item) is Deferred:
+                if item.done and item.index >= first:
+                    self.held_bytes += len(data) - self.ENTRY_COST
+                    held[i] = (0, data)
+            elif index >= first:
+                self.held_bytes += len(data) - len(item)
+                held[i] = (0, data)
+        self.release()
 
     def flush(self):
         ready = self.ready

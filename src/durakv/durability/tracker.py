@@ -21,6 +21,9 @@ from ..journal.codec import encode_effects
 
 log = logging.getLogger("durakv.durability")
 
+RETRY_MIN_S = 0.1    # first retry of a failed journal; doubling up to
+RETRY_MAX_S = 5.0
+
 
 class WriteTracker:
     def __init__(self, journal, owner, mode="sync", buffer_ms=10000, loop=None, clock_ms=None):
@@ -42,6 +45,10 @@ class WriteTracker:
         self.traffic_management_active = False
         self.failed = None                  # the journal failed: no more acknowledgements
         self.appended_bytes = 0
+        self.failed_batches = 0             # appends that failed (INFO durability)
+        self.retries = 0                    # probes of a failed journal
+        self._retry_delay_s = RETRY_MIN_S
+        self._retry_handle = None
         self._in_flight = False
         self._publish()
 
@@ -125,17 +132,12 @@ class WriteTracker:
 
     def _on_appended(self, index, fut):
         self._in_flight = False
-        if self._batch_index and self.failed is None:
-            self._close_batch()  # what gathered during the append leaves now, not an iteration later
         exc = fut.exception()
         if exc is not None:
-            # A journal that cannot persist must never acknowledge: hold every later reply and
-            # stop accepting writes; the operator sees it in the log and INFO.
-            if self.failed is None:
-                log.error("journal append of entry %d failed: %r; writes are refused from now on", index, exc)
-            self.failed = exc
-            self._publish()
+            self._fail(index, exc)
             return
+        if self._batch_index and self.failed is None:
+            self._close_batch()  # what gathered during the append leaves now, not an iteration later
         if index <= self.committed:
             return
         self.committed = index
@@ -146,6 +148,56 @@ class WriteTracker:
                 del dirty[dk]
         if self.barrier <= index:
             self.barrier = 0
+        self._publish()
+        self.owner.on_commit(index)
+
+    # -- a journal that cannot persist -------------------------------------------------------
+    def _fail(self, index, exc):
+        """Entry `index` could not be appended. Nothing from commit_index + 1 on is acknowledged: the batch in
+        flight, the one gathering behind it. Their replies (and the reads that waited on them) are answered
+        with an error by the owner, writes are refused, and a probe retries the journal with backoff."""
+        if self.failed is None:
+            log.error("journal append of entry %d failed: %s; writes are refused until the journal can persist "
+                      "again", index, exc)
+        first = self.committed + 1
+        self._batch = []
+        self._batch_index = 0
+        self.assigned = self.committed     # the journal gives the failed indices again (its contract)
+        self._uncommitted.clear()
+        self.dirty.clear()
+        self._dirty_by_index.clear()
+        self.barrier = 0
+        self.failed = exc
+        self.failed_batches += 1
+        self._publish()
+        self.owner.on_failure(first, exc)
+        if self._retry_handle is None and hasattr(self.journal, "resume"):
+            self._retry_handle = self.loop.call_later(self._retry_delay_s, self._start_probe)
+
+    def _start_probe(self):
+        self._retry_handle = None
+        asyncio.ensure_future(self._probe(), loop=self.loop)
+
+    async def _probe(self):
+        """One retry: the journal takes a no-op entry (PING: replay ignores it) and commits it, or fails again."""
+        self.retries += 1
+        journal = self.journal
+        try:
+            if journal.broken:
+                await journal.close()
+                await journal.open(base_index=self.committed)
+            journal.resume()
+            index = await journal.append(encode_effects([(0, (b"PING",))]))
+        except Exception as exc:  # noqa: BLE001 - still failing: try again later, less often
+            self.failed = exc
+            self._retry_delay_s = min(self._retry_delay_s * 2, RETRY_MAX_S)
+            self._retry_handle = self.loop.call_later(self._retry_delay_s, self._start_probe)
+            return
+        log.warning("the journal persists again (entry %d committed after %d attempt(s)); writes are accepted",
+                    index, self.retries)
+        self.committed = self.assigned = index
+        self.failed = None
+        self._retry_delay_s = RETRY_MIN_S
         self._publish()
         self.owner.on_commit(index)
 
@@ -160,7 +212,7 @@ class WriteTracker:
     def refuse_writes(self):
         """Error text if writes must be refused now (journal failed, or async buffer exceeded)."""
         if self.failed is not None:
-            return "ERR the journal failed; writes are refused: %s" % (self.failed,)
+            return messages.JOURNAL_FAILED_WRITES.format(failure_reason(self.failed))
         if self.mode != "async":
             self.traffic_management_active = False
             return None
@@ -179,6 +231,11 @@ class WriteTracker:
         self.mode = mode
         self._publish()
 
+    def close(self):
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+            self._retry_handle = None
+
     async def drain(self, timeout_s=30.0):
         """Waits until everything issued is committed (shutdown, snapshot, hand-over)."""
         self._close_batch()
@@ -186,3 +243,9 @@ class WriteTracker:
         while self.committed < self.assigned and self.failed is None and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         return self.committed >= self.assigned
+
+
+def failure_reason(exc) -> str:
+    """What the operator and the client are told about a journal failure: the OS error if there is one."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return getattr(cause, "strerror", None) or str(cause) or type(cause).__name__

@@ -9,6 +9,7 @@ written with one transport.write.
 
 import asyncio
 import collections
+import logging
 
 from .. import messages
 from ..commands.base import Blocked
@@ -16,8 +17,15 @@ from ..commands.pipeline import Postponed
 from ..commands.session import Session
 from ..protocol.parser import RequestParser, unauthenticated_limit
 from ..protocol.resp import Deferred, Raw, encode
+from .port import client_line
+
+log = logging.getLogger("durakv.server")
 
 _RAW = Raw
+# Replies produced by one batch of requests are written out once they pass this size; if the client is not
+# reading (the transport is above its high-water mark) the rest of the batch waits until it drains, so a
+# pipeline of large reads never piles up more than about this much per client.
+OUTPUT_FLUSH_BYTES = 1 << 20
 
 
 class Connection(asyncio.Protocol):
@@ -30,7 +38,10 @@ class Connection(asyncio.Protocol):
         self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"])
         self.outbox = None
         self.closing = False
-        self.paused = False
+        self.paused = False            # the transport's buffer is above its high-water mark (pause_writing)
+        self.reading_paused = False
+        self.output_parked = False     # the rest of a batch waits for the transport to drain
+        self.obuf_soft_since_ms = 0    # client-output-buffer-limit: when the soft limit was first passed
         # Parked (server/blocking.py): blocked on keys, postponed by CLIENT PAUSE, or behind a long script;
         # the commands that arrive meanwhile wait in `backlog`, in order.
         self.blocked = None
@@ -55,6 +66,8 @@ class Connection(asyncio.Protocol):
         s.fd = sk.fileno() if sk is not None else -1
         self.outbox = server.durability.outbox(self._write, self._encode)
         self.outbox.on_drained = self._drained
+        self.outbox.limit_bytes = server.config["client-held-replies-limit"]
+        self.outbox.on_limit = self._held_limit
         server.total_connections += 1
         if len(server.clients) >= server.config["maxclients"]:
             server.rejected_connections += 1
@@ -77,14 +90,32 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self):
         # The client is not reading its replies: stop reading its requests until it catches up.
-        if not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
+        self.paused = True
+        self._update_reading()
 
     def resume_writing(self):
-        if self.paused and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
+        self.paused = False
+        self._update_reading()
+        if self.output_parked:
+            self.output_parked = False
+            self.server.loop.call_soon(self.resume)
+
+    def _held_limit(self, over):
+        # Too many replies wait for their commit (a sync journal slower than this client's pipeline):
+        # stop reading its requests until commits catch up.
+        self._update_reading()
+
+    def _update_reading(self):
+        transport = self.transport
+        if transport is None or self.closing:
+            return
+        want = self.paused or self.outbox.over_limit
+        if want and not self.reading_paused:
+            self.reading_paused = True
+            transport.pause_reading()
+        elif not want and self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
 
     def data_received(self, data):
         if self.closing:
@@ -121,6 +152,7 @@ class Connection(asyncio.Protocol):
         previous = hooks.current
         hooks.current = self
         self.in_batch = True
+        size = 0
         try:
             for i, args in enumerate(commands):
                 if not session.authenticated:
@@ -137,7 +169,9 @@ class Connection(asyncio.Protocol):
                 if t is _RAW:
                     data = reply
                 elif t is bytes:
-                    data = b"$%d\r\n%s\r\n" % (len(reply), reply)
+                    n = len(reply)
+                    data = b"$%d\r\n%s\r\n" % (n, reply)
+                    size += n
                 elif reply is None:
                     data = b"_\r\n" if resp3 else b"$-1\r\n"
                 elif t is int:
@@ -165,6 +199,7 @@ class Connection(asyncio.Protocol):
                     except Exception as exc:  # noqa: BLE001 - a bad reply must not take the server down
                         server.log_exception(cmd.fullname if cmd else "?", exc)
                         data = b"-ERR internal error encoding the reply\r\n"
+                    size += len(data)
                 if ticket or held:
                     outbox.hold(ticket, data)
                 else:
@@ -173,6 +208,14 @@ class Connection(asyncio.Protocol):
                     hooks.after_reply(self)
                 if session.close_after_reply or self.closing:
                     break
+                if size > OUTPUT_FLUSH_BYTES:
+                    size = 0
+                    outbox.flush()
+                    if self.paused and i + 1 < len(commands):
+                        self.output_parked = True
+                        self._park(commands, i + 1, error)
+                        error = None
+                        break
         finally:
             self.in_batch = False
             hooks.current = previous
@@ -195,6 +238,38 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+            if self.server.obuf_limited:
+                self._check_output_limits()
+
+    def output_memory(self) -> int:
+        """Bytes this client's replies hold: written but not yet sent, plus those waiting for a commit."""
+        transport = self.transport
+        sent_pending = transport.get_write_buffer_size() if transport is not None else 0
+        return sent_pending + (self.outbox.held_bytes if self.outbox is not None else 0)
+
+    def _check_output_limits(self):
+        """client-output-buffer-limit (checkClientOutputBufferLimits): past the hard limit, or past the soft one
+        for longer than its seconds, the client is disconnected."""
+        session = self.session
+        cls = "slave" if session.monitor else ("pubsub" if session.subscribed else "normal")
+        hard, soft, soft_s = self.server.obuf_limits[cls]
+        if not hard and not soft:
+            return
+        used = self.output_memory()
+        over = bool(hard and used >= hard)
+        if soft and used >= soft:
+            now = self.server.clock_ms()
+            if not self.obuf_soft_since_ms:
+                self.obuf_soft_since_ms = now
+            elif now - self.obuf_soft_since_ms > soft_s * 1000:
+                over = True
+        else:
+            self.obuf_soft_since_ms = 0
+        if over and not self.closing:
+            log.warning("Client %s scheduled to be closed ASAP for overcoming of output buffer limits.",
+                        client_line(self, self.server.clock_ms()))
+            self.closing = True
+            self.transport.abort()
 
     def _encode(self, reply):
         try:

@@ -58,11 +58,13 @@ def _section_memory(srv):
     peak = max(getattr(srv, "peak_memory", 0), used)
     srv.peak_memory = peak
     maxmem = srv.config["maxmemory"]
+    clients_normal = sum(c.output_memory() for c in srv.clients.values())
     return {"used_memory": used, "used_memory_human": _human(used), "used_memory_rss": rss,
             "used_memory_rss_human": _human(rss), "used_memory_peak": peak, "used_memory_peak_human": _human(peak),
             "used_memory_dataset": srv.keyspace.used_bytes, "used_memory_startup": 0,
             "maxmemory": maxmem, "maxmemory_human": _human(maxmem), "maxmemory_policy": srv.config["maxmemory-policy"],
             "mem_fragmentation_ratio": round(rss / used, 2) if used else 0, "mem_allocator": "pymalloc",
+            "mem_clients_slaves": 0, "mem_clients_normal": clients_normal,
             "total_system_memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             **_scripting.info_memory(srv)}
 
@@ -147,7 +149,11 @@ def _section_durability(srv):
             "traffic_management_active": int(bool(t and t.traffic_management_active)),
             "durability_buffer_ms": srv.config["durability-buffer-ms"],
             "durability_buffer_exceeded_errors": t.buffer_exceeded_errors if t else 0,
-            "held_replies_clients": len(srv.durability.waiting)}
+            "held_replies_clients": len(srv.durability.waiting),
+            "journal_failed": int(bool(t and t.failed is not None)),
+            "journal_failed_batches": t.failed_batches if t else 0,
+            "journal_retries": t.retries if t else 0,
+            "journal_reloads": srv.journal_reloads}
 
 
 def _section_commandstats(srv):

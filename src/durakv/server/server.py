@@ -14,8 +14,11 @@ from ..commands import load_all
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
+from ..config import obuf_limits
+from ..errors import ConfigError
 from ..keyspace import Keyspace
 from ..protocol.resp import Deferred, ErrorReply
+from ..recovery import recover
 from ..snapshot.adopt import build_snapshot
 from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
@@ -26,6 +29,52 @@ from .port import ServerPort
 from .pubsub import PubSub
 
 log = logging.getLogger("durakv.server")
+
+# Descriptors kept for the server's own files beyond its clients (Valkey's CONFIG_MIN_RESERVED_FDS): listeners,
+# journal segments, the data-directory lock, snapshot builder pipes, NATS connections, logs.
+RESERVED_FDS = 32
+
+
+def adjust_open_files_limit(config):
+    """Valkey's adjustOpenFilesLimit: raise RLIMIT_NOFILE to maxclients + RESERVED_FDS if allowed, else lower
+    maxclients to what the limit allows (so extra clients get -ERR max number of clients, not a reset, and the
+    journal always finds a descriptor). Raises ConfigError when not even one client would fit."""
+    maxclients = config["maxclients"]
+    maxfiles = maxclients + RESERVED_FDS
+    try:
+        oldlimit, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError) as exc:
+        log.warning("Unable to obtain the current NOFILE limit (%s), assuming 1024 and setting the max clients "
+                    "configuration accordingly.", exc)
+        config.values["maxclients"] = 1024 - RESERVED_FDS
+        return
+    if oldlimit == resource.RLIM_INFINITY or oldlimit >= maxfiles:
+        return
+    bestlimit = maxfiles
+    error = ""
+    while bestlimit > oldlimit:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (bestlimit, max(bestlimit, hard) if hard != resource.RLIM_INFINITY
+                                                        else hard))
+            break
+        except (OSError, ValueError) as exc:
+            error = getattr(exc, "strerror", None) or str(exc)
+            if bestlimit < 16:
+                bestlimit = oldlimit
+                break
+            bestlimit -= 16
+    bestlimit = max(bestlimit, oldlimit)
+    if bestlimit >= maxfiles:
+        log.info("Increased maximum number of open files to %d (it was originally set to %d).", maxfiles, oldlimit)
+        return
+    if bestlimit <= RESERVED_FDS:
+        raise ConfigError("Your current 'ulimit -n' of %d is not enough for the server to start. Please increase "
+                          "your open file limit to at least %d. Exiting." % (oldlimit, maxfiles))
+    config.values["maxclients"] = bestlimit - RESERVED_FDS
+    log.warning("You requested maxclients of %d requiring at least %d max file descriptors.", maxclients, maxfiles)
+    log.warning("Server can't set maximum open files to %d because of OS error: %s.", maxfiles, error)
+    log.warning("Current maximum open files is %d. maxclients has been reduced to %d to compensate for low "
+                "ulimit. If you need higher maxclients increase 'ulimit -n'.", bestlimit, bestlimit - RESERVED_FDS)
 
 
 class Server:
@@ -62,6 +111,7 @@ class Server:
         self.active_expire_enabled = True
         self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
+        self.journal_reloads = 0           # datasets rebuilt from disk after a journal failure
         self._apply_session = Session(authenticated=True)
         self.pipeline.new_context(self._apply_session).replaying = True
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
@@ -79,12 +129,18 @@ class Server:
         return self.config["requirepass"]
 
     def _apply_config_all(self):
-        for name in ("requirepass", "maxmemory", "maxmemory-policy", "maxmemory-samples", "lfu-log-factor",
-                     "lfu-decay-time", "notify-keyspace-events"):
+        for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
+                     "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
         d = self.pipeline
+        if name == "client-output-buffer-limit":
+            self.obuf_limits = obuf_limits(value)
+            self.obuf_limited = any(hard or soft for hard, soft, _s in self.obuf_limits.values())
+        elif name == "client-held-replies-limit":
+            for conn in self.clients.values():
+                conn.outbox.limit_bytes = value
         if name == "requirepass":
             d.requirepass = value or None
         elif name == "maxmemory":
@@ -118,6 +174,7 @@ class Server:
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
+        adjust_open_files_limit(self.config)
         # Lock --dir (one server per data directory) and check the journal against the snapshots first.
         self.data_dir_lock = open_data_dir(self.dir, self.config)
         # The journal thread needs the GIL back the moment its fsync returns, or every sync reply waits
@@ -133,7 +190,6 @@ class Server:
             return
         self.loading = True
         started = time.monotonic()
-        from ..recovery import recover
         self.keyspace.expire_enabled = False
         self.pipeline.stats_enabled = False   # replayed commands are not client commands
         try:
@@ -153,6 +209,7 @@ class Server:
             self.snapshot_journal_bytes = self.journal.bytes_size
             self.durability.attach(self.journal, mode, self.config["durability-buffer-ms"])
         self.durability.commit_listeners.append(self._maybe_auto_snapshot)
+        self.durability.failure_listeners.append(self._journal_failed)
         self.loading = False
         await self._listen()
         self._timer = self.loop.create_task(self._cron())
@@ -178,6 +235,39 @@ class Server:
                 self.loop.add_signal_handler(sig, self.request_shutdown)
             except (NotImplementedError, RuntimeError):
                 pass
+
+    def _journal_failed(self, first, exc):
+        """The journal could not persist entries from `first` on. Their effects are in memory but not on disk,
+        and memory must never serve what a restart would not find: rebuild it from the snapshot and the
+        journal, as start-up does. Clients see the rebuild as a FLUSHALL followed by the data coming back
+        (WATCHes are touched, tracking caches invalidated)."""
+        started = time.monotonic()
+        ks = self.keyspace
+        pipeline = self.pipeline
+        for db in ks.dbs:
+            pipeline.touch_db_watched(db)
+        tracking = self.hooks.tracking
+        if tracking.clients:
+            tracking.flush(None, None)
+        for db in ks.dbs:
+            db.clear()
+        ks.used_bytes = 0
+        ks.deleted_by_server.clear()
+        if getattr(ks, "functions", None) is not None:
+            ks.functions.flush()
+        ks.expire_enabled = False
+        pipeline.stats_enabled = False
+        try:
+            recover(self.dir, ks, self.apply_effect)
+        finally:
+            ks.expire_enabled = True
+            pipeline.stats_enabled = True
+        self.journal_reloads += 1
+        log.error("rebuilt the dataset from the snapshot and the journal after the failed append of entry %d "
+                  "in %.3fs (%d keys); writes resume once the journal persists again", first,
+                  time.monotonic() - started, sum(len(db) for db in ks.dbs))
+        self.blocking.signal_all()
+        self.blocking.serve()
 
     def apply_effect(self, db_id, argv):
         """One journaled effect (start-up replay, a replica following), through the pipeline."""
@@ -369,6 +459,10 @@ class Server:
             conn.close()
         if self.journal is not None:
             await self.journal.close()
+        lock = getattr(self, "data_dir_lock", None)
+        if lock is not None:
+            lock.release()
+            self.data_dir_lock = None
         log.info("durakv stopped")
 
     # -- logging --------------------------------------------------------------------------------
