@@ -10,7 +10,7 @@ import time
 
 import valkey
 
-RETRYABLE = ("READONLY", "CLUSTERDOWN", "LOADING", "TRYAGAIN")
+RETRYABLE = ("READONLY", "MOVED", "CLUSTERDOWN", "LOADING", "TRYAGAIN")
 
 
 class PrimaryFinder:
@@ -91,6 +91,15 @@ def acked_count(writers):
     return sum(len(w.acked) for w in writers)
 
 
+def readonly(client):
+    """READONLY on a single-connection client, so that a cluster-mode replica serves its reads (outside cluster
+    mode the command is refused and reads are served anyway)."""
+    try:
+        client.execute_command("READONLY")
+    except valkey.exceptions.ResponseError:
+        pass
+
+
 def missing_acked(port, writers):
     missing = []
     with valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10) as c:
@@ -98,7 +107,16 @@ def missing_acked(port, writers):
             keys = list(w.acked)
             for start in range(0, len(keys), 500):
                 chunk = keys[start:start + 500]
-                for k, v in zip(chunk, c.mget(chunk)):
+                # One GET each (in cluster mode MGET must stay in one slot), after READONLY on the same
+                # connection so that a cluster-mode replica answers (outside cluster mode it is refused).
+                p = c.pipeline(transaction=False)
+                p.execute_command("READONLY")
+                for k in chunk:
+                    p.get(k)
+                replies = p.execute(raise_on_error=False)[1:]
+                for k, v in zip(chunk, replies):
+                    if isinstance(v, Exception):
+                        raise v
                     if v is None or v.decode() != k:
                         missing.append((k, w.acked[k]))
     return missing

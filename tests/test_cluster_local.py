@@ -110,7 +110,7 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
     with open(manifest_path(c.dir)) as f:
         m = json.load(f)
     assert m["options"] == {"shards": 2, "replicas": 2, "durability": "sync", "base_port": None,
-                            "journal_backend": "local"}
+                            "journal_backend": "local", "cluster_mode": False}
     procs = m["processes"]
     assert [(p["kind"], p["name"], p["az"]) for p in procs] == [
         ("nats", "nats-az1", "az1"), ("nats", "nats-az2", "az2"), ("nats", "nats-az3", "az3"),
@@ -135,8 +135,9 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
         flags = dict(zip(argv[4::2], argv[5::2]))
         assert flags == {"--port": str(p["ports"]["client"]), "--bind": "127.0.0.1", "--dir": p["dir"],
                          "--journal-backend": "local", "--journal-nats-servers": m["nats_servers"],
-                         "--shard": str(p["shard"]), "--availability-zone": p["az"], "--node-id": p["name"],
-                         "--durability": "sync"}
+                         "--shard": str(p["shard"]), "--availability-zone": p["az"], "--node-id": p["node_id"],
+                         "--durability": "sync", "--cluster-enabled": "no"}
+        assert len(p["node_id"]) == 40 and int(p["node_id"], 16) >= 0   # Valkey-style node ids
         assert p["dir"] == os.path.join(c.dir, "nodes", p["name"])
         assert p["log"] == os.path.join(c.dir, "logs", p["name"] + ".log")
 
@@ -270,5 +271,7 @@ def test_jetstream_cluster_one_primary_per_shard_and_planned_failover(local_clus
         assert r.set("after", "failover") is True
     wait_for(lambda: old.role() not in (None, "master"), 10, f"{old.name} to rejoin as a replica")
     with client(old) as r:
-        with pytest.raises(valkey.ReadOnlyError):
+        # cluster mode: a replica sends writes to its primary (MOVED); READONLY only while the topology catches up
+        with pytest.raises(valkey.ResponseError) as e:
             r.set("stale", "write")
+        assert str(e.value).startswith(("MOVED", "You can't write against a read only replica"))

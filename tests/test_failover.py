@@ -9,7 +9,7 @@ import time
 
 import valkey
 
-from cluster_util import acked_count, missing_acked, start_writers, wait_new_primary
+from cluster_util import acked_count, missing_acked, readonly, start_writers, wait_new_primary
 from conftest import wait_until
 
 STREAM = "DURAKV_SHARD_0"
@@ -48,7 +48,7 @@ def test_kill9_primary_under_sync_writers(local_cluster):
     print(f"unplanned failover: {old.name} -> {new.name} in {seconds:.2f}s")
     _finish(writers, stop)
     _check_no_loss(cluster, writers)
-    assert not [e for w in writers for _k, e in w.failed if not e.startswith(("READONLY", "CLUSTERDOWN"))]
+    assert not [e for w in writers for _k, e in w.failed if not e.startswith(("READONLY", "MOVED", "CLUSTERDOWN"))]
     # The old primary comes back as a replica.
     cluster.restart(old.name)
     wait_until(lambda: cluster.get(old.name).role() == "slave", 30, what="old primary rejoined as replica")
@@ -93,7 +93,7 @@ def test_paused_primary_is_fenced(local_cluster):
     def send_to_old():
         p = c_old.pipeline(transaction=False)
         for i in range(50):
-            p.set(f"stale:{i}", "x")
+            p.set(f"{{stale}}:{i}", "x")
         try:
             results["replies"] = p.execute(raise_on_error=False)
         except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError) as exc:
@@ -109,13 +109,14 @@ def test_paused_primary_is_fenced(local_cluster):
         replies = results.get("replies") or []
         acknowledged = [r for r in replies if r is True]
         assert acknowledged == [], "the deposed primary acknowledged writes after the takeover"
-        assert c_new.exists(*[f"stale:{i}" for i in range(50)]) == 0
+        assert c_new.exists(*[f"{{stale}}:{i}" for i in range(50)]) == 0
         assert c_new.get("before") == b"1" and c_new.get("after-takeover") == b"1"
     # The deposed primary rejoins as a replica and converges to the new primary's data.
     wait_until(lambda: cluster.get(old.name).role() == "slave", 30, what="old primary is a replica")
-    with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=5) as c:
+    with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=5, single_connection_client=True) as c:
+        readonly(c)
         wait_until(lambda: c.get("after-takeover") == b"1", 20, what="old primary follows the new one")
-        assert c.exists(*[f"stale:{i}" for i in range(50)]) == 0
+        assert c.exists(*[f"{{stale}}:{i}" for i in range(50)]) == 0
     c_old.close()
 
 
@@ -132,8 +133,9 @@ def test_planned_failover_under_load_without_errors(local_cluster):
     print(f"planned failover {old.name} -> {target.name}: {time.monotonic() - t0:.2f}s")
     _finish(writers, stop)
     _check_no_loss(cluster, writers)
-    # No application-visible error: refusals were redirects (READONLY) that the writers retried.
-    unexpected = [e for w in writers for _k, e in w.failed if not e.startswith("READONLY")]
+    # No application-visible error: refusals were redirects (READONLY while the old primary hands over, MOVED
+    # once the topology names the new one) that the writers retried.
+    unexpected = [e for w in writers for _k, e in w.failed if not e.startswith(("READONLY", "MOVED"))]
     assert unexpected == []
     assert old.role() == "slave"
 
@@ -164,18 +166,21 @@ def test_replica_catches_up_from_snapshot_and_journal(local_cluster):
     cluster.kill(replica.name, signal.SIGKILL)
     with valkey.Valkey(host="127.0.0.1", port=primary.port, socket_timeout=10) as c:
         for i in range(0, 3000, 100):
-            c.mset({f"k{j}": j for j in range(i, i + 100)})
-        with valkey.Valkey(host="127.0.0.1", port=other.port, socket_timeout=30) as r:
-            wait_until(lambda: r.get("k2999") == b"2999", 20, what="other replica applied")
+            c.mset({f"{{k}}{j}": j for j in range(i, i + 100)})   # one hash tag: one slot, as cluster mode wants
+        with valkey.Valkey(host="127.0.0.1", port=other.port, socket_timeout=30, single_connection_client=True) as r:
+            readonly(r)   # cluster mode: a replica serves reads to clients that ask for it
+            wait_until(lambda: r.get("{k}2999") == b"2999", 20, what="other replica applied")
             assert r.save()  # a replica writes the snapshot to the object store
             snap_index = r.info("durability")["last_snapshot_index"]
             assert snap_index > 0
         for i in range(3000, 3500):
             c.set(f"k{i}", i)
     cluster.restart(replica.name)
-    with valkey.Valkey(host="127.0.0.1", port=replica.port, socket_timeout=10) as r:
-        wait_until(lambda: r.get("k3499") == b"3499", 30, what="restarted replica caught up")
-        assert r.get("k0") == b"0" and r.dbsize() >= 3500
+    with valkey.Valkey(host="127.0.0.1", port=replica.port, socket_timeout=10, single_connection_client=True) as r:
+        readonly(r)
+        wait_until(lambda: r.get("k3499") == b"3499", 30,
+                   what="restarted replica caught up")
+        assert r.get("{k}0") == b"0" and r.dbsize() >= 3500
     log = open(cluster.get(replica.name).log).read()
     assert "loaded snapshot of shard 0" in log
 

@@ -250,6 +250,11 @@ OPTIONS = [
     Option("notify-keyspace-events", "", _string),
     Option("busy-reply-threshold", 5000, _int_range(0, 2**62), aliases=("lua-time-limit",)),
     Option("cluster-enabled", False, _bool, mutable=False),
+    Option("cluster-require-full-coverage", True, _bool),
+    Option("cluster-allow-reads-when-down", False, _bool),
+    Option("cluster-allow-pubsubshard-when-down", True, _bool),
+    Option("cluster-preferred-endpoint-type", "ip", _enum("ip", "hostname", "unknown-endpoint")),
+    Option("cluster-announce-hostname", "", _string),
     Option("replica-read-only", True, _bool, aliases=("slave-read-only",)),
     Option("io-threads", 1, _int_range(1, 128), mutable=False),
     # durakv's own

@@ -6,6 +6,7 @@ directory, log and exact argv, so that any later command or test can inspect, si
 `LocalCluster.load(dir)` reads it back. Every wait is a poll with a deadline.
 """
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,10 @@ import time
 
 import hiredis
 
+from ..journal.jetstream import connect
+from ..routing import Node, Shard, Topology
+from ..routing.topology import bus_port_of, node_id_for
+from .store import NatsStore
 from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_state, port_is_free,
                          signal_pid, spawn, stop_many, wait_for)
 
@@ -170,11 +175,45 @@ def _package_env():
     return env
 
 
-def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, journal_backend, extra=()):
+def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, journal_backend, extra=(),
+                cluster_mode=True):
     return [sys.executable, "-m", "durakv", "server", "--port", str(port), "--bind", "127.0.0.1",
             "--dir", node_dir, "--journal-backend", journal_backend, "--journal-nats-servers", nats_servers,
             "--shard", str(shard), "--availability-zone", az, "--node-id", node_id,
-            "--durability", durability] + list(extra)
+            "--durability", durability, "--cluster-enabled", "yes" if cluster_mode else "no"] + list(extra)
+
+
+def slot_ranges(shards: int):
+    """16384 slots split into `shards` contiguous ranges, as `redis-cli --cluster create` splits them."""
+    per = 16384 / shards
+    return [(int(round(i * per)), int(round((i + 1) * per)) - 1) for i in range(shards)]
+
+
+def initial_topology(shard_nodes):
+    """The topology `cluster up` stores before any node starts: per shard its slot range, its node 0 as
+    primary (the node that normally wins the first lease; the winner rewrites it when it promotes) and the
+    others as replicas. shard_nodes: [[(node_id, port), ...] per shard]."""
+    shards = []
+    for n, ((a, b), nodes) in enumerate(zip(slot_ranges(len(shard_nodes)), shard_nodes)):
+        members = [Node(id=node_id, ip="127.0.0.1", port=port, bus_port=bus_port_of(port), az=AZS[i % len(AZS)])
+                   for i, (node_id, port) in enumerate(nodes)]
+        shards.append(Shard(id=node_id_for("shard:%d" % n), name=str(n), config_epoch=1, slots=((a, b),),
+                            primary=members[0], replicas=tuple(members[1:])))
+    return Topology(shards, current_epoch=1)
+
+
+def store_topology(nats_servers, topology, timeout_s=30.0):
+    """Writes the cluster's first topology into the coordination store (only if none is there yet)."""
+    async def put():
+        nc = await connect([u for u in nats_servers.split(",") if u], name="durakv-cluster-up")
+        try:
+            store = await NatsStore(nc).open()
+            current, revision = await store.get_topology()
+            if current is None:
+                await store.put_topology(topology, revision)
+        finally:
+            await nc.close()
+    asyncio.run(asyncio.wait_for(put(), timeout_s))
 
 
 # -- processes ---------------------------------------------------------------------------------------------------
@@ -258,7 +297,7 @@ class LocalCluster:
 
     @classmethod
     def up(cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
-           timeout_s=60.0, extra_server_args=(), log=None) -> "LocalCluster":
+           timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True) -> "LocalCluster":
         """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
 
         Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
@@ -288,7 +327,8 @@ class LocalCluster:
             durakv_ports = free_ports(n_durakv, exclude=set(nats.ports))
         manifest = {"version": MANIFEST_VERSION, "dir": dir, "created": time.time(),
                     "options": {"shards": shards, "replicas": replicas, "durability": durability,
-                                "base_port": base_port, "journal_backend": journal_backend},
+                                "base_port": base_port, "journal_backend": journal_backend,
+                                "cluster_mode": bool(cluster_mode and journal_backend == "jetstream")},
                     "nats_servers": "", "processes": []}
         cluster = cls(dir, manifest)
         say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
@@ -308,20 +348,28 @@ class LocalCluster:
             nats.stop()
             raise
 
+        cluster_mode = manifest["options"]["cluster_mode"]
         k = 0
+        shard_nodes = []
         for shard in range(shards):
+            shard_nodes.append([])
             for i in range(nodes_per_shard):
                 az = AZS[i % len(AZS)]
-                node_id = f"{shard}-{i}"
-                node_dir = os.path.join(dir, "nodes", node_id)
+                name = f"{shard}-{i}"
+                node_id = node_id_for(f"{os.path.basename(dir)}:{name}")   # 40 hex, stable across restarts
+                node_dir = os.path.join(dir, "nodes", name)
                 os.makedirs(node_dir, exist_ok=True)
                 argv = durakv_argv(durakv_ports[k], node_dir, nats.servers, shard, az, node_id, durability,
-                                   journal_backend, extra_server_args)
+                                   journal_backend, extra_server_args, cluster_mode=cluster_mode)
                 manifest["processes"].append({
-                    "kind": "durakv", "name": node_id, "node_id": node_id, "shard": shard, "index": i, "az": az,
+                    "kind": "durakv", "name": name, "node_id": node_id, "shard": shard, "index": i, "az": az,
                     "ports": {"client": durakv_ports[k]}, "pid": None, "start_time": None, "dir": node_dir,
-                    "log": os.path.join(dir, "logs", f"{node_id}.log"), "argv": argv})
+                    "log": os.path.join(dir, "logs", f"{name}.log"), "argv": argv})
+                shard_nodes[-1].append((node_id, durakv_ports[k]))
                 k += 1
+        if cluster_mode:
+            store_topology(nats.servers, initial_topology(shard_nodes))
+            say(f"topology stored: {shards} shard(s) over 16384 slots")
         # Each shard's node 0 (az1) starts first so that it normally wins the first lease: a predictable layout.
         first = [p for p in cluster.nodes if p.entry["index"] == 0]
         rest = [p for p in cluster.nodes if p.entry["index"] != 0]

@@ -1,8 +1,117 @@
-"""CLUSTER commands. FAILOVER: planned failover of a JetStream shard, asked on a replica."""
+"""CLUSTER commands, ASKING, READONLY, READWRITE.
 
+The topology they describe is the server's current routing snapshot (ctx.port.cluster(): the coordination
+store's topology on a JetStream shard, a one-shard topology for a one-node cluster on the local journal); the
+replies are built by routing/views.py exactly as Valkey 8.0 builds them. FAILOVER asks the coordination store
+for a planned failover to this replica.
+"""
+
+from .. import messages
 from ..errors import CommandError
+from ..protocol.resp import OK, Raw
+from ..routing import key_slot
+from ..routing import views
 from .base import syntax_error
 from .registry import command
+
+
+def _cluster(ctx):
+    """(ClusterRouting, topology) or the error Valkey answers with cluster support disabled."""
+    routing = ctx.port.cluster()
+    if routing is None:
+        raise CommandError(messages.CLUSTER_DISABLED)
+    if routing.topology is None:
+        raise CommandError(messages.CLUSTERDOWN_STATE)
+    return routing, routing.topology
+
+
+def _verbatim(ctx, text: bytes):
+    """addReplyVerbatim: a RESP3 verbatim string ('txt'), a bulk string in RESP2."""
+    if ctx.resp3:
+        return Raw(b"=%d\r\ntxt:%s\r\n" % (len(text) + 4, text))
+    return text
+
+
+def _endpoint(ctx):
+    return ctx.port.config["cluster-preferred-endpoint-type"]
+
+
+@command("cluster|slots")
+def cluster_slots(ctx, args):
+    routing, topology = _cluster(ctx)
+    return views.cluster_slots(topology, tls=ctx.client.tls, endpoint=_endpoint(ctx), offsets=routing.offsets())
+
+
+@command("cluster|shards")
+def cluster_shards(ctx, args):
+    routing, topology = _cluster(ctx)
+    return views.cluster_shards(topology, endpoint=_endpoint(ctx), offsets=routing.offsets())
+
+
+@command("cluster|nodes")
+def cluster_nodes(ctx, args):
+    routing, topology = _cluster(ctx)
+    return _verbatim(ctx, views.cluster_nodes(topology, routing.myself_id, tls=ctx.client.tls))
+
+
+@command("cluster|replicas")
+def cluster_replicas(ctx, args):
+    routing, topology = _cluster(ctx)
+    return views.cluster_replicas(topology, args[2], routing.myself_id, tls=ctx.client.tls)
+
+
+@command("cluster|slaves")
+def cluster_slaves(ctx, args):
+    return cluster_replicas(ctx, args)
+
+
+@command("cluster|info")
+def cluster_info(ctx, args):
+    routing, topology = _cluster(ctx)
+    return _verbatim(ctx, views.cluster_info(topology, routing.myself_id, state_ok=routing.router.healthy))
+
+
+@command("cluster|myid")
+def cluster_myid(ctx, args):
+    routing = ctx.port.cluster()
+    if routing is None:
+        node_id = ctx.port.node_id()   # a JetStream shard member without cluster mode still has an id
+        if node_id is None:
+            raise CommandError(messages.CLUSTER_DISABLED)
+        return node_id.encode()
+    return views.cluster_myid(routing.myself_id)
+
+
+@command("cluster|myshardid")
+def cluster_myshardid(ctx, args):
+    routing, topology = _cluster(ctx)
+    return views.cluster_myshardid(topology, routing.myself_id)
+
+
+@command("cluster|keyslot")
+def cluster_keyslot(ctx, args):
+    _cluster(ctx)
+    return key_slot(args[2])
+
+
+@command("cluster|countkeysinslot")
+def cluster_countkeysinslot(ctx, args):
+    _cluster(ctx)
+    slot = views.countkeysinslot_slot(args[2])
+    return len(views.keys_in_slot(ctx.db.data, slot))
+
+
+@command("cluster|getkeysinslot")
+def cluster_getkeysinslot(ctx, args):
+    _cluster(ctx)
+    slot, count = views.getkeysinslot_args(args[2], args[3])
+    return views.keys_in_slot(ctx.db.data, slot, count)
+
+
+@command("cluster|links")
+def cluster_links(ctx, args):
+    _cluster(ctx)
+    return views.cluster_links(())
 
 
 @command("cluster|failover")
@@ -12,9 +121,25 @@ def cluster_failover(ctx, args):
     return ctx.port.request_failover()
 
 
-@command("cluster|myid")
-def cluster_myid(ctx, args):
-    node_id = ctx.port.node_id()
-    if node_id is None:
-        raise CommandError("ERR This instance has cluster support disabled")
-    return node_id.encode()
+@command("asking")
+def asking(ctx, args):
+    if ctx.port.cluster() is None:
+        raise CommandError(messages.CLUSTER_DISABLED)
+    ctx.client.asking = True
+    return OK
+
+
+@command("readonly")
+def readonly(ctx, args):
+    if ctx.port.cluster() is None:
+        raise CommandError(messages.CLUSTER_DISABLED)
+    ctx.client.readonly_mode = True
+    return OK
+
+
+@command("readwrite")
+def readwrite(ctx, args):
+    if ctx.port.cluster() is None:
+        raise CommandError(messages.CLUSTER_DISABLED)
+    ctx.client.readonly_mode = False
+    return OK

@@ -92,6 +92,8 @@ def hello(ctx, args):
 @command("select")
 def select(ctx, args):
     n = parse_int(args[1])
+    if n != 0 and ctx.port.cluster() is not None:
+        raise CommandError(messages.SELECT_IN_CLUSTER)
     dbs = ctx.keyspace.dbs
     if not 0 <= n < len(dbs):
         raise CommandError(messages.DB_INDEX_OUT_OF_RANGE)
@@ -130,18 +132,6 @@ def monitor(ctx, args):
         raise CommandError(messages.MONITOR_DENY_BLOCKING)
     if not ctx.port.monitor(ctx.client):
         return Raw(b"")  # already monitoring: Valkey ignores it without a reply
-    return OK
-
-
-@command("readonly")
-def readonly(ctx, args):
-    ctx.client.readonly_mode = True
-    return OK
-
-
-@command("readwrite")
-def readwrite(ctx, args):
-    ctx.client.readonly_mode = False
     return OK
 
 

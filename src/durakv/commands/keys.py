@@ -165,6 +165,8 @@ def copy(ctx, args):
             raise syntax_error()
         i += 1
     key, newkey = args[1], args[2]
+    if (src_db.id != 0 or dst_db.id != 0) and ctx.port.cluster() is not None:
+        raise CommandError(messages.COPY_DB_IN_CLUSTER)
     if dst_db is src_db and key == newkey:
         raise CommandError(messages.SAME_OBJECT)
     value = ctx.lookup(key)
@@ -191,6 +193,8 @@ def copy(ctx, args):
 
 @command("move")
 def move(ctx, args):
+    if ctx.port.cluster() is not None:
+        raise CommandError(messages.MOVE_IN_CLUSTER)
     ks = ctx.keyspace
     key = args[1]
     src_db = ctx.db

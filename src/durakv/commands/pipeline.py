@@ -84,6 +84,12 @@ def _admission_input(name):
     return property(get, set)
 
 
+class Redirection(str):
+    """An admission refusal from the cluster router (MOVED, ASK, CROSSSLOT, TRYAGAIN, CLUSTERDOWN): EXEC refused
+    this way answers the redirection itself, not EXECABORT (Valkey's clusterRedirectClient)."""
+    __slots__ = ()
+
+
 class NoDurability:
     """The durability of a pipeline with nothing behind it (start-up replay, a scratch keyspace): effects go
     nowhere and every reply may leave at once."""
@@ -210,6 +216,8 @@ class Pipeline:
                 ticket = dur.barrier_ticket()
             else:
                 ticket = dur.read_ticket(session.db_id, cmd.keys(args))
+        if session.asking and not session.in_multi and cmd.name != "asking":
+            session.asking = False   # ASKING covers one command (Valkey's resetClient)
         obs = self.observer
         if obs is not None:
             obs.after_top(session)
@@ -264,7 +272,7 @@ class Pipeline:
         if router is not None and (not cmd.keyless or cmd.calls_commands or queue is not None):
             text = router.check(session, cmd, args, queue, run)
             if text is not None:
-                return text
+                return Redirection(text)
         # A script that already wrote cannot be failed halfway by server state (SCRIPT_WRITE_DIRTY).
         dirty = run is not None and run.dirty
         if self._maxmemory and not dirty:
@@ -318,6 +326,8 @@ class Pipeline:
         self.count_error(text)
         if cmd is not None and cmd.fullname == "exec" and session.in_multi:
             self.discard(session)
+            if type(text) is Redirection:
+                return ErrorReply(text)   # clusterRedirectClient answers EXEC with the redirection itself
             return ErrorReply(messages.EXECABORT_BECAUSE.format(text))
         return ErrorReply(text)
 

@@ -171,6 +171,11 @@ class Port:
         return None
 
     # -- cluster ----------------------------------------------------------------------------------
+    def cluster(self):
+        """In cluster mode the server's routing (server/cluster.ClusterRouting: `topology`, `myself_id`, `router`,
+        `offsets()`), else None."""
+        return None
+
     def node_id(self):
         return None
 

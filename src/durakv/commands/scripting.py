@@ -210,7 +210,7 @@ def _eval(ctx, args, evalsha, ro):
     read_only, allow_oom, oom = _prepare(ctx, script.flags, ro)
     run = ScriptRun(state, "eval", sha, ctx, args, read_only, allow_oom, oom, script.flags)
     engine = state.engine
-    keys = args[3:3 + numkeys]
+    keys = run.declared_keys = args[3:3 + numkeys]
     argv = args[3 + numkeys:]
     fn = script.fn
     return _run(ctx, run, lambda: engine.call(run, fn, keys, argv))
@@ -328,7 +328,7 @@ def _fcall(ctx, args, ro):
     state = get_state(ctx.pipeline)
     run = ScriptRun(state, "function", fi.name, ctx, args, read_only, allow_oom, oom, fi.flags)
     engine = funcs.engine
-    keys = args[3:3 + numkeys]
+    keys = run.declared_keys = args[3:3 + numkeys]
     argv = args[3 + numkeys:]
     fn = fi.fn
     return _run(ctx, run, lambda: engine.call(run, fn, keys, argv))

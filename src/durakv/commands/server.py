@@ -401,6 +401,8 @@ def command_help(ctx, args):
 
 @command("swapdb")
 def swapdb(ctx, args):
+    if ctx.port.cluster() is not None:
+        raise CommandError(messages.SWAPDB_IN_CLUSTER)
     dbs = ctx.keyspace.dbs
     try:
         a = parse_int(args[1], "ERR invalid first DB index")

@@ -11,7 +11,7 @@ class Session:
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
                  "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
-                 "subscribed", "monitor", "special", "no_touch", "asking", "acl_user")
+                 "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -47,7 +47,8 @@ class Session:
         self.monitor = False
         self.special = False
         self.no_touch = False
-        self.asking = False
+        self.asking = False        # ASKING: the next command may touch a slot this node is importing
+        self.tls = False           # the connection is TLS: cluster redirections name tls-ports
         # The ACL user (acl_model.User) the client runs as; None is the default user (`user` is its name).
         self.acl_user = None
 

@@ -32,7 +32,11 @@ class ClusterNode:
         cfg = server.config
         self.shard = cfg["shard"]
         self.az = cfg["availability-zone"]
-        self.node_id = cfg["node-id"] or "%s-%s-%d" % (self.shard, self.az, cfg["port"])
+        self.routing = server.cluster_routing      # cluster mode: where topologies are installed (else None)
+        if self.routing is not None:
+            self.node_id = self.routing.myself_id
+        else:
+            self.node_id = cfg["node-id"] or "%s-%s-%d" % (self.shard, self.az, cfg["port"])
         self.addr = "%s:%d" % (cfg["announce-ip"], cfg["port"])
         self.servers = [s.strip() for s in cfg["journal-nats-servers"].split(",") if s.strip()]
         self.role = "replica"
@@ -56,6 +60,9 @@ class ClusterNode:
         self._progress_index = -1
         self._progress_at = 0.0
         self.writes_paused = False      # a planned hand-over is draining: writes answer -READONLY
+        self.topology_watch = None
+        self._topology_task = None
+        self._pubsub_subs = []
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
@@ -65,6 +72,9 @@ class ClusterNode:
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
         self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0)
         await self.journal.ensure_stream()
+        if self.routing is not None:
+            self.topology_watch = await self.store.watch_topology(self._on_topology)
+            await self._subscribe_pubsub()
         await self._load_snapshot()
         srv.keyspace.expire_enabled = False
         srv.keyspace.hide_expired = True
@@ -99,6 +109,77 @@ class ClusterNode:
         self.filter = EpochFilter(epoch)
         self.epoch = max(self.epoch, epoch)
         log.info("loaded snapshot of shard %s at index %d (epoch %d)", self.shard, index, epoch)
+
+    # -- cluster mode: the topology and the pub/sub bus ---------------------------------------------
+    def _on_topology(self, topology, revision):
+        """A topology from the coordination store: installed whole (one routing snapshot), unless this node's
+        own promotion has not reached it yet (then the promotion rewrites it)."""
+        me = topology.nodes.get(self.node_id)
+        if self.role == "primary" and me is not None and me.role != "primary":
+            # The store has not caught up with this node's promotion: serve by what the lease says.
+            self.routing.install(topology.promote(self.node_id), revision)
+            if self._topology_task is None:
+                self._topology_task = self.server.loop.create_task(self._publish_promotion())
+            return
+        self.routing.install(topology, revision)
+
+    async def _publish_promotion(self):
+        """Makes the stored topology name this node its shard's primary (compare-and-set, retried): what lets
+        cluster clients (CLUSTER SLOTS, MOVED) follow a failover."""
+        delay_s = 0.05
+        try:
+            while self.role == "primary":
+                try:
+                    topology, revision = await self.store.get_topology()
+                    if topology is None or self.node_id not in topology.nodes:
+                        log.warning("the topology does not list node %s; clients will not be sent here",
+                                    self.node_id)
+                        return
+                    if topology.nodes[self.node_id].role == "primary":
+                        return
+                    await self.store.put_topology(topology.promote(self.node_id), revision)
+                    log.info("topology: node %s is now the primary of shard %s", self.node_id, self.shard)
+                    return
+                except Exception as exc:  # noqa: BLE001 - a CAS race or an election: read again and retry
+                    log.debug("publishing the promotion in the topology: %r", exc)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 1.0)
+        finally:
+            self._topology_task = None
+
+    _PUBSUB = "durakv.pubsub"        # PUBLISH reaches every node; SPUBLISH the nodes of the channel's shard
+
+    async def _subscribe_pubsub(self):
+        self._pubsub_subs.append(await self.nc.subscribe(self._PUBSUB, cb=self._on_bus_message))
+        self._pubsub_subs.append(await self.nc.subscribe("%s.%s" % (self._PUBSUB, self.shard),
+                                                         cb=self._on_bus_message))
+
+    def publish_remote(self, channel: bytes, message: bytes, shard: bool):
+        """Hands a PUBLISH/SPUBLISH to the other nodes (NATS core: at most once, as Valkey's cluster bus)."""
+        if self.nc is None or self.nc.is_closed:
+            return
+        subject = "%s.%s" % (self._PUBSUB, self.shard) if shard else self._PUBSUB
+        header = b"%s %d %d\n" % (self.node_id.encode(), 1 if shard else 0, len(channel))
+        self.server.loop.create_task(self._publish_bus(subject, header + channel + message))
+
+    async def _publish_bus(self, subject, payload):
+        try:
+            await self.nc.publish(subject, payload)
+        except Exception as exc:  # noqa: BLE001 - pub/sub is at most once: a lost message is not an error
+            log.debug("pub/sub message to %s not sent: %r", subject, exc)
+
+    async def _on_bus_message(self, msg):
+        data = msg.data
+        nl = data.find(b"\n")
+        try:
+            origin, shard, length = data[:nl].split(b" ")
+            length = int(length)
+        except ValueError:
+            return
+        if origin.decode() == self.node_id:
+            return
+        body = data[nl + 1:]
+        self.server.pubsub.publish(body[:length], body[length:], shard=shard == b"1")
 
     # -- following ------------------------------------------------------------------------------
     async def _follow_from(self, after):
@@ -229,6 +310,12 @@ class ClusterNode:
         self.promotions += 1
         log.info("promoted to primary of shard %s at epoch %d (marker %d) in %.3fs", self.shard, epoch,
                  marker_index, time.monotonic() - started)
+        if self.routing is not None:
+            topology = self.routing.topology
+            if topology is not None and self.node_id in topology.nodes:
+                self.routing.install(topology.promote(self.node_id), self.routing.revision)
+            if self._topology_task is None:
+                self._topology_task = srv.loop.create_task(self._publish_promotion())
 
     async def step_down(self, reason):
         if self.role != "primary":

@@ -20,6 +20,7 @@ Every slot may be owned at most once; slots owned by nobody are allowed (the clu
 with cluster-require-full-coverage) and reported by `uncovered()`.
 """
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
@@ -326,6 +327,20 @@ class Topology:
             shards.append(sh)
         migrating = {s: m for s, m in self.migrating.items() if s not in moved}
         return self._rebuild(shards, current_epoch=epoch, migrating=migrating)
+
+
+# ---- ids and ports ---------------------------------------------------------------------------------------------
+
+def node_id_for(name: str) -> str:
+    """A stable 40-hex node id for a name (Valkey's node ids are 40 random hex chars; a local cluster derives
+    them from the node's name so that a node keeps its id across restarts)."""
+    return hashlib.sha1(("durakv-node:" + name).encode()).hexdigest()
+
+
+def bus_port_of(port: int) -> int:
+    """The cport CLUSTER NODES shows (Valkey's default: port + 10000). durakv has no cluster bus, so it is only
+    a number clients parse; 0 when that would not be a port."""
+    return port + 10000 if port and port + 10000 <= 65535 else 0
 
 
 # ---- validation helpers -----------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ class ScriptRun:
     __slots__ = ("state", "kind", "funcname", "readonly", "allow_oom", "pre_oom", "hook", "session",
                  "resp", "caller_resp3", "effects", "dirty_keys", "dirty", "killed", "lock", "detached",
                  "finished", "reply", "started", "loading", "load_deadline", "library", "caller", "command",
-                 "deferred", "loop", "saved_clock", "host", "flags")
+                 "deferred", "loop", "saved_clock", "host", "flags", "declared_keys", "cluster_slot")
 
     def __init__(self, state, kind, funcname, caller_ctx=None, command=(), readonly=False, allow_oom=False,
                  pre_oom=False, flags=0):
@@ -93,6 +93,8 @@ class ScriptRun:
         self.allow_oom = allow_oom
         self.pre_oom = pre_oom
         self.flags = flags
+        self.declared_keys = ()           # the keys the script was given (KEYS): its cluster slot
+        self.cluster_slot = None          # the slot its commands are bound to in cluster mode (-1: none yet)
         self.hook = False
         self.resp = 2
         self.caller_resp3 = caller_ctx.resp3 if caller_ctx is not None else False

@@ -34,6 +34,7 @@ class Connection(asyncio.Protocol):
         self.tls = tls
         self.transport = None
         self.session = Session(created_ms=server.clock_ms(), authenticated=not server.acl.auth_required())
+        self.session.tls = tls
         cfg = server.config
         self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"])
         self.outbox = None

@@ -9,7 +9,7 @@ import time
 from ..scripting import runner as _scripting
 
 DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "keyspace", "durability"]
+                    "cluster", "keyspace", "durability"]
 ALL_SECTIONS = DEFAULT_SECTIONS + ["commandstats", "errorstats"]
 
 
@@ -128,6 +128,10 @@ def _section_keyspace(srv):
     return out
 
 
+def _section_cluster(srv):
+    return {"cluster_enabled": int(srv.cluster_routing is not None)}
+
+
 def _section_durability(srv):
     t = srv.durability.tracker
     j = srv.journal
@@ -175,7 +179,7 @@ def _section_errorstats(srv):
 
 _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,
              "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
-             "cpu": _section_cpu, "keyspace": _section_keyspace, "durability": _section_durability,
+             "cpu": _section_cpu, "cluster": _section_cluster, "keyspace": _section_keyspace, "durability": _section_durability,
              "commandstats": _section_commandstats, "errorstats": _section_errorstats}
 
 

@@ -114,6 +114,9 @@ class ServerPort(Port):
         return self.server.pubsub.unsubscribe(self._sub_conn(session), names, kind)
 
     def publish(self, channel, message, shard=False) -> int:
+        node = self.server.cluster_node
+        if node is not None and node.routing is not None:
+            node.publish_remote(channel, message, shard)   # the other nodes deliver to their subscribers
         return self.server.pubsub.publish(channel, message, shard=shard)
 
     def pubsub_channels(self, pattern, shard=False) -> list:
@@ -201,6 +204,9 @@ class ServerPort(Port):
         return self.server.acl
 
     # -- cluster ----------------------------------------------------------------------------------
+    def cluster(self):
+        return self.server.cluster_routing
+
     def node_id(self):
         node = self.server.cluster_node
         return node.node_id if node is not None else None

@@ -23,6 +23,8 @@ from ..snapshot.adopt import build_snapshot
 from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
 from .blocking import Blocking
+from ..cluster.identity import persistent_node_id
+from .cluster import ClusterRouting, single_node_topology
 from .connection import Connection
 from .notify import Hooks, parse_notify_flags
 from .port import ServerPort
@@ -112,6 +114,7 @@ class Server:
         self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
         self.journal_reloads = 0           # datasets rebuilt from disk after a journal failure
+        self.cluster_routing = None        # cluster mode: the slot check and the topology (server/cluster.py)
         self._apply_session = Session(authenticated=True)
         self.pipeline.new_context(self._apply_session).replaying = True
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
@@ -210,6 +213,13 @@ class Server:
             self.durability.attach(self.journal, mode, self.config["durability-buffer-ms"])
         self.durability.commit_listeners.append(self._maybe_auto_snapshot)
         self.durability.failure_listeners.append(self._journal_failed)
+        if self.config["cluster-enabled"]:
+            # A cluster of one on the local journal: this node owns all 16384 slots.
+            cfg = self.config
+            routing = ClusterRouting(self, persistent_node_id(self.dir, cfg["node-id"]))
+            routing.install(single_node_topology(routing.myself_id, cfg["announce-ip"], cfg["port"],
+                                                 cfg["tls-port"]))
+            self.cluster_routing = self.pipeline.router = routing
         self.loading = False
         await self._listen()
         self._timer = self.loop.create_task(self._cron())
@@ -223,6 +233,10 @@ class Server:
         """A shard member on the JetStream journal (replication/node.py decides primary or replica)."""
         from ..replication.node import ClusterNode
         self.loading = True
+        if self.config["cluster-enabled"]:
+            # Slots come from the coordination store's topology, which the node watches and installs here.
+            self.cluster_routing = self.pipeline.router = ClusterRouting(
+                self, persistent_node_id(self.dir, self.config["node-id"]))
         self.cluster_node = ClusterNode(self)
         await self.cluster_node.start()
         self.journal = None  # the shard's journal belongs to the node; INFO reads it from there

@@ -1,0 +1,107 @@
+"""Cluster mode in the server: the pipeline's slot check and what CLUSTER commands read.
+
+`ClusterRouting` is the pipeline's `router`: it holds the current routing.Router, built from one immutable
+Topology snapshot and swapped whole whenever a new topology arrives (from the coordination store's watch on a
+JetStream shard, or built once for a one-node cluster on the local journal). Admission calls `check()` for
+every keyed command, EXEC (with every queued key) and every command a script runs; the reply is None (serve)
+or Valkey's redirection text (-MOVED, -ASK, -CROSSSLOT, -TRYAGAIN, -CLUSTERDOWN).
+"""
+
+import logging
+
+from .. import messages
+from ..routing import Node, Router, Shard, Topology, key_slot
+from ..routing.topology import bus_port_of, node_id_for
+from ..routing.slots import SLOTS
+from ..scripting.runner import ALLOW_CROSS_SLOT
+
+log = logging.getLogger("durakv.cluster")
+
+# Sharded pub/sub commands: their "keys" are channels (routed by slot, servable on replicas, never counted).
+_SHARDED_PUBSUB = {"spublish", "ssubscribe", "sunsubscribe"}
+
+
+def single_node_topology(node_id: str, ip: str, port: int, tls_port: int, shard_name: str = "0") -> Topology:
+    """A cluster of one shard with one primary owning all 16384 slots."""
+    me = Node(id=node_id, ip=ip, port=port, tls_port=tls_port, bus_port=bus_port_of(port or tls_port), repl_offset=1)
+    shard = Shard(id=node_id_for("shard:" + shard_name), name=shard_name, config_epoch=1,
+                  slots=((0, SLOTS - 1),), primary=me, replicas=())
+    return Topology([shard], current_epoch=1)
+
+
+class ClusterRouting:
+    """The pipeline's router in cluster mode. `topology`/`revision` are what CLUSTER commands answer from."""
+
+    def __init__(self, server, myself_id: str):
+        self.server = server
+        self.myself_id = myself_id
+        self.topology = None
+        self.revision = 0
+        self.router = None
+
+    def install(self, topology, revision=0):
+        """Use a new topology from now on (one atomic swap: requests in flight finish with the old one)."""
+        cfg = self.server.config
+        self.router = Router(topology, self.myself_id,
+                             require_full_coverage=cfg["cluster-require-full-coverage"],
+                             allow_reads_when_down=cfg["cluster-allow-reads-when-down"],
+                             allow_pubsubshard_when_down=cfg["cluster-allow-pubsubshard-when-down"],
+                             endpoint=cfg["cluster-preferred-endpoint-type"])
+        self.topology = topology
+        self.revision = revision
+
+    def _exists_in(self, db):
+        ks = self.server.keyspace
+        data = db.data
+
+        def exists(key):
+            return key in data and not ks.is_expired(db, key)
+        return exists
+
+    def check(self, session, cmd, args, queue, run):
+        router = self.router
+        if router is None:
+            return messages.CLUSTERDOWN_STATE
+        db = self.server.keyspace.dbs[session.db_id]
+        if run is not None:
+            return self._check_script(router, run, cmd, args, db)
+        if queue is not None:
+            keys = [a[i] for c, a in queue for i in c.key_indexes(a)]
+            write = session.multi_write
+        else:
+            keys = cmd.keys(args)
+            write = cmd.write
+        if not keys:
+            return None
+        refusal = router.route(keys, write, session.readonly_mode, session.asking or "asking" in cmd.flags,
+                               self._exists_in(db), session.tls, cmd.name in _SHARDED_PUBSUB)
+        return None if refusal is None else refusal.text
+
+    def _check_script(self, router, run, cmd, args, db):
+        keys = cmd.keys(args)
+        if run.cluster_slot is None:
+            declared = run.declared_keys
+            run.cluster_slot = key_slot(declared[0]) if declared else -1
+        caller = run.caller
+        text, run.cluster_slot = router.route_script_call(
+            keys, cmd.fullname, run.cluster_slot, cmd.write,
+            caller.readonly_mode if caller is not None else False,
+            caller.asking if caller is not None else False, self._exists_in(db),
+            caller.tls if caller is not None else False, cmd.name in _SHARDED_PUBSUB,
+            allow_cross_slot=bool(run.flags & ALLOW_CROSS_SLOT))
+        return text
+
+    # -- what CLUSTER commands and INFO read ----------------------------------------------------------
+    def myself(self):
+        return self.topology.nodes.get(self.myself_id) if self.topology is not None else None
+
+    def offsets(self) -> dict:
+        """This node's live replication offset (the journal index it has applied; at least 1 once serving),
+        which CLUSTER SLOTS/SHARDS show instead of the topology's stored one."""
+        srv = self.server
+        node = srv.cluster_node
+        if node is not None:
+            offset = node.applied_index
+        else:
+            offset = srv.durability.committed
+        return {self.myself_id: max(1, offset)}
