@@ -1,0 +1,236 @@
+"""Cluster mode: 16384 slots, Valkey's redirections and CLUSTER replies, and the cluster clients users run,
+unchanged: valkey-py ValkeyCluster, redis-py RedisCluster, valkey-glide GlideClusterClient, redis-cli -c.
+
+A one-node cluster on the local journal (`--cluster-enabled yes`) and a two-shard JetStream cluster (`cluster
+up --shards 2`), real processes and real clients; error texts are Valkey's, written out here."""
+
+import asyncio
+import json
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+import valkey
+from valkey.cluster import ValkeyCluster
+
+from conftest import ServerProcess, wait_until
+from durakv.routing import key_slot
+
+
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory):
+    srv = ServerProcess(tmp_path_factory.mktemp("cluster1"), args=["--cluster-enabled", "yes", "--durability", "sync"])
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _err(fn, *args):
+    try:
+        fn(*args)
+    except (valkey.exceptions.ResponseError, redis.exceptions.ResponseError) as exc:
+        return str(exc)
+    raise AssertionError("no error")
+
+
+def _key_in(slot_range, prefix="k"):
+    a, b = slot_range
+    return next(f"{prefix}{i}" for i in range(100000) if a <= key_slot(f"{prefix}{i}".encode()) <= b)
+
+
+# -- one node owning every slot ----------------------------------------------------------------------------
+
+def test_cluster_replies_of_a_one_node_cluster(one_node):
+    with one_node.client() as c:
+        myid = c.execute_command("CLUSTER", "MYID").decode()
+        assert len(myid) == 40 and int(myid, 16) >= 0
+        assert c.execute_command("CLUSTER", "SLOTS") == [[0, 16383, [b"127.0.0.1", one_node.port, myid.encode(), []]]]
+        nodes = c.execute_command("CLUSTER", "NODES").decode()
+        assert nodes == f"{myid} 127.0.0.1:{one_node.port}@{one_node.port + 10000 if one_node.port < 55536 else 0} " \
+                        f"myself,master - 0 0 1 connected 0-16383\n"
+        info = c.execute_command("CLUSTER", "INFO").decode()
+        assert info.startswith("cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:16384\r\n"
+                               "cluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:1\r\n"
+                               "cluster_size:1\r\ncluster_current_epoch:1\r\ncluster_my_epoch:1\r\n")
+        shards = c.execute_command("CLUSTER", "SHARDS")
+        assert shards[0][0] == b"slots" and shards[0][1] == [0, 16383]
+        assert c.execute_command("CLUSTER", "KEYSLOT", "foo") == 12182
+        assert c.execute_command("CLUSTER", "KEYSLOT", "{user1000}.following") == \
+            c.execute_command("CLUSTER", "KEYSLOT", "{user1000}.followers")
+        c.set("foo", "1")
+        assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", "12182") == 1
+        assert c.execute_command("CLUSTER", "GETKEYSINSLOT", "12182", "10") == [b"foo"]
+        assert _err(c.execute_command, "CLUSTER", "COUNTKEYSINSLOT", "16384") == "Invalid slot"
+        assert c.execute_command("CLUSTER", "LINKS") == []
+        assert c.info("cluster") == {"cluster_enabled": 1}
+        assert len(c.execute_command("CLUSTER", "MYSHARDID")) == 40
+
+
+def test_crossslot_select_and_cluster_only_rules(one_node):
+    with one_node.client() as c:
+        assert _err(c.mset, {"a": 1, "b": 2}) == "Keys in request don't hash to the same slot"
+        assert c.mset({"{t}a": 1, "{t}b": 2}) is True
+        assert _err(c.execute_command, "SELECT", "1") == "SELECT is not allowed in cluster mode"
+        assert c.execute_command("SELECT", "0") == b"OK"
+        assert _err(c.execute_command, "SWAPDB", "0", "1") == "SWAPDB is not allowed in cluster mode"
+        assert _err(c.execute_command, "MOVE", "a", "1") == "MOVE is not allowed in cluster mode"
+        assert _err(c.execute_command, "COPY", "{t}a", "{t}c", "DB", "1") == \
+            "Copying to another database is not allowed in cluster mode"
+        # a transaction must stay in one slot: EXEC answers CROSSSLOT itself and the transaction is gone
+        raw = c.connection_pool.get_connection("x")
+        raw.send_command("MULTI")
+        assert raw.read_response() == b"OK"
+        raw.send_command("SET", "a", "1")
+        assert raw.read_response() == b"QUEUED"
+        raw.send_command("SET", "b", "1")
+        assert raw.read_response() == b"QUEUED"
+        raw.send_command("EXEC")
+        with pytest.raises(valkey.exceptions.ResponseError) as e:
+            raw.read_response()
+        assert str(e.value) == "Keys in request don't hash to the same slot"
+        raw.send_command("EXEC")
+        with pytest.raises(valkey.exceptions.ResponseError) as e:
+            raw.read_response()
+        assert str(e.value) == "EXEC without MULTI"
+        c.connection_pool.release(raw)
+        # scripts: declared keys in one slot; a command on another slot is refused inside the script
+        assert _err(c.eval, "return 1", 2, "a", "b") == "Keys in request don't hash to the same slot"
+        err = _err(c.eval, "return server.call('GET', 'b')", 1, "a")
+        assert "Script attempted to access keys that do not hash to the same slot" in err
+        assert c.eval("#!lua flags=allow-cross-slot-keys\nreturn server.call('GET', 'b')", 1, "a") is None
+        assert c.eval("return server.call('GET', KEYS[1])", 1, "{t}a") == b"1"
+        assert _err(c.eval, "#!lua flags=no-cluster\nreturn 1", 0) == "Can not run script on cluster, 'no-cluster' flag is set."
+
+
+def test_cluster_clients_on_one_node(one_node):
+    rc = ValkeyCluster(host="127.0.0.1", port=one_node.port)
+    for i in range(200):
+        rc.set(f"vk{i}", i)
+    assert rc.get("vk7") == b"7" and rc.mget(["{x}1", "{x}2"]) == [None, None]
+    rc.close()
+    rp = redis.cluster.RedisCluster(host="127.0.0.1", port=one_node.port)
+    assert rp.set("rp", "1") is True and rp.get("rp") == b"1"
+    rp.close()
+    if shutil.which("redis-cli"):
+        out = subprocess.run(["redis-cli", "-c", "-p", str(one_node.port), "SET", "cli", "v"], capture_output=True,
+                             text=True, timeout=20)
+        assert out.stdout.strip() == "OK"
+        out = subprocess.run(["redis-cli", "--cluster", "check", "127.0.0.1:%d" % one_node.port],
+                             capture_output=True, text=True, timeout=30)
+        assert "[OK] All 16384 slots covered." in out.stdout, out.stdout + out.stderr
+
+
+def test_glide_cluster_client(one_node):
+    from glide import GlideClusterClient, GlideClusterClientConfiguration, NodeAddress
+
+    async def scenario():
+        client = await GlideClusterClient.create(
+            GlideClusterClientConfiguration([NodeAddress("127.0.0.1", one_node.port)], request_timeout=5000))
+        try:
+            assert await client.set("glide", "v") == "OK"
+            assert await client.get("glide") == b"v"
+        finally:
+            await client.close()
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_standalone_reports_cluster_disabled(shared_server):
+    with shared_server.client() as c:
+        assert c.info("cluster") == {"cluster_enabled": 0}
+        assert _err(c.execute_command, "CLUSTER", "SLOTS") == "This instance has cluster support disabled"
+        assert _err(c.execute_command, "READONLY") == "This instance has cluster support disabled"
+
+
+# -- two shards on the JetStream journal ------------------------------------------------------------------
+
+def test_two_shards_redirections_clients_pubsub_and_failover(local_cluster):
+    cluster = local_cluster(shards=2, replicas=1, durability="sync")
+    nodes = {p.name: p for p in cluster.nodes}
+    with valkey.Valkey(port=nodes["0-0"].port) as c0:
+        slots = c0.execute_command("CLUSTER", "SLOTS")
+    assert [(s[0], s[1]) for s in slots] == [(0, 8191), (8192, 16383)]
+    k0, k1 = _key_in((0, 8191)), _key_in((8192, 16383))
+    p1 = cluster.primary(1)
+    # a key of the other shard: MOVED to that shard's primary, exactly as Valkey words it
+    with valkey.Valkey(port=nodes["0-0"].port) as c0:
+        assert _err(c0.set, k1, "x") == f"MOVED {key_slot(k1.encode())} 127.0.0.1:{p1.port}"
+        # a write to a replica goes to its primary; with READONLY the replica serves reads of its slots
+    replica0 = cluster.replicas(0)[0]
+    with valkey.Valkey(port=replica0.port, single_connection_client=True) as r0:
+        assert _err(r0.set, k0, "x").startswith(f"MOVED {key_slot(k0.encode())} ")
+        r0.execute_command("READONLY")
+        assert r0.get(k0) is None
+        assert _err(r0.get, k1).startswith("MOVED ")
+    rc = ValkeyCluster(host="127.0.0.1", port=nodes["0-0"].port)
+    for i in range(300):
+        rc.set(f"c{i}", i)
+    assert [rc.get(f"c{i}") for i in (0, 150, 299)] == [b"0", b"150", b"299"]
+    sizes = [valkey.Valkey(port=cluster.primary(s).port).dbsize() for s in (0, 1)]
+    assert sum(sizes) == 300 and min(sizes) > 100       # both shards hold keys
+    rp = redis.cluster.RedisCluster(host="127.0.0.1", port=nodes["1-0"].port, read_from_replicas=True)
+    wait_until(lambda: rp.get("c150") == b"150", 10, what="a replica read through redis-py")
+    # PUBLISH reaches subscribers on every node; SPUBLISH stays within the channel's shard
+    sub = valkey.Valkey(port=nodes["1-1"].port).pubsub()
+    sub.subscribe("news")
+    assert sub.get_message(timeout=5)["type"] == "subscribe"
+    valkey.Valkey(port=nodes["0-0"].port).publish("news", "hello")
+    msg = sub.get_message(timeout=5)
+    assert msg is not None and msg["data"] == b"hello"
+    sub.close()
+    # a failover in shard 0 while shard 1 keeps serving; the cluster client follows it by itself
+    stop = threading.Event()
+    errors, acked = [], []
+
+    def write_shard1():
+        client = valkey.Valkey(port=p1.port)
+        i = 0
+        while not stop.is_set() and i < 5000:
+            try:
+                client.set(_key_in((8192, 16383), f"s1-{i}-"), i)
+                acked.append(i)
+            except valkey.exceptions.ValkeyError as exc:
+                errors.append(str(exc))
+            i += 1
+    t = threading.Thread(target=write_shard1)
+    t.start()
+    old = cluster.primary(0)
+    cluster.kill(old.name)
+    t0 = time.monotonic()
+    deadline = t0 + 30
+    while time.monotonic() < deadline:
+        try:
+            rc.set(k0, "after-failover")
+            break
+        except (valkey.exceptions.ConnectionError, valkey.exceptions.ClusterDownError,
+                valkey.exceptions.TimeoutError):
+            time.sleep(0.05)
+    seconds = time.monotonic() - t0
+    stop.set()
+    t.join(30)
+    assert rc.get(k0) == b"after-failover"
+    assert errors == [] and len(acked) > 0, errors[:3]   # the other shard never noticed
+    new = cluster.primary(0)
+    assert new is not None and new.name != old.name
+    with valkey.Valkey(port=nodes["1-0"].port) as c:
+        slots = c.execute_command("CLUSTER", "SLOTS")
+    assert [entry[2][1] for entry in slots if entry[0] == 0] == [new.port]   # every node's view follows
+    print(f"failover of shard 0 seen by ValkeyCluster: {seconds:.2f}s; shard 1 served {len(acked)} writes")
+    rc.close()
+    rp.close()
+
+
+def test_cluster_up_cli_prints_the_client_lines(tmp_path):
+    d = tmp_path / "c"
+    res = subprocess.run([shutil.which("durakv") or "durakv", "cluster", "up", "--dir", str(d), "--shards", "2",
+                          "--replicas", "0", "--timeout", "90"], capture_output=True, text=True, timeout=180)
+    try:
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "ValkeyCluster(host=" in res.stdout and "redis-cli -c" in res.stdout
+        manifest = json.loads((d / "manifest.json").read_text())
+        assert manifest["options"]["cluster_mode"] is True and manifest["options"]["shards"] == 2
+    finally:
+        subprocess.run([shutil.which("durakv") or "durakv", "cluster", "down", "--dir", str(d)], capture_output=True,
+                       timeout=60)
