@@ -51,6 +51,13 @@ def _memory(text):
     return parse_memory(text)
 
 
+def _memory_nonnegative(text):
+    n = parse_memory(text)
+    if n < 0:
+        raise ValueError("argument must be a memory value")
+    return n
+
+
 def _enum(*choices):
     def parse(text):
         t = text.lower()
@@ -142,6 +149,9 @@ OPTIONS = [
     Option("journal-segment-bytes", 64 * 1024 * 1024, _memory, mutable=False),
     Option("journal-fsync", True, _bool, mutable=False),
     Option("auto-snapshot-journal-bytes", 256 * 1024 * 1024, _memory),
+    # the most one Lua VM (EVAL's, FUNCTION's) may allocate before a script gets Lua's "not enough memory"
+    # (Valkey has no such bound: its allocator aborts the process); 0 = no bound
+    Option("lua-memory-limit", 1024 * 1024 * 1024, _memory_nonnegative),
 ]
 
 BY_NAME = {}

@@ -15,6 +15,7 @@ from ..commands.dispatch import Dispatcher, apply_effect
 from ..commands.session import Session
 from ..durability import WriteTracker
 from ..keyspace import Keyspace
+from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
 from .connection import Connection
 from .notify import Hooks, parse_notify_flags
@@ -72,7 +73,7 @@ class Server:
 
     def _apply_config_all(self):
         for name in ("requirepass", "maxmemory", "maxmemory-policy", "maxmemory-samples", "lfu-log-factor",
-                     "lfu-decay-time", "notify-keyspace-events"):
+                     "lfu-decay-time", "notify-keyspace-events", "lua-memory-limit"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -97,6 +98,8 @@ class Server:
             self.tracker.buffer_ms = value
         elif name == "notify-keyspace-events":
             self.hooks.set_notify_flags(value)
+        elif name == "lua-memory-limit":
+            set_lua_memory_limit(value)
 
     def validate_config_set(self, name, value):
         """Extra checks CONFIG SET needs beyond parsing; returns an error reason or None."""
