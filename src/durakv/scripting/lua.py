@@ -51,9 +51,9 @@ def set_memory_limit(nbytes: int):
 
 
 
-_FLOOR = 64 << 10          # what every callback keeps free below the limit for lupa's own pushes
-_RAISE_BYTES = 4 << 10     # what raising into Lua may take (the exception object, the error handler)
-_RESERVE_MAX = 1 << 20     # the most of the limit held back from Lua code for callbacks
+_FLOOR = 64 << 10          # headroom under the limit Lua code never gets: raising into Lua always fits in it
+_RAISE_BYTES = 4 << 10     # what raising into Lua may take (the exception's userdata, if it was collected)
+_RESERVE_MAX = 1 << 20     # the most of the limit held back from Lua code
 _REGISTRY_SPARE = 16384    # free registry slots kept so lupa taking a ref never allocates
 _NO_LIMIT = 0
 
@@ -62,41 +62,46 @@ class _Budget:
     """lua-memory-limit for one runtime, kept so that only Lua code ever meets it.
 
     lupa's counting allocator fails an allocation past the limit. Inside Lua code that is Lua's ordinary
-    out-of-memory error; inside lupa's own C glue it is fatal: pushing an argument from Python is an
-    unprotected error (the process aborts with "PANIC: unprotected error in call to Lua API"), and pushing
+    out-of-memory error; inside lupa's own C glue it is fatal (measured): pushing an argument from Python
+    is an unprotected error (the process aborts: "PANIC: unprotected error in call to Lua API"), and pushing
     a callback's result or the exception it raised longjmps out of a `with gil` block (the process
     deadlocks). So the limit L only ever binds Lua code:
 
     * while Python drives the runtime (converting keys and replies, compiling, collecting) there is none;
-    * a script runs with S = L - reserve;
-    * while a Python callback runs the limit is L; what it hands back is admitted only if it fits below
-      L - _FLOOR, and on the way out the limit drops back to what the script may still use (S, or what the
-      result just took); raising leaves _RAISE_BYTES for the exception, and the Lua side tightens again
-      where it catches errors (pcall, xpcall, coroutine.resume, load);
+    * a script starts with S = L - reserve, and what lupa enforces (`current`) never exceeds the ceiling
+      C = L - _FLOOR while Lua code runs;
+    * before a callback creates Lua values (a reply's tables, the strings lupa pushes for its result) it
+      asks room(n): past C the script gets Lua's out-of-memory error instead, else the limit is raised
+      just enough for that glue (the script, already near its limit, gets nothing more);
+    * raising into Lua lifts the limit by _RAISE_BYTES (under L, as C leaves _FLOOR) for the exception's
+      userdata; the first Lua code to see the error unwraps it (unwrap), which tightens the limit back to
+      max(S, used) before any script code runs again;
     * lupa refs every table or function a callback receives in the registry, so its free list is kept
       long (LuaEngine._grow_registry) and taking a ref never allocates.
     """
 
-    __slots__ = ("rt", "limit", "script_limit", "active", "bounded")
+    __slots__ = ("rt", "limit", "script_limit", "ceiling", "current", "active", "bounded", "_used")
 
     def __init__(self, rt, bounded=True):
         self.rt = rt
-        self.limit = 0
-        self.script_limit = 0
+        self.limit = self.script_limit = self.ceiling = self.current = 0
         self.active = False
         self.bounded = bounded
+        self._used = rt.get_memory_used
 
     def script(self):
         """Entering Lua to run script code."""
         limit = _memory_limit if self.bounded else 0
-        self.limit = limit
         if not limit:
             self.active = False
             return
         reserve = min(_RESERVE_MAX, max(4 * _FLOOR, limit // 4))
+        self.limit = limit
         self.script_limit = max(limit - reserve, 1)
+        self.ceiling = max(limit - _FLOOR, self.script_limit)
         self.active = True
-        self.rt.set_max_memory(self.script_limit, total=True)
+        self.current = self.script_limit
+        self.rt.set_max_memory(self.current, total=True)
 
     def off(self):
         """Python drives the runtime again."""
@@ -107,30 +112,29 @@ class _Budget:
     def used(self) -> int:
         return self.rt.get_memory_used(total=True) if self.bounded else 0
 
+    def _set(self, limit):
+        if limit != self.current:
+            self.current = limit
+            self.rt.set_max_memory(limit, total=True)
+
     # -- inside a Python callback -------------------------------------------------------------------
-    def callback(self):
+    def room(self, nbytes: int):
+        """Before Python creates nbytes (an upper bound) of Lua values or lupa pushes them."""
         if self.active:
-            self.rt.set_max_memory(self.limit, total=True)
-
-    def admit(self, nbytes: int):
-        """Before Python builds or hands back nbytes of Lua values: raise Lua's out-of-memory error
-        rather than let lupa's glue meet the limit."""
-        if self.active and self.used() + nbytes + _FLOOR > self.limit:
-            raise_lua(OUT_OF_MEMORY)
-
-    def returning(self, nbytes: int):
-        if self.active:
-            self.admit(nbytes)
-            self.rt.set_max_memory(max(self.script_limit, self.used() + nbytes), total=True)
+            need = self._used(True) + nbytes
+            if need > self.current:
+                if need > self.ceiling:
+                    raise_lua(OUT_OF_MEMORY)
+                self._set(need)
 
     def raising(self):
         if self.active:
-            self.rt.set_max_memory(max(self.script_limit, self.used() + _RAISE_BYTES), total=True)
+            self._set(max(self.current, min(self.limit, self.used() + _RAISE_BYTES)))
 
     def tighten(self):
-        """The script caught an error: it may use no more than S (or what it already has)."""
+        """Script code runs again after an error: no more than S (or what it already holds)."""
         if self.active:
-            self.rt.set_max_memory(max(self.script_limit, self.used()), total=True)
+            self._set(max(self.script_limit, self.used()))
 
 
 def _glue_bytes(v) -> int:
@@ -306,7 +310,8 @@ class LuaEngine:
         self._struct = StructLib(self._guarded_table_from, None, None, None)
         g = self._guard
         py = rt.table_from({
-            b"call": g(self._py_call), b"pcall": g(self._py_pcall), b"unwrap": g(self._py_unwrap),
+            b"call": g(self._py_call, False), b"pcall": g(self._py_pcall, False),
+            b"unwrap": g(self._py_unwrap_guarded),
             b"acl": g(self._py_acl), b"sha1hex": g(self._py_sha1hex), b"log": g(self._py_log),
             b"setresp": g(self._py_setresp), b"set_repl": g(self._py_set_repl),
             b"interrupt": g(self._py_interrupt), b"rand": g(self._py_rand), b"srand": g(self._py_srand),
@@ -336,30 +341,55 @@ class LuaEngine:
         self._grow_registry()
 
     # -- the memory bound (see _Budget) --------------------------------------------------------------
-    def _guard(self, fn):
-        """fn as a callback Lua may call: the limit is lifted while it runs and what it returns or raises
-        is admitted first (_Budget)."""
+    def _guard(self, fn, sized=True):
+        """fn as a callback Lua may call: what it returns is given room first (unless fn does that itself,
+        sized=False), whatever it raises reaches Lua as the one reused exception (raise_lua), with room for
+        it (_Budget)."""
         budget = self._budget
 
         def callback(*args):
-            budget.callback()
             try:
                 result = fn(*args)
-                budget.returning(_glue_bytes(result))
-            except BaseException:
+                if sized:
+                    n = _glue_bytes(result)
+                    if n:
+                        budget.room(n)
+                return result
+            except ScriptRaise:
                 budget.raising()
                 raise
-            return result
+            except _lupa.LuaMemoryError:     # a Lua call made from Python ran out
+                budget.raising()
+                raise_lua(OUT_OF_MEMORY)
+            except Exception as exc:  # noqa: BLE001 - a failure of the glue must not take the server down
+                log.exception("script callback %s failed", getattr(fn, "__name__", fn))
+                self._raise_text(b"ERR %s" % str(exc).encode("utf-8", "replace"))
         return callback
 
+    def _py_unwrap_guarded(self, exc):
+        # the first Lua code to see an error raised from Python: script code runs next, so the room the
+        # raise was given is taken back (_Budget.tighten)
+        self._budget.tighten()
+        return self._py_unwrap(exc)
+
+    def _raise_text(self, text: bytes):
+        """Raises text (bytes) as the Lua error: boxed in a table made now, so unwrapping it allocates
+        nothing (Lua's out-of-memory error when even that does not fit)."""
+        try:
+            self._budget.room(len(text) + 256)
+            boxed = self.table_from([text])
+        except ScriptRaise:
+            boxed = OUT_OF_MEMORY
+        self._budget.raising()
+        raise_lua(BOXED(boxed) if boxed is not OUT_OF_MEMORY else OUT_OF_MEMORY)
+
     def _guarded_table_from(self, items):
-        self._budget.admit(256 + sum(64 + (len(x) if type(x) is bytes else 0) for x in items))
+        self._budget.room(256 + sum(64 + (len(x) if type(x) is bytes else 0) for x in items))
         return self.table_from(items)
 
     def _deny_attribute(self, obj, name, is_setting):
         # server.call and the like are C functions in Valkey: indexing one is Lua's error
-        self._budget.raising()
-        raise_lua(b"attempt to index a function value")
+        self._raise_text(b"attempt to index a function value")
 
     def _grow_registry(self):
         """Leaves _REGISTRY_SPARE free slots in the Lua registry (Python drives the runtime: no limit)."""
@@ -501,7 +531,7 @@ class LuaEngine:
 
     # -- replies -> Lua values (server.call results) -------------------------------------------------
     def err_table(self, text: str):
-        self._budget.admit(len(text) + 256)
+        self._budget.room(len(text) + 256)
         return self.table_from({b"err": error_text(text).encode("utf-8", "surrogateescape")})
 
     def to_lua(self, v, resp3: bool):
@@ -587,18 +617,17 @@ class LuaEngine:
 
     @staticmethod
     def _py_unwrap(exc):
-        """(the Lua value of an error raised by a Python callback, whether it is an out-of-memory error);
-        (None, False) for anything else (keep the error as it is)."""
+        """(the Lua value of an error raised by a Python callback, whether it is boxed in a table, whether it
+        is Lua's out-of-memory error); (None, False, False) for anything else (keep the error as it is).
+        Allocation-free: only Lua values made before the raise go back."""
         if isinstance(exc, ScriptRaise):
             value, exc.value = exc.value, None
             if value is OUT_OF_MEMORY:
-                return b"not enough memory", True
-            return value, False
-        if isinstance(exc, _lupa.LuaMemoryError):
-            return b"not enough memory", True
-        if isinstance(exc, BaseException):
-            return ("ERR %s" % exc).encode(), False
-        return None, False
+                return None, False, True
+            if type(value) is BOXED:
+                return value.table, True, False
+            return value, False, False
+        return None, False, False
 
     def _command(self, args):
         run = self.run
@@ -609,7 +638,8 @@ class LuaEngine:
             return True, err
         try:
             reply = run.execute(argv)
-            self._budget.admit(lua_size(reply))
+            # room for the reply's Lua values, and for lupa pushing the value (the guard does not size it)
+            self._budget.room(len(reply) + 64 if type(reply) is bytes else lua_size(reply) + 64)
             value = self.to_lua(reply, run.resp == 3)
         except ScriptRaise:
             raise     # the reply does not fit in the Lua VM: the script fails with Lua's out-of-memory error
@@ -705,7 +735,7 @@ class LuaEngine:
             return False, b"Expected value but found invalid token at character %d" % (exc.pos + 1)
         except (ValueError, RecursionError) as exc:
             return False, str(exc).encode()
-        self._budget.admit(lua_size(value) + 64 * len(data))
+        self._budget.room(lua_size(value) + 64 * len(data))
         try:
             return True, self._json_to_lua(value, 0, int(max_depth))
         except _TooDeep as exc:
@@ -763,6 +793,14 @@ class ScriptRaise(Exception):
 # memory limit must not happen inside lupa's glue (_Budget). Its value is read back at once (unwrap).
 _RAISED = ScriptRaise(None)
 OUT_OF_MEMORY = object()     # _RAISED.value for Lua's out-of-memory error
+
+
+class BOXED:
+    """A text error made into a Lua table before raising (see LuaEngine._raise_text)."""
+    __slots__ = ("table",)
+
+    def __init__(self, table):
+        self.table = table
 
 
 def raise_lua(value):

@@ -51,11 +51,14 @@ local py_register = py.register
 
 -- errors raised by Python callbacks reach Lua as the Python exception; this gives back the Lua value
 local py_unwrap = py.unwrap
+local OOM = "not enough memory"
 local function unwrap(e)
   -- second result: the Python side ran out of Lua memory (the script fails as on a Lua allocation failure)
   if real_type(e) == "userdata" and e ~= JSON_NULL then
-    local v, oom = py_unwrap(e)
-    if v ~= nil then return v, oom end
+    local v, boxed, oom = py_unwrap(e)
+    if oom then return OOM, true end
+    if boxed then return v[1], false end
+    if v ~= nil then return v, false end
   end
   return e, false
 end
