@@ -54,7 +54,7 @@ def set_memory_limit(nbytes: int):
 _FLOOR = 64 << 10          # headroom under the limit Lua code never gets: raising into Lua always fits in it
 _RAISE_BYTES = 4 << 10     # what raising into Lua may take (the exception's userdata, if it was collected)
 _RESERVE_MAX = 1 << 20     # the most of the limit held back from Lua code
-_REGISTRY_SPARE = 16384    # free registry slots kept so lupa taking a ref never allocates
+_REGISTRY_SPARE = 4096     # free registry slots kept so lupa taking a ref never allocates
 _NO_LIMIT = 0
 
 
@@ -393,7 +393,8 @@ class LuaEngine:
 
     def _grow_registry(self):
         """Leaves _REGISTRY_SPARE free slots in the Lua registry (Python drives the runtime: no limit)."""
-        spare = [self.rt.table() for _ in range(_REGISTRY_SPARE)]
+        new_ref = self.rt.globals            # each call wraps the globals table in a new registry ref
+        spare = [new_ref() for _ in range(_REGISTRY_SPARE)]
         del spare
         self._refs_taken = 0
 

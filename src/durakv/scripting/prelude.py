@@ -762,9 +762,20 @@ local co = copy(coroutine)
 co.create, co.wrap, co.resume = s_co_create, s_co_wrap, s_co_resume
 local tbl = copy(table)
 tbl.insert, tbl.foreach = s_insert, s_foreach
+local str = copy(string)
+local str_dump = string.dump
+local s_dump
+s_dump = function(...)
+  local f = ...
+  check_function(s_dump, select("#", ...), 1, f)
+  -- the sandbox's functions stand for C ones, which lua_dump refuses
+  if not is_lua_function(f) then c_fail(s_dump, nil, "unable to dump given function") end
+  return str_dump(f)
+end
+str.dump = s_dump
 
 local R = {
-  string = readonly(string), table = readonly(tbl), math = readonly(m), coroutine = readonly(co),
+  string = readonly(str), table = readonly(tbl), math = readonly(m), coroutine = readonly(co),
   os = readonly({clock = os_clock}), bit = readonly(bit), cjson = readonly(cjson), struct = readonly(struct),
   cmsgpack = readonly(cmsgpack),
   xpcall = s_xpcall, tostring = s_tostring, getfenv = s_getfenv, setmetatable = s_setmetatable, next = s_next,
