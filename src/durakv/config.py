@@ -59,6 +59,13 @@ def _memory(text):
     return parse_memory(text)
 
 
+def _memory_nonnegative(text):
+    n = parse_memory(text)
+    if n < 0:
+        raise ValueError("argument must be a memory value")
+    return n
+
+
 def _enum(*choices):
     def parse(text):
         t = text.lower()
@@ -279,6 +286,9 @@ OPTIONS = [
                 "file, the byte offset and the entries missing. yes: start anyway, cutting the journal at the "
                 "first damage; every dropped entry range is logged and the dropped bytes are kept aside as "
                 "*.dropped files. A torn last append is always cut (it was never acknowledged)."),
+    # the most one Lua VM (EVAL's, FUNCTION's) may allocate before a script gets Lua's "not enough memory"
+    # (Valkey has no such bound: its allocator aborts the process); 0 = no bound
+    Option("lua-memory-limit", 1024 * 1024 * 1024, _memory_nonnegative),
 ]
 
 BY_NAME = {}

@@ -1,9 +1,14 @@
 """One sandboxed Lua 5.1 state (lupa) and the conversions between Lua values and durakv replies.
 
 A LuaEngine is either the EVAL engine ("eval": KEYS/ARGV globals, the script cache's functions) or the
-functions engine ("function": libraries registered by FUNCTION LOAD). The Lua side lives in prelude.py.
-The engine never raises into Lua: every Python callback returns values the Lua wrappers turn into
-errors, so error objects keep Valkey's shape ({err=...} tables with source/line added by the handler).
+functions engine ("function": libraries registered by FUNCTION LOAD). The Lua side lives in prelude.py,
+the bit/struct/cmsgpack libraries in libs.py.
+
+Python callbacks are C functions to Lua. The ones standing for Valkey's C functions (server.call,
+server.sha1hex, ...) raise their errors themselves, always through raise_lua, so the error object keeps
+Valkey's shape ({err=...} tables, to which the handler adds source/line) and the script's line survives a
+tail call; library helpers return (ok, ...) and their Lua wrappers raise. Every callback runs under _guard,
+which keeps lua-memory-limit away from lupa's glue (_Budget).
 
 While a script runs, `self.run` is its ScriptRun (runner.py), which executes server.call commands and
 answers the interrupt hook. The engine itself holds no server state.
@@ -14,7 +19,6 @@ import json
 import logging
 import math
 import os
-import struct
 
 try:
     from lupa import lua51 as _lupa
@@ -23,6 +27,7 @@ except ImportError:  # pragma: no cover - a lupa build without Lua 5.1: LuaJIT s
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION
 from ..protocol.resp import ErrorReply, NullArray, Push, Raw, RespSet, encode, format_double
+from .libs import StructLib, bit_arg, bit_op, mp_double, mp_float_value
 from .prelude import PRELUDE
 
 log = logging.getLogger("durakv.script")
@@ -30,6 +35,142 @@ log = logging.getLogger("durakv.script")
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 MAX_REPLY_DEPTH = 400          # nesting of a script reply before "reached lua stack limit"
+INTERNAL_CHUNK = b"=durakv"    # the chunk name of the sandbox's own code (its frames are skipped in errors)
+
+# lua-memory-limit: the most one Lua VM (the EVAL one, the FUNCTION one) may allocate, 0 for no bound.
+# Valkey has no such bound (its Lua allocator aborts the process when memory runs out); durakv answers the
+# script with Lua's out-of-memory error instead. One value for the process, as the config is.
+DEFAULT_MEMORY_LIMIT = 1 << 30
+_memory_limit = DEFAULT_MEMORY_LIMIT
+
+
+def set_memory_limit(nbytes: int):
+    """Sets lua-memory-limit; every engine applies it before its next script."""
+    global _memory_limit
+    _memory_limit = max(0, int(nbytes))
+
+
+
+_FLOOR = 64 << 10          # headroom under the limit Lua code never gets: raising into Lua always fits in it
+_RAISE_BYTES = 4 << 10     # what raising into Lua may take (the exception's userdata, if it was collected)
+_RESERVE_MAX = 1 << 20     # the most of the limit held back from Lua code
+_REGISTRY_SPARE = 4096     # free registry slots kept so lupa taking a ref never allocates
+_NO_LIMIT = 0
+
+
+class _Budget:
+    """lua-memory-limit for one runtime, kept so that only Lua code ever meets it.
+
+    lupa's counting allocator fails an allocation past the limit. Inside Lua code that is Lua's ordinary
+    out-of-memory error; inside lupa's own C glue it is fatal (measured): pushing an argument from Python
+    is an unprotected error (the process aborts: "PANIC: unprotected error in call to Lua API"), and pushing
+    a callback's result or the exception it raised longjmps out of a `with gil` block (the process
+    deadlocks). So the limit L only ever binds Lua code:
+
+    * while Python drives the runtime (converting keys and replies, compiling, collecting) there is none;
+    * a script starts with S = L - reserve, and what lupa enforces (`current`) never exceeds the ceiling
+      C = L - _FLOOR while Lua code runs;
+    * before a callback creates Lua values (a reply's tables, the strings lupa pushes for its result) it
+      asks room(n): past C the script gets Lua's out-of-memory error instead, else the limit is raised
+      just enough for that glue (the script, already near its limit, gets nothing more);
+    * raising into Lua lifts the limit by _RAISE_BYTES (under L, as C leaves _FLOOR) for the exception's
+      userdata; the first Lua code to see the error unwraps it (unwrap), which tightens the limit back to
+      max(S, used) before any script code runs again;
+    * lupa refs every table or function a callback receives in the registry, so its free list is kept
+      long (LuaEngine._grow_registry) and taking a ref never allocates.
+    """
+
+    __slots__ = ("rt", "limit", "script_limit", "ceiling", "current", "active", "bounded", "_used")
+
+    def __init__(self, rt, bounded=True):
+        self.rt = rt
+        self.limit = self.script_limit = self.ceiling = self.current = 0
+        self.active = False
+        self.bounded = bounded
+        self._used = rt.get_memory_used
+
+    def script(self):
+        """Entering Lua to run script code."""
+        limit = _memory_limit if self.bounded else 0
+        if not limit:
+            self.active = False
+            return
+        reserve = min(_RESERVE_MAX, max(4 * _FLOOR, limit // 4))
+        self.limit = limit
+        self.script_limit = max(limit - reserve, 1)
+        self.ceiling = max(limit - _FLOOR, self.script_limit)
+        self.active = True
+        self.current = self.script_limit
+        self.rt.set_max_memory(self.current, total=True)
+
+    def off(self):
+        """Python drives the runtime again."""
+        self.active = False
+        if self.bounded:
+            self.rt.set_max_memory(_NO_LIMIT)
+
+    def used(self) -> int:
+        return self.rt.get_memory_used(total=True) if self.bounded else 0
+
+    def _set(self, limit):
+        if limit != self.current:
+            self.current = limit
+            self.rt.set_max_memory(limit, total=True)
+
+    # -- inside a Python callback -------------------------------------------------------------------
+    def room(self, nbytes: int):
+        """Before Python creates nbytes (an upper bound) of Lua values or lupa pushes them."""
+        if self.active:
+            need = self._used(True) + nbytes
+            if need > self.current:
+                if need > self.ceiling:
+                    raise_lua(OUT_OF_MEMORY)
+                self._set(need)
+
+    def raising(self):
+        if self.active:
+            self._set(max(self.current, min(self.limit, self.used() + _RAISE_BYTES)))
+
+    def tighten(self):
+        """Script code runs again after an error: no more than S (or what it already holds)."""
+        if self.active:
+            self._set(max(self.script_limit, self.used()))
+
+
+def _glue_bytes(v) -> int:
+    """What lupa allocates pushing v, a callback's result, into Lua (an upper bound)."""
+    t = type(v)
+    if t is bytes:
+        return len(v) + 64
+    if t is tuple:
+        return sum(_glue_bytes(x) for x in v)
+    if t is str:
+        return 4 * len(v) + 64
+    return 0
+
+
+def lua_size(v) -> int:
+    """An upper bound of the Lua memory converting reply value v (to_lua) takes: strings as TString,
+    arrays with their growth slack, hash parts at twice their size, wrapper tables ({ok=...}, {map=...})."""
+    t = type(v)
+    if t is bytes or t is str:
+        return len(v) + 64
+    if t is Raw:
+        if not v:
+            return 0
+        try:
+            return lua_size(_parse_raw(v)[0])
+        except (ValueError, IndexError):
+            return 2 * len(v) + 256
+    if t is ErrorReply:
+        return len(v.text) + 256
+    if t is list or t is tuple or t is Push or t is RespSet:
+        return 256 + sum(64 + lua_size(x) for x in v)
+    if t is dict:
+        return 512 + sum(192 + lua_size(k) + lua_size(x) for k, x in v.items())
+    if t is float:
+        return 256
+    return 0
 _LOG_LEVELS = (logging.DEBUG, logging.DEBUG, logging.INFO, logging.WARNING)
 _lua_type = _lupa.lua_type
 
@@ -39,10 +180,6 @@ def _version_num(text):
     while len(parts) < 3:
         parts.append(0)
     return (parts[0] << 16) | (parts[1] << 8) | parts[2]
-
-
-def _deny_attributes(obj, name, is_setting):
-    raise AttributeError("access to Python objects is not allowed from scripts")
 
 
 def sha1hex(data: bytes) -> bytes:
@@ -64,6 +201,14 @@ def error_text(text: str) -> str:
     if sp < 0:
         return "ERR " + text.strip("\r\n")
     return text[:sp] + " " + text[sp + 1:].strip("\r\n")
+
+
+def _c_int(value) -> int:
+    """(int)value of a lua_Number on x86-64: truncation; NaN and out-of-range give INT_MIN."""
+    if value != value or value in (math.inf, -math.inf):
+        return -(1 << 31)
+    n = int(value)
+    return n if -(1 << 31) <= n < (1 << 31) else -(1 << 31)
 
 
 def _to_int64(value) -> int:
@@ -139,120 +284,6 @@ class Rand48:
         return self.x >> 17
 
 
-# -- LuaBitOp ----------------------------------------------------------------------------------------
-
-_BIT_BIAS = 6755399441055744.0  # 2^52 + 2^51
-_PACK_D = struct.Struct("<d")
-_UNPACK_Q = struct.Struct("<Q")
-
-
-def _lua_str2number(s: bytes):
-    t = s.strip(b" \t\n\r\f\v")
-    if not t:
-        return None
-    try:
-        if t[:2].lower() in (b"0x",) or t[:3].lower() in (b"-0x", b"+0x"):
-            return float(int(t, 16))
-        if t.lower().lstrip(b"+-") in (b"nan", b"inf", b"infinity"):
-            return float(t)
-        return float(t)
-    except ValueError:
-        return None
-
-
-def _lua_typename(v) -> str:
-    if v is None:
-        return "nil"
-    t = type(v)
-    if t is bytes:
-        return "string"
-    if t is bool:
-        return "boolean"
-    if t is int or t is float:
-        return "number"
-    return (_lua_type(v) or "userdata")
-
-
-def _bit_arg(v):
-    if type(v) is int or type(v) is float:
-        n = float(v)
-    elif type(v) is bytes:
-        n = _lua_str2number(v)
-        if n is None:
-            return None
-    else:
-        return None
-    return _UNPACK_Q.unpack(_PACK_D.pack(n + _BIT_BIAS))[0] & 0xFFFFFFFF
-
-
-def _signed32(b: int) -> int:
-    return b - (1 << 32) if b & 0x80000000 else b
-
-
-_BIT_ARITY = {"tobit": (1, 1), "bnot": (1, 1), "bswap": (1, 1), "band": (1, None), "bor": (1, None),
-              "bxor": (1, None), "lshift": (2, 2), "rshift": (2, 2), "arshift": (2, 2), "rol": (2, 2),
-              "ror": (2, 2), "tohex": (1, 2)}
-
-
-def bit_op(name, argc, *args):
-    """(result, None) or (None, error message) for bit.<name>(...)."""
-    name = name.decode() if type(name) is bytes else name
-    lo, hi = _BIT_ARITY[name]
-    n = max(lo, argc if hi is None else min(argc, hi))
-    vals = []
-    for i in range(n):
-        if i >= argc:
-            return None, b"bad argument #%d to '%s' (number expected, got no value)" % (i + 1, name.encode())
-        b = _bit_arg(args[i])
-        if b is None:
-            return None, b"bad argument #%d to '%s' (number expected, got %s)" % (
-                i + 1, name.encode(), _lua_typename(args[i]).encode())
-        vals.append(b)
-    b = vals[0]
-    if name == "tobit":
-        return _signed32(b), None
-    if name == "bnot":
-        return _signed32(~b & 0xFFFFFFFF), None
-    if name in ("band", "bor", "bxor"):
-        for o in vals[1:]:
-            if name == "band":
-                b &= o
-            elif name == "bor":
-                b |= o
-            else:
-                b ^= o
-        return _signed32(b), None
-    if name == "bswap":
-        return _signed32(int.from_bytes(b.to_bytes(4, "little"), "big")), None
-    if name == "tohex":
-        n = _signed32(vals[1]) if len(vals) > 1 else 8
-        digits = "0123456789abcdef"
-        if n == -(1 << 31):
-            n += 1
-        if n < 0:
-            n = -n
-            digits = "0123456789ABCDEF"
-        if n > 8:
-            n = 8
-        out = []
-        for _ in range(n):
-            out.append(digits[b & 15])
-            b >>= 4
-        return "".join(reversed(out)).encode(), None
-    n = vals[1] & 31
-    if name == "lshift":
-        r = (b << n) & 0xFFFFFFFF
-    elif name == "rshift":
-        r = b >> n
-    elif name == "arshift":
-        r = (_signed32(b) >> n) & 0xFFFFFFFF
-    elif name == "rol":
-        r = ((b << n) | (b >> (32 - n))) & 0xFFFFFFFF
-    else:
-        r = ((b >> n) | (b << (32 - n))) & 0xFFFFFFFF
-    return _signed32(r), None
-
-
 class LuaEngine:
     """A sandboxed Lua state plus the Python side of server.*, bit, cjson.decode and math.random."""
 
@@ -261,23 +292,39 @@ class LuaEngine:
         self.run = None            # the ScriptRun being executed (runner.py)
         self.register_fn = register_fn
         self.rand = Rand48(int.from_bytes(os.urandom(4), "little"))
-        rt = _lupa.LuaRuntime(encoding=None, register_eval=False, register_builtins=False,
-                              unpack_returned_tuples=True, attribute_filter=_deny_attributes)
+        # max_memory=0 installs lupa's counting allocator; _Budget moves the limit around
+        options = dict(encoding=None, register_eval=False, register_builtins=False, unpack_returned_tuples=True,
+                       attribute_filter=self._deny_attribute)
+        try:
+            rt = _lupa.LuaRuntime(max_memory=0, **options)
+            bounded = True
+        except Exception:  # noqa: BLE001 - a Lua build whose allocator lupa cannot replace (LuaJIT on x64)
+            log.warning("this Lua build cannot bound its memory: lua-memory-limit is not enforced")
+            rt = _lupa.LuaRuntime(**options)
+            bounded = False
         self.rt = rt
         self.table_from = rt.table_from
+        self._budget = _Budget(rt, bounded)
+        self._refs_taken = 0
         rt.execute(b"python = nil")
+        self._struct = StructLib(self._guarded_table_from, None, None, None)
+        g = self._guard
         py = rt.table_from({
-            b"call": self._py_call, b"pcall": self._py_pcall, b"unwrap": self._py_unwrap, b"acl": self._py_acl, b"sha1": sha1hex, b"log": self._py_log,
-            b"setresp": self._py_setresp, b"setrepl": self._py_setrepl, b"interrupt": self._py_interrupt,
-            b"rand": self._py_rand, b"srand": self._py_srand, b"bit": bit_op, b"jdecode": self._py_jdecode,
-            b"register": self._py_register,
+            b"call": g(self._py_call, False), b"pcall": g(self._py_pcall, False),
+            b"unwrap": g(self._py_unwrap_guarded),
+            b"acl": g(self._py_acl), b"sha1hex": g(self._py_sha1hex), b"log": g(self._py_log),
+            b"setresp": g(self._py_setresp), b"set_repl": g(self._py_set_repl),
+            b"interrupt": g(self._py_interrupt), b"rand": g(self._py_rand), b"srand": g(self._py_srand),
+            b"jdecode": g(self._py_jdecode), b"register": g(self._py_register), b"bit": g(bit_op),
+            b"bitarg": g(bit_arg), b"struct": g(self._struct), b"mpdouble": g(mp_double),
+            b"mpfloat": g(mp_float_value), b"tighten": self._budget.tighten, b"leave": self._budget.off,
         })
         versions = rt.table_from({
             b"REDIS_VERSION": REDIS_COMPAT_VERSION.encode(), b"REDIS_VERSION_NUM": _version_num(REDIS_COMPAT_VERSION),
             b"VALKEY_VERSION": VALKEY_VERSION.encode(), b"VALKEY_VERSION_NUM": _version_num(VALKEY_VERSION),
             b"SERVER_NAME": b"valkey",
         })
-        api = rt.execute(PRELUDE.encode(), py, kind.encode(), versions)
+        api = rt.execute(PRELUDE.encode(), py, kind.encode(), versions, name=INTERNAL_CHUNK)
         self._compile = api[b"compile"]
         self._run_eval = api[b"run_eval"]
         self._run_function = api[b"run_function"]
@@ -285,15 +332,97 @@ class LuaEngine:
         self._classify = api[b"classify"]
         self._error_info = api[b"error_info"]
         self._memory = api[b"memory"]
+        self._full_gc = api[b"full_gc"]
+        self._tostring = api[b"tostring"]
+        self._tonumber = api[b"tonumber"]
+        self._struct.tonumber, self._struct.tostring, self._struct.typename = (
+            self._tonumber, self._tostring, api[b"type"])
         self.json_null = api[b"null"]
-        self._ok_key = b"ok"
+        self._grow_registry()
+
+    # -- the memory bound (see _Budget) --------------------------------------------------------------
+    def _guard(self, fn, sized=True):
+        """fn as a callback Lua may call: what it returns is given room first (unless fn does that itself,
+        sized=False), whatever it raises reaches Lua as the one reused exception (raise_lua), with room for
+        it (_Budget)."""
+        budget = self._budget
+
+        def callback(*args):
+            try:
+                result = fn(*args)
+                if sized:
+                    n = _glue_bytes(result)
+                    if n:
+                        budget.room(n)
+                return result
+            except ScriptRaise:
+                budget.raising()
+                raise
+            except _lupa.LuaMemoryError:     # a Lua call made from Python ran out
+                budget.raising()
+                raise_lua(OUT_OF_MEMORY)
+            except Exception as exc:  # noqa: BLE001 - a failure of the glue must not take the server down
+                log.exception("script callback %s failed", getattr(fn, "__name__", fn))
+                self._raise_text(b"ERR %s" % str(exc).encode("utf-8", "replace"))
+        return callback
+
+    def _py_unwrap_guarded(self, exc):
+        # the first Lua code to see an error raised from Python: script code runs next, so the room the
+        # raise was given is taken back (_Budget.tighten)
+        self._budget.tighten()
+        return self._py_unwrap(exc)
+
+    def _raise_text(self, text: bytes):
+        """Raises text (bytes) as the Lua error: boxed in a table made now, so unwrapping it allocates
+        nothing (Lua's out-of-memory error when even that does not fit)."""
+        try:
+            self._budget.room(len(text) + 256)
+            boxed = self.table_from([text])
+        except ScriptRaise:
+            boxed = OUT_OF_MEMORY
+        self._budget.raising()
+        raise_lua(BOXED(boxed) if boxed is not OUT_OF_MEMORY else OUT_OF_MEMORY)
+
+    def _guarded_table_from(self, items):
+        self._budget.room(256 + sum(64 + (len(x) if type(x) is bytes else 0) for x in items))
+        return self.table_from(items)
+
+    def _deny_attribute(self, obj, name, is_setting):
+        # server.call and the like are C functions in Valkey: indexing one is Lua's error
+        self._raise_text(b"attempt to index a function value")
+
+    def _grow_registry(self):
+        """Leaves _REGISTRY_SPARE free slots in the Lua registry (Python drives the runtime: no limit)."""
+        new_ref = self.rt.globals            # each call wraps the globals table in a new registry ref
+        spare = [new_ref() for _ in range(_REGISTRY_SPARE)]
+        del spare
+        self._refs_taken = 0
+
+    def _took_ref(self):
+        # refs that outlive a script (compiled scripts, registered functions) use up the spare slots
+        self._refs_taken += 1
+
+    def _before_run(self):
+        if self._refs_taken > _REGISTRY_SPARE // 2:
+            self._grow_registry()
+        self._budget.script()
+
+    def _settle(self):
+        """After a script: Lua 5.1 has no emergency collection, so garbage left near the limit (by a script
+        that hit it, or one that built big temporaries) would fail the next script's first allocations."""
+        self._budget.off()
+        limit = _memory_limit if self._budget.bounded else 0
+        if limit and self._budget.used() > limit // 2:
+            self._full_gc()
 
     # -- compiling and running ---------------------------------------------------------------------
     def compile(self, body: bytes, chunkname: bytes):
-        """(function, None) or (None, error message bytes)."""
+        """(function, None) or (None, error message bytes). Compiling is not bounded by lua-memory-limit
+        (the body is already bounded by the request size)."""
         fn, err = self._compile(body, chunkname)
         if fn is None:
             return None, (err if type(err) is bytes else str(err).encode())
+        self._took_ref()
         return fn, None
 
     def call(self, run, fn, keys, args):
@@ -302,10 +431,12 @@ class LuaEngine:
         try:
             tkeys = self.table_from(keys)
             targs = self.table_from(args)
+            self._before_run()
             if self.kind == "eval":
                 ok, res = self._run_eval(fn, tkeys, targs, run.hook)
             else:
                 ok, res = self._run_function(fn, tkeys, targs, run.hook)
+            self._budget.off()
             if ok:
                 return self.to_reply(res, run.resp == 3, run.caller_resp3, 0)
             return self._script_error(res, run.funcname)
@@ -316,17 +447,23 @@ class LuaEngine:
             return ErrorReply("ERR Error running script %s, %.100s" % (run.funcname.decode(), exc))
         finally:
             self.run = None
+            self._settle()
 
     def load_library(self, run, fn):
         """Runs a library's top-level code with the load API; (True, None) or (False, message)."""
         self.run = run
         try:
+            self._before_run()
             ok, err = self._load_library(fn, run.hook)
+            self._budget.off()
+            if ok:
+                return True, None
+            kind, msg = self._error_info(err)[:2]
+        except _lupa.LuaMemoryError:
+            kind, msg = b"string", b"not enough memory"
         finally:
             self.run = None
-        if ok:
-            return True, None
-        kind, msg = self._error_info(err)[:2]
+            self._settle()
         if kind == b"table":
             text = msg if msg else b"ERR unknown error"
         else:
@@ -395,6 +532,7 @@ class LuaEngine:
 
     # -- replies -> Lua values (server.call results) -------------------------------------------------
     def err_table(self, text: str):
+        self._budget.room(len(text) + 256)
         return self.table_from({b"err": error_text(text).encode("utf-8", "surrogateescape")})
 
     def to_lua(self, v, resp3: bool):
@@ -471,7 +609,7 @@ class LuaEngine:
         """server.call: a command error is raised (as the {err=...} table, see _py_unwrap)."""
         failed, value = self._command(args)
         if failed:
-            raise ScriptRaise(value)
+            raise_lua(value)
         return value
 
     def _py_pcall(self, *args):
@@ -480,12 +618,17 @@ class LuaEngine:
 
     @staticmethod
     def _py_unwrap(exc):
-        """The Lua value of an error raised by a Python callback (else None: keep the error as it is)."""
+        """(the Lua value of an error raised by a Python callback, whether it is boxed in a table, whether it
+        is Lua's out-of-memory error); (None, False, False) for anything else (keep the error as it is).
+        Allocation-free: only Lua values made before the raise go back."""
         if isinstance(exc, ScriptRaise):
-            return exc.value
-        if isinstance(exc, BaseException):
-            return ("ERR %s" % exc).encode()
-        return None
+            value, exc.value = exc.value, None
+            if value is OUT_OF_MEMORY:
+                return None, False, True
+            if type(value) is BOXED:
+                return value.table, True, False
+            return value, False, False
+        return None, False, False
 
     def _command(self, args):
         run = self.run
@@ -496,7 +639,11 @@ class LuaEngine:
             return True, err
         try:
             reply = run.execute(argv)
+            # room for the reply's Lua values, and for lupa pushing the value (the guard does not size it)
+            self._budget.room(len(reply) + 64 if type(reply) is bytes else lua_size(reply) + 64)
             value = self.to_lua(reply, run.resp == 3)
+        except ScriptRaise:
+            raise     # the reply does not fit in the Lua VM: the script fails with Lua's out-of-memory error
         except Exception as exc:  # noqa: BLE001
             log.exception("server.call(%r) failed", argv[:3])
             return True, self.err_table("ERR internal error in '%s': %s" % (
@@ -507,26 +654,70 @@ class LuaEngine:
         run = self.run
         argv, err = self._argv(args)
         if err is not None:
-            raise ScriptRaise(err)
+            raise_lua(err)
         if run is None or run.lookup(argv) is None:
-            raise ScriptRaise(self.err_table("ERR Invalid command passed to server.acl_check_cmd()"))
+            raise_lua(self.err_table("ERR Invalid command passed to server.acl_check_cmd()"))
         return run.acl_allowed(argv)
 
-    def _py_log(self, level, message):
-        log.log(_LOG_LEVELS[int(level)], "%s", message.decode("utf-8", "replace"))
+    # server.sha1hex, server.log, server.setresp, server.set_repl: Python callables, so C functions to Lua
+    def _lua_string(self, v):
+        """lua_tolstring: strings as they are, numbers in Lua's own format, anything else None.
+        (lupa hands -0.0 over as the integer 0, so it is formatted as 0.)"""
+        t = type(v)
+        if t is bytes:
+            return v
+        if t is int or t is float:
+            return self._tostring(v)
+        return None
 
-    def _py_setresp(self, resp):
+    def _lua_number(self, v):
+        """lua_tonumber when lua_isnumber: numbers and numeric strings, else None."""
+        t = type(v)
+        if t is int or t is float:
+            return v
+        if t is bytes:
+            return self._tonumber(v)
+        return None
+
+    def _py_sha1hex(self, *args):
+        if len(args) != 1:
+            raise_lua(self.err_table("ERR wrong number of arguments"))
+        return sha1hex(self._lua_string(args[0]) or b"")
+
+    def _py_log(self, *args):
+        argc = len(args)
+        if argc < 2:
+            raise_lua(self.err_table("ERR server.log() requires two arguments or more."))
+        level = self._lua_number(args[0])
+        if level is None:
+            raise_lua(self.err_table("ERR First argument must be a number (log level)."))
+        level = _c_int(level)
+        if level < 0 or level > 3:
+            raise_lua(self.err_table("ERR Invalid log level."))
+        parts = []
+        for j in range(1, argc):
+            text = self._lua_string(args[j])
+            if text is not None:
+                if j != 1:
+                    parts.append(b" ")   # luaLogCommand: a space before every argument but the first
+                parts.append(text)
+        log.log(_LOG_LEVELS[level], "%s", b"".join(parts).decode("utf-8", "replace"))
+
+    def _py_setresp(self, *args):
+        if len(args) != 1:
+            raise_lua(self.err_table("ERR server.setresp() requires one argument."))
+        resp = _c_int(self._lua_number(args[0]) or 0)
         if resp != 2 and resp != 3:
-            return b"ERR RESP version must be 2 or 3."
+            raise_lua(self.err_table("ERR RESP version must be 2 or 3."))
         if self.run is not None:
-            self.run.set_resp(int(resp))
-        return None
+            self.run.set_resp(resp)
 
-    def _py_setrepl(self, flags):
-        flags = int(flags) if flags == flags else -1
-        if flags & ~3 or flags < 0:
-            return b"ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."
-        return None
+    def _py_set_repl(self, *args):
+        if len(args) != 1:
+            raise_lua(self.err_table("ERR server.set_repl() requires one argument."))
+        if _c_int(self._lua_number(args[0]) or 0) & ~3:
+            raise_lua(self.err_table(
+                "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."))
 
     def _py_interrupt(self):
         run = self.run
@@ -545,6 +736,7 @@ class LuaEngine:
             return False, b"Expected value but found invalid token at character %d" % (exc.pos + 1)
         except (ValueError, RecursionError) as exc:
             return False, str(exc).encode()
+        self._budget.room(lua_size(value) + 64 * len(data))
         try:
             return True, self._json_to_lua(value, 0, int(max_depth))
         except _TooDeep as exc:
@@ -575,8 +767,11 @@ class LuaEngine:
     def _py_register(self, argc, *args):
         if self.register_fn is None or self.run is None or not getattr(self.run, "loading", False):
             return b"ERR server.register_function can only be called on FUNCTION LOAD command"
+        self._took_ref()      # the registered callback stays referenced from Python
         try:
             return self.register_fn(self.run, argc, args)
+        except ScriptRaise:
+            raise
         except Exception as exc:  # noqa: BLE001
             log.exception("server.register_function failed")
             return ("ERR %s" % exc).encode()
@@ -592,6 +787,26 @@ class ScriptRaise(Exception):
     def __init__(self, value):
         super().__init__("script error")
         self.value = value
+
+
+# One instance raised every time: lupa wraps the exception a callback raises in a Lua userdata, and only
+# an object it has wrapped before (and whose wrapper is alive) costs no Lua allocation, which at the
+# memory limit must not happen inside lupa's glue (_Budget). Its value is read back at once (unwrap).
+_RAISED = ScriptRaise(None)
+OUT_OF_MEMORY = object()     # _RAISED.value for Lua's out-of-memory error
+
+
+class BOXED:
+    """A text error made into a Lua table before raising (see LuaEngine._raise_text)."""
+    __slots__ = ("table",)
+
+    def __init__(self, table):
+        self.table = table
+
+
+def raise_lua(value):
+    _RAISED.value = value
+    raise _RAISED.with_traceback(None)
 
 
 def is_lua_function(v) -> bool:

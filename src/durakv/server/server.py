@@ -22,6 +22,7 @@ from ..recovery import recover
 from ..snapshot.adopt import build_snapshot
 from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
+from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
 from ..cluster.identity import persistent_node_id
 from .cluster import ClusterRouting, single_node_topology
@@ -133,7 +134,8 @@ class Server:
 
     def _apply_config_all(self):
         for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
-                     "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events"):
+                     "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events",
+                     "lua-memory-limit"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -164,6 +166,8 @@ class Server:
             self.durability.tracker.buffer_ms = value
         elif name == "notify-keyspace-events":
             self.hooks.set_notify_flags(value)
+        elif name == "lua-memory-limit":
+            set_lua_memory_limit(value)
 
     def validate_config_set(self, name, value):
         """Extra checks CONFIG SET needs beyond parsing; returns an error reason or None."""
