@@ -55,8 +55,23 @@ def _cmd_up(args):
         p = cluster.primary(shard)
         if p is not None:
             print(f"shard {shard}: primary {p.name} ({p.az}) at 127.0.0.1:{p.port}")
+    if cluster.options.get("cluster_mode"):
+        print(client_lines(cluster))
     print(f"manifest: {cluster.dir}/manifest.json   stop with: durakv cluster down --dir {args.dir}")
     return 0
+
+
+def client_lines(cluster) -> str:
+    """How to talk to the cluster with the usual clients (any node's address bootstraps a cluster client)."""
+    p = cluster.primary(0) or cluster.nodes[0]
+    return "\n".join([
+        "cluster clients (any node bootstraps; they follow MOVED and failovers):",
+        f"  valkey-py:  valkey.cluster.ValkeyCluster(host=\"127.0.0.1\", port={p.port})",
+        f"  redis-py:   redis.cluster.RedisCluster(host=\"127.0.0.1\", port={p.port})",
+        f"  GLIDE:      GlideClusterClient.create(GlideClusterClientConfiguration([NodeAddress(\"127.0.0.1\", "
+        f"{p.port})]))",
+        f"  redis-cli:  redis-cli -c -p {p.port}",
+        f"  memtier:    memtier_benchmark --cluster-mode -s 127.0.0.1 -p {p.port}"])
 
 
 def _cmd_status(args):
