@@ -236,3 +236,49 @@ def test_cluster_up_cli_prints_the_client_lines(tmp_path):
     finally:
         subprocess.run([sys.executable, "-m", "durakv", "cluster", "down", "--dir", str(d)], capture_output=True,
                        timeout=60)
+
+
+def test_tls_cluster_the_seeds_test1_script_glide_and_redis_cli(local_cluster):
+    """`cluster up --tls`: clients only over TLS (NATS too). The seed's Test 1 loop, as written there (plus the
+    CA, since ours is not a public one), then GLIDE and redis-cli -c over TLS."""
+    cluster = local_cluster(shards=2, replicas=1, durability="sync", tls=True)
+    ca = cluster.manifest["tls"]["ca"]
+    port = cluster.primary(0).port
+    with pytest.raises(valkey.exceptions.ConnectionError):
+        valkey.Valkey(port=port, socket_timeout=2).ping()       # no plain-text clients
+    client = ValkeyCluster(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, socket_timeout=5)
+    acked_keys = []
+    fail_count = 0
+    for i in range(1000):
+        key = f"key:{i}"
+        try:
+            if client.set(key, f"value:{i}"):
+                acked_keys.append(key)
+        except Exception:  # noqa: BLE001 - the seed's loop: a failed write is counted, not raised
+            fail_count += 1
+    missing = [k for k in acked_keys if not client.exists(k)]
+    assert (len(acked_keys), fail_count, missing) == (1000, 0, [])
+    assert client.dbsize(target_nodes=ValkeyCluster.PRIMARIES) == 1000
+    with valkey.Valkey(port=port, ssl=True, ssl_ca_certs=ca) as c:
+        slots = c.execute_command("CLUSTER", "SLOTS")
+    assert all(entry[2][1] in {p.port for p in cluster.nodes} for entry in slots)   # TLS clients get TLS ports
+    client.close()
+    from glide import (AdvancedGlideClusterClientConfiguration, GlideClusterClient, GlideClusterClientConfiguration,
+                       NodeAddress, TlsAdvancedConfiguration)
+
+    async def glide():
+        cfg = GlideClusterClientConfiguration(
+            [NodeAddress("127.0.0.1", port)], use_tls=True, request_timeout=5000,
+            advanced_config=AdvancedGlideClusterClientConfiguration(
+                tls_config=TlsAdvancedConfiguration(root_pem_cacerts=open(ca, "rb").read())))
+        g = await GlideClusterClient.create(cfg)
+        try:
+            assert await g.get("key:7") == b"value:7"
+            assert await g.set("glide-tls", "1") == "OK"
+        finally:
+            await g.close()
+    asyncio.run(asyncio.wait_for(glide(), 60))
+    if shutil.which("redis-cli"):
+        out = subprocess.run(["redis-cli", "-c", "--tls", "--cacert", ca, "-p", str(port), "GET", "key:999"],
+                             capture_output=True, text=True, timeout=20)
+        assert out.stdout.strip() == "value:999", out.stderr

@@ -257,6 +257,8 @@ OPTIONS = [
     Option("notify-keyspace-events", "", _string),
     Option("busy-reply-threshold", 5000, _int_range(0, 2**62), aliases=("lua-time-limit",)),
     Option("cluster-enabled", False, _bool, mutable=False),
+    Option("journal-nats-tls-ca-file", "", _string, mutable=False,
+           help="durakv: the CA that NATS servers' certificates are verified with (tls:// servers)"),
     Option("cluster-require-full-coverage", True, _bool),
     Option("cluster-allow-reads-when-down", False, _bool),
     Option("cluster-allow-pubsubshard-when-down", True, _bool),

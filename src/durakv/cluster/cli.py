@@ -43,7 +43,8 @@ def _cmd_up(args):
     try:
         cluster = LocalCluster.up(args.dir, shards=args.shards, replicas=args.replicas, durability=args.durability,
                                   base_port=args.base_port, journal_backend=args.journal_backend,
-                                  timeout_s=args.timeout, log=lambda m: print(m, flush=True))
+                                  timeout_s=args.timeout, log=lambda m: print(m, flush=True),
+                                  cluster_mode=not args.no_cluster_mode, tls=args.tls)
     except ClusterNotReady as exc:
         print(f"cluster started but not ready: {exc}", file=sys.stderr)
         return 1
@@ -64,6 +65,19 @@ def _cmd_up(args):
 def client_lines(cluster) -> str:
     """How to talk to the cluster with the usual clients (any node's address bootstraps a cluster client)."""
     p = cluster.primary(0) or cluster.nodes[0]
+    ca = (cluster.manifest.get("tls") or {}).get("ca")
+    if ca:
+        return "\n".join([
+            "cluster clients, over TLS only (any node bootstraps; they follow MOVED and failovers):",
+            f"  valkey-py:  valkey.cluster.ValkeyCluster(host=\"127.0.0.1\", port={p.port}, ssl=True, "
+            f"ssl_ca_certs=\"{ca}\")",
+            f"  redis-py:   redis.cluster.RedisCluster(host=\"127.0.0.1\", port={p.port}, ssl=True, "
+            f"ssl_ca_certs=\"{ca}\")",
+            f"  GLIDE:      GlideClusterClientConfiguration([NodeAddress(\"127.0.0.1\", {p.port})], use_tls=True, "
+            f"advanced_config=AdvancedGlideClusterClientConfiguration(tls_config=TlsAdvancedConfiguration("
+            f"root_pem_cacerts=open(\"{ca}\", \"rb\").read())))",
+            f"  redis-cli:  redis-cli -c --tls --cacert {ca} -p {p.port}",
+            f"  memtier:    memtier_benchmark --cluster-mode --tls --cacert {ca} -s 127.0.0.1 -p {p.port}"])
     return "\n".join([
         "cluster clients (any node bootstraps; they follow MOVED and failovers):",
         f"  valkey-py:  valkey.cluster.ValkeyCluster(host=\"127.0.0.1\", port={p.port})",
@@ -111,6 +125,10 @@ def build_parser():
     up = sub.add_parser("up", help="start NATS and the durakv nodes, write DIR/manifest.json, wait until serving")
     up.add_argument("--dir", required=True, help="cluster directory (data, logs, manifest)")
     up.add_argument("--shards", type=int, default=1)
+    up.add_argument("--tls", action="store_true",
+                    help="serve clients only over TLS (a CA and node certificate are made in DIR/tls), NATS too")
+    up.add_argument("--no-cluster-mode", action="store_true",
+                    help="nodes without cluster mode (no slots: one shard answered by its primary, replicas READONLY)")
     up.add_argument("--replicas", type=int, default=2, help="replicas per shard (besides the primary)")
     up.add_argument("--durability", choices=["none", "async", "sync"], default="sync")
     up.add_argument("--base-port", type=int, default=None,

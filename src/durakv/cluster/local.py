@@ -20,6 +20,7 @@ from ..journal.jetstream import connect
 from ..routing import Node, Shard, Topology
 from ..routing.topology import bus_port_of, node_id_for
 from .store import NatsStore
+from .tls import client_context, make_certs
 from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_state, port_is_free,
                          signal_pid, spawn, stop_many, wait_for)
 
@@ -60,11 +61,15 @@ def encode_command(args) -> bytes:
 
 
 class RespClient:
-    """One blocking connection: execute(*args) sends a command and returns its reply (RESP2, hiredis parsing)."""
+    """One blocking connection: execute(*args) sends a command and returns its reply (RESP2, hiredis parsing).
+    `tls_ca`: connect over TLS, verifying the server against that CA file."""
 
-    def __init__(self, host="127.0.0.1", port=6379, timeout_s=2.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, host="127.0.0.1", port=6379, timeout_s=2.0, tls_ca=None):
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls_ca:
+            sock = client_context(tls_ca).wrap_socket(sock, server_hostname=host)
+        self.sock = sock
         self.reader = hiredis.Reader(replyError=RespError)
 
     def execute(self, *args):
@@ -176,11 +181,19 @@ def _package_env():
 
 
 def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, journal_backend, extra=(),
-                cluster_mode=True):
-    return [sys.executable, "-m", "durakv", "server", "--port", str(port), "--bind", "127.0.0.1",
-            "--dir", node_dir, "--journal-backend", journal_backend, "--journal-nats-servers", nats_servers,
-            "--shard", str(shard), "--availability-zone", az, "--node-id", node_id,
-            "--durability", durability, "--cluster-enabled", "yes" if cluster_mode else "no"] + list(extra)
+                cluster_mode=True, tls=None):
+    """The command line of one node. tls ({"cert", "key", "ca"}): clients only over TLS (on `port`), NATS too."""
+    if tls:
+        ports = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", tls["cert"], "--tls-key-file",
+                 tls["key"], "--tls-ca-cert-file", tls["ca"], "--tls-auth-clients", "no",
+                 "--journal-nats-tls-ca-file", tls["ca"]]
+    else:
+        ports = ["--port", str(port)]
+    return [sys.executable, "-m", "durakv", "server"] + ports + [
+        "--bind", "127.0.0.1", "--dir", node_dir, "--journal-backend", journal_backend,
+        "--journal-nats-servers", nats_servers, "--shard", str(shard), "--availability-zone", az,
+        "--node-id", node_id, "--durability", durability,
+        "--cluster-enabled", "yes" if cluster_mode else "no"] + list(extra)
 
 
 def slot_ranges(shards: int):
@@ -189,23 +202,25 @@ def slot_ranges(shards: int):
     return [(int(round(i * per)), int(round((i + 1) * per)) - 1) for i in range(shards)]
 
 
-def initial_topology(shard_nodes):
+def initial_topology(shard_nodes, tls=False):
     """The topology `cluster up` stores before any node starts: per shard its slot range, its node 0 as
     primary (the node that normally wins the first lease; the winner rewrites it when it promotes) and the
     others as replicas. shard_nodes: [[(node_id, port), ...] per shard]."""
     shards = []
     for n, ((a, b), nodes) in enumerate(zip(slot_ranges(len(shard_nodes)), shard_nodes)):
-        members = [Node(id=node_id, ip="127.0.0.1", port=port, bus_port=bus_port_of(port), az=AZS[i % len(AZS)])
+        members = [Node(id=node_id, ip="127.0.0.1", port=0 if tls else port, tls_port=port if tls else 0,
+                        bus_port=bus_port_of(port), az=AZS[i % len(AZS)])
                    for i, (node_id, port) in enumerate(nodes)]
         shards.append(Shard(id=node_id_for("shard:%d" % n), name=str(n), config_epoch=1, slots=((a, b),),
                             primary=members[0], replicas=tuple(members[1:])))
     return Topology(shards, current_epoch=1)
 
 
-def store_topology(nats_servers, topology, timeout_s=30.0):
+def store_topology(nats_servers, topology, timeout_s=30.0, tls_ca=None):
     """Writes the cluster's first topology into the coordination store (only if none is there yet)."""
     async def put():
-        nc = await connect([u for u in nats_servers.split(",") if u], name="durakv-cluster-up")
+        nc = await connect([u for u in nats_servers.split(",") if u], name="durakv-cluster-up",
+                           tls=client_context(tls_ca) if tls_ca else None)
         try:
             store = await NatsStore(nc).open()
             current, revision = await store.get_topology()
@@ -248,7 +263,7 @@ class Proc:
     def client(self, timeout_s=2.0) -> RespClient:
         if self.kind != "durakv":
             raise ClusterError(f"{self.name} is not a durakv node")
-        return RespClient("127.0.0.1", self.port, timeout_s)
+        return RespClient("127.0.0.1", self.port, timeout_s, tls_ca=self.entry.get("tls_ca"))
 
     def info(self, *sections, timeout_s=2.0) -> dict:
         with self.client(timeout_s) as c:
@@ -297,7 +312,7 @@ class LocalCluster:
 
     @classmethod
     def up(cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
-           timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True) -> "LocalCluster":
+           timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True, tls=False) -> "LocalCluster":
         """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
 
         Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
@@ -316,7 +331,8 @@ class LocalCluster:
         os.makedirs(os.path.join(dir, "logs"), exist_ok=True)
         nodes_per_shard = 1 + replicas
         n_durakv = shards * nodes_per_shard
-        nats = NatsCluster(dir, base_port=base_port)
+        certs = make_certs(dir) if tls else None
+        nats = NatsCluster(dir, base_port=base_port, tls=certs)
         nats.check_ports()
         if base_port:
             durakv_ports = [base_port + 10 + k for k in range(n_durakv)]
@@ -328,7 +344,9 @@ class LocalCluster:
         manifest = {"version": MANIFEST_VERSION, "dir": dir, "created": time.time(),
                     "options": {"shards": shards, "replicas": replicas, "durability": durability,
                                 "base_port": base_port, "journal_backend": journal_backend,
-                                "cluster_mode": bool(cluster_mode and journal_backend == "jetstream")},
+                                "cluster_mode": bool(cluster_mode and journal_backend == "jetstream"),
+                                "tls": bool(tls)},
+                    "tls": certs,
                     "nats_servers": "", "processes": []}
         cluster = cls(dir, manifest)
         say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
@@ -360,15 +378,17 @@ class LocalCluster:
                 node_dir = os.path.join(dir, "nodes", name)
                 os.makedirs(node_dir, exist_ok=True)
                 argv = durakv_argv(durakv_ports[k], node_dir, nats.servers, shard, az, node_id, durability,
-                                   journal_backend, extra_server_args, cluster_mode=cluster_mode)
+                                   journal_backend, extra_server_args, cluster_mode=cluster_mode, tls=certs)
                 manifest["processes"].append({
                     "kind": "durakv", "name": name, "node_id": node_id, "shard": shard, "index": i, "az": az,
                     "ports": {"client": durakv_ports[k]}, "pid": None, "start_time": None, "dir": node_dir,
-                    "log": os.path.join(dir, "logs", f"{name}.log"), "argv": argv})
+                    "log": os.path.join(dir, "logs", f"{name}.log"), "argv": argv,
+                    "tls_ca": certs["ca"] if certs else None})
                 shard_nodes[-1].append((node_id, durakv_ports[k]))
                 k += 1
         if cluster_mode:
-            store_topology(nats.servers, initial_topology(shard_nodes))
+            store_topology(nats.servers, initial_topology(shard_nodes, tls=bool(certs)),
+                           tls_ca=certs["ca"] if certs else None)
             say(f"topology stored: {shards} shard(s) over 16384 slots")
         # Each shard's node 0 (az1) starts first so that it normally wins the first lease: a predictable layout.
         first = [p for p in cluster.nodes if p.entry["index"] == 0]

@@ -249,7 +249,8 @@ class NatsNode:
     """One nats-server with JetStream (file store, fsync before ack) in a route cluster, tagged with its AZ."""
 
     def __init__(self, name, az, client_port, cluster_port, store_dir, routes, monitor_port=None,
-                 cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1"):
+                 cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1", tls=None):
+        self.tls = tls          # {"cert", "key", "ca"}: clients and routes over TLS
         self.name = name
         self.az = az
         self.host = host
@@ -267,7 +268,7 @@ class NatsNode:
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.client_port}"
+        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.client_port}"
 
     @property
     def ports(self) -> dict:
@@ -276,6 +277,13 @@ class NatsNode:
     @property
     def argv(self) -> list:
         return [nats_server_binary(), "-c", self.config_path]
+
+    def _tls_block(self, indent):
+        if not self.tls:
+            return ""
+        pad = " " * indent
+        return (f"{pad}tls {{\n{pad}  cert_file: {_q(self.tls['cert'])}\n{pad}  key_file: {_q(self.tls['key'])}\n"
+                f"{pad}  ca_file: {_q(self.tls['ca'])}\n{pad}  timeout: 5\n{pad}}}\n")
 
     def config_text(self) -> str:
         routes = "\n".join(f"    {_q(r)}" for r in self.routes)
@@ -287,6 +295,7 @@ class NatsNode:
             f"server_tags: [{_q(UNIQUE_TAG + self.az)}]\n"
             "# one journal entry is one message: allow big batches (NATS' ceiling is 64 MB)\n"
             "max_payload: 67108864\n"
+            f"{self._tls_block(0)}"
             "jetstream {\n"
             f"  store_dir: {_q(self.store_dir)}\n"
             "  # fsync every write before it is acknowledged (the default syncs every 2 minutes and loses\n"
@@ -298,6 +307,7 @@ class NatsNode:
             "cluster {\n"
             f"  name: {_q(self.cluster_name)}\n"
             f"  listen: {_q(f'{self.host}:{self.cluster_port}')}\n"
+            f"{self._tls_block(2)}"
             "  routes: [\n"
             f"{routes}\n"
             "  ]\n"
@@ -386,7 +396,7 @@ class NatsCluster:
 
     base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports."""
 
-    def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1"):
+    def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1", tls=None):
         self.dir = os.path.abspath(str(dir))
         self.azs = tuple(azs)
         n = len(self.azs)
@@ -404,7 +414,8 @@ class NatsCluster:
             self.nodes.append(NatsNode(name, az, client[i], cluster[i], os.path.join(self.dir, "nats", name),
                                        routes, monitor_port=monitor[i], cluster_name=cluster_name,
                                        config_path=os.path.join(self.dir, "nats", f"{name}.conf"),
-                                       log_path=os.path.join(self.dir, "logs", f"{name}.log"), host=host))
+                                       log_path=os.path.join(self.dir, "logs", f"{name}.log"), host=host,
+                                       tls=tls))
 
     @property
     def urls(self) -> list:

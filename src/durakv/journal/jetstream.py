@@ -35,11 +35,12 @@ def subject_name(shard: str) -> str:
     return "durakv.shard.%s.journal" % shard
 
 
-async def connect(servers, name="durakv"):
+async def connect(servers, name="durakv", tls=None):
+    """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers)."""
     import nats
     return await nats.connect(servers=list(servers), name=name, max_reconnect_attempts=-1,
                               reconnect_time_wait=0.1, connect_timeout=2, allow_reconnect=True,
-                              ping_interval=1, max_outstanding_pings=3)
+                              ping_interval=1, max_outstanding_pings=3, tls=tls)
 
 
 def _msg_entry(msg) -> Entry:

@@ -12,6 +12,7 @@ committed, so it rejoins as a replica from snapshot + journal like any new node.
 import asyncio
 import logging
 import os
+import ssl
 import sys
 import tempfile
 import time
@@ -67,7 +68,9 @@ class ClusterNode:
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
         srv = self.server
-        self.nc = await connect(self.servers, name="durakv-%s" % self.node_id)
+        ca = srv.config["journal-nats-tls-ca-file"]
+        self.nc = await connect(self.servers, name="durakv-%s" % self.node_id,
+                                tls=ssl.create_default_context(cafile=ca) if ca else None)
         self.store = await NatsStore(self.nc).open()
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
         self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0)
