@@ -1,11 +1,16 @@
 """`durakv cluster up|status|down|failover`: a local three-AZ cluster (NATS + durakv nodes) from one command."""
 
 import argparse
+import asyncio
 import json
 import sys
 
+from ..journal.jetstream import connect
 from .local import ClusterError, ClusterNotReady, LocalCluster, RespError
 from .nats_procs import ProcessError
+from .reshard import ReshardError, rebalance, reshard
+from .store import NatsStore
+from .tls import client_context
 
 
 def _table(headers, rows) -> str:
@@ -117,6 +122,47 @@ def _cmd_failover(args):
     return 0
 
 
+def _with_store(cluster, fn):
+    """Runs `await fn(store)` against the cluster's coordination store."""
+    async def go():
+        ca = (cluster.manifest.get("tls") or {}).get("ca")
+        nc = await connect([u for u in cluster.nats_servers.split(",") if u], name="durakv-cluster-cli",
+                           tls=client_context(ca) if ca else None)
+        try:
+            return await fn(await NatsStore(nc).open())
+        finally:
+            await nc.close()
+    return asyncio.run(go())
+
+
+def _progress(done, total):
+    print(f"  {done}/{total} slots moved", flush=True)
+
+
+def _cmd_reshard(args):
+    cluster = LocalCluster.load(args.dir)
+    print(f"moving {args.slots} slot(s) from shard {args.source} to shard {args.target}", flush=True)
+    try:
+        seconds = _with_store(cluster, lambda store: reshard(store, args.slots, args.source, args.target,
+                                                             timeout_s=args.timeout, progress=_progress))
+    except ReshardError as exc:
+        print(f"reshard failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"done in {seconds:.2f}s")
+    return 0
+
+
+def _cmd_rebalance(args):
+    cluster = LocalCluster.load(args.dir)
+    try:
+        seconds = _with_store(cluster, lambda store: rebalance(store, timeout_s=args.timeout, progress=_progress))
+    except ReshardError as exc:
+        print(f"rebalance failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"balanced in {seconds:.2f}s")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="durakv cluster",
                                      description="A local multi-AZ cluster: 3 NATS nodes (az1..az3) + durakv nodes.")
@@ -154,6 +200,18 @@ def build_parser():
     fo.add_argument("--to", default=None, help="node name (e.g. 0-1); default: the most caught-up replica")
     fo.add_argument("--timeout", type=float, default=30.0)
     fo.set_defaults(func=_cmd_failover)
+
+    rs = sub.add_parser("reshard", help="move slots (and their keys) from one shard to another, online")
+    rs.add_argument("--dir", required=True)
+    rs.add_argument("--slots", type=int, required=True, help="how many slots to move")
+    rs.add_argument("--from", dest="source", required=True, help="source shard (its name: 0, 1, ...)")
+    rs.add_argument("--to", dest="target", required=True, help="target shard")
+    rs.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the move to finish")
+    rs.set_defaults(func=_cmd_reshard)
+    rb = sub.add_parser("rebalance", help="move slots until every shard owns the same number")
+    rb.add_argument("--dir", required=True)
+    rb.add_argument("--timeout", type=float, default=600.0)
+    rb.set_defaults(func=_cmd_rebalance)
     return parser
 
 

@@ -208,8 +208,9 @@ def initial_topology(shard_nodes, tls=False):
     others as replicas. shard_nodes: [[(node_id, port), ...] per shard]."""
     shards = []
     for n, ((a, b), nodes) in enumerate(zip(slot_ranges(len(shard_nodes)), shard_nodes)):
+        # repl_offset 1: a replica is listed by CLUSTER SLOTS (Valkey hides those at offset 0 as not in sync)
         members = [Node(id=node_id, ip="127.0.0.1", port=0 if tls else port, tls_port=port if tls else 0,
-                        bus_port=bus_port_of(port), az=AZS[i % len(AZS)])
+                        bus_port=bus_port_of(port), az=AZS[i % len(AZS)], repl_offset=1)
                    for i, (node_id, port) in enumerate(nodes)]
         shards.append(Shard(id=node_id_for("shard:%d" % n), name=str(n), config_epoch=1, slots=((a, b),),
                             primary=members[0], replicas=tuple(members[1:])))

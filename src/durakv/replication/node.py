@@ -23,6 +23,7 @@ from ..cluster.store import NatsStore
 from ..journal.base import EpochFilter
 from ..journal.codec import decode_payload
 from ..journal.jetstream import JetStreamJournal, connect
+from .migration import SlotMigrator
 
 log = logging.getLogger("durakv.replication")
 
@@ -62,6 +63,7 @@ class ClusterNode:
         self._progress_at = 0.0
         self.writes_paused = False      # a planned hand-over is draining: writes answer -READONLY
         self.topology_watch = None
+        self.migrator = None
         self._topology_task = None
         self._pubsub_subs = []
 
@@ -125,6 +127,18 @@ class ClusterNode:
                 self._topology_task = self.server.loop.create_task(self._publish_promotion())
             return
         self.routing.install(topology, revision)
+        self._migrate_if_needed()
+
+    def _migrate_if_needed(self):
+        """A primary whose shard has slots migrating out moves their keys (replication/migration.py)."""
+        topology = self.routing.topology
+        if self.role != "primary" or topology is None or not topology.migrating:
+            return
+        me = topology.nodes.get(self.node_id)
+        if me is not None and any(src == me.shard_id for src, _dst in topology.migrating.values()):
+            if self.migrator is None:
+                self.migrator = SlotMigrator(self)
+            self.migrator.start()
 
     async def _publish_promotion(self):
         """Makes the stored topology name this node its shard's primary (compare-and-set, retried): what lets
@@ -319,6 +333,7 @@ class ClusterNode:
                 self.routing.install(topology.promote(self.node_id), self.routing.revision)
             if self._topology_task is None:
                 self._topology_task = srv.loop.create_task(self._publish_promotion())
+            self._migrate_if_needed()   # a migration the previous primary did not finish
 
     async def step_down(self, reason):
         if self.role != "primary":

@@ -38,6 +38,8 @@ class ClusterRouting:
         self.topology = None
         self.revision = 0
         self.router = None
+        self.moving = set()             # keys being moved to another shard right now: writes get -TRYAGAIN
+        self.migrator_session = None    # ... except the mover's own (replication/migration.py)
 
     def install(self, topology, revision=0):
         """Use a new topology from now on (one atomic swap: requests in flight finish with the old one)."""
@@ -73,6 +75,8 @@ class ClusterRouting:
             write = cmd.write
         if not keys:
             return None
+        if self.moving and write and session is not self.migrator_session and any(k in self.moving for k in keys):
+            return messages.TRYAGAIN   # the key is on its way to another shard: retry once it has arrived
         refusal = router.route(keys, write, session.readonly_mode, session.asking or "asking" in cmd.flags,
                                self._exists_in(db), session.tls, cmd.name in _SHARDED_PUBSUB)
         return None if refusal is None else refusal.text

@@ -129,7 +129,13 @@ def _section_keyspace(srv):
 
 
 def _section_cluster(srv):
-    return {"cluster_enabled": int(srv.cluster_routing is not None)}
+    fields = {"cluster_enabled": int(srv.cluster_routing is not None)}
+    node = srv.cluster_node
+    migrator = getattr(node, "migrator", None) if node is not None else None
+    if migrator is not None:   # durakv's own: online resharding seen from a source primary
+        fields.update(durakv_migrated_keys=migrator.moved_keys, durakv_migrated_slots=migrator.moved_slots,
+                      durakv_keys_moving=len(srv.cluster_routing.moving))
+    return fields
 
 
 def _section_durability(srv):
