@@ -12,7 +12,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from conftest import wait_until
-from durakv.cluster.reshard import _mark
+from durakv.cluster.reshard import mark_migrations
 from durakv.cluster.store import NatsStore
 from durakv.journal.jetstream import connect
 from durakv.routing import key_slot
@@ -38,7 +38,7 @@ class Writers:
             try:
                 if c.set(key, key):
                     self.acked[key] = True
-            except valkey.exceptions.ValkeyError as exc:
+            except Exception as exc:  # noqa: BLE001 - a client-side failure is a failed write, recorded
                 self.errors.append(repr(exc))
             i += 1
         c.close()
@@ -99,7 +99,7 @@ def _mark_migration(cluster, slots, source_name, target_name):
             topology, _r = await store.get_topology()
             src = next(sh for sh in topology.shards if sh.name == source_name)
             dst = next(sh for sh in topology.shards if sh.name == target_name)
-            await _mark(store, [(slots, src.id, dst.id)])
+            await mark_migrations(store, [(slots, src.id, dst.id)])
         finally:
             await nc.close()
     asyncio.run(go())
@@ -180,3 +180,29 @@ def test_source_primary_killed_mid_migration(local_cluster):
 
 def test_target_primary_killed_mid_migration(local_cluster):
     _kill_mid_migration(local_cluster, "target")
+
+
+def test_add_shard_then_remove_it_while_clients_write(local_cluster):
+    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    port = cluster.primary(0).port
+    c, fill = _fill(port, n=1500)
+    writers = Writers(port, "w", count=1)
+    add = subprocess.run([sys.executable, "-m", "durakv", "cluster", "add-shard", "--dir", cluster.dir],
+                         capture_output=True, text=True, timeout=600)
+    assert add.returncode == 0, add.stderr[-2000:]
+    cluster.reload()
+    with valkey.Valkey(port=port) as v:
+        owned = {}
+        for a, b, primary, *_r in v.execute_command("CLUSTER", "SLOTS"):
+            owned[primary[1]] = owned.get(primary[1], 0) + b - a + 1
+    assert sorted(owned.values()) == [5461, 5461, 5462] and len(owned) == 3
+    remove = subprocess.run([sys.executable, "-m", "durakv", "cluster", "remove-shard", "--dir", cluster.dir,
+                             "--shard", "1"], capture_output=True, text=True, timeout=600)
+    assert remove.returncode == 0, remove.stderr[-2000:]
+    cluster.reload()
+    writers.finish()
+    assert sorted(p.shard for p in cluster.nodes) == [0, 2]
+    missing, lost = _check(port, writers, fill)
+    assert (missing, lost) == ([], []), (len(missing), len(lost))
+    with valkey.Valkey(port=port) as v:
+        assert sum(b - a + 1 for a, b, *_r in v.execute_command("CLUSTER", "SLOTS")) == 16384

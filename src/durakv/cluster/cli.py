@@ -163,6 +163,25 @@ def _cmd_rebalance(args):
     return 0
 
 
+def _cmd_add_shard(args):
+    cluster = LocalCluster.load(args.dir)
+    name = cluster.add_shard(replicas=args.replicas, log=lambda m: print(m, flush=True))
+    if not args.no_rebalance:
+        _cmd_rebalance(args)
+    print(f"shard {name} added")
+    return 0
+
+
+def _cmd_remove_shard(args):
+    cluster = LocalCluster.load(args.dir)
+    try:
+        cluster.remove_shard(args.shard, timeout_s=args.timeout, log=lambda m: print(m, flush=True))
+    except ReshardError as exc:
+        print(f"remove-shard failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="durakv cluster",
                                      description="A local multi-AZ cluster: 3 NATS nodes (az1..az3) + durakv nodes.")
@@ -212,6 +231,17 @@ def build_parser():
     rb.add_argument("--dir", required=True)
     rb.add_argument("--timeout", type=float, default=600.0)
     rb.set_defaults(func=_cmd_rebalance)
+    ad = sub.add_parser("add-shard", help="start a new shard's nodes and rebalance slots onto it")
+    ad.add_argument("--dir", required=True)
+    ad.add_argument("--replicas", type=int, default=None, help="replicas of the new shard (default: as the others)")
+    ad.add_argument("--no-rebalance", action="store_true", help="add it owning no slot")
+    ad.add_argument("--timeout", type=float, default=600.0)
+    ad.set_defaults(func=_cmd_add_shard)
+    rm = sub.add_parser("remove-shard", help="move a shard's slots to the others, then stop its nodes")
+    rm.add_argument("--dir", required=True)
+    rm.add_argument("--shard", required=True)
+    rm.add_argument("--timeout", type=float, default=600.0)
+    rm.set_defaults(func=_cmd_remove_shard)
     return parser
 
 

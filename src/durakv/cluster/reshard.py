@@ -49,7 +49,7 @@ def plan_rebalance(topology) -> list:
     return [(sorted(slots), src, dst) for (src, dst), slots in moves.items()]
 
 
-async def _mark(store, moves):
+async def mark_migrations(store, moves):
     """Writes the migrations into the topology, retrying the compare-and-set on races."""
     for _ in range(50):
         topology, revision = await store.get_topology()
@@ -100,7 +100,7 @@ async def reshard(store, count, source, target, timeout_s=600.0, progress=None):
         raise ReshardError("shard %s owns %d slots not already migrating; cannot move %d"
                            % (src.name, len(owned), count))
     moves = [(owned[-count:], src.id, dst.id)]
-    await _mark(store, moves)
+    await mark_migrations(store, moves)
     return await wait_moved(store, moves, timeout_s, progress)
 
 
@@ -111,5 +111,5 @@ async def rebalance(store, timeout_s=600.0, progress=None):
     moves = plan_rebalance(topology)
     if not moves:
         return 0.0
-    await _mark(store, moves)
+    await mark_migrations(store, moves)
     return await wait_moved(store, moves, timeout_s, progress)

@@ -308,6 +308,21 @@ class Topology:
             migrating.pop(s, None)
         return self._rebuild(self.shards, migrating=migrating)
 
+    def with_shard(self, shard):
+        """The topology with one more shard (normally owning no slot yet: a rebalance gives it some)."""
+        return self._rebuild(self.shards + (shard,), current_epoch=max(self.current_epoch, shard.config_epoch))
+
+    def without_shard(self, shard_id: str):
+        """The topology without an empty shard (its slots moved elsewhere first)."""
+        shard = self.shard_by_id.get(shard_id)
+        if shard is None:
+            raise TopologyError("unknown shard %s" % shard_id)
+        if shard.slots:
+            raise TopologyError("shard %s still owns slots" % shard_id)
+        if any(shard_id in pair for pair in self.migrating.values()):
+            raise TopologyError("shard %s takes part in a migration" % shard_id)
+        return self._rebuild([sh for sh in self.shards if sh.id != shard_id])
+
     def with_slots_assigned(self, slots, shard_id: str):
         """`slots` now belong to `shard_id` (the end of a migration, or a first assignment): their migration marks
         are cleared and the receiving shard takes a new config epoch, as CLUSTER SETSLOT NODE bumps it."""
