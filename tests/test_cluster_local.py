@@ -69,8 +69,12 @@ def test_jetstream_r3_stream_survives_killing_its_leader(nats_cluster):
             info = await async_wait_for(placed, 20, "stream T placed on 3 servers")
             # unique_tag az: puts one replica in each AZ
             assert {info.cluster.leader} | {r.name for r in info.cluster.replicas} == NATS_NAMES
+            # A just-placed stream may still answer "no responders" for a moment; the message id makes each
+            # retried publish idempotent.
             for i in range(10):
-                ack = await js.publish("t.x", b"m%d" % i)
+                ack = await async_wait_for(
+                    lambda i=i: js.publish("t.x", b"m%d" % i, headers={"Nats-Msg-Id": "m%d" % i}),
+                    20, f"publish m{i} acknowledged")
                 assert ack.seq == i + 1 and ack.stream == "T"
 
             leader = nats_cluster.node(info.cluster.leader)
@@ -93,7 +97,9 @@ def test_jetstream_r3_stream_survives_killing_its_leader(nats_cluster):
                 streams = [s for a in body.get("account_details") or [] for s in a.get("stream_detail") or []]
                 return [s for s in streams if s["name"] == "T" and s["state"]["messages"] == 11]
             wait_for(caught_up, 30, f"{leader.name} to catch up on stream T")
-            ack = await js.publish("t.x", b"after-restart")
+            ack = await async_wait_for(
+                lambda: js.publish("t.x", b"after-restart", headers={"Nats-Msg-Id": "r1"}),
+                20, "a publish acknowledged after the restart")
             assert ack.seq == 12
             got = [(await js.get_msg("T", seq)).data for seq in range(1, 13)]
             assert got == [b"m%d" % i for i in range(10)] + [b"after-kill", b"after-restart"]
@@ -110,7 +116,7 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
     with open(manifest_path(c.dir)) as f:
         m = json.load(f)
     assert m["options"] == {"shards": 2, "replicas": 2, "durability": "sync", "base_port": None,
-                            "journal_backend": "local", "cluster_mode": False}
+                            "journal_backend": "local", "cluster_mode": False, "tls": False}
     procs = m["processes"]
     assert [(p["kind"], p["name"], p["az"]) for p in procs] == [
         ("nats", "nats-az1", "az1"), ("nats", "nats-az2", "az2"), ("nats", "nats-az3", "az3"),
@@ -275,3 +281,39 @@ def test_jetstream_cluster_one_primary_per_shard_and_planned_failover(local_clus
         with pytest.raises(valkey.ResponseError) as e:
             r.set("stale", "write")
         assert str(e.value).startswith(("MOVED", "You can't write against a read only replica"))
+
+
+def test_a_port_taken_after_it_was_chosen_moves_the_node(local_cluster, monkeypatch):
+    """Free ports are chosen before the nodes bind them; another program taking one meanwhile must not fail
+    `cluster up`: the node starts again on another port, and the manifest and topology follow."""
+    import socket
+    import durakv.cluster.local as local_mod
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(1)
+    taken = squatter.getsockname()[1]
+    real = local_mod.free_ports
+    calls = []
+
+    def free_ports(count, *args, **kwargs):
+        ports = real(count, *args, **kwargs)
+        calls.append(count)
+        # the first choice of durakv ports hands node 0-0 the port another program holds
+        return [taken] + [p for p in ports if p != taken][:count - 1] if len(calls) == 1 else ports
+
+    monkeypatch.setattr(local_mod, "free_ports", free_ports)
+    try:
+        c = local_cluster(shards=1, replicas=1, journal_backend="jetstream", durability="sync", cluster_mode=True)
+        node = next(p for p in c.nodes if p.name == "0-0")
+        assert node.port != taken and node.alive
+        with open(manifest_path(c.dir)) as f:
+            entry = next(e for e in json.load(f)["processes"] if e.get("name") == "0-0")
+        assert entry["ports"]["client"] == node.port and str(node.port) in entry["argv"]
+        client = valkey.Valkey(port=node.port, socket_timeout=10)
+        slots = client.execute_command("CLUSTER", "SLOTS")
+        ports = {int(n[1]) for s in slots for n in s[2:]}
+        assert node.port in ports and taken not in ports
+        client.close()
+    finally:
+        squatter.close()

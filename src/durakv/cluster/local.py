@@ -197,6 +197,15 @@ def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, jo
         "--cluster-enabled", "yes" if cluster_mode else "no"] + list(extra)
 
 
+PORT_ATTEMPTS = 3
+
+
+def _port_clash(log_text: str) -> bool:
+    """Whether a process's log says it could not bind its port (taken after it was chosen as free)."""
+    text = log_text.lower()
+    return "address already in use" in text or "errno 98" in text or "already in use" in text
+
+
 def slot_ranges(shards: int):
     """16384 slots split into `shards` contiguous ranges, as `redis-cli --cluster create` splits them."""
     per = 16384 / shards
@@ -351,22 +360,33 @@ class LocalCluster:
                     "tls": certs,
                     "nats_servers": "", "processes": []}
         cluster = cls(dir, manifest)
-        say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
-        try:
-            for n in nats.nodes:
-                n.start()
-                manifest["processes"].append({
-                    "kind": "nats", "name": n.name, "az": n.az, "ports": n.ports, "pid": n.pid,
-                    "start_time": n.start_time, "dir": n.store_dir, "log": n.log_path, "argv": n.argv,
-                    "config": n.config_path})
-            manifest["nats_servers"] = nats.servers
-            cluster.save()
-            t0 = time.monotonic()
-            nats.wait_ready(timeout_s)
-            say(f"NATS ready in {time.monotonic() - t0:.2f}s, JetStream meta leader {nats.meta_leader()}")
-        except BaseException:
-            nats.stop()
-            raise
+        for attempt in range(PORT_ATTEMPTS):
+            say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
+            try:
+                for n in nats.nodes:
+                    n.start()
+                    manifest["processes"].append({
+                        "kind": "nats", "name": n.name, "az": n.az, "ports": n.ports, "pid": n.pid,
+                        "start_time": n.start_time, "dir": n.store_dir, "log": n.log_path, "argv": n.argv,
+                        "config": n.config_path})
+                manifest["nats_servers"] = nats.servers
+                cluster.save()
+                t0 = time.monotonic()
+                nats.wait_ready(timeout_s)
+                say(f"NATS ready in {time.monotonic() - t0:.2f}s, JetStream meta leader {nats.meta_leader()}")
+                break
+            except ProcessError as exc:
+                nats.stop()
+                # Free ports are chosen before the processes bind them; another program may take one in between.
+                clash = any(_port_clash(n.read_log()) for n in nats.nodes)
+                if base_port or not clash or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                say(f"a NATS port was taken meanwhile ({exc}); choosing other ports")
+                manifest["processes"] = []
+                nats = NatsCluster(dir, base_port=None, tls=certs)
+            except BaseException:
+                nats.stop()
+                raise
 
         cluster_mode = manifest["options"]["cluster_mode"]
         k = 0
@@ -399,13 +419,51 @@ class LocalCluster:
             cluster._spawn(p)
         cluster.save()
         t0 = time.monotonic()
-        cluster.wait_ready(timeout_s, procs=first, single_master=False)
+        cluster._wait_ready_moving_clashes(timeout_s, first, single_master=False)
         for p in rest:
             cluster._spawn(p)
         cluster.save()
-        cluster.wait_ready(max(1.0, timeout_s - (time.monotonic() - t0)))
+        cluster._wait_ready_moving_clashes(max(1.0, timeout_s - (time.monotonic() - t0)), cluster.nodes)
         say(f"durakv nodes ready in {time.monotonic() - t0:.2f}s")
         return cluster
+
+    def _wait_ready_moving_clashes(self, timeout_s, procs, single_master=None):
+        """wait_ready, but a node that exited because its port was taken meanwhile is started again on another
+        free port (its argv, the manifest and, in cluster mode, the topology follow)."""
+        for _attempt in range(PORT_ATTEMPTS):
+            try:
+                return self.wait_ready(timeout_s, procs=procs, single_master=single_master)
+            except ClusterNotReady:
+                clashed = [p for p in procs if not p.alive and _port_clash(p.log_tail(40))]
+                if not clashed:
+                    raise
+                for p in clashed:
+                    self._move_port(p)
+        return self.wait_ready(timeout_s, procs=procs, single_master=single_master)
+
+    def _move_port(self, p):
+        taken = {port for q in self.processes for port in q.ports.values()}
+        new = free_ports(1, exclude=taken)[0]
+        old = p.port
+        argv = p.entry["argv"]
+        flag = "--tls-port" if "--tls-port" in argv else "--port"
+        argv[argv.index(flag) + 1] = str(new)
+        p.entry["ports"]["client"] = new
+        if self.options.get("cluster_mode"):
+            tls = flag == "--tls-port"
+
+            async def repoint(store):
+                for _ in range(50):
+                    topology, revision = await store.get_topology()
+                    moved = topology.with_node(p.node_id, port=0 if tls else new, tls_port=new if tls else 0,
+                                               bus_port=bus_port_of(new))
+                    try:
+                        return await store.put_topology(moved, revision)
+                    except Exception:  # noqa: BLE001 - a concurrent change: read again
+                        await asyncio.sleep(0.05)
+            self._store_call(repoint)
+        self._spawn(p)
+        self.save()
 
     # -- growing and shrinking (cluster mode) -------------------------------------------------------------------
     def _store_call(self, fn, timeout_s=60.0):
