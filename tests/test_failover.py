@@ -245,3 +245,74 @@ def test_primary_without_a_valid_lease_refuses_scripts_and_transactions(local_cl
     wait_until(lambda: serving() is not None, 30, what="the primary to renew and serve again")
     assert c.get("k") == b"v"   # the refused script wrote nothing
     c.close()
+
+
+def test_losing_a_replicas_az_that_holds_the_nats_leaders_deposes_nobody(local_cluster):
+    """Issue 11 item 3. The journal stream's and the lease bucket's Raft leaders sit in a replica's AZ; that AZ
+    loses power. The elections that follow (4-9 s) outlast the 2 s lease: the primary stops serving while its
+    lease is out, but no replica takes the lease, the primary is never re-executed, and a client connected to
+    it before the cut keeps its connection and is served again after it."""
+    cluster = local_cluster(durability="sync")
+    primary = cluster.primary(0)
+    victim = next(p for p in cluster.replicas(0) if p.az != primary.az)
+    nats_victim = next(p for p in cluster.nats if p.az == victim.az)
+    for stream in (STREAM, "KV_DURAKV_LEASES"):
+        assert cluster.move_stream_leader(stream, nats_victim.name) == nats_victim.name
+
+    def node_state(p):
+        info = p.info("replication", "server", timeout_s=5)
+        repl = info["replication"]   # run_id changes when a process re-executes itself
+        return repl["role"], int(repl["durakv_epoch"]), int(repl["promotions"]), info["server"]["run_id"]
+    before = {p.name: node_state(p) for p in cluster.nodes}
+    client = valkey.Valkey(host="127.0.0.1", port=primary.port, socket_timeout=10)
+    client_id = client.client_id()
+    assert client.set("before-cut", "1")
+    results = []                     # ("ok" | error text, monotonic time)
+    stop = threading.Event()
+
+    def write_loop():
+        i = 0
+        deadline = time.monotonic() + 90
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                client.set(f"cut:{i}", i)
+                results.append(("ok", time.monotonic()))
+            except valkey.exceptions.ResponseError as exc:
+                results.append((str(exc), time.monotonic()))
+                time.sleep(0.01)
+            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError) as exc:
+                results.append((f"connection: {exc!r}", time.monotonic()))
+                return
+            i += 1
+    writer = threading.Thread(target=write_loop, daemon=True)
+    writer.start()
+    wait_until(lambda: len(results) >= 50, 20, what="writes before the cut")
+    cut_at = time.monotonic()
+    for p in (victim, nats_victim):
+        assert cluster.kill(p.name, signal.SIGKILL)
+    # Through both elections and well past the lease: new leaders elected outside the lost AZ, and the primary
+    # acknowledging writes again for a couple of seconds.
+    elected = {}
+
+    def healed():
+        leaders = [cluster.nats_leader_of_stream(s) for s in (STREAM, "KV_DURAKV_LEASES")]
+        for s, leader in zip((STREAM, "KV_DURAKV_LEASES"), leaders):
+            if leader not in (None, nats_victim.name):
+                elected.setdefault(s, time.monotonic() - cut_at)
+        if None in leaders or nats_victim.name in leaders:
+            return False
+        oks = [t for r, t in results if r == "ok" and t > cut_at]
+        return len(oks) > 100 and oks[-1] - oks[-101] < 3.0 and time.monotonic() - cut_at > 12
+    wait_until(healed, 60, what="NATS leaders re-elected and the primary serving writes again")
+    stop.set()
+    writer.join(15)
+    errors = [r for r, t in results if r != "ok"]
+    assert not [e for e in errors if e.startswith("connection")], errors[-3:]
+    assert all(e.startswith("CLUSTERDOWN") for e in errors), sorted(set(errors))
+    after = {p.name: node_state(p) for p in cluster.nodes if p.name != victim.name}
+    assert after == {k: v for k, v in before.items() if k != victim.name}, (before, after)
+    assert client.client_id() == client_id     # the same connection, on the same (not re-executed) process
+    print(f"AZ {victim.az} lost with the NATS leaders: new leaders after "
+          + ", ".join(f"{s} {t:.1f}s" for s, t in elected.items())
+          + f"; {len(errors)} writes refused while the lease was out, no failover, no dropped connection")
+    client.close()

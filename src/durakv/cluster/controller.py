@@ -7,11 +7,23 @@ Node interface used here:
     node.node_id, node.addr, node.az         identity
     node.role                                 'primary' | 'replica'
     node.epoch                                epoch the node writes (primary) or has seen (replica)
-    node.lease_valid_until_ms                 set by the controller: the primary serves only before it
+    node.lease_valid_until_ms                 set by the controller, on the MONOTONIC clock (mono_ms): the
+                                              primary serves only before it
     await node.promote(epoch)                 catch up, append the epoch marker, start serving writes
     await node.step_down(reason)              the lease is gone: stop acknowledging, rejoin as a replica
     await node.hand_over()                    planned: stop taking writes and wait until all are committed
     await node.become_replica()               planned: continue as a replica of the new primary
+
+Who may take a lease (MemoryDB's rule: replicas back off strictly longer than the lease, by their own clock).
+A primary serves until `sent + ttl - margin` on its monotonic clock, where `sent` is when it sent its renewal.
+A replica takes a lease only after it has watched the SAME lease revision, without a gap in its observation,
+for longer than ttl + grace on its own monotonic clock: it first saw that revision after it was written, so
+that moment is later than the holder's `sent`, and the holder stopped serving before. Durations on each node's
+own clock, never wall clocks compared across machines, decide; `expires_ms` in the record is for people.
+The observation restarts whenever a read of the lease fails or comes later than half a lease after the previous
+one. That is what keeps a coordination-store outage (a NATS leader election of 4-9 s, longer than the lease)
+from deposing a healthy primary: when the store answers again, the primary renews within one tick, while every
+replica must watch a whole lease go by first.
 """
 
 import time
@@ -19,20 +31,31 @@ import time
 from .store import Lease, StaleRevision
 
 
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
 class Controller:
-    def __init__(self, store, node, shard: str, lease_ttl_ms: int = 2000, clock_ms=None):
+    def __init__(self, store, node, shard: str, lease_ttl_ms: int = 2000, clock_ms=None, mono_ms=None):
         self.store = store
         self.node = node
         self.shard = shard
         self.ttl_ms = lease_ttl_ms
         # A holder stops serving this long before its lease ends, to absorb scheduling delays.
         self.margin_ms = max(50, lease_ttl_ms // 5)
-        # A replica waits this long past the end of a lease before taking it.
+        # A replica watches an unchanged lease this much longer than the lease itself before taking it.
         self.grace_ms = max(20, lease_ttl_ms // 20)
+        # Observations further apart than this do not add up (a paused replica, a store that answered late).
+        self.max_gap_ms = max(self.grace_ms, lease_ttl_ms // 2)
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.mono_ms = mono_ms or (clock_ms if clock_ms is not None else _monotonic_ms)
         self.last_reason = "not started"
         self.primary_addr = None
         self.primary_id = None
+        self._seen_revision = None      # the lease revision this replica is watching
+        self._seen_since_ms = 0         # mono: when it started watching it without a gap
+        self._seen_last_ms = 0          # mono: its latest successful read
+        self.renewal_failures = 0       # ticks in a row a primary could not renew
 
     @property
     def interval_s(self) -> float:
@@ -42,9 +65,21 @@ class Controller:
         try:
             reason = await self._tick()
         except Exception as exc:  # noqa: BLE001 - the store may be unreachable; the lease clock decides
+            self._seen_revision = None  # a gap in the observation: a replica starts watching again
+            if self.node.role == "primary":
+                self.renewal_failures += 1
             reason = "coordination store unreachable (%s: %s)" % (type(exc).__name__, exc)
         self.last_reason = reason
         return reason
+
+    def _observe(self, revision) -> int:
+        """Records a successful read of the lease at `revision`; returns for how long (mono ms) this replica has
+        watched that revision without a gap."""
+        now = self.mono_ms()
+        if revision != self._seen_revision or now - self._seen_last_ms > self.max_gap_ms:
+            self._seen_revision, self._seen_since_ms = revision, now
+        self._seen_last_ms = now
+        return now - self._seen_since_ms
 
     async def _tick(self) -> str:
         node = self.node
@@ -65,20 +100,24 @@ class Controller:
         target = await self.store.failover_request(self.shard)
         if target and target != node.node_id:
             return await self._hand_over(lease, revision, target)
-        sent = self.clock_ms()
+        sent, sent_mono = self.clock_ms(), self.mono_ms()
         renewed = Lease(node.node_id, node.epoch, node.addr, node.az, sent + self.ttl_ms)
         try:
             await self.store.put_lease(self.shard, renewed, revision)
         except StaleRevision:
             return "renewal lost a compare-and-set race; re-reading the lease next tick"
-        node.lease_valid_until_ms = sent + self.ttl_ms - self.margin_ms
+        lapsed = sent_mono > node.lease_valid_until_ms
+        node.lease_valid_until_ms = sent_mono + self.ttl_ms - self.margin_ms
+        failures, self.renewal_failures = self.renewal_failures, 0
+        if lapsed and failures:
+            # Nobody took the lease while the store could not be reached: this node is still the primary.
+            return "renewed lease epoch %d after %d failed attempts; serving again" % (node.epoch, failures)
         return "renewed lease epoch %d until %d" % (node.epoch, sent + self.ttl_ms)
 
     async def _hand_over(self, lease, revision, target):
         node = self.node
         await node.hand_over()
-        now = self.clock_ms()
-        handed = Lease(target, lease.epoch + 1, "", "", now + self.ttl_ms, handover_to=target)
+        handed = Lease(target, lease.epoch + 1, "", "", self.clock_ms() + self.ttl_ms, handover_to=target)
         try:
             await self.store.put_lease(self.shard, handed, revision)
         except StaleRevision:
@@ -90,7 +129,8 @@ class Controller:
 
     async def _replica_tick(self, lease, revision):
         node = self.node
-        now = self.clock_ms()
+        watched_ms = self._observe(revision)
+        now, now_mono = self.clock_ms(), self.mono_ms()
         if lease is not None and lease.holder == node.node_id and lease.epoch > node.epoch:
             # Planned failover: the old primary handed us the lease; claim it with our address.
             mine = Lease(node.node_id, lease.epoch, node.addr, node.az, now + self.ttl_ms)
@@ -98,10 +138,10 @@ class Controller:
                 await self.store.put_lease(self.shard, mine, revision)
             except StaleRevision:
                 return "handed lease changed before we could claim it"
-            node.lease_valid_until_ms = now + self.ttl_ms - self.margin_ms
+            node.lease_valid_until_ms = now_mono + self.ttl_ms - self.margin_ms
             await node.promote(lease.epoch)
             return "promoted by planned handover (epoch %d)" % lease.epoch
-        if lease is None or now > lease.expires_ms + self.grace_ms:
+        if lease is None or watched_ms > self.ttl_ms + self.grace_ms:
             epoch = (lease.epoch if lease is not None else 0) + 1
             epoch = max(epoch, node.epoch + 1)
             mine = Lease(node.node_id, epoch, node.addr, node.az, now + self.ttl_ms)
@@ -109,9 +149,9 @@ class Controller:
                 await self.store.put_lease(self.shard, mine, revision)
             except StaleRevision:
                 return "lost the race for the expired lease"
-            node.lease_valid_until_ms = now + self.ttl_ms - self.margin_ms
+            node.lease_valid_until_ms = now_mono + self.ttl_ms - self.margin_ms
             await node.promote(epoch)
             previous = "no lease" if lease is None else "lease of %s expired" % lease.holder
             return "%s; acquired epoch %d and promoted" % (previous, epoch)
-        return "replica of %s (epoch %d, lease valid for %d ms)" % (
-            lease.holder, lease.epoch, lease.expires_ms - now)
+        return "replica of %s (epoch %d, lease unchanged for %d ms of %d)" % (
+            lease.holder, lease.epoch, watched_ms, self.ttl_ms + self.grace_ms)

@@ -776,6 +776,34 @@ class LocalCluster:
         """The server name (= manifest name, e.g. 'nats-az2') leading the stream's Raft group, or None."""
         return (self.nats_streams().get(stream_name) or {}).get("leader")
 
+    def move_stream_leader(self, stream_name, server_name, timeout_s=30.0):
+        """Makes `server_name` (e.g. 'nats-az2') the leader of the stream's Raft group (JetStream's leader
+        step-down with a preferred server, repeated until it holds); returns the leader."""
+        ca = (self.manifest.get("tls") or {}).get("ca")
+
+        async def go():
+            nc = await connect([u for u in self.nats_servers.split(",") if u], name="durakv-cluster",
+                               tls=client_context(ca) if ca else None)
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + timeout_s
+                body = json.dumps({"placement": {"preferred": server_name}}).encode()
+                while loop.time() < deadline:
+                    leader = await loop.run_in_executor(None, self.nats_leader_of_stream, stream_name)
+                    if leader == server_name:
+                        return leader
+                    if leader is not None:
+                        try:
+                            await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.%s" % stream_name, body, timeout=5)
+                        except Exception:  # noqa: BLE001 - an election in progress: look again
+                            pass
+                    await asyncio.sleep(0.5)
+                raise ClusterError("%s did not become the leader of %s in %.0fs" % (server_name, stream_name,
+                                                                                 timeout_s))
+            finally:
+                await nc.close()
+        return asyncio.run(go())
+
     # -- status and failover -----------------------------------------------------------------------------------
     def status(self) -> dict:
         """Every process with its state; for durakv nodes also role, epoch, applied index, lag and the INFO

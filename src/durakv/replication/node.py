@@ -28,6 +28,11 @@ from .migration import SlotMigrator
 log = logging.getLogger("durakv.replication")
 
 
+def _monotonic_ms() -> int:
+    """The lease clock: durations on this node's own clock (cluster/controller.py says why)."""
+    return int(time.monotonic() * 1000)
+
+
 class ClusterNode:
     def __init__(self, server):
         self.server = server
@@ -85,7 +90,8 @@ class ClusterNode:
         srv.keyspace.hide_expired = True
         await self._follow_from(self.applied_index)
         await self.catch_up(timeout_s=120)
-        self.controller = Controller(self.store, self, self.shard, srv.config["lease-ttl-ms"], srv.clock_ms)
+        self.controller = Controller(self.store, self, self.shard, srv.config["lease-ttl-ms"], srv.clock_ms,
+                                     _monotonic_ms)
         self._task = srv.loop.create_task(self._control_loop())
         self._snap_task = srv.loop.create_task(self._snapshot_loop())
         log.info("node %s (az %s) following shard %s from index %d", self.node_id, self.az, self.shard,
@@ -293,7 +299,7 @@ class ClusterNode:
             return None
         if write and self.writes_paused:
             return messages.READONLY
-        if self.server.clock_ms() > self.lease_valid_until_ms:
+        if _monotonic_ms() > self.lease_valid_until_ms:
             return messages.LEASE_EXPIRED
         return None
 
@@ -413,7 +419,7 @@ class ClusterNode:
         fields = {"durakv_node_id": self.node_id, "durakv_shard": self.shard, "availability_zone": self.az,
                   "durakv_epoch": self.epoch, "journal_applied_index": self.applied_index,
                   "journal_stream_last_index": self.stream_last, "lease_valid_ms":
-                  max(0, self.lease_valid_until_ms - now) if self.role == "primary" else 0,
+                  max(0, self.lease_valid_until_ms - _monotonic_ms()) if self.role == "primary" else 0,
                   "controller_reason": c.last_reason if c else "starting", "promotions": self.promotions}
         if self.role == "replica":
             host, _, port = (c.primary_addr or ":0").rpartition(":") if c else ("", "", "0")
