@@ -30,8 +30,9 @@ def wait_until(predicate, timeout_s=10.0, interval_s=0.02, what="condition"):
     last_exc = None
     while time.monotonic() < deadline:
         try:
-            if predicate():
-                return
+            value = predicate()
+            if value:
+                return value
         except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
             last_exc = exc
         time.sleep(interval_s)

@@ -48,6 +48,15 @@ class FakeStore(CoordinationStore):
     async def watch_topology(self, cb):
         raise NotImplementedError
 
+    async def get_shard_settings(self, shard):
+        raise NotImplementedError
+
+    async def put_shard_settings(self, shard, settings, expected_revision):
+        raise NotImplementedError
+
+    async def watch_shard_settings(self, shard, cb):
+        raise NotImplementedError
+
     async def latest_snapshot(self, shard):
         return None
 

@@ -97,14 +97,97 @@ def test_live_switch_under_load_without_errors(server_factory, tmp_path):
         assert missing_acked(c, writers) == []
 
 
-def test_mode_none_cannot_switch_live(server_factory):
+def test_none_to_sync_and_async_live_then_a_crash_loses_nothing_acknowledged_after(server_factory):
+    """Issue 11 item 2: none -> sync live writes a snapshot of memory first and journals from there, so a
+    kill -9 afterwards loses nothing: neither what was written in none before the switch (in the snapshot)
+    nor what was acknowledged after it (in the journal). CONFIG GET and INFO tell the truth throughout."""
     srv = server_factory("--durability", "none")
     with srv.client() as c:
+        assert c.config_get("durability") == {"durability": "none"}
+        for i in range(300):
+            c.set(f"before:{i}", i)
+        assert c.config_set("durability", "sync")
+        assert c.config_get("durability") == {"durability": "sync"}
+        info = c.info("durability")
+        assert info["durability_mode"] == "sync" and info["effective_durability"] == "sync"
+        for i in range(300):
+            c.set(f"after:{i}", i)
+        assert c.config_set("durability", "async")
+        assert c.config_get("durability") == {"durability": "async"}
+        c.set("async-write", "1")
+        assert c.config_set("durability", "sync")
+        c.set("last", "1")
+    srv.kill()
+    srv.start()   # with its start-up flag, none: recovery still replays the snapshot and the journal
+    with srv.client() as c:
+        assert [k for k in (f"before:{i}" for i in range(300)) if c.get(k) is None] == []
+        assert [k for k in (f"after:{i}" for i in range(300)) if c.get(k) is None] == []
+        assert c.get("last") == b"1"
+
+
+def test_sync_to_none_live_commits_what_was_in_flight_then_journals_nothing(server_factory):
+    srv = server_factory("--durability", "sync")
+    with srv.client() as c:
+        for i in range(200):
+            c.set(f"durable:{i}", i)
+        assert c.config_set("durability", "none")
+        assert c.config_get("durability") == {"durability": "none"}
         assert c.info("durability")["durability_mode"] == "none"
-        with pytest.raises(valkey.ResponseError, match="durability"):
-            c.config_set("durability", "sync")
-        c.set("a", 1)
-        assert c.get("a") == b"1"
+        c.set("volatile", "1")
+        assert c.get("volatile") == b"1"
+        # and back: the snapshot taken at the switch holds the none-mode write
+        c.set("volatile-2", "1")
+        assert c.config_set("durability", "sync")
+        c.set("durable-again", "1")
+    srv.kill()
+    srv.start()
+    with srv.client() as c:
+        assert [i for i in range(200) if c.get(f"durable:{i}") is None] == []
+        assert c.get("volatile") == b"1" and c.get("volatile-2") == b"1" and c.get("durable-again") == b"1"
+
+
+def test_sync_to_none_then_a_crash_loses_only_the_none_writes(server_factory):
+    srv = server_factory("--durability", "sync")
+    with srv.client() as c:
+        c.set("durable", "1")
+        assert c.config_set("durability", "none")
+        c.set("volatile", "1")
+    srv.kill()
+    srv.start()
+    with srv.client() as c:
+        assert c.get("durable") == b"1"
+        assert c.get("volatile") is None     # none promised nothing for it, and the restart says so
+        assert c.config_get("durability") == {"durability": "sync"}   # the start-up flag again, as Valkey
+
+
+def test_writes_during_a_live_switch_to_sync_are_kept(server_factory):
+    """Clients keep writing while the switch opens the journal: their none-mode writes land in the switch's
+    snapshot or, after it, in the journal; none falls in between."""
+    srv = server_factory("--durability", "none")
+    stop = threading.Event()
+    acked = []
+
+    def writer():
+        with srv.client() as w:
+            i = 0
+            deadline = time.monotonic() + 20
+            while not stop.is_set() and time.monotonic() < deadline:
+                w.set(f"w:{i}", i)
+                acked.append(f"w:{i}")
+                i += 1
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    wait_until(lambda: len(acked) > 200, 10, what="writes before the switch")
+    with srv.client() as c:
+        assert c.config_set("durability", "sync")
+    n = len(acked)
+    wait_until(lambda: len(acked) > n + 200, 10, what="writes after the switch")
+    stop.set()
+    t.join(10)
+    srv.kill()
+    srv.start()
+    with srv.client() as c:
+        assert [k for k in acked if c.get(k) is None] == []
 
 
 def test_async_backpressure_refuses_writes_keeps_reads(server_factory):

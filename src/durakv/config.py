@@ -336,6 +336,14 @@ class Config:
                 fn(opt.name, value)
         return opt.name
 
+    def parse(self, name: str, text: str):
+        """The value `text` would give option `name` (raises ConfigError as set() does), without setting it."""
+        opt = self._lookup(name, False)
+        try:
+            return opt.parse(text)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
     def set(self, name: str, text: str, startup=False):
         """Parses and sets one option from one string, as CONFIG SET does. Raises ConfigError with Valkey's
         wording on a bad value."""

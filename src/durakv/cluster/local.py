@@ -22,6 +22,7 @@ from ..routing.topology import bus_port_of, node_id_for
 from .reshard import ReshardError, mark_migrations, wait_moved
 from .store import NatsStore
 from .tls import client_context, make_certs
+from .settings import NONE_REFUSED
 from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_state, port_is_free,
                          signal_pid, spawn, stop_many, wait_for)
 
@@ -331,6 +332,8 @@ class LocalCluster:
         On a readiness timeout the processes stay up (manifest written) and ClusterNotReady is raised."""
         dir = os.path.abspath(str(dir))
         say = log or (lambda msg: None)
+        if durability == "none" and journal_backend == "jetstream":
+            raise ClusterError("--durability none: " + NONE_REFUSED)
         if shards < 1 or replicas < 0:
             raise ClusterError("need --shards >= 1 and --replicas >= 0")
         if os.path.exists(manifest_path(dir)):
@@ -749,8 +752,11 @@ class LocalCluster:
         return views
 
     def nats_meta_leader(self):
+        """The JetStream meta leader most running NATS servers name, or None while they elect one. A server
+        the manifest knows to be dead is never shown as leader (the survivors keep naming it until they elect)."""
+        running = {p.name for p in self.nats if p.state == "running"}
         leaders = [((v.get("meta_cluster") or {}).get("leader")) for v in self._nats_views("/jsz").values()]
-        leaders = [x for x in leaders if x]
+        leaders = [x for x in leaders if x and x in running]
         return max(set(leaders), key=leaders.count) if leaders else None
 
     def nats_streams(self) -> dict:

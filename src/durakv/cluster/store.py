@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from ..routing.topology import MAX_DOCUMENT_BYTES, Topology, TopologyError
+from .settings import SettingsError, ShardSettings
 
 log = logging.getLogger("durakv.store")
 
@@ -62,6 +63,9 @@ class CoordinationStore(abc.ABC):
       then with every later one, in revision order, never the same revision twice; documents that do not
       validate are logged and skipped (the node keeps its last good snapshot). It returns a handle whose
       `await stop()` ends the deliveries.
+    * get_shard_settings / put_shard_settings / watch_shard_settings: a shard's settings (cluster/settings.py),
+      with exactly the contracts of the topology's three (consistent read with revision, compare-and-set with
+      StaleRevision, ordered deliveries of valid documents only).
     """
 
     @abc.abstractmethod
@@ -98,6 +102,19 @@ class CoordinationStore(abc.ABC):
         `async stop()`."""
 
     @abc.abstractmethod
+    async def get_shard_settings(self, shard: str):
+        """(ShardSettings | None, revision)."""
+
+    @abc.abstractmethod
+    async def put_shard_settings(self, shard: str, settings: ShardSettings, expected_revision: int) -> int:
+        """Compare-and-set; returns the new revision or raises StaleRevision."""
+
+    @abc.abstractmethod
+    async def watch_shard_settings(self, shard: str, cb):
+        """Delivers the current and every later settings of shard to cb(settings, revision); returns a handle
+        with `async stop()`."""
+
+    @abc.abstractmethod
     async def put_snapshot(self, shard: str, index: int, epoch: int, data: bytes):
         """Stores a snapshot covering journal index `index`."""
 
@@ -115,11 +132,16 @@ class CoordinationStore(abc.ABC):
 
 
 class TopologyWatch:
-    """A running watch_topology: `await stop()` ends it; `revision` is the last delivered revision."""
+    """A running watch of one KV key holding a document: `await stop()` ends it; `revision` is the last
+    delivered revision. `parse` turns the stored bytes into the document (raising `invalid` when they do not
+    validate)."""
 
-    def __init__(self, watcher, cb):
+    def __init__(self, watcher, cb, parse=None, invalid=TopologyError, what="topology"):
         self._watcher = watcher
         self._cb = cb
+        self._parse = parse or Topology.from_json
+        self._invalid = invalid
+        self._what = what
         self.revision = 0
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -130,15 +152,15 @@ class TopologyWatch:
             if entry.operation in ("DEL", "PURGE") or not entry.value or entry.revision <= self.revision:
                 continue
             try:
-                topology = Topology.from_json(entry.value)
-            except TopologyError as exc:
-                log.warning("topology revision %d is invalid, kept the previous one: %s", entry.revision, exc)
+                document = self._parse(entry.value)
+            except self._invalid as exc:
+                log.warning("%s revision %d is invalid, kept the previous one: %s", self._what, entry.revision, exc)
                 continue
             self.revision = entry.revision
             try:
-                self._cb(topology, entry.revision)
+                self._cb(document, entry.revision)
             except Exception:  # noqa: BLE001 - a failing subscriber must not end the watch
-                log.exception("topology watcher callback failed at revision %d", entry.revision)
+                log.exception("%s watcher callback failed at revision %d", self._what, entry.revision)
 
     async def stop(self):
         try:
@@ -261,16 +283,19 @@ class NatsStore(CoordinationStore):
         return Topology.from_json(entry.value), entry.revision
 
     async def put_topology(self, topology, expected_revision):
-        from nats.js.errors import KeyWrongLastSequenceError
         if not isinstance(topology, Topology):
             raise TypeError("put_topology needs a Topology")
         raw = topology.to_json()
         if len(raw) > MAX_DOCUMENT_BYTES:
             raise TopologyError("the topology document exceeds %d bytes" % MAX_DOCUMENT_BYTES)
+        return await self._compare_and_set(self.TOPOLOGY_KEY, raw, expected_revision)
+
+    async def _compare_and_set(self, key, raw, expected_revision):
+        from nats.js.errors import KeyWrongLastSequenceError
         try:
             if expected_revision == 0:
-                return await self.kv.create(self.TOPOLOGY_KEY, raw)
-            return await self.kv.update(self.TOPOLOGY_KEY, raw, last=expected_revision)
+                return await self.kv.create(key, raw)
+            return await self.kv.update(key, raw, last=expected_revision)
         except KeyWrongLastSequenceError as exc:
             raise StaleRevision(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - create() on an existing key
@@ -281,6 +306,30 @@ class NatsStore(CoordinationStore):
     async def watch_topology(self, cb):
         watcher = await self.kv_watch.watch(self.TOPOLOGY_KEY)
         return TopologyWatch(watcher, cb)
+
+    @staticmethod
+    def _settings_key(shard):
+        return "settings.%s" % shard
+
+    async def get_shard_settings(self, shard):
+        from nats.js.errors import KeyNotFoundError
+        try:
+            entry = await self.kv.get(self._settings_key(shard))
+        except KeyNotFoundError:
+            return None, 0
+        if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            return None, entry.revision or 0
+        return ShardSettings.from_json(entry.value), entry.revision
+
+    async def put_shard_settings(self, shard, settings, expected_revision):
+        if not isinstance(settings, ShardSettings):
+            raise TypeError("put_shard_settings needs ShardSettings")
+        return await self._compare_and_set(self._settings_key(shard), settings.to_json(), expected_revision)
+
+    async def watch_shard_settings(self, shard, cb):
+        watcher = await self.kv_watch.watch(self._settings_key(shard))
+        return TopologyWatch(watcher, cb, parse=ShardSettings.from_json, invalid=SettingsError,
+                             what="settings of shard %s" % shard)
 
     @staticmethod
     def _snap_name(shard, index):

@@ -112,6 +112,9 @@ class Port:
         return None
 
     def config_set(self, name, value):
+        """Sets one option (value: its text). Returns None when it holds from now on, or a Deferred resolved
+        with None (or an ErrorReply) once it holds: a shard setting stored for the whole shard, a switch of
+        durability that must first write a snapshot or commit what is in flight."""
         self._needs_server("CONFIG SET")
 
     def rewrite_config(self):

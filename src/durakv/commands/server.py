@@ -5,7 +5,7 @@ import time
 from .. import messages
 from ..errors import CommandError, ConfigError
 from ..keyspace.db import estimate_key
-from ..protocol.resp import OK, Raw, RespSet
+from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
 from . import registry
 from .base import parse_int, syntax_error
 from .registry import command
@@ -47,12 +47,30 @@ def config_set(ctx, args):
         if problem:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, problem))
         pairs.append((name, value))
+    later = []
     for name, value in pairs:
         try:
-            port.config_set(name, value)
+            pending = port.config_set(name, value)
         except (ConfigError, ValueError) as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
-    return OK
+        if pending is not None:
+            later.append(pending)
+    if not later:
+        return OK
+    # Shard settings and durability switches answer once they hold (on a primary: for every later write).
+    done = Deferred()
+    remaining = [len(later)]
+    errors = []
+
+    def one_done(d):
+        if isinstance(d.reply, ErrorReply):
+            errors.append(d.reply)
+        remaining[0] -= 1
+        if not remaining[0]:
+            done.resolve(errors[0] if errors else OK)
+    for d in later:
+        d.listen(lambda d=d: one_done(d))
+    return done
 
 
 @command("config|resetstat")

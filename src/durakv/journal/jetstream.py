@@ -17,6 +17,7 @@ import asyncio
 import collections
 import logging
 
+from ..logs import Recurring
 from .base import Entry, Journal, JournalClosed, JournalFailed, JournalFenced, JournalTruncated
 
 log = logging.getLogger("durakv.journal.jetstream")
@@ -36,11 +37,28 @@ def subject_name(shard: str) -> str:
 
 
 async def connect(servers, name="durakv", tls=None):
-    """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers)."""
+    """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers). Its errors are
+    logged once per condition with a count (nats-py's default logs a traceback for every reconnect attempt)."""
     import nats
-    return await nats.connect(servers=list(servers), name=name, max_reconnect_attempts=-1,
-                              reconnect_time_wait=0.1, connect_timeout=2, allow_reconnect=True,
-                              ping_interval=1, max_outstanding_pings=3, tls=tls)
+    events = Recurring(logging.getLogger("durakv.nats"))
+
+    async def error_cb(exc):
+        events("error:" + type(exc).__name__, "NATS connection %s: %s", name, exc or type(exc).__name__)
+
+    async def disconnected_cb():
+        events("disconnected", "NATS connection %s lost; reconnecting", name)
+
+    async def reconnected_cb():
+        for key in [k for k in list(events._open) if k.startswith("error:")]:
+            events.clear(key)
+        events.clear("disconnected", "NATS connection %s reconnected to %s", name,
+                     getattr(nc, "connected_url", None) and nc.connected_url.netloc)
+
+    nc = await nats.connect(servers=list(servers), name=name, max_reconnect_attempts=-1,
+                            reconnect_time_wait=0.1, connect_timeout=2, allow_reconnect=True,
+                            ping_interval=1, max_outstanding_pings=3, tls=tls, error_cb=error_cb,
+                            disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb)
+    return nc
 
 
 def _msg_entry(msg) -> Entry:
@@ -78,6 +96,7 @@ class JetStreamJournal(Journal):
         self._failed = None
         self.append_count = 0
         self.retries = 0
+        self._retry_log = Recurring(log)
 
     # -- setup ----------------------------------------------------------------------------------
     async def ensure_stream(self, timeout_s: float = 60.0):
@@ -217,11 +236,14 @@ class JetStreamJournal(Journal):
                 if self.nc is None or self.nc.is_closed:
                     self._fail(JournalClosed("the NATS connection is closed"))
                     return
-                log.warning("append to %s not acknowledged (%r); retrying", self.stream, exc)
+                self._retry_log("append", "append to %s not acknowledged (%s); retrying", self.stream,
+                                type(exc).__name__)
                 self.retries += 1
                 await asyncio.sleep(0.05)
                 continue
             self._queue.popleft()
+            if self._retry_log.active("append"):
+                self._retry_log.clear("append", "appends to %s acknowledged again", self.stream)
             self._last = ack.seq
             self._bytes += len(payload)
             self.append_count += 1

@@ -79,14 +79,22 @@ class Deferred:
         listener = self._listener
         if listener is not None:
             self._listener = None
-            listener()
+            if type(listener) is list:
+                for fn in listener:
+                    fn()
+            else:
+                listener()
 
     def listen(self, fn):
-        """fn() once resolved (at once if already)."""
+        """fn() once resolved (at once if already). Several listeners run in the order they were added."""
         if self.done:
             fn()
-        else:
+        elif self._listener is None:
             self._listener = fn
+        elif type(self._listener) is list:
+            self._listener.append(fn)
+        else:
+            self._listener = [self._listener, fn]
 
 
 OK = Raw(b"+OK\r\n")

@@ -10,19 +10,24 @@ committed, so it rejoins as a replica from snapshot + journal like any new node.
 """
 
 import asyncio
+import hashlib
+import json
 import logging
 import os
 import ssl
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 from .. import messages
 from ..cluster.controller import Controller
-from ..cluster.store import NatsStore
+from ..cluster.settings import NONE_REFUSED, ShardSettings
+from ..cluster.store import NatsStore, StaleRevision
 from ..journal.base import EpochFilter
 from ..journal.codec import decode_payload
 from ..journal.jetstream import JetStreamJournal, connect
+from ..logs import Recurring
 from .migration import SlotMigrator
 
 log = logging.getLogger("durakv.replication")
@@ -31,6 +36,18 @@ log = logging.getLogger("durakv.replication")
 def _monotonic_ms() -> int:
     """The lease clock: durations on this node's own clock (cluster/controller.py says why)."""
     return int(time.monotonic() * 1000)
+
+
+@dataclass(frozen=True)
+class PeerStatus:
+    node_id: str
+    ip: str
+    port: int
+    az: str
+    role: str
+    applied: int          # journal index it has applied (its replication offset)
+    epoch: int
+    seen_ms: int          # monotonic, when its heartbeat arrived
 
 
 class ClusterNode:
@@ -64,6 +81,8 @@ class ClusterNode:
         self._snap_task = None
         self._apply_errors = 0
         self._last_probe = 0.0
+        self._last_heartbeat = 0.0
+        self._stall_log = Recurring(log)
         self._progress_index = -1
         self._progress_at = 0.0
         self.writes_paused = False      # a planned hand-over is draining: writes answer -READONLY
@@ -71,6 +90,12 @@ class ClusterNode:
         self.migrator = None
         self._topology_task = None
         self._pubsub_subs = []
+        self.peers = {}                 # node id -> PeerStatus of the shard's other nodes (their heartbeats)
+        self._replica_waiters = []      # [index, numreplicas, fn]: WAIT on the primary
+        self._status_handle = None
+        self.settings = None            # the shard's settings as last read from the store (cluster/settings.py)
+        self.settings_revision = 0
+        self.settings_watch = None
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
@@ -79,6 +104,8 @@ class ClusterNode:
         self.nc = await connect(self.servers, name="durakv-%s" % self.node_id,
                                 tls=ssl.create_default_context(cafile=ca) if ca else None)
         self.store = await NatsStore(self.nc).open()
+        await self._load_settings()
+        self._pubsub_subs.append(await self.nc.subscribe(self._status_subject(), cb=self._on_status))
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
         self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0)
         await self.journal.ensure_stream()
@@ -120,6 +147,142 @@ class ClusterNode:
         self.filter = EpochFilter(epoch)
         self.epoch = max(self.epoch, epoch)
         log.info("loaded snapshot of shard %s at index %d (epoch %d)", self.shard, index, epoch)
+
+    # -- the shard's settings (durability mode, async buffer) -------------------------------------------
+    async def _load_settings(self):
+        """Reads the shard's settings, storing this node's own flags as them if the shard has none yet (its
+        first node), then applies them and watches for changes."""
+        cfg = self.server.config
+        if cfg["durability"] == "none":
+            raise ValueError("durability none on the jetstream journal: " + NONE_REFUSED)
+        settings, revision = await self.store.get_shard_settings(self.shard)
+        if settings is None:
+            mine = ShardSettings(durability=cfg["durability"], durability_buffer_ms=cfg["durability-buffer-ms"])
+            try:
+                revision = await self.store.put_shard_settings(self.shard, mine, revision)
+                settings = mine
+                log.info("shard %s settings stored from this node's flags: durability %s", self.shard,
+                         mine.durability)
+            except StaleRevision:
+                settings, revision = await self.store.get_shard_settings(self.shard)
+        self._apply_settings(settings, revision)
+        self.settings_watch = await self.store.watch_shard_settings(self.shard, self._apply_settings)
+
+    def _apply_settings(self, settings, revision):
+        """Makes this node run by the shard's settings (a primary switches its journal's mode at once)."""
+        if revision < self.settings_revision:
+            return
+        self.settings, self.settings_revision = settings, revision
+        cfg = self.server.config
+        for name, value in settings.config_values().items():
+            if cfg[name] != value:
+                log.info("shard %s setting %s: %s -> %s (revision %d)", self.shard, name, cfg[name], value,
+                         revision)
+                cfg.set(name, str(value))
+
+    async def change_settings(self, name, value, attempts=50):
+        """CONFIG SET of a shard setting on any node of the shard: compare-and-set in the store (retried on
+        a concurrent change), then applied here at once, so on the primary the new mode holds for every write
+        after the reply; the other nodes apply it from their watch."""
+        delay_s = 0.01
+        for _ in range(attempts):
+            settings, revision = await self.store.get_shard_settings(self.shard)
+            current = settings or ShardSettings()
+            wanted = current.with_config(name, value)
+            try:
+                if wanted != settings:
+                    revision = await self.store.put_shard_settings(self.shard, wanted, revision)
+            except StaleRevision:
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.2)
+                continue
+            self._apply_settings(wanted, revision)
+            return wanted
+        raise RuntimeError("the shard's settings kept changing; try again")
+
+    async def _refresh_settings(self):
+        """Before serving as primary: the newest settings, in case the watch has not delivered them yet."""
+        try:
+            settings, revision = await asyncio.wait_for(self.store.get_shard_settings(self.shard), 2.0)
+        except Exception as exc:  # noqa: BLE001 - the store may be electing: the watched settings stand
+            log.warning("could not re-read the shard's settings before promotion (%r); using revision %d",
+                        exc, self.settings_revision)
+            return
+        if settings is not None:
+            self._apply_settings(settings, revision)
+
+    # -- the shard's members: heartbeats with applied offsets (INFO replication, ROLE, WAIT) -----------------
+    _STATUS = "durakv.status"
+    PEER_FRESH_MS = 3000     # a node not heard from for this long is not listed as connected
+
+    def _status_subject(self):
+        return "%s.%s" % (self._STATUS, self.shard)
+
+    def send_status_soon(self):
+        """A replica tells the shard its applied index, at most every 5 ms while entries arrive (WAIT on the
+        primary is answered from these), and every control tick anyway."""
+        if self._status_handle is None and self.nc is not None:
+            self._status_handle = self.server.loop.call_later(0.005, self._send_status)
+
+    def _send_status(self):
+        self._status_handle = None
+        if self.nc is None or self.nc.is_closed:
+            return
+        cfg = self.server.config
+        body = json.dumps({"id": self.node_id, "ip": cfg["announce-ip"], "port": cfg["port"] or cfg["tls-port"],
+                           "az": self.az, "role": self.role, "applied": self.applied_index,
+                           "epoch": self.epoch}).encode()
+        self.server.loop.create_task(self._publish_bus(self._status_subject(), body))
+
+    async def _on_status(self, msg):
+        try:
+            doc = json.loads(msg.data)
+            peer_id = str(doc["id"])
+            status = PeerStatus(peer_id, str(doc["ip"]), int(doc["port"]), str(doc.get("az", "")),
+                                str(doc["role"]), int(doc["applied"]), int(doc.get("epoch", 0)), _monotonic_ms())
+        except (ValueError, KeyError, TypeError):
+            return
+        if peer_id == self.node_id:
+            return
+        self.peers[peer_id] = status
+        if self._replica_waiters:
+            self._check_replica_waiters()
+
+    def replica_statuses(self):
+        """The shard's replicas heard from recently, as (PeerStatus, ...) sorted by node id."""
+        now = _monotonic_ms()
+        return tuple(sorted((p for p in self.peers.values()
+                             if p.role == "replica" and now - p.seen_ms <= self.PEER_FRESH_MS),
+                            key=lambda p: p.node_id))
+
+    def replicas_at(self, index) -> int:
+        return sum(1 for p in self.replica_statuses() if p.applied >= index)
+
+    def when_replicas(self, index, numreplicas, fn):
+        """fn() once numreplicas replicas reported applying `index` (WAIT); at once if they have."""
+        if self.replicas_at(index) >= numreplicas:
+            fn()
+            return lambda: None
+        waiter = [index, numreplicas, fn]
+        self._replica_waiters.append(waiter)
+
+        def cancel():
+            if waiter in self._replica_waiters:
+                self._replica_waiters.remove(waiter)
+        return cancel
+
+    def _check_replica_waiters(self):
+        ready = [w for w in self._replica_waiters if self.replicas_at(w[0]) >= w[1]]
+        for w in ready:
+            self._replica_waiters.remove(w)
+            w[2]()
+
+    @property
+    def replication_id(self) -> str:
+        """One id per shard and epoch (Valkey's replid changes when a new primary takes over): every node
+        following the same primary reports the same one."""
+        return hashlib.sha1(("%s:%d" % (self.journal.stream if self.journal else self.shard, self.epoch))
+                            .encode()).hexdigest()
 
     # -- cluster mode: the topology and the pub/sub bus ---------------------------------------------
     def _on_topology(self, topology, revision):
@@ -232,6 +395,8 @@ class ClusterNode:
         if entry.index > self.stream_last:
             self.stream_last = entry.index
         self.applied_at_ms = self.server.clock_ms()
+        if self._status_handle is None:
+            self.send_status_soon()
 
     async def catch_up(self, timeout_s=30.0):
         """Waits until everything committed in the stream (as of now) is applied."""
@@ -252,10 +417,13 @@ class ClusterNode:
         now = time.monotonic()
         if self.applied_index != self._progress_index:
             self._progress_index, self._progress_at = self.applied_index, now
+            if self._stall_log.active("stalled"):
+                self._stall_log.clear("stalled", "following again at index %d", self.applied_index)
             return
         if self.stream_last <= self.applied_index or now - self._progress_at < stall_s:
             return
-        log.warning("following stalled at index %d of %d; subscribing again", self.applied_index, self.stream_last)
+        self._stall_log("stalled", "following stalled at index %d of %d; subscribing again", self.applied_index,
+                        self.stream_last)
         old, self.subscription = self.subscription, None
         if old is not None:
             try:
@@ -277,6 +445,10 @@ class ClusterNode:
                     "replica of"):
                 log.info("controller: %s", reason)
             previous = reason
+            now = time.monotonic()
+            if now - self._last_heartbeat >= 0.5:
+                self._last_heartbeat = now
+                self._send_status()
             if self.role == "replica":
                 now = time.monotonic()
                 if now - self._last_probe > 1.0:
@@ -327,8 +499,8 @@ class ClusterNode:
         self.applied_index = marker_index
         srv.keyspace.expire_enabled = True
         srv.keyspace.hide_expired = False
-        mode = srv.config["durability"]
-        srv.durability.attach(self.journal, mode if mode != "none" else "sync", srv.config["durability-buffer-ms"])
+        await self._refresh_settings()
+        srv.durability.attach(self.journal, srv.config["durability"], srv.config["durability-buffer-ms"])
         self.role = "primary"
         self.promotions += 1
         log.info("promoted to primary of shard %s at epoch %d (marker %d) in %.3fs", self.shard, epoch,

@@ -104,13 +104,34 @@ def _section_replication(srv):
     offset = srv.durability.committed
     node = getattr(srv, "cluster_node", None)
     if node is not None:
-        fields = {"role": "master" if node.role == "primary" else "slave", "connected_slaves": 0,
-                  "master_replid": srv.run_id, "master_repl_offset": node.applied_index}
-        fields.update(node.info_fields())
+        r = srv.replication_info()
+        fields = {"role": "master" if node.role == "primary" else "slave"}
+        if node.role == "replica":
+            fields.update(node.info_fields())
+        fields["connected_slaves"] = len(r["replicas"])
+        for i, (host, port, applied) in enumerate(r["replicas"]):
+            fields["slave%d" % i] = "ip=%s,port=%d,state=online,offset=%d,lag=%d" % (
+                host, port, applied, _peer_lag_s(node, host, port))
+        fields.update({"master_failover_state": "no-failover", "master_replid": node.replication_id,
+                       "master_replid2": "0" * 40, "master_repl_offset": r["offset"], "second_repl_offset": -1,
+                       "repl_backlog_active": 1, "repl_backlog_first_byte_offset":
+                       node.journal.first_index if node.journal is not None else 0})
+        if node.role != "replica":
+            fields.update(node.info_fields())
         return fields
     return {"role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
             "master_replid": srv.run_id, "master_repl_offset": offset, "second_repl_offset": -1,
             "repl_backlog_active": 0}
+
+
+def _peer_lag_s(node, host, port) -> int:
+    """Seconds since that replica's last heartbeat (Valkey's lag: since its last REPLCONF ACK)."""
+    import time
+    now_ms = int(time.monotonic() * 1000)
+    for p in node.replica_statuses():
+        if (p.ip, p.port) == (host, port):
+            return max(0, (now_ms - p.seen_ms) // 1000)
+    return 0
 
 
 def _section_cpu(srv):
@@ -149,7 +170,9 @@ def _section_durability(srv):
         mode = srv.config["durability"]  # the shard's mode; this replica applies what the primary commits
     return {"durability_mode": srv.config["durability"] if t is None else mode,
             "effective_durability": mode if (t is None or t.failed is None) else "failed",
-            "durability_lag_ms": t.lag_ms() if t else 0,
+            # ElastiCache's DurabilityLag: how far acknowledged writes run ahead of the journal. In sync nothing
+            # is acknowledged before it commits, so it is 0 by definition; in async, the oldest uncommitted batch.
+            "durability_lag_ms": t.lag_ms() if t is not None and t.mode == "async" else 0,
             "journal_backend": srv.config["journal-backend"] if (j is not None or srv.cluster_node) else "none",
             "journal_commit_index": (j.commit_index if node is not None and j is not None
                                      else (t.committed if t else 0)),
@@ -163,7 +186,8 @@ def _section_durability(srv):
             "journal_failed": int(bool(t and t.failed is not None)),
             "journal_failed_batches": t.failed_batches if t else 0,
             "journal_retries": t.retries if t else 0,
-            "journal_reloads": srv.journal_reloads}
+            "journal_reloads": srv.journal_reloads,
+            **({"shard_settings_revision": node.settings_revision} if node is not None else {})}
 
 
 def _section_commandstats(srv):

@@ -136,7 +136,7 @@ class ServerPort(Port):
         return self.server.validate_config_set(name, value)
 
     def config_set(self, name, value):
-        self.server.config.set(name, value)
+        return self.server.config_set(name, value)
 
     def rewrite_config(self):
         self.server.config.rewrite()
@@ -195,9 +195,14 @@ class ServerPort(Port):
         return d
 
     def wait_replicas(self, index, numreplicas, timeout_ms, reply_fn):
-        # Replicas follow the journal; they do not acknowledge positions back to the primary, so WAIT
-        # answers what is known at its timeout (0 = until the client disconnects, as Valkey).
-        return self._deferred_with_timeout(timeout_ms, reply_fn)
+        # A shard's replicas report the journal index they applied (replication/node.py heartbeats); without
+        # a shard there are none, and WAIT answers at its timeout (0 = until the client disconnects, as Valkey).
+        d = self._deferred_with_timeout(timeout_ms, reply_fn)
+        node = self.server.cluster_node
+        if node is not None and node.role == "primary":
+            cancel = node.when_replicas(index, numreplicas, lambda: d.resolve(reply_fn()))
+            d.listen(cancel)
+        return d
 
     # -- ACL --------------------------------------------------------------------------------------
     def acl_users(self):

@@ -25,6 +25,7 @@ from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
 from ..cluster.identity import persistent_node_id
+from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology
 from .connection import Connection
 from .notify import Hooks, parse_notify_flags
@@ -113,6 +114,7 @@ class Server:
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
         self.active_expire_enabled = True
         self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
+        self._durability_switch = None        # the mode a live none <-> journal switch is going to
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
         self.journal_reloads = 0           # datasets rebuilt from disk after a journal failure
         self.cluster_routing = None        # cluster mode: the slot check and the topology (server/cluster.py)
@@ -174,10 +176,80 @@ class Server:
         if name == "notify-keyspace-events" and parse_notify_flags(value) < 0:
             return "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
         if name == "durability":
-            current = self.durability.mode
-            if (value == "none") != (current == "none"):
-                return "durability can switch live only between async and sync; none is chosen at start-up"
+            if self.cluster_node is not None and value == "none":
+                return NONE_REFUSED
+            if self._durability_switch is not None:
+                return "a switch of durability (to %s) is in progress" % self._durability_switch
         return None
+
+    def config_set(self, name, value):
+        """CONFIG SET of one option (value: its text): None when it holds already, else a Deferred resolved
+        once it holds (see Port.config_set)."""
+        node = self.cluster_node
+        if node is not None and name in SHARD_SETTINGS:
+            d = Deferred()
+            self.loop.create_task(self._change_shard_setting(d, node, name, self.config.parse(name, value)))
+            return d
+        if name == "durability" and (value == "none") != (self.durability.mode == "none"):
+            d = Deferred()
+            self._durability_switch = value
+            self.loop.create_task(self._switch_durability(d, value))
+            return d
+        self.config.set(name, value)
+        return None
+
+    async def _change_shard_setting(self, d, node, name, value):
+        try:
+            await node.change_settings(name, value)
+        except Exception as exc:  # noqa: BLE001 - the store unreachable, a lost race: the client is told
+            log.warning("CONFIG SET %s %s for shard %s failed: %r", name, value, node.shard, exc)
+            d.resolve(ErrorReply("ERR the shard's settings could not be stored: %s" % (exc or type(exc).__name__)))
+            return
+        d.resolve(None)
+
+    async def _switch_durability(self, d, mode):
+        """durability none <-> async/sync on a single node, live. To a journal: open it, then -- with no await
+        between, so no command runs in the gap -- write a snapshot of memory at the journal's last index and
+        journal every later write: snapshot plus journal hold everything, with no gap. To none: commit what is
+        in flight, then stop journaling (later writes live in memory only, as none promises)."""
+        started = time.monotonic()
+        previous = self.durability.mode
+        try:
+            if mode == "none":
+                if not await self.durability.drain(timeout_s=30):
+                    raise RuntimeError("the journal did not commit what was in flight within 30 s")
+                journal = self.journal
+                self.recovered_index = journal.commit_index   # what the in-memory image covers from now on
+                self.durability.detach()
+                self.journal = None
+                self.config.set("durability", "none")
+                await journal.close()
+            else:
+                from ..journal.local import LocalJournal
+                from ..snapshot.format import write_snapshot
+                journal = LocalJournal(self.dir, segment_bytes=self.config["journal-segment-bytes"],
+                                       fsync=self.config["journal-fsync"], group_per_iteration=False)
+                await journal.open(base_index=max(self.recovered_index, self.last_snapshot_index))
+                index = journal.commit_index
+                try:
+                    write_snapshot(os.path.join(self.dir, "snapshots", "snapshot-%020d.dks" % index), self.keyspace,
+                                   index, journal_follows=True)
+                except BaseException:
+                    await journal.close()
+                    raise
+                self.last_snapshot_index = index
+                self.journal = journal
+                self.snapshot_journal_bytes = journal.bytes_size
+                self.durability.attach(journal, mode, self.config["durability-buffer-ms"])
+                self.config.set("durability", mode)
+        except Exception as exc:  # noqa: BLE001 - the mode stays what it was; the client is told why
+            log.error("switching durability %s -> %s failed: %s", previous, mode, exc)
+            d.resolve(ErrorReply("ERR switching durability to %s failed: %s" % (mode, exc)))
+            return
+        finally:
+            self._durability_switch = None
+        log.info("durability switched live: %s -> %s in %.3fs", previous, mode, time.monotonic() - started)
+        d.resolve(None)
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
@@ -517,8 +589,12 @@ class Server:
             host, _, port = ((c.primary_addr if c else None) or ":0").rpartition(":")
             return {"role": "replica", "primary_host": host, "primary_port": int(port or 0),
                     "offset": node.applied_index, "replicas": []}
-        offset = node.applied_index if node is not None else self.durability.committed
-        return {"role": "master", "primary_host": "", "primary_port": 0, "offset": offset, "replicas": []}
+        if node is None:
+            return {"role": "master", "primary_host": "", "primary_port": 0, "offset": self.durability.committed,
+                    "replicas": []}
+        offset = max(node.applied_index, node.journal.commit_index if node.journal is not None else 0)
+        return {"role": "master", "primary_host": "", "primary_port": 0, "offset": offset,
+                "replicas": [(p.ip, p.port, p.applied) for p in node.replica_statuses()]}
 
     def version_fields(self):
         return {"redis_version": REDIS_COMPAT_VERSION, "valkey_version": VALKEY_VERSION,
