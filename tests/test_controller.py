@@ -57,7 +57,7 @@ class FakeStore(CoordinationStore):
     async def watch_shard_settings(self, shard, cb):
         raise NotImplementedError
 
-    async def latest_snapshot(self, shard):
+    async def latest_snapshot(self, shard, into=None):
         return None
 
     async def snapshot_indexes(self, shard):

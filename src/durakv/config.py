@@ -265,6 +265,7 @@ OPTIONS = [
     Option("cluster-preferred-endpoint-type", "ip", _enum("ip", "hostname", "unknown-endpoint")),
     Option("cluster-announce-hostname", "", _string),
     Option("replica-read-only", True, _bool, aliases=("slave-read-only",)),
+    Option("replica-serve-stale-data", True, _bool, aliases=("slave-serve-stale-data",)),
     Option("io-threads", 1, _int_range(1, 128), mutable=False),
     # durakv's own
     Option("durability", "sync", _enum("none", "async", "sync")),
@@ -276,6 +277,9 @@ OPTIONS = [
     Option("node-id", "", _string, mutable=False),
     Option("lease-ttl-ms", 2000, _int_range(200, 600000)),
     Option("replica-snapshot-interval-ms", 60000, _int_range(0, 2**31 - 1)),
+    Option("replica-max-lag-ms", 5000, _int_range(0, 2**31 - 1),
+           help="durakv: a replica that has known for longer than this of journal entries it has not applied "
+                "answers reads with -MASTERDOWN until it catches up (0: never)"),
     Option("announce-ip", "127.0.0.1", _string, mutable=False),
     Option("journal-segment-bytes", 64 * 1024 * 1024, _memory, mutable=False),
     Option("journal-fsync", True, _bool, mutable=False),

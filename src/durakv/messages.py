@@ -214,6 +214,9 @@ SCRIPT_UNKNOWN_COMMAND = "ERR Unknown command called from script"
 SCRIPT_WRONG_ARITY = "ERR Wrong number of args calling command from script"
 SCRIPT_NOT_ALLOWED = "ERR This Redis command is not allowed from script"
 SCRIPT_WRITE_IN_RO = "ERR Write commands are not allowed from read-only scripts."
+MASTERDOWN_STALE = "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
+REPLICA_BEHIND = ("MASTERDOWN This replica is {} ms behind the shard's journal (more than replica-max-lag-ms); "
+                  "read from the primary or another replica")
 LEASE_EXPIRED = "CLUSTERDOWN The primary's lease expired; it is not serving until it is renewed"
 # -- cluster mode (Valkey 8.0 cluster.c, script.c, db.c) --
 MOVED = "MOVED {} {}:{}"

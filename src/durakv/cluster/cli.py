@@ -31,11 +31,15 @@ def render_status(st) -> str:
     for n in st["nodes"]:
         dur = n["durability"]
         mode = dur.get("effective_durability") or dur.get("durability_mode")
+        repl = n.get("replication") or {}
+        phase = repl.get("durakv_phase")
+        if phase == "following" and repl.get("replica_known_index", 0) > (n["applied_index"] or 0):
+            phase = "catching up %s/%s" % (n["applied_index"], repl.get("replica_known_index"))
         rows.append([n["name"], n["shard"], n["az"], n["port"], n["pid"], n["state"],
-                     n["role"] or n.get("error"), n["epoch"], n["applied_index"], n["lag_ms"],
+                     n["role"] or n.get("error"), phase, n["epoch"], n["applied_index"], n["lag_ms"],
                      mode, dur.get("durability_lag_ms"), dur.get("journal_backend")])
-    out.append(_table(["NODE", "SHARD", "AZ", "PORT", "PID", "STATE", "ROLE", "EPOCH", "APPLIED", "LAG_MS",
-                       "DURABILITY", "DUR_LAG_MS", "JOURNAL"], rows))
+    out.append(_table(["NODE", "SHARD", "AZ", "PORT", "PID", "STATE", "ROLE", "PHASE", "EPOCH", "APPLIED",
+                       "LAG_MS", "DURABILITY", "DUR_LAG_MS", "JOURNAL"], rows))
     if st["streams"]:
         out.append("")
         out.append(_table(["STREAM", "LEADER", "REPLICAS", "MESSAGES", "LAST_SEQ"],

@@ -119,8 +119,10 @@ class CoordinationStore(abc.ABC):
         """Stores a snapshot covering journal index `index`."""
 
     @abc.abstractmethod
-    async def latest_snapshot(self, shard: str):
-        """(index, epoch, bytes) of the newest snapshot, or None."""
+    async def latest_snapshot(self, shard: str, into=None):
+        """(index, epoch, bytes) of the newest snapshot, or None. With `into` (a binary file), the bytes are
+        written there as they arrive and None is returned in their place (a snapshot may be larger than memory
+        should hold twice)."""
 
     @abc.abstractmethod
     async def snapshot_indexes(self, shard: str):
@@ -171,6 +173,21 @@ class TopologyWatch:
                 await self._task
             except asyncio.CancelledError:
                 pass
+
+
+class _ChunkWriter:
+    """What nats-py's object store get(writeinto=) writes each chunk to (in an executor thread): a file, or a
+    list collecting the chunks."""
+
+    def __init__(self, target):
+        self._target = target
+
+    def write(self, data):
+        if isinstance(self._target, list):
+            self._target.append(bytes(data))
+        else:
+            self._target.write(data)
+        return len(data)
 
 
 class NatsStore(CoordinationStore):
@@ -349,17 +366,29 @@ class NatsStore(CoordinationStore):
         out = sorted(int(i.name[len(prefix):]) for i in infos if i.name.startswith(prefix) and not i.deleted)
         return out
 
-    async def latest_snapshot(self, shard):
+    async def latest_snapshot(self, shard, into=None):
         for index in reversed(await self.snapshot_indexes(shard)):
+            name = self._snap_name(shard, index)
             try:
-                res = await self.obs.get(self._snap_name(shard, index))
-            except Exception:  # noqa: BLE001
+                if into is not None:
+                    into.seek(0)
+                    into.truncate()
+                    res = await self.obs.get(name, writeinto=_ChunkWriter(into))
+                else:
+                    # nats-py concatenates the chunks into one bytes object (quadratic): collect them instead
+                    chunks = []
+                    res = await self.obs.get(name, writeinto=_ChunkWriter(chunks))
+                    res.data = b"".join(chunks)
+            except Exception:  # noqa: BLE001 - deleted meanwhile, or damaged: try the one before
                 continue
             epoch = 0
             try:
                 epoch = json.loads(res.info.description or "{}").get("epoch", 0)
             except ValueError:
                 pass
+            if into is not None:
+                into.flush()
+                return index, epoch, None
             return index, epoch, res.data
         return None
 

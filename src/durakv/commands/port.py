@@ -142,6 +142,10 @@ class Port:
     def journal_stall(self, stall_ms) -> bool:
         return False
 
+    def journal_follow_stall(self, stall_ms) -> bool:
+        """A replica holds the journal entries it receives for stall_ms (fault injection). False if not one."""
+        return False
+
     def memory_rss(self) -> int:
         return 0
 

@@ -219,11 +219,18 @@ def debug(ctx, args):
         if not port.journal_stall(parse_int(args[2])):
             raise CommandError("ERR no journal (durability none)")
         return OK
+    if sub == b"JOURNAL-FOLLOW-STALL" and len(args) == 3:
+        # durakv's fault hook: a replica holds the journal entries it receives for N ms, then applies them.
+        if not port.journal_follow_stall(parse_int(args[2])):
+            raise CommandError("ERR only a replica of a shard follows a journal")
+        return OK
     if sub == b"HELP":
         return [b"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                 b"SLEEP <seconds>", b"    Stop the server for <seconds>.",
                 b"SET-ACTIVE-EXPIRE <0|1>", b"    Turn active expiry off or on.",
-                b"JOURNAL-STALL <ms>", b"    Delay every journal fsync by <ms> (durakv fault injection)."]
+                b"JOURNAL-STALL <ms>", b"    Delay every journal fsync by <ms> (durakv fault injection).",
+                b"JOURNAL-FOLLOW-STALL <ms>",
+                b"    A replica holds the journal entries it receives for <ms> (durakv fault injection)."]
     raise CommandError("ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
                        % args[1].decode("utf-8", "replace"))
 

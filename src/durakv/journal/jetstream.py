@@ -46,7 +46,8 @@ async def connect(servers, name="durakv", tls=None):
         events("error:" + type(exc).__name__, "NATS connection %s: %s", name, exc or type(exc).__name__)
 
     async def disconnected_cb():
-        events("disconnected", "NATS connection %s lost; reconnecting", name)
+        if not nc.is_closed:   # not when this process closed it
+            events("disconnected", "NATS connection %s lost; reconnecting", name)
 
     async def reconnected_cb():
         for key in [k for k in list(events._open) if k.startswith("error:")]:

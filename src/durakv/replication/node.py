@@ -24,7 +24,7 @@ from .. import messages
 from ..cluster.controller import Controller
 from ..cluster.settings import NONE_REFUSED, ShardSettings
 from ..cluster.store import NatsStore, StaleRevision
-from ..journal.base import EpochFilter
+from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import decode_payload
 from ..journal.jetstream import JetStreamJournal, connect
 from ..logs import Recurring
@@ -90,6 +90,12 @@ class ClusterNode:
         self.migrator = None
         self._topology_task = None
         self._pubsub_subs = []
+        self.known_index = 0            # newest journal index this replica knows exists (probes, heartbeats)
+        self._behind_since_ms = 0       # mono: since when it has known of entries it has not applied (0: not)
+        self.follow_stall_ms = 0        # fault injection (DEBUG JOURNAL-FOLLOW-STALL): hold entries this long
+        self._held_entries = None
+        self._gap = None                # (first missing, first received) when the journal skipped entries
+        self.phase = "starting"         # starting, loading snapshot, replaying journal, following, primary
         self.peers = {}                 # node id -> PeerStatus of the shard's other nodes (their heartbeats)
         self._replica_waiters = []      # [index, numreplicas, fn]: WAIT on the primary
         self._status_handle = None
@@ -112,28 +118,57 @@ class ClusterNode:
         if self.routing is not None:
             self.topology_watch = await self.store.watch_topology(self._on_topology)
             await self._subscribe_pubsub()
+        t0 = time.monotonic()
+        self.phase = "loading snapshot"
         await self._load_snapshot()
+        t1 = time.monotonic()
+        self.phase = "replaying journal"
         srv.keyspace.expire_enabled = False
         srv.keyspace.hide_expired = True
-        await self._follow_from(self.applied_index)
-        await self.catch_up(timeout_s=120)
+        from_index = self.applied_index
+        keys_before = sum(len(db) for db in srv.keyspace.dbs)
+        for attempt in range(5):
+            try:
+                await self._follow_from(self.applied_index)
+                await self.catch_up(timeout_s=120)
+                break
+            except JournalTruncated as exc:
+                # A replica stored a newer snapshot and purged what this node still needed: start from it.
+                if attempt == 4:
+                    raise
+                log.warning("catching up from index %d: %s; loading the newest snapshot again", self.applied_index,
+                            exc)
+                await self._unfollow()
+                self._clear_dataset()
+                self.phase = "loading snapshot"
+                await self._load_snapshot()
+                self.phase = "replaying journal"
+                from_index = self.applied_index
+                keys_before = sum(len(db) for db in srv.keyspace.dbs)
+        t2 = time.monotonic()
         self.controller = Controller(self.store, self, self.shard, srv.config["lease-ttl-ms"], srv.clock_ms,
                                      _monotonic_ms)
         self._task = srv.loop.create_task(self._control_loop())
         self._snap_task = srv.loop.create_task(self._snapshot_loop())
-        log.info("node %s (az %s) following shard %s from index %d", self.node_id, self.az, self.shard,
-                 self.applied_index)
+        self.phase = "following"
+        keys = sum(len(db) for db in srv.keyspace.dbs)
+        log.info("node %s (az %s) following shard %s at index %d: snapshot %.2fs (%d keys), journal %d..%d in %.2fs "
+                 "(%d entries, +%d keys, %.0f entries/s)", self.node_id, self.az, self.shard, self.applied_index,
+                 t1 - t0, keys_before, from_index + 1, self.applied_index, t2 - t1, self.applied_index - from_index,
+                 keys - keys_before, (self.applied_index - from_index) / max(t2 - t1, 1e-6))
 
     async def _load_snapshot(self):
-        snap = await self.store.latest_snapshot(self.shard)
-        if snap is None:
-            return
-        index, epoch, data = snap
+        """The shard's newest snapshot from the object store, streamed into a file (not into memory) and loaded."""
         from ..snapshot.format import load_snapshot
         fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
         try:
+            started = time.monotonic()
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                snap = await self.store.latest_snapshot(self.shard, into=f)
+            if snap is None:
+                return
+            index, epoch, _ = snap
+            fetched = time.monotonic()
             ks = self.server.keyspace
             saved = ks.expire_enabled
             ks.expire_enabled = False
@@ -141,12 +176,17 @@ class ClusterNode:
                 load_snapshot(path, ks, self.server.apply_effect)
             finally:
                 ks.expire_enabled = saved
+            size = os.path.getsize(path)
         finally:
             os.unlink(path)
         self.applied_index = self.snapshot_index = index
         self.filter = EpochFilter(epoch)
         self.epoch = max(self.epoch, epoch)
-        log.info("loaded snapshot of shard %s at index %d (epoch %d)", self.shard, index, epoch)
+        keys = sum(len(db) for db in self.server.keyspace.dbs)
+        loaded = time.monotonic()
+        log.info("loaded snapshot of shard %s at index %d (epoch %d): %d bytes fetched in %.2fs, %d keys loaded in "
+                 "%.2fs (%.0f keys/s)", self.shard, index, epoch, size, fetched - started, keys, loaded - fetched,
+                 keys / max(loaded - fetched, 1e-6))
 
     # -- the shard's settings (durability mode, async buffer) -------------------------------------------
     async def _load_settings(self):
@@ -245,8 +285,28 @@ class ClusterNode:
         if peer_id == self.node_id:
             return
         self.peers[peer_id] = status
+        if status.role == "primary" and self.role != "primary" and status.epoch >= self.epoch:
+            self.note_known(status.applied)
         if self._replica_waiters:
             self._check_replica_waiters()
+
+    def note_known(self, index):
+        """The journal holds `index` (a probe of the stream, the primary's heartbeat): track being behind it."""
+        if index > self.known_index:
+            self.known_index = index
+        if self.known_index > self.applied_index:
+            if not self._behind_since_ms:
+                self._behind_since_ms = _monotonic_ms()
+        else:
+            self._behind_since_ms = 0
+
+    def behind_ms(self) -> int:
+        return _monotonic_ms() - self._behind_since_ms if self._behind_since_ms else 0
+
+    def link_up(self) -> bool:
+        """Whether this replica follows the journal now (a subscription that is delivering or has nothing to)."""
+        return (self.subscription is not None and self.nc is not None and self.nc.is_connected
+                and not self._stall_log.active("stalled"))
 
     def replica_statuses(self):
         """The shard's replicas heard from recently, as (PeerStatus, ...) sorted by node id."""
@@ -369,12 +429,40 @@ class ClusterNode:
 
     # -- following ------------------------------------------------------------------------------
     async def _follow_from(self, after):
+        """Follows the journal from entry after+1. Raises JournalTruncated when that entry has been purged (a
+        snapshot newer than this node's state let the stream drop it): an ordered consumer would silently
+        start at the first entry still there, a gap."""
+        info = await self.journal.refresh()
+        if info.state.first_seq > after + 1:
+            raise JournalTruncated("entry %d was purged (the stream starts at %d)" % (after + 1, info.state.first_seq))
         self.subscription = await self.journal.follow(after, self._on_entry)
+
+    def _clear_dataset(self):
+        """Forgets everything loaded (start-up only: nobody is served data yet), to load a newer snapshot."""
+        ks = self.server.keyspace
+        for db in ks.dbs:
+            db.clear()
+        ks.used_bytes = 0
+        self.applied_index = self.snapshot_index = 0
+        self.filter = EpochFilter(0)
 
     def _on_entry(self, entry):
         if entry.index <= self.applied_index:
             return  # an ordered consumer restart may resend what we have
         if self.role == "primary":
+            return
+        if self._held_entries is not None:
+            self._held_entries.append(entry)
+            self.note_known(entry.index)
+            return
+        if entry.index != self.applied_index + 1:
+            # Entries in between were purged (a consumer that re-created itself starts at the first one left):
+            # applying this one would leave a silent gap. Stop here; the stall check reloads from a snapshot.
+            if self._gap is None:
+                self._gap = (self.applied_index + 1, entry.index)
+                log.warning("journal entries %d..%d are gone (purged); not applying past them", self.applied_index + 1,
+                            entry.index - 1)
+            self.note_known(entry.index)
             return
         ks = self.server.keyspace
         if self.filter.accept(entry):
@@ -395,13 +483,31 @@ class ClusterNode:
         if entry.index > self.stream_last:
             self.stream_last = entry.index
         self.applied_at_ms = self.server.clock_ms()
+        if self._behind_since_ms and self.applied_index >= self.known_index:
+            self._behind_since_ms = 0
         if self._status_handle is None:
             self.send_status_soon()
+
+    def stall_following(self, stall_ms):
+        """Fault injection: hold every journal entry that arrives for stall_ms, then apply them in order (a
+        replica behind its journal, as after a NATS disruption, without disturbing anything else)."""
+        if self.role == "primary":
+            return False
+        if self._held_entries is None:
+            self._held_entries = []
+        self.server.loop.call_later(stall_ms / 1000.0, self._release_held_entries)
+        return True
+
+    def _release_held_entries(self):
+        held, self._held_entries = self._held_entries or [], None
+        for entry in held:
+            self._on_entry(entry)
 
     async def catch_up(self, timeout_s=30.0):
         """Waits until everything committed in the stream (as of now) is applied."""
         last = await self.journal.last_index()
         self.stream_last = last
+        self.note_known(last)
         deadline = time.monotonic() + timeout_s
         while self.applied_index < last:
             if time.monotonic() > deadline:
@@ -414,6 +520,14 @@ class ClusterNode:
         """An ordered consumer whose NATS server died may stop delivering without an error (seen when a
         whole AZ goes down): if entries are pending and nothing was applied for stall_s, follow again
         from the applied index."""
+        if self._gap is not None:
+            gap, self._gap = self._gap, None
+            await self._unfollow()
+            if self.phase != "following":
+                raise JournalTruncated("entries %d..%d were purged" % (gap[0], gap[1] - 1))
+            log.warning("entries after index %d were purged while this replica was behind; restarting to load the "
+                        "newest snapshot", self.applied_index)
+            self.reexec()
         now = time.monotonic()
         if self.applied_index != self._progress_index:
             self._progress_index, self._progress_at = self.applied_index, now
@@ -424,17 +538,26 @@ class ClusterNode:
             return
         self._stall_log("stalled", "following stalled at index %d of %d; subscribing again", self.applied_index,
                         self.stream_last)
+        await self._unfollow()
+        self._progress_at = now
+        try:
+            await self._follow_from(self.applied_index)
+        except JournalTruncated:
+            if self.phase != "following":
+                raise           # start-up loads the newest snapshot instead
+            log.warning("entries after index %d were purged while this replica was behind; restarting to load the "
+                        "newest snapshot", self.applied_index)
+            self.reexec()
+        except Exception as exc:  # noqa: BLE001 - retried on the next stall check
+            log.warning("subscribing again failed: %r", exc)
+
+    async def _unfollow(self):
         old, self.subscription = self.subscription, None
         if old is not None:
             try:
                 await old.unsubscribe()
             except Exception:  # noqa: BLE001 - its connection may be the broken part
                 pass
-        self._progress_at = now
-        try:
-            await self._follow_from(self.applied_index)
-        except Exception as exc:  # noqa: BLE001 - retried on the next stall check
-            log.warning("subscribing again failed: %r", exc)
 
     # -- controller loop ------------------------------------------------------------------------
     async def _control_loop(self):
@@ -455,6 +578,7 @@ class ClusterNode:
                     self._last_probe = now
                     try:
                         self.stream_last = await self.journal.last_index()
+                        self.note_known(self.stream_last)
                     except Exception:  # noqa: BLE001 - reported as lag below
                         pass
                 await self.resubscribe_if_stalled()
@@ -466,8 +590,17 @@ class ClusterNode:
 
     def serving_error(self, write):
         """Error text if this node must not serve a command touching data now: a primary whose lease is
-        past due by its own clock, or writes during a planned hand-over."""
+        past due by its own clock, or writes during a planned hand-over; a replica too far behind the journal
+        (replica-max-lag-ms), or cut off from it with replica-serve-stale-data no."""
         if self.role != "primary":
+            since = self._behind_since_ms
+            if since:
+                behind_ms = _monotonic_ms() - since
+                bound = self.server.config["replica-max-lag-ms"]
+                if bound and behind_ms > bound:
+                    return messages.REPLICA_BEHIND.format(behind_ms)
+            if not self.server.config["replica-serve-stale-data"] and not self.link_up():
+                return messages.MASTERDOWN_STALE
             return None
         if write and self.writes_paused:
             return messages.READONLY
@@ -502,6 +635,8 @@ class ClusterNode:
         await self._refresh_settings()
         srv.durability.attach(self.journal, srv.config["durability"], srv.config["durability-buffer-ms"])
         self.role = "primary"
+        self.phase = "primary"
+        self._behind_since_ms = 0
         self.promotions += 1
         log.info("promoted to primary of shard %s at epoch %d (marker %d) in %.3fs", self.shard, epoch,
                  marker_index, time.monotonic() - started)
@@ -536,6 +671,7 @@ class ClusterNode:
         self.applied_index = self.journal.commit_index
         await self._follow_from(self.applied_index)
         self.writes_paused = False
+        self.phase = "following"
         log.info("now a replica of shard %s after handing over at index %d", self.shard, self.applied_index)
 
     def reexec(self):
@@ -578,8 +714,14 @@ class ClusterNode:
             await self.store.delete_snapshot(self.shard, old)
         kept = kept[-2:]
         if kept:
-            await self.journal.truncate_before(kept[0] + 1)
-        log.info("snapshot of shard %s at index %d stored (%d bytes)", self.shard, index, len(data))
+            # Entries a kept snapshot needs stay, and so do those a replica heard from recently still has to
+            # apply (a restarted node catching up from an older point would otherwise lose them mid-way).
+            floor = kept[0] + 1
+            for peer in self.replica_statuses():
+                floor = min(floor, peer.applied + 1)
+            await self.journal.truncate_before(floor)
+        log.info("snapshot of shard %s at index %d stored (%d bytes); journal kept from index %d", self.shard, index,
+                 len(data), self.journal.first_index)
         return index
 
     # -- INFO -----------------------------------------------------------------------------------
@@ -592,7 +734,8 @@ class ClusterNode:
                   "durakv_epoch": self.epoch, "journal_applied_index": self.applied_index,
                   "journal_stream_last_index": self.stream_last, "lease_valid_ms":
                   max(0, self.lease_valid_until_ms - _monotonic_ms()) if self.role == "primary" else 0,
-                  "controller_reason": c.last_reason if c else "starting", "promotions": self.promotions}
+                  "controller_reason": c.last_reason if c else "starting", "promotions": self.promotions,
+                  "durakv_phase": self.phase}
         if self.role == "replica":
             host, _, port = (c.primary_addr or ":0").rpartition(":") if c else ("", "", "0")
             fields.update({"master_host": host, "master_port": port or 0,
@@ -602,5 +745,8 @@ class ClusterNode:
                                               if self.applied_at_ms and self.stream_last > self.applied_index
                                               else 0),
                            "slave_read_repl_offset": self.applied_index,
-                           "slave_repl_offset": self.applied_index})
+                           "slave_repl_offset": self.applied_index,
+                           "replica_known_index": max(self.known_index, self.stream_last),
+                           "replica_behind_ms": self.behind_ms(),
+                           "replica_serving_reads": int(self.serving_error(False) is None)})
         return fields

@@ -164,6 +164,10 @@ class ServerPort(Port):
     def journal_stall(self, stall_ms) -> bool:
         return self.server.set_journal_stall(stall_ms)
 
+    def journal_follow_stall(self, stall_ms) -> bool:
+        node = self.server.cluster_node
+        return node is not None and node.stall_following(stall_ms)
+
     def memory_rss(self) -> int:
         return self.server.memory_rss()
 

@@ -85,6 +85,16 @@ class Server:
     """Everything one node holds: the keyspace, the pipeline commands run through, durability, the
     listeners and timers. Command handlers reach it only through its port (server/port.py)."""
 
+    @property
+    def loading(self) -> bool:
+        """Loading the dataset (start-up, a journal reload): INFO says so and data commands answer -LOADING."""
+        return self._loading
+
+    @loading.setter
+    def loading(self, value):
+        self._loading = value
+        self.pipeline.loading = value
+
     def __init__(self, config, clock_ms=None):
         load_all()
         self.config = config
@@ -314,11 +324,16 @@ class Server:
             self.cluster_routing = self.pipeline.router = ClusterRouting(
                 self, persistent_node_id(self.dir, self.config["node-id"]))
         self.cluster_node = ClusterNode(self)
-        await self.cluster_node.start()
         self.journal = None  # the shard's journal belongs to the node; INFO reads it from there
         self.pipeline.gate = self.cluster_node   # role and lease checks in admission
+        # Answer at once while the snapshot and the journal load: -LOADING to data commands (as Valkey), INFO
+        # with the progress, so a restarted node is visibly catching up rather than silent.
+        await self._listen(ready=False)
+        await self.cluster_node.start()
         self.loading = False
-        await self._listen()
+        log.info("durakv %s ready: port %s, tls-port %s, durability %s (%s), dir %s", __version__,
+                 self.config["port"], self.config["tls-port"], self.effective_durability(),
+                 "primary" if self.cluster_node.role == "primary" else "replica", self.dir)
         self._timer = self.loop.create_task(self._cron())
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -365,7 +380,7 @@ class Server:
         if type(reply) is ErrorReply:
             raise RuntimeError(f"replaying {argv[:3]!r} in db {db_id} failed: {reply.text}")
 
-    async def _listen(self):
+    async def _listen(self, ready=True):
         cfg = self.config
         hosts = [h for h in cfg["bind"].split() if h]
         hosts = [h.lstrip("-") for h in hosts]
@@ -392,8 +407,9 @@ class Server:
                         continue
                     raise
                 self.listeners.append(srv)
-        log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s", __version__, port,
-                 cfg["tls-port"], self.effective_durability(), self.dir)
+        if ready:
+            log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s", __version__, port,
+                     cfg["tls-port"], self.effective_durability(), self.dir)
 
     def _tls_context(self):
         cfg = self.config
