@@ -21,7 +21,7 @@ class Connection(asyncio.Protocol):
         self.transport = None
         self.session = Session(created_ms=server.clock_ms(), authenticated=not server.requirepass)
         cfg = server.config
-        self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"])
+        self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"], auth=self.session)
         self.pending = collections.deque()   # (commit index to wait for, bytes | Future) behind a held reply
         self.closing = False
         self.paused = False
