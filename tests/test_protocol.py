@@ -191,6 +191,46 @@ def test_valkey_answers(data, commands, error):
     assert feed_all(data, range(len(data))) == (commands, error)
 
 
+def test_a_nul_blocks_a_line_across_reads():
+    stream = b"GET a\x00b\r\nPING\r\n" + b"x" * 70000
+    for cut in (0, 3, 5, 6, 9, 11, 17):
+        assert feed_all(stream[:17], [cut]) == ([], None)
+        assert feed_all(stream, [cut]) == ([], "Protocol error: too big inline request")
+    assert feed_all(b"*1\r\n$1\x00\r\n" + b"x" * 70000, [5, 9]) == ([], "Protocol error: too big bulk count string")
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 4096, 16384, 65536])
+def test_large_values_in_any_read_size(chunk):
+    """Large arguments arrive over many reads: in the exact parser's buffer or left in hiredis's reader."""
+    commands = [[b"SET", b"k%d" % i, bytes([65 + i % 26]) * size]
+                for i, size in enumerate([0, 1, 15, 16384, 16385, 20000, 70000, 200000, 5])]
+    commands += [[b"MSET", b"a", b"x" * 30000, b"b", b"y" * 30000], [b"GET", b"k1"]]
+    stream = b"".join(encode_command(c) for c in commands)
+    p = RequestParser()
+    got = []
+    for i in range(0, len(stream), chunk):
+        cmds, err = p.feed(stream[i:i + chunk])
+        assert err is None
+        got += cmds
+    assert got == commands
+    assert p.pending_bytes == 0
+
+
+def test_a_request_left_in_hiredis_is_still_held_to_the_limits():
+    class Session:
+        authenticated = True
+    s = Session()
+    head = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n"
+    p = RequestParser(auth=s)
+    assert p.feed(encode_command([b"PING"]) + head + b"x" * 100) == ([[b"PING"]], None)
+    assert p.pending_bytes == 100
+    s.authenticated = False   # RESET ran before the rest arrived
+    assert p.feed(b"x" * 100) == ([], "Protocol error: unauthenticated bulk length")
+    p = RequestParser(query_buffer_limit=1024 * 1024)
+    assert p.feed(b"*1\r\n$1\r\nx\r\n*2\r\n$3\r\nGET\r\n$2000000\r\n" + b"x" * 1000)[1] is None
+    assert p.feed(b"x" * 1024 * 1024) == ([], "Protocol error: client query buffer limit reached")
+
+
 def test_non_ascii_type_byte_is_named():
     cmds, err = RequestParser().feed(b"*1\r\n\xe3\r\n")
     assert err == "Protocol error: expected '$', got '\xe3'"
@@ -306,6 +346,8 @@ def test_hiredis_never_sees_a_header_it_would_preallocate_for(monkeypatch):
                         (b"*1\r\n|2147483647\r\n", "Protocol error: expected '$', got '|'"),
                         (b"*1999999\r\n", "Protocol error: invalid multibulk length")]:
         assert feed_all(ok * 50 + tail) == ([[b"SET", b"k", b"*1234567 ~7654321"]] * 50, error)
+        assert feed_all(ok + tail) == ([[b"SET", b"k", b"*1234567 ~7654321"]], error)   # a short read
+        assert feed_all(b"*1\r\n$4\r\nPING\r\n" + tail) == ([[b"PING"]], error)
     assert _RecordingReader.fed, "the fast path was not used"
     for chunk in _RecordingReader.fed:
         assert re.search(rb"[*~>|][0-9]{7}", chunk) is None, chunk
