@@ -5,15 +5,16 @@ Two parsers share one byte stream:
 - The exact parser (`_slow`) is a transcription of networking.c's processInlineBuffer and
   processMultibulkBuffer: it checks every header the moment its line is complete (multibulk count, bulk
   length, their unauthenticated limits, the 64 KiB line cap), keeps the partial request between reads, and
-  is the only code that decides an error. Unauthenticated clients, inline requests, and anything the fast
-  path cannot vouch for go through it.
+  is the only code that decides an error. Unauthenticated clients, inline requests, the request left
+  incomplete at the end of a read, and anything the fast path cannot vouch for go through it.
 - The fast path (`_fast`) hands a run of authenticated multibulk requests to hiredis and then proves that
-  hiredis read exactly what Valkey would: every request starts with '*', every element with '$', and the
-  canonical lengths of what hiredis returned add up to the bytes it was given. hiredis accepts more than a
-  request (':5', '+x', '$-1', nested arrays, RESP3 types), does not check proto-max-bulk-len, and allocates an
-  aggregate's element array when it reads the header, so it is never shown an aggregate header with a count
-  of seven digits or more, and it never keeps state across reads: the request left incomplete at the end
-  of a read is parsed (and its headers checked) by the exact parser.
+  hiredis read exactly what Valkey would: at the offsets the canonical encoding of what it returned gives,
+  every request starts with '*' and every element with '$' (hiredis's integers are as strict as Valkey's
+  string2ll). hiredis accepts more than a request (':5', '+x', '$-1', nested arrays, RESP3 types), does not
+  check proto-max-bulk-len, and allocates an aggregate's element array when it reads the header, so it is
+  never shown an aggregate header with a count of seven digits or more. It keeps a request across reads
+  only when the exact parser has checked all its headers, found them canonical, and the request waits for
+  nothing but the rest of its last payload, which hiredis reads as data.
 
 A ProtocolError ends the connection after its reply. One departure from Valkey 8.0 (which accepts up to
 INT_MAX arguments): a multibulk count above 1024*1024 is refused, as Redis before 7.0 did.
