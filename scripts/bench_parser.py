@@ -59,7 +59,8 @@ def main(argv=None):
     for name, chunks in ((f"pipelined, {args.chunk // 1024} KiB chunks", pipelined),
                          ("one request per feed", requests)):
         rates = [run(mod.RequestParser, chunks, args.requests) for _ in range(args.repeat)]
-        print(f"{name:28s} best {max(rates):>11,.0f} req/s   median {sorted(rates)[len(rates) // 2]:>11,.0f} req/s")
+        median = sorted(rates)[len(rates) // 2]
+        print(f"{name:28s} best {max(rates):>11,.0f} req/s   median {median:>11,.0f} req/s")
     return 0
 
 

@@ -42,7 +42,8 @@ class Fuzzer:
     three edits cannot turn one into a command that removes them or stops the server."""
 
     SPECIAL = [
-        b"*2147483647\r\n", b"*4294967295\r\n", b"*1048577\r\n", b"*1\r\n*2147483647\r\n", b"*1\r\n~2147483647\r\n",
+        b"*2147483647\r\n", b"*4294967295\r\n", b"*1048577\r\n", b"*1\r\n*2147483647\r\n",
+        b"*1\r\n~2147483647\r\n",
         b"*1\r\n>2147483647\r\n", b"*1\r\n|2147483647\r\n", b"*1\r\n$2147483647\r\n", b"*1\r\n$536870913\r\n",
         b"*11\r\n", b"*1\r\n$16385\r\n", b"*-1\r\n", b"*-5\r\n", b"*0\r\n", b"*1\r\nX\r\n", b"*1\r\n+x\r\n",
         b"*1\r\n:5\r\n", b"*1\r\n$-1\r\n", b"*1\r\n_\r\n", b"*1\r\n\x00\r\n", b"\x00\r\n", b'GET "a\r\n', b"\r\n",
@@ -204,7 +205,8 @@ def free_port():
 def start_server(port, data_dir):
     log = open(os.path.join(data_dir, "server.log"), "ab")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(ROOT, "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    src = os.path.join(ROOT, "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.Popen([sys.executable, "-m", "durakv", "server", "--port", str(port), "--bind", "127.0.0.1",
                              "--dir", data_dir, "--requirepass", PASSWORD.decode()],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -278,8 +280,9 @@ def main(argv=None):
                 stats["bytes sent"] += res.get("sent", 0)
                 stats["authenticated first" if auth_first else "not authenticated"] += 1
                 if not res.get("closed"):
-                    failures.append(f"round {rounds}: the server did not close a connection {CLOSE_BOUND_S} s after"
-                                    f" EOF ({res.get('error', 'no error')}); sent {b''.join(chunks)[:300]!r}")
+                    sent = b"".join(chunks)[:300]
+                    failures.append(f"round {rounds}: the server did not close a connection {CLOSE_BOUND_S} s"
+                                    f" after EOF ({res.get('error', 'no error')}); sent {sent!r}")
                 found = PROTOCOL_ERROR.findall(res.get("out", b""))
                 if found:
                     errors[found[-1].decode("utf-8", "replace")[:70]] += 1
@@ -326,8 +329,9 @@ def main(argv=None):
     for text, n in errors.most_common(14):
         print(f"  {n:7d}  {text}")
     if ping_ms:
-        print(f"checker PING: median {ping_ms[len(ping_ms) // 2]:.2f} ms, p99 {ping_ms[int(len(ping_ms) * 0.99)]:.2f} ms, "
-              f"max {ping_ms[-1]:.2f} ms (bound {PING_BOUND_S * 1000:.0f} ms)")
+        median, p99 = ping_ms[len(ping_ms) // 2], ping_ms[int(len(ping_ms) * 0.99)]
+        print(f"checker PING: median {median:.2f} ms, p99 {p99:.2f} ms, max {ping_ms[-1]:.2f} ms "
+              f"(bound {PING_BOUND_S * 1000:.0f} ms)")
     print(f"acknowledged keys read back: {len(acked)}; server RSS start {rss_start / 1024:.0f} MB, "
           f"peak {rss_peak / 1024:.0f} MB, end {rss_end / 1024:.0f} MB; tracebacks in log: {tracebacks}")
     if args.keep:

@@ -196,7 +196,8 @@ def test_a_nul_blocks_a_line_across_reads():
     for cut in (0, 3, 5, 6, 9, 11, 17):
         assert feed_all(stream[:17], [cut]) == ([], None)
         assert feed_all(stream, [cut]) == ([], "Protocol error: too big inline request")
-    assert feed_all(b"*1\r\n$1\x00\r\n" + b"x" * 70000, [5, 9]) == ([], "Protocol error: too big bulk count string")
+    assert feed_all(b"*1\r\n$1\x00\r\n" + b"x" * 70000, [5, 9]) == (
+        [], "Protocol error: too big bulk count string")
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1000, 4096, 16384, 65536])
@@ -264,7 +265,8 @@ def test_limits_are_checked_at_the_header():
         [], "Protocol error: invalid bulk length")
     assert feed_all(b"*11\r\n", authenticated=False) == ([], "Protocol error: unauthenticated multibulk length")
     assert feed_all(b"*10\r\n", authenticated=False) == ([], None)
-    assert feed_all(b"*1\r\n$16385\r\n", authenticated=False) == ([], "Protocol error: unauthenticated bulk length")
+    assert feed_all(b"*1\r\n$16385\r\n", authenticated=False) == (
+        [], "Protocol error: unauthenticated bulk length")
     assert feed_all(b"*1\r\n$16384\r\n", authenticated=False) == ([], None)
     assert feed_all(b"*1\r\n$16385\r\n") == ([], None)
     assert feed_all(encode_command([b"x"] * 11), authenticated=False) == (

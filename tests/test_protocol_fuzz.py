@@ -21,7 +21,8 @@ CLOSE_BOUND_S = 5.0
 PROTOCOL_ERROR = re.compile(
     rb"-ERR Protocol error: (too big inline request|too big mbulk count string|invalid multibulk length|"
     rb"unauthenticated multibulk length|unauthenticated bulk length|too big bulk count string|"
-    rb"invalid bulk length|unbalanced quotes in request|expected '\$', got '(?:[\x00-\x7f]|[\xc2\xc3][\x80-\xbf])')\r\n")
+    rb"invalid bulk length|unbalanced quotes in request|"
+    rb"expected '\$', got '(?:[\x00-\x7f]|[\xc2\xc3][\x80-\xbf])')\r\n")
 # (A type byte >= 0x80 arrives UTF-8 encoded, where Valkey sends the raw byte: the connection encodes the
 # error text as UTF-8.)
 
@@ -52,7 +53,8 @@ _X = st.binary(min_size=0, max_size=12)
 _TEMPLATES = [
     st.just([b"PING"]), st.tuples(st.just(b"ECHO"), _X).map(list),
     st.tuples(st.just(b"SET"), st.sampled_from([b"f:1", b"f:2"]), _X).map(list),
-    st.just([b"GET", b"f:1"]), st.just([b"INCR", b"f:n"]), st.tuples(st.just(b"HSET"), st.just(b"f:h"), _X, _X).map(list),
+    st.just([b"GET", b"f:1"]), st.just([b"INCR", b"f:n"]),
+    st.tuples(st.just(b"HSET"), st.just(b"f:h"), _X, _X).map(list),
     st.tuples(st.just(b"LPUSH"), st.just(b"f:l"), _X).map(list), st.just([b"DEL", b"f:1"]),
     st.just([b"MULTI"]), st.just([b"EXEC"]), st.just([b"HELLO", b"3"]), st.just([b"SELECT", b"1"]),
     st.just([b"AUTH", PASSWORD.encode()]), st.just([b"AUTH", b"wrong"]), st.just([b"RESET"]),
@@ -127,7 +129,8 @@ def _exchange(port, chunks):
             if not chunk:
                 return out
             out += chunk
-        raise AssertionError(f"the server did not close the connection {CLOSE_BOUND_S} s after EOF; got {out[:200]!r}")
+        raise AssertionError(f"the server did not close the connection {CLOSE_BOUND_S} s after EOF; "
+                             f"got {out[:200]!r}")
 
 
 @settings(max_examples=300, deadline=timedelta(seconds=15), suppress_health_check=[HealthCheck.too_slow,

@@ -111,7 +111,8 @@ def test_huge_multibulk_counts_are_refused_at_once(target):
         s.close()
     assert_serving(srv, password)
     # A nested one never reaches an allocation either.
-    assert exchange(srv.port, b"*1\r\n*2147483647\r\n") == (b"-ERR Protocol error: expected '$', got '*'\r\n", True)
+    assert exchange(srv.port, b"*1\r\n*2147483647\r\n") == (
+        b"-ERR Protocol error: expected '$', got '*'\r\n", True)
     assert exchange(srv.port, b"*1048577\r\n") == (b"-ERR Protocol error: invalid multibulk length\r\n", True)
     assert_no_traceback(srv)
 
@@ -238,7 +239,7 @@ def test_protocol_errors_are_counted_and_logged_rate_limited(server_factory):
 
     def counted_line_logged():
         exchange(srv.port, b"*1\r\n+x\r\n")
-        return any("more in the second before, not logged" in ln for ln in srv.read_log().splitlines())
+        return any("more since the last such line, not logged" in ln for ln in srv.read_log().splitlines())
     wait_until(counted_line_logged, 10, interval_s=0.05, what="a line counting the suppressed errors")
     assert_no_traceback(srv)
 

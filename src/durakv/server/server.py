@@ -404,7 +404,7 @@ class Server:
             return
         self._protocol_log_state = (now_s, 0)
         log.debug("Protocol error (%s) from client: id=%d addr=%s%s", text, session.id, session.addr,
-                  f" ({suppressed} more in the second before, not logged)" if suppressed else "")
+                  f" ({suppressed} more since the last such line, not logged)" if suppressed else "")
 
     # -- INFO -----------------------------------------------------------------------------------
     def info(self, sections):
