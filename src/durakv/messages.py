@@ -53,6 +53,19 @@ CONFIG_BAD_VALUE = "ERR CONFIG SET failed (possibly related to argument '{}') - 
 CONFIG_IMMUTABLE = "ERR CONFIG SET failed (possibly related to argument '{}') - can't set immutable config"
 CLIENT_NAME_SPACES = "ERR Client names cannot contain spaces, newlines or special characters."
 PROTOCOL_ERROR = "ERR Protocol error: {}"
+# The request parser's protocol errors (networking.c handleParseError). These alone carry no prefix: the
+# connection sends them as "-ERR <text>" and then closes.
+PROTO_BIG_INLINE = "Protocol error: too big inline request"
+PROTO_BIG_MBULK_COUNT = "Protocol error: too big mbulk count string"
+PROTO_INVALID_MULTIBULK = "Protocol error: invalid multibulk length"
+PROTO_UNAUTH_MULTIBULK = "Protocol error: unauthenticated multibulk length"
+PROTO_UNAUTH_BULK = "Protocol error: unauthenticated bulk length"
+PROTO_BIG_BULK_COUNT = "Protocol error: too big bulk count string"
+PROTO_EXPECTED_DOLLAR = "Protocol error: expected '$', got '{}'"
+PROTO_INVALID_BULK = "Protocol error: invalid bulk length"
+PROTO_UNBALANCED_QUOTES = "Protocol error: unbalanced quotes in request"
+# durakv's own: Valkey closes such a client without a reply (and logs it).
+PROTO_QUERY_BUFFER_LIMIT = "Protocol error: client query buffer limit reached"
 # -- lists / sorted sets --
 VALUE_OUT_OF_RANGE = "ERR value is out of range"
 VALUE_MUST_BETWEEN = "ERR value is out of range, value must between {} and {}"

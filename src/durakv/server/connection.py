@@ -36,7 +36,7 @@ class Connection(asyncio.Protocol):
         self.session = Session(created_ms=server.clock_ms(), authenticated=not server.acl.auth_required())
         self.session.tls = tls
         cfg = server.config
-        self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"])
+        self.parser = RequestParser(cfg["proto-max-bulk-len"], cfg["client-query-buffer-limit"], auth=self.session)
         self.outbox = None
         self.closing = False
         self.paused = False            # the transport's buffer is above its high-water mark (pause_writing)
@@ -222,7 +222,8 @@ class Connection(asyncio.Protocol):
             hooks.current = previous
         if error is not None and not session.close_after_reply:
             server.log_protocol_error(session, error)
-            outbox.emit(0, b"-ERR %s\r\n" % error.encode())
+            # latin-1: a protocol error quotes the offending byte as it came (Valkey writes it raw)
+            outbox.emit(0, b"-ERR %s\r\n" % error.encode("latin-1", "replace"))
             session.close_after_reply = True
         outbox.flush()
         if session.close_after_reply and not held:

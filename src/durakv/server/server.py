@@ -576,8 +576,18 @@ class Server:
         log.error("unexpected error in %s: %r", where, exc, exc_info=exc)
 
     def log_protocol_error(self, session, text):
+        # Every one is counted (INFO protocol_errors). Valkey logs them at verbose level; here at DEBUG, once
+        # per client (it is closed after its first), and at most one line a second server-wide with the
+        # number left out before it, so that a stream of junk connections cannot flood the log.
         self.protocol_errors += 1
-        log.info("protocol error from client id=%d addr=%s: %s", session.id, session.addr, text)
+        now_s = time.monotonic()
+        last_s, suppressed = getattr(self, "_protocol_log_state", (None, 0))
+        if last_s is not None and now_s - last_s < 1.0:
+            self._protocol_log_state = (last_s, suppressed + 1)
+            return
+        self._protocol_log_state = (now_s, 0)
+        log.debug("Protocol error (%s) from client: id=%d addr=%s%s", text, session.id, session.addr,
+                  f" ({suppressed} more since the last such line, not logged)" if suppressed else "")
 
     # -- INFO -----------------------------------------------------------------------------------
     def info(self, sections):
