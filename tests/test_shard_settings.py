@@ -81,3 +81,43 @@ def test_cluster_up_refuses_durability_none(tmp_path):
     with pytest.raises(ClusterError, match="durability none"):
         LocalCluster.up(tmp_path / "c", durability="none", timeout_s=30)
     assert not (tmp_path / "c" / "manifest.json").exists()
+
+
+def test_acl_users_are_the_shards_and_survive_failover(local_cluster):
+    """Issue 13: users and their rules are part of a shard's settings, so a failover (and a restart) keeps them."""
+    cluster = local_cluster(durability="sync")
+    primary = cluster.primary(0)
+    with valkey.Valkey(port=primary.port, socket_timeout=10) as c:
+        assert c.acl_setuser("alice", enabled=True, passwords=["+s3cret"], keys=["app:*"], commands=["+@all"])
+
+    def everyone_knows(name, present=True):
+        def check():
+            for p in cluster.nodes:
+                if not p.alive:
+                    continue
+                with valkey.Valkey(port=p.port, socket_timeout=5) as c:
+                    if (c.acl_getuser(name) is not None) != present:
+                        return False
+            return True
+        return check
+    wait_until(everyone_knows("alice"), 10, what="alice on every node")
+    replica = cluster.replicas(0)[0]
+    with valkey.Valkey(port=replica.port, username="alice", password="s3cret", socket_timeout=10) as a:
+        assert a.acl_whoami() == "alice"
+
+    new, _s = cluster.failover(0)
+    with valkey.Valkey(port=new.port, username="alice", password="s3cret", socket_timeout=10) as a:
+        assert a.set("app:1", "x")
+        with pytest.raises(valkey.exceptions.NoPermissionError):
+            a.set("other:1", "x")
+
+    # a restarted node takes the shard's users over its own (it has none of its own)
+    old = primary.name
+    cluster.kill(old, signal.SIGKILL)
+    wait_until(lambda: cluster.get(old).state == "dead", 10, what="the old primary gone")
+    cluster.restart(old)
+    wait_until(everyone_knows("alice"), 20, what="alice on the restarted node")
+
+    with valkey.Valkey(port=cluster.replicas(0)[0].port, socket_timeout=10) as c:
+        assert c.acl_deluser("alice") == 1
+    wait_until(everyone_knows("alice", present=False), 10, what="alice gone from every node")

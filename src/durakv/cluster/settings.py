@@ -7,7 +7,11 @@ the shard), and every node applies what it reads there, over whatever its own st
 
 The document (JSON, version 1):
 
-    {"version": 1, "durability": "sync" | "async", "durability_buffer_ms": 10000}
+    {"version": 1, "durability": "sync" | "async", "durability_buffer_ms": 10000,
+     "acl": {"version": 1, "users": [{"name": "default", "rules": "on nopass ~* &* +@all"}, ...]} | null}
+
+`acl` holds the shard's users as their ACL LIST rules (server/acl.py ServerAcl.settings): ACL SETUSER, DELUSER
+and LOAD on any node store them here, so every node, and whichever becomes primary, has the same users.
 
 `none` is not a shard setting: a shard's replicas follow its journal, so a shard without one would have
 replicas that never learn anything (cluster/cli.py and CONFIG SET refuse it with that reason).
@@ -19,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from ..errors import DurakvError
 
 VERSION = 1
-MAX_DOCUMENT_BYTES = 64 * 1024
+MAX_DOCUMENT_BYTES = 900 * 1024     # one NATS KV value (max_payload 1 MiB), users included
 SHARD_MODES = ("sync", "async")
 # CONFIG SET names that are shard settings, and the field each one sets
 CONFIG_FIELDS = {"durability": "durability", "durability-buffer-ms": "durability_buffer_ms"}
@@ -35,8 +39,15 @@ class SettingsError(DurakvError, ValueError):
 class ShardSettings:
     durability: str = "sync"
     durability_buffer_ms: int = 10000
+    acl: dict = None          # the users, as ServerAcl.settings() gives them; None: not stored yet
 
     def __post_init__(self):
+        if self.acl is not None:
+            users = self.acl.get("users") if isinstance(self.acl, dict) else None
+            if (not isinstance(users, list) or self.acl.get("version") != 1
+                    or not all(isinstance(u, dict) and isinstance(u.get("name"), str) and isinstance(u.get("rules"), str)
+                               for u in users)):
+                raise SettingsError("acl must be {'version': 1, 'users': [{'name': str, 'rules': str}, ...]}")
         if self.durability not in SHARD_MODES:
             raise SettingsError("durability must be one of %s, not %r (%s)"
                                 % (", ".join(SHARD_MODES), self.durability, NONE_REFUSED))
@@ -56,7 +67,10 @@ class ShardSettings:
         return {name: getattr(self, field) for name, field in CONFIG_FIELDS.items()}
 
     def to_json(self) -> bytes:
-        return json.dumps({"version": VERSION, **asdict(self)}, sort_keys=True).encode()
+        raw = json.dumps({"version": VERSION, **asdict(self)}, sort_keys=True).encode()
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise SettingsError("the shard's settings exceed %d bytes (too many ACL users?)" % MAX_DOCUMENT_BYTES)
+        return raw
 
     @classmethod
     def from_json(cls, raw: bytes) -> "ShardSettings":
@@ -68,8 +82,8 @@ class ShardSettings:
             raise SettingsError("the settings document is not JSON: %s" % exc) from None
         if not isinstance(doc, dict) or doc.get("version") != VERSION:
             raise SettingsError("the settings document is not version %d" % VERSION)
-        unknown = set(doc) - {"version", "durability", "durability_buffer_ms"}
+        unknown = set(doc) - {"version", "durability", "durability_buffer_ms", "acl"}
         if unknown:
             raise SettingsError("unknown settings: %s" % ", ".join(sorted(unknown)))
         return cls(durability=doc.get("durability", "sync"),
-                   durability_buffer_ms=doc.get("durability_buffer_ms", 10000))
+                   durability_buffer_ms=doc.get("durability_buffer_ms", 10000), acl=doc.get("acl"))

@@ -32,10 +32,11 @@ def _syntax(args):
 
 @command("acl|setuser")
 def acl_setuser(ctx, args):
-    error = _acl(ctx).setuser(args[2], list(args[3:]), ctx.client)
+    acl = _acl(ctx)
+    error = acl.setuser(args[2], list(args[3:]), ctx.client)
     if error is not None:
         raise CommandError(error)
-    return OK
+    return acl.after_change(OK)
 
 
 @command("acl|deluser")
@@ -43,7 +44,8 @@ def acl_deluser(ctx, args):
     acl = _acl(ctx)
     if any(name == b"default" for name in args[2:]):
         raise CommandError(messages.ACL_DEFAULT_NOT_REMOVABLE)
-    return acl.deluser(args[2:], ctx.client)
+    deleted = acl.deluser(args[2:], ctx.client)
+    return acl.after_change(deleted) if deleted else 0
 
 
 @command("acl|getuser")
@@ -70,10 +72,11 @@ def acl_whoami(ctx, args):
 
 @command("acl|load")
 def acl_load(ctx, args):
-    error = _acl(ctx).load(ctx.client)
+    acl = _acl(ctx)
+    error = acl.load(ctx.client)
     if error is not None:
         raise CommandError(error)
-    return OK
+    return acl.after_change(OK)
 
 
 @command("acl|save")

@@ -18,9 +18,10 @@ import ssl
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import messages
+from ..protocol.resp import Deferred, ErrorReply
 from ..cluster.controller import Controller
 from ..cluster.settings import NONE_REFUSED, ShardSettings
 from ..cluster.store import NatsStore, StaleRevision
@@ -197,7 +198,8 @@ class ClusterNode:
             raise ValueError("durability none on the jetstream journal: " + NONE_REFUSED)
         settings, revision = await self.store.get_shard_settings(self.shard)
         if settings is None:
-            mine = ShardSettings(durability=cfg["durability"], durability_buffer_ms=cfg["durability-buffer-ms"])
+            mine = ShardSettings(durability=cfg["durability"], durability_buffer_ms=cfg["durability-buffer-ms"],
+                                 acl=self.server.acl.settings())
             try:
                 revision = await self.store.put_shard_settings(self.shard, mine, revision)
                 settings = mine
@@ -205,7 +207,11 @@ class ClusterNode:
                          mine.durability)
             except StaleRevision:
                 settings, revision = await self.store.get_shard_settings(self.shard)
+        if settings.acl is None:   # stored before users were shard settings: this node's users become them
+            settings = await self.update_settings(lambda current: replace(current, acl=self.server.acl.settings()))
+            revision = self.settings_revision
         self._apply_settings(settings, revision)
+        self.server.acl.share = self.share_acl
         self.settings_watch = await self.store.watch_shard_settings(self.shard, self._apply_settings)
 
     def _apply_settings(self, settings, revision):
@@ -219,16 +225,28 @@ class ClusterNode:
                 log.info("shard %s setting %s: %s -> %s (revision %d)", self.shard, name, cfg[name], value,
                          revision)
                 cfg.set(name, str(value))
+        acl = self.server.acl
+        if settings.acl is not None and settings.acl != acl.settings():
+            try:
+                acl.apply_settings(settings.acl)
+                log.info("shard %s ACL users applied (revision %d): %d users", self.shard, revision,
+                         len(settings.acl["users"]))
+            except ValueError as exc:
+                log.error("the shard's ACL users (revision %d) do not apply here, kept the previous ones: %s",
+                          revision, exc)
 
-    async def change_settings(self, name, value, attempts=50):
+    async def change_settings(self, name, value):
         """CONFIG SET of a shard setting on any node of the shard: compare-and-set in the store (retried on
         a concurrent change), then applied here at once, so on the primary the new mode holds for every write
         after the reply; the other nodes apply it from their watch."""
+        return await self.update_settings(lambda current: current.with_config(name, value))
+
+    async def update_settings(self, change, attempts=50):
+        """Stores change(current settings) by compare-and-set, retried on a concurrent change; applies it here."""
         delay_s = 0.01
         for _ in range(attempts):
             settings, revision = await self.store.get_shard_settings(self.shard)
-            current = settings or ShardSettings()
-            wanted = current.with_config(name, value)
+            wanted = change(settings or ShardSettings())
             try:
                 if wanted != settings:
                     revision = await self.store.put_shard_settings(self.shard, wanted, revision)
@@ -239,6 +257,22 @@ class ClusterNode:
             self._apply_settings(wanted, revision)
             return wanted
         raise RuntimeError("the shard's settings kept changing; try again")
+
+    def share_acl(self, users):
+        """ServerAcl.share: the shard's users stored in its settings; a Deferred resolved with None or an
+        ErrorReply."""
+        d = Deferred()
+
+        async def store():
+            try:
+                await self.update_settings(lambda current: replace(current, acl=users))
+            except Exception as exc:  # noqa: BLE001 - the client is told; its change holds on this node only
+                log.warning("the shard's ACL users could not be stored: %r", exc)
+                d.resolve(ErrorReply("ERR the shard's ACL users could not be stored: %s" % (exc or type(exc).__name__)))
+                return
+            d.resolve(None)
+        self.server.loop.create_task(store())
+        return d
 
     async def _refresh_settings(self):
         """Before serving as primary: the newest settings, in case the watch has not delivered them yet."""

@@ -14,6 +14,7 @@ import shlex
 from .. import messages
 from ..commands import acl_model as model
 from ..errors import ConfigError
+from ..protocol.resp import Deferred, ErrorReply
 
 log = logging.getLogger("durakv.acl")
 
@@ -54,12 +55,18 @@ class ServerAcl:
                 raise ConfigError("Aborting durakv startup because of ACL errors: %s" % exc) from None
         cfg.listeners.append(self._on_config_set)
         cfg.rewrite_extra_lines = self._rewrite_lines
+        # A shard member sets this (replication/node.py): share(settings) -> Deferred resolved with None once
+        # the users are stored for the whole shard, or with an ErrorReply.
+        self.share = None
+        self._applying = False
         self.refresh()
 
     # -- configuration ------------------------------------------------------------------------------------
     def _on_config_set(self, name, value):
         if name == "requirepass":
             self.users.set_default_password(value.encode("utf-8", "surrogateescape"))
+            if self.share is not None and not self._applying:
+                self.share(self.settings())   # the default user changed: the shard's users follow
         elif name == "acllog-max-len":
             self.log.max_len = value
         elif name == "acl-pubsub-default":
@@ -301,6 +308,16 @@ class ServerAcl:
             s.acl_user = None if new is self.users.default else new
 
     # -- a shard's settings -------------------------------------------------------------------------------
+    def after_change(self, reply):
+        """The reply to ACL SETUSER/DELUSER/LOAD: at once on a single server; on a shard member once the users
+        are stored in the shard's settings (a failover keeps them), or the error that prevented it."""
+        if self.share is None:
+            return reply
+        stored = self.share(self.settings())
+        d = Deferred()
+        stored.listen(lambda: d.resolve(stored.reply if isinstance(stored.reply, ErrorReply) else reply))
+        return d
+
     def settings(self) -> dict:
         """The users as a JSON-able dict, for the coordination store (so that a failover keeps them)."""
         return self.users.to_dict()
@@ -310,7 +327,11 @@ class ServerAcl:
         (nothing changes) if a rule does not apply."""
         staged = model.Users(self.users.pubsub_all)
         staged.load_dict(data)
-        self._install(dict(staged.by_name))
+        self._applying = True
+        try:
+            self._install(dict(staged.by_name))
+        finally:
+            self._applying = False
 
     def save(self):
         """ACL SAVE: None or the error text. Written to a temporary file, fsynced, renamed, directory fsynced."""
