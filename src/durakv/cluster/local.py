@@ -282,13 +282,17 @@ class Proc:
             return c.info(*sections)
 
     def role(self, timeout_s=1.0):
-        """'master', 'slave' (or whatever INFO replication says), None when it does not answer."""
+        """'master', 'slave' (or whatever INFO replication says), None when it does not answer or is still
+        loading its data (it answers INFO then, and -LOADING to everything that reads data)."""
         if self.state != "running":
             return None
         try:
-            return self.info("replication", timeout_s=timeout_s).get("replication", {}).get("role")
+            info = self.info("replication", "persistence", timeout_s=timeout_s)
         except (OSError, RespError):
             return None
+        if info.get("persistence", {}).get("loading"):
+            return None
+        return info.get("replication", {}).get("role")
 
     def log_tail(self, lines=20) -> str:
         try:

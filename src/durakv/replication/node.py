@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from .. import messages
 from ..protocol.resp import Deferred, ErrorReply
 from ..cluster.controller import Controller
-from ..cluster.settings import NONE_REFUSED, ShardSettings
+from ..cluster.settings import NONE_REFUSED, SettingsError, ShardSettings
 from ..cluster.store import NatsStore, StaleRevision
 from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import decode_payload
@@ -196,17 +196,31 @@ class ClusterNode:
         cfg = self.server.config
         if cfg["durability"] == "none":
             raise ValueError("durability none on the jetstream journal: " + NONE_REFUSED)
-        settings, revision = await self.store.get_shard_settings(self.shard)
-        if settings is None:
-            mine = ShardSettings(durability=cfg["durability"], durability_buffer_ms=cfg["durability-buffer-ms"],
-                                 acl=self.server.acl.settings())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60.0
+        while True:
+            # Right after a cluster starts, or during an election, the bucket may not answer yet: retry.
             try:
-                revision = await self.store.put_shard_settings(self.shard, mine, revision)
-                settings = mine
-                log.info("shard %s settings stored from this node's flags: durability %s", self.shard,
-                         mine.durability)
-            except StaleRevision:
                 settings, revision = await self.store.get_shard_settings(self.shard)
+                if settings is None:
+                    mine = ShardSettings(durability=cfg["durability"],
+                                         durability_buffer_ms=cfg["durability-buffer-ms"],
+                                         acl=self.server.acl.settings())
+                    try:
+                        revision = await self.store.put_shard_settings(self.shard, mine, revision)
+                        settings = mine
+                        log.info("shard %s settings stored from this node's flags: durability %s", self.shard,
+                                 mine.durability)
+                    except StaleRevision:
+                        continue
+                break
+            except (StaleRevision, SettingsError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - no responders, timeouts while JetStream elects
+                if loop.time() > deadline:
+                    raise
+                log.debug("reading the shard's settings: %r; retrying", exc)
+                await asyncio.sleep(0.2)
         if settings.acl is None:   # stored before users were shard settings: this node's users become them
             settings = await self.update_settings(lambda current: replace(current, acl=self.server.acl.settings()))
             revision = self.settings_revision
