@@ -8,7 +8,7 @@ replicates that write); here the count is memoized outside the value, so reads p
 
 from .. import messages
 from ..errors import CommandError
-from ..keyspace import hll
+from ..keyspace import encoding, hll
 from ..protocol.resp import OK
 from .registry import command
 
@@ -25,17 +25,22 @@ def _corrupt():
     return CommandError(messages.HLL_INVALID)
 
 
+def _sparse_max(ctx):
+    return ctx.keyspace.encoding_rules.hll_sparse_max_bytes  # hll-sparse-max-bytes
+
+
 @command("pfadd")
 def pfadd(ctx, args):
     key = args[1]
     value = _hll_value(ctx, key)
     try:
-        new, updated = hll.add(value, args[2:])
+        new, updated = hll.add(value, args[2:], _sparse_max(ctx))
     except hll.Corrupt:
         raise _corrupt() from None
     if not updated:
         return 0
     ctx.store(key, new, keep_ttl=True)
+    encoding.string_modified_in_place(ctx.db, key)  # an HLL is always a raw string in Valkey
     ctx.propagate_args(args)
     return 1
 
@@ -86,9 +91,10 @@ def pfmerge(ctx, args):
     if registers is None:
         registers = bytes(hll.REGISTERS)
     try:
-        new = hll.merge_into(dest_value, registers, use_dense)
+        new = hll.merge_into(dest_value, registers, use_dense, _sparse_max(ctx))
     except hll.Corrupt:
         raise _corrupt() from None
     ctx.store(args[1], new, keep_ttl=True)
+    encoding.string_modified_in_place(ctx.db, args[1])
     ctx.propagate_args(args)
     return OK

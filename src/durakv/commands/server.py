@@ -180,37 +180,6 @@ def shutdown(ctx, args):
     return NO_REPLY
 
 
-# -- DEBUG --------------------------------------------------------------------------------------
-
-@command("debug")
-def debug(ctx, args):
-    sub = args[1].upper()
-    srv = ctx.server
-    if sub == b"SLEEP" and len(args) == 3:
-        # Like Valkey: blocks the whole server, which is what tests of timeouts want.
-        try:
-            seconds = float(args[2])
-        except ValueError:
-            raise CommandError(messages.NOT_FLOAT) from None
-        time.sleep(max(0.0, seconds))
-        return OK
-    if sub == b"SET-ACTIVE-EXPIRE" and len(args) == 3:
-        srv.active_expire_enabled = args[2] == b"1"
-        return OK
-    if sub == b"JOURNAL-STALL" and len(args) == 3:
-        # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
-        if not srv.set_journal_stall(parse_int(args[2])):
-            raise CommandError("ERR no journal (durability none)")
-        return OK
-    if sub == b"HELP":
-        return [b"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                b"SLEEP <seconds>", b"    Stop the server for <seconds>.",
-                b"SET-ACTIVE-EXPIRE <0|1>", b"    Turn active expiry off or on.",
-                b"JOURNAL-STALL <ms>", b"    Delay every journal fsync by <ms> (durakv fault injection)."]
-    raise CommandError("ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
-                       % args[1].decode("utf-8", "replace"))
-
-
 # -- COMMAND ------------------------------------------------------------------------------------
 
 def _key_spec_reply(spec):
@@ -413,7 +382,7 @@ def swapdb(ctx, args):
     if a != b:
         # Swap the contents, not the Db objects: every client context keeps pointing at "db a".
         da, db_ = dbs[a], dbs[b]
-        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses"):
+        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses", "enc"):
             va, vb = getattr(da, field), getattr(db_, field)
             setattr(da, field, vb)
             setattr(db_, field, va)

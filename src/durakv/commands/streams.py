@@ -241,7 +241,8 @@ def xadd(ctx, args):
     if new <= last:
         raise CommandError(messages.XADD_ID_TOO_SMALL)
     fields = tuple(args[field_pos:])
-    s.append(new, fields)
+    rules = ctx.keyspace.encoding_rules
+    s.append(new, fields, rules.stream_node_max_bytes, rules.stream_node_max_entries)
     idb = id_bytes(new)
     if t.strategy and _trim(s, t):
         ctx.propagate(b"XADD", args[1], *_exact_trim_args(s, t), idb, *fields)

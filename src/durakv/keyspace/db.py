@@ -5,6 +5,7 @@ import random
 import sys
 from collections import deque
 
+from .encoding import EncodingRules
 from .stream import Stream
 from .zset import ZSet
 
@@ -63,7 +64,7 @@ class Db:
     """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
 
     __slots__ = ("id", "data", "expires", "access", "expiry_heap", "_sample", "_sample_misses",
-                 "avg_ttl_ms")
+                 "avg_ttl_ms", "enc")
 
     def __init__(self, db_id: int):
         self.id = db_id
@@ -74,6 +75,7 @@ class Db:
         self._sample = []      # snapshot of keys for random sampling (RANDOMKEY, eviction)
         self._sample_misses = 0
         self.avg_ttl_ms = 0
+        self.enc = {}          # key -> the encoding Valkey would have reached (keyspace/encoding.py)
 
     def __len__(self):
         return len(self.data)
@@ -114,6 +116,7 @@ class Db:
         self.expires.clear()
         self.access.clear()
         self.expiry_heap.clear()
+        self.enc.clear()
         self._sample = []
 
 
@@ -141,6 +144,7 @@ class Keyspace:
         self.lfu_log_factor = 10
         self.lfu_decay_time_min = 1
         self.latency_monitor = None  # commands.introspection.Monitors: gets "expire-cycle" samples
+        self.encoding_rules = EncodingRules()  # list/hash/set/zset encoding thresholds (CONFIG)
 
     # -- expiry -----------------------------------------------------------------------------
     def is_expired(self, db: Db, key: bytes, now_ms=None) -> bool:
@@ -174,6 +178,8 @@ class Keyspace:
             db.expires.pop(key, None)
         if db.access:
             db.access.pop(key, None)
+        if db.enc:
+            db.enc.pop(key, None)
         return True
 
     def server_delete(self, db: Db, key: bytes, reason: str):
