@@ -224,23 +224,27 @@ class Config:
     def load_file(self, path: str):
         self.config_file = os.path.abspath(path)
         with open(path, encoding="utf-8") as f:
-            for lineno, raw in enumerate(f, 1):
-                line = raw.strip()
-                if not line or line.startswith("#"):
-                    continue
-                try:
-                    parts = shlex.split(line)
-                except ValueError as exc:
-                    raise ConfigError(f"{path}:{lineno}: {exc}") from None
-                name, args = parts[0], parts[1:]
-                if name.lower() == "include":
-                    for inc in args:
-                        self.load_file(inc)
-                    continue
-                try:
-                    self.set(name, " ".join(args), startup=True)
-                except ConfigError as exc:
-                    raise ConfigError(f"{path}:{lineno}: '{line}': {exc}") from None
+            self.load_lines(f, path)
+
+    def load_lines(self, lines, source: str):
+        """valkey.conf lines (from a file or stdin); errors name the source and line."""
+        for lineno, raw in enumerate(lines, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                parts = shlex.split(line)
+            except ValueError as exc:
+                raise ConfigError(f"{source}:{lineno}: {exc}") from None
+            name, args = parts[0], parts[1:]
+            if name.lower() == "include":
+                for inc in args:
+                    self.load_file(inc)
+                continue
+            try:
+                self.set(name, " ".join(args), startup=True)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}:{lineno}: '{line}': {exc}") from None
 
     def load_args(self, argv):
         """`--name value [value...]` pairs, as valkey-server accepts them."""

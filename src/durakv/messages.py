@@ -159,7 +159,6 @@ UNBLOCKED_BY_CLIENT = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
 UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
 PUBSUB_CONTEXT = ("ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are "
                   "allowed in this context")
-NOSUB = "NOSUB '{}' command executed not in subscribed mode"
 REPLICA_KEYSPACE = "ERR Replica can't interact with the keyspace"
 SUBCOMMAND_SYNTAX = "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP."
 DENY_BLOCKING = "ERR {} isn't allowed for a DENY BLOCKING client"
@@ -208,3 +207,9 @@ GEO_STORE_WITH = "ERR {} is not compatible with WITHDIST, WITHHASH and WITHCOORD
 GEO_FROM_ONE = "ERR exactly one of FROMMEMBER or FROMLONLAT can be specified for {}"
 GEO_BY_ONE = "ERR exactly one of BYRADIUS and BYBOX can be specified for {}"
 GEO_ANY_NEEDS_COUNT = "ERR the ANY argument requires COUNT argument"
+CLUSTER_SUPPORT_DISABLED = "ERR This instance has cluster support disabled"
+# -- CLIENT KILL --
+CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
+MAXAGE_NOT_INTEGER = "ERR maxage is not an integer or out of range"
+MAXAGE_POSITIVE = "ERR maxage should be greater than 0"
+NO_SUCH_USER = "ERR No such user '{}'"

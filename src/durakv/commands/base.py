@@ -133,6 +133,7 @@ class Context:
         self._flush_server_deletes()
         effects = self.effects
         self.effects = []
+        self.keyspace.dirty += len(effects)  # Valkey's server.dirty: changes since the last snapshot
         return effects
 
 

@@ -148,14 +148,23 @@ def monitor(ctx, args):
     return OK
 
 
+def _cluster_enabled(ctx):
+    srv = ctx.server
+    return srv is not None and srv.config["cluster-enabled"]
+
+
 @command("readonly")
 def readonly(ctx, args):
+    if not _cluster_enabled(ctx):
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
     ctx.client.readonly_mode = True
     return OK
 
 
 @command("readwrite")
 def readwrite(ctx, args):
+    if not _cluster_enabled(ctx):
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
     ctx.client.readonly_mode = False
     return OK
 
@@ -193,8 +202,9 @@ def client_setinfo(ctx, args):
         raise CommandError("ERR Unrecognized option '%s'" % args[2].decode("utf-8", "replace"))
     for b in value:
         if b < 33 or b > 126:
+            # validateClientAttr; the attribute is named as the client wrote it.
             raise CommandError("ERR %s cannot contain spaces, newlines or special characters."
-                               % attr.decode().upper().replace("-", "-"))
+                               % args[2].decode("utf-8", "replace"))
     if attr == b"lib-name":
         ctx.client.lib_name = value
     else:
@@ -278,17 +288,25 @@ def client_info(ctx, args):
     return (client_line(srv, conn, ctx.now_ms()) + "\n").encode()
 
 
+def user_exists(ctx, name: bytes) -> bool:
+    """Only the default user exists until ACL users do (requirepass is its password)."""
+    return name == b"default"
+
+
 @command("client|kill")
 def client_kill(ctx, args):
     srv = ctx.server
     conns = srv.client_connections()
-    if len(args) == 3:  # old form: CLIENT KILL addr:port
+    me = ctx.client.id
+    if len(args) == 3:  # old form: CLIENT KILL addr:port, which may kill the caller itself
         addr = args[2].decode("utf-8", "replace")
         for c in conns:
             if c.session.addr == addr:
-                srv.kill_client(c)
+                _kill(ctx, srv, c, me)
                 return OK
         raise CommandError(messages.NO_SUCH_CLIENT)
+    if len(args) < 3:
+        raise syntax_error()
     filters = []
     skipme = True
     i = 2
@@ -297,19 +315,18 @@ def client_kill(ctx, args):
             raise syntax_error()
         opt, val = args[i].upper(), args[i + 1]
         if opt == b"ID":
-            try:
-                n = int(val)
-            except ValueError:
-                raise CommandError("ERR client-id should be greater than 0") from None
+            n = parse_int(val, messages.CLIENT_ID_POSITIVE)
             if n <= 0:
-                raise CommandError("ERR client-id should be greater than 0")
+                raise CommandError(messages.CLIENT_ID_POSITIVE)
             filters.append(lambda c, n=n: c.session.id == n)
         elif opt == b"ADDR":
-            filters.append(lambda c, v=val.decode(): c.session.addr == v)
+            filters.append(lambda c, v=val.decode("utf-8", "replace"): c.session.addr == v)
         elif opt == b"LADDR":
-            filters.append(lambda c, v=val.decode(): c.session.laddr == v)
+            filters.append(lambda c, v=val.decode("utf-8", "replace"): c.session.laddr == v)
         elif opt == b"USER":
-            filters.append(lambda c, v=val.decode(): c.session.user == v)
+            if not user_exists(ctx, val):
+                raise CommandError(messages.NO_SUCH_USER.format(val.decode("utf-8", "replace")))
+            filters.append(lambda c, v=val.decode("utf-8", "replace"): c.session.user == v)
         elif opt == b"TYPE":
             kind = val.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
@@ -321,7 +338,9 @@ def client_kill(ctx, args):
                 raise syntax_error()
             skipme = v == b"yes"
         elif opt == b"MAXAGE":
-            age = parse_int(val)
+            age = parse_int(val, messages.MAXAGE_NOT_INTEGER)
+            if age <= 0:
+                raise CommandError(messages.MAXAGE_POSITIVE)
             now = ctx.now_ms()
             filters.append(lambda c, a=age: (now - c.session.created_ms) // 1000 >= a)
         else:
@@ -329,12 +348,38 @@ def client_kill(ctx, args):
         i += 2
     killed = 0
     for c in conns:
-        if skipme and c.session.id == ctx.client.id:
+        if skipme and c.session.id == me:
             continue
         if all(f(c) for f in filters):
-            srv.kill_client(c)
+            _kill(ctx, srv, c, me)
             killed += 1
     return killed
+
+
+def _kill(ctx, srv, conn, me):
+    if conn.session.id == me:
+        ctx.client.close_after_reply = True  # the caller still gets its reply first
+    else:
+        srv.kill_client(conn)
+
+
+@command("client|reply")
+def client_reply(ctx, args):
+    """CLIENT REPLY ON|OFF|SKIP: the connection drops the replies the session says to (Session.mute_reply)."""
+    mode = args[2].lower()
+    s = ctx.client
+    if mode == b"on":
+        s.reply_off = False
+        s.reply_skip = 0
+        return OK
+    if mode == b"off":
+        s.reply_off = True  # this reply too
+        return OK
+    if mode == b"skip":
+        if not s.reply_off:
+            s.reply_skip = 2  # this command's reply (there is none) and the next one
+        return OK
+    raise syntax_error()
 
 
 def _on_off(arg) -> bool:

@@ -643,7 +643,7 @@ def memory_stats(ctx, args):
     number as INFO used_memory), each db's hash tables (sys.getsizeof of its dicts), the process RSS.
     What it does not have (replication backlog, client buffers, scripts caches) is 0."""
     used, peak, rss = _memory_overview(ctx)
-    out = {b"peak.allocated": peak, b"total.allocated": used, b"startup.allocated": 0,
+    out = {b"peak.allocated": peak, b"total.allocated": used, b"startup.allocated": ctx.keyspace.baseline_bytes,
            b"replication.backlog": 0, b"clients.slaves": 0, b"clients.normal": 0, b"cluster.links": 0,
            b"aof.buffer": 0, b"lua.caches": 0, b"functions.caches": 0}
     overhead = 0
@@ -656,7 +656,7 @@ def memory_stats(ctx, args):
         overhead += main + exp
         keys += len(db.data)
         out[b"db.%d" % db.id] = {b"overhead.hashtable.main": main, b"overhead.hashtable.expires": exp}
-    dataset = max(0, used - overhead)
+    dataset = max(0, used - overhead - ctx.keyspace.baseline_bytes)
     out.update({
         b"overhead.db.hashtable.lut": 0, b"overhead.db.hashtable.rehashing": 0,
         b"overhead.total": overhead, b"db.dict.rehashing.count": 0, b"keys.count": keys,

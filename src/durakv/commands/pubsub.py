@@ -24,10 +24,9 @@ def _subscribed(conn) -> bool:
 
 
 def _unsubscribe(ctx, args, kind):
-    conn = _conn(ctx)
-    if not _subscribed(conn):
-        raise CommandError(messages.NOSUB.format(args[0].lower().decode("utf-8", "replace")))
-    return ctx.server.pubsub.unsubscribe(conn, args[1:], kind)
+    # Outside subscribed mode too: one confirmation per channel with a count of 0 (or one with a null
+    # channel), as Valkey 7.2 and 8.0.2+; 8.0.0-8.0.1's -NOSUB broke Celery and was reverted.
+    return ctx.server.pubsub.unsubscribe(_conn(ctx), args[1:], kind)
 
 
 @command("subscribe")

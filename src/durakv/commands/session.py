@@ -9,7 +9,8 @@ class Session:
     __slots__ = ("id", "db_id", "resp", "authenticated", "user", "name", "lib_name", "lib_ver",
                  "in_multi", "multi_queue", "multi_error", "watched", "dirty_cas", "ctx",
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
-                 "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index")
+                 "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index", "reply_off",
+                 "reply_skip")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -37,3 +38,12 @@ class Session:
         self.fd = -1
         self.tracking = False
         self.last_write_index = 0  # journal entry holding this client's newest write (WAITAOF)
+        self.reply_off = False     # CLIENT REPLY OFF: no replies until CLIENT REPLY ON
+        self.reply_skip = 0        # CLIENT REPLY SKIP: replies still to drop (its own, then the next)
+
+    def mute_reply(self, data: bytes) -> bytes:
+        """The bytes to send for one command's reply under CLIENT REPLY OFF / SKIP."""
+        if self.reply_skip:
+            self.reply_skip -= 1
+            return b""
+        return b"" if self.reply_off else data

@@ -20,6 +20,9 @@ def type_name(value) -> str:
 _KEY_OVERHEAD = 100
 _ELEMENT_OVERHEAD = {dict: 100, deque: 16, set: 80, ZSet: 180}
 _BYTES_HEADER = sys.getsizeof(b"")
+# What the server counts for itself on an empty dataset, so that used_memory (and so maxmemory) means what
+# it means on Valkey, whose empty server reports about 0.9 MB (its dicts, shared objects, client buffers).
+BASELINE_BYTES = 1 << 20
 
 
 def estimate_value(value) -> int:
@@ -137,9 +140,13 @@ class Keyspace:
         self.expire_enabled = True
         self.hide_expired = False    # replicas: expired keys are invisible to reads but not deleted
         self.deleted_by_server = []  # (db_id, key, reason) with reason 'expired' | 'evicted'
-        self.used_bytes = 0          # estimated dataset bytes, kept current by the dispatcher
+        self.baseline_bytes = BASELINE_BYTES
+        # used_memory: the baseline plus the estimated dataset bytes, kept current by the dispatcher
+        self.used_bytes = BASELINE_BYTES
         self.expired_keys = 0
         self.evicted_keys = 0
+        self.dirty = 0               # effects recorded (Valkey's server.dirty)
+        self.dirty_saved = 0         # dirty when the last successful snapshot started
         self.track_access = None     # None | 'lru' | 'lfu'
         self.lfu_log_factor = 10
         self.lfu_decay_time_min = 1

@@ -189,6 +189,9 @@ class Connection(asyncio.Protocol):
         self._emit(index, data, out)
 
     def _emit(self, index, data, out):
+        s = self.session
+        if s.reply_off or s.reply_skip:  # CLIENT REPLY OFF / SKIP (commands/connection.py)
+            data = s.mute_reply(data)
         if self.pending or (index and index > self.server.tracker.committed):
             self.pending.append((index, data))
             self.server.tracker.waiters.add(self)
@@ -247,8 +250,16 @@ class Connection(asyncio.Protocol):
 
     def close(self):
         self.closing = True
-        if self.transport is not None:
-            self.transport.close()
+        t = self.transport
+        if t is not None:
+            # Send the FIN right behind the last reply (QUIT, CLIENT KILL): a client that reuses the
+            # connection then reads EOF instead of having its next command answered by a reset.
+            if not t.is_closing() and t.can_write_eof():
+                try:
+                    t.write_eof()
+                except OSError:
+                    pass
+            t.close()
 
 
 def _fmt_addr(addr):

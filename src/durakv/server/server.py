@@ -299,6 +299,7 @@ class Server:
         return fut
 
     async def _snapshot(self, fut):
+        dirty_before = self.keyspace.dirty  # what this snapshot will hold (rdb_changes_since_last_save)
         try:
             if self.journal is None:
                 await self._snapshot_in_process()
@@ -318,6 +319,7 @@ class Server:
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())
             self.last_bgsave_status = "ok"
+            self.keyspace.dirty_saved = dirty_before
             fut.set_result("OK")
         except Exception as exc:  # noqa: BLE001
             log.error("snapshot failed: %s", exc)
