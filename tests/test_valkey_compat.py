@@ -265,3 +265,32 @@ def test_lolwut(rr):
     # Out-of-range sizes are clamped as Valkey does (cols 1..1000, squares 1..200).
     tiny = rr.execute_command("LOLWUT", "VERSION", "5", "-5", "0", "0").decode()
     assert tiny == "\u280b\n\nGeorg Nees - schotter, plotter on paper, 1968. Redis ver. 8.0.1\n"  # as Valkey
+
+
+def test_keyspace_notifications_for_stream_events(shared_server, r):
+    r.config_set("notify-keyspace-events", "Kt")
+    s, f = _conn(shared_server)
+    try:
+        s.sendall(_encode(["PSUBSCRIBE", "*"]))
+        assert _read_reply(f) == b"*3\r\n$10\r\npsubscribe\r\n$1\r\n*\r\n:1\r\n"
+        wait_until(lambda: r.execute_command("PUBSUB", "NUMPAT") == 1, 10, what="the pattern subscriber")
+        r.delete("mystream")
+        r.xgroup_create("mystream", "mygroup", "$", mkstream=True)
+        r.xgroup_createconsumer("mystream", "mygroup", "Bob")
+        entry = r.xadd("mystream", {"field1": "A"}, id="1-0")
+        r.xreadgroup("mygroup", "Alice", {"mystream": ">"})
+        r.xclaim("mystream", "mygroup", "Mike", 0, [entry], force=True)
+        r.xgroup_delconsumer("mystream", "mygroup", "Lee")    # no such consumer: no event
+        r.xautoclaim("mystream", "mygroup", "Bob", 0, entry)   # Bob exists: no event
+        r.xgroup_delconsumer("mystream", "mygroup", "Bob")
+        r.xadd("mystream", {"f": "v"}, id="2-0", maxlen=1, approximate=False)  # trims: xadd, xtrim
+        r.xdel("mystream", "2-0")
+        r.xgroup_setid("mystream", "mygroup", "0")
+        r.xgroup_destroy("mystream", "mygroup")
+        events = [_read_reply(f).split(b"\r\n")[-2].decode() for _ in range(11)]
+        assert events == ["xgroup-create", "xgroup-createconsumer", "xadd", "xgroup-createconsumer",
+                          "xgroup-createconsumer", "xgroup-delconsumer", "xadd", "xtrim", "xdel",
+                          "xgroup-setid", "xgroup-destroy"]
+    finally:
+        s.close()
+        r.config_set("notify-keyspace-events", "")
