@@ -252,3 +252,26 @@ def test_hll_sparse_max_bytes_promotes_to_dense(rc):
     r.pfadd("h2", "a")
     assert r.getrange("h2", 4, 4) == b"\x01"  # still sparse
     assert enc(r, "h2") == b"raw"
+
+
+def test_approximate_trim_limit_follows_stream_node_max_entries(rc):
+    r = rc
+    r.config_set("stream-node-max-entries", "1")
+    for _ in range(102):
+        r.xadd("s", {"xitem": "v"})
+    r.xtrim("s", maxlen=1, approximate=True)
+    assert r.xlen("s") == 2  # at most 100 * 1 entries trimmed by one ~ trim
+    r.delete("s")
+    for _ in range(102):
+        r.xadd("s", {"xitem": "v"})
+    r.xtrim("s", maxlen=1, approximate=False)
+    assert r.xlen("s") == 1
+
+
+def test_lset_is_checked_as_an_append(rc):
+    r = rc
+    r.config_set("list-max-listpack-size", "3")
+    r.rpush("l", "a", "b", "c")
+    assert enc(r, "l") == b"listpack"
+    r.lset("l", 0, "hello")  # as Valkey: 3 elements + the new one exceed 3, so a quicklist
+    assert enc(r, "l") == b"quicklist"

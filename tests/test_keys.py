@@ -795,3 +795,17 @@ def test_lazy_expiry_in_scan_and_randomkey_replays():
     replica.expire_enabled = False
     apply_effects(replica, run.effects)
     assert dump(replica) == dump(run.ks)
+
+
+def test_glob_recursion_cap_as_stringmatchlen():
+    """Over 1000 stars before the last token never match (Valkey's nesting guard); a final star is free."""
+    from durakv.keyspace.glob import glob_match
+    assert glob_match(b"*a" * 1000, b"a" * 1000)
+    assert not glob_match(b"*a" * 1001, b"a" * 1001)
+    assert glob_match(b"*a" * 1000 + b"*", b"a" * 1001)
+    assert not glob_match(b"*?" * 50000, b"a" * 50000)
+
+
+def test_keys_with_an_abusive_pattern(r):
+    r.set("a" * 50000, 1)
+    assert r.keys("*?" * 50000) == []

@@ -23,7 +23,7 @@ def test_command_list_has_subcommands_and_filters(r):
     assert sorted(raw(r, "COMMAND", "LIST", "FILTERBY", "PATTERN", "xgroup|c*")) == [
         b"xgroup|create", b"xgroup|createconsumer"]
     hll = raw(r, "COMMAND", "LIST", "FILTERBY", "ACLCAT", "hyperloglog")
-    assert sorted(hll) == [b"pfadd", b"pfcount", b"pfmerge"]
+    assert sorted(hll) == [b"pfadd", b"pfcount", b"pfdebug", b"pfmerge", b"pfselftest"]
     assert raw(r, "COMMAND", "LIST", "FILTERBY", "ACLCAT", "nosuchcategory") == []
     assert raw(r, "COMMAND", "LIST", "FILTERBY", "MODULE", "none") == []
     assert error_of(r, "COMMAND", "LIST", "FILTERBY", "BADTYPE", "x") == "ERR syntax error"
@@ -42,8 +42,17 @@ def test_command_info_flags_movablekeys_and_subcommands(r):
     # key spec flags: the access kind upper-case, the rest lower-case
     spec = dict(zip(*[iter(get[8][0])] * 2))
     assert sorted(spec[b"flags"]) == [b"RO", b"access"]
+    assert raw(r, "COMMAND", "INFO", "get|key", "config|get|key", "nosuch") == [None, None, None]
     (client,) = raw(r, "COMMAND", "INFO", "client")
     assert b"client|list" in [sub[0] for sub in client[9]]
+
+
+def test_command_docs_tokens_are_upper_case(r):
+    docs = raw(r, "COMMAND", "DOCS", "georadius")
+    args = dict(zip(*[iter(docs[1])] * 2))[b"arguments"]
+    unit = [dict(zip(*[iter(a)] * 2)) for a in args if dict(zip(*[iter(a)] * 2))[b"name"] == b"unit"][0]
+    tokens = [dict(zip(*[iter(a)] * 2))[b"token"] for a in unit[b"arguments"]]
+    assert tokens == [b"M", b"KM", b"FT", b"MI"]  # valkey-cli's hints show them so
 
 
 def test_command_getkeys_and_flags(r):

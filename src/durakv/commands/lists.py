@@ -303,9 +303,10 @@ def lset(ctx, args):
         index += n
     if not 0 <= index < n:
         raise CommandError(messages.INDEX_OUT_OF_RANGE)
+    # Valkey checks the new element as if appended (listTypeTryConversionAppend), then sets it and
+    # checks for shrinking.
+    encoding.list_grown(ctx.keyspace.encoding_rules, ctx.db, key, dq, (args[3],))
     dq[index] = args[3]
-    # Valkey converts for the new element first, then for the one it replaced.
-    grown(ctx, key, dq)
     shrunk(ctx, key, dq)
     ctx.propagate_args(args)
     return OK

@@ -276,7 +276,7 @@ def _args_doc(arguments):
         if "key_spec_index" in a:
             d[b"key_spec_index"] = a["key_spec_index"]
         if "token" in a:
-            d[b"token"] = a["token"].encode()
+            d[b"token"] = a["token"].upper().encode()  # Valkey's generator upper-cases tokens
         flags = [f for f in ("optional", "multiple", "multiple_token") if a.get(f)]
         if flags:
             d[b"flags"] = RespSet(flags)
@@ -301,6 +301,8 @@ def command_doc(cmd):
 
 def _find(name: bytes):
     parts = name.lower().split(b"|")
+    if len(parts) > 2:
+        return None  # lookupCommandBySds: one level of subcommands only
     cmd = registry.TABLE.get(parts[0])
     if cmd is None or (cmd.handler is None and not cmd.subcommands):
         return None

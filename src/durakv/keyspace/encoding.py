@@ -334,16 +334,19 @@ def listpack_fits(values, limit: int, n=None) -> bool:
     return listpack_bytes(values) <= limit
 
 
-def list_content_encoding(rules, dq) -> bytes:
+def list_content_encoding(rules, dq, extra=()) -> bytes:
+    """The encoding of a list holding dq (and `extra`, elements about to be added) by its content."""
     size_limit, count_limit = rules.list_limits()
-    n = len(dq)
+    n = len(dq) + len(extra)
     if count_limit is not None and n > count_limit:
         return QUICKLIST
     if size_limit is None:
         size_limit = SIZE_SAFETY_LIMIT
     if 7 + 2 * n > size_limit:
         return QUICKLIST
-    return LISTPACK if listpack_fits(dq, size_limit, n) else QUICKLIST
+    if extra:
+        size_limit -= sum(map(lp_entry_bytes, extra))
+    return LISTPACK if listpack_fits(dq, size_limit, len(dq)) else QUICKLIST
 
 
 def list_encoding(rules, db, key, dq) -> bytes:
@@ -351,14 +354,15 @@ def list_encoding(rules, db, key, dq) -> bytes:
     return enc if enc is not None else list_content_encoding(rules, dq)
 
 
-def list_grown(rules, db, key, dq):
-    """After elements were added (push, insert, LSET, the target of a move): a listpack that now
-    exceeds one node's limit becomes a quicklist (listTypeTryConvertListpack)."""
+def list_grown(rules, db, key, dq, extra=()):
+    """After elements were added (push, insert, the target of a move), or before LSET with the new
+    element in `extra` (Valkey checks LSET as an append): a listpack that exceeds one node's limit
+    becomes a quicklist (listTypeTryConvertListpack)."""
     enc = db.enc
     cur = enc.get(key)
     if cur is QUICKLIST:
         return
-    enc[key] = list_content_encoding(rules, dq)
+    enc[key] = list_content_encoding(rules, dq, extra)
 
 
 def list_shrunk(rules, db, key, dq):

@@ -498,6 +498,45 @@ def _dense_set(buf, index, count_):
         buf[byte + 1] = (buf[byte + 1] & ~(63 >> fb8) & 0xFF) | (count_ >> fb8)
 
 
+dense_set = _dense_set
+
+
+def empty_dense() -> bytes:
+    """A dense HLL with every register 0 and the cardinality cache marked invalid."""
+    buf = bytearray(DENSE_SIZE)
+    buf[0:4] = MAGIC
+    buf[4] = DENSE
+    buf[15] = 0x80
+    return bytes(buf)
+
+
+def to_dense(value: bytes) -> bytes:
+    """hllSparseToDense of a sparse value (Corrupt for a bad body); a dense value is returned as is."""
+    if value[4] == DENSE:
+        return value
+    return bytes(_promote(bytearray(value[:HDR_SIZE]), Sparse(value[HDR_SIZE:])))
+
+
+def sparse_decode(value: bytes) -> bytes:
+    """PFDEBUG DECODE: the opcodes of a sparse body as 'z:len', 'Z:len' and 'v:value,len'."""
+    body = value[HDR_SIZE:]
+    out = []
+    i, n = 0, len(body)
+    while i < n:
+        op = body[i]
+        if op < 0x40:
+            out.append(b"z:%d" % ((op & 0x3F) + 1))
+            i += 1
+        elif op < 0x80:
+            nxt = body[i + 1] if i + 1 < n else 0  # Valkey reads the NUL terminator past a cut XZERO
+            out.append(b"Z:%d" % ((((op & 0x3F) << 8) | nxt) + 1))
+            i += 2
+        else:
+            out.append(b"v:%d,%d" % (((op >> 2) & 0x1F) + 1, (op & 3) + 1))
+            i += 1
+    return b" ".join(out)
+
+
 def _promote(header: bytearray, sparse: Sparse) -> bytearray:
     """hllSparseToDense: the whole dense value (header copied, encoding set to dense)."""
     raw = sparse.to_raw()
