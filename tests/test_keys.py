@@ -809,3 +809,13 @@ def test_glob_recursion_cap_as_stringmatchlen():
 def test_keys_with_an_abusive_pattern(r):
     r.set("a" * 50000, 1)
     assert r.keys("*?" * 50000) == []
+
+
+def test_random_keys_of_a_one_key_db():
+    """The sampling snapshot is built for a db of one key too (eviction used to find no candidate)."""
+    ks = Keyspace(1, rng=random.Random(3))
+    db = ks.dbs[0]
+    db.data[b"only"] = b"v"
+    assert db.random_keys(3, ks.rng) == [b"only"] * 3
+    assert ks.evict_one("allkeys-random") == (0, b"only")
+    assert not db.data

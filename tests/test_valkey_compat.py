@@ -303,3 +303,41 @@ def test_keyspace_notifications_for_stream_events(shared_server, r):
     finally:
         s.close()
         r.config_set("notify-keyspace-events", "")
+
+
+def test_pubsub_pushes_are_not_silenced_by_client_reply_off(shared_server, r):
+    s, f = _conn(shared_server)
+    with s:
+        s.sendall(_encode(["HELLO", "3"]))
+        _read_reply(f)
+        s.sendall(_encode(["CLIENT", "REPLY", "OFF"]) + _encode(["SUBSCRIBE", "channel"])
+                  + _encode(["PSUBSCRIBE", "ch*"]))
+        assert _read_reply(f) == b">3\r\n$9\r\nsubscribe\r\n$7\r\nchannel\r\n:1\r\n"
+        assert _read_reply(f) == b">3\r\n$10\r\npsubscribe\r\n$3\r\nch*\r\n:2\r\n"
+        assert r.publish("channel", "hello") == 2
+        assert _read_reply(f) == b">3\r\n$7\r\nmessage\r\n$7\r\nchannel\r\n$5\r\nhello\r\n"
+        assert _read_reply(f) == b">4\r\n$8\r\npmessage\r\n$3\r\nch*\r\n$7\r\nchannel\r\n$5\r\nhello\r\n"
+        s.sendall(_encode(["UNSUBSCRIBE", "channel"]) + _encode(["PUNSUBSCRIBE", "ch*"]))
+        assert _read_reply(f) == b">3\r\n$11\r\nunsubscribe\r\n$7\r\nchannel\r\n:1\r\n"
+        assert _read_reply(f) == b">3\r\n$12\r\npunsubscribe\r\n$3\r\nch*\r\n:0\r\n"
+        s.sendall(_encode(["CLIENT", "REPLY", "ON"]))
+        assert _read_reply(f) == b"+OK\r\n"
+
+
+def test_config_set_maxmemory_evicts_at_once_and_notifies(shared_server, r):
+    r.config_set("notify-keyspace-events", "Ee")
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    s, f = _conn(shared_server)
+    try:
+        s.sendall(_encode(["PSUBSCRIBE", "*"]))
+        _read_reply(f)
+        wait_until(lambda: r.execute_command("PUBSUB", "NUMPAT") == 1, 10, what="the pattern subscriber")
+        r.set("foo", "bar")
+        r.config_set("maxmemory", 1)
+        assert _read_reply(f) == b"*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$22\r\n__keyevent@0__:evicted\r\n$3\r\nfoo\r\n"
+        assert r.exists("foo") == 0
+    finally:
+        s.close()
+        r.config_set("maxmemory", 0)
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("notify-keyspace-events", "")

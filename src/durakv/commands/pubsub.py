@@ -8,6 +8,7 @@ commands server/notify.py allows (checked before dispatch, as Valkey's processCo
 
 from .. import messages
 from ..errors import CommandError
+from ..protocol.resp import Raw
 from .registry import command
 
 
@@ -23,27 +24,44 @@ def _subscribed(conn) -> bool:
     return conn.subs is not None and conn.subs.total() > 0
 
 
+def _confirmations(ctx, conn, raw):
+    """Subscribe/unsubscribe confirmations are pushes in Valkey (CLIENT_PUSHING, in RESP2 too), so
+    CLIENT REPLY OFF / SKIP does not silence them: under it they go out as pushes and the command's
+    own (empty) reply is what gets dropped."""
+    s = ctx.client
+    if s.reply_off or s.reply_skip:
+        conn.push(raw)
+        return Raw(b"")
+    return raw
+
+
 def _unsubscribe(ctx, args, kind):
     # Outside subscribed mode too: one confirmation per channel with a count of 0 (or one with a null
     # channel), as Valkey 7.2 and 8.0.2+; 8.0.0-8.0.1's -NOSUB broke Celery and was reverted.
-    return ctx.server.pubsub.unsubscribe(_conn(ctx), args[1:], kind)
+    conn = _conn(ctx)
+    return _confirmations(ctx, conn, ctx.server.pubsub.unsubscribe(conn, args[1:], kind))
+
+
+def _subscribe(ctx, args, kind):
+    conn = _conn(ctx)
+    return _confirmations(ctx, conn, ctx.server.pubsub.subscribe(conn, args[1:], kind))
 
 
 @command("subscribe")
 def subscribe(ctx, args):
-    return ctx.server.pubsub.subscribe(_conn(ctx), args[1:], "channel")
+    return _subscribe(ctx, args, "channel")
 
 
 @command("psubscribe")
 def psubscribe(ctx, args):
-    return ctx.server.pubsub.subscribe(_conn(ctx), args[1:], "pattern")
+    return _subscribe(ctx, args, "pattern")
 
 
 @command("ssubscribe")
 def ssubscribe(ctx, args):
     if not ctx.may_block:
         raise CommandError(messages.DENY_BLOCKING.format("SSUBSCRIBE"))
-    return ctx.server.pubsub.subscribe(_conn(ctx), args[1:], "shard")
+    return _subscribe(ctx, args, "shard")
 
 
 @command("unsubscribe")

@@ -52,6 +52,12 @@ def config_set(ctx, args):
             cfg.set(name, value)
         except (ConfigError, ValueError) as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
+    d = ctx.dispatcher
+    if d.maxmemory and any(BY_NAME[name].name in ("maxmemory", "maxmemory-policy") for name, _v in pairs) \
+            and d.used_memory_fn() > d.maxmemory:
+        # As Valkey's updateMaxmemory: evict at once down to the new limit (the policy permitting),
+        # not only when the next write arrives; the evicted keys are journaled and notified as usual.
+        d._evict()
     return OK
 
 

@@ -97,7 +97,8 @@ class Db:
             keys = list(source) if len(source) <= 64 else None
             if keys is not None:
                 return [rng.choice(keys) for _ in range(count)]
-        if len(self._sample) < len(source) // 2 or self._sample_misses > max(16, len(self._sample) // 4):
+        if (not self._sample or len(self._sample) < len(source) // 2
+                or self._sample_misses > max(16, len(self._sample) // 4)):
             self._sample = list(self.data)
             self._sample_misses = 0
         out = []
