@@ -341,3 +341,36 @@ def test_config_set_maxmemory_evicts_at_once_and_notifies(shared_server, r):
         r.config_set("maxmemory", 0)
         r.config_set("maxmemory-policy", "noeviction")
         r.config_set("notify-keyspace-events", "")
+
+
+def test_latency_histogram(r):
+    r.config_resetstat()
+    histo = raw(r, "LATENCY", "HISTOGRAM")
+    assert list(dict(zip(*[iter(histo)] * 2))) == [b"config|resetstat"]  # resetstat itself is recorded
+    r.set("a", "b")
+    r.set("c", "d")
+    r.execute_command("CLIENT", "ID")
+    got = dict(zip(*[iter(raw(r, "LATENCY", "HISTOGRAM", "set", "client", "blabla", "get"))] * 2))
+    assert set(got) == {b"set", b"client|id"}
+    calls, n, label, buckets = got[b"set"]
+    assert (calls, n, label) == (b"calls", 2, b"histogram_usec")
+    counts = list(dict(zip(*[iter(buckets)] * 2)).items())
+    assert counts[-1][1] == 2 and all(b > a for (_x, a), (_y, b) in zip(counts, counts[1:]))
+    assert all(bound & (bound - 1) == 0 for bound, _c in counts)  # power-of-two microsecond bounds
+    assert raw(r, "LATENCY", "HISTOGRAM", "blabla") == []
+
+
+def test_module_commands_without_modules(r):
+    assert raw(r, "MODULE", "LIST") == []
+    assert raw(r, "MODULE", "HELP")[0] == b"MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    assert error_of(r, "MODULE", "LOAD", "/tmp/x.so") == (
+        "ERR Error loading the extension. Please check the server logs.")
+    assert error_of(r, "MODULE", "UNLOAD", "x") == "ERR Error unloading module: no such module with that name"
+
+
+def test_accepted_knobs_without_effect(r):
+    assert r.execute_command("DEBUG", "REPLYBUFFER", "PEAK-RESET-TIME", "100") == b"OK"
+    assert r.execute_command("DEBUG", "REPLYBUFFER", "RESIZING", "0") == b"OK"
+    assert r.config_get("lazyfree-lazy-expire") == {"lazyfree-lazy-expire": "yes"}  # Valkey 8.0's default
+    assert r.config_set("lazyfree-lazy-expire", "no")
+    r.config_set("lazyfree-lazy-expire", "yes")

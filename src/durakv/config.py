@@ -153,6 +153,13 @@ OPTIONS = [
     # trimming (MAXLEN ~) and XINFO STREAM's radix-tree counts follow.
     Option("stream-node-max-entries", 100, _int_range(0, 2**63 - 1)),
     Option("stream-node-max-bytes", 4096, _memory_range(0, 2**63 - 1)),
+    # Valkey 8.0 frees big values in a background thread (these default to yes); durakv frees at once, which no
+    # reply can tell apart, so they are accepted and kept for CONFIG GET only.
+    Option("lazyfree-lazy-eviction", True, _bool),
+    Option("lazyfree-lazy-expire", True, _bool),
+    Option("lazyfree-lazy-server-del", True, _bool),
+    Option("lazyfree-lazy-user-del", True, _bool),
+    Option("lazyfree-lazy-user-flush", True, _bool),
     # HyperLogLog sparse -> dense promotion (keyspace/hll.py), as in Valkey.
     Option("hll-sparse-max-bytes", 3000, _memory_range(0, 2**63 - 1)),
     # durakv's own

@@ -5,7 +5,7 @@ each key, value and expire), so durakv and a Valkey server holding the same data
 replica-consistency check can compare them. OBJECT describes the value as Valkey would (its encoding from
 keyspace/encoding.py); its address and serializedlength are durakv's own (the Python object, the length
 of durakv's DUMP serialization). QUICKLIST-PACKED-THRESHOLD, DICT-RESIZING and LOG exist for Valkey's test
-suite and are harmless. What pokes at Valkey internals durakv does not have (HTSTATS, LISTPACK,
+suite and are harmless, as are DICT-RESIZING and REPLYBUFFER (accepted, no effect). What pokes at Valkey internals durakv does not have (HTSTATS, LISTPACK,
 REPLYBUFFER, MALLCTL, SEGFAULT, ...) answers the unknown-subcommand error, as does RELOAD for now.
 """
 
@@ -227,6 +227,8 @@ _HELP = [
     "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "DICT-RESIZING <0|1>",
     "    Accepted for compatibility (durakv's hash tables resize on their own).",
+    "REPLYBUFFER PEAK-RESET-TIME <NEVER||RESET|time> | RESIZING <0|1>",
+    "    Accepted for compatibility (durakv has no reply buffers to resize).",
     "DIGEST",
     "    Output a hex signature representing the current DB content.",
     "DIGEST-VALUE <key> [<key> ...]",
@@ -314,5 +316,7 @@ def debug(ctx, args):
         return OK
     if sub == b"DICT-RESIZING" and n == 3:
         return OK
+    if sub == b"REPLYBUFFER" and n == 4 and args[2].lower() in (b"peak-reset-time", b"resizing"):
+        return OK  # durakv has no per-client reply buffers to resize: accepted, no effect
     raise CommandError("ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
                        % args[1].decode("utf-8", "replace"))

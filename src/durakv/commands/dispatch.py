@@ -172,6 +172,7 @@ class Dispatcher:
         cmd.calls += 1
         usec = int((self.perf_counter() - started) * 1e6)
         cmd.usec += usec
+        cmd.latency[usec.bit_length()] += 1  # LATENCY HISTOGRAM (commands/introspection.py)
         if usec >= self.monitors.threshold_us:
             self.monitors.record(session, cmd, args, usec)
         self.total_commands += 1

@@ -455,6 +455,48 @@ def latency_doctor(ctx, args):
     return _verbatim(ctx, latency_report(_monitors(ctx), hz, int(time.time())).encode())
 
 
+def _latency_cdf(cmd):
+    """fillCommandCDF: calls, and per latency bucket (its upper bound in microseconds, powers of two) the
+    calls at or below it, listing only the buckets where the count grows."""
+    cdf = {}
+    total = 0
+    for b, n in enumerate(cmd.latency):
+        if n:
+            total += n
+            cdf[1 << b] = total
+    return {b"calls": total, b"histogram_usec": cdf}
+
+
+def _with_latency(cmds):
+    for cmd in cmds:
+        if any(cmd.latency):
+            yield cmd
+
+
+@command("latency|histogram")
+def latency_histogram(ctx, args):
+    from . import registry
+    if len(args) == 2:
+        picked = []
+        for cmd in registry.implemented().values():
+            picked.append(cmd)
+            picked.extend(cmd.subcommands.values())
+    else:
+        picked = []
+        for raw in args[2:]:
+            parts = raw.lower().split(b"|")
+            cmd = registry.TABLE.get(parts[0])
+            if cmd is not None and len(parts) == 2:
+                cmd = cmd.subcommands.get(parts[1])
+            elif len(parts) > 2:
+                cmd = None
+            if cmd is None:
+                continue  # an unknown command is skipped, as Valkey does
+            picked.append(cmd)
+            picked.extend(cmd.subcommands.values())
+    return {cmd.fullname.encode(): _latency_cdf(cmd) for cmd in _with_latency(picked)}
+
+
 @command("latency|help")
 def latency_help(ctx, args):
     return _help(args, [

@@ -12,7 +12,7 @@ class Command:
     __slots__ = ("name", "fullname", "handler", "arity", "flags", "acl", "key_specs", "spec",
                  "subcommands", "parent", "write", "readonly", "denyoom", "admin", "noscript",
                  "no_auth", "no_multi", "loading", "stale", "pubsub", "blocking", "simple_keys",
-                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys")
+                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "latency")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -27,6 +27,8 @@ class Command:
         self.subcommands = {}
         self._set_flags()
         self.calls = self.usec = self.rejected_calls = self.failed_calls = 0
+        # LATENCY HISTOGRAM: calls per power-of-two microsecond bucket (index = usec.bit_length()).
+        self.latency = [0] * 64
 
     def _set_flags(self):
         f = self.flags

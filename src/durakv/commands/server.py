@@ -71,6 +71,7 @@ def config_resetstat(ctx, args):
     for cmd in registry.TABLE.values():
         for c in [cmd] + list(cmd.subcommands.values()):
             c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
+            c.latency = [0] * 64
     srv = ctx.server
     srv.total_connections = srv.rejected_connections = 0
     srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
@@ -603,3 +604,40 @@ def role(ctx, args):
         return [b"slave", host.encode(), int(port or 0), b"connected", node.applied_index]
     offset = node.applied_index if node is not None else (srv.tracker.committed if srv and srv.tracker else 0)
     return [b"master", offset, []]
+
+
+# -- MODULE ---------------------------------------------------------------------------------------
+# durakv loads no Valkey modules (they are C extensions of Valkey's own process): LIST is always empty and
+# LOAD fails the way a Valkey that cannot load the library does, with the reason in the server log.
+
+@command("module|help")
+def module_help(ctx, args):
+    return ["MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "LIST", "    Return a list of loaded modules.",
+            "LOAD <path> [<arg> ...]",
+            "    Load a module library from <path>, passing to it any optional arguments.",
+            "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+            "    Load a module library from <path>, while passing it module configurations and optional arguments.",
+            "UNLOAD <name>", "    Unload a module.",
+            "HELP", "    Print this help."]
+
+
+@command("module|list")
+def module_list(ctx, args):
+    return []
+
+
+def _module_load(ctx, args):
+    import logging
+    logging.getLogger("durakv.server").warning(
+        "Module %s failed to load: durakv does not load Valkey modules", args[2].decode("utf-8", "replace"))
+    raise CommandError("ERR Error loading the extension. Please check the server logs.")
+
+
+command("module|load")(_module_load)
+command("module|loadex")(_module_load)
+
+
+@command("module|unload")
+def module_unload(ctx, args):
+    raise CommandError("ERR Error unloading module: no such module with that name")
