@@ -374,3 +374,13 @@ def test_accepted_knobs_without_effect(r):
     assert r.config_get("lazyfree-lazy-expire") == {"lazyfree-lazy-expire": "yes"}  # Valkey 8.0's default
     assert r.config_set("lazyfree-lazy-expire", "no")
     r.config_set("lazyfree-lazy-expire", "yes")
+
+
+def test_command_docs_display_text(r):
+    docs = raw(r, "COMMAND", "DOCS", "georadius")
+    args = [dict(zip(*[iter(a)] * 2)) for a in dict(zip(*[iter(docs[1])] * 2))[b"arguments"]]
+    by_name = {a[b"name"]: a for a in args}
+    assert by_name[b"key"][b"display_text"] == b"key"            # the name when the spec gives none
+    assert b"display_text" not in by_name[b"unit"]                # not for oneof / block
+    store = [dict(zip(*[iter(a)] * 2)) for a in by_name[b"store"][b"arguments"]]
+    assert [(a[b"name"], a[b"display_text"]) for a in store] == [(b"storekey", b"key"), (b"storedistkey", b"key")]

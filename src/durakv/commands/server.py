@@ -278,8 +278,8 @@ def _args_doc(arguments):
     out = []
     for a in arguments:
         d = {b"name": a["name"].encode(), b"type": a["type"].encode()}
-        if "display_text" in a:
-            d[b"display_text"] = a["display_text"].encode()
+        if a["type"] not in ("oneof", "block"):
+            d[b"display_text"] = a.get("display_text", a["name"]).encode()  # the name when not given
         if "key_spec_index" in a:
             d[b"key_spec_index"] = a["key_spec_index"]
         if "token" in a:
