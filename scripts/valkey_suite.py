@@ -24,6 +24,11 @@ server by its pid, and parses the output: `[ok]: name (N ms)`, `[err]: name in f
 lines, `[exception]: ...` (the unit stops there), `[skip]: name`, `[ignore]: name: reason`. It prints per-unit
 ok / err / exception / timeout counts, the failing tests with their first error line, and the totals; --json
 writes all of it (plus each unit's raw output tail) to a file.
+
+    .venv/bin/python scripts/valkey_suite.py --compare before.json after.json valkey.json
+
+prints the per-unit counts of several such files side by side. `--runtest-arg=--durable` makes runtest go on
+after an exception (useful to see every failure of a unit; not the configuration the totals are quoted in).
 """
 
 import argparse
@@ -293,7 +298,37 @@ def print_report(results, out=sys.stdout, failures=True):
           f"{t['units_stopped']}, of which with 0 ok {t['units_zero_ok_stopped']})", file=out)
 
 
+def compare(paths, out=sys.stdout):
+    """A per-unit table of ok / err / exc / timeout from several --json result files, side by side."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append({u["unit"]: u for u in json.load(f)["units"]})
+    units = sorted(set().union(*runs))
+    head = "".join(f" | {os.path.basename(p)[:26]:>26}" for p in paths)
+    print(f"{'unit':<40}{head}", file=out)
+
+    def cell(r):
+        if r is None:
+            return f"{'-':>26}"
+        text = f"{r['ok']} ok {r['err']} err {r['exception']} exc" + (" T" if r["timeout"] else "")
+        return f"{text:>26}"
+    for unit in units:
+        rows = [run.get(unit) for run in runs]
+        if all(r is not None and not (r["ok"] or r["err"] or r["exception"] or r["timeout"]) for r in rows):
+            continue  # skipped everywhere (external:skip units)
+        print(f"{unit:<40}" + "".join(f" | {cell(r)}" for r in rows), file=out)
+    totals = [summarize(list(run.values())) for run in runs]
+    print(f"{'TOTAL':<40}" + "".join(
+        f" | {str(t['ok']) + ' ok ' + str(t['err']) + ' err ' + str(t['exception']) + ' exc ' + str(t['timeout']) + ' T':>26}"
+        for t in totals), file=out)
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--compare":
+        compare(argv[1:])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("checkout", help="a Valkey source checkout (e.g. tag 8.0.1) with src/valkey-cli")
     ap.add_argument("--units", action="append", default=[],
