@@ -275,3 +275,33 @@ def test_lset_is_checked_as_an_append(rc):
     assert enc(r, "l") == b"listpack"
     r.lset("l", 0, "hello")  # as Valkey: 3 elements + the new one exceed 3, so a quicklist
     assert enc(r, "l") == b"quicklist"
+
+
+def test_list_size_cache_stays_exact_under_random_operations():
+    """For a listpack, Db.enc keeps (lpBytes, length) up to date through pushes and pops; whatever the
+    mix of list commands, when it is there it equals the list's real listpack size."""
+    import random
+    from durakv.commands import load_all
+    from durakv.commands.dispatch import Dispatcher
+    from durakv.commands.session import Session
+    load_all()
+    rng = random.Random(7)
+    for fill in (-1, 5, 40):
+        ks = Keyspace(1)
+        ks.encoding_rules.set("list-max-listpack-size", fill)
+        d, s = Dispatcher(ks), Session()
+        db = ks.dbs[0]
+        for _ in range(1500):
+            value = rng.choice([b"a", b"123", b"-7", b"x" * rng.randint(1, 300), b"%d" % rng.randint(-10**12, 10**12)])
+            op = rng.choice(["LPUSH", "RPUSH", "LPOP", "RPOP", "LSET", "LINSERT", "LTRIM", "LREM", "RPOPLPUSH"])
+            argv = {"LPUSH": [b"LPUSH", b"l", value, value], "RPUSH": [b"RPUSH", b"l", value],
+                    "LPOP": [b"LPOP", b"l"], "RPOP": [b"RPOP", b"l", b"2"], "LSET": [b"LSET", b"l", b"0", value],
+                    "LINSERT": [b"LINSERT", b"l", b"BEFORE", b"a", value], "LTRIM": [b"LTRIM", b"l", b"0", b"60"],
+                    "LREM": [b"LREM", b"l", b"1", b"a"], "RPOPLPUSH": [b"RPOPLPUSH", b"l", b"l2"]}[op]
+            d.execute(s, argv)
+            for key in (b"l", b"l2"):
+                state, dq = db.enc.get(key), db.data.get(key)
+                if type(state) is tuple:
+                    assert state == (enc_mod.listpack_bytes(dq), len(dq)), (fill, op)
+                if dq is not None and state is None:
+                    assert enc_mod.list_content_encoding(ks.encoding_rules, dq) == b"listpack"

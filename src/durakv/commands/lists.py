@@ -63,15 +63,15 @@ def _pop_many(dq, count: int, left: bool):
     return [pop() for _ in range(count)]
 
 
-def grown(ctx, key, dq, db=None):
-    """Elements were added to the list at key: it may outgrow its listpack (keyspace/encoding.py)."""
-    encoding.list_grown(ctx.keyspace.encoding_rules, db or ctx.db, key, dq)
+def grown(ctx, key, dq, added):
+    """`added` were put into the list at key: it may outgrow its listpack (keyspace/encoding.py)."""
+    encoding.list_grown(ctx.keyspace.encoding_rules, ctx.db, key, dq, added)
 
 
-def shrunk(ctx, key, dq, db=None):
+def shrunk(ctx, key, dq, removed=None):
     """Elements were removed; an emptied list is already deleted and has no encoding left to track."""
     if dq:
-        encoding.list_shrunk(ctx.keyspace.encoding_rules, db or ctx.db, key, dq)
+        encoding.list_shrunk(ctx.keyspace.encoding_rules, ctx.db, key, dq, removed)
 
 
 def _where(arg: bytes) -> bool:
@@ -98,7 +98,7 @@ def _push(ctx, args, left: bool, xx: bool):
         dq.extendleft(args[2:])
     else:
         dq.extend(args[2:])
-    grown(ctx, key, dq)
+    grown(ctx, key, dq, args[2:])
     ctx.propagate_args(args)
     return len(dq)
 
@@ -142,7 +142,7 @@ def _pop(ctx, args, left: bool):
     else:
         result = _pop_many(dq, count, left)
     ctx.delete_if_empty(key, dq)
-    shrunk(ctx, key, dq)
+    shrunk(ctx, key, dq, (result,) if count is None else result)
     ctx.propagate_args(args)
     return result
 
@@ -192,7 +192,7 @@ def lmpop(ctx, args):
             continue
         popped = _pop_many(dq, count, left)
         ctx.delete_if_empty(key, dq)
-        shrunk(ctx, key, dq)
+        shrunk(ctx, key, dq, popped)
         ctx.propagate(b"LPOP" if left else b"RPOP", key, b"%d" % len(popped))
         return [key, popped]
     return NullArray
@@ -305,7 +305,7 @@ def lset(ctx, args):
         raise CommandError(messages.INDEX_OUT_OF_RANGE)
     # Valkey checks the new element as if appended (listTypeTryConversionAppend), then sets it and
     # checks for shrinking.
-    encoding.list_grown(ctx.keyspace.encoding_rules, ctx.db, key, dq, (args[3],))
+    encoding.list_grown(ctx.keyspace.encoding_rules, ctx.db, key, dq, extra=(args[3],))
     dq[index] = args[3]
     shrunk(ctx, key, dq)
     ctx.propagate_args(args)
@@ -330,7 +330,7 @@ def linsert(ctx, args):
     except ValueError:
         return -1
     dq.insert(i + 1 if after else i, args[4])
-    grown(ctx, key, dq)
+    grown(ctx, key, dq, (args[4],))
     ctx.propagate_args(args)
     return len(dq)
 
@@ -436,10 +436,10 @@ def _move(ctx, args, src_left: bool, dst_left: bool):
         ddq.appendleft(value)
     else:
         ddq.append(value)
-    grown(ctx, dst, ddq)
+    grown(ctx, dst, ddq, (value,))
     ctx.delete_if_empty(src, sdq)
     if sdq is not ddq:
-        shrunk(ctx, src, sdq)
+        shrunk(ctx, src, sdq, (value,))
     ctx.propagate_args(args)
     return value
 

@@ -48,7 +48,7 @@ class EncodingRules:
 
     __slots__ = ("hash_entries", "hash_value", "set_intset_entries", "set_entries", "set_value",
                  "zset_entries", "zset_value", "list_fill", "list_packed_threshold", "list_compress_depth",
-                 "stream_node_max_bytes", "stream_node_max_entries", "hll_sparse_max_bytes")
+                 "stream_node_max_bytes", "stream_node_max_entries", "hll_sparse_max_bytes", "_list_limits")
 
     _FIELDS = {
         "hash-max-listpack-entries": "hash_entries",
@@ -71,6 +71,7 @@ class EncodingRules:
         # DEBUG QUICKLIST-PACKED-THRESHOLD: elements at least this long sit in plain quicklist nodes,
         # which never turn back into a listpack (0: Valkey's default rule, isLargeElement).
         self.list_packed_threshold = 0
+        self._list_limits = self._compute_list_limits()
 
     def set(self, config_name, value) -> bool:
         """Takes one config value; False if the name is not an encoding threshold."""
@@ -78,6 +79,8 @@ class EncodingRules:
         if field is None:
             return False
         setattr(self, field, int(value))
+        if field == "list_fill":
+            self._list_limits = self._compute_list_limits()
         return True
 
     def load(self, get):
@@ -87,7 +90,11 @@ class EncodingRules:
 
     # -- list limits (quicklistNodeLimit) -----------------------------------------------------------
     def list_limits(self):
-        """(byte limit or None, count limit or None) of one listpack node."""
+        """(byte limit or None, count limit or None) of one listpack node (computed when the config changes,
+        read on every list write)."""
+        return self._list_limits
+
+    def _compute_list_limits(self):
         fill = self.list_fill
         if fill >= 0:
             return None, (1 if fill == 0 else fill)
@@ -160,11 +167,11 @@ def hash_written(rules, db, key, h, argv_values=(), new_key=False):
         if cur is HASHTABLE:
             enc[key] = HASHTABLE
             return
-    limit = rules.hash_value
-    if (len(argv_values) // 2 > rules.hash_entries or len(h) > rules.hash_entries
-            or any(len(a) > limit for a in argv_values)):
+    entries = rules.hash_entries
+    if (len(h) > entries or len(argv_values) // 2 > entries
+            or (argv_values and max(map(len, argv_values)) > rules.hash_value)):
         enc[key] = HASHTABLE
-    else:
+    elif cur is not LISTPACK:
         enc[key] = LISTPACK
 
 
@@ -212,7 +219,12 @@ def set_added(rules, db, key, s, added, size_hint=0, created=False):
             cur = HASHTABLE
         elif cur is INTSET and size_hint > rules.set_intset_entries:
             cur = HASHTABLE
-    if cur is not HASHTABLE and added:
+    if cur is LISTPACK and added and len(s) <= rules.set_entries and max(map(len, added)) <= rules.set_value:
+        pass  # every added member fits: the common case, decided at C speed
+    elif cur is INTSET and added and len(s) <= min(rules.set_intset_entries, _INTSET_LIMIT) \
+            and all(map(_is_int, added)):
+        pass
+    elif cur is not HASHTABLE and added:
         n = len(s) - len(added)  # members before this write
         lp_value = rules.set_value
         intset_max = min(rules.set_intset_entries, _INTSET_LIMIT)
@@ -239,6 +251,13 @@ def set_added(rules, db, key, s, added, size_hint=0, created=False):
                 cur = HASHTABLE
                 break
     enc[key] = cur
+
+
+def _is_int(m: bytes) -> bool:
+    """as_int64(m) is not None, with a fast path for the common small positive integers."""
+    if m.isdigit() and len(m) < 19:
+        return m[0] != 48 or len(m) == 1
+    return as_int64(m) is not None
 
 
 def set_stored(rules, db, key, s):
@@ -274,7 +293,7 @@ def zset_added(rules, db, key, z, members=(), size_hint=0, new_key=False):
     if (size_hint > rules.zset_entries or longest > rules.zset_value or len(z) > rules.zset_entries
             or cur is SKIPLIST):
         enc[key] = SKIPLIST
-    else:
+    elif cur is not LISTPACK:
         enc[key] = LISTPACK
 
 
@@ -287,6 +306,11 @@ def zset_stored(rules, db, key, z):
 
 def lp_entry_bytes(value: bytes) -> int:
     """Bytes one element takes in a listpack: encoding header, data, back-length (listpack.c)."""
+    n = len(value)
+    if not n or not (48 <= value[0] <= 57 or value[0] == 45):  # cannot be an integer
+        if n < 64:
+            return n + 2  # 1 byte of encoding, the data, 1 byte of back-length
+        return _lp_string_bytes(n)
     v = as_int64(value)
     if v is not None:
         if 0 <= v <= 127:
@@ -302,8 +326,12 @@ def lp_entry_bytes(value: bytes) -> int:
         else:
             size = 9
     else:
-        n = len(value)
-        size = n + (1 if n < 64 else 2 if n < 4096 else 5)
+        return _lp_string_bytes(n)
+    return size + 1  # an integer entry is at most 10 bytes: a 1-byte back-length
+
+
+def _lp_string_bytes(n: int) -> int:
+    size = n + (1 if n < 64 else 2 if n < 4096 else 5)
     if size <= 127:
         return size + 1
     if size < 16383:
@@ -349,50 +377,89 @@ def list_content_encoding(rules, dq, extra=()) -> bytes:
     return LISTPACK if listpack_fits(dq, size_limit, len(dq)) else QUICKLIST
 
 
+# A list's entry in Db.enc is QUICKLIST, or for a listpack the tuple (its exact lpBytes, its length), kept
+# up to date by pushes and pops so that a push need not size the whole list; or nothing (content decides).
+
 def list_encoding(rules, db, key, dq) -> bytes:
     enc = db.enc.get(key)
-    return enc if enc is not None else list_content_encoding(rules, dq)
+    if enc is None:
+        return list_content_encoding(rules, dq)
+    return LISTPACK if type(enc) is tuple else enc
 
 
-def list_grown(rules, db, key, dq, extra=()):
-    """After elements were added (push, insert, the target of a move), or before LSET with the new
+def _exceeds(rules, total, n):
+    """quicklistNodeExceedsLimit for a listpack of `total` bytes and n entries."""
+    size_limit, count_limit = rules.list_limits()
+    if count_limit is not None:
+        return n > count_limit or total > SIZE_SAFETY_LIMIT
+    return total > size_limit
+
+
+def list_grown(rules, db, key, dq, added=(), extra=()):
+    """After `added` were put into dq (push, insert, the target of a move), or before LSET with the new
     element in `extra` (Valkey checks LSET as an append): a listpack that exceeds one node's limit
     becomes a quicklist (listTypeTryConvertListpack)."""
     enc = db.enc
     cur = enc.get(key)
     if cur is QUICKLIST:
         return
-    enc[key] = list_content_encoding(rules, dq, extra)
+    n = len(dq)
+    if type(cur) is tuple and added and cur[1] + len(added) == n:
+        total = cur[0] + sum(map(lp_entry_bytes, added))
+    else:
+        size_limit, count_limit = rules.list_limits()
+        if (count_limit is not None and n + len(extra) > count_limit) or \
+                7 + 2 * (n + len(extra)) > (size_limit or SIZE_SAFETY_LIMIT):
+            enc[key] = QUICKLIST  # decided without sizing every element
+            return
+        total = listpack_bytes(dq)
+    if _exceeds(rules, total + (sum(map(lp_entry_bytes, extra)) if extra else 0), n + len(extra)):
+        enc[key] = QUICKLIST
+    else:
+        enc[key] = (total, n)
 
 
-def list_shrunk(rules, db, key, dq):
-    """After elements were removed: a quicklist that fits in half a node becomes a listpack again
-    (listTypeTryConvertQuicklist with shrinking, which avoids flapping at the limit)."""
+def list_shrunk(rules, db, key, dq, removed=None):
+    """After elements were removed (`removed`, when the caller knows them): a quicklist that fits in half
+    a node becomes a listpack again (listTypeTryConvertQuicklist with shrinking, which avoids flapping at
+    the limit); a listpack stays one."""
     enc = db.enc
     cur = enc.get(key)
+    if type(cur) is tuple:
+        if removed is not None and cur[1] - len(removed) == len(dq):
+            enc[key] = (cur[0] - sum(map(lp_entry_bytes, removed)), len(dq))
+        else:
+            del enc[key]  # a listpack still; its size is taken afresh when it grows
+        return
     if cur is None:
         cur = list_content_encoding(rules, dq)
-    if cur is QUICKLIST:
-        size_limit, count_limit = rules.list_limits()
-        n = len(dq)
-        threshold = rules.list_packed_threshold
-        if threshold and any(len(x) >= threshold for x in dq):
-            pass  # a plain node: the quicklist stays
-        elif count_limit is not None:
-            # A count-limited node also stops at SIZE_SAFETY_LIMIT bytes, and one element above it
-            # is a plain node, which never converts.
-            if n <= count_limit // 2 and 7 + 2 * n <= SIZE_SAFETY_LIMIT \
-                    and listpack_fits(dq, SIZE_SAFETY_LIMIT, n) \
-                    and all(len(x) <= SIZE_SAFETY_LIMIT for x in dq):
-                cur = LISTPACK
-        elif 7 + 2 * n <= size_limit // 2 and listpack_fits(dq, size_limit // 2, n):
-            cur = LISTPACK
-    enc[key] = cur
+        if cur is LISTPACK:
+            return
+    size_limit, count_limit = rules.list_limits()
+    n = len(dq)
+    threshold = rules.list_packed_threshold
+    if threshold and any(len(x) >= threshold for x in dq):
+        pass  # a plain node: the quicklist stays
+    elif count_limit is not None:
+        # A count-limited node also stops at SIZE_SAFETY_LIMIT bytes, and one element above it is a plain
+        # node, which never converts.
+        if n <= count_limit // 2 and 7 + 2 * n <= SIZE_SAFETY_LIMIT \
+                and listpack_fits(dq, SIZE_SAFETY_LIMIT, n) \
+                and all(len(x) <= SIZE_SAFETY_LIMIT for x in dq):
+            enc.pop(key, None)
+            return
+    elif 7 + 2 * n <= size_limit // 2 and listpack_fits(dq, size_limit // 2, n):
+        enc.pop(key, None)
+        return
+    enc[key] = QUICKLIST
 
 
 def list_stored(rules, db, key, dq):
-    """A list built whole (SORT ... STORE): listTypeTryConversion(LIST_CONV_AUTO)."""
-    db.enc[key] = list_content_encoding(rules, dq)
+    """A list built whole (SORT ... STORE): listTypeTryConversion(LIST_CONV_AUTO), i.e. its content."""
+    if list_content_encoding(rules, dq) is QUICKLIST:
+        db.enc[key] = QUICKLIST
+    else:
+        db.enc.pop(key, None)
 
 
 # -- any value --------------------------------------------------------------------------------------
