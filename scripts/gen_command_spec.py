@@ -19,6 +19,8 @@ def clean_args(args):
     out = []
     for a in args or ():
         c = {k: a[k] for k in ARG_FIELDS if k in a}
+        if "display" in a:
+            c["display_text"] = a["display"]  # the JSON's "display" is COMMAND DOCS' display_text
         if "arguments" in a:
             c["arguments"] = clean_args(a["arguments"])
         out.append(c)

@@ -350,3 +350,35 @@ def test_kill9_restart_keeps_acknowledged_hlls(server_factory, tmp_path):
     with srv.client() as c:
         assert {k: c.get(k) for k in expected} == expected
         assert {k: c.pfcount(k) for k in expected} == counts
+
+
+def test_pfdebug_and_pfselftest(r):
+    from wire_util import error_of
+    r.delete("h")
+    r.pfadd("h", "a", "b", "c", "d", "e")
+    # The same opcodes and registers Valkey 8.0.1 shows for these five elements.
+    assert r.execute_command("PFDEBUG", "DECODE", "h") == (
+        b"Z:7292 v:1,1 Z:1143 v:1,1 Z:4274 v:2,1 Z:2445 v:1,1 Z:622 v:1,1 Z:603")
+    assert r.execute_command("PFDEBUG", "ENCODING", "h") == b"sparse"
+    regs = r.execute_command("PFDEBUG", "GETREG", "h")
+    assert len(regs) == 16384 and sorted(regs)[-5:] == [1, 1, 1, 1, 2]
+    assert r.execute_command("PFDEBUG", "ENCODING", "h") == b"dense"  # GETREG converted it
+    assert r.execute_command("PFDEBUG", "TODENSE", "h") == 0
+    assert r.pfcount("h") == 5
+    assert error_of(r, "PFDEBUG", "DECODE", "h") == "ERR HLL encoding is not sparse"
+    assert error_of(r, "PFDEBUG", "NOPE", "h") == "ERR Unknown PFDEBUG subcommand 'NOPE'"
+    assert error_of(r, "PFDEBUG", "ENCODING", "missing") == "ERR The specified key does not exist"
+    r.set("s", "x")
+    assert error_of(r, "PFDEBUG", "ENCODING", "s") == "WRONGTYPE Key is not a valid HyperLogLog string value."
+    r.pfadd("h2", "x")
+    assert r.execute_command("PFDEBUG", "TODENSE", "h2") == 1
+    assert r.getrange("h2", 4, 4) == b"\x00"
+    assert r.execute_command("PFSELFTEST") == b"OK"
+
+
+def test_pfdebug_todense_replays_to_the_same_bytes():
+    replies, effects = run_and_replay([["PFADD", "h", "a", "b"], ["PFDEBUG", "GETREG", "h"],
+                                       ["PFADD", "h2", "z"], ["PFDEBUG", "TODENSE", "h2"],
+                                       ["PFDEBUG", "TODENSE", "h2"]])
+    assert replies[3:] == [1, 0]
+    assert [argv[:2] for _db, argv in effects if argv[0] == b"PFDEBUG"] == [(b"PFDEBUG", b"TODENSE")] * 2

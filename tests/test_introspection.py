@@ -7,9 +7,11 @@ import pytest
 import valkey
 
 from durakv.commands import introspection, load_all
-from durakv.commands.introspection import LatencySeries, Monitors, encoding_of, latency_graph_text
+from durakv.commands.introspection import LatencySeries, Monitors, latency_graph_text
 from durakv.commands.registry import TABLE
 from durakv.keyspace import Keyspace, ZSet
+from durakv.keyspace.encoding import EncodingRules
+from durakv.keyspace.encoding import encoding_of as _encoding_of
 
 load_all()
 
@@ -73,10 +75,15 @@ def test_object_encoding_collections(r):
     assert enc("zlong") == b"skiplist"
     r.hset("h", mapping={"f": "v"})
     assert enc("h") == b"listpack"
-    r.hset("hbig", mapping={f"f{i}": i for i in range(129)})
+    r.hset("hbig", mapping={f"f{i}": i for i in range(513)})  # Valkey 8.0: hash-max-listpack-entries 512
     assert enc("hbig") == b"hashtable"
     r.hset("hlong", "f", "v" * 65)
     assert enc("hlong") == b"hashtable"
+
+
+def encoding_of(value):
+    """The encoding a value would have on a key no write ever reported (content decides)."""
+    return _encoding_of(EncodingRules(), Keyspace(1).dbs[0], b"k", value)
 
 
 def test_encoding_of_unit():

@@ -795,3 +795,27 @@ def test_lazy_expiry_in_scan_and_randomkey_replays():
     replica.expire_enabled = False
     apply_effects(replica, run.effects)
     assert dump(replica) == dump(run.ks)
+
+
+def test_glob_recursion_cap_as_stringmatchlen():
+    """Over 1000 stars before the last token never match (Valkey's nesting guard); a final star is free."""
+    from durakv.keyspace.glob import glob_match
+    assert glob_match(b"*a" * 1000, b"a" * 1000)
+    assert not glob_match(b"*a" * 1001, b"a" * 1001)
+    assert glob_match(b"*a" * 1000 + b"*", b"a" * 1001)
+    assert not glob_match(b"*?" * 50000, b"a" * 50000)
+
+
+def test_keys_with_an_abusive_pattern(r):
+    r.set("a" * 50000, 1)
+    assert r.keys("*?" * 50000) == []
+
+
+def test_random_keys_of_a_one_key_db():
+    """The sampling snapshot is built for a db of one key too (eviction used to find no candidate)."""
+    ks = Keyspace(1, rng=random.Random(3))
+    db = ks.dbs[0]
+    db.data[b"only"] = b"v"
+    assert db.random_keys(3, ks.rng) == [b"only"] * 3
+    assert ks.evict_one("allkeys-random") == (0, b"only")
+    assert not db.data

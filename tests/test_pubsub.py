@@ -120,10 +120,16 @@ def test_wire_format_resp2_and_resp3(raw, r):
     # unsubscribing from everything confirms each channel, then the count reaches 0
     c2.send("UNSUBSCRIBE")
     assert [c2.read(), c2.read()] == [[b"unsubscribe", b"a", 1], [b"unsubscribe", b"b", 0]]
-    # not subscribed any more: UNSUBSCRIBE answers a confirmation with count 0 (Valkey 7.2 and 8.0.2+; the
-    # -NOSUB error of 8.0.0-8.0.1 broke clients and was reverted)
+    # not subscribed any more: confirmations with a count of 0, as Valkey 7.2 and 8.0.2+ (not -NOSUB)
     assert c2.call("UNSUBSCRIBE") == [b"unsubscribe", None, 0]
+    c2.send("UNSUBSCRIBE", "x", "y")
+    assert [c2.read(), c2.read()] == [[b"unsubscribe", b"x", 0], [b"unsubscribe", b"y", 0]]
+    assert c2.call("PUNSUBSCRIBE") == [b"punsubscribe", None, 0]
+    assert c2.call("SUNSUBSCRIBE", "s") == [b"sunsubscribe", b"s", 0]
     assert c2.call("GET", "x") is None  # normal mode again
+    fresh3 = raw(3)
+    reply = fresh3.call("UNSUBSCRIBE")
+    assert isinstance(reply, Push) and reply == [b"unsubscribe", None, 0]
 
 
 def test_unsubscribe_all_with_nothing_of_that_kind_replies_null_channel(raw):

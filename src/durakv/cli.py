@@ -21,16 +21,47 @@ def _setup_logging(config):
     root.setLevel(_LEVELS.get(config["loglevel"], logging.INFO))
 
 
-def load_config(argv):
+USAGE = """Usage: durakv server [/path/to/valkey.conf] [options] [-]
+       durakv server - (read config from stdin)
+       durakv server -v or --version
+       durakv server -h or --help
+
+Examples:
+       durakv server (run the server with default conf)
+       echo 'maxmemory 128mb' | durakv server -
+       durakv server /etc/valkey/6379.conf
+       durakv server --port 7777
+       durakv server --port 7777 --durability async
+       durakv server /etc/myvalkey.conf --loglevel verbose -
+       durakv server /etc/myvalkey.conf --loglevel verbose
+"""
+
+
+def load_config(argv, stdin=None):
+    """valkey-server's command line: an optional config file first, then `--name value` options; a
+    lone `-` reads more config lines from stdin (applied last, as valkey-server does)."""
     config = Config()
     args = list(argv)
+    from_stdin = "-" in args
+    if from_stdin:
+        args = [a for a in args if a != "-"]
     if args and not args[0].startswith("--"):
         config.load_file(args.pop(0))
     config.load_args(args)
+    if from_stdin:
+        text = (stdin or sys.stdin).read()
+        config.load_text(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text, "stdin")
     return config
 
 
 def run_server(argv):
+    if argv and argv[0] in ("-h", "--help"):
+        sys.stderr.write(USAGE)
+        return 1  # as valkey-server's usage()
+    if argv and argv[0] in ("-v", "--version"):
+        from . import VALKEY_VERSION, __version__
+        print(f"durakv server v={__version__} valkey={VALKEY_VERSION} python={sys.version.split()[0]}")
+        return 0
     try:
         config = load_config(argv)
     except (ConfigError, OSError) as exc:

@@ -18,12 +18,12 @@ import os
 
 from .errors import ConfigError
 
-_UNITS = {"k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+_UNITS = {"b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
 
 
 def parse_memory(text: str) -> int:
     t = text.strip().lower()
-    for suffix in ("kb", "mb", "gb", "k", "m", "g"):
+    for suffix in ("kb", "mb", "gb", "k", "m", "g", "b"):  # memtoull's units
         if t.endswith(suffix):
             num = t[: -len(suffix)]
             if not num.lstrip("-").isdigit():
@@ -64,6 +64,15 @@ def _memory_nonnegative(text):
     if n < 0:
         raise ValueError("argument must be a memory value")
     return n
+
+
+def _memory_range(lo, hi):
+    def parse(text):
+        n = parse_memory(text)
+        if not lo <= n <= hi:
+            raise ValueError(f"argument must be between {lo} and {hi} inclusive")
+        return n
+    return parse
 
 
 def _enum(*choices):
@@ -267,6 +276,31 @@ OPTIONS = [
     Option("replica-read-only", True, _bool, aliases=("slave-read-only",)),
     Option("replica-serve-stale-data", True, _bool, aliases=("slave-serve-stale-data",)),
     Option("io-threads", 1, _int_range(1, 128), mutable=False),
+    # Encoding thresholds: they decide what OBJECT ENCODING answers (keyspace/encoding.py), as in Valkey;
+    # the `ziplist` names are Valkey's aliases from before listpacks.
+    Option("list-max-listpack-size", -2, _int_range(-(2**31), 2**31 - 1), aliases=("list-max-ziplist-size",)),
+    Option("hash-max-listpack-entries", 512, _int_range(0, 2**63 - 1), aliases=("hash-max-ziplist-entries",)),
+    Option("hash-max-listpack-value", 64, _memory_range(0, 2**63 - 1), aliases=("hash-max-ziplist-value",)),
+    Option("set-max-intset-entries", 512, _int_range(0, 2**63 - 1)),
+    Option("set-max-listpack-entries", 128, _int_range(0, 2**63 - 1)),
+    Option("set-max-listpack-value", 64, _int_range(0, 2**63 - 1)),
+    Option("zset-max-listpack-entries", 128, _int_range(0, 2**63 - 1), aliases=("zset-max-ziplist-entries",)),
+    Option("zset-max-listpack-value", 64, _memory_range(0, 2**63 - 1), aliases=("zset-max-ziplist-value",)),
+    # Quicklist node compression: a layout knob with no effect on any reply but DEBUG OBJECT's.
+    Option("list-compress-depth", 0, _int_range(0, 2**31 - 1)),
+    # Stream node limits: durakv models Valkey's stream nodes (keyspace/stream.py), which approximate
+    # trimming (MAXLEN ~) and XINFO STREAM's radix-tree counts follow.
+    Option("stream-node-max-entries", 100, _int_range(0, 2**63 - 1)),
+    Option("stream-node-max-bytes", 4096, _memory_range(0, 2**63 - 1)),
+    # Valkey 8.0 frees big values in a background thread (these default to yes); durakv frees at once, which no
+    # reply can tell apart, so they are accepted and kept for CONFIG GET only.
+    Option("lazyfree-lazy-eviction", True, _bool),
+    Option("lazyfree-lazy-expire", True, _bool),
+    Option("lazyfree-lazy-server-del", True, _bool),
+    Option("lazyfree-lazy-user-del", True, _bool),
+    Option("lazyfree-lazy-user-flush", True, _bool),
+    # HyperLogLog sparse -> dense promotion (keyspace/hll.py), as in Valkey.
+    Option("hll-sparse-max-bytes", 3000, _memory_range(0, 2**63 - 1)),
     # durakv's own
     Option("durability", "sync", _enum("none", "async", "sync")),
     Option("durability-buffer-ms", 10000, _int_range(1, 2**31 - 1)),

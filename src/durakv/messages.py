@@ -172,7 +172,6 @@ UNBLOCKED_BY_CLIENT = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
 UNBLOCK_REASON = "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
 PUBSUB_CONTEXT = ("ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are "
                   "allowed in this context")
-NOSUB = "NOSUB '{}' command executed not in subscribed mode"
 REPLICA_KEYSPACE = "ERR Replica can't interact with the keyspace"
 SUBCOMMAND_SYNTAX = "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP."
 DENY_BLOCKING = "ERR {} isn't allowed for a DENY BLOCKING client"
@@ -313,3 +312,8 @@ ACL_NO_SERVER = "ERR ACL needs a running server"  # durakv's own: a dispatcher w
 JOURNAL_FAILED_WRITES = "MISCONF Errors writing to the journal: {}. Writes are refused until it can persist again."
 JOURNAL_FAILED_WRITE = ("MISCONF Errors writing to the journal: {}. This write, or the write this read waited for, "
                         "may not be durable.")
+CLUSTER_SUPPORT_DISABLED = "ERR This instance has cluster support disabled"
+# -- CLIENT KILL --
+CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
+MAXAGE_NOT_INTEGER = "ERR maxage is not an integer or out of range"
+MAXAGE_POSITIVE = "ERR maxage should be greater than 0"

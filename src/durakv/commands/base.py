@@ -96,6 +96,8 @@ class Context:
         """Sets key to value (any type), dropping its TTL unless keep_ttl."""
         db = self.db
         db.data[key] = value
+        if db.enc:
+            db.enc.pop(key, None)  # a new value starts from its own encoding (keyspace/encoding.py)
         if not keep_ttl and db.expires:
             db.expires.pop(key, None)
 

@@ -17,6 +17,7 @@ is empty deletes the destination and propagates DEL.
 
 from .. import messages
 from ..errors import CommandError, WrongType
+from ..keyspace import encoding
 from .base import parse_int, syntax_error
 from .registry import command
 from .strings import PROTO_MAX_BULK_LEN
@@ -63,8 +64,11 @@ def setbit(ctx, args):
     shift = 7 - (offset & 7)
     if value is None:
         ctx.store(key, bytes(byte) + bytes((on << shift,)))
+        encoding.string_modified_in_place(ctx.db, key)
         ctx.propagate_args(args)
         return 0
+    # lookupStringForBitCommand makes the string raw before looking at the bit, changed or not.
+    encoding.string_modified_in_place(ctx.db, key)
     n = len(value)
     if byte < n:
         old = value[byte]
@@ -77,6 +81,7 @@ def setbit(ctx, args):
         bitval = 0
         new = b"".join((value, bytes(byte - n), bytes((on << shift,))))
     ctx.store(key, new, keep_ttl=True)
+    encoding.string_modified_in_place(ctx.db, key)
     ctx.propagate_args(args)
     return bitval
 
@@ -282,6 +287,7 @@ def bitop(ctx, args):
         for v in values[1:]:
             acc ^= as_int(v)
     ctx.store(dest, acc.to_bytes(maxlen, "big"))
+    encoding.string_modified_in_place(ctx.db, dest)
     ctx.propagate_args(args)
     return maxlen
 
@@ -454,6 +460,9 @@ def _bitfield(ctx, args, readonly_command):
             changes += 1
     if changes or grown:
         ctx.store(key, bytes(buf), keep_ttl=True)
+    if key in ctx.db.data:  # a writing BITFIELD made the string raw (lookupStringForBitCommand)
+        encoding.string_modified_in_place(ctx.db, key)
+    if changes or grown:
         ctx.propagate_args(args)
     return out
 

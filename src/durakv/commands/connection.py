@@ -168,8 +168,9 @@ def client_setinfo(ctx, args):
         raise CommandError("ERR Unrecognized option '%s'" % args[2].decode("utf-8", "replace"))
     for b in value:
         if b < 33 or b > 126:
+            # validateClientAttr; the attribute is named as the client wrote it.
             raise CommandError("ERR %s cannot contain spaces, newlines or special characters."
-                               % attr.decode().upper().replace("-", "-"))
+                               % args[2].decode("utf-8", "replace"))
     if attr == b"lib-name":
         ctx.client.lib_name = value
     else:
@@ -217,13 +218,16 @@ def client_info(ctx, args):
 def client_kill(ctx, args):
     port = ctx.port
     sessions = port.sessions()
-    if len(args) == 3:  # old form: CLIENT KILL addr:port
+    me = ctx.client.id
+    if len(args) == 3:  # old form: CLIENT KILL addr:port, which may kill the caller itself
         addr = args[2].decode("utf-8", "replace")
         for s in sessions:
             if s.addr == addr:
-                port.kill_client(s)
+                _kill(ctx, port, s, me)
                 return OK
         raise CommandError(messages.NO_SUCH_CLIENT)
+    if len(args) < 3:
+        raise syntax_error()
     filters = []
     skipme = True
     i = 2
@@ -232,17 +236,14 @@ def client_kill(ctx, args):
             raise syntax_error()
         opt, val = args[i].upper(), args[i + 1]
         if opt == b"ID":
-            try:
-                n = int(val)
-            except ValueError:
-                raise CommandError("ERR client-id should be greater than 0") from None
+            n = parse_int(val, messages.CLIENT_ID_POSITIVE)
             if n <= 0:
-                raise CommandError("ERR client-id should be greater than 0")
+                raise CommandError(messages.CLIENT_ID_POSITIVE)
             filters.append(lambda s, n=n: s.id == n)
         elif opt == b"ADDR":
-            filters.append(lambda s, v=val.decode(): s.addr == v)
+            filters.append(lambda s, v=val.decode("utf-8", "replace"): s.addr == v)
         elif opt == b"LADDR":
-            filters.append(lambda s, v=val.decode(): s.laddr == v)
+            filters.append(lambda s, v=val.decode("utf-8", "replace"): s.laddr == v)
         elif opt == b"USER":
             acl = users_of(ctx)
             user = acl.users.get(val) if acl is not None else None
@@ -260,7 +261,9 @@ def client_kill(ctx, args):
                 raise syntax_error()
             skipme = v == b"yes"
         elif opt == b"MAXAGE":
-            age = parse_int(val)
+            age = parse_int(val, messages.MAXAGE_NOT_INTEGER)
+            if age <= 0:
+                raise CommandError(messages.MAXAGE_POSITIVE)
             now = ctx.now_ms()
             filters.append(lambda s, a=age: (now - s.created_ms) // 1000 >= a)
         else:
@@ -268,12 +271,38 @@ def client_kill(ctx, args):
         i += 2
     killed = 0
     for s in sessions:
-        if skipme and s.id == ctx.client.id:
+        if skipme and s.id == me:
             continue
         if all(f(s) for f in filters):
-            port.kill_client(s)
+            _kill(ctx, port, s, me)
             killed += 1
     return killed
+
+
+def _kill(ctx, port, session, me):
+    if session.id == me:
+        ctx.client.close_after_reply = True  # the caller still gets its reply first
+    else:
+        port.kill_client(session)
+
+
+@command("client|reply")
+def client_reply(ctx, args):
+    """CLIENT REPLY ON|OFF|SKIP: the connection drops the replies the session says to (Session.mute_reply)."""
+    mode = args[2].lower()
+    s = ctx.client
+    if mode == b"on":
+        s.reply_off = False
+        s.reply_skip = 0
+        return OK
+    if mode == b"off":
+        s.reply_off = True  # this reply too
+        return OK
+    if mode == b"skip":
+        if not s.reply_off:
+            s.reply_skip = 2  # this command's reply (there is none) and the next one
+        return OK
+    raise syntax_error()
 
 
 def _on_off(arg) -> bool:

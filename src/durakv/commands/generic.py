@@ -30,7 +30,7 @@ from crc32c import crc32c
 
 from .. import messages
 from ..errors import CommandError, WrongType
-from ..keyspace import Keyspace, ZSet
+from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply
@@ -251,6 +251,7 @@ def _store_result(ctx, src, dst, result):
             ctx.delete(dst)
             ctx.propagate(b"DEL", dst)
         ctx.store(dst, new)
+        encoding.list_stored(ctx.keyspace.encoding_rules, ctx.db, dst, new)
         for i in range(0, len(result), RPUSH_CHUNK):
             ctx.propagate(b"RPUSH", dst, *result[i:i + RPUSH_CHUNK])
         if account:

@@ -14,7 +14,7 @@ import math
 
 from .. import messages
 from ..errors import CommandError
-from ..keyspace import ZSet
+from ..keyspace import ZSet, encoding
 from ..protocol.resp import NullArray
 from .base import parse_int, syntax_error
 from .registry import command
@@ -563,7 +563,9 @@ def _georadius_generic(ctx, args, src_idx, flags):
         scores = {member: d / conversion for d, _score, member, _x, _y in found}
     else:
         scores = {member: score for _d, score, member, _x, _y in found}
-    ctx.store(storekey, ZSet.from_scores(scores))
+    z = ZSet.from_scores(scores)
+    ctx.store(storekey, z)
+    encoding.zset_stored(ctx.keyspace.encoding_rules, ctx.db, storekey, z)
     zargs = [b"ZADD", storekey]
     for member, s in scores.items():
         zargs.append(format_score(s))

@@ -8,6 +8,7 @@ from itertools import islice
 
 from .. import messages
 from ..errors import CommandError
+from ..keyspace import encoding
 from ..protocol.resp import OK
 from .base import INT64_MAX, INT64_MIN, parse_int, syntax_error, wrong_arity
 from .numeric import format_long_double_human, parse_long_double, round_long_double
@@ -22,7 +23,8 @@ def hset(ctx, args):
         raise wrong_arity(args[0].decode("utf-8", "replace").lower())
     key = args[1]
     h = ctx.lookup_hash(key)
-    if h is None:
+    new_key = h is None
+    if new_key:
         h = {}
         ctx.store(key, h)
     before = len(h)
@@ -31,8 +33,14 @@ def hset(ctx, args):
     else:
         it = iter(args[2:])
         h.update(zip(it, it))
+    written(ctx, key, h, args[2:], new_key)
     ctx.propagate_args(args)
     return len(h) - before
+
+
+def written(ctx, key, h, argv_values, new_key=False):
+    """Fields were set: the hash may leave its listpack encoding (keyspace/encoding.py)."""
+    encoding.hash_written(ctx.keyspace.encoding_rules, ctx.db, key, h, argv_values, new_key)
 
 
 @command("hmset")
@@ -45,12 +53,15 @@ def hmset(ctx, args):
 def hsetnx(ctx, args):
     key, field = args[1], args[2]
     h = ctx.lookup_hash(key)
-    if h is None:
-        ctx.store(key, {field: args[3]})
+    new_key = h is None
+    if new_key:
+        h = {field: args[3]}
+        ctx.store(key, h)
     elif field in h:
         return 0
     else:
         h[field] = args[3]
+    written(ctx, key, h, args[2:4], new_key)
     ctx.propagate_args(args)
     return 1
 
@@ -138,10 +149,12 @@ def hincrby(ctx, args):
     value += incr
     if not INT64_MIN <= value <= INT64_MAX:
         raise CommandError(messages.OVERFLOW)
-    if h is None:
+    new_key = h is None
+    if new_key:
         h = {}
         ctx.store(key, h)
     h[field] = b"%d" % value
+    written(ctx, key, h, (field, h[field]), new_key)
     ctx.propagate_args(args)
     return value
 
@@ -168,10 +181,12 @@ def hincrbyfloat(ctx, args):
         if value is None:
             raise CommandError(messages.INCR_NAN)
     text = format_long_double_human(value)
-    if h is None:
+    new_key = h is None
+    if new_key:
         h = {}
         ctx.store(key, h)
     h[field] = text
+    written(ctx, key, h, (field, text), new_key)
     ctx.propagate(b"HSET", key, field, text)
     return text
 

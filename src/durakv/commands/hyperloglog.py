@@ -6,9 +6,11 @@ created). PFCOUNT never writes: Valkey stores the computed cardinality in the st
 replicates that write); here the count is memoized outside the value, so reads produce no effects.
 """
 
+import math
+
 from .. import messages
 from ..errors import CommandError
-from ..keyspace import hll
+from ..keyspace import encoding, hll
 from ..protocol.resp import OK
 from .registry import command
 
@@ -25,17 +27,22 @@ def _corrupt():
     return CommandError(messages.HLL_INVALID)
 
 
+def _sparse_max(ctx):
+    return ctx.keyspace.encoding_rules.hll_sparse_max_bytes  # hll-sparse-max-bytes
+
+
 @command("pfadd")
 def pfadd(ctx, args):
     key = args[1]
     value = _hll_value(ctx, key)
     try:
-        new, updated = hll.add(value, args[2:])
+        new, updated = hll.add(value, args[2:], _sparse_max(ctx))
     except hll.Corrupt:
         raise _corrupt() from None
     if not updated:
         return 0
     ctx.store(key, new, keep_ttl=True)
+    encoding.string_modified_in_place(ctx.db, key)  # an HLL is always a raw string in Valkey
     ctx.propagate_args(args)
     return 1
 
@@ -86,9 +93,90 @@ def pfmerge(ctx, args):
     if registers is None:
         registers = bytes(hll.REGISTERS)
     try:
-        new = hll.merge_into(dest_value, registers, use_dense)
+        new = hll.merge_into(dest_value, registers, use_dense, _sparse_max(ctx))
     except hll.Corrupt:
         raise _corrupt() from None
     ctx.store(args[1], new, keep_ttl=True)
+    encoding.string_modified_in_place(ctx.db, args[1])
     ctx.propagate_args(args)
+    return OK
+
+
+# -- PFDEBUG / PFSELFTEST -------------------------------------------------------------------------------
+
+@command("pfdebug")
+def pfdebug(ctx, args):
+    """PFDEBUG GETREG|DECODE|ENCODING|TODENSE key, as hyperloglog.c's pfdebugCommand. A conversion to
+    dense (GETREG, TODENSE) changes the value and is journaled as PFDEBUG TODENSE."""
+    sub, key = args[1].lower(), args[2]
+    value = ctx.lookup(key)
+    if value is None:
+        raise CommandError("ERR The specified key does not exist")
+    if type(value) is not bytes or not hll.is_hll(value):
+        raise CommandError(messages.HLL_WRONGTYPE)
+    if sub not in (b"getreg", b"decode", b"encoding", b"todense"):
+        raise CommandError("ERR Unknown PFDEBUG subcommand '%s'" % args[1].decode("utf-8", "replace"))
+    # dbUnshareStringValue: PFDEBUG leaves the string raw whatever the subcommand.
+    encoding.string_modified_in_place(ctx.db, key)
+    if sub == b"encoding":
+        return "dense" if value[4] == hll.DENSE else "sparse"
+    if sub == b"decode":
+        if value[4] != hll.SPARSE:
+            raise CommandError("ERR HLL encoding is not sparse")
+        return hll.sparse_decode(value)
+    converted = False
+    if value[4] == hll.SPARSE:
+        try:
+            value = hll.to_dense(value)
+        except hll.Corrupt:
+            raise _corrupt() from None
+        ctx.store(key, value, keep_ttl=True)
+        encoding.string_modified_in_place(ctx.db, key)
+        ctx.propagate(b"PFDEBUG", b"TODENSE", key)
+        converted = True
+    if sub == b"todense":
+        return 1 if converted else 0
+    return list(hll.dense_to_raw(value[hll.HDR_SIZE:]))
+
+
+# Bounded versions of Valkey's loops (1000 register cycles, 10 million elements): the same checks, sized
+# so that the command (which, as in Valkey, blocks the server) stays short in Python.
+SELFTEST_REGISTER_CYCLES = 3
+SELFTEST_MAX_CARDINALITY = 100000
+
+
+@command("pfselftest")
+def pfselftest(ctx, args):
+    rng = ctx.keyspace.rng
+    buf = bytearray(hll.DENSE_SIZE)
+    for _ in range(SELFTEST_REGISTER_CYCLES):
+        expected = [rng.getrandbits(6) for _ in range(hll.REGISTERS)]
+        for i, r in enumerate(expected):
+            hll.dense_set(buf, i, r)
+        for i, r in enumerate(expected):
+            got = hll.registers_get(buf, i)
+            if got != r:
+                raise CommandError("ERR TESTFAILED Register %d should be %d but is %d" % (i, r, got))
+    # Approximation error, with a dense and a sparse HLL fed the same elements.
+    dense = hll.empty_dense()
+    sparse = None
+    sparse_max = _sparse_max(ctx)
+    relerr = 1.04 / (hll.REGISTERS ** 0.5)
+    seed = rng.getrandbits(64)
+    added = 0
+    checkpoint = 1
+    while checkpoint <= SELFTEST_MAX_CARDINALITY:
+        batch = [((j ^ seed) & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little") for j in range(added + 1, checkpoint + 1)]
+        added = checkpoint
+        dense = hll.add(dense, batch, sparse_max)[0] or dense
+        sparse = hll.add(sparse, batch, sparse_max)[0] or sparse
+        if checkpoint < sparse_max // 2 and sparse[4] != hll.SPARSE:
+            raise CommandError("ERR TESTFAILED sparse encoding not used")
+        card = hll.count(dense)
+        if card != hll.count(sparse):
+            raise CommandError("ERR TESTFAILED dense/sparse disagree")
+        maxerr = 1 if checkpoint == 10 else math.ceil(relerr * 6 * checkpoint)
+        if abs(checkpoint - card) > maxerr:
+            raise CommandError("ERR TESTFAILED Too big error. card:%d abserr:%d" % (checkpoint, abs(checkpoint - card)))
+        checkpoint *= 10
     return OK

@@ -21,11 +21,10 @@ from itertools import islice
 
 from .. import messages
 from ..errors import CommandError
-from ..keyspace import ZSet
+from ..keyspace import encoding
 from ..keyspace.db import _BYTES_HEADER, _ELEMENT_OVERHEAD, _KEY_OVERHEAD, estimate_key
-from ..keyspace.stream import Stream
 from ..protocol.resp import OK, Raw
-from .base import INT64_MAX, INT64_MIN, parse_int, syntax_error
+from .base import parse_int, syntax_error
 from .registry import command
 
 # -- the slow log and the latency monitor ---------------------------------------------------------
@@ -41,7 +40,7 @@ class Monitors:
     """Slow log entries and latency time series of one server (held by its pipeline)."""
 
     __slots__ = ("slowlog", "slowlog_next_id", "slowlog_slower_than", "slowlog_max_len",
-                 "latency_threshold_ms", "latency_events", "threshold_us", "config")
+                 "latency_threshold_ms", "latency_events", "threshold_us", "config", "encoding_rules")
 
     def __init__(self, keyspace=None, config=None):
         self.slowlog = deque()          # newest first: (id, unix_s, usec, argv, addr, name)
@@ -56,11 +55,18 @@ class Monitors:
             self.slowlog_max_len = config["slowlog-max-len"]
             self.latency_threshold_ms = config.get("latency-monitor-threshold", 0)
             config.listeners.append(self._on_config_set)
+        self.encoding_rules = None
         if keyspace is not None:
             keyspace.latency_monitor = self
+            # OBJECT ENCODING's thresholds follow the same config (keyspace/encoding.py).
+            self.encoding_rules = keyspace.encoding_rules
+            if config is not None:
+                self.encoding_rules.load(config.__getitem__)
         self._recompute()
 
     def _on_config_set(self, name, value):
+        if self.encoding_rules is not None and self.encoding_rules.set(name, value):
+            return
         if name == "slowlog-log-slower-than":
             self.slowlog_slower_than = value
         elif name == "slowlog-max-len":
@@ -449,6 +455,48 @@ def latency_doctor(ctx, args):
     return _verbatim(ctx, latency_report(_monitors(ctx), hz, int(time.time())).encode())
 
 
+def _latency_cdf(cmd):
+    """fillCommandCDF: calls, and per latency bucket (its upper bound in microseconds, powers of two) the
+    calls at or below it, listing only the buckets where the count grows."""
+    cdf = {}
+    total = 0
+    for b, n in enumerate(cmd.latency):
+        if n:
+            total += n
+            cdf[1 << b] = total
+    return {b"calls": total, b"histogram_usec": cdf}
+
+
+def _with_latency(cmds):
+    for cmd in cmds:
+        if any(cmd.latency):
+            yield cmd
+
+
+@command("latency|histogram")
+def latency_histogram(ctx, args):
+    from . import registry
+    if len(args) == 2:
+        picked = []
+        for cmd in registry.implemented().values():
+            picked.append(cmd)
+            picked.extend(cmd.subcommands.values())
+    else:
+        picked = []
+        for raw in args[2:]:
+            parts = raw.lower().split(b"|")
+            cmd = registry.TABLE.get(parts[0])
+            if cmd is not None and len(parts) == 2:
+                cmd = cmd.subcommands.get(parts[1])
+            elif len(parts) > 2:
+                cmd = None
+            if cmd is None:
+                continue  # an unknown command is skipped, as Valkey does
+            picked.append(cmd)
+            picked.extend(cmd.subcommands.values())
+    return {cmd.fullname.encode(): _latency_cdf(cmd) for cmd in _with_latency(picked)}
+
+
 @command("latency|help")
 def latency_help(ctx, args):
     return _help(args, [
@@ -472,105 +520,12 @@ def latency_help(ctx, args):
 
 # -- OBJECT ---------------------------------------------------------------------------------------
 
-# Valkey 8's defaults (hash-max-listpack-*, set-max-*, zset-max-listpack-*, list-max-listpack-size -2).
-HASH_MAX_LISTPACK_ENTRIES = 128
-HASH_MAX_LISTPACK_VALUE = 64
-SET_MAX_INTSET_ENTRIES = 512
-SET_MAX_LISTPACK_ENTRIES = 128
-SET_MAX_LISTPACK_VALUE = 64
-ZSET_MAX_LISTPACK_ENTRIES = 128
-ZSET_MAX_LISTPACK_VALUE = 64
-LIST_MAX_LISTPACK_BYTES = 8192
-EMBSTR_SIZE_LIMIT = 44
 SHARED_INTEGERS = 10000
 SHARED_REFCOUNT = 2147483647
 
 
-def as_int64(value: bytes):
-    """Valkey's string2ll: the integer a string is exactly the canonical form of, or None."""
-    n = len(value)
-    if n == 0 or n > 20:
-        return None
-    first = value[0]
-    if first == 45:  # '-'
-        if n == 1 or value[1] == 48:
-            return None
-        digits = value[1:]
-    else:
-        if first == 48 and n > 1:
-            return None
-        digits = value
-    if not digits.isdigit():
-        return None
-    v = int(value)
-    return v if INT64_MIN <= v <= INT64_MAX else None
-
-
-def _lp_entry_bytes(value: bytes) -> int:
-    """Bytes one element takes in a listpack (encoding + data + backlen)."""
-    v = as_int64(value)
-    if v is not None:
-        if 0 <= v <= 127:
-            size = 1
-        elif -4096 <= v <= 4095:
-            size = 2
-        elif -32768 <= v <= 32767:
-            size = 3
-        elif -(1 << 23) <= v < (1 << 23):
-            size = 4
-        elif -(1 << 31) <= v < (1 << 31):
-            size = 5
-        else:
-            size = 9
-    else:
-        n = len(value)
-        size = n + (1 if n < 64 else 2 if n < 4096 else 5)
-    if size <= 127:
-        return size + 1
-    if size < 16383:
-        return size + 2
-    if size < 2097151:
-        return size + 3
-    return size + (4 if size < 268435455 else 5)
-
-
-def encoding_of(value) -> bytes:
-    t = type(value)
-    if t is bytes:
-        if len(value) <= 20 and as_int64(value) is not None:
-            return b"int"
-        return b"embstr" if len(value) <= EMBSTR_SIZE_LIMIT else b"raw"
-    n = len(value)
-    if t is dict:
-        if n > HASH_MAX_LISTPACK_ENTRIES:
-            return b"hashtable"
-        limit = HASH_MAX_LISTPACK_VALUE
-        for f, v in value.items():
-            if len(f) > limit or len(v) > limit:
-                return b"hashtable"
-        return b"listpack"
-    if t is deque:
-        total = 7  # header + end byte
-        for item in value:
-            total += _lp_entry_bytes(item)
-            if total > LIST_MAX_LISTPACK_BYTES:
-                return b"quicklist"
-        return b"listpack"
-    if t is set:
-        if n <= SET_MAX_INTSET_ENTRIES and all(as_int64(m) is not None for m in value):
-            return b"intset"
-        if n > SET_MAX_LISTPACK_ENTRIES:
-            return b"hashtable"
-        limit = SET_MAX_LISTPACK_VALUE
-        return b"hashtable" if any(len(m) > limit for m in value) else b"listpack"
-    if t is ZSet:
-        if n > ZSET_MAX_LISTPACK_ENTRIES:
-            return b"skiplist"
-        limit = ZSET_MAX_LISTPACK_VALUE
-        return b"skiplist" if any(len(m) > limit for m in value.scores) else b"listpack"
-    if t is Stream:
-        return b"stream"
-    return b"unknown"
+def encoding_of(ctx, key, value) -> bytes:
+    return encoding.encoding_of(ctx.keyspace.encoding_rules, ctx.db, key, value)
 
 
 def _peek(ctx, key):
@@ -598,7 +553,7 @@ def _shared_integers_allowed(ctx):
 @command("object|encoding")
 def object_encoding(ctx, args):
     value = _peek(ctx, args[2])
-    return None if value is None else encoding_of(value)
+    return None if value is None else encoding_of(ctx, args[2], value)
 
 
 @command("object|refcount")
@@ -607,7 +562,7 @@ def object_refcount(ctx, args):
     if value is None:
         return None
     if type(value) is bytes and _shared_integers_allowed(ctx):
-        n = as_int64(value)
+        n = encoding.as_int64(value)
         if n is not None and 0 <= n < SHARED_INTEGERS:
             return SHARED_REFCOUNT
     return 1
@@ -724,7 +679,7 @@ def memory_stats(ctx, args):
     number as INFO used_memory), each db's hash tables (sys.getsizeof of its dicts), the process RSS.
     What it does not have (replication backlog, client buffers, scripts caches) is 0."""
     used, peak, rss = _memory_overview(ctx)
-    out = {b"peak.allocated": peak, b"total.allocated": used, b"startup.allocated": 0,
+    out = {b"peak.allocated": peak, b"total.allocated": used, b"startup.allocated": ctx.keyspace.baseline_bytes,
            b"replication.backlog": 0, b"clients.slaves": 0, b"clients.normal": 0, b"cluster.links": 0,
            b"aof.buffer": 0, b"lua.caches": 0, b"functions.caches": 0}
     overhead = 0
@@ -737,7 +692,7 @@ def memory_stats(ctx, args):
         overhead += main + exp
         keys += len(db.data)
         out[b"db.%d" % db.id] = {b"overhead.hashtable.main": main, b"overhead.hashtable.expires": exp}
-    dataset = max(0, used - overhead)
+    dataset = max(0, used - overhead - ctx.keyspace.baseline_bytes)
     out.update({
         b"overhead.db.hashtable.lut": 0, b"overhead.db.hashtable.rehashing": 0,
         b"overhead.total": overhead, b"db.dict.rehashing.count": 0, b"keys.count": keys,

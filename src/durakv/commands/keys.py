@@ -140,8 +140,11 @@ def _rename(ctx, src, dst, nx):
             return 0
         ctx.delete(dst)
     expire = ctx.ttl_ms(src)
+    enc = ctx.db.enc.get(src)  # the value keeps its encoding under its new name
     ctx.delete(src)
     ctx.store(dst, value)
+    if enc is not None:
+        ctx.db.enc[dst] = enc
     if expire is not None:
         ctx.set_expire(dst, expire)
     ctx.propagate(b"RENAME", src, dst)
@@ -180,6 +183,9 @@ def copy(ctx, args):
         ks.delete(dst_db, newkey)
     new = _duplicate(value)
     dst_db.data[newkey] = new
+    enc = src_db.enc.get(key)  # Valkey's COPY duplicates the object, encoding included
+    if enc is not None:
+        dst_db.enc[newkey] = enc
     if expire is not None:
         dst_db.set_expire(newkey, expire)
     if dst_db is not src_db:
@@ -207,8 +213,11 @@ def move(ctx, args):
     if ks.lookup(dst_db, key) is not None:
         return 0
     expire = src_db.expires.get(key)
+    enc = src_db.enc.get(key)
     ctx.delete(key)
     dst_db.data[key] = value
+    if enc is not None:
+        dst_db.enc[key] = enc
     if expire is not None:
         dst_db.set_expire(key, expire)
     ks.used_bytes += estimate_key(key, value)  # the pipeline saw it leave the source db

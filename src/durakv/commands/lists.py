@@ -9,6 +9,7 @@ from itertools import islice
 
 from .. import messages
 from ..errors import CommandError
+from ..keyspace import encoding
 from ..protocol.resp import OK, NullArray
 from .base import INT64_MAX, parse_int, syntax_error, wrong_arity
 from .registry import command
@@ -62,6 +63,17 @@ def _pop_many(dq, count: int, left: bool):
     return [pop() for _ in range(count)]
 
 
+def grown(ctx, key, dq, added):
+    """`added` were put into the list at key: it may outgrow its listpack (keyspace/encoding.py)."""
+    encoding.list_grown(ctx.keyspace.encoding_rules, ctx.db, key, dq, added)
+
+
+def shrunk(ctx, key, dq, removed=None):
+    """Elements were removed; an emptied list is already deleted and has no encoding left to track."""
+    if dq:
+        encoding.list_shrunk(ctx.keyspace.encoding_rules, ctx.db, key, dq, removed)
+
+
 def _where(arg: bytes) -> bool:
     """True for LEFT, False for RIGHT."""
     a = arg.upper()
@@ -86,6 +98,7 @@ def _push(ctx, args, left: bool, xx: bool):
         dq.extendleft(args[2:])
     else:
         dq.extend(args[2:])
+    grown(ctx, key, dq, args[2:])
     ctx.propagate_args(args)
     return len(dq)
 
@@ -129,6 +142,7 @@ def _pop(ctx, args, left: bool):
     else:
         result = _pop_many(dq, count, left)
     ctx.delete_if_empty(key, dq)
+    shrunk(ctx, key, dq, (result,) if count is None else result)
     ctx.propagate_args(args)
     return result
 
@@ -178,6 +192,7 @@ def lmpop(ctx, args):
             continue
         popped = _pop_many(dq, count, left)
         ctx.delete_if_empty(key, dq)
+        shrunk(ctx, key, dq, popped)
         ctx.propagate(b"LPOP" if left else b"RPOP", key, b"%d" % len(popped))
         return [key, popped]
     return NullArray
@@ -288,7 +303,11 @@ def lset(ctx, args):
         index += n
     if not 0 <= index < n:
         raise CommandError(messages.INDEX_OUT_OF_RANGE)
+    # Valkey checks the new element as if appended (listTypeTryConversionAppend), then sets it and
+    # checks for shrinking.
+    encoding.list_grown(ctx.keyspace.encoding_rules, ctx.db, key, dq, extra=(args[3],))
     dq[index] = args[3]
+    shrunk(ctx, key, dq)
     ctx.propagate_args(args)
     return OK
 
@@ -311,6 +330,7 @@ def linsert(ctx, args):
     except ValueError:
         return -1
     dq.insert(i + 1 if after else i, args[4])
+    grown(ctx, key, dq, (args[4],))
     ctx.propagate_args(args)
     return len(dq)
 
@@ -352,6 +372,7 @@ def ltrim(ctx, args):
         dq.clear()
         dq.extend(keep)
     ctx.delete_if_empty(key, dq)
+    shrunk(ctx, key, dq)
     ctx.propagate_args(args)
     return OK
 
@@ -394,6 +415,7 @@ def lrem(ctx, args):
             dq.extend(kept)
     if removed:
         ctx.delete_if_empty(key, dq)
+        shrunk(ctx, key, dq)
         ctx.propagate_args(args)
     return removed
 
@@ -414,7 +436,10 @@ def _move(ctx, args, src_left: bool, dst_left: bool):
         ddq.appendleft(value)
     else:
         ddq.append(value)
+    grown(ctx, dst, ddq, (value,))
     ctx.delete_if_empty(src, sdq)
+    if sdq is not ddq:
+        shrunk(ctx, src, sdq, (value,))
     ctx.propagate_args(args)
     return value
 

@@ -393,6 +393,7 @@ class Pipeline:
             cmd.calls += 1
             usec = int((end - start) * 1e6)
             cmd.usec += usec
+            cmd.latency[usec.bit_length()] += 1   # LATENCY HISTOGRAM (commands/introspection.py)
             if usec >= self.monitors.threshold_us and not cmd.skip_slowlog:
                 self.monitors.record(session, cmd, args, usec)
             self.total_commands += 1
@@ -413,6 +414,7 @@ class Pipeline:
                 obs.after_call(session, cmd, args, reply, (), (), pre, handler is not None)
             return reply, (), ()
         ctx.effects = []
+        keyspace.dirty += len(effects)   # Valkey's server.dirty: changes since the last snapshot
         dirty = ctx.dirty
         if ctx.dirty_exact:
             ctx.dirty_exact = False
@@ -475,6 +477,7 @@ class Pipeline:
         effects = [(db_id, (b"DEL", key)) for db_id, key, _reason in deleted]
         dirty = [(db_id, key) for db_id, key, _reason in deleted]
         deleted.clear()
+        self.keyspace.dirty += len(effects)
         return self.submit(effects, dirty)
 
     # -- blocked commands ---------------------------------------------------------------------------

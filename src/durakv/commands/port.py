@@ -142,6 +142,10 @@ class Port:
     def journal_stall(self, stall_ms) -> bool:
         return False
 
+    def debug_reload(self, save=True):
+        """DEBUG RELOAD: a Deferred resolved with OK once the dataset is what a restart would load."""
+        self._needs_server("DEBUG RELOAD")
+
     def journal_follow_stall(self, stall_ms) -> bool:
         """A replica holds the journal entries it receives for stall_ms (fault injection). False if not one."""
         return False

@@ -8,6 +8,7 @@ commands server/notify.py allows (checked before dispatch, as Valkey's processCo
 
 from .. import messages
 from ..errors import CommandError
+from ..protocol.resp import Raw
 from .registry import command
 
 

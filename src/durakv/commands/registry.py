@@ -15,7 +15,7 @@ class Command:
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
-                 "argc_min", "argc_max", "changes_protocol")
+                 "argc_min", "argc_max", "changes_protocol", "latency")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -33,6 +33,8 @@ class Command:
         self.queue_flags_fn = None
         self._set_flags()
         self.calls = self.usec = self.rejected_calls = self.failed_calls = 0
+        # LATENCY HISTOGRAM: calls per power-of-two microsecond bucket (index = usec.bit_length()).
+        self.latency = [0] * 64
 
     def _set_flags(self):
         f = self.flags

@@ -55,6 +55,12 @@ def config_set(ctx, args):
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
         if pending is not None:
             later.append(pending)
+    d = ctx.pipeline
+    if d.maxmemory and any(BY_NAME[name].name in ("maxmemory", "maxmemory-policy") for name, _v in pairs) \
+            and d.used_memory_fn() > d.maxmemory:
+        # As Valkey's updateMaxmemory: evict at once down to the new limit (the policy permitting),
+        # not only when the next write arrives; the evicted keys are journaled and notified as usual.
+        d.evict()
     if not later:
         return OK
     # Shard settings and durability switches answer once they hold (on a primary: for every later write).
@@ -76,12 +82,14 @@ def config_set(ctx, args):
 @command("config|resetstat")
 def config_resetstat(ctx, args):
     d = ctx.pipeline
+    d.total_commands = 0
     d.total_errors = 0
     d.error_counts.clear()
     ctx.keyspace.hits = ctx.keyspace.misses = 0
     for cmd in registry.TABLE.values():
         for c in [cmd] + list(cmd.subcommands.values()):
             c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
+            c.latency = [0] * 64
     ctx.port.reset_stats()
     ctx.keyspace.expired_keys = ctx.keyspace.evicted_keys = 0
     return OK
@@ -160,7 +168,7 @@ def flushall(ctx, args):
     _flush_mode(args)
     for db in ctx.keyspace.dbs:
         _flush_db(ctx, db)
-    ctx.keyspace.used_bytes = 0
+    ctx.keyspace.used_bytes = ctx.keyspace.baseline_bytes
     ctx.propagate(b"FLUSHALL")
     return OK
 
@@ -197,45 +205,15 @@ def shutdown(ctx, args):
     return NO_REPLY
 
 
-# -- DEBUG --------------------------------------------------------------------------------------
-
-@command("debug")
-def debug(ctx, args):
-    sub = args[1].upper()
-    port = ctx.port
-    if sub == b"SLEEP" and len(args) == 3:
-        # Like Valkey: blocks the whole server, which is what tests of timeouts want.
-        try:
-            seconds = float(args[2])
-        except ValueError:
-            raise CommandError(messages.NOT_FLOAT) from None
-        time.sleep(max(0.0, seconds))
-        return OK
-    if sub == b"SET-ACTIVE-EXPIRE" and len(args) == 3:
-        port.set_active_expire(args[2] == b"1")
-        return OK
-    if sub == b"JOURNAL-STALL" and len(args) == 3:
-        # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
-        if not port.journal_stall(parse_int(args[2])):
-            raise CommandError("ERR no journal (durability none)")
-        return OK
-    if sub == b"JOURNAL-FOLLOW-STALL" and len(args) == 3:
-        # durakv's fault hook: a replica holds the journal entries it receives for N ms, then applies them.
-        if not port.journal_follow_stall(parse_int(args[2])):
-            raise CommandError("ERR only a replica of a shard follows a journal")
-        return OK
-    if sub == b"HELP":
-        return [b"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                b"SLEEP <seconds>", b"    Stop the server for <seconds>.",
-                b"SET-ACTIVE-EXPIRE <0|1>", b"    Turn active expiry off or on.",
-                b"JOURNAL-STALL <ms>", b"    Delay every journal fsync by <ms> (durakv fault injection).",
-                b"JOURNAL-FOLLOW-STALL <ms>",
-                b"    A replica holds the journal entries it receives for <ms> (durakv fault injection)."]
-    raise CommandError("ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
-                       % args[1].decode("utf-8", "replace"))
-
-
 # -- COMMAND ------------------------------------------------------------------------------------
+
+_UPPER_KEY_FLAGS = {"ro", "rw", "ow", "rm"}
+
+
+def key_flags_reply(flags):
+    """addReplyFlagsForKeyArgs: the access kind upper-case (RO RW OW RM), the rest lower-case."""
+    return RespSet(f.upper() if f in _UPPER_KEY_FLAGS else f for f in flags)
+
 
 def _key_spec_reply(spec):
     bs, fk = spec["begin_search"], spec["find_keys"]
@@ -255,44 +233,73 @@ def _key_spec_reply(spec):
                                              b"keystep": k["step"]}}
     else:
         fkr = {b"type": b"unknown", b"spec": {}}
-    return {b"flags": RespSet(f.upper() for f in spec["flags"]), b"begin_search": bsr,
-            b"find_keys": fkr}
+    return {b"flags": key_flags_reply(spec["flags"]), b"begin_search": bsr, b"find_keys": fkr}
 
 
-def _legacy_range(cmd):
-    """first, last, step as COMMAND reports them (from the key specs)."""
-    if not cmd.key_specs:
-        return 0, 0, 0
-    s = cmd.simple_keys
-    if s is not None:
-        first, last, step = s
-        return first, last, step
-    first = None
-    for spec in cmd.key_specs:
-        if "index" in spec["begin_search"]:
-            first = spec["begin_search"]["index"]["pos"] if first is None else first
-    return (first or 0), -1, 1
+def legacy_range(cmd):
+    """populateCommandLegacyRangeSpec: (first, last, step) as COMMAND reports them, and whether the
+    command has keys that range cannot describe (the movablekeys flag)."""
+    specs = cmd.key_specs
+    if not specs:
+        return (0, 0, 0), False
+
+    def plain(sp):
+        return "index" in sp["begin_search"] and "range" in sp["find_keys"]
+
+    if len(specs) == 1 and plain(specs[0]):
+        sp = specs[0]
+        pos, lk = sp["begin_search"]["index"]["pos"], sp["find_keys"]["range"]["lastkey"]
+        return (pos, lk + pos if lk >= 0 else lk, sp["find_keys"]["range"]["step"]), "incomplete" in sp["flags"]
+    movable = False
+    first, last, prev_last = None, 0, 0
+    for sp in specs:
+        if not plain(sp):
+            movable = True
+            continue
+        pos = sp["begin_search"]["index"]["pos"]
+        rng = sp["find_keys"]["range"]
+        if rng["step"] != 1 or (prev_last and prev_last != pos - 1):
+            movable = True
+            continue
+        if "incomplete" in sp["flags"]:
+            movable = True
+        first = pos if first is None else min(first, pos)
+        lk = rng["lastkey"] + pos if rng["lastkey"] >= 0 else rng["lastkey"]
+        # Valkey compares as unsigned: a negative (count from the end) lastkey wins.
+        last = lk if (lk & 0xFFFFFFFF) > (last & 0xFFFFFFFF) else last
+        prev_last = last
+    if first is None:
+        return (0, 0, 0), True
+    return (first, last, 1), movable
 
 
 def command_info(cmd):
-    first, last, step = _legacy_range(cmd)
+    (first, last, step), movable = legacy_range(cmd)
+    flags = [f for f in _FLAG_ORDER if f in cmd.flags or (f == "movablekeys" and movable)]
     # Flags and categories are status replies in Valkey (redis-cli asserts on that).
-    return [cmd.fullname.encode(), cmd.arity, RespSet(sorted(cmd.flags)), first, last, step,
+    return [cmd.fullname.encode(), cmd.arity, RespSet(flags), first, last, step,
             RespSet("@" + a for a in cmd.acl), RespSet(),
             [_key_spec_reply(s) for s in cmd.key_specs],
             [command_info(s) for s in cmd.subcommands.values() if s.handler is not None]]
+
+
+# addReplyFlagsForCommand's table, in its order; the flags it hides on purpose (may_replicate, sentinel,
+# only_sentinel, protected, touches_arbitrary_keys) are not in it.
+_FLAG_ORDER = ("write", "readonly", "denyoom", "module", "admin", "pubsub", "noscript", "blocking", "loading",
+               "stale", "skip_monitor", "skip_slowlog", "asking", "fast", "no_auth", "no_mandatory_keys",
+               "no_async_loading", "no_multi", "movablekeys", "allow_busy")
 
 
 def _args_doc(arguments):
     out = []
     for a in arguments:
         d = {b"name": a["name"].encode(), b"type": a["type"].encode()}
-        if "display_text" in a:
-            d[b"display_text"] = a["display_text"].encode()
+        if a["type"] not in ("oneof", "block"):
+            d[b"display_text"] = a.get("display_text", a["name"]).encode()  # the name when not given
         if "key_spec_index" in a:
             d[b"key_spec_index"] = a["key_spec_index"]
         if "token" in a:
-            d[b"token"] = a["token"].encode()
+            d[b"token"] = a["token"].upper().encode()  # Valkey's generator upper-cases tokens
         flags = [f for f in ("optional", "multiple", "multiple_token") if a.get(f)]
         if flags:
             d[b"flags"] = RespSet(flags)
@@ -317,6 +324,8 @@ def command_doc(cmd):
 
 def _find(name: bytes):
     parts = name.lower().split(b"|")
+    if len(parts) > 2:
+        return None  # lookupCommandBySds: one level of subcommands only
     cmd = registry.TABLE.get(parts[0])
     if cmd is None or (cmd.handler is None and not cmd.subcommands):
         return None
@@ -358,55 +367,211 @@ def command_docs(ctx, args):
     return out
 
 
+def _all_commands():
+    """Every implemented command, each followed by its implemented subcommands (Valkey's COMMAND LIST)."""
+    for cmd in registry.implemented().values():
+        if cmd.handler is not None or cmd.subcommands:
+            yield cmd
+        for sub in cmd.subcommands.values():
+            if sub.handler is not None:
+                yield sub
+
+
 @command("command|list")
 def command_list(ctx, args):
-    cmds = list(registry.implemented().values())
-    if len(args) > 2:
-        if len(args) != 5 or args[2].upper() != b"FILTERBY":
-            raise syntax_error()
-        kind, value = args[3].upper(), args[4]
-        if kind == b"ACLCAT":
-            cat = value.lower().lstrip(b"@").decode()
-            cmds = [c for c in cmds if cat in c.acl]
-        elif kind == b"PATTERN":
-            from ..keyspace.glob import glob_match
-            cmds = [c for c in cmds if glob_match(value.lower(), c.name.encode(), nocase=True)]
-        elif kind == b"MODULE":
-            cmds = []
+    kind = value = None
+    i, n = 2, len(args)
+    while i < n:
+        if args[i].lower() == b"filterby" and n - 1 - i == 2:
+            kind = args[i + 1].lower()
+            if kind not in (b"module", b"aclcat", b"pattern"):
+                raise syntax_error()
+            value = args[i + 2]
+            i += 3
         else:
             raise syntax_error()
-    return [c.name.encode() for c in cmds]
+    out = []
+    for cmd in _all_commands():
+        if kind == b"module":
+            continue  # durakv has no modules
+        if kind == b"aclcat" and value.lower().decode("utf-8", "replace") not in cmd.acl:
+            continue
+        if kind == b"pattern":
+            from ..keyspace.glob import glob_match
+            if not glob_match(value, cmd.fullname.encode(), nocase=True):
+                continue
+        out.append(cmd.fullname.encode())
+    return out
+
+
+# -- COMMAND GETKEYS: getKeysFromCommandWithSpecs, with the getkeys functions of the commands whose specs
+# cannot say it all (unknown or incomplete specs, or flags that depend on the arguments).
+
+def _keys_from_specs(cmd, argv):
+    """getKeysUsingKeySpecs: [(position, flags)], or None when a spec cannot be followed."""
+    out = []
+    argc = len(argv)
+    for spec in cmd.key_specs:
+        flags = spec["flags"]
+        if "not_key" in flags:
+            continue
+        bs, fk = spec["begin_search"], spec["find_keys"]
+        if "index" in bs:
+            first = bs["index"]["pos"]
+        elif "keyword" in bs:
+            kw = bs["keyword"]["keyword"].lower().encode()
+            startfrom = bs["keyword"]["startfrom"]
+            start = startfrom if startfrom > 0 else argc + startfrom
+            stop = argc - 1 if startfrom > 0 else 1
+            first = 0
+            i = start
+            while i != stop:
+                if i >= argc or i < 1:
+                    break
+                if argv[i].lower() == kw:
+                    first = i + 1
+                    break
+                i = i + 1 if start <= stop else i - 1
+            if not first:
+                continue
+        else:
+            return None
+        if "range" in fk:
+            r = fk["range"]
+            step = r["step"]
+            if r["lastkey"] >= 0:
+                last = first + r["lastkey"]
+            elif not r["limit"]:
+                last = argc + r["lastkey"]
+            else:
+                last = first + ((argc - first) // r["limit"] + r["lastkey"])
+        elif "keynum" in fk:
+            k = fk["keynum"]
+            step = k["step"]
+            if k["keynumidx"] >= argc or first + k["keynumidx"] >= argc:
+                return None
+            from .base import _strict_int
+            raw = argv[first + k["keynumidx"]]
+            if not _strict_int(raw) or int(raw) < 0:
+                return None
+            first += k["firstkey"]
+            last = first + int(raw) - 1
+        else:
+            return None
+        if last >= argc or last < first or first >= argc:
+            return None
+        out.extend((i, flags) for i in range(first, last + 1, step))
+        if "incomplete" in flags:
+            return None
+    return out
+
+
+def _sort_keys(argv, readonly):
+    keys = [(1, ("ro", "access"))]
+    if readonly:
+        return keys
+    store = None
+    i, n = 2, len(argv)
+    skip = {b"limit": 2, b"get": 1, b"by": 1}
+    while i < n:
+        a = argv[i].lower()
+        if a in skip:
+            i += skip[a]
+        elif a == b"store" and i + 1 < n:
+            store = i + 1  # the last STORE counts, as SORT itself
+        i += 1
+    if store is not None:
+        keys.append((store, ("ow", "update")))
+    return keys
+
+
+def _set_keys(argv):
+    get = any(a.lower() == b"get" for a in argv[3:])
+    return [(1, ("rw", "access", "update") if get else ("ow", "update"))]
+
+
+def _bitfield_keys(argv):
+    readonly = True
+    i, n = 2, len(argv)
+    while i < n:
+        a = argv[i].lower()
+        if a == b"get" and i + 2 < n:
+            i += 3
+        elif a in (b"set", b"incrby") and i + 3 < n:
+            readonly = False
+            i += 4
+        elif a == b"overflow" and i + 1 < n:
+            i += 2
+        else:
+            i += 1
+    return [(1, ("ro", "access") if readonly else ("rw", "access", "update"))]
+
+
+def _migrate_keys(argv):
+    n = len(argv)
+    i = 6
+    while i < n:
+        a = argv[i].lower()
+        if a == b"auth":
+            i += 2
+        elif a == b"auth2":
+            i += 3
+        elif a == b"keys":
+            if argv[3]:
+                return []  # KEYS needs an empty key argument: a syntax error for MIGRATE itself
+            return [(j, ("rw", "access", "delete")) for j in range(i + 1, n)]
+        else:
+            i += 1
+    return [(3, ("rw", "access", "delete"))]
+
+
+_GETKEYS_PROCS = {"sort": lambda a: _sort_keys(a, False), "sort_ro": lambda a: _sort_keys(a, True),
+                  "set": _set_keys, "bitfield": _bitfield_keys, "migrate": _migrate_keys}
+
+
+def keys_with_flags(cmd, argv):
+    """getKeysFromCommandWithSpecs: [(position in argv, key spec flags)] of the keys in a full command."""
+    specs = cmd.key_specs
+    has_keyspec = any("not_key" not in s["flags"] for s in specs)
+    varflags = any("variable_flags" in s["flags"] for s in specs)
+    if has_keyspec and not varflags:
+        found = _keys_from_specs(cmd, argv)
+        if found is not None:
+            return found
+    proc = _GETKEYS_PROCS.get(cmd.fullname)
+    if proc is not None:
+        return proc(argv)
+    return []
 
 
 def _getkeys(args):
-    if len(args) < 3:
-        raise CommandError(messages.WRONG_ARITY.format("command|getkeys"))
     target = args[2:]
     cmd = registry.TABLE.get(target[0].lower())
+    if cmd is not None and cmd.subcommands and len(target) > 1:
+        cmd = cmd.subcommands.get(target[1].lower())
     if cmd is None or (cmd.handler is None and not cmd.subcommands):
         raise CommandError("ERR Invalid command specified")
-    if cmd.subcommands and len(target) > 1:
-        cmd = cmd.subcommands.get(target[1].lower(), cmd)
+    if not (cmd.fullname in _GETKEYS_PROCS or any("not_key" not in s["flags"] for s in cmd.key_specs)):
+        raise CommandError("ERR The command has no key arguments")
     n = len(target)
     if (cmd.arity > 0 and n != cmd.arity) or n < -cmd.arity:
         raise CommandError("ERR Invalid number of arguments specified for command")
-    idx = cmd.key_indexes(target)
-    if not idx:
-        raise CommandError("ERR The command has no key arguments")
-    return cmd, target, idx
+    found = keys_with_flags(cmd, target)
+    if not found and "no_mandatory_keys" not in cmd.flags:
+        raise CommandError("ERR Invalid arguments specified for command")
+    return target, found
 
 
 @command("command|getkeys")
 def command_getkeys(ctx, args):
-    _cmd, target, idx = _getkeys(args)
-    return [target[i] for i in idx]
+    target, found = _getkeys(args)
+    return [target[i] for i, _flags in found]
 
 
 @command("command|getkeysandflags")
 def command_getkeysandflags(ctx, args):
-    cmd, target, idx = _getkeys(args)
-    flags = RespSet(f.upper() for f in cmd.key_specs[0]["flags"]) if cmd.key_specs else RespSet()
-    return [[target[i], flags] for i in idx]
+    target, found = _getkeys(args)
+    return [[target[i], key_flags_reply(flags)] for i, flags in found]
 
 
 @command("command|help")
@@ -439,7 +604,7 @@ def swapdb(ctx, args):
     if a != b:
         # Swap the contents, not the Db objects: every client context keeps pointing at "db a".
         da, db_ = dbs[a], dbs[b]
-        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses"):
+        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses", "enc"):
             va, vb = getattr(da, field), getattr(db_, field)
             setattr(da, field, vb)
             setattr(db_, field, va)
@@ -453,3 +618,40 @@ def role(ctx, args):
     if r["role"] == "replica":
         return [b"slave", r["primary_host"].encode(), r["primary_port"], b"connected", r["offset"]]
     return [b"master", r["offset"], [[h.encode(), b"%d" % p, b"%d" % o] for h, p, o in r["replicas"]]]
+
+
+# -- MODULE ---------------------------------------------------------------------------------------
+# durakv loads no Valkey modules (they are C extensions of Valkey's own process): LIST is always empty and
+# LOAD fails the way a Valkey that cannot load the library does, with the reason in the server log.
+
+@command("module|help")
+def module_help(ctx, args):
+    return ["MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "LIST", "    Return a list of loaded modules.",
+            "LOAD <path> [<arg> ...]",
+            "    Load a module library from <path>, passing to it any optional arguments.",
+            "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+            "    Load a module library from <path>, while passing it module configurations and optional arguments.",
+            "UNLOAD <name>", "    Unload a module.",
+            "HELP", "    Print this help."]
+
+
+@command("module|list")
+def module_list(ctx, args):
+    return []
+
+
+def _module_load(ctx, args):
+    import logging
+    logging.getLogger("durakv.server").warning(
+        "Module %s failed to load: durakv does not load Valkey modules", args[2].decode("utf-8", "replace"))
+    raise CommandError("ERR Error loading the extension. Please check the server logs.")
+
+
+command("module|load")(_module_load)
+command("module|loadex")(_module_load)
+
+
+@command("module|unload")
+def module_unload(ctx, args):
+    raise CommandError("ERR Error unloading module: no such module with that name")

@@ -11,7 +11,8 @@ class Session:
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
                  "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
-                 "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls")
+                 "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls",
+                 "reply_off", "reply_skip")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -51,6 +52,15 @@ class Session:
         self.tls = False           # the connection is TLS: cluster redirections name tls-ports
         # The ACL user (acl_model.User) the client runs as; None is the default user (`user` is its name).
         self.acl_user = None
+        self.reply_off = False     # CLIENT REPLY OFF: no replies until CLIENT REPLY ON
+        self.reply_skip = 0        # CLIENT REPLY SKIP: replies still to drop (its own, then the next)
 
     def refresh_special(self):
         self.special = bool(self.subscribed or self.monitor)
+
+    def mute_reply(self, data: bytes) -> bytes:
+        """The bytes to send for one command's reply under CLIENT REPLY OFF / SKIP."""
+        if self.reply_skip:
+            self.reply_skip -= 1
+            return b""
+        return b"" if self.reply_off else data

@@ -21,6 +21,7 @@ from itertools import islice
 
 from .. import messages
 from ..errors import CommandError, WrongType
+from ..keyspace import encoding
 from ..protocol.resp import RespSet
 from .base import INT64_MAX, parse_int, syntax_error
 from .scanning import scan_collection
@@ -150,18 +151,28 @@ def _random_members_repeat(ctx, s, count):
 def sadd(ctx, args):
     key = args[1]
     s = ctx.lookup_set(key)
+    rules = ctx.keyspace.encoding_rules
     if s is None:
-        s = set(args[2:])
+        members = list(dict.fromkeys(args[2:]))
+        s = set(members)
         ctx.store(key, s)
-        added = len(s)
-    elif len(args) == 3 and not _samplers:
+        encoding.set_added(rules, ctx.db, key, s, members, len(args) - 2, created=True)
+        ctx.propagate_args(args)
+        return len(s)
+    # Once a hashtable, a set stays one: only smaller encodings need the new members.
+    track = ctx.db.enc.get(key) is not encoding.HASHTABLE
+    if len(args) == 3 and not _samplers:
         m = args[2]
         if m in s:
             return 0
         s.add(m)
         added = 1
+        new = (m,)
     else:
+        new = [m for m in dict.fromkeys(args[2:]) if m not in s] if track else ()
         added = _add_members(s, args[2:])
+    if track:
+        encoding.set_added(rules, ctx.db, key, s, new, len(args) - 2)
     if added:
         ctx.propagate_args(args)
     return added
@@ -195,10 +206,20 @@ def smove(ctx, args):
         return 0
     _remove_members(src, (member,))
     ctx.delete_if_empty(src_key, src)
+    rules = ctx.keyspace.encoding_rules
     if dst is None:
-        ctx.store(dst_key, {member})
+        dst = {member}
+        ctx.store(dst_key, dst)
+        encoding.set_added(rules, ctx.db, dst_key, dst, (member,), 1, created=True)
     elif member not in dst:
         _add_members(dst, (member,))
+        encoding.set_added(rules, ctx.db, dst_key, dst, (member,))
+    else:
+        # Already in the destination: only the source changed (Valkey touches the destination only
+        # when the member is added, so a WATCH on it survives).
+        ctx.propagate(b"SREM", src_key, member)
+        ctx.touch(ctx.db.id, src_key, exact=True)
+        return 1
     ctx.propagate_args(args)
     return 1
 
@@ -325,6 +346,7 @@ def _store(ctx, args, result):
     dst = args[1]
     if result:
         ctx.store(dst, result)
+        encoding.set_stored(ctx.keyspace.encoding_rules, ctx.db, dst, result)
         ctx.propagate_args(args)
         return len(result)
     if ctx.delete(dst):

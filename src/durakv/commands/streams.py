@@ -25,7 +25,7 @@ from .registry import command
 
 _WS = b" \t\n\v\f\r"
 _INT64_MIN_ABS = 1 << 63
-_APPROX_LIMIT = 100 * 100  # 100 * stream-node-max-entries
+_APPROX_LIMIT = 10000  # the default trim limit when 100 * stream-node-max-entries is out of bounds
 _AUTOCLAIM_MAX_COUNT = INT64_MAX // 16
 
 
@@ -191,7 +191,10 @@ def _parse_add_trim(ctx, args, xadd):
         if not t.approx:
             raise CommandError(messages.STREAM_LIMIT_NO_APPROX)
     elif t.approx:
-        t.limit = _APPROX_LIMIT
+        # 100 nodes' worth of entries, kept within Valkey's bounds (a 0 or huge node size gives 10000).
+        t.limit = 100 * ctx.keyspace.encoding_rules.stream_node_max_entries
+        if t.limit <= 0 or t.limit > 1000000:
+            t.limit = _APPROX_LIMIT
     else:
         t.limit = 0
     return t
@@ -241,7 +244,8 @@ def xadd(ctx, args):
     if new <= last:
         raise CommandError(messages.XADD_ID_TOO_SMALL)
     fields = tuple(args[field_pos:])
-    s.append(new, fields)
+    rules = ctx.keyspace.encoding_rules
+    s.append(new, fields, rules.stream_node_max_bytes, rules.stream_node_max_entries)
     idb = id_bytes(new)
     if t.strategy and _trim(s, t):
         ctx.propagate(b"XADD", args[1], *_exact_trim_args(s, t), idb, *fields)

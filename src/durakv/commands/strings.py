@@ -8,6 +8,7 @@ writes are deterministic and propagate themselves.
 
 from .. import messages
 from ..errors import CommandError, WrongType
+from ..keyspace import encoding
 from ..protocol.resp import OK
 from .base import INT64_MAX, INT64_MIN, parse_int, syntax_error, wrong_arity
 from .numeric import format_long_double_human, parse_long_double, round_long_double
@@ -291,6 +292,7 @@ def append(ctx, args):
     _check_length(len(old), len(tail))
     value = old + tail
     ctx.store(key, value, keep_ttl=True)
+    encoding.string_modified_in_place(ctx.db, key)
     ctx.propagate_args(args)
     return len(value)
 
@@ -355,5 +357,6 @@ def setrange(ctx, args):
         else:
             value = old[:offset] + chunk + old[end:]
         ctx.store(key, value, keep_ttl=True)
+    encoding.string_modified_in_place(ctx.db, key)
     ctx.propagate_args(args)
     return len(value)

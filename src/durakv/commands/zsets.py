@@ -10,7 +10,7 @@ import math
 
 from .. import messages
 from ..errors import CommandError, WrongType
-from ..keyspace import ZSet
+from ..keyspace import ZSet, encoding
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
 from ..protocol.resp import NullArray, format_double
 from .base import parse_int, syntax_error, wrong_arity
@@ -177,7 +177,8 @@ def _zadd(ctx, args, incr):
 
     key = args[1]
     z = ctx.lookup_zset(key)
-    if z is None:
+    new_key = z is None
+    if new_key:
         if xx:
             return None if incr else 0
         z = ZSet()
@@ -208,6 +209,10 @@ def _zadd(ctx, args, incr):
             added += 1
             processed += 1
             changed[member] = score
+    if z:
+        # zsetTypeCreate / zsetTypeMaybeConvert on (elements, longest member), then the inserts.
+        encoding.zset_added(ctx.keyspace.encoding_rules, ctx.db, key, z, [m for _s, m in pairs], elements,
+                            new_key)
     if not changed:
         ctx.delete_if_empty(key, z)
     elif incr:
@@ -427,7 +432,9 @@ def _zrange_generic(ctx, args, start_idx, store, rangetype, reverse):
 def _store_result(ctx, args, dst, scores):
     """Sets dst to a sorted set of `scores` (member -> score), deleting it when empty."""
     if scores:
-        ctx.store(dst, ZSet.from_scores(scores))
+        z = ZSet.from_scores(scores)
+        ctx.store(dst, z)
+        encoding.zset_stored(ctx.keyspace.encoding_rules, ctx.db, dst, z)
         ctx.propagate_args(args)
         return len(scores)
     if ctx.delete(dst):

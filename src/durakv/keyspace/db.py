@@ -5,6 +5,7 @@ import random
 import sys
 from collections import deque
 
+from .encoding import EncodingRules
 from .stream import Stream
 from .zset import ZSet
 
@@ -19,6 +20,9 @@ def type_name(value) -> str:
 _KEY_OVERHEAD = 100
 _ELEMENT_OVERHEAD = {dict: 100, deque: 16, set: 80, ZSet: 180}
 _BYTES_HEADER = sys.getsizeof(b"")
+# What the server counts for itself on an empty dataset, so that used_memory (and so maxmemory) means what
+# it means on Valkey, whose empty server reports about 0.9 MB (its dicts, shared objects, client buffers).
+BASELINE_BYTES = 1 << 20
 
 
 def estimate_value(value) -> int:
@@ -63,7 +67,7 @@ class Db:
     """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
 
     __slots__ = ("id", "data", "expires", "access", "expiry_heap", "_sample", "_sample_misses",
-                 "avg_ttl_ms")
+                 "avg_ttl_ms", "enc")
 
     def __init__(self, db_id: int):
         self.id = db_id
@@ -74,6 +78,7 @@ class Db:
         self._sample = []      # snapshot of keys for random sampling (RANDOMKEY, eviction)
         self._sample_misses = 0
         self.avg_ttl_ms = 0
+        self.enc = {}          # key -> the encoding Valkey would have reached (keyspace/encoding.py)
 
     def __len__(self):
         return len(self.data)
@@ -92,7 +97,8 @@ class Db:
             keys = list(source) if len(source) <= 64 else None
             if keys is not None:
                 return [rng.choice(keys) for _ in range(count)]
-        if len(self._sample) < len(source) // 2 or self._sample_misses > max(16, len(self._sample) // 4):
+        if (not self._sample or len(self._sample) < len(source) // 2
+                or self._sample_misses > max(16, len(self._sample) // 4)):
             self._sample = list(self.data)
             self._sample_misses = 0
         out = []
@@ -114,6 +120,7 @@ class Db:
         self.expires.clear()
         self.access.clear()
         self.expiry_heap.clear()
+        self.enc.clear()
         self._sample = []
 
 
@@ -134,16 +141,21 @@ class Keyspace:
         self.expire_enabled = True
         self.hide_expired = False    # replicas: expired keys are invisible to reads but not deleted
         self.deleted_by_server = []  # (db_id, key, reason) with reason 'expired' | 'evicted'
-        self.used_bytes = 0          # estimated dataset bytes, kept current by the pipeline
+        self.baseline_bytes = BASELINE_BYTES
+        # used_memory: the baseline plus the estimated dataset bytes, kept current by the pipeline
+        self.used_bytes = BASELINE_BYTES
         self.reading = False         # a read-only command runs: its lookups count as hits / misses
         self.hits = 0
         self.misses = 0
         self.expired_keys = 0
         self.evicted_keys = 0
+        self.dirty = 0               # effects recorded (Valkey's server.dirty)
+        self.dirty_saved = 0         # dirty when the last successful snapshot started
         self.track_access = None     # None | 'lru' | 'lfu'
         self.lfu_log_factor = 10
         self.lfu_decay_time_min = 1
         self.latency_monitor = None  # commands.introspection.Monitors: gets "expire-cycle" samples
+        self.encoding_rules = EncodingRules()  # list/hash/set/zset encoding thresholds (CONFIG)
 
     # -- expiry -----------------------------------------------------------------------------
     def is_expired(self, db: Db, key: bytes, now_ms=None) -> bool:
@@ -185,6 +197,8 @@ class Keyspace:
             db.expires.pop(key, None)
         if db.access:
             db.access.pop(key, None)
+        if db.enc:
+            db.enc.pop(key, None)
         return True
 
     def server_delete(self, db: Db, key: bytes, reason: str):

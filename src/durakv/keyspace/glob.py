@@ -14,7 +14,7 @@ Every pattern token except '*' consumes exactly one byte, so a pattern is compil
 regular expression whose tokens are explicit byte classes and whose stars are atomic lazy groups:
 the leftmost match of each middle segment is always the best one, which keeps matching linear in
 the subject (the same guarantee Valkey's skipLongerMatches gives against abusive patterns).
-The one C behaviour not reproduced is its recursion cap (patterns with over 1000 stars).
+Its recursion cap is kept too: with more than 1000 stars before the last token nothing matches.
 """
 
 import re
@@ -134,6 +134,10 @@ def _compile(pattern: bytes, nocase: bool):
     if any(t is not None and not t for t in tokens):
         return _never  # an empty class can never match a byte
     stars = tokens.count(None)
+    if stars - (tokens[-1] is None) > _MAX_NESTING:
+        # stringmatchlen's guard against abusive patterns: the star after the 1000th recurses with a
+        # nesting over 1000, which answers "no match"; only a final star never recurses.
+        return _never
     if stars <= 1 and all(t is None or len(t) == 1 for t in tokens):
         literal = bytes(next(iter(t)) for t in tokens if t is not None)
         if not stars:
@@ -161,6 +165,7 @@ def _compile(pattern: bytes, nocase: bool):
 
 
 _CACHE_MAX_PATTERN = 256
+_MAX_NESTING = 1000
 _compile_cached = lru_cache(maxsize=512)(_compile)
 
 

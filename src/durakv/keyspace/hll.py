@@ -174,9 +174,10 @@ _OP_BYTES = _OpBytes((i, bytes((i,))) for i in range(256))
 class Sparse:
     """A sparse body being edited in place, as hllSparseSet edits its sds string."""
 
-    __slots__ = ("ops", "starts", "size")
+    __slots__ = ("ops", "starts", "size", "max_bytes")
 
-    def __init__(self, body: bytes, hdr_size=HDR_SIZE):
+    def __init__(self, body: bytes, hdr_size=HDR_SIZE, max_bytes=SPARSE_MAX_BYTES):
+        self.max_bytes = max_bytes  # hll-sparse-max-bytes: past it, the HLL is promoted to dense
         # XZERO opcodes are the only ones starting with 01xxxxxx, so a left-to-right regex split
         # finds them; everything between is one-byte opcodes, decoded at C speed.
         ops, spans = [], []
@@ -267,7 +268,7 @@ class Sparse:
                 new_starts.append(index + 1)
                 seqlen += 2 if z >= 0x4000 else 1
         delta = seqlen - (2 if op >= 0x4000 else 1)
-        if delta > 0 and self.size + delta > SPARSE_MAX_BYTES:
+        if delta > 0 and self.size + delta > self.max_bytes:
             return _PROMOTE
         ops[k:k + 1] = new_ops
         starts[k:k + 1] = new_starts
@@ -497,6 +498,45 @@ def _dense_set(buf, index, count_):
         buf[byte + 1] = (buf[byte + 1] & ~(63 >> fb8) & 0xFF) | (count_ >> fb8)
 
 
+dense_set = _dense_set
+
+
+def empty_dense() -> bytes:
+    """A dense HLL with every register 0 and the cardinality cache marked invalid."""
+    buf = bytearray(DENSE_SIZE)
+    buf[0:4] = MAGIC
+    buf[4] = DENSE
+    buf[15] = 0x80
+    return bytes(buf)
+
+
+def to_dense(value: bytes) -> bytes:
+    """hllSparseToDense of a sparse value (Corrupt for a bad body); a dense value is returned as is."""
+    if value[4] == DENSE:
+        return value
+    return bytes(_promote(bytearray(value[:HDR_SIZE]), Sparse(value[HDR_SIZE:])))
+
+
+def sparse_decode(value: bytes) -> bytes:
+    """PFDEBUG DECODE: the opcodes of a sparse body as 'z:len', 'Z:len' and 'v:value,len'."""
+    body = value[HDR_SIZE:]
+    out = []
+    i, n = 0, len(body)
+    while i < n:
+        op = body[i]
+        if op < 0x40:
+            out.append(b"z:%d" % ((op & 0x3F) + 1))
+            i += 1
+        elif op < 0x80:
+            nxt = body[i + 1] if i + 1 < n else 0  # Valkey reads the NUL terminator past a cut XZERO
+            out.append(b"Z:%d" % ((((op & 0x3F) << 8) | nxt) + 1))
+            i += 2
+        else:
+            out.append(b"v:%d,%d" % (((op >> 2) & 0x1F) + 1, (op & 3) + 1))
+            i += 1
+    return b" ".join(out)
+
+
 def _promote(header: bytearray, sparse: Sparse) -> bytearray:
     """hllSparseToDense: the whole dense value (header copied, encoding set to dense)."""
     raw = sparse.to_raw()
@@ -506,7 +546,7 @@ def _promote(header: bytearray, sparse: Sparse) -> bytearray:
     return buf
 
 
-def add(value, elements):
+def add(value, elements, sparse_max_bytes=SPARSE_MAX_BYTES):
     """PFADD: (new value, updated) for adding elements to value (None: a new HLL). The new value is
     None when nothing changed. Corrupt for a bad sparse body (nothing is changed then)."""
     updated = 0
@@ -517,7 +557,7 @@ def add(value, elements):
     buf = None
     if value[4] == SPARSE:
         header = bytearray(value[:HDR_SIZE])
-        sparse = Sparse(value[HDR_SIZE:])
+        sparse = Sparse(value[HDR_SIZE:], max_bytes=sparse_max_bytes)
         sparse_set = sparse.set
         for index, cnt in pats:
             r = sparse_set(index, cnt)
@@ -558,7 +598,7 @@ def add(value, elements):
     return bytes(buf), updated
 
 
-def merge_into(dest, max_raw, use_dense) -> bytes:
+def merge_into(dest, max_raw, use_dense, sparse_max_bytes=SPARSE_MAX_BYTES) -> bytes:
     """PFMERGE's write: dest (an HLL value or None) with every register raised to max_raw, in
     Valkey's order (dense if any input was dense, else sparse sets in register order with
     promotion as needed); the cached cardinality is invalidated."""
@@ -573,7 +613,7 @@ def merge_into(dest, max_raw, use_dense) -> bytes:
         old = dense_to_raw(dest[HDR_SIZE:]) if dest[4] == DENSE else None
         regs = max_raw if old is None else raw_max(old, max_raw)
         return bytes(header) + raw_to_dense(regs)
-    sparse = Sparse(dest[HDR_SIZE:])
+    sparse = Sparse(dest[HDR_SIZE:], max_bytes=sparse_max_bytes)
     sparse_set = sparse.set
     buf = None
     for index in range(REGISTERS):

@@ -22,6 +22,7 @@ INVALID_ENTRIES_READ = -1
 
 NODE_MAX_ENTRIES = 100
 NODE_MAX_BYTES = 4096
+STREAM_LISTPACK_MAX_SIZE = 1 << 30
 
 TRIM_MAXLEN = 1
 TRIM_MINID = 2
@@ -316,15 +317,19 @@ class Stream:
         return self.ids.a[-1]
 
     # -- entries --------------------------------------------------------------------------------
-    def append(self, i: int, fields: tuple):
-        """Appends entry i (which must be greater than last_id)."""
+    def append(self, i: int, fields: tuple, node_max_bytes=NODE_MAX_BYTES, node_max_entries=NODE_MAX_ENTRIES):
+        """Appends entry i (which must be greater than last_id). The node limits are Valkey's
+        stream-node-max-bytes / -entries (0: no limit of that kind), as streamAppendItem applies them."""
         nodes = self.nodes
         node = nodes[-1] if nodes else None
         totelelen = 0
         for x in fields:
             totelelen += len(x)
         self.data_bytes += totelelen
-        if node is not None and (node.nbytes + totelelen >= NODE_MAX_BYTES or node.total >= NODE_MAX_ENTRIES):
+        if not node_max_bytes or node_max_bytes > STREAM_LISTPACK_MAX_SIZE:
+            node_max_bytes = STREAM_LISTPACK_MAX_SIZE
+        if node is not None and (node.nbytes + totelelen >= node_max_bytes
+                                 or (node_max_entries and node.total >= node_max_entries)):
             node = None
         if node is None:
             names = fields[0::2]

@@ -121,6 +121,20 @@ def format_double(value: float) -> bytes:
     return (b"-" if neg else b"") + _emit_digits(digits, k, neg).encode()
 
 
+def fpconv_dtoa(value: float) -> bytes:
+    """Valkey's fpconv_dtoa: the shortest round-trip digits, laid out as format_double does but with no
+    plain-integer shortcut (1e18 is '1e+18'). DEBUG DIGEST hashes scores in this form."""
+    if value != value:
+        return b"nan"
+    if value in (math.inf, -math.inf):
+        return b"inf" if value > 0 else b"-inf"
+    if value == 0:
+        return b"-0" if math.copysign(1.0, value) < 0 else b"0"
+    neg = value < 0
+    digits, k = _shortest_digits(-value if neg else value)
+    return (b"-" if neg else b"") + _emit_digits(digits, k, neg).encode()
+
+
 def _shortest_digits(a: float):
     """(digits, K) with a == int(digits) * 10**K, digits the shortest round-trip ones (no trailing 0)."""
     text = repr(a)

@@ -490,7 +490,7 @@ class ClusterNode:
         ks = self.server.keyspace
         for db in ks.dbs:
             db.clear()
-        ks.used_bytes = 0
+        ks.used_bytes = ks.baseline_bytes
         self.applied_index = self.snapshot_index = 0
         self.filter = EpochFilter(0)
 

@@ -201,6 +201,8 @@ class Connection(asyncio.Protocol):
                         server.log_exception(cmd.fullname if cmd else "?", exc)
                         data = b"-ERR internal error encoding the reply\r\n"
                     size += len(data)
+                if session.reply_off or session.reply_skip:   # CLIENT REPLY OFF / SKIP
+                    data = session.mute_reply(data)
                 if ticket or held:
                     outbox.hold(ticket, data)
                 else:
@@ -295,8 +297,16 @@ class Connection(asyncio.Protocol):
 
     def close(self):
         self.closing = True
-        if self.transport is not None:
-            self.transport.close()
+        t = self.transport
+        if t is not None:
+            # Send the FIN right behind the last reply (QUIT, CLIENT KILL): a client that reuses the
+            # connection then reads EOF instead of having its next command answered by a reset.
+            if not t.is_closing() and t.can_write_eof():
+                try:
+                    t.write_eof()
+                except OSError:
+                    pass
+            t.close()
 
 
 def _fmt_addr(addr):

@@ -8,9 +8,10 @@ import time
 
 from ..scripting import runner as _scripting
 
+# Valkey's default sections, in its order, then durakv's own.
 DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
-                    "cluster", "keyspace", "durability"]
-ALL_SECTIONS = DEFAULT_SECTIONS + ["commandstats", "errorstats"]
+                    "errorstats", "cluster", "keyspace", "durability"]
+ALL_SECTIONS = DEFAULT_SECTIONS[:7] + ["commandstats"] + DEFAULT_SECTIONS[7:]
 
 
 def _section_server(srv):
@@ -61,7 +62,8 @@ def _section_memory(srv):
     clients_normal = sum(c.output_memory() for c in srv.clients.values())
     return {"used_memory": used, "used_memory_human": _human(used), "used_memory_rss": rss,
             "used_memory_rss_human": _human(rss), "used_memory_peak": peak, "used_memory_peak_human": _human(peak),
-            "used_memory_dataset": srv.keyspace.used_bytes, "used_memory_startup": 0,
+            "used_memory_dataset": srv.keyspace.used_bytes - srv.keyspace.baseline_bytes,
+            "used_memory_startup": srv.keyspace.baseline_bytes,
             "maxmemory": maxmem, "maxmemory_human": _human(maxmem), "maxmemory_policy": srv.config["maxmemory-policy"],
             "mem_fragmentation_ratio": round(rss / used, 2) if used else 0, "mem_allocator": "pymalloc",
             "mem_clients_slaves": 0, "mem_clients_normal": clients_normal,
@@ -72,7 +74,7 @@ def _section_memory(srv):
 def _section_persistence(srv):
     t = srv.durability.tracker
     return {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
-            "rdb_changes_since_last_save": (t.assigned - srv.last_snapshot_index) if t else 0,
+            "rdb_changes_since_last_save": srv.keyspace.dirty - srv.keyspace.dirty_saved,
             "rdb_bgsave_in_progress": int(srv.snapshot_in_progress is not None),
             "rdb_last_save_time": srv.lastsave, "rdb_last_bgsave_status": srv.last_bgsave_status,
             "aof_enabled": int(t is not None and t.mode != "none"), "aof_rewrite_in_progress": 0,
@@ -203,14 +205,19 @@ def _section_commandstats(srv):
     return out
 
 
+def _section_cluster(srv):
+    return {"cluster_enabled": int(bool(srv.config["cluster-enabled"]))}
+
+
 def _section_errorstats(srv):
     return {"errorstat_" + k: "count=%d" % v for k, v in srv.pipeline.error_counts.items()}
 
 
 _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,
              "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
-             "cpu": _section_cpu, "cluster": _section_cluster, "keyspace": _section_keyspace, "durability": _section_durability,
-             "commandstats": _section_commandstats, "errorstats": _section_errorstats}
+             "cpu": _section_cpu, "keyspace": _section_keyspace, "durability": _section_durability,
+             "commandstats": _section_commandstats, "errorstats": _section_errorstats,
+             "cluster": _section_cluster}
 
 
 def render_info(srv, requested):

@@ -564,6 +564,30 @@ class Hooks:
                     publish(G, b"del", edb, key)
 
 
+# t_stream.c's events: XADD (then xtrim when it trimmed), XTRIM, XDEL, XSETID and the XGROUP subcommands;
+# XCLAIM and XACK effects notify nothing, nor do the group position and consumers that XREADGROUP,
+# XCLAIM or XAUTOCLAIM record, except a consumer they create.
+_STREAM_EVENTS = {b"xadd", b"xtrim", b"xdel", b"xsetid", b"xgroup", b"xclaim", b"xack"}
+_XGROUP_EVENTS = {b"create": b"xgroup-create", b"createconsumer": b"xgroup-createconsumer",
+                  b"delconsumer": b"xgroup-delconsumer", b"destroy": b"xgroup-destroy",
+                  b"setid": b"xgroup-setid"}
+
+
+def _stream_events(name, argv, db_id, origin):
+    if name in (b"xclaim", b"xack"):
+        return ()
+    if name == b"xgroup":
+        sub = argv[1].lower() if len(argv) > 2 else b""
+        event = _XGROUP_EVENTS.get(sub)
+        if event is None or (sub == b"setid" and origin != "xgroup"):
+            return ()
+        return [(STREAM, event, db_id, argv[2], False)]
+    out = [(STREAM, name, db_id, argv[1], False)]
+    if name == b"xadd" and len(argv) > 2 and argv[2].lower() in (b"maxlen", b"minid"):
+        out.append((STREAM, b"xtrim", db_id, argv[1], False))
+    return out
+
+
 def _copy_target_db(argv, db_id):
     i = 3
     while i < len(argv):
@@ -636,6 +660,8 @@ def _events(name, argv, db_id, origin, args):
         return [(G, b"move_from", db_id, argv[1], False), (G, b"move_to", target, argv[1], False)]
     if name == b"copy":
         return [(G, b"copy_to", _copy_target_db(argv, db_id), argv[2], False)]
+    if name in _STREAM_EVENTS:
+        return _stream_events(name, argv, db_id, origin)
     cmd = registry.TABLE.get(name)
     if cmd is None or cmd.keyless:
         return ()

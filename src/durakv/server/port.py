@@ -8,7 +8,7 @@ import logging
 
 from ..commands.port import Port
 from ..errors import CommandError
-from ..protocol.resp import Deferred, ErrorReply
+from ..protocol.resp import Deferred, ErrorReply, Raw
 
 log = logging.getLogger("durakv.server")
 
@@ -108,10 +108,22 @@ class ServerPort(Port):
         return conn
 
     def subscribe(self, session, names, kind):
-        return self.server.pubsub.subscribe(self._sub_conn(session), names, kind)
+        conn = self._sub_conn(session)
+        return self._confirmations(session, conn, self.server.pubsub.subscribe(conn, names, kind))
 
     def unsubscribe(self, session, names, kind):
-        return self.server.pubsub.unsubscribe(self._sub_conn(session), names, kind)
+        conn = self._sub_conn(session)
+        return self._confirmations(session, conn, self.server.pubsub.unsubscribe(conn, names, kind))
+
+    @staticmethod
+    def _confirmations(session, conn, raw):
+        """Subscribe/unsubscribe confirmations are pushes in Valkey (CLIENT_PUSHING, in RESP2 too), so CLIENT
+        REPLY OFF / SKIP does not silence them: under it they go out as pushes and the command's own (empty)
+        reply is what gets dropped."""
+        if session.reply_off or session.reply_skip:
+            conn.push(raw)
+            return Raw(b"")
+        return raw
 
     def publish(self, channel, message, shard=False) -> int:
         node = self.server.cluster_node
@@ -144,6 +156,7 @@ class ServerPort(Port):
     def reset_stats(self):
         srv = self.server
         srv.total_connections = srv.rejected_connections = 0
+        srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
         srv.acl.reset_stats()
 
     def last_save(self) -> int:
@@ -163,6 +176,9 @@ class ServerPort(Port):
 
     def journal_stall(self, stall_ms) -> bool:
         return self.server.set_journal_stall(stall_ms)
+
+    def debug_reload(self, save=True):
+        return self.server.debug_reload(save)
 
     def journal_follow_stall(self, stall_ms) -> bool:
         node = self.server.cluster_node

@@ -17,7 +17,7 @@ from ..durability import Durability
 from ..config import obuf_limits
 from ..errors import ConfigError
 from ..keyspace import Keyspace
-from ..protocol.resp import Deferred, ErrorReply
+from ..protocol.resp import OK, Deferred, ErrorReply
 from ..recovery import recover
 from ..snapshot.adopt import build_snapshot
 from ..snapshot.datadir import open_data_dir
@@ -347,6 +347,14 @@ class Server:
         journal, as start-up does. Clients see the rebuild as a FLUSHALL followed by the data coming back
         (WATCHes are touched, tracking caches invalidated)."""
         started = time.monotonic()
+        keys = self._reload_from_disk()
+        self.journal_reloads += 1
+        log.error("rebuilt the dataset from the snapshot and the journal after the failed append of entry %d "
+                  "in %.3fs (%d keys); writes resume once the journal persists again", first,
+                  time.monotonic() - started, keys)
+
+    def _reload_from_disk(self) -> int:
+        """Replaces the dataset with what a restart would load (newest snapshot + journal); returns the keys."""
         ks = self.keyspace
         pipeline = self.pipeline
         for db in ks.dbs:
@@ -356,7 +364,7 @@ class Server:
             tracking.flush(None, None)
         for db in ks.dbs:
             db.clear()
-        ks.used_bytes = 0
+        ks.used_bytes = ks.baseline_bytes
         ks.deleted_by_server.clear()
         if getattr(ks, "functions", None) is not None:
             ks.functions.flush()
@@ -367,12 +375,37 @@ class Server:
         finally:
             ks.expire_enabled = True
             pipeline.stats_enabled = True
-        self.journal_reloads += 1
-        log.error("rebuilt the dataset from the snapshot and the journal after the failed append of entry %d "
-                  "in %.3fs (%d keys); writes resume once the journal persists again", first,
-                  time.monotonic() - started, sum(len(db) for db in ks.dbs))
         self.blocking.signal_all()
         self.blocking.serve()
+        return sum(len(db) for db in ks.dbs)
+
+    def debug_reload(self, save=True):
+        """DEBUG RELOAD: what a restart would load, loaded in place (Valkey saves its RDB, flushes, loads it).
+        With a journal, what was acknowledged is on disk already: commit what is in flight and load snapshot +
+        journal; in `none`, write the snapshot from memory first (unless NOSAVE). A Deferred: 'OK' or an error."""
+        d = Deferred()
+        if self.cluster_node is not None:
+            d.resolve(ErrorReply("ERR DEBUG RELOAD is not supported on a shard member (its data is the shard's "
+                                 "journal: restart the node instead)"))
+            return d
+
+        async def run():
+            try:
+                if self.journal is not None:
+                    if not await self.durability.drain(timeout_s=30):
+                        raise RuntimeError("the journal did not commit what was in flight within 30 s")
+                elif save:
+                    await self._snapshot_in_process()
+                started = time.monotonic()
+                keys = self._reload_from_disk()
+                log.info("DEBUG RELOAD: %d keys loaded from disk in %.3fs", keys, time.monotonic() - started)
+            except Exception as exc:  # noqa: BLE001 - the client is told; the dataset is what it was or reloaded
+                log.error("DEBUG RELOAD failed: %s", exc)
+                d.resolve(ErrorReply("ERR Error trying to load the RDB dump, check server logs."))
+                return
+            d.resolve(OK)
+        self.loop.create_task(run())
+        return d
 
     def apply_effect(self, db_id, argv):
         """One journaled effect (start-up replay, a replica following), through the pipeline."""
@@ -478,6 +511,7 @@ class Server:
         return d
 
     async def _snapshot(self, fut):
+        dirty_before = self.keyspace.dirty  # what this snapshot will hold (rdb_changes_since_last_save)
         try:
             if self.journal is None:
                 await self._snapshot_in_process()
@@ -492,6 +526,7 @@ class Server:
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())
             self.last_bgsave_status = "ok"
+            self.keyspace.dirty_saved = dirty_before
             self.snapshot_in_progress = None
             fut.resolve("OK")
         except Exception as exc:  # noqa: BLE001

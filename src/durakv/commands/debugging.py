@@ -1,0 +1,339 @@
+"""DEBUG: the subcommands that make sense for durakv.
+
+DIGEST and DIGEST-VALUE are computed exactly as Valkey's debug.c does (xorDigest / mixDigest over SHA1 of
+each key, value and expire), so durakv and a Valkey server holding the same data give the same digest: a
+replica-consistency check can compare them. OBJECT describes the value as Valkey would (its encoding from
+keyspace/encoding.py); its address and serializedlength are durakv's own (the Python object, the length
+of durakv's DUMP serialization). QUICKLIST-PACKED-THRESHOLD, DICT-RESIZING and LOG exist for Valkey's test
+suite and are harmless, as are DICT-RESIZING and REPLYBUFFER (accepted, no effect). RELOAD loads what a restart
+would load (snapshot + journal; in `none` the snapshot written from memory first) in place of the dataset: a
+real durability check. What pokes at Valkey internals durakv does not have (HTSTATS, LISTPACK, MALLCTL,
+SEGFAULT, ...) answers the unknown-subcommand error.
+"""
+
+import hashlib
+import logging
+import struct
+import time
+from collections import deque
+
+from .. import messages
+from ..config import parse_memory
+from ..errors import CommandError
+from ..keyspace import ZSet, encoding
+from ..keyspace.db import estimate_key
+from ..keyspace.stream import MASK64, Stream
+from ..protocol.resp import OK, Raw, fpconv_dtoa
+from .base import parse_int
+from .generic import dump_payload
+from .registry import command
+
+log = logging.getLogger("durakv.debug")
+
+# OBJ_STRING, OBJ_LIST, OBJ_SET, OBJ_ZSET, OBJ_HASH, OBJ_STREAM (server.h)
+_TYPE_CODES = {bytes: 0, deque: 1, set: 2, ZSet: 3, dict: 4, Stream: 6}
+_ZERO = bytes(20)
+
+
+# -- DIGEST -----------------------------------------------------------------------------------------
+
+def _sha1(data) -> bytes:
+    return hashlib.sha1(data).digest()
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(20, "big")
+
+
+def xor_digest(digest: bytes, data) -> bytes:
+    """xorDigest: digest ^= SHA1(data)."""
+    return _xor(digest, _sha1(data))
+
+
+def mix_digest(digest: bytes, data) -> bytes:
+    """mixDigest: digest = SHA1(digest ^ SHA1(data)), which keeps the order of what is mixed."""
+    return _sha1(_xor(digest, _sha1(data)))
+
+
+def object_digest(digest: bytes, value, has_expire: bool) -> bytes:
+    """xorObjectDigest: mixes the type, the value and the expire flag of one key into digest."""
+    t = type(value)
+    digest = mix_digest(digest, struct.pack(">I", _TYPE_CODES[t]))
+    if t is bytes:
+        digest = mix_digest(digest, value)
+    elif t is deque:
+        for item in value:
+            digest = mix_digest(digest, item)
+    elif t is set:
+        acc = int.from_bytes(digest, "big")
+        for m in value:
+            acc ^= int.from_bytes(_sha1(m), "big")
+        digest = acc.to_bytes(20, "big")
+    elif t is ZSet:
+        acc = int.from_bytes(digest, "big")
+        for member, score in value.scores.items():
+            ele = mix_digest(mix_digest(_ZERO, member), fpconv_dtoa(score))
+            acc ^= int.from_bytes(_sha1(ele), "big")  # xorDigest(digest, eledigest): the SHA1 of it
+        digest = acc.to_bytes(20, "big")
+    elif t is dict:
+        acc = int.from_bytes(digest, "big")
+        for field, v in value.items():
+            ele = mix_digest(mix_digest(_ZERO, field), v)
+            acc ^= int.from_bytes(_sha1(ele), "big")
+        digest = acc.to_bytes(20, "big")
+    elif t is Stream:
+        entries = value.entries
+        for i in value.ids:
+            digest = mix_digest(digest, b"%d.%d" % (i >> 64, i & MASK64))
+            for x in entries[i]:
+                digest = mix_digest(digest, x)
+    if has_expire:
+        digest = xor_digest(digest, b"!!expire!!")
+    return digest
+
+
+def key_digest(db, key, value) -> bytes:
+    return object_digest(mix_digest(_ZERO, key), value, key in db.expires)
+
+
+def dataset_digest(keyspace) -> bytes:
+    """computeDatasetDigest: per db (its id mixed in first), the xor of every key-value digest."""
+    final = _ZERO
+    for db in keyspace.dbs:
+        if not db.data:
+            continue
+        final = mix_digest(final, struct.pack(">I", db.id))
+        acc = int.from_bytes(final, "big")
+        for key, value in db.data.items():
+            acc ^= int.from_bytes(_sha1(key_digest(db, key, value)), "big")
+        final = acc.to_bytes(20, "big")
+    return final
+
+
+# -- DEBUG ------------------------------------------------------------------------------------------
+
+def _debug_object(ctx, args):
+    fast = len(args) == 4 and args[3].lower() == b"fast"
+    db = ctx.db
+    value = db.data.get(args[2])  # dbFind: no expiry check, as Valkey's DEBUG OBJECT
+    if value is None:
+        raise CommandError(messages.NO_SUCH_KEY)
+    key = args[2]
+    ks = ctx.keyspace
+    rules = ks.encoding_rules
+    enc = encoding.encoding_of(rules, db, key, value)
+    refcount = 1
+    if type(value) is bytes and enc == encoding.INT:
+        n = encoding.as_int64(value)
+        d = ctx.pipeline
+        if 0 <= n < 10000 and not (d.maxmemory and d.maxmemory_policy.endswith(("lru", "lfu"))):
+            refcount = 2147483647  # a shared integer
+    parts = ["Value at:0x%x refcount:%d encoding:%s" % (id(value), refcount, enc.decode())]
+    if not fast:
+        parts.append(" serializedlength:%d" % (len(dump_payload(value)) - 7))
+    access = db.access.get(key, 0)
+    if ks.track_access == "lfu":
+        lru = access & 0xFFFFFF
+        idle = 0
+        freq, minutes = access & 0xFF, access >> 8
+    else:
+        lru = access & 0xFFFFFF
+        idle = ks.idle_ms(db, key) // 1000
+        freq, minutes = 0, lru >> 8
+    parts.append(" lru:%d lru_seconds_idle:%d" % (lru, idle))
+    parts.append(" lfu_freq:%d lfu_access_time_minutes:%d" % (freq, minutes))
+    if enc == encoding.QUICKLIST:
+        size_limit, count_limit = rules.list_limits()
+        n = len(value)
+        total = encoding.listpack_bytes(value)
+        per_node = count_limit or max(1, n * size_limit // max(total, 1))
+        nodes = max(1, -(-n // per_node))
+        compressed = 1 if rules.list_compress_depth else 0
+        parts.append(" ql_nodes:%d ql_avg_node:%.2f ql_listpack_max:%d ql_compressed:%d"
+                     % (nodes, n / nodes, rules.list_fill, compressed))
+        if not fast:
+            parts.append(" ql_uncompressed_size:%d" % total)
+    return "".join(parts)  # a status reply, as Valkey's
+
+
+def _populate(ctx, args):
+    count = parse_int(args[2], messages.VALUE_OUT_OF_RANGE_POSITIVE)
+    if count < 0:
+        raise CommandError(messages.VALUE_OUT_OF_RANGE_POSITIVE)
+    prefix = args[3] if len(args) >= 4 else b"key"
+    size = 0
+    if len(args) == 5:
+        size = parse_int(args[4], messages.VALUE_OUT_OF_RANGE_POSITIVE)
+        if size < 0:
+            raise CommandError(messages.VALUE_OUT_OF_RANGE_POSITIVE)
+    ks = ctx.keyspace
+    db = ctx.db
+    created = []
+    for j in range(count):
+        key = b"%s:%d" % (prefix, j)
+        if ks.lookup(db, key) is not None:
+            continue
+        value = b"value:%d" % j
+        if size:
+            value = value[:size] + bytes(max(0, size - len(value)))
+        ctx.store(key, value)
+        ks.used_bytes += estimate_key(key, value)  # DEBUG names no keys: the dispatcher cannot measure them
+        created.append((key, value))
+    # Valkey does not propagate these; durakv journals them so that what a client sees survives a restart.
+    for key, value in created:
+        ctx.propagate(b"SET", key, value)
+    return OK
+
+
+def _protocol(ctx, args):
+    name = args[2].lower()
+    resp3 = ctx.resp3
+    if name == b"string":
+        return b"Hello World"
+    if name == b"integer":
+        return 12345
+    if name == b"double":
+        return 3.141
+    if name == b"bignum":
+        big = b"1234567999999999999999999999999999999"
+        return Raw(b"(%s\r\n" % big) if resp3 else big
+    if name == b"null":
+        return None
+    if name == b"array":
+        return [0, 1, 2]
+    if name == b"set":
+        return Raw(b"~3\r\n:0\r\n:1\r\n:2\r\n") if resp3 else [0, 1, 2]
+    if name == b"map":
+        return {0: False, 1: True, 2: False}
+    if name == b"attrib":
+        tail = b"$39\r\nSome real reply following the attribute\r\n"
+        if resp3:
+            return Raw(b"|1\r\n$14\r\nkey-popularity\r\n*2\r\n$7\r\nkey:123\r\n:90\r\n" + tail)
+        return Raw(tail)
+    if name == b"push":
+        if not resp3:
+            raise CommandError("ERR RESP2 is not supported by this command")
+        return Raw(b">2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n$40\r\nSome real reply following the push reply\r\n")
+    if name == b"true":
+        return True
+    if name == b"false":
+        return False
+    if name == b"verbatim":
+        text = b"This is a verbatim\nstring"
+        return Raw(b"=%d\r\ntxt:%s\r\n" % (len(text) + 4, text)) if resp3 else text
+    raise CommandError("ERR Wrong protocol type name. Please use one of the following: "
+                       "string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false")
+
+
+_HELP = [
+    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DICT-RESIZING <0|1>",
+    "    Accepted for compatibility (durakv's hash tables resize on their own).",
+    "REPLYBUFFER PEAK-RESET-TIME <NEVER||RESET|time> | RESIZING <0|1>",
+    "    Accepted for compatibility (durakv has no reply buffers to resize).",
+    "DIGEST",
+    "    Output a hex signature representing the current DB content.",
+    "DIGEST-VALUE <key> [<key> ...]",
+    "    Output a hex signature of the values of all the specified keys.",
+    "JOURNAL-STALL <ms>",
+    "    Delay every journal fsync by <ms> (durakv fault injection).",
+    "JOURNAL-FOLLOW-STALL <ms>",
+    "    A replica holds the journal entries it receives for <ms> (durakv fault injection).",
+    "LOG <message>",
+    "    Write <message> to the server log.",
+    "OBJECT <key> [fast]",
+    "    Show low level info about `key` and associated value.",
+    "POPULATE <count> [<prefix>] [<size>]",
+    "    Create <count> string keys named key:<num>. If <prefix> is specified then",
+    "    it is used instead of the 'key' prefix.",
+    "PROTOCOL <type>",
+    "    Reply with a test value of the specified type. <type> can be: string,",
+    "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+    "    true, false.",
+    "QUICKLIST-PACKED-THRESHOLD <size>",
+    "    Sets the threshold for elements to be inserted as plain vs packed nodes",
+    "    Default value is 1GB, allows values up to 4GB. Setting to 0 restores to default.",
+    "SET-ACTIVE-EXPIRE <0|1>",
+    "    Setting it to 0 disables expiring keys in background when they are not",
+    "    accessed (otherwise the behavior). Setting it to 1 reenables back the",
+    "    default.",
+    "SLEEP <seconds>",
+    "    Stop the server for <seconds>. Decimals allowed.",
+    "HELP",
+    "    Print this help.",
+]
+
+
+def _hex(digest: bytes) -> str:
+    return digest.hex()
+
+
+@command("debug")
+def debug(ctx, args):
+    sub = args[1].upper()
+    n = len(args)
+    port = ctx.port
+    if sub == b"HELP" and n == 2:
+        return _HELP
+    if sub == b"DIGEST" and n == 2:
+        return _hex(dataset_digest(ctx.keyspace))
+    if sub == b"DIGEST-VALUE":
+        db = ctx.db
+        out = []
+        for key in args[2:]:
+            value = db.data.get(key)  # dbFind: logically expired keys count too
+            out.append(_hex(object_digest(_ZERO, value, key in db.expires) if value is not None else _ZERO))
+        return out
+    if sub == b"OBJECT" and n in (3, 4):
+        return _debug_object(ctx, args)
+    if sub == b"SLEEP" and n == 3:
+        # Like Valkey: blocks the whole server, which is what tests of timeouts want.
+        try:
+            seconds = float(args[2])
+        except ValueError:
+            seconds = 0.0  # strtod: no number is 0
+        time.sleep(max(0.0, seconds))
+        return OK
+    if sub == b"SET-ACTIVE-EXPIRE" and n == 3:
+        port.set_active_expire(args[2] != b"0")
+        return OK
+    if sub == b"JOURNAL-STALL" and n == 3:
+        # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
+        if not port.journal_stall(parse_int(args[2])):
+            raise CommandError("ERR no journal (durability none)")
+        return OK
+    if sub == b"JOURNAL-FOLLOW-STALL" and n == 3:
+        # durakv's fault hook: a replica holds the journal entries it receives for N ms, then applies them.
+        if not port.journal_follow_stall(parse_int(args[2])):
+            raise CommandError("ERR only a replica of a shard follows a journal")
+        return OK
+    if sub == b"RELOAD":
+        opts = {a.upper() for a in args[2:]}
+        if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:
+            raise CommandError("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.")
+        if opts & {b"NOFLUSH", b"MERGE"}:
+            raise CommandError("ERR DEBUG RELOAD NOFLUSH and MERGE are not supported (durakv loads what a "
+                               "restart would load, in place of the dataset)")
+        return port.debug_reload(save=b"NOSAVE" not in opts)
+    if sub == b"LOG" and n == 3:
+        log.warning("DEBUG LOG: %s", args[2].decode("utf-8", "replace"))
+        return OK
+    if sub == b"POPULATE" and 3 <= n <= 5:
+        return _populate(ctx, args)
+    if sub == b"PROTOCOL" and n == 3:
+        return _protocol(ctx, args)
+    if sub == b"QUICKLIST-PACKED-THRESHOLD" and n == 3:
+        try:
+            size = parse_memory(args[2].decode("utf-8", "replace"))
+        except ValueError:
+            size = -1
+        if not 0 <= size < 1 << 32:
+            raise CommandError("ERR argument must be a memory value bigger than 1 and smaller than 4gb")
+        ctx.keyspace.encoding_rules.list_packed_threshold = size
+        return OK
+    if sub == b"DICT-RESIZING" and n == 3:
+        return OK
+    if sub == b"REPLYBUFFER" and n == 4 and args[2].lower() in (b"peak-reset-time", b"resizing"):
+        return OK  # durakv has no per-client reply buffers to resize: accepted, no effect
+    raise CommandError("ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
+                       % args[1].decode("utf-8", "replace"))
