@@ -1,0 +1,111 @@
+"""Which process holds a TCP socket, found the way `ss -p` finds it: the socket's inode in /proc/net/tcp{,6},
+then the process whose /proc/PID/fd links to `socket:[inode]`. No dependency, no privileges beyond reading
+/proc of one's own processes (root reads all of them).
+
+Used by the local cluster to stop a node that was restarted by hand (its pid is not the manifest's, its port
+is), by `cluster status` to tell that such a node serves, and by the partition proxy to learn which process
+(and so which AZ) opened a connection. Linux only: elsewhere every lookup answers "nobody".
+"""
+
+import os
+import socket
+import struct
+
+LISTEN = "0A"
+_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def _decode_addr(text):
+    """'0100007F:1F90' (or the 32-hex-digit IPv6 form) -> ('127.0.0.1', 8080)."""
+    host, _, port = text.partition(":")
+    if len(host) == 8:
+        ip = socket.inet_ntop(socket.AF_INET, struct.pack("<I", int(host, 16)))
+    else:
+        words = struct.pack("<IIII", *(int(host[i:i + 8], 16) for i in range(0, 32, 8)))
+        ip = socket.inet_ntop(socket.AF_INET6, words)
+        if ip.startswith("::ffff:"):
+            ip = ip[7:]
+    return ip, int(port, 16)
+
+
+def tcp_sockets():
+    """Yields (local (ip, port), remote (ip, port), state hex, inode) for every TCP socket of this network
+    namespace."""
+    for table in _TABLES:
+        try:
+            with open(table, "r") as f:
+                next(f, None)
+                for line in f:
+                    parts = line.split()
+                    if len(parts) < 10:
+                        continue
+                    try:
+                        yield _decode_addr(parts[1]), _decode_addr(parts[2]), parts[3], int(parts[9])
+                    except (ValueError, OSError):
+                        continue
+        except OSError:
+            continue
+
+
+def listening_inodes(port) -> set:
+    """Inodes of the sockets listening on TCP `port` (any local address)."""
+    return {inode for local, _remote, state, inode in tcp_sockets()
+            if state == LISTEN and local[1] == int(port) and inode}
+
+
+def connection_inode(local, remote):
+    """The inode of the socket whose local end is `local` and remote end `remote` ((ip, port) pairs), or None.
+    The proxy asks it for the client's end of a connection it accepted: local = the peer address it saw."""
+    for loc, rem, state, inode in tcp_sockets():
+        if loc[1] == local[1] and rem[1] == remote[1] and _same_host(loc[0], local[0]) \
+                and _same_host(rem[0], remote[0]) and state != LISTEN and inode:
+            return inode
+    return None
+
+
+def _same_host(a, b):
+    return a == b or {a, b} <= {"127.0.0.1", "::1", "localhost"}
+
+
+def _all_pids():
+    try:
+        return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+
+
+def pids_holding(inodes, pids=None) -> list:
+    """The pids (of `pids`, default every process) with an open fd on one of the socket inodes."""
+    wanted = {f"socket:[{i}]" for i in inodes}
+    if not wanted:
+        return []
+    found = []
+    for pid in (pids if pids is not None else _all_pids()):
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") in wanted:
+                    found.append(pid)
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def port_owners(port) -> list:
+    """The pids listening on TCP `port` (usually one; a forked child may share the socket)."""
+    return sorted(pids_holding(listening_inodes(port)))
+
+
+def cmdline(pid) -> list:
+    """The argv of a process, [] when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0") if a]
