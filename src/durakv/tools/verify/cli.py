@@ -92,8 +92,9 @@ def build_parser():
     fo = common(sub.add_parser("failover", help="Test 4: planned vs unplanned failover, N runs each"), "failover")
     fo.add_argument("--runs", type=int, default=3)
     fo.add_argument("--kinds", type=_csv, default=["planned", "unplanned"])
-    fo.add_argument("--unplanned", choices=("kill", "az-power"), default="kill",
-                    help="the unplanned fault: kill -9 of the primary (default) or its AZ's power cut")
+    fo.add_argument("--unplanned", choices=("kill", "az-power", "az-power-stream-leader"), default="kill",
+                    help="the unplanned fault: kill -9 of the primary (default), the power cut of its AZ, or of "
+                         "the AZ of the journal stream's NATS leader")
     fo.add_argument("--restart-after", type=float, default=5.0, help="seconds before the failed node restarts")
     fo.add_argument("--writers", type=int, default=4)
     fo.add_argument("--warmup", type=float, default=3.0)

@@ -133,7 +133,7 @@ class FaultRun:
     def __init__(self, env, chaos_args=None, label=None, timeout_s=600.0):
         self.env = env
         self.chaos_args = list(chaos_args or [])
-        self.label = label or " ".join(self.chaos_args) or env.fault_cmd
+        self.label = label or (env.fault_cmd if env.fault_cmd else " ".join(self.chaos_args))
         self.timeout_s = timeout_s
         self.proc = None
         self.thread = None
@@ -277,6 +277,8 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
     acknowledged key must be there with its value (sync). rpo: the async variant (loss is reported against the
     durability lag seen just before the fault, and a loss within the buffer is not a failure)."""
     say = env.say
+    if env.fault_cmd:
+        fault = "fault-cmd"
     results, histories, details = [], [], []
     lags, buffers, rejections = [], [], []
     reasons = []
@@ -297,7 +299,7 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
             if not _wait(lambda: sum(w.acked for w in ws) > 0 and time.monotonic() - t_start >= warmup_s,
                          warmup_s + 60):
                 raise RuntimeError("no write was acknowledged before the fault")
-            fr = FaultRun(env, chaos_args(fault, fault_s)).start()
+            fr = FaultRun(env, None if env.fault_cmd else chaos_args(fault, fault_s)).start()
             fr.wait()
             healed = time.monotonic()
             acked_at_heal = sum(w.acked for w in ws)
@@ -345,8 +347,9 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
             reasons.append(f"run {run}: {len(res.lost)} acknowledged write(s) lost")
         if res.unexpected:
             reasons.append(f"run {run}: {len(res.unexpected)} write(s) reported failed are present")
-        if any(behind.values()):
-            reasons.append(f"run {run}: replicas missing acknowledged writes 30 s after recovery: {behind}")
+        if any(v is None or v > 0 for v in behind.values()):
+            reasons.append(f"run {run}: replicas missing acknowledged writes 30 s after recovery (None: not "
+                           f"answering): {behind}")
         details.append(detail)
         say(f"run {run}: acked {res.acked:,}, failed {res.failed:,}, indefinite {res.indefinite:,}, "
             f"lost {len(res.lost):,}, write gap {detail['unavailable_s']} s")
@@ -370,8 +373,9 @@ def _fault_table(details, rpo) -> Table:
         cols.append("Lost acked within (ms before fault)")
     rows = []
     for d in details:
+        behind = d["replicas_behind"]
         row = [str(d["run"]), d["fault"], d["target"], d["fault_s"], d["unavailable_s"],
-               sum(d["replicas_behind"].values()) if d["replicas_behind"] else 0]
+               ("not answering" if None in behind.values() else sum(behind.values())) if behind else 0]
         if rpo:
             row.append(d["lost_ack_age_ms"]["max"] if d.get("lost_ack_age_ms") else None)
         rows.append(row)
@@ -516,7 +520,9 @@ def failover(env, runs=3, kinds=("planned", "unplanned"), unplanned="kill", writ
     say = env.say
     series, rows, reasons = {}, [], []
     for kind in kinds:
-        label = "planned" if kind == "planned" else f"unplanned ({'kill -9' if unplanned == 'kill' else unplanned})"
+        label = "planned" if kind == "planned" else "unplanned (%s)" % {
+            "kill": "kill -9", "az-power": "power cut of the primary's AZ",
+            "az-power-stream-leader": "power cut of the stream leader's AZ"}[unplanned]
         series[label] = []
         for run in range(1, runs + 1):
             env.healthy()
@@ -529,7 +535,12 @@ def failover(env, runs=3, kinds=("planned", "unplanned"), unplanned="kill", writ
                 if not _wait(lambda: sum(w.acked for w in ws) > 0 and time.monotonic() - t_start >= warmup_s,
                              warmup_s + 60):
                     raise RuntimeError("no write was acknowledged before the failover")
-                args = chaos_args("failover") if kind == "planned" else chaos_args(unplanned, restart_after_s)
+                if kind == "planned":
+                    args = chaos_args("failover")
+                elif unplanned == "az-power-stream-leader":
+                    args = chaos_args("az-power", restart_after_s, on="stream-leader")
+                else:
+                    args = chaos_args(unplanned, restart_after_s)
                 fr = FaultRun(env, args).start().wait()
                 acked = sum(w.acked for w in ws)
                 _wait(lambda: sum(w.acked for w in ws) > acked, 60)

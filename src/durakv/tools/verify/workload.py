@@ -487,10 +487,10 @@ def read_back(target, keys, timeout_s=60.0, chunk=500) -> dict:
     return out
 
 
-def replicas_missing(target, expected: dict, timeout_s=30.0) -> dict:
+def replicas_missing(target, expected: dict, timeout_s=30.0, skip=()) -> dict:
     """Polls every replica (READONLY reads) until it holds every expected key with its value, or the deadline.
-    Returns {replica host:port: keys missing or different at the end} (0 everywhere: converged). A standalone
-    target has no replicas: {}."""
+    Returns {replica host:port: keys missing or different at the end} (0 everywhere: converged; None: it never
+    answered). skip: "host:port" of replicas known to be down. A standalone target has no replicas: {}."""
     if not target.cluster_mode or not expected:
         return {}
     c = target.client(10.0)
@@ -504,8 +504,11 @@ def replicas_missing(target, expected: dict, timeout_s=30.0) -> dict:
         c.close()
     result = {}
     for (host, port), keys in by_replica.items():
+        if f"{host}:{port}" in skip:
+            continue
         deadline = time.monotonic() + timeout_s
         missing = keys
+        answered = False
         while True:
             try:
                 with target.node_client(host, port, 10.0) as r:
@@ -522,12 +525,13 @@ def replicas_missing(target, expected: dict, timeout_s=30.0) -> dict:
                             if v != expected[k]:
                                 still.append(k)
                     missing = still
+                    answered = True
             except Exception:  # noqa: BLE001 - the replica may be restarting: poll again
                 pass
             if not missing or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        result[f"{host}:{port}"] = len(missing)
+        result[f"{host}:{port}"] = len(missing) if answered else None
     return result
 
 
