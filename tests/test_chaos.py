@@ -15,7 +15,6 @@ import pytest
 import valkey
 import valkey.cluster
 
-from durakv.cluster.local import LocalCluster
 from durakv.cluster.nats_procs import pid_alive, wait_for
 from durakv.cluster.netproxy import NetProxy, parse_groups
 from durakv.cluster.portowner import _decode_addr, cmdline, port_owners

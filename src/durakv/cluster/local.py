@@ -24,7 +24,7 @@ from .store import NatsStore
 from .tls import client_context, make_certs
 from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_alive, pid_state,
                          port_is_free, process_start_time, signal_pid, spawn, stop_many, wait_for)
-from .portowner import cmdline, port_owners
+from .portowner import cmdline, port_owners, ports_owners
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -172,7 +172,7 @@ def write_manifest(dir, manifest):
     os.replace(tmp, path)
 
 
-def _package_env():
+def package_env():
     """The environment for child `python -m durakv`: this durakv importable even when not pip-installed."""
     env = dict(os.environ)
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -591,7 +591,7 @@ class LocalCluster:
     def _spawn(self, p):
         env = None
         if p.kind in ("durakv", "proxy"):
-            env = _package_env()
+            env = package_env()
             env.update(self.manifest.get("env") or {})
         p.entry["pid"], p.entry["start_time"] = spawn(p.argv, p.log, env=env)
         p.entry.pop("stopped_at", None)
@@ -801,14 +801,25 @@ class LocalCluster:
     def orphan(self, p):
         """(pid, start_time) of a live process that serves p's ports and runs p's program although it is not
         the manifest's pid (restarted by hand from its argv), else None."""
-        ports = [v for v in p.ports.values() if isinstance(v, int)]
-        for port in ports[:1]:   # the client port (the proxy: its control port)
-            for pid in port_owners(port):
+        return self._orphans([p]).get(p.name)
+
+    def _orphans(self, procs) -> dict:
+        """orphan() of several processes with one pass over /proc: {name: (pid, start_time)}."""
+        first = {}
+        for p in procs:
+            ports = [v for v in p.ports.values() if isinstance(v, int)]
+            if ports:
+                first[p.name] = ports[0]   # the client port (the proxy: its control port)
+        owners = ports_owners(set(first.values())) if first else {}
+        out = {}
+        for p in procs:
+            for pid in owners.get(first.get(p.name), []):
                 if pid != p.pid and self.is_this_process(p, pid):
                     st = process_start_time(pid)
                     if pid_state(pid, st) != "dead":
-                        return pid, st
-        return None
+                        out[p.name] = (pid, st)
+                        break
+        return out
 
     def live_pid(self, p):
         """(pid, start_time, adopted) of the live process that is p: the manifest's pid, else a process
@@ -821,19 +832,21 @@ class LocalCluster:
     def _stop_procs(self, procs, timeout_s, sig=None) -> dict:
         """Stops procs by manifest pid and by port owner (SIGTERM then SIGKILL, or `sig` at once); marks them
         stopped in the (already locked and reloaded) manifest. Returns {name: outcome}."""
-        targets = {}
-        for p in procs:
-            if p.pid:
-                targets[p.name] = (p.pid, p.start_time)
-            found = self.orphan(p)
-            if found:
-                targets[f"{p.name} (pid {found[0]}, not in the manifest)"] = found
-        if sig is None:
-            out = stop_many(targets, timeout_s)
-        else:
-            out = {}
+        targets = {p.name: (p.pid, p.start_time) for p in procs if p.pid}
+        out = {}
+        if sig is not None:
+            # A power cut: the manifest's processes get the signal before anything else is looked up.
             for key, (pid, st) in targets.items():
                 out[key] = "killed" if signal_pid(pid, sig, st) else "already-dead"
+        orphans = {f"{name} (pid {found[0]}, not in the manifest)": found
+                   for name, found in self._orphans(procs).items()}
+        if sig is None:
+            targets.update(orphans)
+            out = stop_many(targets, timeout_s)
+        else:
+            for key, (pid, st) in orphans.items():
+                out[key] = "killed" if signal_pid(pid, sig, st) else "already-dead"
+            targets.update(orphans)
             for key, (pid, st) in targets.items():
                 if out[key] == "killed":
                     wait_for(lambda pid=pid, st=st: not pid_alive(pid, st), 10.0, f"pid {pid} to die")

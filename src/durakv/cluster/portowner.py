@@ -28,38 +28,57 @@ def _decode_addr(text):
     return ip, int(port, 16)
 
 
-def tcp_sockets():
-    """Yields (local (ip, port), remote (ip, port), state hex, inode) for every TCP socket of this network
-    namespace."""
+def _lines():
+    """The split lines of /proc/net/tcp and tcp6 (a busy machine has many thousands: callers filter on the raw
+    fields before decoding anything)."""
     for table in _TABLES:
         try:
             with open(table, "r") as f:
                 next(f, None)
                 for line in f:
                     parts = line.split()
-                    if len(parts) < 10:
-                        continue
-                    try:
-                        yield _decode_addr(parts[1]), _decode_addr(parts[2]), parts[3], int(parts[9])
-                    except (ValueError, OSError):
-                        continue
+                    if len(parts) >= 10:
+                        yield parts
         except OSError:
             continue
 
 
-def listening_inodes(port) -> set:
-    """Inodes of the sockets listening on TCP `port` (any local address)."""
-    return {inode for local, _remote, state, inode in tcp_sockets()
-            if state == LISTEN and local[1] == int(port) and inode}
+def tcp_sockets():
+    """Yields (local (ip, port), remote (ip, port), state hex, inode) for every TCP socket of this network
+    namespace."""
+    for parts in _lines():
+        try:
+            yield _decode_addr(parts[1]), _decode_addr(parts[2]), parts[3], int(parts[9])
+        except (ValueError, OSError):
+            continue
+
+
+def listening_inodes(ports) -> dict:
+    """{port: inodes of the sockets listening on it (any local address)} for a port or a list of ports."""
+    wanted = {int(p) for p in (ports if isinstance(ports, (list, tuple, set)) else [ports])}
+    out = {p: set() for p in wanted}
+    for parts in _lines():
+        if parts[3] != LISTEN:
+            continue
+        port = int(parts[1].rpartition(":")[2], 16)
+        if port in wanted and parts[9] != "0":
+            out[port].add(int(parts[9]))
+    return out
 
 
 def connection_inode(local, remote):
     """The inode of the socket whose local end is `local` and remote end `remote` ((ip, port) pairs), or None.
     The proxy asks it for the client's end of a connection it accepted: local = the peer address it saw."""
-    for loc, rem, state, inode in tcp_sockets():
-        if loc[1] == local[1] and rem[1] == remote[1] and _same_host(loc[0], local[0]) \
-                and _same_host(rem[0], remote[0]) and state != LISTEN and inode:
-            return inode
+    lport, rport = ":%04X" % local[1], ":%04X" % remote[1]
+    for parts in _lines():
+        if not (parts[1].endswith(lport) and parts[2].endswith(rport)) or parts[3] == LISTEN:
+            continue
+        try:
+            loc, rem = _decode_addr(parts[1]), _decode_addr(parts[2])
+        except (ValueError, OSError):
+            continue
+        if _same_host(loc[0], local[0]) and _same_host(rem[0], remote[0]) and parts[9] != "0":
+            return int(parts[9])
     return None
 
 
@@ -98,7 +117,32 @@ def pids_holding(inodes, pids=None) -> list:
 
 def port_owners(port) -> list:
     """The pids listening on TCP `port` (usually one; a forked child may share the socket)."""
-    return sorted(pids_holding(listening_inodes(port)))
+    return sorted(pids_holding(listening_inodes(port)[int(port)]))
+
+
+def ports_owners(ports) -> dict:
+    """{port: [pids listening on it]} for several ports with one pass over /proc."""
+    by_port = listening_inodes(list(ports))
+    inodes = {i for s in by_port.values() for i in s}
+    if not inodes:
+        return {p: [] for p in by_port}
+    holders = {}
+    for pid in _all_pids():
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inode = int(link[8:-1])
+                if inode in inodes:
+                    holders.setdefault(inode, set()).add(pid)
+    return {p: sorted({pid for i in s for pid in holders.get(i, ())}) for p, s in by_port.items()}
 
 
 def cmdline(pid) -> list:

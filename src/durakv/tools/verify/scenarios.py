@@ -14,6 +14,7 @@ reasons behind it. The seed (shared/seeds/000_e664b13db1353243.txt) is what they
 
 import heapq
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-from ...cluster.local import ClusterError, LocalCluster, _package_env
+from ...cluster.local import ClusterError, LocalCluster, package_env
 from ..chaos import events_path, log_size, read_events, wait_healthy
 from ..chaos.events import START, STOP
 from .acked import check_acked_writes, write_ops
@@ -63,6 +64,7 @@ class Env:
         self.say = say
         self.own_dir = own_dir
         self.keep = keep
+        self.active = set()     # FaultRuns whose process still runs
 
     @classmethod
     def local(cls, dir, fault_cmd=None, say=print):
@@ -93,6 +95,8 @@ class Env:
         return cls(Target.from_cluster(cluster), cluster, None, say, own_dir=d, keep=keep)
 
     def close(self):
+        for fr in list(self.active):
+            fr.interrupt()   # a run cut short (an error, Ctrl-C): the nemesis heals before anything else
         if self.own_dir and self.cluster is not None and not self.keep:
             self.cluster.down()
             self.say(f"local cluster in {self.cluster.dir} stopped")
@@ -155,10 +159,22 @@ class FaultRun:
             self._log_offset = log_size(events_path(env.cluster.dir))
         self.started_ns = time.monotonic_ns()
         self.proc = subprocess.Popen(argv, shell=shell, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env=_package_env(), text=True, bufsize=1)
+                                     env=package_env(), text=True, bufsize=1)
         self.thread = threading.Thread(target=self._pump, daemon=True, name="verify-nemesis-output")
         self.thread.start()
+        self.env.active.add(self)
         return self
+
+    def interrupt(self, timeout_s=120.0):
+        """SIGINT to the nemesis (durakv chaos heals on it), then wait for it to exit."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.env.active.discard(self)
 
     def _pump(self):
         for line in self.proc.stdout:
@@ -174,6 +190,7 @@ class FaultRun:
             self.returncode = self.proc.wait(10)
             self.lines.append(f"fault command killed after {self.timeout_s:g}s")
         self.ended_ns = time.monotonic_ns()
+        self.env.active.discard(self)
         self.thread.join(5)
         if self.env.cluster is not None and not self.env.fault_cmd:
             self._log_end = log_size(events_path(self.env.cluster.dir))

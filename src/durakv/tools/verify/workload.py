@@ -165,8 +165,8 @@ class _Client:
         self.rotation = random.randrange(len(target.nodes))
         self.rebuilds = 0
 
-    def get(self):
-        while self.c is None and not self.stop.is_set():
+    def get(self, deadline=None):
+        while self.c is None and not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
             try:
                 self.c = self.target.client(self.timeout_s, self.rotation)
             except Exception:  # noqa: BLE001 - no node reachable yet: try the next one
@@ -462,7 +462,9 @@ def read_back(target, keys, timeout_s=60.0, chunk=500) -> dict:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"read-back incomplete after {timeout_s:g}s ({i} of {len(keys)} keys): {last}")
             part = keys[i:i + chunk]
-            c = client.get()
+            c = client.get(deadline)
+            if c is None:
+                continue
             try:
                 pipe = c.pipeline(transaction=False)
                 for k in part:
