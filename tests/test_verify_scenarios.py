@@ -257,3 +257,41 @@ def test_cluster_target_with_a_fault_command(sync_cluster):
     res = sc.acked_writes(env, fault="failover", runs=1, writers=2, **SHORT)
     assert res.status == sc.PASS, res.reasons
     assert sync_cluster.primary(0).name != node.name
+
+
+def test_redis_server_as_target_through_the_cli(tmp_path):
+    """Any RESP endpoint: redis-server (from the test set-up) with a user-given fault command."""
+    import shutil
+    import signal
+    import socket
+    from conftest import wait_until
+    redis_server = shutil.which("redis-server")
+    assert redis_server, "redis-server is needed: apt-get install redis-server (scripts/test.sh does)"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([redis_server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+                             "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: valkey.Valkey(port=port, socket_timeout=1).ping(), 10, what="redis-server")
+        fault = f"redis-cli -p {port} DEBUG SLEEP 1"
+        out = tmp_path / "acked.json"
+        r = durakv_cli("verify", "acked-writes", "--target", f"127.0.0.1:{port}", "--fault-cmd", fault,
+                       "--warmup", "1", "--after", "1", "--writers", "2", "--json", out)
+        assert r.returncode == 0, r.stdout + r.stderr
+        doc = json.loads(out.read_text())
+        assert doc["status"] == "ok" and doc["data"]["runs"][0]["acked"] > 0
+        assert doc["data"]["details"][0]["fault"] == "fault-cmd"
+        r = durakv_cli("verify", "bench", "--target", f"127.0.0.1:{port}", "--rate", "300", "--duration", "1",
+                       "--clients", "2", "--key-maximum", "100", "--json", out)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "no durakv durability mode: one run, labelled `target`" in r.stdout
+        doc = json.loads(out.read_text())
+        assert [row[0] for row in doc["tables"]["write_latency"]["rows"]] == ["target"]
+        r = durakv_cli("verify", "acked-writes", "--target", f"127.0.0.1:{port}")
+        assert r.returncode == 2 and "needs --fault-cmd" in r.stderr
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)

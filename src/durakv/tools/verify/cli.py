@@ -220,6 +220,10 @@ def _bench(args):
         env = _env(args)
         current = sc._effective_modes(env)
         modes = []
+        if not current or not set(current) <= {"none", "async", "sync"}:
+            # Not durakv (Valkey, Redis, a managed service): no mode to switch, one run as it is.
+            say("the target reports no durakv durability mode: one run, labelled `target`")
+            return sc.bench([(lambda: env, [("target", None)])], **kw)
         for mode in args.modes:
             if mode in ("async", "sync") and "none" not in current:
                 modes.append((mode, switch_to(mode)))
@@ -227,8 +231,8 @@ def _bench(args):
                 modes.append((mode, None))
             else:
                 say(f"skipping {mode}: the target runs {', '.join(current)} and cannot switch to it live")
-        if getattr(args, "target", None) and not modes:
-            modes = [(current[0] if current else "target", None)]
+        if not modes:
+            modes = [(current[0], None)]
 
         def restore():
             if current and current[0] in ("sync", "async") and "none" not in current:
