@@ -40,10 +40,14 @@ class EventLog:
         if path:
             os.makedirs(os.path.dirname(path), exist_ok=True)
 
-    def emit(self, event, message, **detail) -> dict:
+    def now(self):
+        """(monotonic ns, wall s) now: a fault takes it just before it acts and passes it to emit(at=...)."""
+        return self._clock_ns(), self._wall()
+
+    def emit(self, event, message, at=None, **detail) -> dict:
         with self._lock:
-            wall = self._wall()
-            rec = {"ts": _stamp(wall), "wall_s": round(wall, 6), "monotonic_ns": self._clock_ns(),
+            mono, wall = at if at is not None else self.now()
+            rec = {"ts": _stamp(wall), "wall_s": round(wall, 6), "monotonic_ns": mono,
                    "fault": self.fault, "id": self.id, "event": event, "message": message}
             if detail:
                 rec["detail"] = detail

@@ -90,9 +90,11 @@ class Nemesis:
         names = [p.name for p in procs]
         roles = {p.name: p.role(timeout_s=0.5) for p in procs if p.kind == "durakv"}
         t0 = time.monotonic()
+        at = log.now()     # the fault's time is when the signals go out, not when the deaths are confirmed
         out = self.cluster.stop_nodes(names, sig=signal.SIGKILL)
-        log.emit(START, f"{az}: power cut, SIGKILL {', '.join(f'{n} ({roles.get(n) or p.kind})' for n, p in zip(names, procs))}",
-                 az=az, processes=names, roles=roles, outcome=out)
+        log.emit(START, f"{az}: power cut, SIGKILL "
+                        f"{', '.join(f'{n} ({roles.get(n) or p.kind})' for n, p in zip(names, procs))}",
+                 at=at, az=az, processes=names, roles=roles, outcome=out)
         try:
             self._hold(log, duration_s, f"{az} stays down")
         finally:
@@ -110,8 +112,9 @@ class Nemesis:
         p = self.cluster.get(name)
         role = p.role(timeout_s=0.5) if p.kind == "durakv" else p.kind
         t0 = time.monotonic()
+        at = log.now()
         self.cluster.stop_nodes([name], sig=signal.SIGKILL)
-        log.emit(START, f"SIGKILL {name} ({role}, {p.az})", node=name, role=role, az=p.az)
+        log.emit(START, f"SIGKILL {name} ({role}, {p.az})", at=at, node=name, role=role, az=p.az)
         result = {"fault": "kill", "node": name, "role_before": role, "az": p.az}
         if restart_after_s is None:
             log.emit(STOP, f"{name} stays down (no --restart-after)", node=name, restarted=False)
@@ -131,9 +134,11 @@ class Nemesis:
         log = self._log("pause")
         p = self.cluster.get(name)
         role = p.role(timeout_s=0.5) if p.kind == "durakv" else p.kind
+        at = log.now()
         if not self.cluster.pause(name):
             raise FaultError(f"{name} is not running")
-        log.emit(START, f"SIGSTOP {name} ({role}, {p.az}) for {duration_s:g}s", node=name, role=role, az=p.az)
+        log.emit(START, f"SIGSTOP {name} ({role}, {p.az}) for {duration_s:g}s", at=at, node=name, role=role,
+                 az=p.az)
         t0 = time.monotonic()
         try:
             self._hold(log, duration_s, f"{name} stays paused")
@@ -152,10 +157,11 @@ class Nemesis:
         az = self.resolve_az(az, shard)
         log = self._log("partition")
         before = {p.name: p.role(timeout_s=0.5) for p in self.cluster.nodes}
+        at = log.now()
         groups = self.cluster.proxy_control(f"CUT {az}")
         t0 = time.monotonic()
         log.emit(START, f"{az} cut off the other AZs ({' | '.join(','.join(g) for g in json.loads(groups))}); "
-                        f"before: {_roles(before)}", az=az,
+                        f"before: {_roles(before)}", at=at, az=az,
                  groups=groups, roles=before)
         try:
             self._hold(log, duration_s, f"{az} stays cut off", roles=True)
