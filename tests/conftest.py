@@ -39,6 +39,23 @@ def wait_until(predicate, timeout_s=10.0, interval_s=0.02, what="condition"):
     raise TimeoutError(f"timed out waiting for {what}" + (f": {last_exc!r}" if last_exc else ""))
 
 
+def wait_new_primary(cluster, old_name, timeout_s=30.0):
+    """Polls until a node other than old_name is master and accepts a write; returns (proc, seconds)."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    while time.monotonic() < deadline:
+        p = cluster.primary(0)
+        if p is not None and p.name != old_name:
+            try:
+                with valkey.Valkey(host="127.0.0.1", port=p.port, socket_timeout=2) as c:
+                    if c.set("__probe__", "1"):
+                        return p, time.monotonic() - t0
+            except (valkey.exceptions.ResponseError, valkey.exceptions.ConnectionError):
+                pass
+        time.sleep(0.01)
+    raise TimeoutError(f"no new primary within {timeout_s}s")
+
+
 class ServerProcess:
     """A durakv server subprocess. start() returns once it answers PING."""
 

@@ -116,7 +116,8 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
     with open(manifest_path(c.dir)) as f:
         m = json.load(f)
     assert m["options"] == {"shards": 2, "replicas": 2, "durability": "sync", "base_port": None,
-                            "journal_backend": "local", "cluster_mode": False, "tls": False}
+                            "journal_backend": "local", "cluster_mode": False, "tls": False,
+                            "partitionable": False}
     procs = m["processes"]
     assert [(p["kind"], p["name"], p["az"]) for p in procs] == [
         ("nats", "nats-az1", "az1"), ("nats", "nats-az2", "az2"), ("nats", "nats-az3", "az3"),

@@ -7,8 +7,7 @@ import signal
 import pytest
 import valkey
 
-from cluster_util import wait_new_primary
-from conftest import wait_until
+from conftest import wait_new_primary, wait_until
 from durakv.cluster.local import ClusterError, LocalCluster
 
 

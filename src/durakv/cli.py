@@ -109,9 +109,11 @@ def run_server(argv):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
-    parser.add_argument("command", nargs="?", default="server", choices=["server", "cluster", "bench"],
+    parser.add_argument("command", nargs="?", default="server",
+                        choices=["server", "cluster", "bench", "chaos", "verify"],
                         help="server: start a node (default); cluster: a local multi-AZ cluster; "
-                             "bench: load generator (bench compare: durakv vs redis/valkey)")
+                             "bench: load generator (bench compare: durakv vs redis/valkey); "
+                             "chaos: faults on a local cluster; verify: the seed's verification scenarios")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else run_server([])
@@ -124,6 +126,12 @@ def main(argv=None):
     if cmd == "bench":
         from .tools.bench.cli import main as bench_main
         return bench_main(rest)
+    if cmd == "chaos":
+        from .tools.chaos.cli import main as chaos_main
+        return chaos_main(rest)
+    if cmd == "verify":
+        from .tools.verify.cli import main as verify_main
+        return verify_main(rest)
     parser.error(f"unknown command {cmd!r}")
     return 2
 

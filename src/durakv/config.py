@@ -43,6 +43,18 @@ def _bool(text: str) -> bool:
     raise ValueError("argument must be 'yes' or 'no'")
 
 
+UNSAFE_ENV = "DURAKV_TEST_UNSAFE"
+
+
+def _unsafe_bool(text: str) -> bool:
+    """A test-only switch that breaks a guarantee: refused unless the environment says this is a test."""
+    value = _bool(text)
+    if value and os.environ.get(UNSAFE_ENV) != "1":
+        raise ValueError(f"it acknowledges writes that can be lost; it is for tests of the checkers only and is "
+                         f"refused unless the environment has {UNSAFE_ENV}=1")
+    return value
+
+
 def _int_range(lo, hi):
     def parse(text):
         try:
@@ -329,6 +341,11 @@ OPTIONS = [
     # the most one Lua VM (EVAL's, FUNCTION's) may allocate before a script gets Lua's "not enough memory"
     # (Valkey has no such bound: its allocator aborts the process); 0 = no bound
     Option("lua-memory-limit", 1024 * 1024 * 1024, _memory_nonnegative),
+    # A deliberately broken mode for `durakv verify`'s tests: sync replies leave before the journal commits
+    Option("debug-ack-before-commit", False, _unsafe_bool, mutable=False,
+           help="TESTS ONLY: acknowledge sync writes before the journal commits them (a crash then loses "
+                "acknowledged writes, which the verify checkers must catch); refused unless "
+                "DURAKV_TEST_UNSAFE=1 is in the environment"),
 ]
 
 BY_NAME = {}

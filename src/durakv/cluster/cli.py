@@ -1,4 +1,5 @@
-"""`durakv cluster up|status|down|failover`: a local three-AZ cluster (NATS + durakv nodes) from one command."""
+"""`durakv cluster up|status|down|failover|start-node|stop-node|restart-node|...`: a local three-AZ cluster
+(NATS + durakv nodes) from one command, and its processes' lifecycle."""
 
 import argparse
 import asyncio
@@ -40,6 +41,16 @@ def render_status(st) -> str:
                      mode, dur.get("durability_lag_ms"), dur.get("journal_backend")])
     out.append(_table(["NODE", "SHARD", "AZ", "PORT", "PID", "STATE", "ROLE", "PHASE", "EPOCH", "APPLIED",
                        "LAG_MS", "DURABILITY", "DUR_LAG_MS", "JOURNAL"], rows))
+    stray = [n["name"] for n in st["nats"] + st["nodes"] if n.get("not_in_manifest")]
+    if stray:
+        out.append(f"(pid of {', '.join(stray)} is not the manifest's: started by hand; `durakv cluster "
+                   f"start-node` adopts it, `stop-node` and `down` stop it by its port)")
+    proxy = st.get("proxy")
+    if proxy:
+        cut = " | ".join(",".join(g) for g in proxy.get("groups") or []) or "none"
+        out.append("")
+        out.append(f"partition proxy: pid {proxy['pid']} {proxy['state']}, control 127.0.0.1:{proxy['control_port']}, "
+                   f"cut: {cut}, connections: {proxy.get('connections', '-')}")
     if st["streams"]:
         out.append("")
         out.append(_table(["STREAM", "LEADER", "REPLICAS", "MESSAGES", "LAST_SEQ"],
@@ -53,7 +64,8 @@ def _cmd_up(args):
         cluster = LocalCluster.up(args.dir, shards=args.shards, replicas=args.replicas, durability=args.durability,
                                   base_port=args.base_port, journal_backend=args.journal_backend,
                                   timeout_s=args.timeout, log=lambda m: print(m, flush=True),
-                                  cluster_mode=not args.no_cluster_mode, tls=args.tls)
+                                  cluster_mode=not args.no_cluster_mode, tls=args.tls,
+                                  partitionable=args.partitionable, extra_server_args=args.server_arg or ())
     except ClusterNotReady as exc:
         print(f"cluster started but not ready: {exc}", file=sys.stderr)
         return 1
@@ -108,6 +120,59 @@ def _cmd_down(args):
     for name, what in out.items():
         print(f"{name}: {what}")
     return 0
+
+
+def _lifecycle_dir(args):
+    d = args.dir or args.dir_pos
+    if not d:
+        raise ClusterError("give the cluster directory (DIR or --dir DIR)")
+    return d
+
+
+def _print_outcomes(out):
+    for name, what in out.items():
+        print(f"{name}: {what}", flush=True)
+
+
+def _cmd_stop_node(args):
+    cluster = LocalCluster.load(_lifecycle_dir(args))
+    names = [p.name for p in cluster.select(args.node, args.az)]
+    _print_outcomes(cluster.stop_nodes(names, timeout_s=args.timeout))
+    return 0
+
+
+def _cmd_start_node(args):
+    cluster = LocalCluster.load(_lifecycle_dir(args))
+    names = [p.name for p in cluster.select(args.node, args.az)]
+    try:
+        out = cluster.start_nodes(names, wait=not args.no_wait, timeout_s=args.timeout)
+    except (ClusterNotReady, TimeoutError) as exc:
+        print(f"started, but not serving yet: {exc}", file=sys.stderr)
+        return 1
+    _print_outcomes(out)
+    _print_roles(cluster, names)
+    return 0
+
+
+def _cmd_restart_node(args):
+    cluster = LocalCluster.load(_lifecycle_dir(args))
+    names = [p.name for p in cluster.select(args.node, args.az)]
+    _print_outcomes(cluster.stop_nodes(names, timeout_s=min(args.timeout, 10.0)))
+    try:
+        out = cluster.start_nodes(names, wait=not args.no_wait, timeout_s=args.timeout)
+    except (ClusterNotReady, TimeoutError) as exc:
+        print(f"restarted, but not serving yet: {exc}", file=sys.stderr)
+        return 1
+    _print_outcomes(out)
+    _print_roles(cluster, names)
+    return 0
+
+
+def _print_roles(cluster, names):
+    for name in names:
+        p = cluster.reload().get(name)
+        if p.kind == "durakv":
+            print(f"{name}: pid {p.pid}, role {p.role() or '-'}", flush=True)
 
 
 def _cmd_failover(args):
@@ -205,7 +270,30 @@ def build_parser():
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to serve")
     up.add_argument("--journal-backend", choices=["jetstream", "local"], default="jetstream",
                     help=argparse.SUPPRESS)
+    up.add_argument("--partitionable", action="store_true",
+                    help="route NATS routes and durakv-to-NATS connections between AZs through a TCP proxy, so "
+                         "that `durakv chaos DIR partition --az AZ` can cut an AZ off")
+    up.add_argument("--server-arg", action="append", metavar="ARG",
+                    help="an extra argument for every durakv node (repeat it: --server-arg=--lease-ttl-ms "
+                         "--server-arg=3000)")
     up.set_defaults(func=_cmd_up)
+
+    for action, func, text in (
+            ("start-node", _cmd_start_node, "start stopped processes from their manifest argv (a durakv node "
+                                            "rejoins as a replica); adopt one restarted by hand"),
+            ("stop-node", _cmd_stop_node, "stop processes by pid and by the owner of their ports"),
+            ("restart-node", _cmd_restart_node, "stop-node, then start-node")):
+        lc = sub.add_parser(action, help=text)
+        lc.add_argument("dir_pos", nargs="?", metavar="DIR", help="cluster directory")
+        lc.add_argument("--dir", default=None, help="cluster directory (or give it as DIR)")
+        who = lc.add_mutually_exclusive_group(required=True)
+        who.add_argument("--node", help="process name(s), comma-separated: 0-1, nats-az2, ...")
+        who.add_argument("--az", help="every process (NATS and durakv) of this AZ")
+        lc.add_argument("--timeout", type=float, default=60.0 if action != "stop-node" else 10.0,
+                        help="seconds to wait for serving (start) or before SIGKILL (stop)")
+        if action != "stop-node":
+            lc.add_argument("--no-wait", action="store_true", help="do not wait until they serve")
+        lc.set_defaults(func=func)
 
     status = sub.add_parser("status", help="role, AZ, port, pid, epoch, applied index and lag of every node")
     status.add_argument("--dir", required=True)

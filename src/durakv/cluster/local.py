@@ -23,8 +23,9 @@ from .reshard import ReshardError, mark_migrations, wait_moved
 from .store import NatsStore
 from .tls import client_context, make_certs
 from .settings import NONE_REFUSED
-from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_state, port_is_free,
-                         signal_pid, spawn, stop_many, wait_for)
+from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_alive, pid_state,
+                         port_is_free, process_start_time, signal_pid, spawn, stop_many, wait_for)
+from .portowner import cmdline, port_owners, ports_owners
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -172,7 +173,7 @@ def write_manifest(dir, manifest):
     os.replace(tmp, path)
 
 
-def _package_env():
+def package_env():
     """The environment for child `python -m durakv`: this durakv importable even when not pip-installed."""
     env = dict(os.environ)
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -241,6 +242,12 @@ def store_topology(nats_servers, topology, timeout_s=30.0, tls_ca=None):
         finally:
             await nc.close()
     asyncio.run(asyncio.wait_for(put(), timeout_s))
+
+
+def _proxy_ports(base_port):
+    """Listeners of the partition proxy: a client and a route port per NATS node (free ports)."""
+    ports = free_ports(2 * len(AZS), exclude=set(range(base_port, base_port + 40)) if base_port else ())
+    return {f"nats-{az}": {"client": ports[2 * i], "cluster": ports[2 * i + 1]} for i, az in enumerate(AZS)}
 
 
 # -- processes ---------------------------------------------------------------------------------------------------
@@ -328,12 +335,16 @@ class LocalCluster:
 
     @classmethod
     def up(cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
-           timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True, tls=False) -> "LocalCluster":
+           timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True, tls=False,
+           partitionable=False, env=None) -> "LocalCluster":
         """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
 
         Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
         else free ports. A directory whose previous cluster is fully stopped is reused with its data.
-        On a readiness timeout the processes stay up (manifest written) and ClusterNotReady is raised."""
+        On a readiness timeout the processes stay up (manifest written) and ClusterNotReady is raised.
+        partitionable: every connection into a NATS node from another AZ goes through the partition proxy
+        (cluster/netproxy.py), so `durakv chaos partition` can cut an AZ off. env: extra environment variables
+        of the durakv nodes (kept in the manifest, so restarts get them too)."""
         dir = os.path.abspath(str(dir))
         say = log or (lambda msg: None)
         if durability == "none" and journal_backend == "jetstream":
@@ -342,7 +353,7 @@ class LocalCluster:
             raise ClusterError("need --shards >= 1 and --replicas >= 0")
         if os.path.exists(manifest_path(dir)):
             old = cls.load(dir)
-            running = [p.name for p in old.processes if p.alive]
+            running = [p.name for p in old.processes if old.live_pid(p)]
             if running:
                 raise ClusterError(f"a cluster is already running in {dir} ({', '.join(running)}); "
                                    f"stop it with `durakv cluster down --dir {dir}`")
@@ -350,7 +361,8 @@ class LocalCluster:
         nodes_per_shard = 1 + replicas
         n_durakv = shards * nodes_per_shard
         certs = make_certs(dir) if tls else None
-        nats = NatsCluster(dir, base_port=base_port, tls=certs)
+        proxy_ports = _proxy_ports(base_port) if partitionable else None
+        nats = NatsCluster(dir, base_port=base_port, tls=certs, proxy=proxy_ports)
         nats.check_ports()
         if base_port:
             durakv_ports = [base_port + 10 + k for k in range(n_durakv)]
@@ -363,13 +375,18 @@ class LocalCluster:
                     "options": {"shards": shards, "replicas": replicas, "durability": durability,
                                 "base_port": base_port, "journal_backend": journal_backend,
                                 "cluster_mode": bool(cluster_mode and journal_backend == "jetstream"),
-                                "tls": bool(tls)},
+                                "tls": bool(tls), "partitionable": bool(partitionable)},
+                    "env": dict(env or {}),
                     "tls": certs,
                     "nats_servers": "", "processes": []}
         cluster = cls(dir, manifest)
         for attempt in range(PORT_ATTEMPTS):
             say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
             try:
+                if proxy_ports:
+                    cluster._start_proxy(nats, proxy_ports)
+                    say(f"partition proxy on 127.0.0.1:{cluster.proxy.ports['control']} (control): NATS routes and "
+                        f"durakv-to-NATS connections between AZs go through it")
                 for n in nats.nodes:
                     n.start()
                     manifest["processes"].append({
@@ -384,15 +401,18 @@ class LocalCluster:
                 break
             except ProcessError as exc:
                 nats.stop()
+                cluster._stop_proxy()
                 # Free ports are chosen before the processes bind them; another program may take one in between.
                 clash = any(_port_clash(n.read_log()) for n in nats.nodes)
                 if base_port or not clash or attempt == PORT_ATTEMPTS - 1:
                     raise
                 say(f"a NATS port was taken meanwhile ({exc}); choosing other ports")
                 manifest["processes"] = []
-                nats = NatsCluster(dir, base_port=None, tls=certs)
+                proxy_ports = _proxy_ports(None) if partitionable else None
+                nats = NatsCluster(dir, base_port=None, tls=certs, proxy=proxy_ports)
             except BaseException:
                 nats.stop()
+                cluster._stop_proxy()
                 raise
 
         cluster_mode = manifest["options"]["cluster_mode"]
@@ -406,8 +426,9 @@ class LocalCluster:
                 node_id = node_id_for(f"{os.path.basename(dir)}:{name}")   # 40 hex, stable across restarts
                 node_dir = os.path.join(dir, "nodes", name)
                 os.makedirs(node_dir, exist_ok=True)
-                argv = durakv_argv(durakv_ports[k], node_dir, nats.servers, shard, az, node_id, durability,
-                                   journal_backend, extra_server_args, cluster_mode=cluster_mode, tls=certs)
+                argv = durakv_argv(durakv_ports[k], node_dir, cluster.node_nats_servers(az), shard, az, node_id,
+                                   durability, journal_backend, extra_server_args, cluster_mode=cluster_mode,
+                                   tls=certs)
                 manifest["processes"].append({
                     "kind": "durakv", "name": name, "node_id": node_id, "shard": shard, "index": i, "az": az,
                     "ports": {"client": durakv_ports[k]}, "pid": None, "start_time": None, "dir": node_dir,
@@ -503,8 +524,8 @@ class LocalCluster:
             node_id = node_id_for(f"{os.path.basename(self.dir)}:{name}")
             node_dir = os.path.join(self.dir, "nodes", name)
             os.makedirs(node_dir, exist_ok=True)
-            argv = durakv_argv(ports[i], node_dir, self.nats_servers, shard, az, node_id, opts["durability"],
-                               opts["journal_backend"], cluster_mode=True, tls=certs)
+            argv = durakv_argv(ports[i], node_dir, self.node_nats_servers(az), shard, az, node_id,
+                               opts["durability"], opts["journal_backend"], cluster_mode=True, tls=certs)
             entry = {"kind": "durakv", "name": name, "node_id": node_id, "shard": shard, "index": i, "az": az,
                      "ports": {"client": ports[i]}, "pid": None, "start_time": None, "dir": node_dir,
                      "log": os.path.join(self.dir, "logs", f"{name}.log"), "argv": argv,
@@ -575,8 +596,85 @@ class LocalCluster:
         say(f"shard {name} removed ({len(members)} node(s) stopped)")
 
     def _spawn(self, p):
-        p.entry["pid"], p.entry["start_time"] = spawn(p.argv, p.log, env=_package_env() if p.kind == "durakv"
-                                                      else None)
+        env = None
+        if p.kind in ("durakv", "proxy"):
+            env = package_env()
+            env.update(self.manifest.get("env") or {})
+        p.entry["pid"], p.entry["start_time"] = spawn(p.argv, p.log, env=env)
+        p.entry.pop("stopped_at", None)
+
+    # -- the partition proxy (partitionable clusters) ------------------------------------------------------------
+    @property
+    def proxy(self):
+        """The partition proxy's manifest entry, or None (the cluster is not partitionable)."""
+        for p in self.processes:
+            if p.kind == "proxy":
+                return p
+        return None
+
+    def node_nats_servers(self, az) -> str:
+        """The NATS servers a durakv node of `az` connects to: its own AZ's directly, the others' through the
+        partition proxy when there is one."""
+        urls = [u for u in self.nats_servers.split(",") if u]
+        proxy = self.proxy
+        if proxy is None:
+            return ",".join(urls)
+        own, others = [], []
+        scheme = "tls" if self.manifest.get("tls") else "nats"
+        for n in self.nats:
+            if n.az == az:
+                own.append(f"{scheme}://127.0.0.1:{n.ports['client']}")
+            else:
+                others.append(f"{scheme}://127.0.0.1:{proxy.entry['links'][n.name]['client']}")
+        return ",".join(own + others)
+
+    def _start_proxy(self, nats, proxy_ports, timeout_s=15.0):
+        from .netproxy import CONFIG_NAME, send_control
+        control = free_ports(1, exclude=set(nats.ports) | {p for v in proxy_ports.values() for p in v.values()})[0]
+        links = []
+        for n in nats.nodes:
+            links.append({"name": f"{n.name}/client", "listen": proxy_ports[n.name]["client"],
+                          "target": n.client_port, "az": n.az})
+            links.append({"name": f"{n.name}/route", "listen": proxy_ports[n.name]["cluster"],
+                          "target": n.cluster_port, "az": n.az})
+        config_path = os.path.join(self.dir, CONFIG_NAME)
+        with open(config_path + ".tmp", "w") as f:
+            json.dump({"control_port": control, "links": links, "azs": list(AZS),
+                       "manifest": manifest_path(self.dir)}, f, indent=2)
+        os.replace(config_path + ".tmp", config_path)
+        entry = {"kind": "proxy", "name": "netproxy", "az": None,
+                 "ports": {"control": control, **{f"{l['name']}": l["listen"] for l in links}},
+                 "links": proxy_ports, "pid": None, "start_time": None, "dir": self.dir, "config": config_path,
+                 "log": os.path.join(self.dir, "logs", "netproxy.log"),
+                 "argv": [sys.executable, "-m", "durakv.cluster.netproxy", config_path]}
+        self.manifest["processes"] = [e for e in self.manifest["processes"] if e.get("kind") != "proxy"]
+        self.manifest["processes"].insert(0, entry)
+        p = Proc(entry)
+        self._spawn(p)
+        self.save()
+
+        def ready():
+            if not p.alive:
+                raise ProcessError(f"the partition proxy exited:\n{p.log_tail()}")
+            send_control(control, "STATE", timeout_s=1.0)
+            return True
+        wait_for(ready, timeout_s, "the partition proxy to listen")
+
+    def _stop_proxy(self):
+        p = self.proxy
+        if p is not None and p.pid:
+            stop_many({p.name: (p.pid, p.start_time)}, 5.0)
+
+    def proxy_control(self, line) -> str:
+        """Sends one control line (CUT az1 / HEAL / STATE) to the partition proxy."""
+        from .netproxy import send_control
+        p = self.reload().proxy
+        if p is None:
+            raise ClusterError(f"the cluster in {self.dir} is not partitionable: start it with "
+                               f"`durakv cluster up --partitionable`")
+        if not self.live_pid(p):
+            raise ClusterError(f"the partition proxy of {self.dir} is not running")
+        return send_control(p.ports["control"], line)
 
     # -- views -------------------------------------------------------------------------------------------------
     @property
@@ -653,18 +751,9 @@ class LocalCluster:
         return stop_many({name: (p.pid, p.start_time)}, timeout_s)[name]
 
     def restart(self, name, wait=True, timeout_s=30.0) -> Proc:
-        """Start the process again with its recorded argv (killing it first if it still runs)."""
-        p = self.reload().get(name)
-        if p.alive:
-            stop_many({name: (p.pid, p.start_time)}, 10.0)
-        self._spawn(p)
-        self.save()
-        if wait:
-            if p.kind == "nats":
-                self._wait_nats_node(p, timeout_s)
-            else:
-                self.wait_ready(timeout_s, procs=[p], single_master=False)
-        return p
+        """Start the process again with its recorded argv (stopping it first if it still runs)."""
+        self.restart_nodes([name], wait=wait, timeout_s=timeout_s)
+        return self.reload().get(name)
 
     def _wait_nats_node(self, p, timeout_s):
         def ready():
@@ -675,11 +764,183 @@ class LocalCluster:
         wait_for(ready, timeout_s, f"{p.name} to be healthy")
 
     def down(self, timeout_s=10.0) -> dict:
-        """Stop every process by pid: durakv nodes first, then NATS; already-dead ones are fine."""
-        self.reload()
-        out = stop_many({p.name: (p.pid, p.start_time) for p in self.nodes if p.pid}, timeout_s)
-        out.update(stop_many({p.name: (p.pid, p.start_time) for p in self.nats if p.pid}, timeout_s))
+        """Stop every process of the manifest, by its pid and by the owner of its ports (a node restarted by
+        hand has another pid): durakv nodes first, then NATS, then the partition proxy; already-dead ones are
+        fine. The manifest then shows every process stopped."""
+        with self._locked():
+            out = {}
+            for group in (self.nodes, self.nats, [p for p in self.processes if p.kind == "proxy"]):
+                out.update(self._stop_procs(group, timeout_s))
+            self.save()
         return out
+
+    # -- node lifecycle ------------------------------------------------------------------------------------------
+    def _locked(self):
+        """An exclusive lock on the manifest for a read-modify-write (the CLI, chaos and tests may overlap);
+        the manifest is read again under it."""
+        cluster = self
+
+        class _Lock:
+            def __enter__(self):
+                import fcntl
+                self.f = open(os.path.join(cluster.dir, "manifest.lock"), "a+")
+                fcntl.flock(self.f, fcntl.LOCK_EX)
+                cluster.reload()
+                return cluster
+
+            def __exit__(self, *exc):
+                import fcntl
+                fcntl.flock(self.f, fcntl.LOCK_UN)
+                self.f.close()
+        return _Lock()
+
+    def is_this_process(self, p, pid) -> bool:
+        """Whether pid runs p's program: a durakv node on p's data directory, NATS with p's config file, the
+        proxy with its config (so that a port taken by some other program is never mistaken for p)."""
+        argv = cmdline(pid)
+        if not argv:
+            return False
+        if p.kind == "durakv":
+            return "durakv" in " ".join(argv) and any(a == "--dir" and b == p.dir for a, b in zip(argv, argv[1:]))
+        mark = p.entry.get("config")
+        return bool(mark) and mark in argv
+
+    def orphan(self, p):
+        """(pid, start_time) of a live process that serves p's ports and runs p's program although it is not
+        the manifest's pid (restarted by hand from its argv), else None."""
+        return self._orphans([p]).get(p.name)
+
+    def _orphans(self, procs) -> dict:
+        """orphan() of several processes with one pass over /proc: {name: (pid, start_time)}."""
+        first = {}
+        for p in procs:
+            ports = [v for v in p.ports.values() if isinstance(v, int)]
+            if ports:
+                first[p.name] = ports[0]   # the client port (the proxy: its control port)
+        owners = ports_owners(set(first.values())) if first else {}
+        out = {}
+        for p in procs:
+            for pid in owners.get(first.get(p.name), []):
+                if pid != p.pid and self.is_this_process(p, pid):
+                    st = process_start_time(pid)
+                    if pid_state(pid, st) != "dead":
+                        out[p.name] = (pid, st)
+                        break
+        return out
+
+    def live_pid(self, p):
+        """(pid, start_time, adopted) of the live process that is p: the manifest's pid, else a process
+        serving p's port as p (adopted True); None when p is not running at all."""
+        if p.pid and pid_state(p.pid, p.start_time) != "dead":
+            return p.pid, p.start_time, False
+        found = self.orphan(p)
+        return (found[0], found[1], True) if found else None
+
+    def _stop_procs(self, procs, timeout_s, sig=None) -> dict:
+        """Stops procs by manifest pid and by port owner (SIGTERM then SIGKILL, or `sig` at once); marks them
+        stopped in the (already locked and reloaded) manifest. Returns {name: outcome}."""
+        targets = {p.name: (p.pid, p.start_time) for p in procs if p.pid}
+        out = {}
+        if sig is not None:
+            # A power cut: the manifest's processes get the signal before anything else is looked up.
+            for key, (pid, st) in targets.items():
+                out[key] = "killed" if signal_pid(pid, sig, st) else "already-dead"
+        orphans = {f"{name} (pid {found[0]}, not in the manifest)": found
+                   for name, found in self._orphans(procs).items()}
+        if sig is None:
+            targets.update(orphans)
+            out = stop_many(targets, timeout_s)
+        else:
+            for key, (pid, st) in orphans.items():
+                out[key] = "killed" if signal_pid(pid, sig, st) else "already-dead"
+            targets.update(orphans)
+            for key, (pid, st) in targets.items():
+                if out[key] == "killed":
+                    wait_for(lambda pid=pid, st=st: not pid_alive(pid, st), 10.0, f"pid {pid} to die")
+        for p in procs:
+            if p.name not in out and not any(k.startswith(p.name + " (pid") for k in out):
+                out[p.name] = "already-dead"
+        now = time.time()
+        for p in procs:
+            if p.pid:
+                p.entry["stopped_at"] = now
+            p.entry["pid"], p.entry["start_time"] = None, None
+        return out
+
+    def select(self, node=None, az=None) -> list:
+        """The processes `--node NAME` (a durakv node or a NATS server) or `--az AZ` (every process of it)
+        names, NATS first."""
+        if (node is None) == (az is None):
+            raise ClusterError("name either a node (--node NAME) or an availability zone (--az AZ)")
+        if node is not None:
+            names = [n for n in str(node).split(",") if n]
+            procs = [self.get(n) for n in names]
+        else:
+            procs = self.az_processes(az)
+            if not procs:
+                raise ClusterError(f"no process in AZ {az!r} (AZs: {', '.join(sorted({str(p.az) for p in self.processes if p.az}))})")
+        order = {"proxy": 0, "nats": 1, "durakv": 2}
+        return sorted(procs, key=lambda p: (order.get(p.kind, 3), p.name))
+
+    def stop_nodes(self, names, timeout_s=10.0, sig=None) -> dict:
+        """Stops the named processes (durakv nodes first, then NATS) by pid and by port owner, and records them
+        stopped. sig: send that signal instead of SIGTERM-then-SIGKILL (SIGKILL for a power cut)."""
+        with self._locked():
+            procs = [self.get(n) for n in names]
+            ordered = [p for p in procs if p.kind == "durakv"] + [p for p in procs if p.kind != "durakv"]
+            if sig is not None:
+                out = self._stop_procs(ordered, timeout_s, sig)   # all at once: a power cut has no order
+            else:
+                out = {}
+                for kind in ("durakv", "nats", "proxy"):
+                    group = [p for p in ordered if p.kind == kind]
+                    if group:
+                        out.update(self._stop_procs(group, timeout_s))
+            self.save()
+        return out
+
+    def start_nodes(self, names, wait=True, timeout_s=60.0) -> dict:
+        """Starts the named processes from their manifest argv (NATS before durakv), unless they run: a node
+        restarted by hand that serves its port is adopted (its pid goes into the manifest). With wait, returns
+        once every started NATS server is healthy and every durakv node answers (a node whose shard has a
+        primary rejoins as a replica). Returns {name: 'started' | 'running' | 'adopted'}."""
+        out = {}
+        started = []
+        with self._locked():
+            procs = [self.get(n) for n in names]
+            order = {"proxy": 0, "nats": 1, "durakv": 2}
+            for p in sorted(procs, key=lambda p: order.get(p.kind, 3)):
+                live = self.live_pid(p)
+                if live and not live[2]:
+                    out[p.name] = "running"
+                    continue
+                if live:
+                    p.entry["pid"], p.entry["start_time"] = live[0], live[1]
+                    p.entry.pop("stopped_at", None)
+                    out[p.name] = "adopted"
+                    continue
+                for port in [v for v in p.ports.values() if isinstance(v, int)][:1]:
+                    holders = [pid for pid in port_owners(port)]
+                    if holders:
+                        raise ClusterError(f"{p.name}: port {port} is held by pid {holders[0]} "
+                                           f"({' '.join(cmdline(holders[0]))[:120]}), which is not this node")
+                self._spawn(p)
+                started.append(p)
+                out[p.name] = "started"
+            self.save()
+        if wait:
+            for p in started:
+                if p.kind == "nats":
+                    self._wait_nats_node(p, timeout_s)
+            nodes = [p for p in started if p.kind == "durakv"]
+            if nodes:
+                self.wait_ready(timeout_s, procs=nodes, single_master=False)
+        return out
+
+    def restart_nodes(self, names, wait=True, timeout_s=60.0) -> dict:
+        """stop_nodes then start_nodes."""
+        self.stop_nodes(names)
+        return self.start_nodes(names, wait=wait, timeout_s=timeout_s)
 
     # -- readiness ---------------------------------------------------------------------------------------------
     def wait_ready(self, timeout_s=60.0, procs=None, single_master=None):
@@ -821,13 +1082,16 @@ class LocalCluster:
         meta = self.nats_meta_leader()
         nats_rows = []
         for p in self.nats:
-            nats_rows.append({"kind": "nats", "name": p.name, "az": p.az, "ports": p.ports, "pid": p.pid,
-                              "state": p.state, "alive": p.alive, "meta_leader": p.name == meta,
-                              "log": p.log})
+            pid, state, adopted = self._live_view(p)
+            nats_rows.append({"kind": "nats", "name": p.name, "az": p.az, "ports": p.ports, "pid": pid,
+                              "state": state, "alive": state != "dead", "meta_leader": p.name == meta,
+                              "not_in_manifest": adopted, "log": p.log})
         rows = []
         for p in self.nodes:
-            row = {"kind": "durakv", "name": p.name, "shard": p.shard, "az": p.az, "port": p.port, "pid": p.pid,
-                   "state": p.state, "alive": p.alive, "role": None, "epoch": None, "applied_index": None,
+            pid, state, adopted = self._live_view(p)
+            row = {"kind": "durakv", "name": p.name, "shard": p.shard, "az": p.az, "port": p.port, "pid": pid,
+                   "state": state, "alive": state != "dead", "not_in_manifest": adopted, "role": None,
+                   "epoch": None, "applied_index": None,
                    "lag_ms": None, "replication": {}, "durability": {}, "log": p.log}
             if row["state"] == "running":
                 try:
@@ -842,9 +1106,28 @@ class LocalCluster:
                 except (OSError, RespError) as exc:
                     row["error"] = str(exc) or type(exc).__name__
             rows.append(row)
+        proxy = None
+        if self.proxy is not None:
+            p = self.proxy
+            pid, state, adopted = self._live_view(p)
+            proxy = {"kind": "proxy", "name": p.name, "pid": pid, "state": state, "alive": state != "dead",
+                     "control_port": p.ports["control"], "groups": None, "log": p.log}
+            if state == "running":
+                try:
+                    from .netproxy import send_control
+                    proxy.update(json.loads(send_control(p.ports["control"], "STATE", timeout_s=1.0)))
+                except (OSError, RuntimeError, ValueError) as exc:
+                    proxy["error"] = str(exc)
         return {"dir": self.dir, "options": self.options, "nats_servers": self.nats_servers,
                 "nats_meta_leader": meta, "streams": self.nats_streams() if meta else {},
-                "nats": nats_rows, "nodes": rows}
+                "nats": nats_rows, "nodes": rows, "proxy": proxy}
+
+    def _live_view(self, p):
+        """(pid, state, not in manifest) of the process that is p, by manifest pid or by port owner."""
+        live = self.live_pid(p)
+        if live is None:
+            return p.pid, "dead", False
+        return live[0], pid_state(live[0], live[1]), live[2]
 
     def failover(self, shard=0, to=None, timeout_s=30.0):
         """Send CLUSTER FAILOVER to a replica (default: the live replica with the highest applied index) and

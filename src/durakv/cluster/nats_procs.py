@@ -249,8 +249,12 @@ class NatsNode:
     """One nats-server with JetStream (file store, fsync before ack) in a route cluster, tagged with its AZ."""
 
     def __init__(self, name, az, client_port, cluster_port, store_dir, routes, monitor_port=None,
-                 cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1", tls=None):
+                 cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1", tls=None,
+                 client_advertise=None, cluster_advertise=None):
         self.tls = tls          # {"cert", "key", "ca"}: clients and routes over TLS
+        # host:port others are told to use for this node (the partition proxy's listeners), else the real ones
+        self.client_advertise = client_advertise
+        self.cluster_advertise = cluster_advertise
         self.name = name
         self.az = az
         self.host = host
@@ -293,6 +297,8 @@ class NatsNode:
             f"listen: {_q(f'{self.host}:{self.client_port}')}\n"
             f"http: {_q(f'{self.host}:{self.monitor_port}')}\n"
             f"server_tags: [{_q(UNIQUE_TAG + self.az)}]\n"
+            + (f"# clients learn the partition proxy's address of this node, not the real one\n"
+               f"client_advertise: {_q(self.client_advertise)}\n" if self.client_advertise else "") +
             "# one journal entry is one message: allow big batches (NATS' ceiling is 64 MB)\n"
             "max_payload: 67108864\n"
             f"{self._tls_block(0)}"
@@ -307,6 +313,8 @@ class NatsNode:
             "cluster {\n"
             f"  name: {_q(self.cluster_name)}\n"
             f"  listen: {_q(f'{self.host}:{self.cluster_port}')}\n"
+            + (f"  # other servers reach this one through the partition proxy, also for routes they learn by gossip\n"
+               f"  advertise: {_q(self.cluster_advertise)}\n" if self.cluster_advertise else "") +
             f"{self._tls_block(2)}"
             "  routes: [\n"
             f"{routes}\n"
@@ -396,7 +404,10 @@ class NatsCluster:
 
     base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports."""
 
-    def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1", tls=None):
+    def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1", tls=None,
+                 proxy=None):
+        """proxy: {node name: {"client": port, "cluster": port}}, the partition proxy's listeners for each node:
+        routes go to the others' proxy route ports and each node advertises its proxy ports."""
         self.dir = os.path.abspath(str(dir))
         self.azs = tuple(azs)
         n = len(self.azs)
@@ -410,12 +421,19 @@ class NatsCluster:
         self.nodes = []
         for i, az in enumerate(self.azs):
             name = f"nats-{az}"
-            routes = [f"nats://{host}:{cluster[j]}" for j in range(n) if j != i]
+            if proxy:
+                routes = [f"nats://{host}:{proxy[f'nats-{other}']['cluster']}" for j, other in enumerate(self.azs)
+                          if j != i]
+                advertise = {"client_advertise": f"{host}:{proxy[name]['client']}",
+                             "cluster_advertise": f"{host}:{proxy[name]['cluster']}"}
+            else:
+                routes = [f"nats://{host}:{cluster[j]}" for j in range(n) if j != i]
+                advertise = {}
             self.nodes.append(NatsNode(name, az, client[i], cluster[i], os.path.join(self.dir, "nats", name),
                                        routes, monitor_port=monitor[i], cluster_name=cluster_name,
                                        config_path=os.path.join(self.dir, "nats", f"{name}.conf"),
                                        log_path=os.path.join(self.dir, "logs", f"{name}.log"), host=host,
-                                       tls=tls))
+                                       tls=tls, **advertise))
 
     @property
     def urls(self) -> list:

@@ -50,6 +50,8 @@ class Durability:
         self.failure_listeners = []  # fn(first_index, exc) after the journal failed to persist from first_index
         self._commit_waiters = []   # heap of (index, seq, fn): WAITAOF and the like
         self._seq = itertools.count()
+        # debug-ack-before-commit (tests only, refused without DURAKV_TEST_UNSAFE=1): sync replies do not wait
+        self.ack_before_commit = False
         self._use(None)
 
     # -- the policy ----------------------------------------------------------------------------

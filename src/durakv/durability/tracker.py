@@ -23,6 +23,7 @@ log = logging.getLogger("durakv.durability")
 
 RETRY_MIN_S = 0.1    # first retry of a failed journal; doubling up to
 RETRY_MAX_S = 5.0
+ACK_BEFORE_COMMIT_DELAY_S = 0.2   # debug-ack-before-commit: how late each batch is appended
 
 
 class WriteTracker:
@@ -50,6 +51,7 @@ class WriteTracker:
         self._retry_delay_s = RETRY_MIN_S
         self._retry_handle = None
         self._in_flight = False
+        self.ack_before_commit = getattr(owner, "ack_before_commit", False)   # tests only (config.py)
         self._publish()
 
     def _publish(self):
@@ -77,7 +79,9 @@ class WriteTracker:
             for dk in dirty:
                 d[dk] = index
             marks.extend(dirty)
-        return index if self.mode == "sync" else 0
+        if self.mode != "sync" or self.ack_before_commit:
+            return 0   # async; or the test-only broken mode, which acknowledges before the commit
+        return index
 
     def _open_batch(self):
         self.assigned += 1
@@ -88,8 +92,16 @@ class WriteTracker:
         owner.assigned = index
         if self.mode == "sync":
             owner.pending = True
-        self.loop.call_soon(self._close_batch)
+        if self.ack_before_commit:
+            # The broken mode (tests only) also appends late, so that a crash always loses acknowledged writes
+            self.loop.call_later(ACK_BEFORE_COMMIT_DELAY_S, self._close_batch)
+        else:
+            self.loop.call_soon(self._close_batch)
         return index
+
+    def _late_batch_due(self) -> bool:
+        opened_ms = self._uncommitted.get(self._batch_index)
+        return opened_ms is None or self.clock_ms() - opened_ms >= ACK_BEFORE_COMMIT_DELAY_S * 1000
 
     def read_ticket(self, db_id, keys) -> int:
         """For a read in sync mode: the index of the newest uncommitted write among keys (or of a write
@@ -136,7 +148,7 @@ class WriteTracker:
         if exc is not None:
             self._fail(index, exc)
             return
-        if self._batch_index and self.failed is None:
+        if self._batch_index and self.failed is None and (not self.ack_before_commit or self._late_batch_due()):
             self._close_batch()  # what gathered during the append leaves now, not an iteration later
         if index <= self.committed:
             return

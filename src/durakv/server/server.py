@@ -103,6 +103,7 @@ class Server:
         self.port = ServerPort(self)
         self.pipeline = Pipeline(self.keyspace, port=self.port, config=config)
         self.durability = Durability()
+        self.durability.ack_before_commit = config["debug-ack-before-commit"]   # tests of the checkers only
         self.pipeline.durability = self.durability
         self.journal = None
         self.loop = None

@@ -6,7 +6,9 @@
     rec.invoke(2, "read", "k"); rec.ok(2, "v1")
     check_registers(rec.history(), time_limit_s=10).status   # "ok" | "fail" | "unknown"
 
-No sockets and no asyncio here: the workloads and the nemesis that produce histories live elsewhere.
+What this module imports is pure (no sockets, no asyncio). The runner of `durakv verify` sits beside it and is
+imported only by name: workload.py (the clients that record histories), scenarios.py (workload + fault +
+checkers + report, per scenario) and cli.py; the nemesis is tools/chaos/.
 """
 
 from .acked import AckedWritesResult, LostKey, Window, check_acked_writes, write_rate
