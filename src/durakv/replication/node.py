@@ -75,7 +75,8 @@ class ClusterNode:
                                 tls=ssl.create_default_context(cafile=ca) if ca else None)
         self.store = await NatsStore(self.nc).open()
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
-        self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0)
+        self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0,
+                                        max_appends_in_flight=srv.config["journal-max-appends-in-flight"])
         await self.journal.ensure_stream()
         if self.routing is not None:
             self.topology_watch = await self.store.watch_topology(self._on_topology)
