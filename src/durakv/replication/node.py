@@ -317,6 +317,13 @@ class ClusterNode:
         await self.journal.open_writer()
         self.journal.on_fenced = lambda exc: srv.loop.create_task(self.step_down(str(exc)))
         marker_index = await self.journal.append_marker(epoch)
+        if marker_index > self.applied_index + 1:
+            # The deposed primary's appends landed after our read and before our marker (the marker was sent
+            # again after them): every replica applies them, and they may have been acknowledged, so must we.
+            async for entry in self.journal.read(self.applied_index):
+                if entry.index >= marker_index:
+                    break
+                self._on_entry(entry)
         self.epoch = epoch
         self.filter = EpochFilter(epoch)
         self.applied_index = marker_index
