@@ -55,6 +55,7 @@ class WriteTracker:
         self._in_flight = 0                 # batches handed to the journal and not yet acknowledged
         self.max_in_flight = max(1, int(getattr(journal, "max_appends_in_flight", 1)))
         self._generation = 0                # bumped by _fail: completions of appends issued before are stale
+        self.read_waits = 0                 # reads (sync) answered only after a commit: they touched a pending write
         self._publish()
 
     def _publish(self):
@@ -108,13 +109,21 @@ class WriteTracker:
             i = dirty.get((db_id, k), 0)
             if i > best:
                 best = i
-        return best if best > committed else 0
+        if best > committed:
+            self.read_waits += 1
+            return best
+        return 0
 
     def barrier_ticket(self) -> int:
         """For reads that see the whole keyspace (KEYS, SCAN, DBSIZE, EXEC, scripts): everything issued."""
         if self.mode != "sync" or self.committed >= self.assigned:
             return 0
+        self.read_waits += 1
         return self.assigned
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
 
     def _close_batch(self):
         index = self._batch_index
