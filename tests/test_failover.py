@@ -3,11 +3,16 @@ of the JetStream stream leader and of a whole AZ lose no acknowledged sync write
 fenced; planned failover under load has no errors; async loses at most its lag; a replica back from an
 outage catches up from snapshot + journal."""
 
+import asyncio
 import signal
 import threading
 import time
 
 import valkey
+
+from durakv.journal.base import EpochFilter
+from durakv.journal.codec import decode_payload
+from durakv.journal.jetstream import JetStreamJournal
 
 from cluster_util import acked_count, missing_acked, readonly, start_writers, wait_new_primary
 from conftest import wait_until
@@ -63,7 +68,37 @@ def test_kill9_of_the_stream_leader(local_cluster):
     cluster.kill(leader, signal.SIGKILL)
     _finish(writers, stop, extra=300, timeout_s=60)
     _check_no_loss(cluster, writers)
+    # Appends in flight when the leader died were sent again: none may be applied twice.
+    survivors = [p.entry["ports"]["client"] for p in cluster.nats if p.name != leader]
+    applied = _applied_set_keys(["nats://127.0.0.1:%d" % port for port in survivors])
+    assert len(applied) == len(set(applied)), "a journal entry was applied twice"
+    assert set(k for w in writers for k in w.acked) <= set(applied)
     cluster.restart(leader)
+
+
+def _applied_set_keys(servers, timeout_s=60.0):
+    """The keys of every SET a replica applies from the shard's stream (EpochFilter, in order). Read again
+    while the stream has no leader yet (it just lost one)."""
+    async def read_once():
+        j = JetStreamJournal(servers, "0", request_timeout_s=2.0)
+        try:
+            await j.open()
+            f = EpochFilter()
+            return [argv[1].decode() async for e in j.read(0) if f.accept(e)
+                    for _db, argv in decode_payload(e.payload) if argv[0].upper() == b"SET"]
+        finally:
+            await j.close()
+
+    async def read():
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return await read_once()
+            except Exception:  # noqa: BLE001 - no stream leader yet: poll until the deadline
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    return asyncio.run(asyncio.wait_for(read(), timeout_s + 30))
 
 
 def test_whole_az_power_loss(local_cluster):
