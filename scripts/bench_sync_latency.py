@@ -141,6 +141,11 @@ def run_load(memtier, port, opts, rate, duration_s, pids):
         return row
 
 
+def _next(counter):
+    counter[0] += 1
+    return counter[0]
+
+
 def median_rows(rows):
     out = {"rate": rows[0]["rate"], "cpu_pct": rows[-1]["cpu_pct"], "rounds": len(rows)}
     for name in ("SET", "GET"):
@@ -200,23 +205,32 @@ class ServerTarget:
         self.server.stop()
 
 
-def measure(target, memtier, opts, say):
+def measure_once(target, memtier, opts, say, round_no):
+    """Prefill, then one fixed-rate measurement of a freshly started target."""
     pids = [pid for group in target.groups.values() for pid in group]
     say(f"  {target.name}: prefill {opts.keys} keys")
     prefill(memtier, target.port, opts)
-    rows = []
-    for r in range(opts.rounds):
-        say(f"  {target.name}: {opts.rate}/s SET + {opts.rate}/s GET for {opts.duration}s"
-            f" (round {r + 1}/{opts.rounds}, load {load_average()})")
-        rows.append(run_load(memtier, target.port, opts, opts.rate, opts.duration, pids))
-    row = median_rows(rows)
+    say(f"  {target.name}: {opts.rate}/s SET + {opts.rate}/s GET for {opts.duration}s"
+        f" (round {round_no}/{opts.rounds}, load {load_average()})")
+    row = run_load(memtier, target.port, opts, opts.rate, opts.duration, pids)
+    row["load"] = load_average()
     if target.durakv:
         # Reads that waited for a commit (they touched a pending write) against every GET served.
         info = valkey.Valkey(host="127.0.0.1", port=target.port, socket_timeout=5).info("all")
         row["read_waits"] = info.get("durability_read_waits", 0)
         row["gets"] = info.get("cmdstat_get", {}).get("calls", 0)
     row["cpu_by_group"] = {g: sum(row["cpu_pct"].get(pid, 0.0) for pid in ps) for g, ps in target.groups.items()}
-    row["name"], row["description"] = target.name, target.description
+    return row
+
+
+def combine(name, description, rounds):
+    row = median_rows(rounds)
+    row["name"], row["description"] = name, description
+    row["cpu_by_group"] = {g: statistics.median([r["cpu_by_group"][g] for r in rounds])
+                           for g in rounds[0]["cpu_by_group"]}
+    row["read_waits"] = sum(r.get("read_waits", 0) for r in rounds)
+    row["gets"] = sum(r.get("gets", 0) for r in rounds)
+    row["all_rounds"] = [{k: r[k] for k in ("SET", "GET", "load")} for r in rounds]
     return row
 
 
@@ -329,10 +343,11 @@ def main(argv=None):
     p.add_argument("--memtier", default="", help="memtier_benchmark binary (default $MEMTIER, then PATH)")
     p.add_argument("--rate", type=int, default=2500, help="ops/s of the SET process and of the GET process")
     p.add_argument("--duration", type=int, default=20, help="seconds per measurement")
-    p.add_argument("--rounds", type=int, default=1, help="measurements per target (the median is shown)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds over every target, interleaved, each target started afresh (the median is shown)")
     p.add_argument("--keys", type=int, default=100000)
     p.add_argument("--data-size", type=int, default=256)
-    p.add_argument("--clients", type=int, default=10,
+    p.add_argument("--clients", type=int, default=25,
                    help="connections per memtier process (each sends one request at a time: enough of them to "
                         "keep the rate when latency grows)")
     p.add_argument("--targets", default=",".join(TARGETS),
@@ -367,29 +382,45 @@ def main(argv=None):
     os.makedirs(base, exist_ok=True)
     load_before = load_average()
     say(f"load average before: {load_before}; data under {base}")
-    rows, search = [], None
+    plan = []          # (name, description, factory), in the order each round runs them
     for name in targets:
         if name in ("cluster-sync", "cluster-async"):
             for window in windows:
-                target = ClusterTarget(base, window, durability=name.split("-")[1])
-                try:
-                    say(f"starting {target.description}")
-                    target.start()
-                    rows.append(measure(target, memtier, opts, say))
-                    if name == "cluster-sync" and not opts.no_search and window == windows[-1]:
-                        search = (target.name,) + search_rate(target, memtier, opts, say)
-                finally:
-                    target.stop()
+                probe = ClusterTarget(base, window, durability=name.split("-")[1])
+                plan.append((probe.name, probe.description,
+                             lambda w=window, d=name.split("-")[1], r=[0]: ClusterTarget(
+                                 os.path.join(base, f"r{_next(r)}"), w, durability=d)))
             continue
         spec_name = {"single-sync": "durakv-sync"}.get(name, name)
         if spec_name not in specs:
             say(f"skipping {name}: not available")
             continue
-        target = ServerTarget(name, specs[spec_name], base)
+        plan.append((name, DESCRIPTIONS[name],
+                     lambda n=name, sp=specs[spec_name], r=[0]: ServerTarget(n, sp, os.path.join(base, f"r{_next(r)}"))))
+    results = {name: [] for name, _d, _f in plan}
+    # Rounds are interleaved (every target once per round, each freshly started): load that other programs
+    # put on the machine meanwhile falls on every target alike, and the median of the rounds is shown.
+    for round_no in range(1, opts.rounds + 1):
+        for name, description, factory in plan:
+            target = factory()
+            try:
+                say(f"starting {description} (round {round_no})")
+                target.start()
+                results[name].append(measure_once(target, memtier, opts, say, round_no))
+            finally:
+                target.stop()
+    rows = [combine(name, description, results[name]) for name, description, _f in plan]
+    search = None
+    cluster_plans = [(n, d, f) for n, d, f in plan if n.startswith("cluster-sync")]
+    if cluster_plans and not opts.no_search:
+        name, _d, factory = cluster_plans[-1]
+        target = factory()
         try:
-            say(f"starting {target.description}")
+            say(f"starting {name} for the rate search")
             target.start()
-            rows.append(measure(target, memtier, opts, say))
+            say(f"  {name}: prefill {opts.keys} keys")
+            prefill(memtier, target.port, opts)
+            search = (name,) + search_rate(target, memtier, opts, say)
         finally:
             target.stop()
     load_after = load_average()
@@ -404,8 +435,15 @@ def main(argv=None):
     print_targets(rows)
     if search is not None:
         name, good, bad, tried = search
-        print(f"\nhighest fixed rate {name} sustains with SET p99 < {SET_P99_LIMIT_MS:g} ms: "
-              f"{good}/s SET + {good}/s GET" + (f" (not at {bad}/s)" if bad else f" (searched up to {opts.search_max})"))
+        if good:
+            print(f"\nhighest fixed rate {name} sustains with SET p99 < {SET_P99_LIMIT_MS:g} ms: "
+                  f"{good}/s SET + {good}/s GET" + (f" (not {bad}/s)" if bad else f" (searched up to {opts.search_max})"))
+        else:
+            print(f"\n{name} sustains none of the rates tried with SET p99 < {SET_P99_LIMIT_MS:g} ms "
+                  f"(lowest tried: {bad}/s SET + {bad}/s GET)")
+        for rate, ok, p50, p99, set_ops, get_ops in tried:
+            print(f"  {rate:>6}/s: SET p50 {fmt(p50)} p99 {fmt(p99)} ms, SET {set_ops:.0f}/s, GET {get_ops:.0f}/s"
+                  f" -> {'sustained' if ok else 'not sustained'}")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump({"options": vars(opts), "load_before": load_before, "load_after": load_after, "rows": rows,
