@@ -205,6 +205,9 @@ class JetStreamJournal(Journal):
 
     async def open_writer(self):
         """Starts appending after _last (set by refresh() or set_last())."""
+        if self._task is not None:
+            self._task.cancel()     # a writer opened twice: the earlier one must not send anything more
+            self._task = None
         self._wake = asyncio.Event()
         self._failed = None
         self._queue.clear()
