@@ -6,6 +6,7 @@ outage catches up from snapshot + journal.
 The writers, the read-back and the check are the product's (durakv verify's workload and acked-writes
 checker): cluster clients that record every write in a history."""
 
+import asyncio
 import signal
 import threading
 import time
@@ -13,6 +14,9 @@ import time
 import valkey
 
 from conftest import wait_new_primary, wait_until
+from durakv.journal.base import EpochFilter
+from durakv.journal.codec import decode_payload
+from durakv.journal.jetstream import JetStreamJournal
 from durakv.tools.verify import Recorder, check_acked_writes
 from durakv.tools.verify.acked import write_ops
 from durakv.tools.verify.workload import Target, read_back, replicas_missing, start_writers, stop_all
@@ -95,7 +99,37 @@ def test_kill9_of_the_stream_leader(local_cluster):
     cluster.kill(leader, signal.SIGKILL)
     w.finish(extra=300, timeout_s=60)
     w.check()
+    # Appends in flight when the leader died were sent again: none may be applied twice.
+    survivors = [p.entry["ports"]["client"] for p in cluster.nats if p.name != leader]
+    applied = _applied_set_keys(["nats://127.0.0.1:%d" % port for port in survivors])
+    assert len(applied) == len(set(applied)), "a journal entry was applied twice"
+    assert {o.key for o in write_ops(w.rec.history()) if o.type == "ok"} <= set(applied)
     cluster.restart(leader)
+
+
+def _applied_set_keys(servers, timeout_s=60.0):
+    """The keys of every SET a replica applies from the shard's stream (EpochFilter, in order). Read again
+    while the stream has no leader yet (it just lost one)."""
+    async def read_once():
+        j = JetStreamJournal(servers, "0", request_timeout_s=2.0)
+        try:
+            await j.open()
+            f = EpochFilter()
+            return [argv[1].decode() async for e in j.read(0) if f.accept(e)
+                    for _db, argv in decode_payload(e.payload) if argv[0].upper() == b"SET"]
+        finally:
+            await j.close()
+
+    async def read():
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return await read_once()
+            except Exception:  # noqa: BLE001 - no stream leader yet: poll until the deadline
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    return asyncio.run(asyncio.wait_for(read(), timeout_s + 30))
 
 
 def test_whole_az_power_loss(local_cluster):

@@ -318,6 +318,10 @@ OPTIONS = [
     Option("durability-buffer-ms", 10000, _int_range(1, 2**31 - 1)),
     Option("journal-backend", "local", _enum("local", "jetstream"), mutable=False),
     Option("journal-nats-servers", "nats://127.0.0.1:4222", _string, mutable=False),
+    Option("journal-max-appends-in-flight", 8, _int_range(1, 32), mutable=False,
+           help="durakv: JetStream journal appends sent before the first is acknowledged (each conditional on "
+                "the sequence the one before takes; 1 = one at a time). 32 is the bound fencing relies on "
+                "(journal/jetstream.py MAX_APPENDS_IN_FLIGHT)"),
     Option("shard", "0", _string, mutable=False),
     Option("availability-zone", "az1", _string, mutable=False),
     Option("node-id", "", _string, mutable=False),

@@ -7,7 +7,10 @@ once; the lag is the age of the oldest uncommitted batch, and above `durability-
 until it falls.
 
 Indices: the tracker issues one append per batch, in order, so the entry index of a batch is known when the
-batch is opened; replies are tagged with it and released when the commit index reaches it. The tracker
+batch is opened; replies are tagged with it and released when the commit index reaches it. Up to the
+journal's `max_appends_in_flight` batches (1 when it has none) are being appended at once; what arrives while
+that many are in flight joins the open batch, which leaves when the oldest completes. The journal
+acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch. The tracker
 keeps its owner (durability.Durability) current: committed, assigned, pending (a sync write is uncommitted)
 and refusing (writes must ask refuse_writes()), and calls owner.on_commit(index) after each commit.
 """
@@ -50,7 +53,10 @@ class WriteTracker:
         self.retries = 0                    # probes of a failed journal
         self._retry_delay_s = RETRY_MIN_S
         self._retry_handle = None
-        self._in_flight = False
+        self._in_flight = 0                 # batches handed to the journal and not yet acknowledged
+        self.max_in_flight = max(1, int(getattr(journal, "max_appends_in_flight", 1)))
+        self._generation = 0                # bumped by _fail: completions of appends issued before are stale
+        self.read_waits = 0                 # reads (sync) answered only after a commit: they touched a pending write
         self.ack_before_commit = getattr(owner, "ack_before_commit", False)   # tests only (config.py)
         self._publish()
 
@@ -115,35 +121,45 @@ class WriteTracker:
             i = dirty.get((db_id, k), 0)
             if i > best:
                 best = i
-        return best if best > committed else 0
+        if best > committed:
+            self.read_waits += 1
+            return best
+        return 0
 
     def barrier_ticket(self) -> int:
         """For reads that see the whole keyspace (KEYS, SCAN, DBSIZE, EXEC, scripts): everything issued."""
         if self.mode != "sync" or self.committed >= self.assigned:
             return 0
+        self.read_waits += 1
         return self.assigned
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
 
     def _close_batch(self):
         index = self._batch_index
-        if not index or self._in_flight:
-            # One append in flight at a time: what arrives meanwhile joins the open batch, which is
-            # closed when the append completes (group commit; on JetStream also the fencing rule).
+        if not index or self._in_flight >= self.max_in_flight:
+            # The window is full: what arrives meanwhile joins the open batch, which is closed when the
+            # oldest append completes (group commit).
             return
         effects = self._batch
         self._batch = []
         self._batch_index = 0
         payload = encode_effects(effects)
         self.appended_bytes += len(payload)
-        self._in_flight = True
+        self._in_flight += 1
         try:
             fut = asyncio.ensure_future(self.journal.append(payload), loop=self.loop)
         except Exception as exc:  # noqa: BLE001 - a closed/failed journal raises at call time
             fut = self.loop.create_future()
             fut.set_exception(exc)
-        fut.add_done_callback(lambda f, i=index: self._on_appended(i, f))
+        fut.add_done_callback(lambda f, i=index, g=self._generation: self._on_appended(i, g, f))
 
-    def _on_appended(self, index, fut):
-        self._in_flight = False
+    def _on_appended(self, index, generation, fut):
+        if generation != self._generation:
+            return  # issued before a failure that already answered for it
+        self._in_flight -= 1
         exc = fut.exception()
         if exc is not None:
             self._fail(index, exc)
@@ -165,13 +181,15 @@ class WriteTracker:
 
     # -- a journal that cannot persist -------------------------------------------------------
     def _fail(self, index, exc):
-        """Entry `index` could not be appended. Nothing from commit_index + 1 on is acknowledged: the batch in
-        flight, the one gathering behind it. Their replies (and the reads that waited on them) are answered
+        """Entry `index` could not be appended. Nothing from commit_index + 1 on is acknowledged: the batches in
+        flight (the journal fails every append after a failed one), the one gathering behind them. Their replies (and the reads that waited on them) are answered
         with an error by the owner, writes are refused, and a probe retries the journal with backoff."""
         if self.failed is None:
             log.error("journal append of entry %d failed: %s; writes are refused until the journal can persist "
                       "again", index, exc)
         first = self.committed + 1
+        self._generation += 1               # the other appends in flight fail with this one: answered below
+        self._in_flight = 0
         self._batch = []
         self._batch_index = 0
         self.assigned = self.committed     # the journal gives the failed indices again (its contract)

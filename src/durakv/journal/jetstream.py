@@ -3,18 +3,42 @@
 Entries are stream messages: the payload is the batch of effects, header `Durakv-Epoch` the writer's epoch;
 an epoch marker is a message with an empty payload. Indices are stream sequences.
 
-Fencing (DESIGN.md "Journal backends"; measured, not assumed): every append is conditional on the last
-sequence this writer knows (`Nats-Expected-Last-Sequence`), and this backend keeps exactly one append in
-flight, so a rejection can never be followed by a later in-flight append of the same writer landing. On a
-rejection the writer reads the tail: if a marker of a newer epoch is there it is fenced (every pending and
-later append fails with JournalFenced and `on_fenced` is called); if only entries of older epochs intervened
-(a stale writer's append that landed before this writer's marker) it retries after them.
-nats-py 2.16 pitfalls handled here: error 10164 means another conditional write to the subject is in flight
-(retry, not a conflict); publish() is awaited one at a time (publish_async futures hang on API errors).
+Appends are pipelined: up to `max_appends_in_flight` messages are sent before the first is acknowledged,
+each conditional on the sequence the one before it will get (`Nats-Expected-Last-Sequence` = previous
+expected + 1), and an append's future resolves only when every earlier one has (the contiguous prefix of
+successes; a success after a failure is never acknowledged). The stream leader checks that header against
+its proposed sequence before proposing, so a chain can land only whole and in order as long as no other
+writer's message lands inside it; one that does (a rejection, or an unknown outcome: timeout, leader change)
+stops the writer: every send in flight is abandoned, the tail after the last acknowledged entry is read
+(our own entry whose ack was lost: resolved; entries of older epochs: skipped over; a marker of a newer
+epoch: fenced, every pending append fails with JournalFenced and `on_fenced` is called) and what is left
+is sent again, in order, conditional on the new tail.
+
+Why fencing still holds (DESIGN.md "Journal backends"; measured in tests/test_journal_jetstream.py):
+* A deposed writer's appends that land after the new writer's marker carry an older epoch, and readers
+  (EpochFilter) skip them; the deposed writer acknowledges none of them, because the append just before
+  its first one after the marker was rejected (the marker took its place) and it stops at that rejection.
+* A deposed writer never has more than MAX_APPENDS_IN_FLIGHT sends in flight and never slides its window
+  past an append it has not seen succeed, so its sends are all conditional on positions before the new
+  writer's marker M plus at most that window: none can land at or beyond M + MAX_APPENDS_IN_FLIGHT. The new
+  writer therefore sends one append at a time until it holds every position below that bound (the
+  probation after its first landed entry), and pipelines only after: in a window no foreign entry can land
+  between two of its own, which would otherwise let a later append of the window land before an earlier
+  one. An older-epoch entry seen past the probation breaks that bound and fails the journal (JournalFailed)
+  instead of risking reordered entries.
+* A send whose outcome is unknown is sent again conditional on the same position, unless the tail showed
+  that position taken: so at most one copy of an entry can ever land, and readers never see duplicates.
+
+nats-py 2.16 pitfalls (measured): `publish_async` futures never complete when the server answers with an API
+error (the reply handler raises inside the subscription callback), and have no timeout. So appends are
+raw request/replies on this journal's own inbox subscription, sent by one task (so the server receives them
+in order), each with its own deadline. Error 10164 (wrong last sequence, constant form) is handled as a
+rejection like 10071.
 """
 
 import asyncio
 import collections
+import json
 import logging
 
 from ..logs import Recurring
@@ -24,8 +48,19 @@ log = logging.getLogger("durakv.journal.jetstream")
 
 EPOCH_HEADER = "Durakv-Epoch"
 EXPECTED_LAST = "Nats-Expected-Last-Sequence"
+EXPECTED_STREAM = "Nats-Expected-Stream"
 WRONG_LAST_SEQUENCE = 10071
-CONDITIONAL_IN_FLIGHT = 10164
+CONDITIONAL_IN_FLIGHT = 10164        # "wrong last sequence" without the sequence
+SEQUENCE_NOT_MATCH = 10063           # the leader's proposal did not match its applied state
+CLUSTER_UNAVAILABLE = 10008
+NOT_LEADER = 10009
+# Answers after which the append did not land but may be sent again once the tail has been read.
+RETRY_CODES = frozenset((WRONG_LAST_SEQUENCE, CONDITIONAL_IN_FLIGHT, SEQUENCE_NOT_MATCH, CLUSTER_UNAVAILABLE,
+                         NOT_LEADER))
+MAX_APPENDS_IN_FLIGHT = 32           # the bound on every writer's window that fencing relies on (see above)
+DEFAULT_APPENDS_IN_FLIGHT = 8        # config journal-max-appends-in-flight; chosen by scripts/bench_sync_latency.py
+RETRY_MIN_S = 0.05
+RETRY_MAX_S = 0.5
 
 
 def stream_name(shard: str) -> str:
@@ -69,11 +104,42 @@ def _msg_entry(msg) -> Entry:
     return Entry(seq, epoch, bytes(msg.data or b""))
 
 
+class _Append:
+    """One append until it is acknowledged: what to send, and the state of its current send."""
+    __slots__ = ("payload", "epoch", "fut", "token", "answer", "deadline")
+
+    def __init__(self, payload, epoch, fut):
+        self.payload = payload
+        self.epoch = epoch
+        self.fut = fut
+        self.token = 0          # reply token of the send in flight (0: not sent)
+        self.answer = None      # None (no answer yet), the stream sequence, or an _Error
+        self.deadline = 0.0
+
+
+class _Error:
+    __slots__ = ("code", "text")
+
+    def __init__(self, code, text):
+        self.code = code
+        self.text = text
+
+    def __repr__(self):
+        return "error %s (%s)" % (self.code, self.text)
+
+
+class _Fatal(Exception):
+    """The tail shows something no retry can fix (carries the JournalError to fail with)."""
+
+
 class JetStreamJournal(Journal):
     """One shard's stream. `epoch` is the writer's epoch (set by the failover controller on promotion)."""
 
-    def __init__(self, nc, shard: str, replicas: int = 3, epoch: int = 0, request_timeout_s: float = 5.0):
+    def __init__(self, nc, shard: str, replicas: int = 3, epoch: int = 0, request_timeout_s: float = 5.0,
+                 max_appends_in_flight: int = DEFAULT_APPENDS_IN_FLIGHT):
         """`nc` is a connected nats client, or a list of server URLs to connect to in open()."""
+        if not 1 <= max_appends_in_flight <= MAX_APPENDS_IN_FLIGHT:
+            raise ValueError("max_appends_in_flight must be between 1 and %d" % MAX_APPENDS_IN_FLIGHT)
         self._servers = None
         self._request_timeout_s = request_timeout_s
         if isinstance(nc, (list, tuple, str)):
@@ -86,18 +152,27 @@ class JetStreamJournal(Journal):
         self.subject = subject_name(shard)
         self.replicas = replicas
         self.epoch = epoch
+        self.max_appends_in_flight = max_appends_in_flight
         self.on_fenced = None           # callback(exc) when a newer epoch took over
-        self._last = 0                  # last stream sequence this writer knows
+        self._last = 0                  # last stream sequence this writer knows (its acknowledged prefix)
         self._first = 1
         self._bytes = 0
-        self._queue = collections.deque()
+        self._queue = collections.deque()   # _Append not yet acknowledged, in order; the first _sent are sent
+        self._sent = 0
+        self._by_token = {}             # reply token -> _Append, for the sends in flight
+        self._token = 0
+        self._inbox = None
+        self._inbox_sub = None
+        self._solo_until = None         # sends go one at a time until _last reaches this (None: nothing landed)
         self._wake = None
         self._task = None
         self._open = False
         self._failed = None
         self.append_count = 0
-        self.retries = 0
-        self._retry_log = Recurring(log)
+        self.retries = 0                # sends made again after a rejection or an unknown outcome
+        self.inspections = 0            # reads of the tail after one
+        self.skipped_foreign = 0        # older-epoch entries stepped over
+        self.max_in_flight_seen = 0
 
     # -- setup ----------------------------------------------------------------------------------
     async def ensure_stream(self, timeout_s: float = 60.0):
@@ -149,10 +224,20 @@ class JetStreamJournal(Journal):
 
     async def open_writer(self):
         """Starts appending after _last (set by refresh() or set_last())."""
+        if self._task is not None:
+            self._task.cancel()     # a writer opened twice: the earlier one must not send anything more
+            self._task = None
         self._wake = asyncio.Event()
-        self._open = True
         self._failed = None
         self._queue.clear()
+        self._by_token.clear()
+        self._sent = 0
+        self._solo_until = None
+        if self._inbox_sub is None:
+            # One wildcard subscription carries every append's answer (token = last subject token).
+            self._inbox = self.nc.new_inbox() + "."
+            self._inbox_sub = await self.nc.subscribe(self._inbox + "*", cb=self._on_answer)
+        self._open = True
         self._task = asyncio.get_running_loop().create_task(self._writer(), name="durakv-jetstream-writer")
 
     def stop_writer(self):
@@ -162,6 +247,17 @@ class JetStreamJournal(Journal):
             self._task.cancel()
             self._task = None
         self._fail(JournalClosed("this node is no longer the primary"))
+        self._drop_inbox()
+
+    def _drop_inbox(self):
+        sub, self._inbox_sub = self._inbox_sub, None
+        if sub is not None and self.nc is not None and not self.nc.is_closed:
+            async def unsubscribe():
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # noqa: BLE001 - the connection may be going away: nothing to undo then
+                    pass
+            asyncio.get_running_loop().create_task(unsubscribe())
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -176,6 +272,16 @@ class JetStreamJournal(Journal):
     def bytes_size(self) -> int:
         return self._bytes
 
+    @property
+    def in_flight(self) -> int:
+        """Appends sent and not yet answered."""
+        return self._sent
+
+    @property
+    def pending(self) -> int:
+        """Appends called and not yet acknowledged (sent or waiting for room in the window)."""
+        return len(self._queue)
+
     # -- appends --------------------------------------------------------------------------------
     def append(self, payload: bytes, epoch: int = None):
         if not self._open:
@@ -184,7 +290,7 @@ class JetStreamJournal(Journal):
         if self._failed is not None:
             fut.set_exception(self._failed)
             return fut
-        self._queue.append((payload, self.epoch if epoch is None else epoch, fut))
+        self._queue.append(_Append(payload, self.epoch if epoch is None else epoch, fut))
         self._wake.set()
         return fut
 
@@ -198,88 +304,181 @@ class JetStreamJournal(Journal):
         """The writer continues after `seq` (the last entry a promoted replica applied)."""
         self._last = seq
 
-    async def _writer(self):
-        from nats.js.errors import APIError
-        while self._open:
-            if not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            payload, epoch, fut = self._queue[0]
+    def _window(self) -> int:
+        # Probation: until this writer holds every position a deposed writer's window could still reach.
+        if self._solo_until is None or self._last < self._solo_until:
+            return 1
+        return self.max_appends_in_flight
+
+    async def _on_answer(self, msg):
+        try:
+            token = int(msg.subject[len(self._inbox):])
+        except (TypeError, ValueError):
+            return
+        item = self._by_token.pop(token, None)
+        if item is None or item.token != token:
+            return  # the answer to a send that was abandoned (the tail was read since)
+        headers = msg.headers
+        if headers and headers.get("Status") == "503":
+            item.answer = _Error(503, "no responders (no stream leader)")
+        else:
             try:
-                ack = await self.js.publish(self.subject, payload, stream=self.stream,
-                                            headers={EXPECTED_LAST: str(self._last), EPOCH_HEADER: str(epoch)})
-            except APIError as exc:
-                code = getattr(exc, "err_code", None)
-                if code == CONDITIONAL_IN_FLIGHT:
-                    self.retries += 1
-                    await asyncio.sleep(0.002)
+                resp = json.loads(msg.data)
+                err = resp.get("error")
+                if err is not None:
+                    item.answer = _Error(err.get("err_code"), err.get("description", ""))
+                else:
+                    item.answer = int(resp["seq"])
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                item.answer = _Error(None, "unreadable answer %r: %r" % (bytes(msg.data[:200]), exc))
+        self._wake.set()
+
+    async def _send(self, item, expected):
+        self._token += 1
+        token = item.token = self._token
+        item.answer = None
+        item.deadline = asyncio.get_running_loop().time() + self._request_timeout_s
+        self._by_token[token] = item
+        headers = {EXPECTED_LAST: str(expected), EPOCH_HEADER: str(item.epoch), EXPECTED_STREAM: self.stream}
+        await self.nc.publish(self.subject, item.payload, reply=self._inbox + str(token), headers=headers)
+
+    async def _writer(self):
+        loop = asyncio.get_running_loop()
+        trouble = None          # what went wrong first in this episode (logged once), and how often since
+        troubles = 0
+        delay_s = RETRY_MIN_S
+        while self._open:
+            queue = self._queue
+            rejected = False        # a definite "not stored": sent again at once, no pause
+            try:
+                # Send what the window allows, each conditional on the position the one before will take.
+                window = self._window()
+                while self._sent < len(queue) and self._sent < window:
+                    item = queue[self._sent]
+                    self._sent += 1
+                    if self._sent > self.max_in_flight_seen:
+                        self.max_in_flight_seen = self._sent
+                    await self._send(item, self._last + self._sent - 1)
+                if not queue:
+                    self._wake.clear()
+                    await self._wake.wait()
                     continue
-                if code == WRONG_LAST_SEQUENCE:
-                    try:
-                        fenced = await self._inspect_tail(epoch)
-                    except Exception as inner:  # noqa: BLE001
-                        log.warning("reading the tail after a rejected append failed: %r", inner)
-                        await asyncio.sleep(0.05)
+                head = queue[0]
+                answer = head.answer
+                if answer is None:
+                    remaining_s = head.deadline - loop.time()
+                    if remaining_s > 0:
+                        self._wake.clear()
+                        try:
+                            await asyncio.wait_for(self._wake.wait(), remaining_s)
+                        except asyncio.TimeoutError:
+                            pass
                         continue
-                    if fenced is not None:
-                        self._fail(fenced)
-                        return
-                    self.retries += 1
-                    continue
-                self._fail(JournalFailed("append rejected: %s" % exc))
-                return
+                    problem = "no answer in %.1fs" % self._request_timeout_s
+                elif isinstance(answer, int):
+                    if answer != self._last + 1:
+                        problem = "acknowledged at %d, expected %d" % (answer, self._last + 1)
+                    else:
+                        self._acknowledge(answer)
+                        if trouble is not None:
+                            log.warning("appends to %s acknowledged again after %d retries (first: %s)",
+                                        self.stream, troubles, trouble)
+                            trouble, troubles, delay_s = None, 0, RETRY_MIN_S
+                        continue
+                elif answer.code in RETRY_CODES or answer.code == 503 or answer.code is None:
+                    problem = repr(answer)
+                    rejected = answer.code in (WRONG_LAST_SEQUENCE, CONDITIONAL_IN_FLIGHT)
+                else:
+                    self._fail(JournalFailed("append rejected: %r" % answer))
+                    return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - timeouts, disconnects: retry the same append
-                # The outcome is unknown; the conditional header makes a retry safe: if the first try
-                # landed, the retry is rejected and the tail shows our own entry.
+            except Exception as exc:  # noqa: BLE001 - the send itself failed (disconnected): outcome unknown
                 if self.nc is None or self.nc.is_closed:
                     self._fail(JournalClosed("the NATS connection is closed"))
                     return
-                self._retry_log("append", "append to %s not acknowledged (%s); retrying", self.stream,
-                                type(exc).__name__)
-                self.retries += 1
-                await asyncio.sleep(0.05)
-                continue
-            self._queue.popleft()
-            if self._retry_log.active("append"):
-                self._retry_log.clear("append", "appends to %s acknowledged again", self.stream)
-            self._last = ack.seq
-            self._bytes += len(payload)
-            self.append_count += 1
-            if not fut.done():
-                fut.set_result(ack.seq)
+                problem = repr(exc)
+            # Not acknowledged: stop, read the tail, send again what did not land.
+            if trouble is None:
+                trouble = problem
+                log.warning("append to %s not acknowledged (%s); reading the tail and sending again",
+                            self.stream, problem)
+            troubles += 1
+            self._abandon_sends()
+            if not rejected or troubles > 2:
+                await asyncio.sleep(delay_s)   # a timeout, an election, or no progress: give the stream a moment
+                delay_s = min(delay_s * 2, RETRY_MAX_S)
+            while self._open:
+                try:
+                    await self._inspect_tail()
+                    break
+                except _Fatal as fatal:
+                    self._fail(fatal.args[0])
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - no leader yet, disconnected: read it again later
+                    log.debug("reading the tail of %s failed: %r", self.stream, exc)
+                    await asyncio.sleep(delay_s)
+                    delay_s = min(delay_s * 2, RETRY_MAX_S)
+            self.retries += 1
 
-    async def _inspect_tail(self, epoch):
-        """After a rejection: returns JournalFenced if a newer epoch's marker is past our last, else
-        advances _last over older-epoch entries (or our own entry whose ack was lost) and returns None."""
+    def _acknowledge(self, seq):
+        """The head append is stored at seq (= _last + 1)."""
+        item = self._queue.popleft()
+        if self._sent:
+            self._sent -= 1
+        self._last = seq
+        if self._solo_until is None:
+            self._solo_until = seq + MAX_APPENDS_IN_FLIGHT - 1
+        self._bytes += len(item.payload)
+        self.append_count += 1
+        if not item.fut.done():
+            item.fut.set_result(seq)
+
+    def _abandon_sends(self):
+        for i in range(self._sent):
+            self._queue[i].token = 0
+        self._by_token.clear()
+        self._sent = 0
+
+    async def _inspect_tail(self):
+        """After a rejection or an unknown outcome, with nothing in flight: walks the stream after _last.
+        Our own entries (landed, their ack lost) are acknowledged in order, older epochs' entries stepped
+        over; raises _Fatal(JournalFenced) at a newer epoch's entry."""
+        self.inspections += 1
         info = await self.js.stream_info(self.stream)
         last = info.state.last_seq
-        payload, _, _ = self._queue[0]
-        seq = self._last
-        while seq < last:
-            seq += 1
-            msg = await self.js.get_msg(self.stream, seq=seq)
-            entry = _msg_entry(msg)
+        while self._last < last:
+            seq = self._last + 1
+            entry = _msg_entry(await self.js.get_msg(self.stream, seq=seq))
+            head = self._queue[0] if self._queue else None
+            epoch = head.epoch if head is not None else self.epoch
             if entry.epoch > epoch:
-                return JournalFenced("epoch %d superseded by %d at index %d" % (epoch, entry.epoch, seq))
-            if entry.epoch == epoch and entry.payload == payload:
-                # Our own append landed but its ack was lost: it is durable, resolve it.
-                payload, _, fut = self._queue.popleft()
+                raise _Fatal(JournalFenced("epoch %d superseded by %d at index %d" % (epoch, entry.epoch, seq)))
+            if entry.epoch < epoch:
+                if self._solo_until is not None and seq > self._solo_until:
+                    raise _Fatal(JournalFailed(
+                        "entry %d of epoch %d landed after this writer's (epoch %d) probation ended at %d: a "
+                        "deposed writer had more than %d appends in flight; stopping rather than risk "
+                        "reordered entries" % (seq, entry.epoch, epoch, self._solo_until, MAX_APPENDS_IN_FLIGHT)))
                 self._last = seq
-                if not fut.done():
-                    fut.set_result(seq)
-                return None
-        self._last = last
-        return None
+                self.skipped_foreign += 1
+                continue
+            if head is None or entry.payload != head.payload:
+                raise _Fatal(JournalFailed("entry %d has this writer's epoch %d but is not its next append"
+                                           % (seq, epoch)))
+            # Our own append landed but its ack was lost: it is durable, resolve it.
+            self._acknowledge(seq)
 
     def _fail(self, exc):
         self._failed = exc
+        self._by_token.clear()
+        self._sent = 0
         while self._queue:
-            _, _, fut = self._queue.popleft()
-            if not fut.done():
-                fut.set_exception(exc)
+            item = self._queue.popleft()
+            if not item.fut.done():
+                item.fut.set_exception(exc)
         if isinstance(exc, JournalFenced) and self.on_fenced is not None:
             self.on_fenced(exc)
 
@@ -327,13 +526,23 @@ class JetStreamJournal(Journal):
         return not self._queue
 
     async def close(self) -> None:
-        await self.drain(5.0)
+        if self._open:
+            await self.drain(5.0)
         self._open = False
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+            self._task = None
+        if self._queue:
+            self._fail(JournalClosed("journal closed before these appends were acknowledged"))
+        sub, self._inbox_sub = self._inbox_sub, None
+        if sub is not None and self.nc is not None and not self.nc.is_closed:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - closing anyway
                 pass
         if self._servers is not None and self.nc is not None:
             await self.nc.close()

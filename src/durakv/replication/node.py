@@ -114,7 +114,8 @@ class ClusterNode:
         await self._load_settings()
         self._pubsub_subs.append(await self.nc.subscribe(self._status_subject(), cb=self._on_status))
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
-        self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0)
+        self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0,
+                                        max_appends_in_flight=srv.config["journal-max-appends-in-flight"])
         await self.journal.ensure_stream()
         if self.routing is not None:
             self.topology_watch = await self.store.watch_topology(self._on_topology)
@@ -675,6 +676,13 @@ class ClusterNode:
         await self.journal.open_writer()
         self.journal.on_fenced = lambda exc: srv.loop.create_task(self.step_down(str(exc)))
         marker_index = await self.journal.append_marker(epoch)
+        if marker_index > self.applied_index + 1:
+            # The deposed primary's appends landed after our read and before our marker (the marker was sent
+            # again after them): every replica applies them, and they may have been acknowledged, so must we.
+            async for entry in self.journal.read(self.applied_index):
+                if entry.index >= marker_index:
+                    break
+                self._on_entry(entry)
         self.epoch = epoch
         self.filter = EpochFilter(epoch)
         self.applied_index = marker_index

@@ -188,6 +188,9 @@ def _section_durability(srv):
             "journal_failed": int(bool(t and t.failed is not None)),
             "journal_failed_batches": t.failed_batches if t else 0,
             "journal_retries": t.retries if t else 0,
+            "journal_appends_in_flight": t.in_flight if t else 0,
+            "journal_max_appends_in_flight": t.max_in_flight if t else 0,
+            "durability_read_waits": t.read_waits if t else 0,
             "journal_reloads": srv.journal_reloads,
             **({"shard_settings_revision": node.settings_revision} if node is not None else {})}
 
