@@ -8,6 +8,7 @@ directory, log and exact argv, so that any later command or test can inspect, si
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -26,6 +27,8 @@ from .settings import NONE_REFUSED
 from .nats_procs import (AZS, NatsCluster, ProcessError, free_ports, http_json, pid_alive, pid_state,
                          port_is_free, process_start_time, signal_pid, spawn, stop_many, wait_for)
 from .portowner import cmdline, port_owners, ports_owners
+
+log = logging.getLogger("durakv.cluster")
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -235,10 +238,22 @@ def store_topology(nats_servers, topology, timeout_s=30.0, tls_ca=None):
         nc = await connect([u for u in nats_servers.split(",") if u], name="durakv-cluster-up",
                            tls=client_context(tls_ca) if tls_ca else None)
         try:
-            store = await NatsStore(nc).open()
-            current, revision = await store.get_topology()
-            if current is None:
-                await store.put_topology(topology, revision)
+            delay_s = 0.05
+            while True:
+                # Right after NATS starts, JetStream may still be electing the bucket's leader ("no responders",
+                # timeouts): retried until the deadline. A compare-and-set lost to another writer is read again.
+                try:
+                    store = await NatsStore(nc).open()
+                    current, revision = await store.get_topology()
+                    if current is None:
+                        await store.put_topology(topology, revision)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - retried; the deadline bounds it
+                    log.debug("storing the first topology failed (%r); retrying", exc)
+                    await asyncio.sleep(delay_s)
+                    delay_s = min(delay_s * 2, 1.0)
         finally:
             await nc.close()
     asyncio.run(asyncio.wait_for(put(), timeout_s))

@@ -71,6 +71,19 @@ def subject_name(shard: str) -> str:
     return "durakv.shard.%s.journal" % shard
 
 
+def is_transient(exc) -> bool:
+    """An error NATS gives while it cannot answer yet and will again: a request timed out, no responders (a
+    stream or bucket without a leader), JetStream temporarily unavailable (503), the connection reconnecting.
+    Anything else (a wrong configuration, a refusal) is not retried."""
+    import nats.errors
+    import nats.js.errors
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, nats.errors.NoRespondersError,
+                        nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
+                        nats.js.errors.NoStreamResponseError, nats.js.errors.ServiceUnavailableError)):
+        return True
+    return isinstance(exc, nats.js.errors.APIError) and getattr(exc, "code", None) == 503
+
+
 async def connect(servers, name="durakv", tls=None):
     """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers). Its errors are
     logged once per condition with a count (nats-py's default logs a traceback for every reconnect attempt)."""

@@ -27,7 +27,7 @@ from ..cluster.settings import NONE_REFUSED, SettingsError, ShardSettings
 from ..cluster.store import NatsStore, StaleRevision
 from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import decode_payload
-from ..journal.jetstream import JetStreamJournal, connect
+from ..journal.jetstream import JetStreamJournal, connect, is_transient
 from ..logs import Recurring
 from .migration import SlotMigrator
 
@@ -37,6 +37,32 @@ log = logging.getLogger("durakv.replication")
 def _monotonic_ms() -> int:
     """The lease clock: durations on this node's own clock (cluster/controller.py says why)."""
     return int(time.monotonic() * 1000)
+
+
+async def retry_transient(what, fn, timeout_s=120.0, sleep=asyncio.sleep):
+    """await fn(), again (backing off to 2 s) while NATS only cannot answer yet (is_transient), until
+    timeout_s; any other error, or the last transient one, is raised."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    delay_s = 0.1
+    failures = 0
+    while True:
+        try:
+            result = await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - sorted by is_transient
+            if not is_transient(exc) or loop.time() + delay_s > deadline:
+                raise
+            failures += 1
+            if failures == 1:
+                log.warning("%s: %s; retrying while NATS elects", what, type(exc).__name__)
+            await sleep(delay_s)
+            delay_s = min(delay_s * 2, 2.0)
+            continue
+        if failures:
+            log.info("%s: done after %d retries", what, failures)
+        return result
 
 
 @dataclass(frozen=True)
@@ -110,7 +136,9 @@ class ClusterNode:
         ca = srv.config["journal-nats-tls-ca-file"]
         self.nc = await connect(self.servers, name="durakv-%s" % self.node_id,
                                 tls=ssl.create_default_context(cafile=ca) if ca else None)
-        self.store = await NatsStore(self.nc).open()
+        # Start-up often meets NATS electing (a cluster starting, an AZ back, a node re-executed after it was
+        # replaced): every request is retried while NATS cannot answer yet, instead of exiting.
+        self.store = await retry_transient("opening the coordination store", NatsStore(self.nc).open)
         await self._load_settings()
         self._pubsub_subs.append(await self.nc.subscribe(self._status_subject(), cb=self._on_status))
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
@@ -118,11 +146,12 @@ class ClusterNode:
                                         max_appends_in_flight=srv.config["journal-max-appends-in-flight"])
         await self.journal.ensure_stream()
         if self.routing is not None:
-            self.topology_watch = await self.store.watch_topology(self._on_topology)
+            self.topology_watch = await retry_transient(
+                "watching the topology", lambda: self.store.watch_topology(self._on_topology))
             await self._subscribe_pubsub()
         t0 = time.monotonic()
         self.phase = "loading snapshot"
-        await self._load_snapshot()
+        await retry_transient("fetching the newest snapshot", self._load_snapshot)
         t1 = time.monotonic()
         self.phase = "replaying journal"
         srv.keyspace.expire_enabled = False
@@ -131,7 +160,7 @@ class ClusterNode:
         keys_before = sum(len(db) for db in srv.keyspace.dbs)
         for attempt in range(5):
             try:
-                await self._follow_from(self.applied_index)
+                await retry_transient("following the journal", lambda: self._follow_from(self.applied_index))
                 await self.catch_up(timeout_s=120)
                 break
             except JournalTruncated as exc:
@@ -227,7 +256,8 @@ class ClusterNode:
             revision = self.settings_revision
         self._apply_settings(settings, revision)
         self.server.acl.share = self.share_acl
-        self.settings_watch = await self.store.watch_shard_settings(self.shard, self._apply_settings)
+        self.settings_watch = await retry_transient(
+            "watching the shard's settings", lambda: self.store.watch_shard_settings(self.shard, self._apply_settings))
 
     def _apply_settings(self, settings, revision):
         """Makes this node run by the shard's settings (a primary switches its journal's mode at once)."""
