@@ -250,7 +250,8 @@ def test_standalone_target_with_a_fault_command(server_factory):
 
 
 def test_cluster_target_with_a_fault_command(sync_cluster):
-    node = sync_cluster.primary(0)
+    # (primary() is None while no node answers INFO within its timeout: polled on a loaded machine)
+    node = wait_until(lambda: sync_cluster.primary(0), 30, what="the cluster's primary")
     ca = sync_cluster.manifest["tls"]["ca"]
     fault = f"{sys.executable} -m durakv cluster failover --dir {sync_cluster.dir}"
     env = sc.Env.endpoint("127.0.0.1", node.port, tls=True, tls_ca=ca, fault_cmd=fault, say=quiet)

@@ -15,6 +15,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 
+from ..journal.jetstream import is_transient
 from ..routing.topology import MAX_DOCUMENT_BYTES, Topology, TopologyError
 from .settings import SettingsError, ShardSettings
 
@@ -236,6 +237,18 @@ class NatsStore(CoordinationStore):
                 await asyncio.sleep(0.2)
         if self.kv is None or self.obs is None:
             raise TimeoutError("coordination buckets unavailable: %r" % (last_exc,))
+        # A bucket just created may not have elected its stream's leader yet: the first put would get "no
+        # responders". Ready means its leader answers (STREAM.INFO is answered by the leader).
+        while True:
+            try:
+                await self.kv.status()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - sorted by is_transient
+                if not is_transient(exc) or loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         # Lease reads and writes go through the context with short requests (see js_fast); a watch is set up
         # once, with the patient context.
         self.kv_watch = self.kv

@@ -152,7 +152,7 @@ def _section_keyspace(srv):
 
 
 def _section_cluster(srv):
-    fields = {"cluster_enabled": int(srv.cluster_routing is not None)}
+    fields = {"cluster_enabled": int(srv.cluster_routing is not None or bool(srv.config["cluster-enabled"]))}
     node = srv.cluster_node
     migrator = getattr(node, "migrator", None) if node is not None else None
     if migrator is not None:   # durakv's own: online resharding seen from a source primary
@@ -208,8 +208,6 @@ def _section_commandstats(srv):
     return out
 
 
-def _section_cluster(srv):
-    return {"cluster_enabled": int(bool(srv.config["cluster-enabled"]))}
 
 
 def _section_errorstats(srv):
