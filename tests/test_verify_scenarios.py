@@ -250,8 +250,8 @@ def test_standalone_target_with_a_fault_command(server_factory):
 
 
 def test_cluster_target_with_a_fault_command(sync_cluster):
-    # (primary() is None while no node answers INFO within its timeout: polled on a loaded machine)
-    node = wait_until(lambda: sync_cluster.primary(0), 30, what="the cluster's primary")
+    # The manifest on disk is the truth: earlier scenarios' `durakv chaos` processes restarted nodes (new pids).
+    node = wait_until(lambda: sync_cluster.reload().primary(0), 30, what="the cluster's primary")
     ca = sync_cluster.manifest["tls"]["ca"]
     fault = f"{sys.executable} -m durakv cluster failover --dir {sync_cluster.dir}"
     env = sc.Env.endpoint("127.0.0.1", node.port, tls=True, tls_ca=ca, fault_cmd=fault, say=quiet)
@@ -259,7 +259,7 @@ def test_cluster_target_with_a_fault_command(sync_cluster):
     res = sc.acked_writes(env, fault="failover", runs=1, writers=2, **SHORT)
     assert res.status == sc.PASS, res.reasons
     # (a node that does not answer INFO within its timeout on a loaded machine counts as no primary: polled)
-    wait_until(lambda: (p := sync_cluster.primary(0)) is not None and p.name != node.name, 30,
+    wait_until(lambda: (p := sync_cluster.reload().primary(0)) is not None and p.name != node.name, 30,
                what="another node as the primary after the fault command's failover")
 
 
