@@ -263,15 +263,19 @@ class NatsStore(CoordinationStore):
     def _failover_key(shard):
         return "failover.%s" % shard
 
-    async def get_lease(self, shard):
+    async def _get(self, key, decode):
+        """(decoded value, revision) of key; (None, revision or 0) when it is absent or deleted."""
         from nats.js.errors import KeyNotFoundError
         try:
-            entry = await self.kv.get(self._lease_key(shard))
+            entry = await self.kv.get(key)
         except KeyNotFoundError:
             return None, 0
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
             return None, entry.revision or 0
-        return Lease.decode(entry.value), entry.revision
+        return decode(entry.value), entry.revision
+
+    async def get_lease(self, shard):
+        return await self._get(self._lease_key(shard), Lease.decode)
 
     async def put_lease(self, shard, lease, revision):
         from nats.js.errors import KeyWrongLastSequenceError
@@ -303,14 +307,7 @@ class NatsStore(CoordinationStore):
         await self.kv.put(self._failover_key(shard), b"")
 
     async def get_topology(self):
-        from nats.js.errors import KeyNotFoundError
-        try:
-            entry = await self.kv.get(self.TOPOLOGY_KEY)
-        except KeyNotFoundError:
-            return None, 0
-        if entry.value is None or entry.operation in ("DEL", "PURGE"):
-            return None, entry.revision or 0
-        return Topology.from_json(entry.value), entry.revision
+        return await self._get(self.TOPOLOGY_KEY, Topology.from_json)
 
     async def put_topology(self, topology, expected_revision):
         if not isinstance(topology, Topology):
@@ -342,14 +339,7 @@ class NatsStore(CoordinationStore):
         return "settings.%s" % shard
 
     async def get_shard_settings(self, shard):
-        from nats.js.errors import KeyNotFoundError
-        try:
-            entry = await self.kv.get(self._settings_key(shard))
-        except KeyNotFoundError:
-            return None, 0
-        if entry.value is None or entry.operation in ("DEL", "PURGE"):
-            return None, entry.revision or 0
-        return ShardSettings.from_json(entry.value), entry.revision
+        return await self._get(self._settings_key(shard), ShardSettings.from_json)
 
     async def put_shard_settings(self, shard, settings, expected_revision):
         if not isinstance(settings, ShardSettings):

@@ -827,7 +827,7 @@ class _KeyInfo:
         if self.fixed is not None and len(args) >= self.min_argc:
             return self.fixed
         if self.use_specs:
-            keys = _keys_from_specs(self.specs, args)
+            keys = keys_from_specs(self.specs, args)
             if keys is not None:
                 return keys
         if self.proc is not None:
@@ -854,8 +854,10 @@ def keys_with_access(cmd, args):
     return _key_info(cmd).keys(args)
 
 
-def _keys_from_specs(specs, args):
-    """getKeysUsingKeySpecs; None when a spec cannot be followed (a syntax error, or an incomplete spec)."""
+def keys_from_specs(specs, args):
+    """getKeysUsingKeySpecs. specs: (begin_search, find_keys, tag, incomplete) of the key specs that name keys;
+    returns [(position, tag)], or None when a spec cannot be followed (a syntax error, or an incomplete spec).
+    The ACL check (tag: the access needed) and COMMAND GETKEYS (tag: the spec's flags) both use it."""
     argc = len(args)
     out = []
     for bs, fk, need, incomplete in specs:

@@ -7,6 +7,7 @@ from ..errors import CommandError, ConfigError
 from ..keyspace.db import estimate_key
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
 from . import registry
+from .acl_model import keys_from_specs
 from .base import parse_int, syntax_error
 from .registry import command
 
@@ -409,61 +410,8 @@ def command_list(ctx, args):
 
 def _keys_from_specs(cmd, argv):
     """getKeysUsingKeySpecs: [(position, flags)], or None when a spec cannot be followed."""
-    out = []
-    argc = len(argv)
-    for spec in cmd.key_specs:
-        flags = spec["flags"]
-        if "not_key" in flags:
-            continue
-        bs, fk = spec["begin_search"], spec["find_keys"]
-        if "index" in bs:
-            first = bs["index"]["pos"]
-        elif "keyword" in bs:
-            kw = bs["keyword"]["keyword"].lower().encode()
-            startfrom = bs["keyword"]["startfrom"]
-            start = startfrom if startfrom > 0 else argc + startfrom
-            stop = argc - 1 if startfrom > 0 else 1
-            first = 0
-            i = start
-            while i != stop:
-                if i >= argc or i < 1:
-                    break
-                if argv[i].lower() == kw:
-                    first = i + 1
-                    break
-                i = i + 1 if start <= stop else i - 1
-            if not first:
-                continue
-        else:
-            return None
-        if "range" in fk:
-            r = fk["range"]
-            step = r["step"]
-            if r["lastkey"] >= 0:
-                last = first + r["lastkey"]
-            elif not r["limit"]:
-                last = argc + r["lastkey"]
-            else:
-                last = first + ((argc - first) // r["limit"] + r["lastkey"])
-        elif "keynum" in fk:
-            k = fk["keynum"]
-            step = k["step"]
-            if k["keynumidx"] >= argc or first + k["keynumidx"] >= argc:
-                return None
-            from .base import _strict_int
-            raw = argv[first + k["keynumidx"]]
-            if not _strict_int(raw) or int(raw) < 0:
-                return None
-            first += k["firstkey"]
-            last = first + int(raw) - 1
-        else:
-            return None
-        if last >= argc or last < first or first >= argc:
-            return None
-        out.extend((i, flags) for i in range(first, last + 1, step))
-        if "incomplete" in flags:
-            return None
-    return out
+    return keys_from_specs([(spec["begin_search"], spec["find_keys"], spec["flags"], "incomplete" in spec["flags"])
+                            for spec in cmd.key_specs if "not_key" not in spec["flags"]], argv)
 
 
 def _sort_keys(argv, readonly):
