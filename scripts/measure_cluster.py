@@ -46,17 +46,25 @@ def cpu_s(pids):
     return total
 
 
-def bench(port, cluster, args, pids):
+def bench(port, cluster, args, pids, groups=None):
+    """groups: {name: [pid]} whose CPU per op is reported apart (a shard's primaries, replicas, NATS)."""
     cfg = BenchConfig(port=port, rate=0.0, clients=args.clients, duration=args.duration, cluster=cluster,
                       key_maximum=args.keys, prefill=args.keys, data_size=args.data_size, processes=1)
+    groups = groups or {}
     marks = {}
-    result = run_bench(cfg, before_start=lambda: marks.update(t0=time.monotonic(), c0=cpu_s(pids)),
-                       after_end=lambda: marks.update(t1=time.monotonic(), c1=cpu_s(pids)))
+
+    def mark(when):
+        marks["t" + when] = time.monotonic()
+        marks["c" + when] = cpu_s(pids)
+        marks["g" + when] = {g: cpu_s(ps) for g, ps in groups.items()}
+    result = run_bench(cfg, before_start=lambda: mark("0"), after_end=lambda: mark("1"))
     r = result.report
     ops = r["ops"]
     cmds = r["commands"]
     return {"ops_per_sec": r["ops_per_sec"], "ops": ops, "errors": r["errors"],
             "server_cpu_us_per_op": round((marks["c1"] - marks["c0"]) / ops * 1e6, 2) if ops else None,
+            "cpu_us_per_op_by_role": {g: round((marks["g1"][g] - marks["g0"][g]) / ops * 1e6, 2) if ops else None
+                                      for g in groups},
             "server_cpu_cores": round((marks["c1"] - marks["c0"]) / (marks["t1"] - marks["t0"]), 2),
             "set_p50_ms": cmds.get("SET", {}).get("latency_ms", {}).get("p50"),
             "set_p99_ms": cmds.get("SET", {}).get("latency_ms", {}).get("p99"),
@@ -83,7 +91,11 @@ def throughput(args, workdir):
                                 durability=mode, timeout_s=120)
             try:
                 pids = [p.pid for p in c.processes if p.pid]
-                row = bench(c.primary(0).port, True, args, pids)
+                primaries = {c.primary(n).name for n in c.shards}
+                groups = {"primaries": [p.pid for p in c.nodes if p.name in primaries],
+                          "replicas": [p.pid for p in c.nodes if p.name not in primaries],
+                          "nats": [p.pid for p in c.processes if p.kind == "nats"]}
+                row = bench(c.primary(0).port, True, args, pids, groups)
                 rows["durakv %d shard%s %s" % (shards, "s" if shards > 1 else "", mode)] = row
             finally:
                 c.down()
@@ -167,6 +179,10 @@ def main():
             print("%-28s %10.0f %8s %10s %9s %9s %9s %9s" % (
                 name, r["ops_per_sec"], "%.2fx" % (r["ops_per_sec"] / ref["ops_per_sec"]) if ref else "-",
                 r["server_cpu_us_per_op"], r["set_p50_ms"], r["set_p99_ms"], r["get_p50_ms"], r["get_p99_ms"]))
+        print("\ncpu us/op by role (all processes of that role together):")
+        for name, r in out["throughput"].items():
+            if r.get("cpu_us_per_op_by_role"):
+                print("  %-26s %s" % (name, "  ".join("%s %.1f" % kv for kv in r["cpu_us_per_op_by_role"].items())))
     if not args.skip_failover:
         out["failover_s"] = {}
         for kind in ("kill -9", "planned"):

@@ -369,18 +369,27 @@ def main(argv=None):
             results.append(r)
             print_unit(r)
     else:
+        import queue
         from concurrent.futures import ThreadPoolExecutor
+        free_slots = queue.Queue()
+        for slot in range(args.jobs):
+            free_slots.put(slot)
 
-        def one(job):
-            idx, unit = job
-            # Each runtest picks its test-server port below --baseport: keep parallel runs apart.
-            extra = list(args.runtest_arg) + ["--baseport", str(21111 + 200 * (idx % args.jobs)),
-                                              "--portcount", "150", "--dont-clean", "--dont-pre-clean"]
-            r = run_unit(checkout, unit, factory, args.tags, args.timeout, extra)
+        def one(unit):
+            # Each runtest picks its test-server port from --baseport on: a slot per running unit keeps parallel
+            # runs apart (a unit's index modulo jobs did not: units finish out of order, and two runs on one
+            # port ended at once with nothing run).
+            slot = free_slots.get()
+            try:
+                extra = list(args.runtest_arg) + ["--baseport", str(21111 + 200 * slot),
+                                                  "--portcount", "150", "--dont-clean", "--dont-pre-clean"]
+                r = run_unit(checkout, unit, factory, args.tags, args.timeout, extra)
+            finally:
+                free_slots.put(slot)
             print_unit(r)
             return r
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(one, enumerate(units)))
+            results = list(pool.map(one, units))
     print_report(results, failures=not args.quiet)
     if args.json:
         with open(args.json, "w") as f:

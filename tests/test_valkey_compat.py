@@ -384,3 +384,38 @@ def test_command_docs_display_text(r):
     assert b"display_text" not in by_name[b"unit"]                # not for oneof / block
     store = [dict(zip(*[iter(a)] * 2)) for a in by_name[b"store"][b"arguments"]]
     assert [(a[b"name"], a[b"display_text"]) for a in store] == [(b"storekey", b"key"), (b"storedistkey", b"key")]
+
+
+def test_sync_streams_each_writes_effects_as_valkeys_replication_stream(r):
+    """SYNC (what Valkey's test suite attaches with): an RDB payload, then every write's effects as commands,
+    SELECT when the database changes, MULTI/EXEC around one command's several effects."""
+    r.config_set("repl-ping-replica-period", 3600)      # the suite sets it around SYNC
+    kw = r.connection_pool.connection_kwargs
+    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
+        f = s.makefile("rb")
+        s.sendall(b"SYNC\r\n")
+        header = f.readline()
+        assert header.startswith(b"$")
+        payload = f.read(int(header[1:]))
+        assert payload.startswith(b"REDIS")
+        c = valkey.Valkey(host=kw["host"], port=kw["port"], db=9)
+        try:
+            c.set("sync:foo", "bar", ex=100)
+            c.eval("redis.call('set', KEYS[1], '1'); redis.call('del', KEYS[2])", 2, "sync:x", "sync:foo")
+        finally:
+            c.close()
+
+        def command():
+            line = f.readline()
+            assert line.startswith(b"*"), line
+            argv = []
+            for _ in range(int(line[1:])):
+                n = int(f.readline()[1:])
+                argv.append(f.read(n + 2)[:-2])
+            return [argv[0].lower()] + argv[1:]
+        assert command() == [b"select", b"9"]
+        first = command()
+        assert first[:4] == [b"set", b"sync:foo", b"bar", b"PXAT"]
+        assert [command() for _ in range(4)] == [[b"multi"], [b"set", b"sync:x", b"1"], [b"del", b"sync:foo"],
+                                                 [b"exec"]]
+    r.config_set("repl-ping-replica-period", 10)

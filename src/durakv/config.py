@@ -254,6 +254,8 @@ OPTIONS = [
     Option("tcp-backlog", 511, _int_range(0, 2**31 - 1), mutable=False),
     Option("databases", 16, _int_range(1, 2**31 - 1), mutable=False),
     Option("hz", 10, _int_range(1, 500)),
+    # Accepted for tools that set it around SYNC (Valkey's test suite); durakv's replicas follow the journal
+    Option("repl-ping-replica-period", 10, _int_range(1, 2**31 - 1), aliases=("repl-ping-slave-period",)),
     Option("proto-max-bulk-len", 512 * 1024 * 1024, _memory),
     Option("client-query-buffer-limit", 1024 * 1024 * 1024, _memory),
     Option("client-output-buffer-limit", OBUF_DEFAULT, _obuf, multi=True, parse_args=_obuf_args, merge=_obuf_merge),

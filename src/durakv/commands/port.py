@@ -60,6 +60,11 @@ class Port:
         """Turns the client into a MONITOR; False if it already is one."""
         self._needs_server("MONITOR")
 
+    def attach_replication_stream(self, session):
+        """SYNC: from now on this client receives every write's effects as commands (Valkey's replication
+        stream); returns the payload to answer with (an empty RDB)."""
+        self._needs_server("SYNC")
+
     def reset_client(self, session):
         """RESET's server side: out of subscribed mode, tracking, MONITOR; NO-EVICT and NO-TOUCH off."""
         session.no_touch = False

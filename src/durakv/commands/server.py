@@ -135,6 +135,12 @@ def time_(ctx, args):
     return [b"%d" % secs, b"%d" % int((now - secs) * 1e6)]
 
 
+@command("sync")
+def sync(ctx, args):
+    # Valkey's replication stream, for tools and tests that read what commands propagate (server/replfeed.py)
+    return ctx.port.attach_replication_stream(ctx.client)
+
+
 @command("lastsave")
 def lastsave(ctx, args):
     return ctx.port.last_save()

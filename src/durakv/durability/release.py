@@ -52,6 +52,7 @@ class Durability:
         self._seq = itertools.count()
         # debug-ack-before-commit (tests only, refused without DURAKV_TEST_UNSAFE=1): sync replies do not wait
         self.ack_before_commit = False
+        self.feeds = []             # fn(effects) per submit: Valkey replication-stream listeners (SYNC)
         self._use(None)
 
     # -- the policy ----------------------------------------------------------------------------
@@ -82,22 +83,44 @@ class Durability:
             raise ValueError("durability none has no journal; restart with a journal to change it")
         self.tracker.set_mode(mode)
 
+    def add_feed(self, fn):
+        """fn(effects) for every write's effects from now on, before they are journaled."""
+        self.feeds.append(fn)
+        self._bind_submit()
+
+    def remove_feed(self, fn):
+        if fn in self.feeds:
+            self.feeds.remove(fn)
+            self._bind_submit()
+
+    def _bind_submit(self):
+        base = self.tracker.submit if self.tracker is not None else _no_ticket
+        feeds = self.feeds
+        if not feeds:
+            self.submit = base
+            return
+
+        def submit(effects, dirty):
+            for fn in list(feeds):
+                fn(effects)
+            return base(effects, dirty)
+        self.submit = submit
+
     def _use(self, tracker):
         self.tracker = tracker
         if tracker is None:
             # Instance attributes shadow the methods below: the pipeline calls them on every write.
-            self.submit = _no_ticket
             self.read_ticket = _no_ticket
             self.barrier_ticket = _no_ticket
             self.refuse_writes = _no_refusal
             self.pending = self.refusing = self.needs_dirty = False
         else:
-            self.submit = tracker.submit
             self.read_ticket = tracker.read_ticket
             self.barrier_ticket = tracker.barrier_ticket
             self.refuse_writes = tracker.refuse_writes
             self.needs_dirty = True
             tracker._publish()
+        self._bind_submit()
 
     # -- commits -------------------------------------------------------------------------------
     def on_commit(self, index):

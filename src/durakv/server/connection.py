@@ -52,6 +52,7 @@ class Connection(asyncio.Protocol):
         # Pub/sub and CLIENT TRACKING / NO-EVICT state (server/pubsub.py, server/notify.py).
         self.subs = None
         self.tracking = None
+        self.replica_feed = None            # SYNC: Valkey's replication stream (server/replfeed.py)
         self.no_evict = False
 
     # -- asyncio.Protocol ----------------------------------------------------------------------

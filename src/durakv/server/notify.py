@@ -372,6 +372,9 @@ class Hooks:
         s = self.server
         s.blocking.drop_client(conn)
         s.pubsub.drop_client(conn)
+        if conn.replica_feed is not None:
+            s.durability.remove_feed(conn.replica_feed)
+            conn.replica_feed = None
         if conn.tracking is not None:
             self.tracking.disable(conn)
         self.monitors.pop(conn, None)

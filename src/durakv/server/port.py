@@ -66,6 +66,16 @@ class ServerPort(Port):
             raise CommandError("ERR MONITOR needs a client connection")
         return self.server.hooks.add_monitor(conn)
 
+    def attach_replication_stream(self, session):
+        from .replfeed import ReplicaFeed
+        conn = self._conn(session)
+        if conn is None:
+            raise CommandError("ERR SYNC needs a client connection")
+        if conn.replica_feed is None:
+            conn.replica_feed = ReplicaFeed(conn)
+            self.server.durability.add_feed(conn.replica_feed)   # removed in Hooks.drop_client
+        return conn.replica_feed.payload()
+
     def reset_client(self, session):
         conn = self._conn(session)
         if conn is not None:
