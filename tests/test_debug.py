@@ -179,3 +179,26 @@ def test_debug_digest_survives_restart(server_factory):
     c = srv.client()
     assert c.execute_command("DEBUG", "DIGEST") == before
     c.close()
+
+
+@pytest.mark.parametrize("mode", ["none", "sync"])
+@pytest.mark.parametrize("sub", [("RELOAD",), ("RELOAD", "NOSAVE"), ("LOADAOF",)])
+def test_debug_reload_and_loadaof_load_what_a_restart_would(server_factory, mode, sub):
+    """Valkey's suite reloads in place between steps (DEBUG RELOAD, and DEBUG LOADAOF under appendonly): the
+    dataset afterwards is the same, with a journal (what it holds) and without (memory written first)."""
+    srv = server_factory("--durability", mode)
+    c = srv.client()
+    _same_writes(c)
+    c.set("reload:ttl", "v", px=600_000)
+    before = c.execute_command("DEBUG", "DIGEST")
+    if mode == "none" and sub == ("RELOAD", "NOSAVE"):
+        # NOSAVE in none loads the last snapshot: nothing was saved, so the dataset is what SAVE wrote
+        c.execute_command("SAVE")
+    assert c.execute_command("DEBUG", *sub) in (b"OK", "OK", True)
+    assert c.execute_command("DEBUG", "DIGEST") == before
+    assert 0 < c.pttl("reload:ttl") <= 600_000
+    for name, value in (("aof-use-rdb-preamble", "no"), ("primaryuser", "u"), ("repl-ping-replica-period", "3600")):
+        assert c.config_set(name, value)
+    with pytest.raises(Exception, match="only supports the MERGE, NOFLUSH and NOSAVE options"):
+        c.execute_command("DEBUG", "RELOAD", "BOGUS")
+    c.close()

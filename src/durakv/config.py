@@ -273,6 +273,10 @@ OPTIONS = [
     Option("pidfile", "", _string, mutable=False),
     Option("save", "", _save, multi=True, parse_args=_save_args),
     Option("appendonly", False, _bool),
+    # Accepted, no effect: durakv has no AOF (its journal is the log) and no Valkey-protocol replicas
+    Option("aof-use-rdb-preamble", True, _bool),
+    Option("primaryuser", "", _string, aliases=("masteruser",)),
+    Option("primaryauth", "", _string, aliases=("masterauth",)),
     Option("protected-mode", False, _bool),
     Option("slowlog-log-slower-than", 10000, _int_range(-1, 2**62)),
     Option("slowlog-max-len", 128, _int_range(0, 2**31 - 1)),

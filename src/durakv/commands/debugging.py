@@ -315,6 +315,10 @@ def debug(ctx, args):
             raise CommandError("ERR DEBUG RELOAD NOFLUSH and MERGE are not supported (durakv loads what a "
                                "restart would load, in place of the dataset)")
         return port.debug_reload(save=b"NOSAVE" not in opts)
+    if sub == b"LOADAOF" and n == 2:
+        # Valkey reloads its AOF; durakv's log is its journal: what a restart would load, loaded in place
+        # (as RELOAD; in `none` memory is written to a snapshot first, so nothing is lost).
+        return port.debug_reload(save=True)
     if sub == b"LOG" and n == 3:
         log.warning("DEBUG LOG: %s", args[2].decode("utf-8", "replace"))
         return OK
