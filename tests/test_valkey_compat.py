@@ -419,3 +419,26 @@ def test_sync_streams_each_writes_effects_as_valkeys_replication_stream(r):
         assert [command() for _ in range(4)] == [[b"multi"], [b"set", b"sync:x", b"1"], [b"del", b"sync:foo"],
                                                  [b"exec"]]
     r.config_set("repl-ping-replica-period", 10)
+
+
+def test_tracking_noloop_still_gets_invalidations_of_keys_that_expire_in_its_own_transaction(r):
+    """tracking.tcl 'Tracking gets notification of lazy expired keys' (it hung: the lazy expiry inside the
+    client's EXEC was filtered by NOLOOP as if the client had deleted the key). Expiry is the server's change."""
+    kw = r.connection_pool.connection_kwargs
+    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as rd, \
+            socket.create_connection((kw["host"], kw["port"]), timeout=10) as c:
+        rf, cf = rd.makefile("rb"), c.makefile("rb")
+
+        def call(s, f, *args):
+            s.sendall(_encode(list(args)))
+            return _read_reply(f)
+        redir = int(call(rd, rf, "CLIENT", "ID")[1:-2])
+        call(rd, rf, "SUBSCRIBE", "__redis__:invalidate")
+        assert call(c, cf, "CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", str(redir), "NOLOOP") == b"+OK\r\n"
+        for args in (["MULTI"], ["SET", "lazy:mykey{t}", "myval", "px", "1"], ["SET", "lazy:other{t}", "myval"],
+                     ["DEBUG", "SLEEP", "0.1"], ["GET", "lazy:mykey{t}"]):
+            call(c, cf, *args)
+        call(c, cf, "EXEC")
+        message = _read_reply(rf)
+        assert b"lazy:mykey{t}" in message and b"lazy:other{t}" not in message
+        call(c, cf, "CLIENT", "TRACKING", "off")

@@ -322,6 +322,7 @@ class Hooks:
         self.no_touch_clients = 0
         self.current = None                # the connection whose request is running (tracking, NO-TOUCH)
         self._server_deleted = set()       # (db_id, key) removed by expiry/eviction: no "del" for them
+        self._tracking_server_deleted = set()   # the same for tracking: invalidated as the server's
         self._deferred = []                # invalidations for the current client, sent after its reply
         self._own_feed = []                # MONITOR lines of the current client's own command, ditto
         ks = server.keyspace
@@ -469,12 +470,18 @@ class Hooks:
                 if name == b"flushdb" or name == b"flushall":
                     tracking.flush(current, deferred)
                     flushed = True
+            by_server = self._tracking_server_deleted
+            if by_server:
+                self._tracking_server_deleted = set()
             if not flushed:
                 if dirty is None:
                     tracking.flush(current, deferred)
                 else:
-                    for _db_id, key in dirty:
-                        tracking.invalidate(key, current, deferred)
+                    for db_key in dirty:
+                        if db_key in by_server:
+                            tracking.invalidate(db_key[1], None, None)
+                        else:
+                            tracking.invalidate(db_key[1], current, deferred)
         blocking = server.blocking
         if blocking.waiting:
             if dirty is None:
@@ -523,9 +530,12 @@ class Hooks:
 
     # -- keyspace notifications -------------------------------------------------------------------
     def _on_server_delete(self, item):
+        db_id, key, reason = item
+        if self.tracking.clients:
+            # The server's deletion, not the client's (signalModifiedKey(NULL, ...)): NOLOOP does not hide it
+            self._tracking_server_deleted.add((db_id, key))
         if not self.notify_flags:
             return
-        db_id, key, reason = item
         self._server_deleted.add((db_id, key))
         if reason == "expired":
             self._publish(EXPIRED, b"expired", db_id, key)
