@@ -442,3 +442,19 @@ def test_tracking_noloop_still_gets_invalidations_of_keys_that_expire_in_its_own
         message = _read_reply(rf)
         assert b"lazy:mykey{t}" in message and b"lazy:other{t}" not in message
         call(c, cf, "CLIENT", "TRACKING", "off")
+
+
+def test_no_expiry_while_clients_are_paused(r):
+    """pause.tcl 'Test both active and passive expires are skipped during client pause': an expired key reads
+    as gone but is not deleted (no DEL to journal or propagate) until the pause ends."""
+    r.set("pause:exp", "v", px=50)
+    before = r.info("stats")["expired_keys"]
+    r.execute_command("CLIENT", "PAUSE", "100000", "WRITE")
+    try:
+        wait_until(lambda: r.pttl("pause:exp") == -2 or r.get("pause:exp") is None, 5, what="the key's expiry")
+        assert r.get("pause:exp") is None and r.exists("pause:exp") == 0
+        assert r.info("stats")["expired_keys"] == before
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+    r.get("pause:exp")
+    wait_until(lambda: r.info("stats")["expired_keys"] == before + 1, 5, what="the expiry after the pause")

@@ -160,8 +160,8 @@ class Keyspace:
     # -- expiry -----------------------------------------------------------------------------
     def is_expired(self, db: Db, key: bytes, now_ms=None) -> bool:
         at = db.expires.get(key)
-        if at is None or not self.expire_enabled:
-            return False
+        if at is None or not (self.expire_enabled or self.hide_expired):
+            return False   # replaying a journal: time does not pass for keys
         return at <= (now_ms if now_ms is not None else self.clock_ms())
 
     def lookup(self, db: Db, key: bytes):
@@ -202,7 +202,10 @@ class Keyspace:
         return True
 
     def server_delete(self, db: Db, key: bytes, reason: str):
-        """A deletion not asked for by a command (expiry, eviction): accounted and reported."""
+        """A deletion not asked for by a command (expiry, eviction): accounted and reported. An expired key
+        is left in place (only hidden from readers) while expiry is off: a replica, or clients paused."""
+        if reason == "expired" and not self.expire_enabled:
+            return
         value = db.data.get(key)
         if value is None:
             return

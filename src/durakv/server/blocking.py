@@ -209,8 +209,13 @@ class Blocking:
             self.unpause()
             return
         if self._saved_active_expire is None:
+            ks = self.server.keyspace
             self._saved_active_expire = self.server.active_expire_enabled
-            self.server.active_expire_enabled = False  # no expiry/eviction traffic while paused
+            self._saved_lazy_expire = (ks.expire_enabled, ks.hide_expired)
+            # No expiry traffic while paused (Valkey's PAUSE_ACTION_EXPIRE): no active cycle, and an expired
+            # key reads as gone without being deleted (what a replica does), so nothing is written meanwhile.
+            self.server.active_expire_enabled = False
+            ks.expire_enabled, ks.hide_expired = False, True
         if self._pause_timer is not None:
             self._pause_timer.cancel()
         self._pause_timer = loop.call_later((self.pause_end_ms - now) / 1000.0, self._pause_check)
@@ -235,7 +240,9 @@ class Blocking:
         self.pause_end_ms = 0
         self.server.pipeline.pause = None
         if self._saved_active_expire is not None:
+            ks = self.server.keyspace
             self.server.active_expire_enabled = self._saved_active_expire
+            ks.expire_enabled, ks.hide_expired = self._saved_lazy_expire
             self._saved_active_expire = None
         waiting = list(self.postponed)
         self.postponed.clear()
