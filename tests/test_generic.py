@@ -350,7 +350,7 @@ def test_restore_replays_deterministically():
     replies, effects = run_and_replay(cmds, clock_ms=lambda: 1_700_000_000_000)
     assert replies[2:] == [b"+OK\r\n"] * 5
     assert (0, (b"restore", b"k2", b"1700000005000", payload_s, b"ABSTTL")) in effects
-    assert (0, (b"DEL", b"k")) in effects
+    assert (0, (b"UNLINK", b"k")) in effects
     assert (0, (b"restore", b"abs", b"1800000000000", payload_s, b"absttl")) in effects
 
 

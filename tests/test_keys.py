@@ -65,8 +65,8 @@ def test_del_does_not_count_expired_keys():
     run("SET", "a", "1", "PX", 100)
     run.now += 100
     assert run("DEL", "a", "b") == 1
-    # The expired key is reported as a server deletion, then the explicit DEL names only b.
-    assert run.effects[-2:] == [(0, (b"DEL", b"a")), (0, (b"DEL", b"b"))]
+    # The expired key is reported as a server deletion (UNLINK: lazyfree-lazy-expire), then the explicit DEL names only b.
+    assert run.effects[-2:] == [(0, (b"UNLINK", b"a")), (0, (b"DEL", b"b"))]
 
 
 # -- RENAME / RENAMENX ------------------------------------------------------------------------
@@ -329,7 +329,7 @@ def test_ttl_arithmetic_and_lazy_expiry():
     run.now = NOW + 10_000              # the expire time itself: expired
     assert run("TTL", "k") == -2
     assert run("EXISTS", "k") == 0
-    assert run.effects[-1] == (0, (b"DEL", b"k"))
+    assert run.effects[-1] == (0, (b"UNLINK", b"k"))
     assert run.ks.expired_keys == 1
 
 
@@ -366,7 +366,7 @@ def test_expire_effects():
         (0, (b"PEXPIREAT", b"k", b"2000000000000")),
         (0, (b"PEXPIREAT", b"k", b"2000000000500")),
         (0, (b"PERSIST", b"k")),
-        (0, (b"DEL", b"k")),
+        (0, (b"UNLINK", b"k")),
     ]
 
 
@@ -740,7 +740,7 @@ def test_replay_expire_family():
         ["EXPIRE", "missing", 10],
     ])
     assert not any(isinstance(x, ErrorReply) for x in replies)
-    assert (0, (b"DEL", b"b")) in effects and (0, (b"DEL", b"a")) in effects
+    assert (0, (b"UNLINK", b"b")) in effects and (0, (b"UNLINK", b"a")) in effects
 
 
 def test_replay_rename_copy_move():
@@ -789,8 +789,8 @@ def test_lazy_expiry_in_scan_and_randomkey_replays():
     run.now += 10
     assert run("SCAN", 0) == [b"0", [b"c"]]
     assert run("RANDOMKEY") == b"c"
-    assert sorted(e for e in run.effects if e[1][0] == b"DEL") == [
-        (0, (b"DEL", b"a")), (0, (b"DEL", b"b")), (0, (b"DEL", b"d"))]
+    assert sorted(e for e in run.effects if e[1][0] == b"UNLINK") == [
+        (0, (b"UNLINK", b"a")), (0, (b"UNLINK", b"b")), (0, (b"UNLINK", b"d"))]
     replica = Keyspace(clock_ms=lambda: NOW)
     replica.expire_enabled = False
     apply_effects(replica, run.effects)

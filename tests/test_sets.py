@@ -374,8 +374,8 @@ def test_replay_spop():
     ])
     names = effect_names(effects)
     assert b"SPOP" not in names
-    assert names.count(b"DEL") == 1
-    assert effects[names.index(b"DEL")][1] == (b"DEL", b"small")
+    assert names.count(b"UNLINK") == 1
+    assert effects[names.index(b"UNLINK")][1] == (b"UNLINK", b"small")
     srem_sizes = [len(argv) - 2 for _db, argv in effects if argv[0] == b"SREM"]
     assert srem_sizes[:4] == [1, 5, 1024, 976]
     assert len(replies[-1]) == 3000 - 1 - 5 - 2000 - replies[4] + replies[5] - 1
@@ -445,7 +445,7 @@ def test_replay_store_after_source_expired():
     assert run("SUNIONSTORE", "u", "a", "c") == 2     # c expired
     # each expired source's deletion is journaled before the command that noticed it
     assert [argv for _db, argv in effects[-4:]] == [
-        (b"DEL", b"b"), (b"DEL", b"dst"), (b"DEL", b"c"), (b"SUNIONSTORE", b"u", b"a", b"c")]
+        (b"UNLINK", b"b"), (b"DEL", b"dst"), (b"UNLINK", b"c"), (b"SUNIONSTORE", b"u", b"a", b"c")]
     ks2 = Keyspace(clock_ms=lambda: 0, rng=random.Random(2))
     ks2.expire_enabled = False
     apply_effects(ks2, effects)

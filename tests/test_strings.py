@@ -349,12 +349,12 @@ def test_expiry_arithmetic_with_clock():
     assert run("PEXPIRETIME", "k") == NOW + 3000
     run.now += 3000  # exactly at the expire time: gone
     assert run("GET", "k") is None
-    assert run.effects[-1] == (0, (b"DEL", b"k"))
+    assert run.effects[-1] == (0, (b"UNLINK", b"k"))
     # SET with EXAT equal to now counts as already expired.
     run("SET", "k", "v")
     assert run("SET", "k", "w", "PXAT", run.now) is OK
     assert run("EXISTS", "k") == 0
-    assert run.effects[-1] == (0, (b"DEL", b"k"))
+    assert run.effects[-1] == (0, (b"UNLINK", b"k"))
     assert run("SET", "k", "w", "PXAT", run.now + 1) is OK
     assert run("PTTL", "k") == 1
 
@@ -410,7 +410,7 @@ def test_replay_set_family():
         ["MSETNX", "m3", "3", "m4", "4"],
     ])
     assert all(not isinstance(x, ErrorReply) for x in replies)
-    assert (0, (b"DEL", b"a")) in effects
+    assert (0, (b"UNLINK", b"a")) in effects
 
 
 def test_replay_getex_and_counters():

@@ -418,6 +418,17 @@ def test_sync_streams_each_writes_effects_as_valkeys_replication_stream(r):
         assert first[:4] == [b"set", b"sync:foo", b"bar", b"PXAT"]
         assert [command() for _ in range(4)] == [[b"multi"], [b"set", b"sync:x", b"1"], [b"del", b"sync:foo"],
                                                  [b"exec"]]
+        # A key expiring lazily under a write: its UNLINK (lazyfree-lazy-expire yes) goes out first and apart
+        c = valkey.Valkey(host=kw["host"], port=kw["port"], db=9)
+        try:
+            c.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+            c.set("sync:gone", "v", px=1)
+            command()
+            wait_until(lambda: c.pttl("sync:gone") == -2, 5, what="the key's expiry")
+            c.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+        finally:
+            c.close()
+        assert command() == [b"unlink", b"sync:gone"]
     r.config_set("repl-ping-replica-period", 10)
 
 

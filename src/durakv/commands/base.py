@@ -150,8 +150,9 @@ class Context:
         deleted = self.keyspace.deleted_by_server
         if deleted:
             dirty = self.dirty
-            for db_id, key, _reason in deleted:
-                self.effects.append((db_id, (b"DEL", key)))
+            effect = self.keyspace.deletion_effect
+            for db_id, key, reason in deleted:
+                self.effects.append((db_id, effect(key, reason)))
                 if dirty is not None:
                     dirty.append((db_id, key))
             deleted.clear()

@@ -474,7 +474,7 @@ def restore(ctx, args):
     if ttl and ctx.keyspace.expire_enabled and (ttl <= now or ttl > INT64_MAX):
         # Already expired (or past the clock's range, which wraps negative in Valkey): nothing is created.
         if deleted:
-            ctx.propagate(b"DEL", key)
+            ctx.propagate(b"UNLINK" if ctx.keyspace.unlink_server_del else b"DEL", key)   # lazyfree-lazy-server-del
         return OK
     ctx.store(key, value)
     if ttl:

@@ -353,7 +353,7 @@ def _expire(ctx, args, basetime, unit, name):
     if ks.expire_enabled and when <= ctx.now_ms():
         ctx.delete(key)
         ks.expired_keys += 1
-        ctx.propagate(b"DEL", key)
+        ctx.propagate(b"UNLINK" if ks.unlink_expired else b"DEL", key)   # lazyfree-lazy-expire, as Valkey
     else:
         ctx.set_expire(key, when)
         ctx.propagate(b"PEXPIREAT", key, b"%d" % when)

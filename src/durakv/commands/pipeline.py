@@ -474,7 +474,8 @@ class Pipeline:
         deleted = self.keyspace.deleted_by_server
         if not deleted:
             return 0
-        effects = [(db_id, (b"DEL", key)) for db_id, key, _reason in deleted]
+        effect = self.keyspace.deletion_effect
+        effects = [(db_id, effect(key, reason)) for db_id, key, reason in deleted]
         dirty = [(db_id, key) for db_id, key, _reason in deleted]
         deleted.clear()
         self.keyspace.dirty += len(effects)

@@ -301,7 +301,7 @@ def spop(ctx, args):
         return RespSet()
     if count >= len(s):
         ctx.delete(key)
-        ctx.propagate(b"DEL", key)
+        ctx.propagate(b"UNLINK" if ctx.keyspace.unlink_server_del else b"DEL", key)   # lazyfree-lazy-server-del
         return RespSet(s)
     popped = _random_members_unique(ctx, s, count)
     _remove_members(s, popped)

@@ -74,10 +74,11 @@ def _expire_at_ms(ctx, raw, expire_flag, name):
 
 
 def _delete_expired(ctx, key):
-    """An explicit expiry in the past deletes the key; the effect is a DEL."""
+    """An explicit expiry in the past deletes the key; the effect is UNLINK or DEL (lazyfree-lazy-expire), as
+    Valkey's deleteExpiredKeyFromOverwriteAndPropagate."""
     ctx.delete(key)
     ctx.keyspace.expired_keys += 1
-    ctx.propagate(b"DEL", key)
+    ctx.propagate(b"UNLINK" if ctx.keyspace.unlink_expired else b"DEL", key)
 
 
 def _check_length(size, append):

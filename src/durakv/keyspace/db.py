@@ -63,6 +63,12 @@ def estimate_key_overhead(value: bytes) -> int:
     return estimate_key(b"", value) - len(value)
 
 
+
+class ServerDeletion(tuple):
+    """An effect (argv) the server produced on its own (lazy or active expiry, eviction). Valkey propagates
+    those apart and at once, never inside a command's MULTI/EXEC: the replication stream keeps them apart."""
+    __slots__ = ()
+
 class Db:
     """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
 
@@ -153,6 +159,10 @@ class Keyspace:
         self.dirty_saved = 0         # dirty when the last successful snapshot started
         self.track_access = None     # None | 'lru' | 'lfu'
         self.lfu_log_factor = 10
+        # lazyfree-lazy-expire / -eviction: the server's own deletions are written (and propagated) as UNLINK
+        self.unlink_expired = True
+        self.unlink_evicted = True
+        self.unlink_server_del = True   # lazyfree-lazy-server-del: RESTORE of an expired key, SPOP of all
         self.lfu_decay_time_min = 1
         self.latency_monitor = None  # commands.introspection.Monitors: gets "expire-cycle" samples
         self.encoding_rules = EncodingRules()  # list/hash/set/zset encoding thresholds (CONFIG)
@@ -200,6 +210,11 @@ class Keyspace:
         if db.enc:
             db.enc.pop(key, None)
         return True
+
+    def deletion_effect(self, key: bytes, reason: str):
+        """The effect of a deletion the server made on its own: UNLINK or DEL as Valkey's propagateDeletion."""
+        unlink = self.unlink_expired if reason == "expired" else self.unlink_evicted
+        return ServerDeletion((b"UNLINK" if unlink else b"DEL", key))
 
     def server_delete(self, db: Db, key: bytes, reason: str):
         """A deletion not asked for by a command (expiry, eviction): accounted and reported. An expired key

@@ -23,6 +23,7 @@ recorded as ZADD says "zincr", INCR recorded as SET says "incrby", EXPIRE record
 import time
 
 from ..commands import registry
+from ..keyspace.db import ServerDeletion
 from ..protocol.resp import Push, Raw
 
 # notify-keyspace-events classes (server.h)
@@ -565,7 +566,8 @@ class Hooks:
             name = argv[0].lower()
             if name in _NONE:
                 continue
-            if name == b"del" and len(argv) == 2 and (db_id, argv[1]) in server_deleted:
+            if type(argv) is ServerDeletion or (name == b"del" and len(argv) == 2
+                                                and (db_id, argv[1]) in server_deleted):
                 server_deleted.discard((db_id, argv[1]))
                 continue
             for cls, event, edb, key, may_empty in _events(name, argv, db_id, origin, args):

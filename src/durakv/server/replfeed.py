@@ -6,6 +6,7 @@ an empty RDB as its payload, then each write's effects as RESP commands, with SE
 and MULTI/EXEC around the effects of one command that produced several (as Valkey's propagatePendingCommands).
 """
 
+from ..keyspace.db import ServerDeletion
 from ..protocol.resp import Raw
 
 # An RDB with no data: magic + version, EOF opcode, an 8-byte checksum of 0 (checksum not computed).
@@ -39,14 +40,25 @@ class ReplicaFeed:
         if self.conn.closing:
             return
         out = []
-        wrap = len(effects) > 1
+        # The server's own deletions (lazy expiry during the command) go out apart and first, as Valkey
+        # propagates them at once; the command's own effects follow, wrapped when there are several.
+        own = [e for e in effects if type(e[1]) is not ServerDeletion]
+        if len(own) != len(effects):
+            for db_id, argv in effects:
+                if type(argv) is ServerDeletion:
+                    self._one(out, db_id, argv)
+        wrap = len(own) > 1
         if wrap:
             out.append(_MULTI)
-        for db_id, argv in effects:
-            if db_id != self.db_id:
-                out.append(_command((b"SELECT", b"%d" % db_id)))
-                self.db_id = db_id
-            out.append(_command(argv))
+        for db_id, argv in own:
+            self._one(out, db_id, argv)
         if wrap:
             out.append(_EXEC)
-        self.conn.push(Raw(b"".join(out)))
+        if out:
+            self.conn.push(Raw(b"".join(out)))
+
+    def _one(self, out, db_id, argv):
+        if db_id != self.db_id:
+            out.append(_command((b"SELECT", b"%d" % db_id)))
+            self.db_id = db_id
+        out.append(_command(argv))

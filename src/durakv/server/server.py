@@ -148,7 +148,7 @@ class Server:
     def _apply_config_all(self):
         for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
                      "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events",
-                     "lua-memory-limit"):
+                     "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -169,6 +169,12 @@ class Server:
                 "lfu" if value.endswith("lfu") else None)
         elif name == "maxmemory-samples":
             d.maxmemory_samples = value
+        elif name == "lazyfree-lazy-expire":
+            self.keyspace.unlink_expired = value
+        elif name == "lazyfree-lazy-eviction":
+            self.keyspace.unlink_evicted = value
+        elif name == "lazyfree-lazy-server-del":
+            self.keyspace.unlink_server_del = value
         elif name == "lfu-log-factor":
             self.keyspace.lfu_log_factor = value
         elif name == "lfu-decay-time":
