@@ -202,3 +202,25 @@ def test_debug_reload_and_loadaof_load_what_a_restart_would(server_factory, mode
     with pytest.raises(Exception, match="only supports the MERGE, NOFLUSH and NOSAVE options"):
         c.execute_command("DEBUG", "RELOAD", "BOGUS")
     c.close()
+
+
+def test_debug_reload_noflush_and_merge(server_factory):
+    """functions.tcl: NOFLUSH onto a dataset that has the library is Valkey's duplicate error; NOFLUSH MERGE
+    keeps both what is there and what was saved (the saved copy wins for the same name)."""
+    srv = server_factory("--durability", "none")
+    c = srv.client()
+    lib = "#!lua name={0}\nserver.register_function('{0}', function() return '{1}' end)"
+    c.execute_command("FUNCTION", "LOAD", lib.format("one", "saved"))
+    c.set("k", "saved")
+    with pytest.raises(Exception, match="Error trying to load the RDB"):
+        c.execute_command("DEBUG", "RELOAD", "NOFLUSH")
+    assert c.execute_command("DEBUG", "RELOAD", "NOFLUSH", "MERGE") in (b"OK", "OK", True)
+    c.execute_command("DEBUG", "RELOAD")                        # the snapshot now holds one and k=saved
+    c.execute_command("FUNCTION", "LOAD", "REPLACE", lib.format("one", "changed"))
+    c.execute_command("FUNCTION", "LOAD", lib.format("two", "new"))
+    c.set("k", "changed")
+    c.set("only-here", "1")
+    assert c.execute_command("DEBUG", "RELOAD", "NOSAVE", "NOFLUSH", "MERGE") in (b"OK", "OK", True)
+    assert c.fcall("one", 0) == b"saved" and c.fcall("two", 0) == b"new"
+    assert c.get("k") == b"saved" and c.get("only-here") == b"1"
+    c.close()

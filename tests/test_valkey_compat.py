@@ -469,3 +469,20 @@ def test_no_expiry_while_clients_are_paused(r):
         r.execute_command("CLIENT", "UNPAUSE")
     r.get("pause:exp")
     wait_until(lambda: r.info("stats")["expired_keys"] == before + 1, 5, what="the expiry after the pause")
+
+
+def test_extended_redis_compatibility(r):
+    """other.tcl 'Extended Redis Compatibility config' (Valkey 8.0): HELLO and INFO name the server as Redis
+    7.2 while it is on, as Valkey otherwise."""
+    hello = wire(r, "HELLO", "3")
+    assert b"$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n8." in hello
+    info = raw(r, "INFO", "server")
+    assert b"server_mode:" in info and b"redis_mode:" not in info
+    r.config_set("extended-redis-compatibility", "yes")
+    try:
+        hello = wire(r, "HELLO", "3")
+        assert b"$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2." in hello
+        info = raw(r, "INFO", "server")
+        assert b"redis_mode:" in info and b"server_mode:" not in info
+    finally:
+        r.config_set("extended-redis-compatibility", "no")

@@ -275,8 +275,13 @@ OPTIONS = [
     Option("appendonly", False, _bool),
     # Accepted, no effect: durakv has no AOF (its journal is the log) and no Valkey-protocol replicas
     Option("aof-use-rdb-preamble", True, _bool),
+    Option("rdb-key-save-delay", 0, _int_range(-(2**31), 2**31 - 1)),
+    Option("tls-client-key-file-pass", "", _string, sensitive=True),
+    # Valkey 8.0: HELLO and INFO identify the server as Redis 7.2 for clients that check (deprecated in 9)
+    Option("extended-redis-compatibility", False, _bool),
+    Option("tls-key-file-pass", "", _string, sensitive=True),
     Option("primaryuser", "", _string, aliases=("masteruser",)),
-    Option("primaryauth", "", _string, aliases=("masterauth",)),
+    Option("primaryauth", "", _string, aliases=("masterauth",), sensitive=True),
     Option("protected-mode", False, _bool),
     Option("slowlog-log-slower-than", 10000, _int_range(-1, 2**62)),
     Option("slowlog-max-len", 128, _int_range(0, 2**31 - 1)),

@@ -1,6 +1,6 @@
 """Connection commands: PING ECHO HELLO AUTH SELECT QUIT RESET CLIENT ..."""
 
-from .. import VALKEY_VERSION, messages
+from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, messages
 from ..errors import CommandError
 from ..protocol.resp import OK, PONG, ErrorReply, Raw, RespSet
 from .acl import users_of
@@ -85,7 +85,12 @@ def hello(ctx, args):
     if name is not None:
         s.name = name
     role = "replica" if ctx.port.replication()["role"] == "replica" else "master"
-    return {b"server": b"valkey", b"version": VALKEY_VERSION.encode(), b"proto": s.resp, b"id": s.id,
+    cfg = ctx.port.config
+    if cfg is not None and cfg["extended-redis-compatibility"]:
+        server, version = b"redis", REDIS_COMPAT_VERSION.encode()
+    else:
+        server, version = b"valkey", VALKEY_VERSION.encode()
+    return {b"server": server, b"version": version, b"proto": s.resp, b"id": s.id,
             b"mode": b"standalone", b"role": role.encode(), b"modules": []}
 
 

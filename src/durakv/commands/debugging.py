@@ -311,10 +311,7 @@ def debug(ctx, args):
         opts = {a.upper() for a in args[2:]}
         if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:
             raise CommandError("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.")
-        if opts & {b"NOFLUSH", b"MERGE"}:
-            raise CommandError("ERR DEBUG RELOAD NOFLUSH and MERGE are not supported (durakv loads what a "
-                               "restart would load, in place of the dataset)")
-        return port.debug_reload(save=b"NOSAVE" not in opts)
+        return port.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts, merge=b"MERGE" in opts)
     if sub == b"LOADAOF" and n == 2:
         # Valkey reloads its AOF; durakv's log is its journal: what a restart would load, loaded in place
         # (as RELOAD; in `none` memory is written to a snapshot first, so nothing is lost).

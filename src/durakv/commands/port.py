@@ -147,7 +147,7 @@ class Port:
     def journal_stall(self, stall_ms) -> bool:
         return False
 
-    def debug_reload(self, save=True):
+    def debug_reload(self, save=True, flush=True, merge=False):
         """DEBUG RELOAD: a Deferred resolved with OK once the dataset is what a restart would load."""
         self._needs_server("DEBUG RELOAD")
 

@@ -200,6 +200,16 @@ def bgsave(ctx, args):
     return "Background saving started"
 
 
+@command("bgrewriteaof")
+def bgrewriteaof(ctx, args):
+    # Valkey compacts its AOF; durakv's journal is compacted by a snapshot (the journal before it is dropped)
+    port = ctx.port
+    if port.snapshot_in_progress():
+        return "Background append only file rewriting scheduled"
+    port.start_snapshot()
+    return "Background append only file rewriting started"
+
+
 @command("shutdown")
 def shutdown(ctx, args):
     for a in args[1:]:

@@ -20,7 +20,9 @@ def _section_server(srv):
     f = dict(srv.version_fields())
     f.update({
         "redis_git_sha1": "00000000", "redis_git_dirty": 0, "redis_build_id": "0",
-        "redis_mode": "cluster" if cfg["cluster-enabled"] else "standalone", "server_mode": "standalone",
+        # extended-redis-compatibility names the mode field as Redis did, else as Valkey 8 does
+        ("redis_mode" if cfg["extended-redis-compatibility"] else "server_mode"):
+            "cluster" if cfg["cluster-enabled"] or srv.cluster_routing is not None else "standalone",
         "os": f"{platform.system()} {platform.release()} {platform.machine()}",
         "arch_bits": 64, "multiplexing_api": "epoll", "atomicvar_api": "python",
         "gcc_version": "0.0.0", "python_version": platform.python_version(),

@@ -187,8 +187,8 @@ class ServerPort(Port):
     def journal_stall(self, stall_ms) -> bool:
         return self.server.set_journal_stall(stall_ms)
 
-    def debug_reload(self, save=True):
-        return self.server.debug_reload(save)
+    def debug_reload(self, save=True, flush=True, merge=False):
+        return self.server.debug_reload(save, flush, merge)
 
     def journal_follow_stall(self, stall_ms) -> bool:
         node = self.server.cluster_node

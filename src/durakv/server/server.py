@@ -386,10 +386,12 @@ class Server:
         self.blocking.serve()
         return sum(len(db) for db in ks.dbs)
 
-    def debug_reload(self, save=True):
+    def debug_reload(self, save=True, flush=True, merge=False):
         """DEBUG RELOAD: what a restart would load, loaded in place (Valkey saves its RDB, flushes, loads it).
         With a journal, what was acknowledged is on disk already: commit what is in flight and load snapshot +
-        journal; in `none`, write the snapshot from memory first (unless NOSAVE). A Deferred: 'OK' or an error."""
+        journal; in `none`, write the snapshot from memory first (unless NOSAVE). A Deferred: 'OK' or an error.
+        NOFLUSH (flush False) loads over the dataset: a key or library already there is an error, as Valkey's
+        duplicate-key refusal, unless MERGE, where what was loaded replaces what is there."""
         d = Deferred()
         if self.cluster_node is not None:
             d.resolve(ErrorReply("ERR DEBUG RELOAD is not supported on a shard member (its data is the shard's "
@@ -404,7 +406,14 @@ class Server:
                 elif save:
                     await self._snapshot_in_process()
                 started = time.monotonic()
-                keys = self._reload_from_disk()
+                if flush:
+                    keys = self._reload_from_disk()
+                elif merge:
+                    keys = self._merge_from_disk(saved=save)
+                elif any(db.data for db in self.keyspace.dbs) or getattr(self.keyspace, "functions", None):
+                    raise RuntimeError("NOFLUSH: the dataset is not empty (duplicate keys or libraries)")
+                else:
+                    keys = self._reload_from_disk()
                 log.info("DEBUG RELOAD: %d keys loaded from disk in %.3fs", keys, time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - the client is told; the dataset is what it was or reloaded
                 log.error("DEBUG RELOAD failed: %s", exc)
@@ -413,6 +422,31 @@ class Server:
             d.resolve(OK)
         self.loop.create_task(run())
         return d
+
+    def _merge_from_disk(self, saved) -> int:
+        """DEBUG RELOAD NOFLUSH MERGE: what a restart would load, over the dataset. With a journal, or just
+        saved, that is the dataset itself (nothing changes); otherwise the newest snapshot's keys and libraries
+        replace those of the same name (each key of it deleted before its first command is applied)."""
+        ks = self.keyspace
+        if self.journal is None and not saved:
+            from ..recovery import load_newest_snapshot
+            seen = set()
+
+            def apply(db_id, argv):
+                name = argv[0].upper()
+                if name == b"FUNCTION" and len(argv) == 3 and argv[1].upper() == b"LOAD":
+                    argv = (argv[0], argv[1], b"REPLACE", argv[2])
+                elif name != b"XGROUP" and len(argv) > 1 and (db_id, argv[1]) not in seen:
+                    seen.add((db_id, argv[1]))
+                    self.apply_effect(db_id, (b"DEL", argv[1]))
+                self.apply_effect(db_id, argv)
+            saved_expire = ks.expire_enabled
+            ks.expire_enabled = False
+            try:
+                load_newest_snapshot(self.dir, ks, apply)
+            finally:
+                ks.expire_enabled = saved_expire
+        return sum(len(db) for db in ks.dbs)
 
     def apply_effect(self, db_id, argv):
         """One journaled effect (start-up replay, a replica following), through the pipeline."""
