@@ -486,3 +486,38 @@ def test_extended_redis_compatibility(r):
         assert b"redis_mode:" in info and b"server_mode:" not in info
     finally:
         r.config_set("extended-redis-compatibility", "no")
+
+
+def test_tracking_table_max_keys_and_debug_pause_cron(r):
+    """tracking.tcl: past tracking-table-max-keys the server forgets keys and tells their readers they are
+    invalid; DEBUG PAUSE-CRON stops the periodic housekeeping (active expiry) until it is resumed."""
+    kw = r.connection_pool.connection_kwargs
+    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as c:
+        f = c.makefile("rb")
+
+        def call(*args):
+            c.sendall(_encode(list(args)))
+            return _read_reply(f)
+        call("HELLO", "3")
+        call("CLIENT", "TRACKING", "on")
+        call("MGET", "ttmk:1", "ttmk:2")
+        assert r.info("stats")["tracking_total_keys"] >= 2
+        r.config_set("tracking-table-max-keys", 1)
+        try:
+            push = _read_reply(f)
+            assert push.startswith(b">2\r\n") and b"invalidate" in push
+            assert r.info("stats")["tracking_total_keys"] <= 1
+        finally:
+            r.config_set("tracking-table-max-keys", 1_000_000)
+            call("CLIENT", "TRACKING", "off")
+    assert r.execute_command("DEBUG", "PAUSE-CRON", "1") in (b"OK", "OK", True)
+    try:
+        before = r.info("stats")["expired_keys"]
+        r.set("pausecron:k", "v", px=1)
+        r.execute_command("DEBUG", "SLEEP", "0.3")   # the cron would have expired it (hz 10) by now
+        assert r.info("stats")["expired_keys"] == before   # (the key is not touched, so no lazy expiry)
+    finally:
+        r.execute_command("DEBUG", "PAUSE-CRON", "0")
+    wait_until(lambda: r.info("stats")["expired_keys"] > before, 5, what="active expiry back")
+    for name, value in (("appendfsync", "always"), ("repl-diskless-sync", "no"), ("repl-diskless-sync-delay", "0")):
+        assert r.config_set(name, value)

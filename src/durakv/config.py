@@ -276,9 +276,13 @@ OPTIONS = [
     # Accepted, no effect: durakv has no AOF (its journal is the log) and no Valkey-protocol replicas
     Option("aof-use-rdb-preamble", True, _bool),
     Option("rdb-key-save-delay", 0, _int_range(-(2**31), 2**31 - 1)),
+    Option("appendfsync", "everysec", _enum("always", "everysec", "no")),
+    Option("repl-diskless-sync", True, _bool),
+    Option("repl-diskless-sync-delay", 5, _int_range(0, 2**31 - 1)),
     Option("tls-client-key-file-pass", "", _string, sensitive=True),
     # Valkey 8.0: HELLO and INFO identify the server as Redis 7.2 for clients that check (deprecated in 9)
     Option("extended-redis-compatibility", False, _bool),
+    Option("tracking-table-max-keys", 1_000_000, _int_range(0, 2**63 - 1)),
     Option("tls-key-file-pass", "", _string, sensitive=True),
     Option("primaryuser", "", _string, aliases=("masteruser",)),
     Option("primaryauth", "", _string, aliases=("masterauth",), sensitive=True),

@@ -312,6 +312,9 @@ def debug(ctx, args):
         if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:
             raise CommandError("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.")
         return port.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts, merge=b"MERGE" in opts)
+    if sub == b"PAUSE-CRON" and n == 3:
+        port.pause_cron(parse_int(args[2]) != 0)
+        return OK
     if sub == b"LOADAOF" and n == 2:
         # Valkey reloads its AOF; durakv's log is its journal: what a restart would load, loaded in place
         # (as RELOAD; in `none` memory is written to a snapshot first, so nothing is lost).

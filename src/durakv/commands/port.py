@@ -147,6 +147,10 @@ class Port:
     def journal_stall(self, stall_ms) -> bool:
         return False
 
+    def pause_cron(self, on):
+        """DEBUG PAUSE-CRON: stop (or restart) the periodic housekeeping (active expiry, timeouts, stats)."""
+        self._needs_server("DEBUG PAUSE-CRON")
+
     def debug_reload(self, save=True, flush=True, merge=False):
         """DEBUG RELOAD: a Deferred resolved with OK once the dataset is what a restart would load."""
         self._needs_server("DEBUG RELOAD")

@@ -182,6 +182,7 @@ class Tracking:
         self.prefixes = {}     # prefix -> _Prefix
         self.clients = 0
         self._bcast_pending = False
+        self.max_keys = 1_000_000   # tracking-table-max-keys (0: no limit)
 
     def enable(self, conn, redirect, bcast, optin, optout, noloop, prefixes):
         t = conn.tracking
@@ -229,13 +230,29 @@ class Tracking:
                 table[key] = {cid}
             else:
                 ids.add(cid)
+        if self.max_keys and len(table) > self.max_keys:
+            self.limit()
 
-    def invalidate(self, key, current, deferred):
-        """A key changed: tell the clients that read it (once), and remember it for BCAST prefixes."""
+    def limit(self):
+        """trackingLimitUsedSlots: past tracking-table-max-keys, keys leave the table and whoever tracked one
+        is told it is invalid (as if it changed), oldest first."""
+        table = self.table
+        clients = self.server.clients
+        while self.max_keys and len(table) > self.max_keys:
+            key = next(iter(table))
+            for cid in table.pop(key):
+                target = clients.get(cid)
+                if target is not None and target.tracking is not None and not target.tracking.bcast:
+                    self.send(target, [key])
+
+    def invalidate(self, key, current, deferred, by_server=False):
+        """A key changed: tell the clients that read it (once), and remember it for BCAST prefixes. by_server:
+        the server removed it (expiry, eviction): BCAST NOLOOP clients hear of it too (Valkey remembers no
+        client for it), while a client tracking the key itself is still told after its own reply."""
         if self.prefixes:
             for p, state in self.prefixes.items():
                 if key.startswith(p):
-                    state.keys[key] = current
+                    state.keys[key] = None if by_server else current
                     if not self._bcast_pending:
                         self._bcast_pending = True
                         self.server.loop.call_soon(self._broadcast)
@@ -479,10 +496,7 @@ class Hooks:
                     tracking.flush(current, deferred)
                 else:
                     for db_key in dirty:
-                        if db_key in by_server:
-                            tracking.invalidate(db_key[1], None, None)
-                        else:
-                            tracking.invalidate(db_key[1], current, deferred)
+                        tracking.invalidate(db_key[1], current, deferred, db_key in by_server)
         blocking = server.blocking
         if blocking.waiting:
             if dirty is None:

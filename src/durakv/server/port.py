@@ -181,6 +181,9 @@ class ServerPort(Port):
     def shutdown(self):
         self.server.request_shutdown()
 
+    def pause_cron(self, on):
+        self.server.cron_paused = on
+
     def set_active_expire(self, on):
         self.server.active_expire_enabled = on
 

@@ -124,6 +124,7 @@ class Server:
         self.shutdown_event = None
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
         self.active_expire_enabled = True
+        self.cron_paused = False
         self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
         self._durability_switch = None        # the mode a live none <-> journal switch is going to
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
@@ -148,7 +149,7 @@ class Server:
     def _apply_config_all(self):
         for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
                      "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events",
-                     "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del"):
+                     "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del", "tracking-table-max-keys"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -169,6 +170,9 @@ class Server:
                 "lfu" if value.endswith("lfu") else None)
         elif name == "maxmemory-samples":
             d.maxmemory_samples = value
+        elif name == "tracking-table-max-keys":
+            self.hooks.tracking.max_keys = value
+            self.hooks.tracking.limit()
         elif name == "lazyfree-lazy-expire":
             self.keyspace.unlink_expired = value
         elif name == "lazyfree-lazy-eviction":
@@ -501,6 +505,8 @@ class Server:
         """Active expiry and stats, `hz` times a second (Valkey's serverCron)."""
         while True:
             await asyncio.sleep(1.0 / self.config["hz"])
+            if self.cron_paused:
+                continue    # DEBUG PAUSE-CRON 1
             try:
                 self.cron_tick()
             except Exception:  # noqa: BLE001 - housekeeping must never stop
