@@ -278,17 +278,7 @@ class NatsStore(CoordinationStore):
         return await self._get(self._lease_key(shard), Lease.decode)
 
     async def put_lease(self, shard, lease, revision):
-        from nats.js.errors import KeyWrongLastSequenceError
-        try:
-            if revision == 0:
-                return await self.kv.create(self._lease_key(shard), lease.encode())
-            return await self.kv.update(self._lease_key(shard), lease.encode(), last=revision)
-        except KeyWrongLastSequenceError as exc:
-            raise StaleRevision(str(exc)) from None
-        except Exception as exc:  # noqa: BLE001 - create() on an existing key
-            if "wrong last sequence" in str(exc).lower() or "key exists" in str(exc).lower():
-                raise StaleRevision(str(exc)) from None
-            raise
+        return await self._compare_and_set(self._lease_key(shard), lease.encode(), revision)
 
     async def request_failover(self, shard, to_node):
         await self.kv.put(self._failover_key(shard), to_node.encode())
