@@ -25,6 +25,7 @@ from durakv.protocol.resp import encode
 from durakv.routing import Node, Router, Shard, Topology, TopologyError, key_slot
 from durakv.routing import topology as topo_mod
 from durakv.routing import views
+from wire_util import _read_reply
 
 
 def nid(n: int) -> str:
@@ -565,22 +566,6 @@ class Conn:
     def close(self):
         self.file.close()
         self.sock.close()
-
-
-def _read_reply(f):
-    line = f.readline()
-    t = line[:1]
-    if t in (b"$", b"=", b"!"):
-        n = int(line[1:-2])
-        return line if n < 0 else line + f.read(n + 2)
-    if t in (b"*", b"~", b">", b"%", b"|"):
-        n = int(line[1:-2])
-        if n < 0:
-            return line
-        if t in (b"%", b"|"):
-            n *= 2
-        return line + b"".join(_read_reply(f) for _ in range(n))
-    return line
 
 
 def _parse(raw: bytes):

@@ -546,72 +546,76 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
-_SPLIT_SPACE = frozenset(b" \t\n\v\f\r")
-_TOKEN_END = frozenset(b" \n\r\t")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+
+
+_SPLIT_BLANK = frozenset(b" \t\n\v\f\r")      # isspace(): skipped between arguments
+_SPLIT_ARG_END = frozenset(b" \n\r\t")        # what ends an unquoted argument
+_SPLIT_HEX = frozenset(b"0123456789abcdefABCDEF")
+_SPLIT_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
 
 
 def split_args(line: bytes):
-    """sds.c sdssplitargs: the arguments of one config line as bytes, or None for unbalanced quotes (or a
-    closing quote followed by something other than a blank). Like C, the line ends at a NUL byte."""
+    """sds.c sdssplitargs, the one copy (inline requests, config lines, ACL rules, a function's shebang): the
+    arguments of line, with "double" (\\n \\xHH ... escapes) and 'single' quotes, or None when quotes are
+    unbalanced or a closing quote is followed by something other than a blank. Like C, line ends at a NUL."""
     nul = line.find(b"\0")
     if nul >= 0:
         line = line[:nul]
+    args = []
     n = len(line)
-
-    def at(i):
-        return line[i] if i < n else 0
-
-    out = []
     p = 0
     while True:
-        while p < n and line[p] in _SPLIT_SPACE:
+        while p < n and line[p] in _SPLIT_BLANK:
             p += 1
         if p >= n:
-            return out
+            return args
         cur = bytearray()
-        inq = insq = done = False
-        while not done:
-            c = at(p)
+        inq = insq = False
+        while True:
+            c = line[p] if p < n else 0
             if inq:
-                if c == 0x5C and at(p + 1) == 0x78 and at(p + 2) in _HEX and at(p + 3) in _HEX:
-                    cur.append(int(bytes((at(p + 2), at(p + 3))), 16))
+                if c == 92 and p + 3 < n and line[p + 1] == 120 and line[p + 2] in _SPLIT_HEX and line[p + 3] in _SPLIT_HEX:
+                    cur.append(int(line[p + 2:p + 4], 16))   # \xHH
                     p += 3
-                elif c == 0x5C and at(p + 1):
+                elif c == 92 and p + 1 < n:
                     p += 1
-                    cur.append(_ESCAPES.get(at(p), at(p)))
-                elif c == 0x22:
-                    if at(p + 1) and at(p + 1) not in _SPLIT_SPACE:
+                    cur.append(_SPLIT_ESCAPES.get(line[p], line[p]))
+                elif c == 34:  # '"'
+                    if p + 1 < n and line[p + 1] not in _SPLIT_BLANK:
                         return None
-                    done = True
-                elif not c:
+                    p += 1
+                    break
+                elif p >= n:
                     return None
                 else:
                     cur.append(c)
             elif insq:
-                if c == 0x5C and at(p + 1) == 0x27:
+                if c == 92 and p + 1 < n and line[p + 1] == 39:
                     p += 1
-                    cur.append(0x27)
-                elif c == 0x27:
-                    if at(p + 1) and at(p + 1) not in _SPLIT_SPACE:
+                    cur.append(39)
+                elif c == 39:
+                    if p + 1 < n and line[p + 1] not in _SPLIT_BLANK:
                         return None
-                    done = True
-                elif not c:
+                    p += 1
+                    break
+                elif p >= n:
                     return None
                 else:
                     cur.append(c)
-            elif c in _TOKEN_END or not c:
-                done = True
-            elif c == 0x22:
-                inq = True
-            elif c == 0x27:
-                insq = True
             else:
-                cur.append(c)
-            if at(p):
-                p += 1
-        out.append(bytes(cur))
+                if p >= n:
+                    break
+                if c in _SPLIT_ARG_END:
+                    p += 1
+                    break
+                if c == 34:
+                    inq = True
+                elif c == 39:
+                    insq = True
+                else:
+                    cur.append(c)
+            p += 1
+        args.append(bytes(cur))
 
 
 _REPR = {0x5C: "\\\\", 0x22: '\\"', 10: "\\n", 13: "\\r", 9: "\\t", 7: "\\a", 8: "\\b"}

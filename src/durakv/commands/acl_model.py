@@ -15,6 +15,7 @@ import hmac
 
 from .. import messages
 from ..keyspace.glob import compile_glob
+from ..config import split_args
 from ..protocol.resp import RespSet
 from .spec import SPEC
 
@@ -1238,68 +1239,3 @@ def genpass(bits: int, random_bytes) -> bytes:
     """ACL GENPASS: `bits` of randomness as lowercase hex (rounded up to whole hex digits)."""
     chars = (bits + 3) // 4
     return random_bytes((chars + 1) // 2).hex()[:chars].encode()
-
-
-def split_args(line: bytes):
-    """sdssplitargs: space-separated arguments with "double" (\\n \\xHH ... escapes) and 'single' quotes.
-    None when quotes are unbalanced or a closing quote is not followed by a space."""
-    line = line.split(b"\0", 1)[0]  # a C string ends at its first NUL
-    out = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i:i + 1].isspace():
-            i += 1
-        if i >= n:
-            return out
-        cur = bytearray()
-        inq = insq = False
-        while True:
-            if inq:
-                if i >= n:
-                    return None
-                c = line[i]
-                if c == 0x5C and i + 3 < n and line[i + 1] == 0x78 and _ishex(line[i + 2]) and _ishex(line[i + 3]):
-                    cur.append(int(line[i + 2:i + 4], 16))
-                    i += 3
-                elif c == 0x5C and i + 1 < n:
-                    i += 1
-                    cur.append({0x6E: 10, 0x72: 13, 0x74: 9, 0x62: 8, 0x61: 7}.get(line[i], line[i]))
-                elif c == 0x22:
-                    if i + 1 < n and not line[i + 1:i + 2].isspace():
-                        return None
-                    i += 1
-                    break
-                else:
-                    cur.append(c)
-            elif insq:
-                if i >= n:
-                    return None
-                c = line[i]
-                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
-                    i += 1
-                    cur.append(0x27)
-                elif c == 0x27:
-                    if i + 1 < n and not line[i + 1:i + 2].isspace():
-                        return None
-                    i += 1
-                    break
-                else:
-                    cur.append(c)
-            else:
-                if i >= n:
-                    break
-                c = line[i]
-                if c in (0x20, 0x0A, 0x0D, 0x09):
-                    break
-                if c == 0x22:
-                    inq = True
-                elif c == 0x27:
-                    insq = True
-                else:
-                    cur.append(c)
-            i += 1
-        out.append(bytes(cur))
-
-
-def _ishex(c) -> bool:
-    return 48 <= c <= 57 or 97 <= c <= 102 or 65 <= c <= 70

@@ -11,7 +11,8 @@ from .. import messages
 from ..errors import CommandError
 from ..keyspace.glob import compile_glob
 from ..protocol.resp import OK, RespSet
-from ..scripting.functions import LOAD_TIMEOUT_MS, FunctionError, get_functions, split_args
+from ..config import split_args
+from ..scripting.functions import LOAD_TIMEOUT_MS, FunctionError, get_functions
 from ..scripting.lua import LuaEngine, sha1hex
 from ..scripting.runner import (ALLOW_OOM, EVAL_COMPAT, FLAG_NAMES, NO_CLUSTER, NO_WRITES, ScriptCalls,
                                 ScriptingState, ScriptRun)

@@ -25,6 +25,7 @@ import re
 import hiredis
 
 from .. import messages
+from ..config import split_args
 from ..errors import ProtocolError
 
 MAX_MULTIBULK = 1024 * 1024
@@ -519,68 +520,13 @@ def _reply_char(c):
     return " " if c in (10, 13) else chr(c)
 
 
-_BLANK = frozenset(b" \t\n\v\f\r")      # isspace(): skipped between arguments
-_ARG_END = frozenset(b" \n\r\t")        # what ends an unquoted argument
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
-
-
 def split_inline(line: bytes):
     """Splits an inline request like Valkey's sdssplitargs (quotes, escapes). `line` holds no NUL."""
     if b'"' not in line and b"'" not in line and b"\v" not in line and b"\f" not in line:
         return line.split()  # the same split when neither quotes nor \v, \f (blanks, not separators) occur
-    args = []
-    n = len(line)
-    p = 0
-    while True:
-        while p < n and line[p] in _BLANK:
-            p += 1
-        if p >= n:
-            return args
-        cur = bytearray()
-        inq = insq = False
-        while True:
-            c = line[p] if p < n else 0
-            if inq:
-                if c == 92 and p + 3 < n and line[p + 1] == 120 and line[p + 2] in _HEX and line[p + 3] in _HEX:
-                    cur.append(int(line[p + 2:p + 4], 16))   # \xHH
-                    p += 3
-                elif c == 92 and p + 1 < n:
-                    p += 1
-                    cur.append(_ESCAPES.get(line[p], line[p]))
-                elif c == 34:  # '"'
-                    if p + 1 < n and line[p + 1] not in _BLANK:
-                        raise ProtocolError(messages.PROTO_UNBALANCED_QUOTES)
-                    p += 1
-                    break
-                elif p >= n:
-                    raise ProtocolError(messages.PROTO_UNBALANCED_QUOTES)
-                else:
-                    cur.append(c)
-            elif insq:
-                if c == 92 and p + 1 < n and line[p + 1] == 39:
-                    p += 1
-                    cur.append(39)
-                elif c == 39:
-                    if p + 1 < n and line[p + 1] not in _BLANK:
-                        raise ProtocolError(messages.PROTO_UNBALANCED_QUOTES)
-                    p += 1
-                    break
-                elif p >= n:
-                    raise ProtocolError(messages.PROTO_UNBALANCED_QUOTES)
-                else:
-                    cur.append(c)
-            else:
-                if p >= n:
-                    break
-                if c in _ARG_END:
-                    p += 1
-                    break
-                if c == 34:
-                    inq = True
-                elif c == 39:
-                    insq = True
-                else:
-                    cur.append(c)
-            p += 1
-        args.append(bytes(cur))
+    args = split_args(line)
+    if args is None:
+        raise ProtocolError(messages.PROTO_UNBALANCED_QUOTES)
+    return args
+
+

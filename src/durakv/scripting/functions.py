@@ -11,6 +11,7 @@ move between durakv and Valkey (LZF-compressed and integer-encoded strings are r
 
 import time
 
+from ..config import split_args
 from .lua import LuaEngine, is_lua_function, is_lua_table
 from .runner import FLAG_NAMES
 
@@ -102,67 +103,6 @@ class _LoadRun:
 
 def verify_name(name: bytes) -> bool:
     return bool(name) and all(c in _NAME_CHARS for c in name)
-
-
-def split_args(line: bytes):
-    """sdssplitargs: the words of line (quotes and escapes as Valkey parses them), None if unbalanced."""
-    out = []
-    i = 0
-    n = len(line)
-    while True:
-        while i < n and line[i] in b" \t\n\r\v\f":
-            i += 1
-        if i >= n:
-            return out
-        cur = bytearray()
-        inq = insq = False
-        while True:
-            c = line[i] if i < n else 0
-            if inq:
-                if c == 0x5C and i + 3 < n + 0 and line[i + 1:i + 2] == b"x" and _is_hex(line[i + 2:i + 3]) \
-                        and _is_hex(line[i + 3:i + 4]):
-                    cur.append(int(line[i + 2:i + 4], 16))
-                    i += 3
-                elif c == 0x5C and i + 1 < n:
-                    i += 1
-                    cur.append({0x6E: 10, 0x72: 13, 0x74: 9, 0x62: 8, 0x61: 7}.get(line[i], line[i]))
-                elif c == 0x22:
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
-                        return None
-                    i += 1
-                    break
-                elif i >= n:
-                    return None
-                else:
-                    cur.append(c)
-            elif insq:
-                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
-                    i += 1
-                    cur.append(0x27)
-                elif c == 0x27:
-                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
-                        return None
-                    i += 1
-                    break
-                elif i >= n:
-                    return None
-                else:
-                    cur.append(c)
-            else:
-                if i >= n or c in b" \n\r\t\0":
-                    break
-                if c == 0x22:
-                    inq = True
-                elif c == 0x27:
-                    insq = True
-                else:
-                    cur.append(c)
-            i += 1
-        out.append(bytes(cur))
-
-
-def _is_hex(b: bytes) -> bool:
-    return len(b) == 1 and b in b"0123456789abcdefABCDEF"
 
 
 def parse_metadata(code: bytes):
