@@ -77,7 +77,7 @@ class FakeNode:
         self.lease_valid_until_ms = 0
         self.events = []
 
-    async def promote(self, epoch):
+    async def promote(self, epoch, old_primary_failed=False):
         self.role, self.epoch = "primary", epoch
         self.events.append(("promote", epoch))
 

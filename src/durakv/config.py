@@ -300,6 +300,8 @@ OPTIONS = [
     Option("cluster-allow-pubsubshard-when-down", True, _bool),
     Option("cluster-preferred-endpoint-type", "ip", _enum("ip", "hostname", "unknown-endpoint")),
     Option("cluster-announce-hostname", "", _string),
+    # A node not heard from for this long is shown failed (CLUSTER SLOTS leaves it out), as Valkey marks it FAIL.
+    Option("cluster-node-timeout", 15000, _int_range(0, 2**63 - 1)),
     Option("replica-read-only", True, _bool, aliases=("slave-read-only",)),
     Option("replica-serve-stale-data", True, _bool, aliases=("slave-serve-stale-data",)),
     Option("io-threads", 1, _int_range(1, 128), mutable=False),

@@ -150,7 +150,7 @@ class Controller:
             except StaleRevision:
                 return "lost the race for the expired lease"
             node.lease_valid_until_ms = now_mono + self.ttl_ms - self.margin_ms
-            await node.promote(epoch)
+            await node.promote(epoch, old_primary_failed=lease is not None)
             previous = "no lease" if lease is None else "lease of %s expired" % lease.holder
             return "%s; acquired epoch %d and promoted" % (previous, epoch)
         return "replica of %s (epoch %d, lease unchanged for %d ms of %d)" % (

@@ -20,9 +20,10 @@ def _cluster(ctx):
     routing = ctx.port.cluster()
     if routing is None:
         raise CommandError(messages.CLUSTER_DISABLED)
-    if routing.topology is None:
+    topology = routing.view()
+    if topology is None:
         raise CommandError(messages.CLUSTERDOWN_STATE)
-    return routing, routing.topology
+    return routing, topology
 
 
 def _verbatim(ctx, text: bytes):

@@ -126,6 +126,10 @@ class ClusterNode:
         self.peers = {}                 # node id -> PeerStatus of the shard's other nodes (their heartbeats)
         self._replica_waiters = []      # [index, numreplicas, fn]: WAIT on the primary
         self._status_handle = None
+        self.heard_ms = {}              # node id -> mono ms of its last liveness beat (every shard's nodes)
+        self.started_ms = _monotonic_ms()
+        self._old_primary_failed = False  # promoted over an expired lease: the topology marks the old one "fail"
+        self._health_task = None
         self.settings = None            # the shard's settings as last read from the store (cluster/settings.py)
         self.settings_revision = 0
         self.settings_watch = None
@@ -149,6 +153,7 @@ class ClusterNode:
             self.topology_watch = await retry_transient(
                 "watching the topology", lambda: self.store.watch_topology(self._on_topology))
             await self._subscribe_pubsub()
+            self._pubsub_subs.append(await self.nc.subscribe(self._ALIVE, cb=self._on_alive))
         t0 = time.monotonic()
         self.phase = "loading snapshot"
         await retry_transient("fetching the newest snapshot", self._load_snapshot)
@@ -337,6 +342,23 @@ class ClusterNode:
     def _status_subject(self):
         return "%s.%s" % (self._STATUS, self.shard)
 
+    _ALIVE = "durakv.alive"  # every node's beat, heard by every node: the failure detector of CLUSTER SLOTS/NODES
+
+    def _send_alive(self):
+        if self.nc is not None and not self.nc.is_closed and self.routing is not None:
+            self.server.loop.create_task(self._publish_bus(self._ALIVE, self.node_id.encode()))
+
+    async def _on_alive(self, msg):
+        self.heard_ms[msg.data.decode("utf-8", "replace")] = _monotonic_ms()
+
+    def silent_nodes(self, node_ids, timeout_ms) -> set:
+        """The nodes (of node_ids, never this one) not heard from for longer than timeout_ms (Valkey's
+        cluster-node-timeout): down, or cut off from the coordination store's majority. A node never heard from
+        counts from this node's start, so that a node just started does not call every other node failed."""
+        now = _monotonic_ms()
+        return {n for n in node_ids
+                if n != self.node_id and now - self.heard_ms.get(n, self.started_ms) > timeout_ms}
+
     def send_status_soon(self):
         """A replica tells the shard its applied index, at most every 5 ms while entries arrive (WAIT on the
         primary is answered from these), and every control tick anyway."""
@@ -430,7 +452,7 @@ class ClusterNode:
         me = topology.nodes.get(self.node_id)
         if self.role == "primary" and me is not None and me.role != "primary":
             # The store has not caught up with this node's promotion: serve by what the lease says.
-            self.routing.install(topology.promote(self.node_id), revision)
+            self.routing.install(topology.promote(self.node_id, self._old_primary_failed), revision)
             if self._topology_task is None:
                 self._topology_task = self.server.loop.create_task(self._publish_promotion())
             return
@@ -462,7 +484,7 @@ class ClusterNode:
                         return
                     if topology.nodes[self.node_id].role == "primary":
                         return
-                    await self.store.put_topology(topology.promote(self.node_id), revision)
+                    await self.store.put_topology(topology.promote(self.node_id, self._old_primary_failed), revision)
                     log.info("topology: node %s is now the primary of shard %s", self.node_id, self.shard)
                     return
                 except Exception as exc:  # noqa: BLE001 - a CAS race or an election: read again and retry
@@ -471,6 +493,33 @@ class ClusterNode:
                 delay_s = min(delay_s * 2, 1.0)
         finally:
             self._topology_task = None
+
+    def _clear_own_failure(self):
+        """A node the topology marks failed (its lease expired and another node took over) clears the mark once
+        it serves again, following the journal (Valkey clears FAIL when a replica is reachable again)."""
+        topology = self.routing.topology if self.routing is not None else None
+        me = topology.nodes.get(self.node_id) if topology is not None else None
+        if (me is None or me.health == "online" or self._health_task is not None
+                or (self.role != "primary" and (self.phase != "following" or not self.link_up()))):
+            return
+        self._health_task = self.server.loop.create_task(self._publish_health())
+
+    async def _publish_health(self):
+        try:
+            for _ in range(20):
+                try:
+                    topology, revision = await self.store.get_topology()
+                    me = topology.nodes.get(self.node_id) if topology is not None else None
+                    if me is None or me.health == "online":
+                        return
+                    await self.store.put_topology(topology.with_node(self.node_id, health="online"), revision)
+                    log.info("topology: node %s is reachable again (no longer marked failed)", self.node_id)
+                    return
+                except Exception as exc:  # noqa: BLE001 - a CAS race or an election: read again and retry
+                    log.debug("clearing this node's failure mark in the topology: %r", exc)
+                await asyncio.sleep(0.2)
+        finally:
+            self._health_task = None
 
     _PUBSUB = "durakv.pubsub"        # PUBLISH reaches every node; SPUBLISH the nodes of the channel's shard
 
@@ -651,6 +700,8 @@ class ClusterNode:
             if now - self._last_heartbeat >= 0.5:
                 self._last_heartbeat = now
                 self._send_status()
+                self._send_alive()
+                self._clear_own_failure()
             if self.role == "replica":
                 now = time.monotonic()
                 if now - self._last_probe > 1.0:
@@ -688,8 +739,11 @@ class ClusterNode:
         return None
 
     # -- role changes (called by the controller) ------------------------------------------------
-    async def promote(self, epoch):
+    async def promote(self, epoch, old_primary_failed=False):
+        """old_primary_failed: taken over from an expired lease (not handed over): the topology marks the old
+        primary failed."""
         srv = self.server
+        self._old_primary_failed = old_primary_failed
         started = time.monotonic()
         await self.catch_up(timeout_s=60)
         if self.subscription is not None:
@@ -729,7 +783,7 @@ class ClusterNode:
         if self.routing is not None:
             topology = self.routing.topology
             if topology is not None and self.node_id in topology.nodes:
-                self.routing.install(topology.promote(self.node_id), self.routing.revision)
+                self.routing.install(topology.promote(self.node_id, self._old_primary_failed), self.routing.revision)
             if self._topology_task is None:
                 self._topology_task = srv.loop.create_task(self._publish_promotion())
             self._migrate_if_needed()   # a migration the previous primary did not finish

@@ -274,17 +274,20 @@ class Topology:
             shards.append(sh)
         return self._rebuild(shards)
 
-    def promote(self, node_id: str):
+    def promote(self, node_id: str, old_failed: bool = False):
         """Failover: `node_id` becomes its shard's primary, the old primary its first replica, and the shard takes
-        a new config epoch (current epoch + 1), as a Valkey replica does when it wins an election."""
+        a new config epoch (current epoch + 1), as a Valkey replica does when it wins an election.
+        old_failed: the old primary's lease expired (it is down or cut off), so it is marked "fail" as Valkey's
+        failover finds it (CLUSTER SLOTS stops sending clients there) until it rejoins (`with_node(health=)`)."""
         shard = self.shard_of_node(node_id)
         if shard is None:
             raise TopologyError("unknown node %s" % node_id)
         if shard.primary.id == node_id:
             return self
         epoch = self.current_epoch + 1
-        new_primary = self.nodes[node_id]
-        replicas = (shard.primary,) + tuple(n for n in shard.replicas if n.id != node_id)
+        new_primary = replace(self.nodes[node_id], health="online")
+        old = replace(shard.primary, health="fail") if old_failed else shard.primary
+        replicas = (old,) + tuple(n for n in shard.replicas if n.id != node_id)
         shards = [replace(sh, primary=new_primary, replicas=replicas, config_epoch=epoch) if sh is shard else sh
                   for sh in self.shards]
         return self._rebuild(shards, current_epoch=epoch)

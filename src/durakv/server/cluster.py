@@ -99,6 +99,18 @@ class ClusterRouting:
     def myself(self):
         return self.topology.nodes.get(self.myself_id) if self.topology is not None else None
 
+    def view(self):
+        """The topology as CLUSTER SLOTS/SHARDS/NODES/REPLICAS show it: the stored one, with the nodes this node
+        has not heard from for cluster-node-timeout ms marked failed (clients are not sent to them)."""
+        topology = self.topology
+        node = self.server.cluster_node
+        if topology is None or node is None:
+            return topology
+        for node_id in node.silent_nodes(topology.nodes, self.server.config["cluster-node-timeout"]):
+            if topology.nodes[node_id].health != "fail":
+                topology = topology.with_node(node_id, health="fail")
+        return topology
+
     def offsets(self) -> dict:
         """This node's live replication offset (the journal index it has applied; at least 1 once serving),
         which CLUSTER SLOTS/SHARDS show instead of the topology's stored one."""

@@ -495,7 +495,15 @@ def replicas_missing(target, expected: dict, timeout_s=30.0, skip=()) -> dict:
     answered). skip: "host:port" of replicas known to be down. A standalone target has no replicas: {}."""
     if not target.cluster_mode or not expected:
         return {}
-    c = target.client(10.0)
+    for attempt in range(5):
+        try:
+            # ValkeyCluster sends COMMAND to a random node while it starts: one just killed may still be listed
+            c = target.client(10.0, rotate=attempt)
+            break
+        except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
     try:
         by_replica = {}
         cache = c.nodes_manager.slots_cache
