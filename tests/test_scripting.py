@@ -200,6 +200,43 @@ def test_call_errors_raise_and_pcall_returns(raw):
                     "0") == [b"false", b"ERR Unknown command called from script"]
 
 
+def test_calls_with_thousands_of_arguments(raw):
+    # Valkey's "Script check unpack with massive arguments": 7999 arguments reach the command (lupa alone
+    # refuses a Python callable more than ~7997: durakv's server.call packs large calls)
+    body = "local a = {} for i=1,7999 do a[i] = 1 end return redis.%s('lpush', KEYS[1], unpack(a))"
+    assert raw.call("EVAL", body % "call", "1", "l1") == 7999
+    assert raw.call("EVAL", body % "pcall", "1", "l2") == 7999
+    assert raw.call("LLEN", "l1") == 7999
+    raw.call("SET", "s", "x")
+    text = err(raw.call("EVAL", body % "call", "1", "s"))
+    assert text.startswith("WRONGTYPE Operation against a key holding the wrong kind of value script: ")
+    assert text.endswith(", on @user_script:1.")
+
+
+def test_tail_called_errors_keep_the_scripts_line(raw):
+    # Literal texts of Valkey 8.0.1: a tail call of server.call (a C function there) keeps the caller's line
+    sha = raw.call("SCRIPT", "LOAD", "local x = 1\nreturn redis.call('nosuch')").decode()
+    assert err(raw.call("EVALSHA", sha, "0")) == \
+        "ERR Unknown command called from script script: %s, on @user_script:2." % sha
+    sha = raw.call("SCRIPT", "LOAD", "return rawset(redis, 'x', 1)").decode()
+    assert err(raw.call("EVALSHA", sha, "0")) == \
+        "ERR Attempt to modify a readonly table script: %s, on @user_script:1." % sha
+    lib = ("#!lua name=taillib\n"
+           "local function helper()\n"
+           "  return redis.call('nosuch')\n"
+           "end\n"
+           "redis.register_function('t1', function(keys, args) return redis.call('nosuch') end)\n"
+           "redis.register_function('t2', function(keys, args)\n"
+           "  local x = 1\n"
+           "  return helper()\n"
+           "end)\n")
+    assert raw.call("FUNCTION", "LOAD", lib) == b"taillib"
+    assert err(raw.call("FCALL", "t1", "0")) == "ERR Unknown command called from script script: t1, on @user_function:5."
+    assert err(raw.call("FCALL", "t2", "0")) == "ERR Unknown command called from script script: t2, on @user_function:3."
+    # tail calls still return every value, varargs included
+    assert raw.call("EVAL", "local function f(...) return ... end return {f(1, 2, 3)}", "0") == [1, 2, 3]
+
+
 def test_runtime_error_formats(raw):
     sha = raw.call("SCRIPT", "LOAD", "error('boom')").decode()
     assert err(raw.call("EVALSHA", sha, "0")) == "ERR user_script:1: boom script: %s, on @user_script:1." % sha

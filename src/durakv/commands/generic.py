@@ -33,7 +33,7 @@ from ..errors import CommandError, WrongType
 from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace.stream import Stream
-from ..protocol.resp import OK, ErrorReply
+from ..protocol.resp import OK, ErrorReply, Raw
 from . import acl_model, registry
 from .acl import users_of
 from .base import INT64_MAX, parse_int, syntax_error
@@ -488,6 +488,98 @@ def restore(ctx, args):
             return OK
     ctx.propagate_args(args)
     _set_lru_lfu(ctx, key, idletime, freq)
+    return OK
+
+
+@command("restore-asking")
+def restore_asking(ctx, args):
+    """RESTORE as MIGRATE sends it in cluster mode: flagged "asking", so a slot being imported accepts it."""
+    return restore(ctx, args)
+
+
+_NOKEY = Raw(b"+NOKEY\r\n")
+
+
+@command("migrate")
+def migrate(ctx, args):
+    """MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw] [KEYS key ...]
+    (Valkey's migrateCommand): the keys present are sent as RESTORE commands with their DUMP payload and
+    remaining TTL; those the target acknowledged are deleted here (unless COPY), propagated as one DEL. The
+    exchange blocks the server up to the timeout per step, as in Valkey: nothing runs between the DUMP and the
+    DEL of a key."""
+    copy = replace = False
+    auth = None
+    first_key, num_keys = 3, 1
+    n = len(args)
+    j = 6
+    while j < n:
+        opt = args[j].lower()
+        more = n - 1 - j
+        if opt == b"copy":
+            copy = True
+        elif opt == b"replace":
+            replace = True
+        elif opt == b"auth":
+            if not more:
+                raise syntax_error()
+            j += 1
+            auth = (args[j],)
+        elif opt == b"auth2":
+            if more < 2:
+                raise syntax_error()
+            auth = (args[j + 1], args[j + 2])
+            j += 2
+        elif opt == b"keys":
+            if args[3]:
+                raise CommandError(messages.MIGRATE_KEYS_NEED_EMPTY_KEY)
+            first_key, num_keys = j + 1, n - j - 1
+            break
+        else:
+            raise syntax_error()
+        j += 1
+    timeout_ms = parse_int(args[5])
+    dbid = parse_int(args[4])
+    if timeout_ms <= 0:
+        timeout_ms = 1000
+    try:
+        port = int(args[2])
+    except ValueError:
+        port = 0                        # atoi: a port that connects nowhere
+    now = ctx.now_ms()
+    keys, commands = [], []
+    for key in dict.fromkeys(args[first_key:first_key + num_keys]):
+        value = ctx.lookup(key)
+        if value is None:
+            continue
+        expire_at_ms = ctx.ttl_ms(key)
+        ttl = 0
+        if expire_at_ms is not None:
+            ttl = max(expire_at_ms - now, 1)
+        cmd = [b"RESTORE-ASKING" if ctx.port.cluster() is not None else b"RESTORE", key, b"%d" % ttl,
+               dump_payload(value)]
+        if replace:
+            cmd.append(b"REPLACE")
+        keys.append(key)
+        commands.append(cmd)
+    if not keys:
+        return _NOKEY
+    host = args[1].decode("utf-8", "surrogateescape")
+    first_error, replies, socket_error = ctx.port.migrate_exchange(host, port, timeout_ms, dbid, auth, commands)
+    error = first_error
+    deleted = []
+    for key, line in zip(keys, replies):
+        if first_error is not None or line[:1] == b"-":
+            if error is None:
+                error = line
+        elif not copy:
+            ctx.delete(key)
+            deleted.append(key)
+    if deleted:
+        ctx.propagate(b"DEL", *deleted)
+    if error is not None:
+        return ErrorReply(messages.MIGRATE_TARGET_ERROR.format(error[1:].decode("utf-8", "replace")))
+    if socket_error:
+        return ErrorReply(messages.MIGRATE_IOERR_READING)
     return OK
 
 

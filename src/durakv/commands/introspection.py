@@ -141,8 +141,9 @@ def _addr(session):
     return addr.encode() if isinstance(addr, str) else addr
 
 
-def _redacted_positions(cmd, args):
-    """Argument positions Valkey replaces with '(redacted)' in the slow log (redactClientCommandArgument)."""
+def redacted_positions(cmd, args):
+    """Argument positions Valkey replaces with '(redacted)' in the slow log and MONITOR
+    (redactClientCommandArgument)."""
     name = cmd.fullname
     n = len(args)
     if name == "auth":
@@ -178,7 +179,7 @@ def _redacted_positions(cmd, args):
 
 def _slowlog_argv(cmd, args):
     argc = len(args)
-    redact = _redacted_positions(cmd, args)
+    redact = redacted_positions(cmd, args)
     shown = min(argc, SLOWLOG_ENTRY_MAX_ARGC)
     out = []
     for j in range(shown):

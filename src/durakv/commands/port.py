@@ -202,6 +202,15 @@ class Port:
     def request_failover(self):
         raise CommandError("ERR This instance has cluster support disabled")
 
+    # -- MIGRATE ----------------------------------------------------------------------------------
+    def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
+        """Blocks (as Valkey's MIGRATE does) sending AUTH (auth: its arguments, or None), SELECT dbid (unless
+        the cached connection to host:port has it selected) and `commands` to the target, reading one reply
+        line each (up to timeout_ms per read or write). Returns (AUTH/SELECT error line or None, [reply line
+        per command read], socket error after some replies); raises CommandError (-IOERR) when nothing could
+        be exchanged."""
+        raise CommandError("IOERR error or timeout connecting to the client")
+
     # -- scripting --------------------------------------------------------------------------------
     def script_host(self):
         """What a long script needs of the process (scripting/runner.ScriptHost), or None: scripts then run

@@ -27,10 +27,18 @@ except ImportError:  # pragma: no cover - a lupa build without Lua 5.1: LuaJIT s
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION
 from ..protocol.resp import ErrorReply, NullArray, Push, Raw, RespSet, encode, format_double
+from .bytecode import without_tail_calls
 from .libs import StructLib, bit_arg, bit_op, mp_double, mp_float_value
 from .prelude import PRELUDE
 
 log = logging.getLogger("durakv.script")
+
+
+def _notail(chunk):
+    """The chunk without tail calls (bytecode.py); None where the Lua is not 5.1 (LuaJIT: left as it is)."""
+    if _lupa.__name__.rsplit(".", 1)[-1] != "lua51":
+        return None
+    return without_tail_calls(chunk)
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -311,6 +319,8 @@ class LuaEngine:
         g = self._guard
         py = rt.table_from({
             b"call": g(self._py_call, False), b"pcall": g(self._py_pcall, False),
+            b"call_packed": g(self._py_call_packed, False), b"pcall_packed": g(self._py_pcall_packed, False),
+            b"notail": g(_notail),
             b"unwrap": g(self._py_unwrap_guarded),
             b"acl": g(self._py_acl), b"sha1hex": g(self._py_sha1hex), b"log": g(self._py_log),
             b"setresp": g(self._py_setresp), b"set_repl": g(self._py_set_repl),
@@ -615,6 +625,13 @@ class LuaEngine:
     def _py_pcall(self, *args):
         """server.pcall: a command error is returned as the {err=...} table."""
         return self._command(args)[1]
+
+    def _py_call_packed(self, n, table):
+        """server.call with its n arguments in one table (too many for a Python callable, see prelude.py)."""
+        return self._py_call(*[table[i] for i in range(1, n + 1)])
+
+    def _py_pcall_packed(self, n, table):
+        return self._py_pcall(*[table[i] for i in range(1, n + 1)])
 
     @staticmethod
     def _py_unwrap(exc):

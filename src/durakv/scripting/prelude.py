@@ -16,8 +16,8 @@ handed out at all, as a C function has none.
 Errors of the builtins replaced here are raised as the C originals raise them: argument errors name the
 function as the caller spelled it and carry the caller's line (c_fail), and an error raised from inside a C
 function in Valkey (lua_rawset on a read-only table, "table index is nil") carries no position at all.
-Limitation: a wrapper that is tail-called (`return rawset(...)`) cannot know its caller's line, which Lua
-5.1 discards on a tail call; such an error shows no position, where Valkey's C function would show one.
+A wrapper that is tail-called (`return rawset(...)`) still knows its caller's line: scripts are compiled
+without tail calls (bytecode.py), as a call of Valkey's C functions never replaces the caller's frame.
 """
 
 from .libs import LIBS_LUA
@@ -327,12 +327,22 @@ local function no_binary(s, chunkname)
   else name = '[string "' .. str_gsub(str_sub(name, 1, 40), "\n.*", "") .. '"]' end
   return nil, name .. ":1: unexpected symbol near '<\\27>'"
 end
+-- the script's own code without tail calls (see bytecode.py): the frame of a `return f(...)` keeps its line
+local py_notail, dump = py.notail, string.dump
+local function without_tail_calls(f, chunkname)
+  local code = py_notail(dump(f))
+  if code == nil then return f end
+  return (loadstring(code, chunkname)) or f
+end
 local function compile_in_sandbox(s, chunkname)
   -- the sandbox's own frames are recognised by their source: a script cannot take its name
   if chunkname == INTERNAL then chunkname = "=" .. chunkname end
   if str_byte(s, 1) == 27 then return no_binary(s, chunkname) end
   local f, err = loadstring(s, chunkname)
-  if f then setfenv(f, ENV) end
+  if f then
+    f = without_tail_calls(f, chunkname)
+    setfenv(f, ENV)
+  end
   return f, err
 end
 local s_loadstring
@@ -522,9 +532,23 @@ s_xpcall = function(...)
 end
 
 -- server.* ------------------------------------------------------------------------------------------
--- call, pcall, acl_check_cmd, sha1hex, log, setresp and set_repl are Python callables (C functions to Lua, as in
--- Valkey, so a tail call does not lose the script's line for their errors)
-local server_call, server_pcall = py.call, py.pcall
+-- pcall, acl_check_cmd, sha1hex, log, setresp and set_repl are Python callables (C functions to Lua, as in
+-- Valkey). call and pcall go through a Lua function first: lupa cannot take more than about 7997 arguments into
+-- a Python callable (its Lua C stack ends at 8000 slots), and `server.call('lpush', k, unpack(t))` may pass
+-- 7999, so a call that large reaches Python packed in one table. A script's `return server.call(...)` keeps its
+-- line for the errors all the same: scripts are compiled without tail calls (bytecode.py).
+local py_call, py_pcall, py_call_packed, py_pcall_packed = py.call, py.pcall, py.call_packed, py.pcall_packed
+local PACK_FROM = 7000
+local function server_call(...)
+  local n = select("#", ...)
+  if n < PACK_FROM then return py_call(...) end
+  return py_call_packed(n, {...})
+end
+local function server_pcall(...)
+  local n = select("#", ...)
+  if n < PACK_FROM then return py_pcall(...) end
+  return py_pcall_packed(n, {...})
+end
 local function push_error(s)
   -- luaPushErrorBuff: "-CODE msg" keeps its code, anything else gets ERR
   local code, msg = "ERR", s
@@ -828,6 +852,7 @@ local function compile(body, chunkname)
   if str_byte(body, 1) == 27 then return no_binary(body, chunkname) end
   local f, err = loadstring(body, chunkname)
   if not f then return nil, err end
+  f = without_tail_calls(f, chunkname)
   setfenv(f, ENV)
   return f, false
 end

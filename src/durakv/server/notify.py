@@ -23,6 +23,7 @@ recorded as ZADD says "zincr", INCR recorded as SET says "incrby", EXPIRE record
 import time
 
 from ..commands import registry
+from ..commands.introspection import redacted_positions
 from ..keyspace.db import ServerDeletion
 from ..protocol.resp import Push, Raw
 
@@ -513,21 +514,9 @@ class Hooks:
 
     # -- MONITOR ----------------------------------------------------------------------------------
     def _feed(self, session, cmd, args):
-        top = _top(cmd).name
-        if top == "auth":
-            args = [args[0]] + [b"(redacted)"] * (len(args) - 1)
-        elif top == "hello":
-            args = list(args)
-            i = 2
-            while i < len(args):
-                opt = args[i].lower()
-                if opt == b"auth" and i + 2 < len(args):
-                    args[i + 1] = args[i + 2] = b"(redacted)"
-                    i += 3
-                elif opt == b"setname":
-                    i += 2
-                else:
-                    i += 1
+        redact = redacted_positions(cmd, args)
+        if redact:
+            args = [b"(redacted)" if j in redact else a for j, a in enumerate(args)]
         now = time.time()
         sec = int(now)
         usec = int((now - sec) * 1e6)

@@ -9,6 +9,7 @@ import logging
 from ..commands.port import Port
 from ..errors import CommandError
 from ..protocol.resp import Deferred, ErrorReply, Raw
+from .migrate import MigrateError
 
 log = logging.getLogger("durakv.server")
 
@@ -263,6 +264,13 @@ class ServerPort(Port):
             d.resolve(ErrorReply("ERR failover request failed: %s" % exc) if exc is not None else "OK")
         task.add_done_callback(done)
         return d
+
+    # -- MIGRATE ----------------------------------------------------------------------------------
+    def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
+        try:
+            return self.server.migrate_sockets.exchange(host, port, timeout_ms, dbid, auth, commands)
+        except MigrateError as exc:
+            raise CommandError(str(exc)) from None
 
     # -- scripting --------------------------------------------------------------------------------
     def script_host(self):

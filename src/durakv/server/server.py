@@ -28,6 +28,7 @@ from ..cluster.identity import persistent_node_id
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology
 from .connection import Connection
+from .migrate import MigrateSockets
 from .notify import Hooks, parse_notify_flags
 from .port import ServerPort
 from .pubsub import PubSub
@@ -134,6 +135,7 @@ class Server:
         self.pipeline.new_context(self._apply_session).replaying = True
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
         self.blocking = Blocking(self)     # clients blocked on keys or paused (server/blocking.py)
+        self.migrate_sockets = MigrateSockets()  # MIGRATE's cached connections to target instances
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
@@ -523,6 +525,8 @@ class Server:
         self.ops_samples.append((now, self.pipeline.total_commands))
         while len(self.ops_samples) > 16:
             self.ops_samples.pop(0)
+        if self.migrate_sockets.cache:
+            self.migrate_sockets.close_idle()
         timeout = self.config["timeout"]
         if timeout:
             limit = self.clock_ms() - timeout * 1000
@@ -645,6 +649,7 @@ class Server:
         await self.durability.drain(timeout_s=10)
         for conn in list(self.clients.values()):
             conn.close()
+        self.migrate_sockets.close_all()
         if self.journal is not None:
             await self.journal.close()
         lock = getattr(self, "data_dir_lock", None)
