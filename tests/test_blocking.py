@@ -534,3 +534,63 @@ def test_served_reply_is_held_until_its_pop_is_durable(server_factory, tmp_path)
         finally:
             c.execute_command("DEBUG", "JOURNAL-STALL", "0")
             waiter.close()
+
+
+def _sync_stream(port):
+    """A SYNC connection (as Valkey's suite attaches one): returns a function reading the next command."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    f = s.makefile("rb")
+    s.sendall(b"SYNC\r\n")
+    header = f.readline()
+    f.read(int(header[1:]))
+
+    def command():
+        line = f.readline()
+        while line == b"\n":        # keep-alive newlines before the payload
+            line = f.readline()
+        argv = []
+        for _ in range(int(line[1:])):
+            n = int(f.readline()[1:])
+            argv.append(f.read(n + 2)[:-2])
+        return [argv[0].lower()] + argv[1:]
+    return s, command
+
+
+def test_a_wakeup_leaves_a_key_that_expired_meanwhile_to_the_next_reader(r, raw, shared_server):
+    # Valkey's "SWAPDB wants to wake blocked client, but the key already expired": SWAPDB wakes the client,
+    # the key has expired, so it stays blocked and nothing is deleted then (Valkey looks with
+    # LOOKUP_NOEFFECTS); the next command that reads the key deletes it and propagates its UNLINK. durakv
+    # deleted it at the wake-up: the UNLINK came before the next write, the suite's test failed, left its
+    # connection in db 1, and the list unit hung two tests later.
+    r.config_set("repl-ping-replica-period", 3600)
+    sock, command = _sync_stream(shared_server.port)
+    try:
+        r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+        r.execute_command("SELECT", "1")
+        r.rpush("k", "hello")
+        r.pexpire("k", 100)
+        c = raw()
+        c.call("SELECT", "9")
+        cid = c.call("CLIENT", "ID")
+        c.send("BRPOP", "k", "1")
+        wait_blocked(r, 1)
+        deadline_ms = int(r.execute_command("PEXPIRETIME", "k"))
+        # past its expiry by the server's clock (TIME), without a command that would read k
+        wait_until(lambda: (lambda t: t[0] * 1000 + t[1] // 1000)(r.time()) > deadline_ms + 1, 5,
+                   what="k to be past its expiry")
+        r.swapdb(1, 9)
+        assert "flags=b" in r.execute_command("CLIENT", "LIST", "ID", cid).decode()
+        assert r.execute_command("CLIENT", "UNBLOCK", cid) == 1
+        assert c.read() is None
+        assert c.call("SET", "somekey1", "someval1") == "OK"
+        assert c.call("EXISTS", "k") == 0
+        r.set("somekey2", "someval2")
+        seen = []
+        while not seen or seen[-1] != [b"set", b"somekey2", b"someval2"]:
+            seen.append(command())
+        assert seen[-7:] == [[b"pexpireat", b"k", seen[-7][2]], [b"swapdb", b"1", b"9"], [b"select", b"9"],
+                             [b"set", b"somekey1", b"someval1"], [b"unlink", b"k"], [b"select", b"1"],
+                             [b"set", b"somekey2", b"someval2"]]
+    finally:
+        r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+        sock.close()

@@ -17,6 +17,7 @@ from .. import messages
 from ..keyspace.glob import compile_glob
 from ..config import split_args
 from ..protocol.resp import RespSet
+from .base import atoi
 from .spec import SPEC
 
 # -- categories and the command universe ------------------------------------------------------------------
@@ -640,22 +641,6 @@ def _need_of(flags) -> int:
     return need
 
 
-def _atoi(b: bytes) -> int:
-    """C's atoi: leading spaces, a sign, then digits; 0 when there are none."""
-    s = b.lstrip(b" \t\n\v\f\r")
-    sign = 1
-    if s[:1] in (b"-", b"+"):
-        sign = -1 if s[:1] == b"-" else 1
-        s = s[1:]
-    n = 0
-    for c in s:
-        if 48 <= c <= 57:
-            n = n * 10 + c - 48
-        else:
-            break
-    return sign * n
-
-
 def _strict_ll(b: bytes):
     """string2ll: a signed integer with no spaces, no '+', no leading zeros; None otherwise."""
     if not b or len(b) > 20:
@@ -668,7 +653,7 @@ def _strict_ll(b: bytes):
 
 
 def _generic_keys(key_count_ofs, first_key_ofs, args, store_ofs=0):
-    num = _atoi(args[key_count_ofs]) if key_count_ofs < len(args) else 0
+    num = atoi(args[key_count_ofs]) if key_count_ofs < len(args) else 0
     if num < 1 or num > len(args) - first_key_ofs:
         return []
     out = [(first_key_ofs + i, 0) for i in range(num)]

@@ -92,6 +92,10 @@ class Context:
     def exists(self, key) -> bool:
         return self.keyspace.lookup(self.db, key) is not None
 
+    def peek(self, key):
+        """The live value of key with no effect (an expired key stays, counted nowhere): LOOKUP_NOEFFECTS."""
+        return self.keyspace.peek(self.db, key)
+
     def store(self, key, value, keep_ttl=False):
         """Sets key to value (any type), dropping its TTL unless keep_ttl."""
         db = self.db
@@ -248,3 +252,19 @@ def syntax_error():
 
 def wrong_arity(name) -> CommandError:
     return CommandError(messages.WRONG_ARITY.format(name))
+
+
+def atoi(b: bytes) -> int:
+    """C's atoi: leading spaces, a sign, then digits; 0 when there are none."""
+    s = b.lstrip(b" \t\n\v\f\r")
+    sign = 1
+    if s[:1] in (b"-", b"+"):
+        sign = -1 if s[:1] == b"-" else 1
+        s = s[1:]
+    n = 0
+    for c in s:
+        if 48 <= c <= 57:
+            n = n * 10 + c - 48
+        else:
+            break
+    return sign * n

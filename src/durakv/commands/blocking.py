@@ -89,9 +89,11 @@ def _long_double_extreme(arg: bytes, value: float):
 
 
 def _has(ctx, keys, typ) -> bool:
-    """True if one of keys holds a non-empty value of type typ (what wakes a blocked pop)."""
+    """True if one of keys holds a non-empty value of type typ (what wakes a blocked pop). Looked at with no
+    effect, as Valkey's handleClientsBlockedOnKey does: a key that expired meanwhile keeps the client blocked
+    and is deleted (and its UNLINK propagated) by the next command that reads it, not by the wake-up."""
     for key in keys:
-        v = ctx.lookup(key)
+        v = ctx.peek(key)
         if v and type(v) is typ:
             return True
     return False

@@ -122,6 +122,15 @@ def cluster_failover(ctx, args):
     return ctx.port.request_failover()
 
 
+@command("cluster|reset")
+def cluster_reset(ctx, args):
+    if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"HARD", b"SOFT")):
+        raise syntax_error()
+    _cluster(ctx)
+    # A node forgets its cluster view in Valkey; here the view is the coordination store's, not the node's.
+    raise CommandError(messages.CLUSTER_RESET_UNSUPPORTED)
+
+
 @command("asking")
 def asking(ctx, args):
     if ctx.port.cluster() is None:

@@ -24,7 +24,7 @@ from ..keyspace import ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace.stream import MASK64, Stream
 from ..protocol.resp import OK, Raw, fpconv_dtoa
-from .base import parse_int
+from .base import atoi, parse_int
 from .generic import dump_payload
 from .registry import command
 
@@ -312,6 +312,10 @@ def debug(ctx, args):
         if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:
             raise CommandError("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.")
         return port.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts, merge=b"MERGE" in opts)
+    if sub == b"SET-DISABLE-DENY-SCRIPTS" and n == 3:
+        # scripts may call commands flagged noscript (Valkey's test hook; `atoi`: anything not a number is 0)
+        ctx.pipeline.script_disable_deny = atoi(args[2]) != 0
+        return OK
     if sub == b"PAUSE-CRON" and n == 3:
         port.pause_cron(parse_int(args[2]) != 0)
         return OK

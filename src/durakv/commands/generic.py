@@ -36,7 +36,7 @@ from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply, Raw
 from . import acl_model, registry
 from .acl import users_of
-from .base import INT64_MAX, parse_int, syntax_error
+from .base import INT64_MAX, atoi, parse_int, syntax_error
 from .registry import command
 from .session import Session
 
@@ -541,10 +541,7 @@ def migrate(ctx, args):
     dbid = parse_int(args[4])
     if timeout_ms <= 0:
         timeout_ms = 1000
-    try:
-        port = int(args[2])
-    except ValueError:
-        port = 0                        # atoi: a port that connects nowhere
+    port = atoi(args[2])
     now = ctx.now_ms()
     keys, commands = [], []
     for key in dict.fromkeys(args[first_key:first_key + num_keys]):

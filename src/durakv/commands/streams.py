@@ -578,8 +578,10 @@ def _read_command(ctx, args, group_mode):
 
     def retry(rctx):
         # Valkey re-runs the command: errors (NOGROUP after XGROUP DESTROY or DEL, WRONGTYPE) are raised
-        # as from a handler, except that XREAD is only woken by stream keys, so a retyped key keeps it
-        # waiting.
+        # as from a handler, except that XREAD is only woken by stream keys (looked at with no effect: an
+        # expired one stays until a command reads it), so a retyped or expired key keeps it waiting.
+        if not group_mode and not any(type(rctx.peek(k)) is Stream for k in p.keys):
+            return None
         try:
             return _serve_read(rctx, _parse_read(rctx, retry_args, group_mode))
         except WrongType:

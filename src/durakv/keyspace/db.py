@@ -197,6 +197,15 @@ class Keyspace:
             self.hits += 1
         return value
 
+    def peek(self, db: Db, key: bytes):
+        """The live value of key, or None, with no effect at all (Valkey's LOOKUP_NOEFFECTS): an expired key
+        is not deleted, no hit or miss is counted, its LRU/LFU data is not touched."""
+        value = db.data.get(key)
+        if value is not None and db.expires and key in db.expires and db.expires[key] <= self.clock_ms() \
+                and (self.expire_enabled or self.hide_expired):
+            return None
+        return value
+
     def delete(self, db: Db, key: bytes) -> bool:
         """Removes key. Memory accounting is the caller's (the pipeline measures a command's keys
         before and after it runs); deletions the server makes on its own use server_delete."""

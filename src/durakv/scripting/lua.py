@@ -172,6 +172,8 @@ def lua_size(v) -> int:
             return 2 * len(v) + 256
     if t is ErrorReply:
         return len(v.text) + 256
+    if t is BigNumber or t is Verbatim:
+        return 2 * len(v) + 512
     if t is list or t is tuple or t is Push or t is RespSet:
         return 256 + sum(64 + lua_size(x) for x in v)
     if t is dict:
@@ -231,9 +233,26 @@ def _to_int64(value) -> int:
 
 # -- RESP bytes (Raw replies) -> reply values --------------------------------------------------------
 
+class BigNumber(bytes):
+    """A RESP3 big number ('(') as a script sees it: {big_number=...} under RESP3."""
+
+
+class Verbatim(bytes):
+    """A RESP3 verbatim string ('=') as a script sees it: {verbatim_string={format=, string=}} under RESP3."""
+    fmt = b"txt"
+
+
 def _parse_raw(data: bytes, pos=0):
-    """(value, next_pos) for one RESP element of an already-encoded reply."""
+    """(value, next_pos) for one RESP element of an already-encoded reply. An attribute ('|') is read and
+    dropped with the element it annotates kept, as Valkey's script reply parser ignores attributes."""
     kind = data[pos:pos + 1]
+    if kind == b"|":
+        end = data.index(b"\r\n", pos)
+        pairs = int(data[pos + 1:end])
+        pos = end + 2
+        for _ in range(2 * pairs):
+            _, pos = _parse_raw(data, pos)
+        return _parse_raw(data, pos)
     end = data.index(b"\r\n", pos)
     line = data[pos + 1:end]
     pos = end + 2
@@ -248,7 +267,11 @@ def _parse_raw(data: bytes, pos=0):
         if n < 0:
             return None, pos
         body = data[pos:pos + n]
-        return (body[4:] if kind == b"=" else body), pos + n + 2
+        if kind == b"=":
+            v = Verbatim(body[4:])
+            v.fmt = body[:3]
+            return v, pos + n + 2
+        return body, pos + n + 2
     if kind in (b"*", b"~", b">"):
         n = int(line)
         if n < 0:
@@ -272,7 +295,7 @@ def _parse_raw(data: bytes, pos=0):
     if kind == b"_":
         return None, pos
     if kind == b"(":
-        return int(line), pos
+        return BigNumber(line), pos
     raise ValueError("unknown RESP type %r" % kind)
 
 
@@ -549,6 +572,12 @@ class LuaEngine:
         t = type(v)
         if t is bytes:
             return v
+        if t is BigNumber:
+            return self.table_from({b"big_number": bytes(v)}) if resp3 else bytes(v)
+        if t is Verbatim:
+            if resp3:
+                return self.table_from({b"verbatim_string": self.table_from({b"format": v.fmt, b"string": bytes(v)})})
+            return bytes(v)
         if t is int:
             return v
         if t is list or t is tuple or t is Push:

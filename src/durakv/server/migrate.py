@@ -69,7 +69,7 @@ class MigrateSockets:
         except ConnectionRefusedError:
             # Valkey's non-blocking connect "succeeds" on a refused port and its first write fails
             raise MigrateError("IOERR error or timeout writing to target instance") from None
-        except OSError:
+        except (OSError, OverflowError, ValueError):      # unreachable, or no such host or port
             raise MigrateError("IOERR error or timeout connecting to the client") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         cs = self.cache[name] = _Cached(sock)
