@@ -298,3 +298,91 @@ def test_no_touch_leaves_lfu_counter_alone(server_factory):
         assert c.object("freq", "k") == base + 1
         assert c.get("k") == b"v"
         assert c.object("freq", "k") == base + 2
+
+
+def _field(line, name):
+    return int(re.search(r"(?:^| )%s=(\d+)" % re.escape(name), line).group(1))
+
+
+def test_client_traffic_and_command_counts(r, raw, shared_server):
+    # Valkey 8.0's tot-net-in / tot-net-out / tot-cmds (introspection's "client input output and command
+    # process statistics"): bytes read and written on the socket, commands run (a script's own too, a blocked
+    # one once served); INFO total_net_input_bytes / total_net_output_bytes are the server's sums.
+    c = valkey.Valkey(port=shared_server.port, single_connection_client=True)
+    a = c.execute_command("CLIENT", "INFO").decode()
+    b = c.execute_command("CLIENT", "INFO").decode()
+    assert _field(b, "tot-net-in") - _field(a, "tot-net-in") == len(b"*2\r\n$6\r\nCLIENT\r\n$4\r\nINFO\r\n")
+    assert _field(b, "tot-net-out") - _field(a, "tot-net-out") > 300
+    assert _field(b, "tot-cmds") - _field(a, "tot-cmds") == 1
+    assert b.rstrip("\n").endswith(" tot-net-in=%d tot-net-out=%d tot-cmds=%d" % (
+        _field(b, "tot-net-in"), _field(b, "tot-net-out"), _field(b, "tot-cmds")))
+    c.eval("server.call('ping')", 0)
+    e = c.execute_command("CLIENT", "INFO").decode()
+    assert _field(e, "tot-cmds") - _field(b, "tot-cmds") == 3
+    blocked = raw()
+    cid = blocked.call("CLIENT", "ID")
+
+    def counts():
+        line = next(l for l in r.execute_command("CLIENT", "LIST").decode().splitlines() if f"id={cid} " in l)
+        return _field(line, "tot-net-in"), _field(line, "tot-net-out"), _field(line, "tot-cmds")
+    n_in, n_out, n_cmds = counts()
+    blocked.send("BLPOP", "mylist", "0")
+    wait_until(lambda: counts() == (n_in + 34, n_out, n_cmds), 5, what="the blocked BLPOP read, not counted")
+    r.lpush("mylist", "a")
+    assert blocked.read() == [b"mylist", b"a"]
+    wait_until(lambda: counts() == (n_in + 34, n_out + 23, n_cmds + 1), 5, what="the served BLPOP counted")
+    stats = r.info("stats")
+    assert stats["total_net_input_bytes"] > 0 and stats["total_net_output_bytes"] > 0
+    c.close()
+
+
+def test_config_set_of_a_start_up_option_to_its_value(r, shared_server):
+    # Valkey changes port at runtime; durakv fixes it at start-up: setting the value it has is the no-op it is
+    # (Valkey's introspection test sets every config to its own value), another value is refused
+    assert r.config_set("port", shared_server.port)
+    with pytest.raises(valkey.ResponseError) as e:
+        r.config_set("port", shared_server.port + 1)
+    assert str(e.value) == "CONFIG SET failed (possibly related to argument 'port') - can't set immutable config"
+    with pytest.raises(valkey.ResponseError) as e:
+        r.config_set("daemonize", "no")
+    assert str(e.value) == "CONFIG SET failed (possibly related to argument 'daemonize') - can't set immutable config"
+
+
+def test_blocked_command_is_accounted_once_and_scripts_log_as_their_caller(r, raw):
+    # Valkey's list unit "Blocking command accounted only once in commandstats (after timeout)" and slowlog's
+    # "blocking command is reported only after unblocked" / "the commands in script are recorded normally"
+    r.config_set("slowlog-log-slower-than", 0)
+    try:
+        r.config_resetstat()
+        r.slowlog_reset()
+        c = raw()
+        cid = c.call("CLIENT", "ID")
+        c.send("BLPOP", "mylist", "0")
+        wait_blocked(r, 1)
+        assert not [e for e in r.slowlog_get(128) if e["command"].startswith(b"BLPOP")]
+        assert "cmdstat_blpop" not in r.info("commandstats")
+        r.lpush("mylist", "1")
+        assert c.read() == [b"mylist", b"1"]
+        wait_blocked(r, 0)
+        assert len([e for e in r.slowlog_get(128) if e["command"].startswith(b"BLPOP")]) == 1
+        assert r.info("commandstats")["cmdstat_blpop"]["calls"] == 1
+        r.config_resetstat()
+        c.send("BLPOP", "mylist", "0")
+        wait_blocked(r, 1)
+        assert r.execute_command("CLIENT", "UNBLOCK", cid, "TIMEOUT") == 1
+        assert c.read() is None
+        stats = r.info("commandstats")["cmdstat_blpop"]
+        assert stats["calls"] == 1 and stats["failed_calls"] == 0 and stats["rejected_calls"] == 0
+        r.client_setname("test-client")
+        r.slowlog_reset()
+        r.eval("server.call('ping')", 0)
+        script, ping = r.execute_command("SLOWLOG", "GET", "2")
+        assert script[3] == [b"EVAL", b"server.call('ping')", b"0"] and ping[3] == [b"ping"]
+        assert script[4] == ping[4] and script[5] == ping[5] == b"test-client"
+        r.slowlog_reset()
+        r.config_set("primaryuser", "")
+        entry = [e for e in r.execute_command("SLOWLOG", "GET", "10") if e[3][0].lower() == b"config"][0]
+        assert entry[3][2:] == [b"primaryuser", b"(redacted)"]
+    finally:
+        r.config_set("slowlog-log-slower-than", 10000)
+        r.client_setname("")

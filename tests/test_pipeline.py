@@ -34,10 +34,10 @@ class Recorder:
                 rec.admitted.append((cmd.fullname, "script" if kw.get("run") is not None else "client"))
             return admit(self, session, cmd, args, *a, **kw)
 
-        def call_spy(self, session, cmd, args, handler=None):
+        def call_spy(self, session, cmd, args, handler=None, caller=None):
             with rec.lock:
                 rec.called.append((cmd.fullname, "retry" if handler is not None else "handler"))
-            return call(self, session, cmd, args, handler)
+            return call(self, session, cmd, args, handler, caller)
 
         monkeypatch.setattr(Pipeline, "admit", admit_spy)
         monkeypatch.setattr(Pipeline, "call", call_spy)

@@ -204,6 +204,12 @@ def _fmt(v):
     return str(v)
 
 
+# Options Valkey changes at runtime that durakv fixes at start-up (its listeners, data directory, TLS files and
+# AZ): CONFIG SET to the value they have is accepted as the no-op it is; another value is refused as immutable.
+FIXED_AT_START = frozenset({"port", "bind", "dir", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
+                            "tls-auth-clients", "availability-zone"})
+
+
 class Option:
     """One config name. `multi`: takes several arguments (Valkey's MULTI_ARG_CONFIG); then `parse_args`
     turns the argument list into the value, and `parse` a CONFIG SET string (split on spaces)."""
@@ -284,7 +290,7 @@ OPTIONS = [
     Option("extended-redis-compatibility", False, _bool),
     Option("tracking-table-max-keys", 1_000_000, _int_range(0, 2**63 - 1)),
     Option("tls-key-file-pass", "", _string, sensitive=True),
-    Option("primaryuser", "", _string, aliases=("masteruser",)),
+    Option("primaryuser", "", _string, aliases=("masteruser",), sensitive=True),
     Option("primaryauth", "", _string, aliases=("masterauth",), sensitive=True),
     Option("protected-mode", False, _bool),
     Option("slowlog-log-slower-than", 10000, _int_range(-1, 2**62)),
@@ -300,6 +306,9 @@ OPTIONS = [
     Option("cluster-allow-pubsubshard-when-down", True, _bool),
     Option("cluster-preferred-endpoint-type", "ip", _enum("ip", "hostname", "unknown-endpoint")),
     Option("cluster-announce-hostname", "", _string),
+    # A primary refuses writes (NOREPLICAS) while fewer replicas than this were heard from within the lag.
+    Option("min-replicas-to-write", 0, _int_range(0, 2**31 - 1), aliases=("min-slaves-to-write",)),
+    Option("min-replicas-max-lag", 10, _int_range(0, 2**31 - 1), aliases=("min-slaves-max-lag",)),
     # A node not heard from for this long is shown failed (CLUSTER SLOTS leaves it out), as Valkey marks it FAIL.
     Option("cluster-node-timeout", 15000, _int_range(0, 2**63 - 1)),
     Option("replica-read-only", True, _bool, aliases=("slave-read-only",)),
@@ -395,13 +404,24 @@ class Config:
         opt = BY_NAME.get(name)
         return self.values[opt.name] if opt else default
 
-    def _lookup(self, name: str, startup: bool):
+    def _lookup(self, name: str, startup: bool, text=None):
         opt = BY_NAME.get(name.lower())
         if opt is None:
             raise ConfigError(f"Bad directive or wrong number of arguments: '{name}'")
-        if not startup and not opt.mutable:
+        if not startup and self.immutable(opt, text):
             raise ConfigError("can't set immutable config")
         return opt
+
+    def immutable(self, opt, text=None) -> bool:
+        """Whether CONFIG SET opt `text` is refused as immutable (FIXED_AT_START ones: unless `text` is the
+        value they have)."""
+        return not opt.mutable and not (opt.name in FIXED_AT_START and text is not None and self._holds(opt, text))
+
+    def _holds(self, opt, text) -> bool:
+        try:
+            return opt.parse(text) == self.values[opt.name]
+        except ValueError:
+            return False
 
     def _store(self, opt, value, startup):
         if opt.merge is not None:
@@ -414,7 +434,7 @@ class Config:
 
     def parse(self, name: str, text: str):
         """The value `text` would give option `name` (raises ConfigError as set() does), without setting it."""
-        opt = self._lookup(name, False)
+        opt = self._lookup(name, False, text)
         try:
             return opt.parse(text)
         except ValueError as exc:
@@ -423,11 +443,13 @@ class Config:
     def set(self, name: str, text: str, startup=False):
         """Parses and sets one option from one string, as CONFIG SET does. Raises ConfigError with Valkey's
         wording on a bad value."""
-        opt = self._lookup(name, startup)
+        opt = self._lookup(name, startup, text)
         try:
             value = opt.parse(text)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if not startup and not opt.mutable:
+            return opt.name             # FIXED_AT_START set to the value it has: nothing changes
         return self._store(opt, value, startup)
 
     def set_args(self, name: str, args, startup=True):

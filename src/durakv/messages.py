@@ -242,6 +242,7 @@ CLUSTERDOWN_STATE = "CLUSTERDOWN The cluster is down"
 CLUSTERDOWN_RO_STATE = "CLUSTERDOWN The cluster is down and only accepts read commands"
 CLUSTERDOWN_UNBOUND = "CLUSTERDOWN Hash slot not served"
 CLUSTER_DISABLED = "ERR This instance has cluster support disabled"
+NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 CLUSTER_RESET_UNSUPPORTED = ("ERR CLUSTER RESET is not supported: durakv nodes take the topology from the "
                              "coordination store (durakv cluster remove-shard / stop-node)")
 CLUSTER_INVALID_SLOT = "ERR Invalid slot"

@@ -80,7 +80,7 @@ def _admission_input(name):
         setattr(self, private, value)
         self._admit_always = bool(self._acl is not None or self._router is not None or self._gate is not None
                                   or self._maxmemory or self._busy is not None or self._pause is not None
-                                  or self._loading)
+                                  or self._loading or self._min_replicas_to_write)
     return property(get, set)
 
 
@@ -117,6 +117,7 @@ class Pipeline:
     pause = _admission_input("pause")
     loading = _admission_input("loading")
     maxmemory = _admission_input("maxmemory")
+    min_replicas_to_write = _admission_input("min_replicas_to_write")
 
     def __init__(self, keyspace, port=None, perf_counter=time.perf_counter, config=None):
         from .port import Port
@@ -129,8 +130,10 @@ class Pipeline:
         self._loading = False
         self._maxmemory = 0
         self._admit_always = False
+        self._min_replicas_to_write = 0
         self.watchers = {}           # (db_id, key) -> set of sessions
         self.script_disable_deny = False  # DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call noscript commands
+        self.min_replicas_max_lag = 10   # seconds (min-replicas-to-write is an admission input above)
         self.total_commands = 0
         self.total_errors = 0
         self.error_counts = {}       # error prefix -> count
@@ -285,6 +288,8 @@ class Pipeline:
                     denyoom = True  # MULTI queueing may grow memory without bound (processCommand's rule)
                 if denyoom and self.used_memory_fn() > self._maxmemory and not self.evict():
                     return messages.OOM
+        if write and self._min_replicas_to_write and not dirty and not self.enough_good_replicas():
+            return messages.NOREPLICAS
         dur = self.durability
         if write and dur.refusing and not dirty:
             text = dur.refuse_writes()
@@ -316,6 +321,16 @@ class Pipeline:
         if pause is not None and pause.must_postpone(may_replicate):
             return POSTPONE
         return None
+
+    def enough_good_replicas(self) -> bool:
+        """checkGoodReplicasStatus: a replica, or min-replicas-max-lag 0, always passes; a primary needs
+        min-replicas-to-write replicas heard from within min-replicas-max-lag seconds."""
+        if not self._min_replicas_to_write or not self.min_replicas_max_lag:
+            return True
+        gate = self._gate
+        if gate is not None and gate.is_replica():
+            return True
+        return self.port.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
 
     def reject(self, session, cmd, text):
         """rejectCommand: flags a transaction being queued, counts, and answers the error (EXECABORT with
@@ -353,9 +368,10 @@ class Pipeline:
         return bool(self.maxmemory) and self.used_memory_fn() > self.maxmemory and not self.evict()
 
     # -- call() ---------------------------------------------------------------------------------------
-    def call(self, session, cmd, args, handler=None):
+    def call(self, session, cmd, args, handler=None, caller=None):
         """Runs one admitted command (or `handler(ctx)` for a blocked retry) with its accounting.
-        Returns (reply, effects, dirty)."""
+        `caller`: the client a script runs for (its command is logged and counted as that client's, as Valkey
+        does for server.current_client). Returns (reply, effects, dirty)."""
         ctx = session.ctx
         if ctx is None:
             ctx = self.new_context(session)
@@ -393,14 +409,9 @@ class Pipeline:
             self.port.log_exception(cmd.fullname, exc)
         end = self._mark = self.perf_counter()
         keyspace.reading = False
-        if self.stats_enabled and (handler is None or (reply is not None and type(reply) is not Blocked)):
-            cmd.calls += 1
-            usec = int((end - start) * 1e6)
-            cmd.usec += usec
-            cmd.latency[usec.bit_length()] += 1   # LATENCY HISTOGRAM (commands/introspection.py)
-            if usec >= self.monitors.threshold_us and not cmd.skip_slowlog:
-                self.monitors.record(session, cmd, args, usec)
-            self.total_commands += 1
+        if self.stats_enabled and type(reply) is not Blocked and (handler is None or reply is not None):
+            # a command that blocks is accounted once, when it is served (or times out, or is unblocked)
+            self.account(caller or session, cmd, args, int((end - start) * 1e6))
         if write:
             after = 0
             data = db.data
@@ -440,6 +451,16 @@ class Pipeline:
         if obs is not None:
             obs.after_call(session, cmd, args, reply, effects, dirty, pre, handler is not None)
         return reply, effects, dirty
+
+    def account(self, session, cmd, args, usec):
+        """One command's call counts: commandstats, latency histogram, slow log, the client's tot-cmds."""
+        cmd.calls += 1
+        cmd.usec += usec
+        cmd.latency[usec.bit_length()] += 1   # LATENCY HISTOGRAM (commands/introspection.py)
+        if usec >= self.monitors.threshold_us and not cmd.skip_slowlog:
+            self.monitors.record(session, cmd, args, usec)
+        self.total_commands += 1
+        session.commands_processed += 1
 
     def _effect_keys(self, effects, dirty):
         """The keys effects touch, from their own key specs (for commands whose specs cannot name them)."""
@@ -670,7 +691,7 @@ class Pipeline:
             return ErrorReply(text)
         if cmd.write:
             run.dirty = True
-        reply, effects, dirty = self.call(session, cmd, argv)
+        reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
         if effects:
             run.effects.extend(effects)
             run.dirty_keys = _merge_dirty(run.dirty_keys, dirty)

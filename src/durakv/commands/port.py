@@ -202,6 +202,10 @@ class Port:
     def request_failover(self):
         raise CommandError("ERR This instance has cluster support disabled")
 
+    def good_replicas(self, max_lag_ms) -> int:
+        """Replicas of this primary's shard heard from within max_lag_ms (min-replicas-to-write)."""
+        return 0
+
     # -- MIGRATE ----------------------------------------------------------------------------------
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
         """Blocks (as Valkey's MIGRATE does) sending AUTH (auth: its arguments, or None), SELECT dbid (unless

@@ -147,6 +147,8 @@ def _prepare(ctx, flags, ro):
             raise CommandError(messages.SCRIPT_NO_CLUSTER)
         if writes and ro:
             raise CommandError(messages.SCRIPT_RO_WRITE_FLAG)
+        if writes and not p.enough_good_replicas():
+            raise CommandError(messages.NOREPLICAS)
         return not writes or ro, bool(flags & ALLOW_OOM), oom
     return ro, False, oom
 

@@ -37,9 +37,9 @@ def config_set(ctx, args):
         opt = BY_NAME.get(name)
         if opt is None:
             raise CommandError(messages.CONFIG_UNKNOWN.format(name))
-        if not opt.mutable:
-            raise CommandError(messages.CONFIG_IMMUTABLE.format(name))
         value = args[i + 1].decode("utf-8", "replace")
+        if port.config.immutable(opt, value) if port.config is not None else not opt.mutable:
+            raise CommandError(messages.CONFIG_IMMUTABLE.format(name))
         try:
             opt.parse(value)
         except ValueError as exc:

@@ -12,7 +12,7 @@ class Session:
                  "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
                  "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls",
-                 "reply_off", "reply_skip")
+                 "reply_off", "reply_skip", "commands_processed", "net_in", "net_out")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -54,6 +54,11 @@ class Session:
         self.acl_user = None
         self.reply_off = False     # CLIENT REPLY OFF: no replies until CLIENT REPLY ON
         self.reply_skip = 0        # CLIENT REPLY SKIP: replies still to drop (its own, then the next)
+        # CLIENT LIST tot-cmds / tot-net-in / tot-net-out: commands run for this client (a script's own
+        # commands too; a blocked one once it is served), bytes read from and written to its socket
+        self.commands_processed = 0
+        self.net_in = 0
+        self.net_out = 0
 
     def refresh_special(self):
         self.special = bool(self.subscribed or self.monitor)

@@ -416,6 +416,10 @@ class ClusterNode:
                              if p.role == "replica" and now - p.seen_ms <= self.PEER_FRESH_MS),
                             key=lambda p: p.node_id))
 
+    def replicas_heard_within(self, max_lag_ms) -> int:
+        now = _monotonic_ms()
+        return sum(1 for p in self.peers.values() if p.role == "replica" and now - p.seen_ms <= max_lag_ms)
+
     def replicas_at(self, index) -> int:
         return sum(1 for p in self.replica_statuses() if p.applied >= index)
 

@@ -115,8 +115,18 @@ class Blocking:
             return
         self.server.loop.call_soon(conn.resume)
 
+    def _account(self, entry, failed=False):
+        """A blocked command that ends without being served (timeout, CLIENT UNBLOCK) is counted now, once,
+        as Valkey's updateStatsOnUnblock does (a served one is counted by the call that serves it)."""
+        pipeline = self.server.pipeline
+        if entry.cmd is not None and pipeline.stats_enabled:
+            pipeline.account(entry.conn.session, entry.cmd, entry.args, 0)
+            if failed:
+                entry.cmd.failed_calls += 1
+
     def _timed_out(self, entry):
         if not entry.done:
+            self._account(entry)
             self._finish(entry, entry.blocked.timeout_reply)
 
     def unblock(self, client_id, error=False) -> bool:
@@ -127,6 +137,7 @@ class Blocking:
         entry = conn.blocked
         if not isinstance(entry, BlockedClient) or entry.done:
             return False
+        self._account(entry, failed=error)
         if error:
             self.server.pipeline.count_error(messages.UNBLOCKED_BY_CLIENT)
             self._finish(entry, ErrorReply(messages.UNBLOCKED_BY_CLIENT))

@@ -122,6 +122,9 @@ class Connection(asyncio.Protocol):
     def data_received(self, data):
         if self.closing:
             return
+        n = len(data)
+        self.session.net_in += n
+        self.server.net_input_bytes += n
         commands, error = self.parser.feed(data)
         if self.backlog is not None:  # parked: these wait behind the parked command, in order
             self.backlog.extend(commands)
@@ -243,7 +246,11 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
-            if self.server.obuf_limited:
+            n = len(data)
+            self.session.net_out += n
+            srv = self.server
+            srv.net_output_bytes += n
+            if srv.obuf_limited:
                 self._check_output_limits()
 
     def output_memory(self) -> int:

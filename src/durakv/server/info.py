@@ -87,8 +87,8 @@ def _section_stats(srv):
     d = srv.pipeline
     ks = srv.keyspace
     return {"total_connections_received": srv.total_connections, "total_commands_processed": d.total_commands,
-            "instantaneous_ops_per_sec": srv.instantaneous_ops(), "total_net_input_bytes": 0,
-            "total_net_output_bytes": 0, "rejected_connections": srv.rejected_connections,
+            "instantaneous_ops_per_sec": srv.instantaneous_ops(), "total_net_input_bytes": srv.net_input_bytes,
+            "total_net_output_bytes": srv.net_output_bytes, "rejected_connections": srv.rejected_connections,
             "expired_keys": ks.expired_keys, "evicted_keys": ks.evicted_keys,
             "evicted_scripts": _scripting.evicted_scripts(srv),
             "keyspace_hits": ks.hits, "keyspace_misses": ks.misses,

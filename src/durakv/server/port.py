@@ -167,6 +167,7 @@ class ServerPort(Port):
     def reset_stats(self):
         srv = self.server
         srv.total_connections = srv.rejected_connections = 0
+        srv.net_input_bytes = srv.net_output_bytes = 0
         srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
         srv.acl.reset_stats()
 
@@ -265,6 +266,12 @@ class ServerPort(Port):
         task.add_done_callback(done)
         return d
 
+    def good_replicas(self, max_lag_ms) -> int:
+        node = self.server.cluster_node
+        if node is None or node.role != "primary":
+            return 0
+        return node.replicas_heard_within(max_lag_ms)
+
     # -- MIGRATE ----------------------------------------------------------------------------------
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
         try:
@@ -350,9 +357,10 @@ def client_line(conn, now_ms, current=None) -> str:
     omem = conn.output_memory()
     return ("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s db=%d sub=%d psub=%d ssub=%d "
             "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=%d omem=%d "
-            "tot-mem=%d events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s" % (
+            "tot-mem=%d events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s tot-net-in=%d "
+            "tot-net-out=%d tot-cmds=%d" % (
                 s.id, s.addr, s.laddr, s.fd, s.name.decode("utf-8", "replace"), age, idle, flags, s.db_id,
                 nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), held, omem, omem,
                 current, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
-                s.lib_ver.decode("utf-8", "replace")))
+                s.lib_ver.decode("utf-8", "replace"), s.net_in, s.net_out, s.commands_processed))
 

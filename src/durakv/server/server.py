@@ -115,7 +115,8 @@ class Server:
         self.total_connections = 0
         self.rejected_connections = 0
         self.protocol_errors = 0
-        self.net_input_bytes = 0
+        self.net_input_bytes = 0           # INFO total_net_input_bytes / total_net_output_bytes
+        self.net_output_bytes = 0
         self.last_snapshot_index = 0
         self.lastsave = int(time.time())
         self.last_bgsave_status = "ok"
@@ -151,7 +152,8 @@ class Server:
     def _apply_config_all(self):
         for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
                      "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events",
-                     "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del", "tracking-table-max-keys"):
+                     "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del", "tracking-table-max-keys",
+                     "min-replicas-to-write", "min-replicas-max-lag"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -172,6 +174,10 @@ class Server:
                 "lfu" if value.endswith("lfu") else None)
         elif name == "maxmemory-samples":
             d.maxmemory_samples = value
+        elif name == "min-replicas-to-write":
+            d.min_replicas_to_write = value
+        elif name == "min-replicas-max-lag":
+            d.min_replicas_max_lag = value
         elif name == "tracking-table-max-keys":
             self.hooks.tracking.max_keys = value
             self.hooks.tracking.limit()
