@@ -197,6 +197,47 @@ def test_watch(shared_server):
     assert a.get("w") == b"4"
 
 
+def test_flushes_and_swapdb_touch_watched_keys_and_stale_keys_do_not(shared_server):
+    # Valkey's multi unit: FLUSHALL / FLUSHDB / SWAPDB touch the watched keys they change (they did not), and
+    # the lazy deletion of a key that had already expired when watched is no change (it failed EXEC)
+    c = shared_server.client(single_connection_client=True)
+
+    def tx():
+        c.execute_command("MULTI")
+        c.execute_command("PING")
+        return c.execute_command("EXEC")
+    c.flushall()
+    for flush in (c.flushall, c.flushdb):
+        c.set("x", 30)
+        c.execute_command("WATCH", "x")
+        flush()
+        assert tx() is None
+    c.execute_command("WATCH", "x")       # missing, and FLUSHALL leaves it missing: no change
+    c.flushall()
+    assert tx() == [b"PONG"]
+    c.execute_command("SELECT", 1)
+    c.set("x", 30)
+    c.execute_command("SELECT", 0)
+    c.execute_command("WATCH", "x")       # missing here; SWAPDB brings it
+    c.swapdb(0, 1)
+    assert tx() is None
+    c.flushall()
+    c.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+    try:
+        def now_ms():
+            sec, usec = c.time()
+            return sec * 1000 + usec // 1000
+        at = now_ms() + 1
+        c.set("x", "foo", pxat=at)
+        wait_until(lambda: now_ms() > at, 5, what="x to be past its expiry (by the server's clock)")
+        c.execute_command("WATCH", "x")
+        assert c.exists("x") == 0         # lazy expiry deletes it
+        assert tx() == [b"PONG"]
+    finally:
+        c.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+        c.close()
+
+
 def test_auth(server_factory):
     srv = server_factory("--requirepass", "s3cret", password="s3cret")
     c = srv.client()

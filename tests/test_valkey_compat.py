@@ -521,3 +521,29 @@ def test_tracking_table_max_keys_and_debug_pause_cron(r):
     wait_until(lambda: r.info("stats")["expired_keys"] > before, 5, what="active expiry back")
     for name, value in (("appendfsync", "always"), ("repl-diskless-sync", "no"), ("repl-diskless-sync-delay", "0")):
         assert r.config_set(name, value)
+
+
+def test_incr_family_is_propagated_as_it_came(r):
+    # Valkey's multi unit "MULTI / EXEC is propagated correctly (write command, no effect)" expects `incr foo`
+    # in the replication stream; durakv sent SET foo 1 KEEPTTL (INCRBYFLOAT stays a SET, as in Valkey)
+    r.config_set("repl-ping-replica-period", 3600)
+    kw = r.connection_pool.connection_kwargs
+    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
+        f = s.makefile("rb")
+        s.sendall(b"SYNC\r\n")
+        header = f.readline()
+        f.read(int(header[1:]))
+        for cmd in (["INCR", "foo"], ["DECR", "foo"], ["INCRBY", "foo", 5], ["DECRBY", "foo", 2],
+                    ["INCRBYFLOAT", "foo", 1.5]):
+            r.execute_command(*cmd)
+
+        def command():
+            line = f.readline()
+            argv = []
+            for _ in range(int(line[1:])):
+                n = int(f.readline()[1:])
+                argv.append(f.read(n + 2)[:-2])
+            return [argv[0].lower()] + argv[1:]
+        assert command()[0] == b"select"
+        assert [command() for _ in range(5)] == [[b"incr", b"foo"], [b"decr", b"foo"], [b"incrby", b"foo", b"5"],
+                                                 [b"decrby", b"foo", b"2"], [b"set", b"foo", b"4.5", b"KEEPTTL"]]

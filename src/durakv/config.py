@@ -205,9 +205,13 @@ def _fmt(v):
 
 
 # Options Valkey changes at runtime that durakv fixes at start-up (its listeners, data directory, TLS files and
-# AZ): CONFIG SET to the value they have is accepted as the no-op it is; another value is refused as immutable.
+# AZ), and durakv's own start-up options (its journal and shard): CONFIG SET to the value they have is accepted
+# as the no-op it is; another value is refused as immutable. (Valkey's own immutable options stay refused.)
 FIXED_AT_START = frozenset({"port", "bind", "dir", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
-                            "tls-auth-clients", "availability-zone"})
+                            "tls-auth-clients", "availability-zone",
+                            "journal-nats-tls-ca-file", "journal-backend", "journal-nats-servers",
+                            "journal-max-appends-in-flight", "shard", "node-id", "announce-ip",
+                            "journal-segment-bytes", "journal-fsync", "debug-ack-before-commit"})
 
 
 class Option:

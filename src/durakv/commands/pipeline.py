@@ -570,7 +570,9 @@ class Pipeline:
         if dirty is None:
             return
         watchers = self.watchers
-        for dk in dirty:
+        # once per key: a read that expired a key lists it twice (the deletion and the command's own key), and
+        # a second touch would dirty a transaction the first one rightly left alone (the key was expired)
+        for dk in dict.fromkeys(dirty):
             sessions = watchers.get(dk)
             if sessions:
                 self._touch_sessions(dk, sessions)

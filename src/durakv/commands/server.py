@@ -156,6 +156,7 @@ def _flush_mode(args):
 
 
 def _flush_db(ctx, db):
+    ctx.pipeline.touch_db_watched(db)       # before the keys are gone (touchAllWatchedKeysInDb)
     ks = ctx.keyspace
     if db.data:
         ks.used_bytes -= sum(estimate_key(k, v) for k, v in db.data.items())
@@ -568,6 +569,8 @@ def swapdb(ctx, args):
     if a != b:
         # Swap the contents, not the Db objects: every client context keeps pointing at "db a".
         da, db_ = dbs[a], dbs[b]
+        ctx.pipeline.touch_db_watched(da, db_)
+        ctx.pipeline.touch_db_watched(db_, da)
         for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses", "enc"):
             va, vb = getattr(da, field), getattr(db_, field)
             setattr(da, field, vb)

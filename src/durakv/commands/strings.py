@@ -224,17 +224,17 @@ def msetnx(ctx, args):
 
 @command("incrby")
 def incrby(ctx, args):
-    return _incr(ctx, args[1], parse_int(args[2]))
+    return _incr(ctx, args, parse_int(args[2]))
 
 
 @command("incr")
 def incr(ctx, args):
-    return _incr(ctx, args[1], 1)
+    return _incr(ctx, args, 1)
 
 
 @command("decr")
 def decr(ctx, args):
-    return _incr(ctx, args[1], -1)
+    return _incr(ctx, args, -1)
 
 
 @command("decrby")
@@ -242,17 +242,18 @@ def decrby(ctx, args):
     delta = parse_int(args[2])
     if delta == INT64_MIN:
         raise CommandError(messages.DECREMENT_OVERFLOW)
-    return _incr(ctx, args[1], -delta)
+    return _incr(ctx, args, -delta)
 
 
-def _incr(ctx, key, delta):
+def _incr(ctx, args, delta):
+    key = args[1]
     old = ctx.lookup_string(key)
     current = 0 if old is None else parse_int(old)
     result = current + delta
     if not (INT64_MIN <= result <= INT64_MAX):
         raise CommandError(messages.OVERFLOW)
     ctx.store(key, b"%d" % result, keep_ttl=True)
-    ctx.propagate(b"SET", key, b"%d" % result, b"KEEPTTL")
+    ctx.propagate_args(args)        # deterministic on the same state: propagated as it came, as in Valkey
     return result
 
 

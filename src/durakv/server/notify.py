@@ -103,8 +103,7 @@ _REMOVERS = {
 }
 _NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish"}
 # what SET is called when another command was rewritten into it
-_SET_ORIGIN = {"incr": b"incrby", "decr": b"incrby", "incrby": b"incrby", "decrby": b"incrby",
-               "incrbyfloat": b"incrbyfloat"}
+_SET_ORIGIN = {"incrbyfloat": b"incrbyfloat"}
 _ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpopmax", "bzpopmax": b"zpopmax"}
 _EXPIRE_OPTS = {b"ex", b"px", b"exat", b"pxat"}
 
