@@ -764,3 +764,18 @@ def test_busy_function_stats_and_function_kill(slow_server):
     t.join(10)
     assert "Script killed by user with FUNCTION KILL." in box["error"]
     assert c.ping() is True
+
+
+def test_time_inside_a_script_is_the_time_it_started(r):
+    # Valkey's "TIME command using cached time": server.call('TIME') answers the same time all through a script
+    r.execute_command("DEBUG", "SET-DISABLE-DENY-SCRIPTS", "1")
+    try:
+        first, second = r.eval("local a = {redis.call('TIME')} redis.call('DEBUG', 'SLEEP', 0.01) "
+                               "local b = {redis.call('TIME')} return {a, b}", 0)
+    finally:
+        r.execute_command("DEBUG", "SET-DISABLE-DENY-SCRIPTS", "0")
+    assert first == second
+    after = r.time()
+    assert (after[0], after[1]) > (int(first[0][0]), int(first[0][1]))
+    with pytest.raises(valkey.ResponseError, match="This Redis command is not allowed from script"):
+        r.eval("redis.call('DEBUG', 'SLEEP', 0)", 0)

@@ -130,9 +130,14 @@ def dbsize(ctx, args):
 
 @command("time")
 def time_(ctx, args):
-    now = time.time()
-    secs = int(now)
-    return [b"%d" % secs, b"%d" % int((now - secs) * 1e6)]
+    state = ctx.pipeline.scripting if ctx.pipeline is not None else None
+    run = state.current if state is not None else None
+    if run is not None and run.session is ctx.client:
+        now_us = run.time_us            # a script sees the time it started at (server.ustime is cached)
+    else:
+        now_us = int(time.time() * 1e6)
+    secs, usecs = divmod(now_us, 1_000_000)
+    return [b"%d" % secs, b"%d" % usecs]
 
 
 @command("sync")

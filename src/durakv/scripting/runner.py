@@ -82,7 +82,7 @@ class ScriptRun:
     __slots__ = ("state", "kind", "funcname", "readonly", "allow_oom", "pre_oom", "hook", "session",
                  "resp", "caller_resp3", "effects", "dirty_keys", "dirty", "killed", "lock", "detached",
                  "finished", "reply", "started", "loading", "load_deadline", "library", "caller", "command",
-                 "deferred", "loop", "saved_clock", "host", "flags", "declared_keys", "cluster_slot")
+                 "deferred", "loop", "saved_clock", "host", "flags", "declared_keys", "cluster_slot", "time_us")
 
     def __init__(self, state, kind, funcname, caller_ctx=None, command=(), readonly=False, allow_oom=False,
                  pre_oom=False, flags=0):
@@ -115,6 +115,7 @@ class ScriptRun:
         self.deferred = None
         self.loop = None
         self.saved_clock = None
+        self.time_us = 0                  # TIME inside the script: the time it started (Valkey caches it too)
         self.host = None
         session = self.session = state.calls.session if state.calls is not None else None
         if caller_ctx is not None and session is not None:
@@ -230,6 +231,7 @@ class ScriptingState:
         saved_clock = ks.clock_ms
         frozen = saved_clock()
         ks.clock_ms = lambda: frozen       # time stands still for the script (Valkey's command time snapshot)
+        run.time_us = int(time.time() * 1e6)
         self.current = run
         if threshold <= 0 or loop is None or not ctx.may_block or not loop.is_running():
             try:
