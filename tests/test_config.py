@@ -174,3 +174,17 @@ def test_config_rewrite_round_trips_control_characters_through_a_restart(tmp_pat
                 c.ping()
     finally:
         srv.stop()
+
+
+def test_config_set_duplicate_parameter_and_replication_names(shared_server):
+    c = shared_server.client()
+    with pytest.raises(valkey.ResponseError) as e:
+        c.execute_command("CONFIG", "SET", "maxmemory", "10000001", "maxmemory", "10000002")
+    assert str(e.value) == "CONFIG SET failed (possibly related to argument 'maxmemory') - duplicate parameter"
+    with pytest.raises(valkey.ResponseError) as e:
+        c.execute_command("CONFIG", "SET", "min-replicas-to-write", "0", "min-slaves-to-write", "0")
+    assert str(e.value) == ("CONFIG SET failed (possibly related to argument 'min-slaves-to-write') - "
+                            "duplicate parameter")
+    # Valkey's "CONFIG SET with multiple args" sets repl-backlog-size (accepted: durakv has no PSYNC backlog)
+    assert c.execute_command("CONFIG", "SET", "maxmemory", "0", "repl-backlog-size", "10000002") == b"OK"
+    assert c.config_get("repl-backlog-size") == {"repl-backlog-size": "10000002"}

@@ -547,3 +547,33 @@ def test_incr_family_is_propagated_as_it_came(r):
         assert command()[0] == b"select"
         assert [command() for _ in range(5)] == [[b"incr", b"foo"], [b"decr", b"foo"], [b"incrby", b"foo", b"5"],
                                                  [b"decrby", b"foo", b"2"], [b"set", b"foo", b"4.5", b"KEEPTTL"]]
+
+
+def test_pops_and_moves_are_propagated_as_valkey_rewrites_them(r):
+    # Valkey's zset unit "ZMPOP propagate as pop with count command to replica" and list's "Command being
+    # unblocked cause another command to get unblocked execution order test" (LMOVE keeps the client's case)
+    r.config_set("repl-ping-replica-period", 3600)
+    kw = r.connection_pool.connection_kwargs
+    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
+        f = s.makefile("rb")
+        s.sendall(b"SYNC\r\n")
+        header = f.readline()
+        f.read(int(header[1:]))
+        for cmd in (["ZADD", "z{t}", 1, "one", 2, "two", 3, "three"], ["ZMPOP", 1, "z{t}", "MIN"],
+                    ["ZMPOP", 1, "z{t}", "MAX", "COUNT", 1], ["ZMPOP", 2, "z{t}", "z2{t}", "MIN", "COUNT", 10],
+                    ["ZADD", "z{t}", 1, "a", 2, "b"], ["ZPOPMAX", "z{t}", 5], ["RPUSH", "src{t}", "x"],
+                    ["LMOVE", "src{t}", "dst{t}", "left", "right"]):
+            r.execute_command(*cmd)
+
+        def command():
+            line = f.readline()
+            argv = []
+            for _ in range(int(line[1:])):
+                n = int(f.readline()[1:])
+                argv.append(f.read(n + 2)[:-2])
+            return [argv[0].lower()] + argv[1:]
+        assert command()[0] == b"select"
+        assert [command() for _ in range(8)] == [
+            [b"zadd", b"z{t}", b"1", b"one", b"2", b"two", b"3", b"three"], [b"zpopmin", b"z{t}", b"1"],
+            [b"zpopmax", b"z{t}", b"1"], [b"zpopmin", b"z{t}", b"1"], [b"zadd", b"z{t}", b"1", b"a", b"2", b"b"],
+            [b"zpopmax", b"z{t}", b"5"], [b"rpush", b"src{t}", b"x"], [b"lmove", b"src{t}", b"dst{t}", b"left", b"right"]]

@@ -289,6 +289,8 @@ OPTIONS = [
     Option("appendfsync", "everysec", _enum("always", "everysec", "no")),
     Option("repl-diskless-sync", True, _bool),
     Option("repl-diskless-sync-delay", 5, _int_range(0, 2**31 - 1)),
+    Option("repl-backlog-size", 1024 * 1024, _memory_range(1, 2**63 - 1)),   # no PSYNC: SYNC streams live
+    Option("repl-backlog-ttl", 3600, _int_range(0, 2**31 - 1)),
     Option("tls-client-key-file-pass", "", _string, sensitive=True),
     # Valkey 8.0: HELLO and INFO identify the server as Redis 7.2 for clients that check (deprecated in 9)
     Option("extended-redis-compatibility", False, _bool),

@@ -160,7 +160,8 @@ def blmove(ctx, args):
     src_left = lists._where(args[3])
     dst_left = lists._where(args[4])
     timeout = parse_timeout(ctx, args[5])
-    move_args = (b"LMOVE", args[1], args[2], b"LEFT" if src_left else b"RIGHT", b"LEFT" if dst_left else b"RIGHT")
+    # served as LMOVE with the directions as the client spelled them (Valkey rewrites its argv)
+    move_args = (b"LMOVE", args[1], args[2], args[3], args[4])
     return _bmove(ctx, args, move_args, src_left, dst_left, timeout)
 
 
@@ -201,7 +202,7 @@ def _zpop_first(ctx, keys, from_max):
     for key in keys:
         z = ctx.lookup_zset(key)
         if z:
-            (score, member), = zsets._pop_items(ctx, key, z, 1, from_max)
+            (score, member), = zsets._pop_items(ctx, key, z, 1, from_max, count_arg=None)
             return [key, member, score]
     return None
 

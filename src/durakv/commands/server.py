@@ -40,6 +40,8 @@ def config_set(ctx, args):
         value = args[i + 1].decode("utf-8", "replace")
         if port.config.immutable(opt, value) if port.config is not None else not opt.mutable:
             raise CommandError(messages.CONFIG_IMMUTABLE.format(name))
+        if any(BY_NAME[seen] is opt for seen, _v in pairs):    # an alias counts as the same parameter
+            raise CommandError(messages.CONFIG_BAD_VALUE.format(name, "duplicate parameter"))
         try:
             opt.parse(value)
         except ValueError as exc:

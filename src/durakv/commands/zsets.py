@@ -1,7 +1,8 @@
 """Sorted set commands. A sorted set is a keyspace.ZSet (member -> float score + sorted order).
 
 Effects: ZINCRBY and ZADD INCR propagate `ZADD key score member` with the exact resulting score;
-pops (ZPOPMIN/ZPOPMAX/ZMPOP) propagate `ZREM key members...`; every other write (ZADD, ZREM,
+pops (ZPOPMIN/ZPOPMAX/ZMPOP and the blocking ones) propagate `ZPOPMIN|ZPOPMAX key [n popped]` as Valkey does
+(deterministic on the same state); every other write (ZADD, ZREM,
 ZREMRANGEBY*, the *STORE commands) is deterministic given the prior state and propagates itself.
 Scores in replies are Python floats: a double in RESP3, a bulk string in RESP2.
 """
@@ -533,10 +534,20 @@ def zremrangebylex(ctx, args):
 
 # -- pops -----------------------------------------------------------------------------------------
 
-def _pop_items(ctx, key, z, count, from_max):
+_POPPED = object()
+
+
+def _pop_items(ctx, key, z, count, from_max, count_arg=_POPPED):
+    """Pops and propagates ZPOPMIN/ZPOPMAX key [n] (deterministic on the same state), as Valkey rewrites
+    ZMPOP, BZPOPMIN/MAX and BZMPOP: n is how many were popped; `count_arg` None: the one-element form
+    (ZPOPMIN key), bytes: that count as the client gave it (ZPOPMIN propagates itself)."""
     items = z.pop(count, from_max)
     ctx.delete_if_empty(key, z)
-    ctx.propagate(b"ZREM", key, *[m for _, m in items])
+    name = b"ZPOPMAX" if from_max else b"ZPOPMIN"
+    if count_arg is None:
+        ctx.propagate(name, key)
+    else:
+        ctx.propagate(name, key, b"%d" % len(items) if count_arg is _POPPED else count_arg)
     return items
 
 
@@ -549,7 +560,7 @@ def _zpop(ctx, args, from_max):
     z = ctx.lookup_zset(key)
     if z is None or count == 0:
         return []
-    items = _pop_items(ctx, key, z, 1 if count == -1 else count, from_max)
+    items = _pop_items(ctx, key, z, 1 if count == -1 else count, from_max, count_arg=args[2] if n == 3 else None)
     if ctx.resp3 and count != -1:
         return [[m, s] for s, m in items]
     out = []
