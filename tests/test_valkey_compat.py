@@ -534,7 +534,8 @@ def test_incr_family_is_propagated_as_it_came(r):
         header = f.readline()
         f.read(int(header[1:]))
         for cmd in (["INCR", "foo"], ["DECR", "foo"], ["INCRBY", "foo", 5], ["DECRBY", "foo", 2],
-                    ["INCRBYFLOAT", "foo", 1.5]):
+                    ["INCRBYFLOAT", "foo", 1.5], ["set", "foo1", "bar", "pxat", "4102444800000"],
+                    ["SET", "foo2", "bar", "EXAT", "4102444800"]):
             r.execute_command(*cmd)
 
         def command():
@@ -547,6 +548,10 @@ def test_incr_family_is_propagated_as_it_came(r):
         assert command()[0] == b"select"
         assert [command() for _ in range(5)] == [[b"incr", b"foo"], [b"decr", b"foo"], [b"incrby", b"foo", b"5"],
                                                  [b"decrby", b"foo", b"2"], [b"set", b"foo", b"4.5", b"KEEPTTL"]]
+        # an absolute PXAT comes through as it was spelled (expire.tcl's "All TTL in commands are propagated
+        # as absolute timestamp"); EXAT is rewritten to PXAT
+        assert command() == [b"set", b"foo1", b"bar", b"pxat", b"4102444800000"]
+        assert command() == [b"set", b"foo2", b"bar", b"PXAT", b"4102444800000"]
 
 
 def test_pops_and_moves_are_propagated_as_valkey_rewrites_them(r):

@@ -97,10 +97,12 @@ def get(ctx, args):
 @command("set")
 def set_(ctx, args):
     flags, expire_flag, expire_arg = _parse_string_options(args, 3, True)
-    return _set(ctx, args[1], args[2], flags, expire_flag, expire_arg, "set")
+    # an absolute time in ms already: Valkey propagates the command as it came (its spelling, its options)
+    verbatim = args if expire_flag == _PXAT else None
+    return _set(ctx, args[1], args[2], flags, expire_flag, expire_arg, "set", verbatim)
 
 
-def _set(ctx, key, value, flags, expire_flag, expire_arg, name):
+def _set(ctx, key, value, flags, expire_flag, expire_arg, name, verbatim=None):
     """setGenericCommand: returns OK / None (NX|XX not met), or the old value with GET."""
     expire_at = None
     if expire_arg is not None:
@@ -120,7 +122,10 @@ def _set(ctx, key, value, flags, expire_flag, expire_arg, name):
     ctx.store(key, value, keep_ttl=bool(flags & _KEEPTTL))
     if expire_at is not None:
         ctx.set_expire(key, expire_at)
-        ctx.propagate(b"SET", key, value, b"PXAT", b"%d" % expire_at)
+        if verbatim is not None:
+            ctx.propagate_args(verbatim)
+        else:
+            ctx.propagate(b"SET", key, value, b"PXAT", b"%d" % expire_at)
     elif flags & _KEEPTTL:
         ctx.propagate(b"SET", key, value, b"KEEPTTL")
     else:
