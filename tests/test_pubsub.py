@@ -376,3 +376,13 @@ def test_publish_is_not_journaled():
     replies, effects = run_and_replay([["SET", "k", "v"], ["PUBLISH", "ch", "m"], ["SPUBLISH", "s", "m"]])
     assert replies[1:] == [0, 0]
     assert effects == [(0, (b"SET", b"k", b"v"))]
+
+
+def test_config_get_answers_event_flags_as_valkey_writes_them(r):
+    # Valkey's pubsub unit "Keyspace notifications: test CONFIG GET/SET of event flags"
+    try:
+        for given, shown in (("gxE", "gxE"), ("KA", "AK"), ("EA", "AE"), ("$lshzxeKEtm", "$lshzxetKEm"), ("", "")):
+            assert r.config_set("notify-keyspace-events", given)
+            assert r.config_get("notify-keyspace-events") == {"notify-keyspace-events": shown}
+    finally:
+        r.config_set("notify-keyspace-events", "")

@@ -29,7 +29,7 @@ from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology
 from .connection import Connection
 from .migrate import MigrateSockets
-from .notify import Hooks, parse_notify_flags
+from .notify import Hooks, notify_flags_to_string, parse_notify_flags
 from .port import ServerPort
 from .pubsub import PubSub
 
@@ -197,6 +197,8 @@ class Server:
             self.durability.tracker.buffer_ms = value
         elif name == "notify-keyspace-events":
             self.hooks.set_notify_flags(value)
+            # CONFIG GET answers the flags as Valkey writes them back (keyspaceEventsFlagsToString: KA -> AK)
+            self.config.values["notify-keyspace-events"] = notify_flags_to_string(self.hooks.notify_flags)
         elif name == "lua-memory-limit":
             set_lua_memory_limit(value)
 
