@@ -178,14 +178,16 @@ def test_resp3_subscribed_client_can_run_any_command(raw, r):
     assert c.read() == Push([b"message", b"ch", b"hello"])
 
 
-def test_message_to_own_connection_in_resp3_comes_before_the_reply(raw):
+def test_message_to_own_connection_in_resp3_comes_after_the_reply(raw):
+    # Valkey 8.0.1 (checked against its binary; pubsub.tcl: "published message comes after the publish
+    # command's response"): the reply first, then the message
     c = raw(3)
     c.send("SUBSCRIBE", "self")
     c.read()
     c.send_many(("PING",), ("PUBLISH", "self", "me"))
     assert c.read() == "PONG"
-    assert c.read() == Push([b"message", b"self", b"me"])
     assert c.read() == 1
+    assert c.read() == Push([b"message", b"self", b"me"])
 
 
 def test_pubsub_introspection(r, raw):
@@ -386,3 +388,22 @@ def test_config_get_answers_event_flags_as_valkey_writes_them(r):
             assert r.config_get("notify-keyspace-events") == {"notify-keyspace-events": shown}
     finally:
         r.config_set("notify-keyspace-events", "")
+
+
+def test_messages_to_self_follow_the_reply_that_published_them(raw):
+    # Valkey's pubsub unit: "publish to self inside multi / inside script", "unsubscribe inside multi, and
+    # publish to self" (RESP3): the client's own messages come after the EXEC / EVAL / PUBLISH reply
+    c = raw(resp=3)
+    assert c.call("SUBSCRIBE", "foo") == Push([b"subscribe", b"foo", 1])
+    for cmd in (["MULTI"], ["PING", "abc"], ["PUBLISH", "foo", "bar"], ["PUBLISH", "foo", "vaz"], ["PING", "def"]):
+        c.send(*cmd)
+    c.send("EXEC")
+    assert [c.read() for _ in range(5)] == ["OK", "QUEUED", "QUEUED", "QUEUED", "QUEUED"]
+    assert c.read() == [b"abc", 1, 1, b"def"]
+    assert c.read() == Push([b"message", b"foo", b"bar"])
+    assert c.read() == Push([b"message", b"foo", b"vaz"])
+    c.send("EVAL", "redis.call('publish','foo','x') return 'bla'", "0")
+    assert c.read() == b"bla"
+    assert c.read() == Push([b"message", b"foo", b"x"])
+    assert c.call("PUBLISH", "foo", "y") == 1
+    assert c.read() == Push([b"message", b"foo", b"y"])

@@ -211,7 +211,7 @@ class Connection(asyncio.Protocol):
                     outbox.hold(ticket, data)
                 else:
                     ready.append(data)
-                if pipeline.observer is not None:
+                if pipeline.observer is not None or hooks.own_feed:
                     hooks.after_reply(self)
                 if session.close_after_reply or self.closing:
                     break

@@ -342,7 +342,7 @@ class Hooks:
         self._server_deleted = set()       # (db_id, key) removed by expiry/eviction: no "del" for them
         self._tracking_server_deleted = set()   # the same for tracking: invalidated as the server's
         self._deferred = []                # invalidations for the current client, sent after its reply
-        self._own_feed = []                # MONITOR lines of the current client's own command, ditto
+        self.own_feed = []                 # (conn, push) for the current client, sent after its reply
         ks = server.keyspace
         ks.deleted_by_server = _DeletionLog(self._on_server_delete, ks.deleted_by_server)
 
@@ -454,12 +454,17 @@ class Hooks:
         if blocking.waiting:
             blocking.serve()
 
+    def push_after_reply(self, data):
+        """A push for the current client (its own PUBLISH, in MULTI or a script too; MONITOR lines of its
+        own command): Valkey queues it behind the command's reply."""
+        self.own_feed.append((self.current, data))
+
     def after_reply(self, conn):
         """The current client's reply is queued: the invalidations its own command caused follow it."""
-        if self._own_feed:
-            feed, self._own_feed = self._own_feed, []
-            for data in feed:
-                conn.push(data)
+        if self.own_feed:
+            feed, self.own_feed = self.own_feed, []
+            for target, data in feed:
+                target.push(data)   # another client's only if its reply never came this way (a Deferred)
         deferred = self._deferred
         if deferred and conn.tracking is not None:
             self._deferred = []
@@ -527,7 +532,7 @@ class Hooks:
             if m.closing:
                 continue
             if m is current:
-                self._own_feed.append(data)   # behind its own reply, as Valkey's output buffer orders it
+                self.push_after_reply(data)   # behind its own reply, as Valkey's output buffer orders it
             else:
                 m.push(data)
 

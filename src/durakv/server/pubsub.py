@@ -139,11 +139,17 @@ class PubSub:
         """Delivers a message; returns the number of receivers (Valkey's count: one per matching
         subscription, so a client subscribed by channel and by two patterns counts three times)."""
         receivers = 0
+        hooks = self.server.hooks
+        current = hooks.current     # a client publishing to itself gets the message after its own reply
         members = (self.shard if shard else self.channels).get(channel)
         if members:
             frames = _frames((b"smessage" if shard else b"message", channel, message))
             for conn in list(members):
-                conn.push(Raw(frames[conn.session.resp == 3]))
+                data = Raw(frames[conn.session.resp == 3])
+                if conn is current:
+                    hooks.push_after_reply(data)
+                else:
+                    conn.push(data)
                 receivers += 1
         if shard or not self.patterns:
             return receivers
@@ -152,7 +158,11 @@ class PubSub:
                 continue
             frames = _frames((b"pmessage", pattern, channel, message))
             for conn in list(members):
-                conn.push(Raw(frames[conn.session.resp == 3]))
+                data = Raw(frames[conn.session.resp == 3])
+                if conn is current:
+                    hooks.push_after_reply(data)
+                else:
+                    conn.push(data)
                 receivers += 1
         return receivers
 
