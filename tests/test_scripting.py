@@ -779,3 +779,38 @@ def test_time_inside_a_script_is_the_time_it_started(r):
     assert (after[0], after[1]) > (int(first[0][0]), int(first[0][1]))
     with pytest.raises(valkey.ResponseError, match="This Redis command is not allowed from script"):
         r.eval("redis.call('DEBUG', 'SLEEP', 0)", 0)
+
+
+def test_script_errors_are_counted_once(r):
+    # Valkey's "Consistent eval error reporting" and "LUA redis.error_reply API": an error of a command a
+    # script calls is counted where it arises (rejected_calls / failed_calls of that command), the script's
+    # reply of it is not counted again, and an error the script makes itself counts once
+    def stats():
+        cs = r.info("commandstats")
+        pick = {k[8:]: (v["calls"], v["rejected_calls"], v["failed_calls"]) for k, v in cs.items()
+                if k in ("cmdstat_set", "cmdstat_eval", "cmdstat_select")}
+        return dict(r.info("errorstats")), r.info("stats")["total_error_replies"], pick
+    try:
+        r.config_resetstat()
+        r.config_set("maxmemory", 1)
+        with pytest.raises(valkey.ResponseError, match="command not allowed when used memory"):
+            r.eval("return redis.call('set','x','y')", 1, "x")
+        assert stats() == ({"errorstat_OOM": {"count": 1}}, 1, {"set": (0, 1, 0), "eval": (1, 0, 1)})
+        r.config_resetstat()
+        assert r.eval("return redis.pcall('set','x','y')['err']", 1, "x").startswith(b"OOM ")
+        assert stats() == ({"errorstat_OOM": {"count": 1}}, 1, {"set": (0, 1, 0), "eval": (1, 0, 0)})
+        r.config_resetstat()
+        with pytest.raises(valkey.ResponseError):
+            r.eval("return redis.pcall('set','x','y')", 1, "x")
+        assert stats() == ({"errorstat_OOM": {"count": 1}}, 1, {"set": (0, 1, 0), "eval": (1, 0, 1)})
+        r.config_set("maxmemory", 0)
+        r.config_resetstat()
+        with pytest.raises(valkey.ResponseError, match="DB index is out of range"):
+            r.eval("return redis.call('select',99)", 0)
+        assert stats() == ({"errorstat_ERR": {"count": 1}}, 1, {"select": (1, 0, 1), "eval": (1, 0, 1)})
+        r.config_resetstat()
+        with pytest.raises(valkey.ResponseError, match="MY_ERR_CODE custom msg"):
+            r.eval("return redis.error_reply('MY_ERR_CODE custom msg')", 0)
+        assert stats() == ({"errorstat_MY_ERR_CODE": {"count": 1}}, 1, {"eval": (1, 0, 1)})
+    finally:
+        r.config_set("maxmemory", 0)

@@ -400,15 +400,17 @@ class Pipeline:
             reply = cmd.handler(ctx, args) if handler is None else handler(ctx)
         except CommandError as exc:
             reply = ErrorReply(exc.text)
-            cmd.failed_calls += 1
-            self.count_error(exc.text)
         except Exception as exc:  # a handler bug must not take the server down
             reply = ErrorReply("ERR internal error in '%s': %s" % (cmd.fullname, exc))
-            cmd.failed_calls += 1
-            self.count_error(reply.text)
             self.port.log_exception(cmd.fullname, exc)
         end = self._mark = self.perf_counter()
         keyspace.reading = False
+        if type(reply) is ErrorReply and self.stats_enabled:
+            # a failed call, raised or answered (a script's error, MIGRATE's after its DELs); counted in
+            # errorstats unless counted where it arose
+            cmd.failed_calls += 1
+            if not reply.counted:
+                self.count_error(reply.text)
         if self.stats_enabled and type(reply) is not Blocked and (handler is None or reply is not None):
             # a command that blocks is accounted once, when it is served (or times out, or is unblocked)
             self.account(caller or session, cmd, args, int((end - start) * 1e6))
@@ -690,10 +692,15 @@ class Pipeline:
         session = run.session
         text = self.admit(session, cmd, argv, cmd.write, cmd.denyoom, cmd.may_replicate, run=run)
         if text is not None:
+            cmd.rejected_calls += 1     # rejectCommand's counts, as for a client's command
+            self.count_error(text)
+            run.counted_errors.append(text)
             return ErrorReply(text)
         if cmd.write:
             run.dirty = True
         reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
+        if type(reply) is ErrorReply:
+            run.counted_errors.append(reply.text)
         if effects:
             run.effects.extend(effects)
             run.dirty_keys = _merge_dirty(run.dirty_keys, dirty)

@@ -10,7 +10,7 @@ import time
 from .. import messages
 from ..errors import CommandError
 from ..keyspace.glob import compile_glob
-from ..protocol.resp import OK, RespSet
+from ..protocol.resp import OK, ErrorReply, RespSet
 from ..config import split_args
 from ..scripting.functions import LOAD_TIMEOUT_MS, FunctionError, get_functions
 from ..scripting.lua import LuaEngine, sha1hex
@@ -190,7 +190,10 @@ def _fcall_flags(pipeline, args):
 
 
 def _run(ctx, run, call):
-    return get_state(ctx.pipeline).run(ctx, run, call, ctx.port.script_host())
+    reply = get_state(ctx.pipeline).run(ctx, run, call, ctx.port.script_host())
+    if type(reply) is ErrorReply and any(reply.text.startswith(t) for t in run.counted_errors):
+        reply.counted = True    # the error of a command the script called: errorstats has it already
+    return reply
 
 
 # -- EVAL family ----------------------------------------------------------------------------------------

@@ -40,11 +40,13 @@ NullArray = _NullArray()
 
 
 class ErrorReply:
-    """An error reply; `text` has Valkey's prefix (e.g. 'ERR ...', 'WRONGTYPE ...')."""
-    __slots__ = ("text",)
+    """An error reply; `text` has Valkey's prefix (e.g. 'ERR ...', 'WRONGTYPE ...'). `counted`: already in
+    the error statistics (a script returning the error of a command it called, which counted it then)."""
+    __slots__ = ("text", "counted")
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, counted: bool = False):
         self.text = text
+        self.counted = counted
 
     def __repr__(self):
         return f"ErrorReply({self.text!r})"

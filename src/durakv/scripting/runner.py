@@ -82,7 +82,8 @@ class ScriptRun:
     __slots__ = ("state", "kind", "funcname", "readonly", "allow_oom", "pre_oom", "hook", "session",
                  "resp", "caller_resp3", "effects", "dirty_keys", "dirty", "killed", "lock", "detached",
                  "finished", "reply", "started", "loading", "load_deadline", "library", "caller", "command",
-                 "deferred", "loop", "saved_clock", "host", "flags", "declared_keys", "cluster_slot", "time_us")
+                 "deferred", "loop", "saved_clock", "host", "flags", "declared_keys", "cluster_slot", "time_us",
+                 "counted_errors")
 
     def __init__(self, state, kind, funcname, caller_ctx=None, command=(), readonly=False, allow_oom=False,
                  pre_oom=False, flags=0):
@@ -116,6 +117,7 @@ class ScriptRun:
         self.loop = None
         self.saved_clock = None
         self.time_us = 0                  # TIME inside the script: the time it started (Valkey caches it too)
+        self.counted_errors = []          # errors of its commands already in errorstats (not counted twice)
         self.host = None
         session = self.session = state.calls.session if state.calls is not None else None
         if caller_ctx is not None and session is not None:
