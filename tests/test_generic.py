@@ -6,7 +6,7 @@ from collections import deque
 import pytest
 import valkey
 
-from durakv.commands.generic import DUMP_VERSION, dump_payload, load_payload, sort_score, verify_payload
+from durakv.commands.generic import LEGACY_DUMP_VERSION, dump_payload, load_payload, sort_score, verify_payload
 from durakv.keyspace import ZSet
 from replay_util import run_and_replay
 
@@ -250,7 +250,7 @@ def test_restore_stream_payload_runs_only_stream_commands(r):
     import struct
     argv = [b"FLUSHALL"]
     body = (b"\x0f" + struct.pack("<I", 1) + struct.pack("<I", 1) + struct.pack("<I", len(argv[0])) + argv[0]
-            + struct.pack("<H", DUMP_VERSION))
+            + struct.pack("<H", LEGACY_DUMP_VERSION))
     r.set("keep", "1")
     assert _err(r.execute_command, "RESTORE", "n", "0", body + struct.pack("<I", crc32c(body))) == \
         "Bad data format"
@@ -300,11 +300,11 @@ def test_restore_errors(r):
 def test_restore_bad_body_with_valid_checksum(r):
     from crc32c import crc32c
     import struct
-    body = b"\x01" + struct.pack("<I", 2) + struct.pack("<2I", 5, 5) + b"abc" + struct.pack("<H", DUMP_VERSION)
+    body = b"\x01" + struct.pack("<I", 2) + struct.pack("<2I", 5, 5) + b"abc" + struct.pack("<H", LEGACY_DUMP_VERSION)
     payload = body + struct.pack("<I", crc32c(body))
     assert verify_payload(payload)
     assert _err(r.execute_command, "RESTORE", "n", "0", payload) == "Bad data format"
-    body = b"\x09" + struct.pack("<H", DUMP_VERSION)
+    body = b"\x09" + struct.pack("<H", LEGACY_DUMP_VERSION)
     assert _err(r.execute_command, "RESTORE", "n", "0", body + struct.pack("<I", crc32c(body))) == \
         "Bad data format"
 

@@ -130,7 +130,7 @@ def _debug_object(ctx, args):
             refcount = 2147483647  # a shared integer
     parts = ["Value at:0x%x refcount:%d encoding:%s" % (id(value), refcount, enc.decode())]
     if not fast:
-        parts.append(" serializedlength:%d" % (len(dump_payload(value)) - 7))
+        parts.append(" serializedlength:%d" % (len(dump_payload(value)) - 11))   # no type byte, no footer
     access = db.access.get(key, 0)
     if ks.track_access == "lfu":
         lru = access & 0xFFFFFF

@@ -5,20 +5,20 @@ empty result (the result may depend on set iteration order and on the BY/GET key
 recomputed); RESTORE propagates itself with the TTL made absolute (ABSTTL), or DEL when REPLACE met a TTL
 already in the past. SORT without STORE, SORT_RO, DUMP, WAIT and WAITAOF change nothing.
 
-DUMP payloads are durakv's own serialization, not Valkey's RDB encoding:
+DUMP payloads are Valkey's (keyspace/rdbvalue.py): the value in RDB object serialization, RDB version 10
+and CRC-64, so Valkey and Redis 7+ RESTORE what durakv dumps (and MIGRATE between them works) and durakv
+RESTOREs what they dump (RDB versions up to 11, every encoding). RESTORE also reads the format durakv
+wrote before (journals may hold RESTORE effects with it):
 
-    type tag (1 byte) | body | version (u16) | CRC32C of everything before it (u32)      little-endian
+    type tag (1 byte) | body | version 0x4B44 (u16) | CRC32C of everything before it (u32)  little-endian
 
     string  the bytes
     list    u32 count | u32 length * count | elements                   (set: the same, tag 2)
     hash    u32 count | u32 length * 2 * count | field, value, field, value ...
     zset    u32 count | u32 length * count | f64 score * count | members (rank order)
     stream  u32 commands | u32 argc * commands | u32 length * args | args: the commands that rebuild it
-            (Stream.rebuild_commands, as snapshots use) on the placeholder key "k"; RESTORE runs them on a
-            scratch keyspace (only XADD XGROUP XCLAIM XTRIM XDEL XSETID on that key are accepted)
-
-The version (0x4B44) is above every RDB version, so a real Valkey rejects these payloads and durakv
-rejects Valkey's, both with "DUMP payload version or checksum are wrong".
+            (Stream.rebuild_commands) on the placeholder key "k"; RESTORE runs them on a scratch keyspace
+            (only XADD XGROUP XCLAIM XTRIM XDEL XSETID on that key are accepted)
 """
 
 import math
@@ -32,6 +32,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
+from ..keyspace import rdbvalue
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply, Raw
 from . import acl_model, registry
@@ -274,8 +275,11 @@ def sort_ro(ctx, args):
 
 
 # -- DUMP / RESTORE -----------------------------------------------------------------------------------
+# DUMP writes Valkey's payload (keyspace/rdbvalue.py: RDB object serialization + RDB version + CRC-64), so
+# payloads move between durakv, Valkey and Redis (RESTORE, MIGRATE, tools). RESTORE also reads the payload
+# format durakv wrote before (a tag, lengths, LEGACY_DUMP_VERSION, CRC-32C): journals hold RESTORE effects.
 
-DUMP_VERSION = 0x4B44
+LEGACY_DUMP_VERSION = 0x4B44
 _TAG_STRING, _TAG_LIST, _TAG_SET, _TAG_ZSET, _TAG_HASH, _TAG_STREAM = 0, 1, 2, 3, 4, 15
 _STREAM_KEY = b"k"
 _STREAM_REBUILD = {b"xadd": 1, b"xgroup": 2, b"xclaim": 1, b"xtrim": 1, b"xdel": 1, b"xsetid": 1}  # key position
@@ -288,38 +292,21 @@ class _BadData(Exception):
 
 
 def dump_payload(value) -> bytes:
-    t = type(value)
-    if t is bytes:
-        body = [b"\x00", value]
-    elif t is deque or t is set:
-        items = list(value)
-        body = [b"\x01" if t is deque else b"\x02", _U32.pack(len(items)),
-                struct.pack("<%dI" % len(items), *map(len, items))] + items
-    elif t is dict:
-        flat = [x for pair in value.items() for x in pair]
-        body = [b"\x04", _U32.pack(len(value)), struct.pack("<%dI" % len(flat), *map(len, flat))] + flat
-    elif t is ZSet:
-        members = [m for _s, m in value.order]
-        scores = [s for s, _m in value.order]
-        body = [b"\x03", _U32.pack(len(members)), struct.pack("<%dI" % len(members), *map(len, members)),
-                struct.pack("<%dd" % len(scores), *scores)] + members
-    elif t is Stream:
-        commands = list(value.rebuild_commands(_STREAM_KEY))
-        flat = [a for argv in commands for a in argv]
-        body = [b"\x0f", _U32.pack(len(commands)), struct.pack("<%dI" % len(commands), *map(len, commands)),
-                struct.pack("<%dI" % len(flat), *map(len, flat))] + flat
-    else:
-        raise TypeError("cannot DUMP a %s" % t.__name__)
-    body.append(struct.pack("<H", DUMP_VERSION))
-    payload = b"".join(body)
-    return payload + _U32.pack(crc32c(payload))
+    try:
+        return rdbvalue.dump(value)
+    except rdbvalue.RdbError as exc:       # an empty collection: Valkey never stores one either
+        raise TypeError(str(exc)) from None
 
 
-def verify_payload(payload: bytes) -> bool:
+def _legacy_payload(payload: bytes) -> bool:
     if len(payload) < 1 + _FOOTER.size:
         return False
     version, crc = _FOOTER.unpack_from(payload, len(payload) - _FOOTER.size)
-    return version == DUMP_VERSION and crc32c(memoryview(payload)[:-4]) == crc
+    return version == LEGACY_DUMP_VERSION and crc32c(memoryview(payload)[:-4]) == crc
+
+
+def verify_payload(payload: bytes) -> bool:
+    return rdbvalue.verify(payload) or _legacy_payload(payload)
 
 
 def _split(buf, pos, end, count, lengths):
@@ -336,8 +323,13 @@ def _split(buf, pos, end, count, lengths):
 
 
 def load_payload(payload: bytes, clock_ms=None):
-    """The value a verified payload holds (clock_ms: "now" for a rebuilt stream's consumers). Raises
-    _BadData when its body is malformed."""
+    """The value a verified payload holds (clock_ms: "now" for a stream's consumers). Raises _BadData when
+    its body is malformed."""
+    if not _legacy_payload(payload):
+        try:
+            return rdbvalue.load(payload, clock_ms)
+        except rdbvalue.RdbError:
+            raise _BadData() from None
     end = len(payload) - _FOOTER.size
     tag = payload[0]
     if tag == _TAG_STRING:

@@ -1,0 +1,807 @@
+"""Valkey's DUMP / RESTORE payload: one value in the RDB object serialization.
+
+payload = type byte + serialized object + RDB version (2 bytes LE) + CRC-64/Jones (8 bytes LE) of all
+that comes before it. `load` reads every object type Valkey 8.0's rdbLoadObject reads (RDB versions up
+to 11: dumps of Redis 2.x to 7.x and of Valkey 7.2 / 8.0). `dump` writes RDB version 10 and only types
+that exist there, so Redis 7.0 and every Valkey accept it. The formats are those of Valkey's rdb.c,
+listpack.c, ziplist.c, intset.c, zipmap.c and t_stream.c.
+
+Values are durakv's: bytes, deque of bytes, set of bytes, dict bytes -> bytes, ZSet, Stream.
+
+Streams: a loaded stream gets durakv's node model from the payload's listpacks (one node per listpack,
+its tombstones counted), so that XADD node splits, approximate trimming and XINFO's radix-tree-keys go on
+as on the server that made it. durakv keeps no deleted entries, so a dumped stream has one listpack per
+durakv node holding its live entries only. Consumer active-time does not exist in RDB 10: a payload made
+here restores with active-time = seen-time, which is what Valkey does for such payloads too.
+"""
+
+import re
+import struct
+from bisect import bisect_left
+from collections import deque
+
+from .stream import MASK64, Nack, Stream, _Node
+from .zset import ZSet
+
+
+class RdbError(ValueError):
+    """A malformed payload, or a value that has no payload."""
+
+
+RDB_VERSION_WRITTEN = 10  # the newest version Redis 7.0 restores; Valkey 7.2 and 8.0 do too
+RDB_VERSION_MAX = 11      # the newest version Valkey 8.0 restores (verifyDumpPayload)
+
+# Object types (rdb.h).
+T_STRING, T_LIST, T_SET, T_ZSET, T_HASH, T_ZSET_2, T_MODULE_PRE_GA, T_MODULE_2 = range(8)
+T_HASH_ZIPMAP, T_LIST_ZIPLIST, T_SET_INTSET, T_ZSET_ZIPLIST, T_HASH_ZIPLIST = 9, 10, 11, 12, 13
+T_LIST_QUICKLIST, T_STREAM_LISTPACKS, T_HASH_LISTPACK, T_ZSET_LISTPACK = 14, 15, 16, 17
+T_LIST_QUICKLIST_2, T_STREAM_LISTPACKS_2, T_SET_LISTPACK, T_STREAM_LISTPACKS_3 = 18, 19, 20, 21
+
+ENC_INT8, ENC_INT16, ENC_INT32, ENC_LZF = 0, 1, 2, 3
+QL_PLAIN, QL_PACKED = 1, 2
+STREAM_FLAG_DELETED, STREAM_FLAG_SAMEFIELDS = 1, 2
+
+# quicklist.c with list-max-listpack-size -2: a node is closed before it would pass 8 KB, estimating
+# an entry as its length + 8; elements of packed_threshold (1 GB) or more get a plain node of their own.
+LIST_NODE_MAX_BYTES = 8192
+LIST_ENTRY_OVERHEAD_BYTES = 8
+LIST_PLAIN_MIN_BYTES = 1 << 30
+# For a stream whose node model does not cover its entries: stream-node-max-entries' default.
+STREAM_CHUNK_ENTRIES = 100
+
+_LP_HEADER_BYTES = 6
+_ZL_HEADER_BYTES = 10
+_COUNT_UNKNOWN = 65535  # a listpack or ziplist header's count when the entries must be counted
+_CANONICAL_INT = re.compile(rb"0|-?[1-9][0-9]{0,19}")
+
+
+def _canonical_int(b):
+    """The int64 whose decimal form is exactly b (Valkey's string2ll / lpStringToInt64), else None."""
+    if len(b) > 20 or not _CANONICAL_INT.fullmatch(b):
+        return None
+    v = int(b)
+    return v if -(1 << 63) <= v < 1 << 63 else None
+
+
+def _signed64(x):
+    x &= MASK64
+    return x - (1 << 64) if x >> 63 else x
+
+
+def _as_bytes(x):
+    return b"%d" % x if type(x) is int else x
+
+
+# -- CRC-64/Jones (crc64.c) ------------------------------------------------------------------------
+
+# The reflected algorithm shifts right, so it divides by 0xad93d23594c935a9 bit-reversed.
+_CRC64_POLY_REFLECTED = 0x95AC9329AC4BC9B5
+
+
+def _crc64_of_byte(c):
+    for _ in range(8):
+        c = (c >> 1) ^ _CRC64_POLY_REFLECTED if c & 1 else c >> 1
+    return c
+
+
+_CRC64_TABLE = [_crc64_of_byte(i) for i in range(256)]
+
+
+def crc64(data, crc=0) -> int:
+    t = _CRC64_TABLE
+    for b in data:
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+# -- LZF (lzf_d.c) -------------------------------------------------------------------------------------
+
+def lzf_decompress(data, out_len: int) -> bytes:
+    """The out_len bytes that data decompresses to; RdbError when it does not decompress to exactly that."""
+    out = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        ctrl = data[i]
+        i += 1
+        if ctrl < 32:  # a literal run of ctrl + 1 bytes
+            run = ctrl + 1
+            if i + run > n:
+                raise RdbError("LZF literal run past the end of the input")
+            out += data[i:i + run]
+            i += run
+        else:  # a back reference: length (3 bits, 7 = one more byte follows) and a 13-bit distance
+            length = ctrl >> 5
+            if length == 7:
+                if i >= n:
+                    raise RdbError("truncated LZF back reference")
+                length += data[i]
+                i += 1
+            if i >= n:
+                raise RdbError("truncated LZF back reference")
+            distance = ((ctrl & 0x1F) << 8 | data[i]) + 1
+            i += 1
+            length += 2
+            ref = len(out) - distance
+            if ref < 0:
+                raise RdbError("LZF back reference before the start of the output")
+            if distance >= length:
+                out += out[ref:ref + length]
+            else:  # the copy overlaps its own output: the last `distance` bytes repeat
+                out += (out[ref:] * (length // distance + 1))[:length]
+        if len(out) > out_len:
+            raise RdbError("LZF output longer than declared")
+    if len(out) != out_len:
+        raise RdbError("LZF output shorter than declared")
+    return bytes(out)
+
+
+# -- listpack (listpack.c) -------------------------------------------------------------------------
+
+def _lp_backlen(n):
+    """lpEncodeBacklen: the entry length, 7 bits a byte, high bit set on all but the first byte."""
+    size = 1 if n <= 127 else 2 if n < 16383 else 3 if n < 2097151 else 4 if n < 268435455 else 5
+    return bytes([n >> 7 * (size - 1)] + [n >> 7 * (size - 1 - k) & 127 | 128 for k in range(1, size)])
+
+
+_LP_INT_WIDTH = {0xF1: 2, 0xF2: 3, 0xF3: 4, 0xF4: 8}
+
+
+def listpack_decode(blob) -> list:
+    """The entries of a listpack, bytes for string entries and int for integer ones. Checks what
+    lpValidateIntegrity's deep mode checks: header size and count, every backlen, the terminator."""
+    size = len(blob)
+    if size < _LP_HEADER_BYTES + 1 or int.from_bytes(blob[0:4], "little") != size or blob[-1] != 0xFF:
+        raise RdbError("bad listpack header")
+    declared = blob[4] | blob[5] << 8
+    out = []
+    p, end = _LP_HEADER_BYTES, size - 1
+    while p < end:
+        b = blob[p]
+        string = True
+        if b < 0x80:
+            string, value, head, dlen = False, b, 1, 0
+        elif b < 0xC0:
+            head, dlen = 1, b & 0x3F
+        elif b < 0xE0:
+            u = (b & 0x1F) << 8 | blob[p + 1]
+            string, value, head, dlen = False, u - 8192 if u >= 4096 else u, 2, 0
+        elif b < 0xF0:
+            head, dlen = 2, (b & 0x0F) << 8 | blob[p + 1]
+        elif b == 0xF0:
+            head, dlen = 5, int.from_bytes(blob[p + 1:p + 5], "little")
+        elif b in _LP_INT_WIDTH:
+            width = _LP_INT_WIDTH[b]
+            string, head, dlen = False, 1 + width, 0
+            value = int.from_bytes(blob[p + 1:p + 1 + width], "little", signed=True)
+        else:
+            raise RdbError("bad listpack entry encoding 0x%02x" % b)
+        q = p + head + dlen
+        back = _lp_backlen(q - p)
+        if q + len(back) > end or blob[q:q + len(back)] != back:
+            raise RdbError("listpack entry runs past the end or has a wrong backlen")
+        out.append(bytes(blob[p + head:q]) if string else value)
+        p = q + len(back)
+    if declared != _COUNT_UNKNOWN and declared != len(out):
+        raise RdbError("listpack count does not match its entries")
+    return out
+
+
+def _lp_int_entry(v):
+    if 0 <= v <= 127:
+        enc = bytes((v,))
+    elif -4096 <= v <= 4095:
+        u = v & 0x1FFF
+        enc = bytes((0xC0 | u >> 8, u & 0xFF))
+    else:
+        tag, width = next((t, w) for t, w in _LP_INT_WIDTH.items() if -(1 << 8 * w - 1) <= v < 1 << 8 * w - 1)
+        enc = bytes((tag,)) + v.to_bytes(width, "little", signed=True)
+    return enc + _lp_backlen(len(enc))
+
+
+def _lp_entry(x):
+    """One encoded entry, as lpAppend writes it: an int when x is one's canonical decimal form."""
+    if type(x) is int:
+        return _lp_int_entry(x)
+    v = _canonical_int(x)
+    if v is not None:
+        return _lp_int_entry(v)
+    n = len(x)
+    if n < 64:
+        head = bytes((0x80 | n,))
+    elif n < 4096:
+        head = bytes((0xE0 | n >> 8, n & 0xFF))
+    else:
+        head = b"\xf0" + n.to_bytes(4, "little")
+    return head + x + _lp_backlen(len(head) + n)
+
+
+def _lp_assemble(entries):
+    total = _LP_HEADER_BYTES + 1 + sum(map(len, entries))
+    if total >= 1 << 32:
+        raise RdbError("listpack larger than 4 GB")
+    count = min(len(entries), _COUNT_UNKNOWN)
+    return total.to_bytes(4, "little") + count.to_bytes(2, "little") + b"".join(entries) + b"\xff"
+
+
+def listpack_encode(items) -> bytes:
+    """A listpack of items (bytes or int), encoded as Valkey encodes them."""
+    return _lp_assemble([_lp_entry(x) for x in items])
+
+
+# -- ziplist, intset, zipmap (read only: no current server writes them) ----------------------------
+
+_ZL_INT_WIDTH = {0xFE: 1, 0xC0: 2, 0xF0: 3, 0xD0: 4, 0xE0: 8}
+
+
+def ziplist_decode(blob) -> list:
+    """The entries of a ziplist (bytes or int), checked as ziplistValidateIntegrity's deep mode does:
+    header size, tail offset and count, every prevlen, the terminator."""
+    size = len(blob)
+    if size < _ZL_HEADER_BYTES + 1 or int.from_bytes(blob[0:4], "little") != size or blob[-1] != 0xFF:
+        raise RdbError("bad ziplist header")
+    tail = int.from_bytes(blob[4:8], "little")
+    declared = blob[8] | blob[9] << 8
+    if tail > size - 1:
+        raise RdbError("ziplist tail offset past the end")
+    out = []
+    p, end = _ZL_HEADER_BYTES, size - 1
+    prev_size, last = 0, None
+    while p < end:
+        start = p
+        b = blob[p]
+        if b < 254:
+            prevlen, p = b, p + 1
+        elif b == 254:
+            prevlen, p = int.from_bytes(blob[p + 1:p + 5], "little"), p + 5
+        else:
+            raise RdbError("ziplist end marker before its end")
+        if prevlen != prev_size or p >= end:
+            raise RdbError("bad ziplist entry header")
+        enc = blob[p]
+        string = True
+        if enc >> 6 == 0:
+            head, dlen = 1, enc & 0x3F
+        elif enc >> 6 == 1:
+            head, dlen = 2, (enc & 0x3F) << 8 | blob[p + 1]
+        elif enc >> 6 == 2:
+            head, dlen = 5, int.from_bytes(blob[p + 1:p + 5], "big")
+        elif enc in _ZL_INT_WIDTH:
+            string, head, dlen = False, 1, _ZL_INT_WIDTH[enc]
+        elif 0xF1 <= enc <= 0xFD:  # 4-bit immediate 0..12
+            string, head, dlen = False, 1, 0
+        else:
+            raise RdbError("bad ziplist entry encoding 0x%02x" % enc)
+        q = p + head + dlen
+        if q > end:
+            raise RdbError("ziplist entry runs past the end")
+        data = blob[p + head:q]
+        if string:
+            out.append(bytes(data))
+        else:
+            out.append(int.from_bytes(data, "little", signed=True) if dlen else (enc & 0x0F) - 1)
+        prev_size, last, p = q - start, start, q
+    if last is not None and last != tail:
+        raise RdbError("ziplist tail offset does not point to its last entry")
+    if declared != _COUNT_UNKNOWN and declared != len(out):
+        raise RdbError("ziplist count does not match its entries")
+    return out
+
+
+def intset_decode(blob) -> list:
+    """The members of an intset (16, 32 or 64-bit, LE), which must be non-empty and strictly ascending."""
+    if len(blob) < 8:
+        raise RdbError("intset shorter than its header")
+    width = int.from_bytes(blob[0:4], "little")
+    count = int.from_bytes(blob[4:8], "little")
+    if width not in (2, 4, 8) or 8 + count * width != len(blob) or not count:
+        raise RdbError("bad intset header")
+    out = [int.from_bytes(blob[k:k + width], "little", signed=True) for k in range(8, len(blob), width)]
+    if any(a >= b for a, b in zip(out, out[1:])):
+        raise RdbError("intset members not strictly ascending")
+    return out
+
+
+def zipmap_decode(blob) -> list:
+    """The (field, value) pairs of a zipmap (Redis 2.4 hashes), checked as zipmapValidateIntegrity."""
+    size = len(blob)
+    if size < 2 or blob[-1] != 0xFF:
+        raise RdbError("bad zipmap")
+    end = size - 1
+
+    def length_at(p):
+        b = blob[p]
+        return (b, 1) if b < 254 else (int.from_bytes(blob[p + 1:p + 5], "little"), 5)
+
+    pairs = []
+    p = 1
+    while p < end:
+        if blob[p] == 0xFF:
+            raise RdbError("zipmap end marker before its end")
+        flen, head = length_at(p)
+        p += head
+        field = bytes(blob[p:p + flen])
+        p += flen
+        if p >= end:
+            raise RdbError("zipmap entry runs past the end")
+        vlen, head = length_at(p)
+        p += head
+        if p >= end:
+            raise RdbError("zipmap entry runs past the end")
+        free = blob[p]
+        value = bytes(blob[p + 1:p + 1 + vlen])
+        p += 1 + vlen + free
+        if p > end:
+            raise RdbError("zipmap entry runs past the end")
+        pairs.append((field, value))
+    if not pairs or (blob[0] != 254 and blob[0] != len(pairs)):
+        raise RdbError("zipmap empty or its count does not match")
+    return pairs
+
+
+# -- reading -------------------------------------------------------------------------------------------
+
+_SPECIAL_DOUBLES = {253: float("nan"), 254: float("inf"), 255: float("-inf")}
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, buf, end):
+        self.buf, self.pos, self.end = buf, 0, end
+
+    def take(self, n):
+        p = self.pos
+        if p + n > self.end:
+            raise RdbError("truncated payload")
+        self.pos = p + n
+        return self.buf[p:p + n]
+
+    def byte(self):
+        if self.pos >= self.end:
+            raise RdbError("truncated payload")
+        self.pos += 1
+        return self.buf[self.pos - 1]
+
+    def len_or_enc(self):
+        """(value, is a string encoding) as rdbLoadLenByRef reads them."""
+        b = self.byte()
+        kind = b >> 6
+        if kind == 3:
+            return b & 0x3F, True
+        if kind == 0:
+            return b & 0x3F, False
+        if kind == 1:
+            return (b & 0x3F) << 8 | self.byte(), False
+        if b == 0x80:
+            return int.from_bytes(self.take(4), "big"), False
+        if b == 0x81:
+            return int.from_bytes(self.take(8), "big"), False
+        raise RdbError("unknown length encoding 0x%02x" % b)
+
+    def length(self):
+        n, encoded = self.len_or_enc()
+        if encoded:
+            raise RdbError("a string encoding where a length belongs")
+        return n
+
+    def string(self):
+        n, encoded = self.len_or_enc()
+        if not encoded:
+            return self.take(n)
+        if n <= ENC_INT32:
+            return b"%d" % int.from_bytes(self.take(1 << n), "little", signed=True)
+        if n == ENC_LZF:
+            compressed_len = self.length()
+            out_len = self.length()
+            return lzf_decompress(self.take(compressed_len), out_len)
+        raise RdbError("unknown string encoding %d" % n)
+
+    def millis(self):
+        return int.from_bytes(self.take(8), "little", signed=True)
+
+    def stream_id(self):
+        ms = self.length()
+        return ms << 64 | self.length()
+
+    def raw_id(self):
+        return int.from_bytes(self.take(16), "big")
+
+    def text_double(self):
+        """rdbLoadDoubleValue: a length byte (253 nan, 254 inf, 255 -inf) and the decimal text."""
+        n = self.byte()
+        return _SPECIAL_DOUBLES[n] if n in _SPECIAL_DOUBLES else _parse_score(self.take(n))
+
+
+def _parse_score(text):
+    try:
+        return float(text)
+    except ValueError:
+        raise RdbError("bad score %r" % bytes(text)) from None
+
+
+def _nonempty(value, what):
+    if not value:
+        raise RdbError("empty %s" % what)
+    return value
+
+
+def _as_set(items):
+    s = set(map(_as_bytes, items))
+    if len(s) != len(items):
+        raise RdbError("duplicate set members")
+    return _nonempty(s, "set")
+
+
+def _as_hash(items):
+    """A dict from a flat field, value, ... list (listpack and ziplist entries or RDB strings)."""
+    if len(items) % 2:
+        raise RdbError("hash with an odd number of entries")
+    d = dict(zip(map(_as_bytes, items[0::2]), map(_as_bytes, items[1::2])))
+    if len(d) * 2 != len(items):
+        raise RdbError("duplicate hash fields")
+    return _nonempty(d, "hash")
+
+
+def _as_zset(members, scores):
+    d = dict(zip(members, scores))
+    if len(d) != len(members):
+        raise RdbError("duplicate sorted set members")
+    if any(score != score for score in scores):
+        raise RdbError("sorted set with a NaN score")
+    return ZSet.from_scores(_nonempty(d, "sorted set"))
+
+
+def _zset_from_items(items):
+    """member, score, ... from a ziplist or listpack; a score is an integer entry or decimal text."""
+    if len(items) % 2:
+        raise RdbError("sorted set with an odd number of entries")
+    return _as_zset(list(map(_as_bytes, items[0::2])),
+                    [float(x) if type(x) is int else _parse_score(x) for x in items[1::2]])
+
+
+def _load_zset(r, binary):
+    members, scores = [], []
+    for _ in range(r.length()):
+        members.append(r.string())
+        scores.append(struct.unpack("<d", r.take(8))[0] if binary else r.text_double())
+    return _as_zset(members, scores)
+
+
+def _load_quicklist(r, version2):
+    n = r.length()
+    out = deque()
+    for _ in range(n):
+        container = r.length() if version2 else QL_PACKED
+        if container not in (QL_PLAIN, QL_PACKED):
+            raise RdbError("bad quicklist container %d" % container)
+        data = r.string()
+        if not data:
+            raise RdbError("empty quicklist node")
+        if container == QL_PLAIN:
+            out.append(bytes(data))
+        else:
+            out.extend(map(_as_bytes, listpack_decode(data) if version2 else ziplist_decode(data)))
+    return _nonempty(out, "list")
+
+
+_LOADERS = {
+    T_STRING: lambda r: bytes(r.string()),
+    T_LIST: lambda r: deque(_nonempty([r.string() for _ in range(r.length())], "list")),
+    T_SET: lambda r: _as_set([r.string() for _ in range(r.length())]),
+    T_ZSET: lambda r: _load_zset(r, binary=False),
+    T_HASH: lambda r: _as_hash([r.string() for _ in range(2 * r.length())]),
+    T_ZSET_2: lambda r: _load_zset(r, binary=True),
+    T_HASH_ZIPMAP: lambda r: _as_hash([x for pair in zipmap_decode(r.string()) for x in pair]),
+    T_LIST_ZIPLIST: lambda r: deque(map(_as_bytes, _nonempty(ziplist_decode(r.string()), "list"))),
+    T_SET_INTSET: lambda r: _as_set(intset_decode(r.string())),
+    T_ZSET_ZIPLIST: lambda r: _zset_from_items(ziplist_decode(r.string())),
+    T_HASH_ZIPLIST: lambda r: _as_hash(ziplist_decode(r.string())),
+    T_LIST_QUICKLIST: lambda r: _load_quicklist(r, version2=False),
+    T_HASH_LISTPACK: lambda r: _as_hash(listpack_decode(r.string())),
+    T_ZSET_LISTPACK: lambda r: _zset_from_items(listpack_decode(r.string())),
+    T_LIST_QUICKLIST_2: lambda r: _load_quicklist(r, version2=True),
+    T_SET_LISTPACK: lambda r: _as_set(listpack_decode(r.string())),
+}
+_STREAM_TYPES = (T_STREAM_LISTPACKS, T_STREAM_LISTPACKS_2, T_STREAM_LISTPACKS_3)
+
+
+# -- streams -------------------------------------------------------------------------------------------
+
+def _load_stream_node(s, master, blob, prev_id):
+    """Adds the live entries of one stream listpack (t_stream.c layout) to s; returns the node model
+    (None when every entry in it is deleted) and the last id in it."""
+    items = listpack_decode(blob)
+    n_items = len(items)
+
+    def num(k):
+        x = items[k] if k < n_items else None
+        if type(x) is not int:
+            x = _canonical_int(x) if type(x) is bytes else None
+            if x is None:
+                raise RdbError("stream listpack: missing or non-integer entry")
+        return x
+
+    live, dead, n_names = num(0), num(1), num(2)
+    if n_names < 0:
+        raise RdbError("stream listpack: negative field count")
+    names = tuple(map(_as_bytes, items[3:3 + n_names]))
+    p = 3 + n_names
+    if num(p) != 0:
+        raise RdbError("stream listpack: no master entry terminator")
+    p += 1
+    master_ms, master_seq = master >> 64, master & MASK64
+    found_live = found_dead = 0
+    last = prev_id
+    while p < n_items:
+        flags = num(p)
+        i = ((master_ms + num(p + 1)) & MASK64) << 64 | ((master_seq + num(p + 2)) & MASK64)
+        p += 3
+        if flags & STREAM_FLAG_SAMEFIELDS:  # values only: the names are the master entry's
+            n, fields = n_names, names
+            values = items[p:p + n]
+            p += n
+        else:  # its own names, each followed by its value
+            n = num(p)
+            if n < 0:
+                raise RdbError("stream listpack: negative field count")
+            pairs = items[p + 1:p + 1 + 2 * n]
+            fields, values = tuple(map(_as_bytes, pairs[0::2])), pairs[1::2]
+            p += 1 + 2 * n
+        if len(fields) != n or len(values) != n:
+            raise RdbError("stream listpack: truncated entry")
+        extra = 3 if flags & STREAM_FLAG_SAMEFIELDS else 4 + n
+        if num(p) != n + extra:
+            raise RdbError("stream listpack: wrong lp-count")
+        p += 1
+        if i <= last:
+            raise RdbError("stream entries not in ascending ID order")
+        last = i
+        if flags & STREAM_FLAG_DELETED:
+            found_dead += 1
+            continue
+        found_live += 1
+        entry = tuple(x for pair in zip(fields, map(_as_bytes, values)) for x in pair)
+        s.entries[i] = entry
+        s.ids.a.append(i)
+        s.data_bytes += sum(map(len, entry))
+    if (found_live, found_dead) != (live, dead):
+        raise RdbError("stream listpack: master entry counts do not match its entries")
+    if not live:
+        return None, last
+    node = _Node(master, names, len(blob))
+    node.last, node.live, node.total = last, live, live + dead
+    return node, last
+
+
+def _load_stream(r, rdbtype, clock_ms):
+    s = Stream()
+    blobs = {}
+    for _ in range(r.length()):
+        key = r.string()
+        if len(key) != 16:
+            raise RdbError("stream node key is not a stream ID")
+        master = int.from_bytes(key, "big")
+        if master in blobs:
+            raise RdbError("stream listpack re-added with an existing key")
+        blob = r.string()
+        if len(blob) <= _LP_HEADER_BYTES + 1:
+            raise RdbError("empty listpack inside stream")
+        blobs[master] = blob
+    last = -1
+    for master in sorted(blobs):
+        node, last = _load_stream_node(s, master, blobs[master], last)
+        if node is not None:
+            s.nodes.append(node)
+            s.node_firsts.append(node.first)
+    length = r.length()
+    s.last_id = r.stream_id()
+    if rdbtype >= T_STREAM_LISTPACKS_2:
+        r.stream_id()  # the recorded first id: durakv derives it from the entries (Stream.first_id)
+        s.max_deleted_id = r.stream_id()
+        s.entries_added = r.length()
+    else:  # rdb.c: a v1 stream counts its current length as everything ever added, without tombstones
+        s.entries_added = length
+    if length != len(s.ids):
+        raise RdbError("stream length does not match its entries")
+    if s.ids and s.ids.last() > s.last_id:
+        raise RdbError("stream entry after the stream's last id")
+    now_ms = clock_ms or 0
+    for _ in range(r.length()):
+        name = bytes(r.string())
+        last_id = r.stream_id()
+        if rdbtype >= T_STREAM_LISTPACKS_2:
+            entries_read = _signed64(r.length())  # SCG_INVALID_ENTRIES_READ (-1) is stored as 2**64 - 1
+        else:
+            entries_read = s.estimate_distance(last_id)
+        g = s.create_group(name, last_id, entries_read)
+        if g is None:
+            raise RdbError("duplicate consumer group")
+        for _ in range(r.length()):
+            i = r.raw_id()
+            if i in g.pel:
+                raise RdbError("duplicate group PEL entry")
+            delivery_time = r.millis()
+            g.pel.add(i, Nack(None, delivery_time, r.length()))
+        for _ in range(r.length()):
+            # Valkey stamps a consumer with the current time and then overwrites it with the stored one.
+            c = g.create_consumer(bytes(r.string()), now_ms)
+            if c is None:
+                raise RdbError("duplicate stream consumer")
+            c.seen_time = r.millis()
+            c.active_time = r.millis() if rdbtype >= T_STREAM_LISTPACKS_3 else c.seen_time
+            for _ in range(r.length()):
+                i = r.raw_id()
+                nack = g.pel.get(i)
+                if nack is None or nack.consumer is not None:
+                    raise RdbError("consumer PEL entry missing from the group PEL or owned twice")
+                nack.consumer = c
+                c.pel.add(i, nack)
+        if any(n.consumer is None for n in g.pel.map.values()):
+            raise RdbError("group PEL entry without a consumer")
+    return s
+
+
+def _stream_chunks(s):
+    """(master id, master field names, live ids) per listpack: durakv's nodes when they cover the
+    entries, else runs of STREAM_CHUNK_ENTRIES."""
+    ids = s.ids.to_list()
+    nodes = s.nodes
+    if not ids:
+        return []
+    if nodes and nodes[0].first <= ids[0]:
+        bounds = [bisect_left(ids, n.first) for n in nodes] + [len(ids)]
+        return [(n.first, tuple(n.fields), ids[bounds[k]:bounds[k + 1]])
+                for k, n in enumerate(nodes) if bounds[k] < bounds[k + 1]]
+    return [(ids[k], tuple(s.entries[ids[k]][0::2]), ids[k:k + STREAM_CHUNK_ENTRIES])
+            for k in range(0, len(ids), STREAM_CHUNK_ENTRIES)]
+
+
+def _stream_listpack(s, master, names, ids):
+    """streamAppendItem's layout: the master entry, then per entry its flags, id deltas, then its values
+    (when its names are the master's) or its count and name, value pairs, and its lp-count."""
+    master_ms, master_seq = master >> 64, master & MASK64
+    items = [len(ids), 0, len(names), *names, 0]
+    for i in ids:
+        fields = s.entries[i]
+        values = fields[1::2]
+        n = len(values)
+        delta = (_signed64((i >> 64) - master_ms), _signed64((i & MASK64) - master_seq))
+        if tuple(fields[0::2]) == names:
+            items += (STREAM_FLAG_SAMEFIELDS, *delta, *values, n + 3)
+        else:
+            items += (0, *delta, n, *fields, 2 * n + 4)
+    return listpack_encode(items)
+
+
+def _dump_stream(s):
+    chunks = _stream_chunks(s)
+    out = [_len(len(chunks))]
+    for master, names, ids in chunks:
+        out += (_string(master.to_bytes(16, "big")), _string(_stream_listpack(s, master, names, ids)))
+    out += (_len(len(s.ids)), _id(s.last_id), _id(s.first_id), _id(s.max_deleted_id), _len(s.entries_added))
+    groups = s.groups or {}
+    out.append(_len(len(groups)))
+    for name in sorted(groups):
+        g = groups[name]
+        out += (_string(name), _id(g.last_id), _len(g.entries_read & MASK64), _len(len(g.pel)))
+        for i in g.pel.keys:
+            nack = g.pel.map[i]
+            out += (i.to_bytes(16, "big"), struct.pack("<q", nack.delivery_time), _len(nack.delivery_count))
+        out.append(_len(len(g.consumers)))
+        for cname in sorted(g.consumers):
+            c = g.consumers[cname]
+            out += (_string(cname), struct.pack("<q", c.seen_time), _len(len(c.pel)))
+            out += [i.to_bytes(16, "big") for i in c.pel.keys]
+    return b"".join(out)
+
+
+# -- writing -------------------------------------------------------------------------------------------
+
+def _len(n):
+    """rdbSaveLen."""
+    if n < 1 << 6:
+        return bytes((n,))
+    if n < 1 << 14:
+        return bytes((0x40 | n >> 8, n & 0xFF))
+    if n <= 0xFFFFFFFF:
+        return b"\x80" + n.to_bytes(4, "big")
+    if n <= MASK64:
+        return b"\x81" + n.to_bytes(8, "big")
+    raise RdbError("length does not fit in 64 bits")
+
+
+def _id(i):
+    return _len(i >> 64) + _len(i & MASK64)
+
+
+def _string(b):
+    """rdbSaveRawString without LZF: the canonical decimal of an int32 as RDB_ENC_INT*, else raw."""
+    v = _canonical_int(b) if len(b) <= 11 else None
+    if v is not None and -(1 << 31) <= v < 1 << 31:
+        width = 1 if -128 <= v <= 127 else 2 if -32768 <= v <= 32767 else 4
+        return bytes((0xC0 | width >> 1,)) + v.to_bytes(width, "little", signed=True)
+    return _len(len(b)) + b
+
+
+def _dump_list(items):
+    """Quicklist nodes as Valkey fills them: listpacks closed before they would pass 8 KB."""
+    nodes, entries = [], []
+
+    def close():
+        if entries:
+            nodes.append(_len(QL_PACKED) + _string(_lp_assemble(entries)))
+            entries.clear()
+        return _LP_HEADER_BYTES + 1
+
+    lp_bytes = close()
+    for x in items:
+        if len(x) >= LIST_PLAIN_MIN_BYTES:
+            lp_bytes = close()
+            nodes.append(_len(QL_PLAIN) + _string(x))
+            continue
+        if lp_bytes + len(x) + LIST_ENTRY_OVERHEAD_BYTES > LIST_NODE_MAX_BYTES:
+            lp_bytes = close()
+        entries.append(_lp_entry(x))
+        lp_bytes += len(entries[-1])
+    close()
+    return _len(len(nodes)) + b"".join(nodes)
+
+
+def _dump_body(value):
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return T_STRING, _string(bytes(value))
+    if isinstance(value, Stream):
+        return T_STREAM_LISTPACKS_2, _dump_stream(value)
+    if not value:
+        raise RdbError("an empty %s has no payload" % type(value).__name__)
+    if isinstance(value, deque):
+        return T_LIST_QUICKLIST_2, _dump_list(value)
+    if isinstance(value, (set, frozenset)):
+        return T_SET, _len(len(value)) + b"".join(map(_string, value))
+    if isinstance(value, dict):
+        return T_HASH, _len(len(value)) + b"".join(_string(f) + _string(v) for f, v in value.items())
+    if isinstance(value, ZSet):
+        # Highest score first, as Valkey writes it: its loader then inserts every member at the head.
+        return T_ZSET_2, _len(len(value)) + b"".join(
+            _string(m) + struct.pack("<d", score) for score, m in reversed(value.order))
+    raise TypeError("no RDB type for %s" % type(value).__name__)
+
+
+# -- the payload -------------------------------------------------------------------------------------
+
+def dump(value) -> bytes:
+    """The DUMP payload of a durakv value (RDB version 10)."""
+    rdbtype, body = _dump_body(value)
+    payload = bytes((rdbtype,)) + body + RDB_VERSION_WRITTEN.to_bytes(2, "little")
+    return payload + crc64(payload).to_bytes(8, "little")
+
+
+def verify(payload) -> bool:
+    """verifyDumpPayload: a footer with an RDB version this server reads and a matching CRC-64."""
+    if len(payload) < 10:
+        return False
+    if int.from_bytes(payload[-10:-8], "little") > RDB_VERSION_MAX:
+        return False
+    return crc64(payload[:-8]) == int.from_bytes(payload[-8:], "little")
+
+
+def load(payload, clock_ms=None):
+    """The value of a payload that passed verify() (the CRC is not checked again). clock_ms is the time
+    a loaded stream consumer is created at before its stored seen-time replaces it (rdb.c does the same).
+    Raises RdbError when the payload is malformed or holds a type durakv has not (modules)."""
+    payload = bytes(payload)
+    if len(payload) < 10 or int.from_bytes(payload[-10:-8], "little") > RDB_VERSION_MAX:
+        raise RdbError("payload without a valid footer")
+    r = _Reader(payload, len(payload) - 10)
+    rdbtype = r.byte()
+    if rdbtype in _STREAM_TYPES:
+        value = _load_stream(r, rdbtype, clock_ms)
+    elif rdbtype in _LOADERS:
+        value = _LOADERS[rdbtype](r)
+    elif rdbtype in (T_MODULE_PRE_GA, T_MODULE_2):
+        raise RdbError("module value types are not supported")
+    else:
+        raise RdbError("unknown RDB object type %d" % rdbtype)
+    if r.pos != r.end:
+        raise RdbError("trailing bytes after the value")
+    return value
