@@ -386,3 +386,23 @@ def test_blocked_command_is_accounted_once_and_scripts_log_as_their_caller(r, ra
     finally:
         r.config_set("slowlog-log-slower-than", 10000)
         r.client_setname("")
+
+
+def test_a_read_that_expires_a_key_invalidates_only_that_key(r, raw):
+    # Valkey's tracking unit "Tracking invalidation message is not interleaved with multiple keys response":
+    # MGET of a live key and a lazily expired one invalidates the expired one only, after the MGET's reply
+    c = raw(resp=3)
+    assert c.call("CLIENT", "TRACKING", "on") == "OK"
+    r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+    try:
+        for cmd in (["MULTI"], ["MSET", "x{t}", "1", "y{t}", "2"], ["PEXPIRE", "y{t}", "100"], ["GET", "y{t}"]):
+            c.send(*cmd)
+        assert [c.read() for _ in range(4)] == ["OK", "QUEUED", "QUEUED", "QUEUED"]
+        assert c.call("EXEC") == ["OK", 1, b"2"]
+        at = r.execute_command("PEXPIRETIME", "y{t}")
+        wait_until(lambda: (lambda t: t[0] * 1000 + t[1] // 1000)(r.time()) > at, 5, what="y{t} to expire")
+        assert c.call("MGET", "x{t}", "y{t}") == [b"1", None]
+        assert c.read() == Push([b"invalidate", [b"y{t}"]])
+        assert not c.pending()
+    finally:
+        r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")

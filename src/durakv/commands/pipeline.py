@@ -442,10 +442,12 @@ class Pipeline:
             elif cmd.keyless:
                 if write:
                     dirty = None                # FLUSHALL, SWAPDB, FUNCTION LOAD: no key list
-            else:
+            elif write:
                 db_id = db.id
-                for i in (key_idx if write else cmd.key_indexes(args)):
+                for i in key_idx:
                     dirty.append((db_id, args[i]))
+            # a read's effects are the keys it expired, already listed: its other keys did not change
+            # (MGET of a live key and an expired one invalidates only the expired one, as Valkey)
         if dirty is None or dirty:
             ctx.dirty = []     # the list leaves with the effects; the next command starts a new one
         if self.watchers and not cmd.calls_commands:
