@@ -684,20 +684,17 @@ class Pipeline:
         script), then admit() in its script form, then call(). Returns the reply value."""
         cmd, text = self.resolve(argv)
         if cmd is None or (text is not None and text.startswith("ERR unknown")):
-            return ErrorReply(messages.SCRIPT_UNKNOWN_COMMAND)
+            return self._script_refusal(run, None, messages.SCRIPT_UNKNOWN_COMMAND)
         if text is not None:
-            return ErrorReply(messages.SCRIPT_WRONG_ARITY)
+            return self._script_refusal(run, cmd, messages.SCRIPT_WRONG_ARITY)
         if cmd.noscript and not self.script_disable_deny:
-            return ErrorReply(messages.SCRIPT_NOT_ALLOWED)
+            return self._script_refusal(run, cmd, messages.SCRIPT_NOT_ALLOWED)
         if run.readonly and cmd.may_replicate:
-            return ErrorReply(messages.SCRIPT_WRITE_IN_RO)
+            return self._script_refusal(run, cmd, messages.SCRIPT_WRITE_IN_RO)
         session = run.session
         text = self.admit(session, cmd, argv, cmd.write, cmd.denyoom, cmd.may_replicate, run=run)
         if text is not None:
-            cmd.rejected_calls += 1     # rejectCommand's counts, as for a client's command
-            self.count_error(text)
-            run.counted_errors.append(text)
-            return ErrorReply(text)
+            return self._script_refusal(run, cmd, text)
         if cmd.write:
             run.dirty = True
         reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
@@ -709,6 +706,15 @@ class Pipeline:
         if type(reply) is Blocked or hasattr(reply, "resolve"):
             return ErrorReply("ERR '%s' cannot be called from a script" % cmd.fullname)
         return reply
+
+    def _script_refusal(self, run, cmd, text):
+        """scriptCall's error path: the command (when there is one) is counted as rejected and the error in
+        errorstats, once (the script's reply of it is not counted again)."""
+        if cmd is not None:
+            cmd.rejected_calls += 1
+        self.count_error(text)
+        run.counted_errors.append(text)
+        return ErrorReply(text)
 
     def script_acl_allowed(self, run, argv) -> bool:
         """server.acl_check_cmd: the ACL check alone for the script's caller, nothing logged."""
