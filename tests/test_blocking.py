@@ -594,3 +594,25 @@ def test_a_wakeup_leaves_a_key_that_expired_meanwhile_to_the_next_reader(r, raw,
     finally:
         r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")
         sock.close()
+
+
+def test_blocking_keys_on_nokey_counts_xreadgroup_waiters(r, raw):
+    # Valkey's stream-cgroups "Blocking XREADGROUP for stream key that has clients blocked on list": INFO
+    # total_blocking_keys_on_nokey counts keys whose deletion wakes a waiter (XREADGROUP); it was always 0
+    def counts():
+        i = r.info("clients")
+        return i["blocked_clients"], i["total_blocking_keys"], i["total_blocking_keys_on_nokey"]
+    a, b = raw(), raw()
+    a.send("BLPOP", "mystream", "0")
+    wait_blocked(r, 1)
+    assert counts() == (1, 1, 0)
+    r.xadd("mystream", {"key": "value"}, id="666")
+    r.xgroup_create("mystream", "mygroup", "$", mkstream=True)
+    b.send("XREADGROUP", "GROUP", "mygroup", "myconsumer", "BLOCK", "0", "STREAMS", "mystream", ">")
+    wait_blocked(r, 2)
+    assert counts() == (2, 1, 1)
+    r.delete("mystream")
+    assert str(b.read()).startswith("NOGROUP")
+    assert counts() == (1, 1, 0)
+    r.rpush("mystream", "x")
+    assert a.read() == [b"mystream", b"x"]

@@ -25,14 +25,15 @@ class Blocked:
     (0 = forever) the client gets `timeout_reply`. Handlers must not return Blocked when
     ctx.may_block is False (inside MULTI/EXEC or a script): they answer as if the timeout had passed."""
 
-    __slots__ = ("keys", "timeout_ms", "retry", "timeout_reply", "db_id")
+    __slots__ = ("keys", "timeout_ms", "retry", "timeout_reply", "db_id", "unblock_on_nokey")
 
-    def __init__(self, keys, timeout_ms, retry, timeout_reply=None):
+    def __init__(self, keys, timeout_ms, retry, timeout_reply=None, unblock_on_nokey=False):
         self.keys = keys
         self.timeout_ms = timeout_ms
         self.retry = retry
         self.timeout_reply = timeout_reply
         self.db_id = None
+        self.unblock_on_nokey = unblock_on_nokey   # a deletion of a key wakes it too (XREADGROUP)
 
 
 class Context:

@@ -589,7 +589,7 @@ def _read_command(ctx, args, group_mode):
                 raise
             return None
 
-    return Blocked(list(p.keys), p.timeout, retry, NullArray)
+    return Blocked(list(p.keys), p.timeout, retry, NullArray, unblock_on_nokey=group_mode)
 
 
 @command("xread")

@@ -289,3 +289,7 @@ class Blocking:
 
     def blocking_keys(self) -> int:
         return len(self.waiting)
+
+    def blocking_keys_on_nokey(self) -> int:
+        """Keys with a client that a deletion of the key wakes too (XREADGROUP: it answers -NOGROUP)."""
+        return sum(1 for clients in self.waiting.values() if any(e.blocked.unblock_on_nokey for e in clients))

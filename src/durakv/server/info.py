@@ -45,7 +45,7 @@ def _section_clients(srv):
             "pubsub_clients": srv.pubsub.clients,
             "watching_clients": sum(1 for c in srv.clients.values() if c.session.watched),
             "clients_in_timeout_table": blocking.timed, "total_watched_keys": len(srv.pipeline.watchers),
-            "total_blocking_keys": blocking.blocking_keys(), "total_blocking_keys_on_nokey": 0}
+            "total_blocking_keys": blocking.blocking_keys(), "total_blocking_keys_on_nokey": blocking.blocking_keys_on_nokey()}
 
 
 def _human(n):
