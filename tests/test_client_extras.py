@@ -406,3 +406,18 @@ def test_a_read_that_expires_a_key_invalidates_only_that_key(r, raw):
         assert not c.pending()
     finally:
         r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+
+
+def test_flushall_empties_a_tracking_table_nobody_tracks_any_more(r, raw):
+    # Valkey's tracking unit ("Tracking info is correct" after its clean_all): FLUSHALL frees the tracking
+    # table even when no client tracks any more; durakv kept the stale keys (tracking_total_items 3, not 2)
+    c = raw(resp=3)
+    assert c.call("CLIENT", "TRACKING", "on") == "OK"
+    r.set("key1", "1")
+    assert c.call("GET", "key1") == b"1"
+    assert c.call("GET", "key2") is None
+    assert r.info("stats")["tracking_total_items"] == 2
+    assert c.call("CLIENT", "TRACKING", "off") == "OK"
+    assert r.info("stats")["tracking_total_items"] == 2
+    r.flushall()
+    assert r.info("stats")["tracking_total_items"] == 0

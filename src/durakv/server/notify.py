@@ -349,8 +349,9 @@ class Hooks:
     # -- state ----------------------------------------------------------------------------------
     def refresh(self):
         s = self.server
-        self.active = bool(self.monitors or self.notify_flags or self.tracking.clients or s.blocking.waiting
-                           or self.no_touch_clients)
+        # a tracking table left by clients that turned tracking off still has to be emptied by FLUSHALL
+        self.active = bool(self.monitors or self.notify_flags or self.tracking.clients or self.tracking.table
+                           or s.blocking.waiting or self.no_touch_clients)
         s.pipeline.observer = self if self.active else None
 
     def set_notify_flags(self, text):
@@ -484,7 +485,7 @@ class Hooks:
                 self._notify(cmd, args, effects, pre_absent)
             self._server_deleted.clear()
         tracking = self.tracking
-        if tracking.clients:
+        if tracking.clients or tracking.table:
             current = None if served else self.current
             deferred = self._deferred if current is not None else None
             flushed = False
