@@ -582,3 +582,17 @@ def test_pops_and_moves_are_propagated_as_valkey_rewrites_them(r):
             [b"zadd", b"z{t}", b"1", b"one", b"2", b"two", b"3", b"three"], [b"zpopmin", b"z{t}", b"1"],
             [b"zpopmax", b"z{t}", b"1"], [b"zpopmin", b"z{t}", b"1"], [b"zadd", b"z{t}", b"1", b"a", b"2", b"b"],
             [b"zpopmax", b"z{t}", b"5"], [b"rpush", b"src{t}", b"x"], [b"lmove", b"src{t}", b"dst{t}", b"left", b"right"]]
+
+
+def test_cluster_help_in_cluster_mode_and_command_list(server_factory, r):
+    # README listed CLUSTER HELP, but it answered "unknown subcommand"; COMMAND LIST lacked cluster|help
+    # (Valkey's introspection-2 "COMMAND LIST FILTERBY PATTERN - list all commands/subcommands")
+    assert set(r.execute_command("COMMAND LIST", "FILTERBY", "PATTERN", "cl*help")) == {b"client|help",
+                                                                                        b"cluster|help"}
+    with pytest.raises(valkey.ResponseError) as e:
+        r.execute_command("CLUSTER", "HELP")
+    assert str(e.value) == "This instance has cluster support disabled"
+    c = server_factory("--cluster-enabled", "yes").client()
+    text = c.execute_command("CLUSTER", "HELP")
+    assert text[0] == b"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    assert b"SHARDS" in text and text[-2:] == [b"HELP", b"    Print this help."]

@@ -131,6 +131,47 @@ def cluster_reset(ctx, args):
     raise CommandError(messages.CLUSTER_RESET_UNSUPPORTED)
 
 
+# Valkey's clusterCommandHelp + clusterCommandExtendedHelp, for the subcommands durakv has
+_CLUSTER_HELP = [
+    "COUNTKEYSINSLOT <slot>",
+    "    Return the number of keys in <slot>.",
+    "GETKEYSINSLOT <slot> <count>",
+    "    Return key names stored by current node in a slot.",
+    "INFO",
+    "    Return information about the cluster.",
+    "KEYSLOT <key>",
+    "    Return the hash slot for <key>.",
+    "MYID",
+    "    Return the node id.",
+    "MYSHARDID",
+    "    Return the node's shard id.",
+    "NODES",
+    "    Return cluster configuration seen by node. Output format:",
+    "    <id> <ip:port@bus-port[,hostname]> <flags> <primary> <pings> <pongs> <epoch> <link> <slot> ...",
+    "REPLICAS <node-id>",
+    "    Return <node-id> replicas.",
+    "SLOTS",
+    "    Return information about slots range mappings. Each range is made of:",
+    "    start, end, primary and replicas IP addresses, ports and ids",
+    "SHARDS",
+    "    Return information about slot range mappings and the nodes associated with them.",
+    "FAILOVER [FORCE|TAKEOVER]",
+    "    Promote current replica node to being a master.",
+    "RESET [HARD|SOFT]",
+    "    Reset current node (default: soft).",
+    "LINKS",
+    "    Return information about all network links between this node and its peers.",
+    "    Output format is an array where each array element is a map containing attributes of a link",
+]
+
+
+@command("cluster|help")
+def cluster_help(ctx, args):
+    _cluster(ctx)            # Valkey answers "cluster support disabled" first, for HELP too
+    return ["CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"] + _CLUSTER_HELP + [
+        "HELP", "    Print this help."]
+
+
 @command("asking")
 def asking(ctx, args):
     if ctx.port.cluster() is None:
