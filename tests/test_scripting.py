@@ -814,3 +814,15 @@ def test_script_errors_are_counted_once(r):
         assert stats() == ({"errorstat_MY_ERR_CODE": {"count": 1}}, 1, {"eval": (1, 0, 1)})
     finally:
         r.config_set("maxmemory", 0)
+
+
+def test_sort_by_constant_is_ordered_inside_scripts(r):
+    # Valkey's "SORT BY <constant> output gets ordered for scripting" (a set's order must not leak into a
+    # script); outside scripts the order is the set's own
+    members = ["a", "aa", "aaa", "azz"] + list("bcdefghilmnopqrstuvz")
+    r.sadd("myset", *members)
+    assert r.eval("return redis.call('sort',KEYS[1],'by','_')", 1, "myset") == sorted(m.encode() for m in members)
+    r.sadd("s2", "a", "b", "c")
+    r.set("foo:a", "x")
+    assert r.eval("return redis.call('sort',KEYS[1],'by','_','get','#','get','_:*')", 1, "s2") == [
+        b"a", None, b"b", None, b"c", None]
