@@ -1,8 +1,10 @@
 """Server commands: CONFIG INFO DBSIZE FLUSHDB FLUSHALL TIME SAVE BGSAVE LASTSAVE SHUTDOWN DEBUG COMMAND."""
 
+import re
 import time
 
 from .. import messages
+from ..config import split_args
 from ..errors import CommandError, ConfigError
 from ..keyspace.db import estimate_key
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
@@ -146,6 +148,47 @@ def time_(ctx, args):
 def sync(ctx, args):
     # Valkey's replication stream, for tools and tests that read what commands propagate (server/replfeed.py)
     return ctx.port.attach_replication_stream(ctx.client)
+
+
+@command("replconf")
+def replconf(ctx, args):
+    """replconfCommand's options for what a SYNC client gets (redis-cli --rdb / --functions-rdb use them);
+    ack/getack belong to Valkey-protocol replicas, which durakv does not have (its replicas follow the
+    journal)."""
+    n = len(args)
+    if n % 2 == 0:
+        raise syntax_error()
+    s = ctx.client
+    for j in range(1, n, 2):
+        opt, value = args[j].lower(), args[j + 1]
+        if opt == b"listening-port":
+            parse_int(value)
+        elif opt == b"ip-address":
+            if len(value) >= 46:
+                raise CommandError("ERR REPLCONF ip-address provided by replica instance is too long: %d bytes"
+                                   % len(value))
+        elif opt == b"capa":
+            pass                                 # capabilities this server does not use are ignored
+        elif opt == b"rdb-only":
+            flag = parse_int(value)
+            if not 0 <= flag <= 1:
+                raise CommandError(messages.NOT_INTEGER)
+            s.repl_rdb_only = flag == 1
+        elif opt == b"rdb-filter-only":
+            filters = split_args(value)
+            if filters is None:
+                raise CommandError("ERR Missing rdb-filter-only values")
+            s.repl_rdb_data = s.repl_rdb_functions = False
+            for f in filters:
+                if f.lower() != b"functions":
+                    raise CommandError("ERR Unsupported rdb-filter-only option: %s" % f.decode("utf-8", "replace"))
+                s.repl_rdb_functions = True
+        elif opt == b"version":
+            if not re.fullmatch(rb"\d+\.\d+\.\d+", value):
+                raise CommandError("ERR Unrecognized version format: %s" % value.decode("utf-8", "replace"))
+        else:
+            raise CommandError("ERR Unrecognized REPLCONF option: %s" % args[j].decode("utf-8", "replace"))
+    return OK
 
 
 @command("lastsave")

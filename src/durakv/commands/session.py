@@ -12,7 +12,8 @@ class Session:
                  "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
                  "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls",
-                 "reply_off", "reply_skip", "commands_processed", "net_in", "net_out")
+                 "reply_off", "reply_skip", "commands_processed", "net_in", "net_out", "repl_rdb_only",
+                 "repl_rdb_data", "repl_rdb_functions")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -59,6 +60,10 @@ class Session:
         self.commands_processed = 0
         self.net_in = 0
         self.net_out = 0
+        # REPLCONF rdb-only / rdb-filter-only: what SYNC sends this client (an RDB alone; data, functions)
+        self.repl_rdb_only = False
+        self.repl_rdb_data = True
+        self.repl_rdb_functions = True
 
     def refresh_special(self):
         self.special = bool(self.subscribed or self.monitor)

@@ -776,6 +776,30 @@ def dump(value) -> bytes:
     return payload + crc64(payload).to_bytes(8, "little")
 
 
+def rdb_file(databases, libraries=(), aux=()) -> bytes:
+    """A whole RDB file (version 10, as rdbSaveRio lays it out): aux fields, function libraries (their
+    code), then per database SELECTDB, RESIZEDB and its keys (an expire time first where there is one),
+    EOF and the CRC-64 of everything before it. databases: (db_id, [(key, value, expire_at_ms | None)])."""
+    out = [b"REDIS%04d" % RDB_VERSION_WRITTEN]
+    for name, value in aux:
+        out.append(b"\xfa" + _string(name) + _string(value))
+    for code in libraries:
+        out.append(b"\xf5" + _string(code))
+    for db_id, items in databases:
+        if not items:
+            continue
+        out.append(b"\xfe" + _len(db_id) + b"\xfb" + _len(len(items))
+                   + _len(sum(1 for _k, _v, at in items if at is not None)))
+        for key, value, expire_at_ms in items:
+            if expire_at_ms is not None:
+                out.append(b"\xfc" + struct.pack("<q", expire_at_ms))
+            rdbtype, body = _dump_body(value)
+            out.append(bytes((rdbtype,)) + _string(key) + body)
+    out.append(b"\xff")
+    data = b"".join(out)
+    return data + crc64(data).to_bytes(8, "little")
+
+
 def verify(payload) -> bool:
     """verifyDumpPayload: a footer with an RDB version this server reads and a matching CRC-64."""
     if len(payload) < 10:

@@ -68,14 +68,17 @@ class ServerPort(Port):
         return self.server.hooks.add_monitor(conn)
 
     def attach_replication_stream(self, session):
-        from .replfeed import ReplicaFeed
+        from .replfeed import ReplicaFeed, dataset_rdb
         conn = self._conn(session)
         if conn is None:
             raise CommandError("ERR SYNC needs a client connection")
-        if conn.replica_feed is None:
+        rdb = dataset_rdb(self.server.keyspace, data=session.repl_rdb_data, functions=session.repl_rdb_functions)
+        if session.repl_rdb_only:
+            session.close_after_reply = True     # an RDB-only client is done once it has the file
+        elif conn.replica_feed is None:
             conn.replica_feed = ReplicaFeed(conn)
             self.server.durability.add_feed(conn.replica_feed)   # removed in Hooks.drop_client
-        return conn.replica_feed.payload()
+        return Raw(b"$%d\r\n" % len(rdb) + rdb)
 
     def reset_client(self, session):
         conn = self._conn(session)

@@ -1,0 +1,76 @@
+"""SYNC sends an RDB file of the dataset (keys, expire times, databases, function libraries), so
+`redis-cli --rdb` / `--functions-rdb` take a backup of a durakv server that redis-server (Redis 7.0, what CI
+installs) loads. Before, SYNC sent an empty RDB and REPLCONF was an unknown command."""
+
+import os
+import shutil
+import subprocess
+
+import valkey
+
+from conftest import free_port, wait_until
+
+
+def _redis_server_on(rdb_dir, dbfilename):
+    binary = shutil.which("redis-server")
+    assert binary, "scripts/test.sh installs redis-server"
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(rdb_dir),
+                             "--dbfilename", dbfilename, "--appendonly", "no", "--save", ""],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
+    wait_until(lambda: client.ping(), 10, what="redis-server to load the RDB")
+    return proc, client
+
+
+def test_redis_cli_rdb_backup_of_durakv_loads_in_redis_server(server_factory, tmp_path):
+    srv = server_factory()
+    c = srv.client()
+    c.set("a", "1")
+    c.set("b", "x" * 100, px=600000)
+    c.set("gone", "x", px=1)
+    c.rpush("l", *range(300))
+    c.hset("h", mapping={"f": "v"})
+    c.zadd("z", {"m": 1.5, "n": float("-inf")})
+    c.sadd("s", "q", 7)
+    c.xadd("st", {"f": "v"}, id="5-1")
+    srv.client(db=3).set("in3", "yes")
+    c.function_load("#!lua name=lib1\nredis.register_function('func1', function() return 1 end)")
+    wait_until(lambda: c.exists("gone") == 0, 5, what="the 1 ms key to expire")
+    for flag, name in (("--rdb", "all.rdb"), ("--functions-rdb", "functions.rdb")):
+        r = subprocess.run(["redis-cli", "-p", str(srv.port), flag, str(tmp_path / name)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and "Transfer finished with success" in r.stdout + r.stderr, r.stdout + r.stderr
+        assert "unknown command" not in r.stdout + r.stderr      # REPLCONF capa / rdb-only / rdb-filter-only
+    assert c.ping()     # an RDB-only SYNC client is closed after the file; the server goes on
+    proc, redis = _redis_server_on(tmp_path, "all.rdb")
+    try:
+        assert sorted(redis.keys()) == [b"a", b"b", b"h", b"l", b"s", b"st", b"z"]
+        assert redis.lrange("l", 0, -1) == [b"%d" % i for i in range(300)]
+        assert 0 < redis.pttl("b") <= 600000 and redis.get("a") == b"1"
+        assert redis.zrange("z", 0, -1, withscores=True) == [(b"n", float("-inf")), (b"m", 1.5)]
+        assert redis.xrange("st") == [(b"5-1", {b"f": b"v"})]
+        assert valkey.Valkey(host="127.0.0.1", port=redis.connection_pool.connection_kwargs["port"],
+                             db=3).get("in3") == b"yes"
+        assert redis.fcall("func1", 0) == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    proc, redis = _redis_server_on(tmp_path, "functions.rdb")
+    try:
+        assert redis.dbsize() == 0 and redis.fcall("func1", 0) == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert os.path.getsize(tmp_path / "functions.rdb") < os.path.getsize(tmp_path / "all.rdb")
+
+
+def test_replconf_errors_in_valkeys_words(r):
+    import pytest
+    for args, text in ((["capa"], "syntax error"), (["nosuch", "1"], "Unrecognized REPLCONF option: nosuch"),
+                       (["rdb-filter-only", "keys"], "Unsupported rdb-filter-only option: keys"),
+                       (["version", "x"], "Unrecognized version format: x")):
+        with pytest.raises(valkey.ResponseError) as e:
+            r.execute_command("REPLCONF", *args)
+        assert str(e.value) == text
+    assert r.execute_command("REPLCONF", "listening-port", "6380", "capa", "eof", "capa", "psync2") == b"OK"
