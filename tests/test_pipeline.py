@@ -118,6 +118,7 @@ def lease_gate():
     class Gate:
         lapsed = False
         asked = 0
+        checks_stale = False
 
         def is_replica(self):
             return False

@@ -267,7 +267,7 @@ class Pipeline:
         command a script runs: `run` is that script's ScriptRun). Error text, POSTPONE, or None to run.
         `queue` is EXEC's queued commands (the slot check covers all of them)."""
         acl = self._acl
-        if acl is not None:
+        if acl is not None and not session.from_primary:    # a replica obeys its primary (mustObeyClient)
             text = acl.check(session, cmd, args, "lua" if run is not None else (
                 "multi" if session.in_multi else "toplevel"), run)
             if text is not None:
@@ -279,7 +279,7 @@ class Pipeline:
                 return Redirection(text)
         # A script that already wrote cannot be failed halfway by server state (SCRIPT_WRITE_DIRTY).
         dirty = run is not None and run.dirty
-        if self._maxmemory and not dirty:
+        if self._maxmemory and not dirty and not session.from_primary:
             if run is not None:
                 if denyoom and run.pre_oom and not run.allow_oom:
                     return messages.OOM
@@ -296,10 +296,12 @@ class Pipeline:
             if text is not None:
                 return text
         gate = self._gate
-        if gate is not None:
+        if gate is not None and not session.from_primary:
             if write and not dirty and gate.is_replica():
                 return messages.READONLY
-            if cmd.touches_data or write:
+            # a Valkey-protocol replica (REPLICAOF) refuses every command without the `stale` flag while its
+            # link is down and replica-serve-stale-data is no; a shard member checks commands touching data
+            if cmd.touches_data or write or (gate.checks_stale and not cmd.stale):
                 text = gate.serving_error(write)
                 if text is not None:
                     return text

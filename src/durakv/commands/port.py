@@ -166,8 +166,13 @@ class Port:
         return used
 
     def replication(self) -> dict:
-        """role ('master'|'replica'), primary_host, primary_port, offset, replicas [(host, port, offset)]."""
+        """role ('master'|'replica'), primary_host, primary_port, offset, replicas [(host, port, offset)],
+        state (a replica's link: connect, connecting, sync, connected)."""
         return {"role": "master", "primary_host": "", "primary_port": 0, "offset": 0, "replicas": []}
+
+    def replicaof(self, host, port) -> bool:
+        """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""
+        raise CommandError("ERR REPLICAOF needs a server process")
 
     # -- durability waits -------------------------------------------------------------------------
     def journaled(self) -> bool:

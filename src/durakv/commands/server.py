@@ -629,11 +629,32 @@ def swapdb(ctx, args):
     return OK
 
 
+@command("replicaof")
+def replicaof(ctx, args):
+    if args[1].lower() == b"no" and args[2].lower() == b"one":
+        ctx.port.replicaof(None, 0)
+        return OK
+    if ctx.client.from_primary:
+        raise CommandError("ERR Command is not valid when client is a replica.")
+    port = parse_int(args[2], "ERR Invalid master port")
+    if not 0 <= port <= 65535:
+        raise CommandError("ERR Invalid master port")
+    if not ctx.port.replicaof(args[1].decode("utf-8", "replace"), port):
+        return Raw(b"+OK Already connected to specified master\r\n")
+    return OK
+
+
+@command("slaveof")
+def slaveof(ctx, args):
+    return replicaof(ctx, args)
+
+
 @command("role")
 def role(ctx, args):
     r = ctx.port.replication()
     if r["role"] == "replica":
-        return [b"slave", r["primary_host"].encode(), r["primary_port"], b"connected", r["offset"]]
+        return [b"slave", r["primary_host"].encode(), r["primary_port"], r.get("state", "connected").encode(),
+                r["offset"]]
     return [b"master", r["offset"], [[h.encode(), b"%d" % p, b"%d" % o] for h, p, o in r["replicas"]]]
 
 

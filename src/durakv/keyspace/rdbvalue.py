@@ -800,6 +800,66 @@ def rdb_file(databases, libraries=(), aux=()) -> bytes:
     return data + crc64(data).to_bytes(8, "little")
 
 
+def _load_object(r, rdbtype, clock_ms):
+    if rdbtype in _STREAM_TYPES:
+        return _load_stream(r, rdbtype, clock_ms)
+    if rdbtype in _LOADERS:
+        return _LOADERS[rdbtype](r)
+    if rdbtype in (T_MODULE_PRE_GA, T_MODULE_2):
+        raise RdbError("module value types are not supported")
+    raise RdbError("unknown RDB object type %d" % rdbtype)
+
+
+def load_rdb_file(data, clock_ms=None):
+    """An RDB file (rdbLoadRio: what a primary sends to a replica, what SAVE writes), RDB versions up to 11.
+    Returns ({db_id: [(key, value, expire_at_ms | None), ...]}, [function library code, ...]). The trailing
+    CRC-64 is checked unless it is 0 (rdbchecksum no). Raises RdbError when the file is malformed or holds
+    what durakv has not (module values and module aux data)."""
+    data = bytes(data)
+    if len(data) < 9 or data[:5] != b"REDIS" or not data[5:9].isdigit():
+        raise RdbError("not an RDB file")
+    version = int(data[5:9])
+    if version < 1 or version > RDB_VERSION_MAX:
+        raise RdbError("RDB version %d is not supported" % version)
+    r = _Reader(data, len(data))
+    r.pos = 9
+    databases, libraries = {}, []
+    db_id, expire_at_ms = 0, None
+    while True:
+        op = r.byte()
+        if op == 0xFF:                                       # EOF
+            if version >= 5:
+                stored = int.from_bytes(r.take(8), "little")
+                if stored and stored != crc64(data[:r.pos - 8]):
+                    raise RdbError("RDB checksum mismatch")
+            return databases, libraries
+        if op == 0xFE:                                       # SELECTDB
+            db_id = r.length()
+        elif op == 0xFB:                                     # RESIZEDB: sizes are hints
+            r.length()
+            r.length()
+        elif op == 0xFA:                                     # AUX field
+            r.string()
+            r.string()
+        elif op == 0xFC:                                     # EXPIRETIME_MS
+            expire_at_ms = r.millis()
+        elif op == 0xFD:                                     # EXPIRETIME (seconds, old files)
+            expire_at_ms = int.from_bytes(r.take(4), "little", signed=True) * 1000
+        elif op == 0xF8:                                     # IDLE (LRU): not kept
+            r.length()
+        elif op == 0xF9:                                     # FREQ (LFU): not kept
+            r.byte()
+        elif op == 0xF5:                                     # FUNCTION2: a library's code
+            libraries.append(bytes(r.string()))
+        elif op in (0xF6, 0xF7):
+            raise RdbError("pre-GA functions and module aux data are not supported")
+        else:
+            key = bytes(r.string())
+            value = _load_object(r, op, clock_ms)
+            databases.setdefault(db_id, []).append((key, value, expire_at_ms))
+            expire_at_ms = None
+
+
 def verify(payload) -> bool:
     """verifyDumpPayload: a footer with an RDB version this server reads and a matching CRC-64."""
     if len(payload) < 10:
@@ -817,15 +877,7 @@ def load(payload, clock_ms=None):
     if len(payload) < 10 or int.from_bytes(payload[-10:-8], "little") > RDB_VERSION_MAX:
         raise RdbError("payload without a valid footer")
     r = _Reader(payload, len(payload) - 10)
-    rdbtype = r.byte()
-    if rdbtype in _STREAM_TYPES:
-        value = _load_stream(r, rdbtype, clock_ms)
-    elif rdbtype in _LOADERS:
-        value = _LOADERS[rdbtype](r)
-    elif rdbtype in (T_MODULE_PRE_GA, T_MODULE_2):
-        raise RdbError("module value types are not supported")
-    else:
-        raise RdbError("unknown RDB object type %d" % rdbtype)
+    value = _load_object(r, r.byte(), clock_ms)
     if r.pos != r.end:
         raise RdbError("trailing bytes after the value")
     return value

@@ -78,6 +78,8 @@ class PeerStatus:
 
 
 class ClusterNode:
+    checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
+
     def __init__(self, server):
         self.server = server
         cfg = server.config

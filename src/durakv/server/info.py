@@ -106,6 +106,14 @@ def _section_stats(srv):
 
 def _section_replication(srv):
     offset = srv.durability.committed
+    link = getattr(srv, "valkey_link", None)
+    if link is not None:
+        fields = {"role": "slave"}
+        fields.update(link.info_fields())
+        fields.update({"connected_slaves": 0, "master_failover_state": "no-failover", "master_replid": link.replid,
+                       "master_replid2": "0" * 40, "master_repl_offset": link.offset, "second_repl_offset": -1,
+                       "repl_backlog_active": 0})
+        return fields
     node = getattr(srv, "cluster_node", None)
     if node is not None:
         r = srv.replication_info()

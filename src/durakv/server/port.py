@@ -213,6 +213,15 @@ class ServerPort(Port):
     def replication(self) -> dict:
         return self.server.replication_info()
 
+    def replicaof(self, host, port) -> bool:
+        srv = self.server
+        if srv.cluster_routing is not None:
+            raise CommandError("ERR REPLICAOF not allowed in cluster mode.")
+        if srv.cluster_node is not None:
+            raise CommandError("ERR REPLICAOF is not supported on a shard member: its replicas follow the "
+                               "shard's journal")
+        return srv.replicaof(host, port)
+
     # -- durability waits -------------------------------------------------------------------------
     def journaled(self) -> bool:
         return self.server.durability.tracker is not None

@@ -137,6 +137,7 @@ class Server:
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
         self.blocking = Blocking(self)     # clients blocked on keys or paused (server/blocking.py)
         self.migrate_sockets = MigrateSockets()  # MIGRATE's cached connections to target instances
+        self.valkey_link = None            # REPLICAOF: the replication link with a Valkey primary
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
@@ -658,6 +659,8 @@ class Server:
         for conn in list(self.clients.values()):
             conn.close()
         self.migrate_sockets.close_all()
+        if self.valkey_link is not None:
+            self.valkey_link.stop()
         if self.journal is not None:
             await self.journal.close()
         lock = getattr(self, "data_dir_lock", None)
@@ -702,8 +705,34 @@ class Server:
             return self.config["durability"]
         return self.durability.mode
 
+    def replicaof(self, host, port):
+        """REPLICAOF host port on a standalone server: follow that primary (server/valkeyreplica.py); host None:
+        REPLICAOF NO ONE. Returns False when already a replica of that primary."""
+        link = self.valkey_link
+        if host is not None and link is not None and (link.host.lower(), link.port) == (host.lower(), port):
+            return False
+        if link is not None:
+            link.stop()
+            self.valkey_link = None
+            self.pipeline.gate = None
+            ks = self.keyspace
+            ks.expire_enabled, ks.hide_expired = True, False
+            log.info("REPLICAOF NO ONE: a primary again (replication link with %s:%d stopped)", link.host, link.port)
+        if host is not None:
+            from .valkeyreplica import ValkeyReplicaLink
+            ks = self.keyspace
+            ks.expire_enabled, ks.hide_expired = False, True   # the primary's DELs expire keys here
+            self.valkey_link = ValkeyReplicaLink(self, host, port)
+            self.pipeline.gate = self.valkey_link
+            log.info("REPLICAOF %s:%d enabled", host, port)
+        return True
+
     def replication_info(self) -> dict:
         """What ROLE, HELLO and INFO replication say about this node's place in its shard."""
+        link = self.valkey_link
+        if link is not None:
+            return {"role": "replica", "primary_host": link.host, "primary_port": link.port, "offset": link.offset,
+                    "replicas": [], "state": link.state}
         node = self.cluster_node
         if node is not None and node.role == "replica":
             c = node.controller

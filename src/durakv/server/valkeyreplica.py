@@ -1,0 +1,227 @@
+"""REPLICAOF host port: a standalone durakv server follows a Valkey (or Redis, or durakv) primary over Valkey's
+replication protocol, e.g. to move a dataset from Valkey or ElastiCache into durakv without downtime.
+
+The link (replicationSetPrimary / syncWithPrimary / readSyncBulkPayload in Valkey's replication.c):
+PING, AUTH with primaryuser / primaryauth if set, REPLCONF listening-port and capa eof psync2, PSYNC ? -1
+(a full resynchronization every time: durakv keeps no replication backlog), the RDB payload (sized, or
+diskless with an EOF mark) read by keyspace/rdbvalue.py, then the command stream. What the primary sends is
+run through the pipeline on one session marked `from_primary` (the only one a replica accepts writes from), so
+every key loaded and every command applied is journaled like a client's write: a kill -9 of a durakv replica
+loses nothing it had applied. The replica answers REPLCONF GETACK and sends REPLCONF ACK <offset> every
+second, so the primary keeps it online. On any error the link is dropped and tried again after a second, with
+a full resynchronization; REPLICAOF NO ONE stops it and the server is a primary again with the data it has.
+
+While it is a replica: writes from clients answer -READONLY; with replica-serve-stale-data no, commands
+without the `stale` flag answer -MASTERDOWN while the link is not up; keys are not expired here (the
+primary's DELs remove them, as on a Valkey replica).
+"""
+
+import asyncio
+import logging
+import time
+
+import hiredis
+
+from .. import messages
+from ..commands.session import Session
+from ..keyspace import rdbvalue
+from ..protocol.resp import ErrorReply, encode_command
+
+log = logging.getLogger("durakv.replicaof")
+
+CONNECT_TIMEOUT_S = 5.0
+RETRY_S = 1.0
+ACK_INTERVAL_S = 1.0
+EOF_MARK_BYTES = 40
+
+
+class LinkError(Exception):
+    pass
+
+
+class ValkeyReplicaLink:
+    """The pipeline's gate while this server is a replica of host:port (see commands/pipeline.py admit)."""
+
+    checks_stale = True
+
+    def __init__(self, server, host: str, port: int):
+        self.server = server
+        self.host = host
+        self.port = port
+        self.state = "connect"          # connect, connecting, sync, connected (ROLE's words)
+        self.offset = 0                 # replication offset applied (REPLCONF ACK)
+        self.replid = "?"
+        self.last_io_s = time.monotonic()
+        self.sync_started_s = 0.0
+        self.full_syncs = 0
+        self._writer = None
+        self._stopped = False
+        self.session = Session(authenticated=True)
+        self.session.from_primary = True
+        self.session.addr = "%s:%d" % (host, port)
+        server.pipeline.new_context(self.session).may_block = False
+        self._task = server.loop.create_task(self._run())
+
+    # -- the gate ---------------------------------------------------------------------------------------
+    def is_replica(self) -> bool:
+        return True
+
+    def serving_error(self, write):
+        if self.state != "connected" and not self.server.config["replica-serve-stale-data"]:
+            return messages.MASTERDOWN_STALE
+        return None
+
+    # -- control ----------------------------------------------------------------------------------------
+    def stop(self):
+        self._stopped = True
+        if self._writer is not None:
+            self._writer.close()
+        self._task.cancel()
+
+    def info_fields(self) -> dict:
+        up = self.state == "connected"
+        return {"master_host": self.host, "master_port": self.port,
+                "master_link_status": "up" if up else "down",
+                "master_last_io_seconds_ago": int(time.monotonic() - self.last_io_s) if up else -1,
+                "master_sync_in_progress": 1 if self.state == "sync" else 0,
+                "slave_read_repl_offset": self.offset, "slave_repl_offset": self.offset,
+                "slave_priority": 100, "slave_read_only": 1, "replica_announced": 1}
+
+    # -- the link ---------------------------------------------------------------------------------------
+    async def _run(self):
+        while not self._stopped:
+            try:
+                await self._sync_once()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, EOFError, asyncio.TimeoutError, LinkError, rdbvalue.RdbError,
+                    hiredis.ProtocolError) as exc:
+                if not self._stopped:
+                    log.warning("replication link with %s:%d: %s; retrying", self.host, self.port, exc or type(exc))
+            finally:
+                if self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
+            self.state = "connect"
+            if not self._stopped:
+                await asyncio.sleep(RETRY_S)
+
+    async def _sync_once(self):
+        self.state = "connecting"
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S)
+        self._writer = writer
+        cfg = self.server.config
+
+        async def call(*args):
+            writer.write(encode_command(args))
+            while True:
+                line = await asyncio.wait_for(reader.readline(), 60)
+                if not line:
+                    raise EOFError("the primary closed the connection")
+                if line.strip():                 # a primary sends bare newlines as keep-alives
+                    return line.rstrip(b"\r\n")
+
+        if (await call(b"PING"))[:1] == b"-" and not cfg["primaryauth"]:
+            raise LinkError("the primary wants AUTH: set primaryauth (and primaryuser)")
+        if cfg["primaryauth"]:
+            auth = [cfg["primaryuser"].encode()] if cfg["primaryuser"] else []
+            answer = await call(b"AUTH", *auth, cfg["primaryauth"].encode())
+            if answer != b"+OK":
+                raise LinkError("AUTH refused: %s" % answer.decode("utf-8", "replace"))
+        await call(b"REPLCONF", b"listening-port", b"%d" % (cfg["port"] or cfg["tls-port"]))
+        await call(b"REPLCONF", b"capa", b"eof", b"capa", b"psync2")
+        answer = await call(b"PSYNC", b"?", b"-1")
+        if not answer.startswith(b"+FULLRESYNC"):
+            raise LinkError("PSYNC answered %s" % answer.decode("utf-8", "replace"))
+        _, replid, offset = answer.split(b" ")
+        self.state = "sync"
+        self.sync_started_s = time.monotonic()
+        rdb = await self._read_payload(reader)
+        self._load(rdb)
+        self.replid, self.offset = replid.decode(), int(offset)
+        self.full_syncs += 1
+        self.state = "connected"
+        log.info("replica of %s:%d: full sync of %d bytes in %.2fs; streaming from offset %d", self.host,
+                 self.port, len(rdb), time.monotonic() - self.sync_started_s, self.offset)
+        acks = self.server.loop.create_task(self._ack_loop(writer))
+        try:
+            await self._stream(reader, writer)
+        finally:
+            acks.cancel()
+
+    async def _read_payload(self, reader) -> bytes:
+        while True:
+            line = await asyncio.wait_for(reader.readline(), 300)
+            if not line:
+                raise EOFError("the primary closed the connection during the sync")
+            self.last_io_s = time.monotonic()
+            if line in (b"\n", b"\r\n"):
+                continue                   # keep-alive newlines while the primary prepares the RDB
+            if line[:1] == b"-":
+                raise LinkError("the primary refused the sync: %s" % line.strip().decode("utf-8", "replace"))
+            if line[:1] != b"$":
+                raise LinkError("unexpected sync header %r" % line[:40])
+            break
+        header = line[1:].rstrip(b"\r\n")
+        if header.startswith(b"EOF:"):
+            mark = header[4:]
+            if len(mark) != EOF_MARK_BYTES:
+                raise LinkError("bad EOF mark")
+            data = bytearray()
+            while not data.endswith(mark):
+                chunk = await asyncio.wait_for(reader.read(1 << 20), 300)
+                if not chunk:
+                    raise EOFError("the primary closed the connection during the sync")
+                data += chunk
+            return bytes(data[:-EOF_MARK_BYTES])
+        return await asyncio.wait_for(reader.readexactly(int(header)), 300)
+
+    def _apply(self, argv):
+        """One command from the primary, through the pipeline as the primary's session (journaled)."""
+        pipeline = self.server.pipeline
+        pipeline.mark()
+        reply, _ticket, _cmd = pipeline.process(self.session, argv)
+        if type(reply) is ErrorReply and not reply.text.startswith(("ERR unknown command", "NOSCRIPT")):
+            # a write that did not happen here would leave this replica behind for good: sync again
+            raise LinkError("applying %r failed: %s" % (argv[0], reply.text))
+
+    def _load(self, rdb: bytes):
+        databases, libraries = rdbvalue.load_rdb_file(rdb, self.server.keyspace.clock_ms)
+        self._apply([b"FLUSHALL"])
+        self._apply([b"FUNCTION", b"FLUSH"])
+        for code in libraries:
+            self._apply([b"FUNCTION", b"LOAD", b"REPLACE", code])
+        for db_id, items in sorted(databases.items()):
+            self._apply([b"SELECT", b"%d" % db_id])
+            for key, value, expire_at_ms in items:
+                self._apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0), rdbvalue.dump(value), b"REPLACE",
+                             b"ABSTTL"])
+        self._apply([b"SELECT", b"0"])
+
+    async def _stream(self, reader, writer):
+        parser = hiredis.Reader()
+        while not self._stopped:
+            data = await reader.read(1 << 16)
+            if not data:
+                raise EOFError("the primary closed the connection")
+            self.last_io_s = time.monotonic()
+            parser.feed(data)
+            while True:
+                argv = parser.gets()
+                if argv is False:
+                    break
+                if not isinstance(argv, list) or not argv:
+                    raise LinkError("unexpected data in the replication stream")
+                log.debug("from the primary: %r", argv[:3])
+                name = argv[0].lower()
+                if name == b"replconf" and len(argv) > 1 and argv[1].lower() == b"getack":
+                    writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.offset]))
+                elif name != b"ping":
+                    self._apply(argv)
+                self.offset += len(encode_command(argv))   # the primary sends canonical multibulk
+
+    async def _ack_loop(self, writer):
+        # the first ACK at once: a primary that sent the RDB diskless streams commands only after it
+        while True:
+            writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.offset]))
+            await asyncio.sleep(ACK_INTERVAL_S)

@@ -1,0 +1,113 @@
+"""REPLICAOF: a standalone durakv server follows a real redis-server primary (Redis 7.0, what CI installs) over
+Valkey's replication protocol: the full sync (RDB), then the command stream; writes from clients answer
+READONLY; what it applied is journaled (a kill -9 and restart keep it); REPLICAOF NO ONE makes it a primary
+again. Before, REPLICAOF was an unknown command (Valkey's multi unit stopped there)."""
+
+import shutil
+import subprocess
+
+import pytest
+import valkey
+
+from conftest import free_port, wait_until
+
+
+@pytest.fixture
+def redis_primary(tmp_path):
+    binary = shutil.which("redis-server")
+    assert binary, "scripts/test.sh installs redis-server"
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path), "--repl-diskless-sync-delay", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
+    wait_until(lambda: client.ping(), 10, what="redis-server to answer")
+    yield port, client
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _linked(c):
+    return c.execute_command("ROLE")[3] == b"connected"
+
+
+def test_replica_of_redis_server_syncs_streams_and_keeps_it_after_kill9(server_factory, redis_primary):
+    port, primary = redis_primary
+    for i in range(500):
+        primary.set(f"k{i}", i)
+    primary.rpush("l", *range(100))
+    primary.set("ttl", "x", ex=600)
+    valkey.Valkey(host="127.0.0.1", port=port, db=2).set("in2", "y")
+    primary.function_load("#!lua name=lib1\nredis.register_function('func1', function() return 7 end)")
+    srv = server_factory("--durability", "sync")
+    c = srv.client()
+    c.set("mine", "gone after the sync")
+    assert c.execute_command("REPLICAOF", "127.0.0.1", port) == b"OK"
+    assert c.execute_command("REPLICAOF", "127.0.0.1", port) == b"OK Already connected to specified master"
+    wait_until(lambda: _linked(c), 30, what="the link to be up")
+    assert c.dbsize() == 502 and c.get("k5") == b"5" and c.llen("l") == 100 and c.exists("mine") == 0
+    assert 0 < c.pttl("ttl") <= 600000 and srv.client(db=2).get("in2") == b"y"
+    assert [lib[1] for lib in c.function_list()] == [b"lib1"]
+    # the stream: writes, deletes, expiries, transactions
+    primary.set("new", "1")
+    primary.incr("k5")
+    primary.delete("k6")
+    pipe = primary.pipeline(transaction=True)
+    pipe.set("tx1", "a")
+    pipe.set("tx2", "b")
+    pipe.execute()
+    wait_until(lambda: c.get("tx2") == b"b", 10, what="the stream to be applied")
+    assert c.get("new") == b"1" and c.get("k5") == b"6" and c.exists("k6") == 0 and c.get("tx1") == b"a"
+    with pytest.raises(valkey.ResponseError) as e:
+        c.set("x", "1")
+    assert str(e.value) == "You can't write against a read only replica."
+    info = c.info("replication")
+    assert info["role"] == "slave" and info["master_link_status"] == "up" and info["master_port"] == port
+    wait_until(lambda: primary.info("replication").get("slave0", {}).get("state") == "online", 10,
+               what="the primary to see its replica online")
+    wait_until(lambda: primary.info("replication")["slave0"]["offset"]
+               == primary.info("replication")["master_repl_offset"], 10, what="REPLCONF ACK to catch up")
+    # what the replica applied was journaled: a kill -9 keeps it
+    srv.kill()
+    primary.set("while-down", "1")
+    srv.start()
+    c = srv.client()
+    assert c.get("tx2") == b"b" and c.get("k5") == b"6" and c.dbsize() == 504
+    # after a restart it is a primary (REPLICAOF is not persisted without CONFIG REWRITE, as in Valkey)
+    assert c.execute_command("ROLE")[0] == b"master"
+    assert c.execute_command("REPLICAOF", "127.0.0.1", port) == b"OK"
+    wait_until(lambda: c.get("while-down") == b"1", 30, what="a new full sync")
+    assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    assert c.set("x", "1") and c.execute_command("ROLE")[0] == b"master"
+    primary.set("after", "1")
+    assert c.get("after") is None
+
+
+def test_replicaof_of_an_unreachable_primary_and_stale_reads(server_factory):
+    # Valkey's multi unit: "MULTI / EXEC with REPLICAOF" and "exec with read commands and stale replica
+    # state change"
+    srv = server_factory()
+    c = srv.client(single_connection_client=True)
+    c.set("xx", "1")
+    r1 = srv.client()
+    c.config_set("replica-serve-stale-data", "no")
+    assert c.execute_command("MULTI") == b"OK"
+    assert c.execute_command("GET", "xx") == b"QUEUED"
+    r1.execute_command("REPLICAOF", "localhsot", 0)
+    with pytest.raises(valkey.exceptions.ExecAbortError) as e:      # -EXECABORT ...
+        c.execute_command("EXEC")
+    assert "because of: MASTERDOWN Link with MASTER is down" in str(e.value)
+    assert c.execute_command("ROLE")[:3] == [b"slave", b"localhsot", 0]
+    with pytest.raises(valkey.ResponseError, match="MASTERDOWN"):
+        c.ping()
+    r1.execute_command("REPLICAOF", "NO", "ONE")
+    assert c.ping() and c.get("xx") == b"1"
+    c.config_set("replica-serve-stale-data", "yes")
+    for args, text in ((["localhost", "x"], "Invalid master port"), (["localhost", "70000"], "Invalid master port")):
+        with pytest.raises(valkey.ResponseError) as e:
+            c.execute_command("REPLICAOF", *args)
+        assert str(e.value) == text
+    cl = server_factory("--cluster-enabled", "yes").client()
+    with pytest.raises(valkey.ResponseError) as e:
+        cl.execute_command("REPLICAOF", "127.0.0.1", 1)
+    assert str(e.value) == "REPLICAOF not allowed in cluster mode."
