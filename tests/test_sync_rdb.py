@@ -74,3 +74,27 @@ def test_replconf_errors_in_valkeys_words(r):
             r.execute_command("REPLCONF", *args)
         assert str(e.value) == text
     assert r.execute_command("REPLCONF", "listening-port", "6380", "capa", "eof", "capa", "psync2") == b"OK"
+
+
+def test_redis_cli_replica_is_listed_as_a_replica_and_killed_by_type(server_factory):
+    # Valkey's valkey-cli unit "Connecting as a replica": a SYNC client shows as slave0 (state=online) in INFO
+    # replication and in CLIENT LIST (flags=S), gets the stream, and CLIENT KILL TYPE slave ends it
+    srv = server_factory()
+    c = srv.client()
+    cli = subprocess.Popen(["redis-cli", "-p", str(srv.port), "--replica"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: c.info("replication").get("slave0", {}).get("state") == "online", 10,
+                   what="the SYNC client to be listed")
+        for i in range(100):
+            c.set("test-key", f"test-value-{i}")
+        wait_until(lambda: c.info("replication")["slave0"]["offset"] > 2000, 10, what="the stream to flow")
+        assert any("flags=S " in line for line in c.execute_command("CLIENT", "LIST").decode().splitlines())
+        assert c.execute_command("CLIENT", "KILL", "TYPE", "slave") == 1
+        out = cli.communicate(timeout=10)[0].decode()
+        assert '"SET","test-key","test-value-99"' in out and "Server closed the connection" in out
+        assert c.info("replication")["connected_slaves"] == 0
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()

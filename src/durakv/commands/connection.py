@@ -9,6 +9,9 @@ from . import registry
 from .registry import command
 
 
+_CLIENT_TYPE_ALIASES = {b"slave": b"replica", b"master": b"primary"}   # getClientTypeByName
+
+
 @command("ping")
 def ping(ctx, args):
     if len(args) > 2:
@@ -194,6 +197,7 @@ def client_list(ctx, args):
             kind = args[i + 1].lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError("ERR Unknown client type '%s'" % args[i + 1].decode("utf-8", "replace"))
+            kind = _CLIENT_TYPE_ALIASES.get(kind, kind)
             sessions = [s for s in sessions if port.client_kind(s) == kind]
             i += 2
         elif opt == b"ID" and i + 1 < len(args):
@@ -259,7 +263,7 @@ def client_kill(ctx, args):
             kind = val.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError("ERR Unknown client type '%s'" % val.decode("utf-8", "replace"))
-            filters.append(lambda s, k=kind: port.client_kind(s) == k)
+            filters.append(lambda s, k=_CLIENT_TYPE_ALIASES.get(kind, kind): port.client_kind(s) == k)
         elif opt == b"SKIPME":
             v = val.lower()
             if v not in (b"yes", b"no"):

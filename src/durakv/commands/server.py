@@ -162,7 +162,7 @@ def replconf(ctx, args):
     for j in range(1, n, 2):
         opt, value = args[j].lower(), args[j + 1]
         if opt == b"listening-port":
-            parse_int(value)
+            s.repl_listening_port = parse_int(value)
         elif opt == b"ip-address":
             if len(value) >= 46:
                 raise CommandError("ERR REPLCONF ip-address provided by replica instance is too long: %d bytes"

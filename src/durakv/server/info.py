@@ -131,9 +131,16 @@ def _section_replication(srv):
         if node.role != "replica":
             fields.update(node.info_fields())
         return fields
-    return {"role": "master", "connected_slaves": 0, "master_failover_state": "no-failover",
-            "master_replid": srv.run_id, "master_repl_offset": offset, "second_repl_offset": -1,
-            "repl_backlog_active": 0}
+    # SYNC connections are this server's replicas as Valkey lists them (tools: redis-cli --replica)
+    feeds = [c for c in srv.clients.values() if c.replica_feed is not None and not c.closing]
+    fields = {"role": "master", "connected_slaves": len(feeds)}
+    for i, conn in enumerate(feeds):
+        ip = conn.session.addr.rsplit(":", 1)[0]
+        fields["slave%d" % i] = "ip=%s,port=%d,state=online,offset=%d,lag=0" % (
+            ip, conn.session.repl_listening_port, conn.replica_feed.offset)
+    fields.update({"master_failover_state": "no-failover", "master_replid": srv.run_id,
+                   "master_repl_offset": offset, "second_repl_offset": -1, "repl_backlog_active": 0})
+    return fields
 
 
 def _peer_lag_s(node, host, port) -> int:

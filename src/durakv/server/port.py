@@ -35,6 +35,10 @@ class ServerPort(Port):
         return [c.session for c in self.server.clients.values()]
 
     def client_kind(self, session) -> bytes:
+        """getClientType: replica (a SYNC connection), pubsub, normal."""
+        conn = self._conn(session)
+        if conn is not None and conn.replica_feed is not None and not session.monitor:
+            return b"replica"
         return b"pubsub" if session.subscribed else b"normal"
 
     def client_line(self, session) -> str:
@@ -351,6 +355,7 @@ def client_line(conn, now_ms, current=None) -> str:
     subs = conn.subs
     tracking = conn.tracking
     flags = "".join((
+        "S" if conn.replica_feed is not None and not s.monitor else "",
         "O" if s.monitor else "",
         "P" if s.subscribed else "",
         "x" if s.in_multi else "",

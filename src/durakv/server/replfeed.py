@@ -59,6 +59,7 @@ class ReplicaFeed:
     def __init__(self, conn):
         self.conn = conn
         self.db_id = -1
+        self.offset = 0         # bytes of stream sent (INFO replication's slaveN offset)
 
     def __call__(self, effects):
         if self.conn.closing:
@@ -79,7 +80,9 @@ class ReplicaFeed:
         if wrap:
             out.append(_EXEC)
         if out:
-            self.conn.push(Raw(b"".join(out)))
+            data = b"".join(out)
+            self.offset += len(data)
+            self.conn.push(Raw(data))
 
     def _one(self, out, db_id, argv):
         if db_id != self.db_id:
