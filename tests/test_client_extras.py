@@ -333,6 +333,7 @@ def test_client_traffic_and_command_counts(r, raw, shared_server):
     wait_until(lambda: counts() == (n_in + 34, n_out + 23, n_cmds + 1), 5, what="the served BLPOP counted")
     stats = r.info("stats")
     assert stats["total_net_input_bytes"] > 0 and stats["total_net_output_bytes"] > 0
+    assert stats["total_reads_processed"] > 0 and stats["total_writes_processed"] > 0
     c.close()
 
 

@@ -31,6 +31,7 @@ def test_migrate_moves_keys_with_their_ttl(server_factory):
     a.hset("h", mapping={"f": "1"})
     assert _migrate(a, "127.0.0.1", dst.port, "k", 0, 1000) == b"OK"
     assert a.exists("k") == 0 and b.get("k") == b"v" and 0 < b.pttl("k") <= 60000
+    assert a.info("stats")["migrate_cached_sockets"] == 1     # kept for the next MIGRATE (10 s idle at most)
     # COPY into db 3, several keys (missing ones skipped)
     assert _migrate(a, "127.0.0.1", dst.port, "", 3, 1000, "COPY", "KEYS", "l", "h", "nope") == b"OK"
     assert a.exists("l", "h") == 2

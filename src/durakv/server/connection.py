@@ -124,7 +124,9 @@ class Connection(asyncio.Protocol):
             return
         n = len(data)
         self.session.net_in += n
-        self.server.net_input_bytes += n
+        srv = self.server
+        srv.net_input_bytes += n
+        srv.reads_processed += 1
         commands, error = self.parser.feed(data)
         if self.backlog is not None:  # parked: these wait behind the parked command, in order
             self.backlog.extend(commands)
@@ -250,6 +252,7 @@ class Connection(asyncio.Protocol):
             self.session.net_out += n
             srv = self.server
             srv.net_output_bytes += n
+            srv.writes_processed += 1
             if srv.obuf_limited:
                 self._check_output_limits()
 

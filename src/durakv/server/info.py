@@ -94,12 +94,13 @@ def _section_stats(srv):
             "keyspace_hits": ks.hits, "keyspace_misses": ks.misses,
             "pubsub_channels": len(srv.pubsub.channels), "pubsub_patterns": len(srv.pubsub.patterns),
             "pubsubshard_channels": len(srv.pubsub.shard),
+            "migrate_cached_sockets": len(srv.migrate_sockets.cache),
             "tracking_total_keys": len(srv.hooks.tracking.table),
             "tracking_total_items": sum(len(v) for v in srv.hooks.tracking.table.values()),
             "tracking_total_prefixes": len(srv.hooks.tracking.prefixes),
             "total_error_replies": d.total_errors,
-            "unexpected_error_replies": d.error_counts.get("ERR", 0) and 0,
-            "total_reads_processed": 0, "total_writes_processed": 0,
+            "unexpected_error_replies": 0,      # Valkey: errors replaying an AOF or a primary's stream
+            "total_reads_processed": srv.reads_processed, "total_writes_processed": srv.writes_processed,
             "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors,
             **srv.acl.info_fields()}
 

@@ -117,6 +117,8 @@ class Server:
         self.protocol_errors = 0
         self.net_input_bytes = 0           # INFO total_net_input_bytes / total_net_output_bytes
         self.net_output_bytes = 0
+        self.reads_processed = 0           # INFO total_reads_processed / total_writes_processed: socket reads
+        self.writes_processed = 0          # and writes (the event loop's, one per data_received / write)
         self.last_snapshot_index = 0
         self.lastsave = int(time.time())
         self.last_bgsave_status = "ok"
