@@ -528,3 +528,15 @@ def test_sampler_released_with_its_set():
     before = len(sets_module._samplers)
     run("DEL", "gone")
     assert len(sets_module._samplers) == before - 1
+
+
+def test_smembers_of_an_intset_is_in_numeric_order(r):
+    # Valkey keeps small integer sets as a sorted array (intset), so SMEMBERS answers them in ascending order
+    # (valkey-cli's "DUMP RESTORE with -x option" reads "1\n2\n3\n4\n5\n6"); durakv answered in hash order
+    r.sadd("set", 6, 1, 3, -4, 2, 5)
+    assert r.object("encoding", "set") == b"intset"
+    assert r.execute_command("SMEMBERS", "set") == [b"-4", b"1", b"2", b"3", b"5", b"6"]
+    assert r.restore("copy", 0, r.dump("set"))
+    assert r.execute_command("SMEMBERS", "copy") == [b"-4", b"1", b"2", b"3", b"5", b"6"]
+    r.sadd("set", "x")                      # no longer an intset: no order promised
+    assert sorted(r.execute_command("SMEMBERS", "set")) == sorted([b"-4", b"1", b"2", b"3", b"5", b"6", b"x"])

@@ -246,8 +246,14 @@ def smismember(ctx, args):
 
 @command("smembers")
 def smembers(ctx, args):
-    s = ctx.lookup_set(args[1])
-    return RespSet() if s is None else RespSet(s)
+    key = args[1]
+    s = ctx.lookup_set(key)
+    if s is None:
+        return RespSet()
+    if encoding.set_encoding(ctx.keyspace.encoding_rules, ctx.db, key, s) == encoding.INTSET:
+        # an intset is an array of sorted integers: Valkey answers in ascending numeric order
+        return RespSet(sorted(s, key=int))
+    return RespSet(s)
 
 
 @command("srandmember")
