@@ -132,6 +132,31 @@ def server_factory(tmp_path):
         srv.stop()
 
 
+@pytest.fixture
+def redis_server(tmp_path):
+    """Starts Debian's redis-server (the reference CI installs) on a free loopback port:
+    make(*args, data_dir=None) -> (port, client). Every one started is stopped by its pid at teardown."""
+    import shutil
+    started = []
+
+    def make(*args, data_dir=None):
+        binary = shutil.which("redis-server")
+        assert binary, "scripts/test.sh installs redis-server"
+        port = free_port()
+        proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                 "no", "--dir", str(data_dir or tmp_path), *map(str, args)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        started.append(proc)
+        client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
+        wait_until(lambda: client.ping(), 10, what="redis-server to answer")
+        return port, client
+
+    yield make
+    for proc in started:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def shared_server(tmp_path_factory):
     """One server for a test module (fast); tests must use their own keys or FLUSHALL first."""

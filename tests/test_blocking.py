@@ -10,6 +10,7 @@ import valkey
 
 from conftest import wait_until
 from replay_util import run_and_replay
+from wire_util import sync_stream
 
 
 class Push(list):
@@ -536,26 +537,6 @@ def test_served_reply_is_held_until_its_pop_is_durable(server_factory, tmp_path)
             waiter.close()
 
 
-def _sync_stream(port):
-    """A SYNC connection (as Valkey's suite attaches one): returns a function reading the next command."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    f = s.makefile("rb")
-    s.sendall(b"SYNC\r\n")
-    header = f.readline()
-    f.read(int(header[1:]))
-
-    def command():
-        line = f.readline()
-        while line == b"\n":        # keep-alive newlines before the payload
-            line = f.readline()
-        argv = []
-        for _ in range(int(line[1:])):
-            n = int(f.readline()[1:])
-            argv.append(f.read(n + 2)[:-2])
-        return [argv[0].lower()] + argv[1:]
-    return s, command
-
-
 def test_a_wakeup_leaves_a_key_that_expired_meanwhile_to_the_next_reader(r, raw, shared_server):
     # Valkey's "SWAPDB wants to wake blocked client, but the key already expired": SWAPDB wakes the client,
     # the key has expired, so it stays blocked and nothing is deleted then (Valkey looks with
@@ -563,7 +544,7 @@ def test_a_wakeup_leaves_a_key_that_expired_meanwhile_to_the_next_reader(r, raw,
     # deleted it at the wake-up: the UNLINK came before the next write, the suite's test failed, left its
     # connection in db 1, and the list unit hung two tests later.
     r.config_set("repl-ping-replica-period", 3600)
-    sock, command = _sync_stream(shared_server.port)
+    sock, command = sync_stream(shared_server.port)
     try:
         r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
         r.execute_command("SELECT", "1")

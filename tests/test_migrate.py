@@ -111,42 +111,28 @@ def test_migrate_auth_is_redacted_in_monitor_and_slowlog(server_factory):
         [b"key", b"9", b"5000", b"AUTH2", b"(redacted)", b"(redacted)"]]
 
 
-def test_payloads_and_migrate_between_durakv_and_redis_server(server_factory, tmp_path):
+def test_payloads_and_migrate_between_durakv_and_redis_server(server_factory, redis_server):
     # DUMP is Valkey's payload format now: redis-server (Redis 7.0, what CI installs) RESTOREs durakv's DUMP,
     # durakv RESTOREs redis-server's, and MIGRATE moves keys from durakv into redis-server
-    import shutil
-    import subprocess
-    binary = shutil.which("redis-server")
-    assert binary, "scripts/test.sh installs redis-server"
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path), "--sanitize-dump-payload", "yes"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        redis = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
-        from conftest import wait_until
-        wait_until(lambda: redis.ping(), 10, what="redis-server to answer")
-        d = server_factory().client()
-        d.rpush("l", *[f"e{i}" for i in range(300)])
-        d.hset("h", mapping={f"f{i}": i for i in range(10)})
-        d.zadd("z", {"a": 1.5, "b": float("-inf")})
-        d.sadd("s", *range(100))
-        d.set("n", 12345)
-        d.xadd("x", {"f": "v"}, id="1-1")
-        d.xgroup_create("x", "g", id="0")
-        d.xreadgroup("g", "alice", {"x": ">"})
-        for key in ("l", "h", "z", "s", "n", "x"):
-            assert redis.restore(key, 0, d.dump(key))
-            assert d.restore(key + ":back", 0, redis.dump(key))
-        assert redis.lrange("l", 0, -1) == d.lrange("l:back", 0, -1) == d.lrange("l", 0, -1)
-        assert redis.hgetall("h") == d.hgetall("h:back")
-        assert redis.zrange("z", 0, -1, withscores=True) == d.zrange("z:back", 0, -1, withscores=True)
-        assert set(redis.smembers("s")) == set(d.smembers("s:back")) == {b"%d" % i for i in range(100)}
-        assert redis.get("n") == d.get("n:back") == b"12345"
-        assert redis.xpending("x", "g")["pending"] == d.xpending("x:back", "g")["pending"] == 1
-        d.set("moving", "here", px=60000)
-        assert _migrate(d, "127.0.0.1", port, "moving", 0, 5000) == b"OK"
-        assert d.exists("moving") == 0 and redis.get("moving") == b"here" and 0 < redis.pttl("moving") <= 60000
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    port, redis = redis_server("--sanitize-dump-payload", "yes")
+    d = server_factory().client()
+    d.rpush("l", *[f"e{i}" for i in range(300)])
+    d.hset("h", mapping={f"f{i}": i for i in range(10)})
+    d.zadd("z", {"a": 1.5, "b": float("-inf")})
+    d.sadd("s", *range(100))
+    d.set("n", 12345)
+    d.xadd("x", {"f": "v"}, id="1-1")
+    d.xgroup_create("x", "g", id="0")
+    d.xreadgroup("g", "alice", {"x": ">"})
+    for key in ("l", "h", "z", "s", "n", "x"):
+        assert redis.restore(key, 0, d.dump(key))
+        assert d.restore(key + ":back", 0, redis.dump(key))
+    assert redis.lrange("l", 0, -1) == d.lrange("l:back", 0, -1) == d.lrange("l", 0, -1)
+    assert redis.hgetall("h") == d.hgetall("h:back")
+    assert redis.zrange("z", 0, -1, withscores=True) == d.zrange("z:back", 0, -1, withscores=True)
+    assert set(redis.smembers("s")) == set(d.smembers("s:back")) == {b"%d" % i for i in range(100)}
+    assert redis.get("n") == d.get("n:back") == b"12345"
+    assert redis.xpending("x", "g")["pending"] == d.xpending("x:back", "g")["pending"] == 1
+    d.set("moving", "here", px=60000)
+    assert _migrate(d, "127.0.0.1", port, "moving", 0, 5000) == b"OK"
+    assert d.exists("moving") == 0 and redis.get("moving") == b"here" and 0 < redis.pttl("moving") <= 60000

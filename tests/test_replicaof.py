@@ -3,28 +3,15 @@ Valkey's replication protocol: the full sync (RDB), then the command stream; wri
 READONLY; what it applied is journaled (a kill -9 and restart keep it); REPLICAOF NO ONE makes it a primary
 again. Before, REPLICAOF was an unknown command (Valkey's multi unit stopped there)."""
 
-import shutil
-import subprocess
-
 import pytest
 import valkey
 
-from conftest import free_port, wait_until
+from conftest import wait_until
 
 
 @pytest.fixture
-def redis_primary(tmp_path):
-    binary = shutil.which("redis-server")
-    assert binary, "scripts/test.sh installs redis-server"
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path), "--repl-diskless-sync-delay", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
-    wait_until(lambda: client.ping(), 10, what="redis-server to answer")
-    yield port, client
-    proc.terminate()
-    proc.wait(timeout=10)
+def redis_primary(redis_server):
+    return redis_server("--repl-diskless-sync-delay", "0")
 
 
 def _linked(c):

@@ -3,27 +3,14 @@
 installs) loads. Before, SYNC sent an empty RDB and REPLCONF was an unknown command."""
 
 import os
-import shutil
 import subprocess
 
 import valkey
 
-from conftest import free_port, wait_until
+from conftest import wait_until
 
 
-def _redis_server_on(rdb_dir, dbfilename):
-    binary = shutil.which("redis-server")
-    assert binary, "scripts/test.sh installs redis-server"
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(rdb_dir),
-                             "--dbfilename", dbfilename, "--appendonly", "no", "--save", ""],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    client = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
-    wait_until(lambda: client.ping(), 10, what="redis-server to load the RDB")
-    return proc, client
-
-
-def test_redis_cli_rdb_backup_of_durakv_loads_in_redis_server(server_factory, tmp_path):
+def test_redis_cli_rdb_backup_of_durakv_loads_in_redis_server(server_factory, redis_server, tmp_path):
     srv = server_factory()
     c = srv.client()
     c.set("a", "1")
@@ -43,25 +30,16 @@ def test_redis_cli_rdb_backup_of_durakv_loads_in_redis_server(server_factory, tm
         assert r.returncode == 0 and "Transfer finished with success" in r.stdout + r.stderr, r.stdout + r.stderr
         assert "unknown command" not in r.stdout + r.stderr      # REPLCONF capa / rdb-only / rdb-filter-only
     assert c.ping()     # an RDB-only SYNC client is closed after the file; the server goes on
-    proc, redis = _redis_server_on(tmp_path, "all.rdb")
-    try:
-        assert sorted(redis.keys()) == [b"a", b"b", b"h", b"l", b"s", b"st", b"z"]
-        assert redis.lrange("l", 0, -1) == [b"%d" % i for i in range(300)]
-        assert 0 < redis.pttl("b") <= 600000 and redis.get("a") == b"1"
-        assert redis.zrange("z", 0, -1, withscores=True) == [(b"n", float("-inf")), (b"m", 1.5)]
-        assert redis.xrange("st") == [(b"5-1", {b"f": b"v"})]
-        assert valkey.Valkey(host="127.0.0.1", port=redis.connection_pool.connection_kwargs["port"],
-                             db=3).get("in3") == b"yes"
-        assert redis.fcall("func1", 0) == 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-    proc, redis = _redis_server_on(tmp_path, "functions.rdb")
-    try:
-        assert redis.dbsize() == 0 and redis.fcall("func1", 0) == 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    port, redis = redis_server("--dbfilename", "all.rdb", data_dir=tmp_path)
+    assert sorted(redis.keys()) == [b"a", b"b", b"h", b"l", b"s", b"st", b"z"]
+    assert redis.lrange("l", 0, -1) == [b"%d" % i for i in range(300)]
+    assert 0 < redis.pttl("b") <= 600000 and redis.get("a") == b"1"
+    assert redis.zrange("z", 0, -1, withscores=True) == [(b"n", float("-inf")), (b"m", 1.5)]
+    assert redis.xrange("st") == [(b"5-1", {b"f": b"v"})]
+    assert valkey.Valkey(host="127.0.0.1", port=port, db=3).get("in3") == b"yes"
+    assert redis.fcall("func1", 0) == 1
+    _port, redis = redis_server("--dbfilename", "functions.rdb", data_dir=tmp_path)
+    assert redis.dbsize() == 0 and redis.fcall("func1", 0) == 1
     assert os.path.getsize(tmp_path / "functions.rdb") < os.path.getsize(tmp_path / "all.rdb")
 
 

@@ -11,7 +11,7 @@ import pytest
 import valkey
 
 from conftest import ROOT, wait_until
-from wire_util import _encode, _read_reply, error_of, raw, wire
+from wire_util import _encode, _read_reply, error_of, raw, sync_stream, wire
 
 
 # -- COMMAND -------------------------------------------------------------------------------------------
@@ -527,24 +527,12 @@ def test_incr_family_is_propagated_as_it_came(r):
     # Valkey's multi unit "MULTI / EXEC is propagated correctly (write command, no effect)" expects `incr foo`
     # in the replication stream; durakv sent SET foo 1 KEEPTTL (INCRBYFLOAT stays a SET, as in Valkey)
     r.config_set("repl-ping-replica-period", 3600)
-    kw = r.connection_pool.connection_kwargs
-    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
-        f = s.makefile("rb")
-        s.sendall(b"SYNC\r\n")
-        header = f.readline()
-        f.read(int(header[1:]))
+    s, command = sync_stream(r.connection_pool.connection_kwargs["port"])
+    with s:
         for cmd in (["INCR", "foo"], ["DECR", "foo"], ["INCRBY", "foo", 5], ["DECRBY", "foo", 2],
                     ["INCRBYFLOAT", "foo", 1.5], ["set", "foo1", "bar", "pxat", "4102444800000"],
                     ["SET", "foo2", "bar", "EXAT", "4102444800"]):
             r.execute_command(*cmd)
-
-        def command():
-            line = f.readline()
-            argv = []
-            for _ in range(int(line[1:])):
-                n = int(f.readline()[1:])
-                argv.append(f.read(n + 2)[:-2])
-            return [argv[0].lower()] + argv[1:]
         assert command()[0] == b"select"
         assert [command() for _ in range(5)] == [[b"incr", b"foo"], [b"decr", b"foo"], [b"incrby", b"foo", b"5"],
                                                  [b"decrby", b"foo", b"2"], [b"set", b"foo", b"4.5", b"KEEPTTL"]]
@@ -558,25 +546,13 @@ def test_pops_and_moves_are_propagated_as_valkey_rewrites_them(r):
     # Valkey's zset unit "ZMPOP propagate as pop with count command to replica" and list's "Command being
     # unblocked cause another command to get unblocked execution order test" (LMOVE keeps the client's case)
     r.config_set("repl-ping-replica-period", 3600)
-    kw = r.connection_pool.connection_kwargs
-    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
-        f = s.makefile("rb")
-        s.sendall(b"SYNC\r\n")
-        header = f.readline()
-        f.read(int(header[1:]))
+    s, command = sync_stream(r.connection_pool.connection_kwargs["port"])
+    with s:
         for cmd in (["ZADD", "z{t}", 1, "one", 2, "two", 3, "three"], ["ZMPOP", 1, "z{t}", "MIN"],
                     ["ZMPOP", 1, "z{t}", "MAX", "COUNT", 1], ["ZMPOP", 2, "z{t}", "z2{t}", "MIN", "COUNT", 10],
                     ["ZADD", "z{t}", 1, "a", 2, "b"], ["ZPOPMAX", "z{t}", 5], ["RPUSH", "src{t}", "x"],
                     ["LMOVE", "src{t}", "dst{t}", "left", "right"]):
             r.execute_command(*cmd)
-
-        def command():
-            line = f.readline()
-            argv = []
-            for _ in range(int(line[1:])):
-                n = int(f.readline()[1:])
-                argv.append(f.read(n + 2)[:-2])
-            return [argv[0].lower()] + argv[1:]
         assert command()[0] == b"select"
         assert [command() for _ in range(8)] == [
             [b"zadd", b"z{t}", b"1", b"one", b"2", b"two", b"3", b"three"], [b"zpopmin", b"z{t}", b"1"],

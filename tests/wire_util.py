@@ -72,3 +72,24 @@ def error_of(client, *args) -> str:
     text = str(exc.value)
     # valkey-py strips the "ERR " prefix (only); WRONGTYPE errors arrive whole.
     return text if text.startswith("WRONGTYPE ") else "ERR " + text
+
+
+def sync_stream(port, host="127.0.0.1"):
+    """A SYNC connection, as Valkey's test suite attaches one: (socket, next_command), the RDB payload read
+    past; next_command() reads the next propagated command (its name lower-cased)."""
+    s = socket.create_connection((host, port), timeout=10)
+    f = s.makefile("rb")
+    s.sendall(b"SYNC\r\n")
+    header = f.readline()
+    f.read(int(header[1:]))
+
+    def next_command():
+        line = f.readline()
+        while line == b"\n":        # keep-alive newlines before the payload
+            line = f.readline()
+        argv = []
+        for _ in range(int(line[1:])):
+            n = int(f.readline()[1:])
+            argv.append(f.read(n + 2)[:-2])
+        return [argv[0].lower()] + argv[1:]
+    return s, next_command
