@@ -74,10 +74,14 @@ def main():
     redis = shutil.which("valkey-server") or shutil.which("redis-server")
     if redis:
         pp, rp = free_ports(2)
-        procs = [subprocess.Popen([redis, "--port", str(pp), "--save", "", "--appendonly", "no"],
+        # Each in the run's own directory: a replica's full sync writes dump.rdb into its --dir, which would
+        # otherwise be the directory the script was started from.
+        rdir = tempfile.mkdtemp(prefix="redis-visibility-")
+        procs = [subprocess.Popen([redis, "--port", str(pp), "--save", "", "--appendonly", "no", "--dir", rdir],
                                   stdout=subprocess.DEVNULL),
-                 subprocess.Popen([redis, "--port", str(rp), "--save", "", "--appendonly", "no",
-                                   "--replicaof", "127.0.0.1", str(pp)], stdout=subprocess.DEVNULL)]
+                 subprocess.Popen([redis, "--port", str(rp), "--save", "", "--appendonly", "no", "--dir", rdir,
+                                   "--dbfilename", "replica.rdb", "--replicaof", "127.0.0.1", str(pp)],
+                                  stdout=subprocess.DEVNULL)]
         try:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
@@ -94,6 +98,7 @@ def main():
             for p in procs:
                 p.terminate()
                 p.wait(10)
+            shutil.rmtree(rdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
