@@ -16,6 +16,7 @@ import hmac
 from .. import messages
 from ..keyspace.glob import compile_glob
 from ..config import split_args
+from ..protocol.numbers import string2ll
 from ..protocol.resp import RespSet
 from .base import atoi
 from .spec import SPEC
@@ -641,17 +642,6 @@ def _need_of(flags) -> int:
     return need
 
 
-def _strict_ll(b: bytes):
-    """string2ll: a signed integer with no spaces, no '+', no leading zeros; None otherwise."""
-    if not b or len(b) > 20:
-        return None
-    digits = b[1:] if b[:1] == b"-" else b
-    if not digits.isdigit() or (len(digits) > 1 and digits[:1] == b"0") or (b[:1] == b"-" and digits == b"0"):
-        return None
-    n = int(b)
-    return n if -(1 << 63) <= n < (1 << 63) else None
-
-
 def _generic_keys(key_count_ofs, first_key_ofs, args, store_ofs=0):
     num = atoi(args[key_count_ofs]) if key_count_ofs < len(args) else 0
     if num < 1 or num > len(args) - first_key_ofs:
@@ -882,7 +872,7 @@ def keys_from_specs(specs, args):
             idx = first + k["keynumidx"]
             if k["keynumidx"] >= argc or idx >= argc:
                 return None
-            numkeys = _strict_ll(args[idx])
+            numkeys = string2ll(args[idx])
             if numkeys is None or numkeys < 0:
                 return None
             first += k["firstkey"]

@@ -11,9 +11,8 @@ from collections import deque
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import ZSet
+from ..protocol.numbers import INT64_MAX, INT64_MIN, string2ll  # noqa: F401  (INT64_* re-exported)
 
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
 
 
 class Blocked:
@@ -179,25 +178,10 @@ class Context:
 
 def parse_int(value: bytes, message=messages.NOT_INTEGER) -> int:
     """A signed 64-bit integer in Valkey's strict form (no spaces, no '+', no leading zeros)."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise CommandError(message) from None
-    if not (INT64_MIN <= n <= INT64_MAX) or not _strict_int(value):
+    n = string2ll(value)
+    if n is None:
         raise CommandError(message)
     return n
-
-
-def _strict_int(value: bytes) -> bool:
-    if not value or len(value) > 20:
-        return False
-    if value[0] == 45:  # '-'
-        digits = value[1:]
-        if not digits or digits == b"0":
-            return False
-    else:
-        digits = value
-    return digits.isdigit() and (digits == b"0" or digits[0] != 48)
 
 
 def parse_nonneg_int(value: bytes, message=messages.VALUE_OUT_OF_RANGE_POSITIVE) -> int:

@@ -23,6 +23,7 @@ from ..errors import CommandError
 from ..keyspace import ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace.stream import MASK64, Stream
+from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, Raw, fpconv_dtoa
 from .base import atoi, parse_int
 from .generic import dump_payload
@@ -124,7 +125,7 @@ def _debug_object(ctx, args):
     enc = encoding.encoding_of(rules, db, key, value)
     refcount = 1
     if type(value) is bytes and enc == encoding.INT:
-        n = encoding.as_int64(value)
+        n = string2ll(value)
         d = ctx.pipeline
         if 0 <= n < 10000 and not (d.maxmemory and d.maxmemory_policy.endswith(("lru", "lfu"))):
             refcount = 2147483647  # a shared integer

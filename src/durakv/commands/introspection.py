@@ -23,6 +23,7 @@ from .. import messages
 from ..errors import CommandError
 from ..keyspace import encoding
 from ..keyspace.db import _BYTES_HEADER, _ELEMENT_OVERHEAD, _KEY_OVERHEAD, estimate_key
+from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, Raw
 from .base import parse_int, syntax_error
 from .registry import command
@@ -563,7 +564,7 @@ def object_refcount(ctx, args):
     if value is None:
         return None
     if type(value) is bytes and _shared_integers_allowed(ctx):
-        n = encoding.as_int64(value)
+        n = string2ll(value)
         if n is not None and 0 <= n < SHARED_INTEGERS:
             return SHARED_REFCOUNT
     return 1

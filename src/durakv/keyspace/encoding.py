@@ -12,6 +12,8 @@ code chooses too. `Db.enc` follows the key: it is dropped when the key is delete
 The thresholds are Valkey's config (hash-max-listpack-entries, ..., and their old `ziplist` names).
 """
 
+from ..protocol.numbers import string2ll
+
 # Valkey 8.0's defaults (config.c).
 DEFAULTS = {
     "hash-max-listpack-entries": 512,
@@ -32,8 +34,6 @@ EMBSTR_SIZE_LIMIT = 44
 # quicklist.c: node size limits for a negative list-max-listpack-size, and the byte cap of a count-limited one.
 _NEG_FILL_BYTES = (4096, 8192, 16384, 32768, 65536)
 SIZE_SAFETY_LIMIT = 8192
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 _INTSET_LIMIT = 1 << 30
 
 # Encoding names as OBJECT ENCODING answers them.
@@ -101,32 +101,12 @@ class EncodingRules:
         return _NEG_FILL_BYTES[min(-fill - 1, len(_NEG_FILL_BYTES) - 1)], None
 
 
-def as_int64(value: bytes):
-    """Valkey's string2ll: the integer a string is exactly the canonical form of, or None."""
-    n = len(value)
-    if n == 0 or n > 20:
-        return None
-    first = value[0]
-    if first == 45:  # '-'
-        if n == 1 or value[1] == 48:
-            return None
-        digits = value[1:]
-    else:
-        if first == 48 and n > 1:
-            return None
-        digits = value
-    if not digits.isdigit():
-        return None
-    v = int(value)
-    return v if _INT64_MIN <= v <= _INT64_MAX else None
-
-
 # -- strings ----------------------------------------------------------------------------------------
 
 def string_encoding(db, key, value: bytes) -> bytes:
     if db.enc.get(key) is RAW:
         return RAW
-    if len(value) <= 20 and as_int64(value) is not None:
+    if len(value) <= 20 and string2ll(value) is not None:
         return INT
     return EMBSTR if len(value) <= EMBSTR_SIZE_LIMIT else RAW
 
@@ -179,7 +159,7 @@ def hash_written(rules, db, key, h, argv_values=(), new_key=False):
 
 def set_content_encoding(rules, s) -> bytes:
     n = len(s)
-    if n <= min(rules.set_intset_entries, _INTSET_LIMIT) and all(as_int64(m) is not None for m in s):
+    if n <= min(rules.set_intset_entries, _INTSET_LIMIT) and all(string2ll(m) is not None for m in s):
         return INTSET
     if n > rules.set_entries:
         return HASHTABLE
@@ -194,7 +174,7 @@ def set_encoding(rules, db, key, s) -> bytes:
 
 def set_created(rules, first: bytes, size_hint: int) -> bytes:
     """setTypeCreate: the encoding of a new set about to receive size_hint members, the first one given."""
-    if as_int64(first) is not None and size_hint <= rules.set_intset_entries:
+    if string2ll(first) is not None and size_hint <= rules.set_intset_entries:
         return INTSET
     if size_hint <= rules.set_entries:
         return LISTPACK
@@ -230,7 +210,7 @@ def set_added(rules, db, key, s, added, size_hint=0, created=False):
         intset_max = min(rules.set_intset_entries, _INTSET_LIMIT)
         for i, m in enumerate(added):
             if cur is INTSET:
-                if as_int64(m) is not None:
+                if string2ll(m) is not None:
                     n += 1
                     if n > intset_max:
                         cur = HASHTABLE
@@ -254,10 +234,10 @@ def set_added(rules, db, key, s, added, size_hint=0, created=False):
 
 
 def _is_int(m: bytes) -> bool:
-    """as_int64(m) is not None, with a fast path for the common small positive integers."""
+    """string2ll(m) is not None, with a fast path for the common small positive integers."""
     if m.isdigit() and len(m) < 19:
         return m[0] != 48 or len(m) == 1
-    return as_int64(m) is not None
+    return string2ll(m) is not None
 
 
 def set_stored(rules, db, key, s):
@@ -311,7 +291,7 @@ def lp_entry_bytes(value: bytes) -> int:
         if n < 64:
             return n + 2  # 1 byte of encoding, the data, 1 byte of back-length
         return _lp_string_bytes(n)
-    v = as_int64(value)
+    v = string2ll(value)
     if v is not None:
         if 0 <= v <= 127:
             size = 1

@@ -15,11 +15,11 @@ durakv node holding its live entries only. Consumer active-time does not exist i
 here restores with active-time = seen-time, which is what Valkey does for such payloads too.
 """
 
-import re
 import struct
 from bisect import bisect_left
 from collections import deque
 
+from ..protocol.numbers import string2ll
 from .stream import MASK64, Nack, Stream, _Node
 from .zset import ZSet
 
@@ -52,17 +52,6 @@ STREAM_CHUNK_ENTRIES = 100
 _LP_HEADER_BYTES = 6
 _ZL_HEADER_BYTES = 10
 _COUNT_UNKNOWN = 65535  # a listpack or ziplist header's count when the entries must be counted
-_CANONICAL_INT = re.compile(rb"0|-?[1-9][0-9]{0,19}")
-
-
-def _canonical_int(b):
-    """The int64 whose decimal form is exactly b (Valkey's string2ll / lpStringToInt64), else None."""
-    if len(b) > 20 or not _CANONICAL_INT.fullmatch(b):
-        return None
-    v = int(b)
-    return v if -(1 << 63) <= v < 1 << 63 else None
-
-
 def _signed64(x):
     x &= MASK64
     return x - (1 << 64) if x >> 63 else x
@@ -202,7 +191,7 @@ def _lp_entry(x):
     """One encoded entry, as lpAppend writes it: an int when x is one's canonical decimal form."""
     if type(x) is int:
         return _lp_int_entry(x)
-    v = _canonical_int(x)
+    v = string2ll(x)
     if v is not None:
         return _lp_int_entry(v)
     n = len(x)
@@ -516,7 +505,7 @@ def _load_stream_node(s, master, blob, prev_id):
     def num(k):
         x = items[k] if k < n_items else None
         if type(x) is not int:
-            x = _canonical_int(x) if type(x) is bytes else None
+            x = string2ll(x) if type(x) is bytes else None
             if x is None:
                 raise RdbError("stream listpack: missing or non-integer entry")
         return x
@@ -716,7 +705,7 @@ def _id(i):
 
 def _string(b):
     """rdbSaveRawString without LZF: the canonical decimal of an int32 as RDB_ENC_INT*, else raw."""
-    v = _canonical_int(b) if len(b) <= 11 else None
+    v = string2ll(b) if len(b) <= 11 else None
     if v is not None and -(1 << 31) <= v < 1 << 31:
         width = 1 if -128 <= v <= 127 else 2 if -32768 <= v <= 32767 else 4
         return bytes((0xC0 | width >> 1,)) + v.to_bytes(width, "little", signed=True)

@@ -19,6 +19,7 @@ from collections import OrderedDict
 
 from .. import messages
 from ..errors import CommandError
+from ..protocol.numbers import string2ll
 from .glob import compile_glob
 
 MAX_SCANS = 32                 # live iterations kept
@@ -107,7 +108,7 @@ def scan_page(source, cursor: int, count: int, whole_limit: int = 0):
 def parse_cursor(value: bytes) -> int:
     """Valkey's string2ull: a strict int64 that must not be negative, else whatever strtoull takes
     whole (leading spaces, a sign, leading zeros; '-n' wraps). Otherwise 'ERR invalid cursor'."""
-    if _strict_int(value):
+    if string2ll(value) is not None:
         n = int(value)
         if -(1 << 63) <= n < (1 << 63):
             if n < 0:
@@ -149,7 +150,7 @@ def parse_scan_options(args, start: int, kind: str) -> ScanOptions:
                 count = int(args[i + 1])
             except ValueError:
                 raise CommandError(messages.NOT_INTEGER) from None
-            if not _strict_int(args[i + 1]) or not (-(1 << 63) <= count < (1 << 63)):
+            if string2ll(args[i + 1]) is None or not (-(1 << 63) <= count < (1 << 63)):
                 raise CommandError(messages.NOT_INTEGER)
             if count < 1:
                 raise CommandError(messages.SYNTAX)
@@ -179,11 +180,6 @@ def parse_scan_options(args, start: int, kind: str) -> ScanOptions:
         else:
             raise CommandError(messages.SYNTAX)
     return opts
-
-
-def _strict_int(value: bytes) -> bool:
-    digits = value[1:] if value[:1] == b"-" else value
-    return bool(digits) and digits.isdigit() and (digits == b"0" or digits[0] != 48) and value != b"-0"
 
 
 def scan_reply(cursor: int, items) -> list:

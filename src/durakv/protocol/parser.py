@@ -27,12 +27,12 @@ import hiredis
 from .. import messages
 from ..config import split_args
 from ..errors import ProtocolError
+from .numbers import string2ll
 
 MAX_MULTIBULK = 1024 * 1024
 MAX_INLINE = 64 * 1024          # PROTO_INLINE_MAX_SIZE: an inline request or a header line
 UNAUTH_MAX_MULTIBULK = 10
 UNAUTH_MAX_BULK = 16384
-_LL_MAX = (1 << 63) - 1
 _AUTH_COMMANDS = (b"auth", b"hello")
 
 # The most bytes one fast-path attempt copies into hiredis. It shrinks after an attempt that hiredis or
@@ -376,7 +376,7 @@ class RequestParser:
                     if cr < 0 or cr + 1 >= end:
                         return pos, auth, True
                 digits = buf[pos + 1:cr]
-                ll = int(digits) if digits.isdigit() and digits[0] != 48 else _string2ll(digits)
+                ll = int(digits) if digits.isdigit() and digits[0] != 48 else string2ll(digits)
                 if ll is None or ll > MAX_MULTIBULK:
                     raise ProtocolError(messages.PROTO_INVALID_MULTIBULK)
                 if ll > UNAUTH_MAX_MULTIBULK and not auth:
@@ -402,7 +402,7 @@ class RequestParser:
                     if c != 36:  # '$'
                         raise ProtocolError(messages.PROTO_EXPECTED_DOLLAR.format(_reply_char(c)))
                     digits = buf[pos + 1:cr]
-                    ll = int(digits) if digits.isdigit() and digits[0] != 48 else _string2ll(digits)
+                    ll = int(digits) if digits.isdigit() and digits[0] != 48 else string2ll(digits)
                     if ll is None or ll < 0 or ll > max_bulk:
                         raise ProtocolError(messages.PROTO_INVALID_BULK)
                     if ll > UNAUTH_MAX_BULK and not auth:
@@ -494,25 +494,6 @@ def unauthenticated_limit(args):
         if len(a) > UNAUTH_MAX_BULK:
             return messages.PROTO_UNAUTH_BULK
     return None
-
-
-def _string2ll(s):
-    """Valkey's string2ll: an optional '-', no leading zeros, no '+', no spaces, within a long long."""
-    n = len(s)
-    if n == 0 or n >= 21:
-        return None
-    if s[0] == 45:  # '-'
-        digits = s[1:]
-        if not digits or not 49 <= digits[0] <= 57 or not digits.isdigit():
-            return None
-        v = -int(digits)
-        return v if v >= -_LL_MAX - 1 else None
-    if n == 1 and s[0] == 48:
-        return 0
-    if not 49 <= s[0] <= 57 or not s.isdigit():
-        return None
-    v = int(s)
-    return v if v <= _LL_MAX else None
 
 
 def _reply_char(c):
