@@ -1,4 +1,4 @@
-"""HyperLogLog commands: PFADD PFCOUNT PFMERGE (PFDEBUG / PFSELFTEST are not implemented).
+"""HyperLogLog commands: PFADD PFCOUNT PFMERGE PFDEBUG PFSELFTEST.
 
 HLLs are string values in Valkey's own byte format (keyspace/hll.py). Effects: PFADD and PFMERGE
 are deterministic and propagate themselves (PFADD only when a register changed or the key was

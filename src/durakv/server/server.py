@@ -613,7 +613,8 @@ class Server:
         d.resolve("OK")
 
     async def _snapshot_in_process(self):
-        """durability none: no journal to replay, so the image is written from memory in a thread."""
+        """durability none: no journal to replay, so the image is written from memory, on the event loop (as
+        Valkey's SAVE: clients wait while it is written)."""
         from ..snapshot.format import write_snapshot
         path = os.path.join(self.dir, "snapshots")
         os.makedirs(path, exist_ok=True)
