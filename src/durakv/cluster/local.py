@@ -18,6 +18,7 @@ import time
 import hiredis
 
 from ..journal.jetstream import connect
+from ..protocol.resp import encode_command
 from ..routing import Node, Shard, Topology
 from ..routing.topology import bus_port_of, node_id_for
 from .reshard import ReshardError, mark_migrations, wait_moved
@@ -53,17 +54,6 @@ class ClusterNotReady(ClusterError):
 
 class RespError(Exception):
     """An error reply (-ERR ...)."""
-
-
-def encode_command(args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, str):
-            a = a.encode()
-        elif isinstance(a, int):
-            a = b"%d" % a
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 class RespClient:

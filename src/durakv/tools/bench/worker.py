@@ -27,6 +27,7 @@ from collections import deque
 
 import hiredis
 
+from ...protocol.resp import encode_command
 from . import hist as histmod
 from .config import GET, KIND_NAMES, SET
 from .slots import SlotMap, key_hash_slot, parse_cluster_slots, parse_redirect
@@ -38,17 +39,6 @@ _US = 1_000_000
 
 ReplyError = hiredis.ReplyError
 monotonic = time.monotonic
-
-
-def encode_command(*args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, str):
-            a = a.encode()
-        elif isinstance(a, int):
-            a = b"%d" % a
-        out.append(b"$%d\r\n%b\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 def make_ssl_context(cfg):
@@ -168,9 +158,9 @@ class Client:
             if cfg.password:
                 auth = ("AUTH", cfg.user, cfg.password) if cfg.user else ("AUTH", cfg.password)
                 conn.auth = self.w.loop.create_future()
-                conn.queue(encode_command(*auth), (CTRL, 0.0, conn.auth, 0, 0))
+                conn.queue(encode_command(auth), (CTRL, 0.0, conn.auth, 0, 0))
             if cfg.client_names:
-                conn.queue(encode_command("CLIENT", "SETNAME", self.spec.name), (CTRL, 0.0, None, 0, 0))
+                conn.queue(encode_command(("CLIENT", "SETNAME", self.spec.name)), (CTRL, 0.0, None, 0, 0))
             self.w.loop.create_task(self.w.open_conn(conn))
         return conn
 
@@ -505,7 +495,7 @@ class Worker:
         err = await seed.setup()
         if err:
             raise ConnectionError(err)
-        reply = await asyncio.wait_for(seed.request(conn, encode_command("CLUSTER", "SLOTS")), cfg.connect_timeout)
+        reply = await asyncio.wait_for(seed.request(conn, encode_command(("CLUSTER", "SLOTS"))), cfg.connect_timeout)
         conn.close()
         if isinstance(reply, ReplyError):
             raise ConnectionError(f"--cluster: CLUSTER SLOTS failed: {reply}")
