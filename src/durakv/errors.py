@@ -22,11 +22,6 @@ class WrongType(CommandError):
         super().__init__(messages.WRONGTYPE)
 
 
-class SyntaxErr(CommandError):
-    def __init__(self):
-        super().__init__(messages.SYNTAX)
-
-
 class ConfigError(DurakvError):
     """A configuration file or argument is invalid; start-up stops with this message."""
 

@@ -43,16 +43,6 @@ def _lines():
             continue
 
 
-def tcp_sockets():
-    """Yields (local (ip, port), remote (ip, port), state hex, inode) for every TCP socket of this network
-    namespace."""
-    for parts in _lines():
-        try:
-            yield _decode_addr(parts[1]), _decode_addr(parts[2]), parts[3], int(parts[9])
-        except (ValueError, OSError):
-            continue
-
-
 def listening_inodes(ports) -> dict:
     """{port: inodes of the sockets listening on it (any local address)} for a port or a list of ports."""
     wanted = {int(p) for p in (ports if isinstance(ports, (list, tuple, set)) else [ports])}

@@ -39,7 +39,6 @@ _INTSET_LIMIT = 1 << 30
 # Encoding names as OBJECT ENCODING answers them.
 INT, EMBSTR, RAW = b"int", b"embstr", b"raw"
 LISTPACK, QUICKLIST, HASHTABLE, INTSET, SKIPLIST = b"listpack", b"quicklist", b"hashtable", b"intset", b"skiplist"
-_SET_LEVEL = {INTSET: 0, LISTPACK: 1, HASHTABLE: 2}
 
 
 class EncodingRules:
@@ -464,7 +463,3 @@ def encoding_of(rules, db, key, value) -> bytes:
     if t is Stream:
         return b"stream"
     return b"unknown"
-
-
-def set_level(enc: bytes) -> int:
-    return _SET_LEVEL.get(enc, 0)

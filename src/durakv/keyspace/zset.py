@@ -52,10 +52,6 @@ class ZSet:
             return None
         return bisect_left(self.order, (score, member))
 
-    def by_rank(self, start: int, stop: int):
-        """Items with rank in [start, stop] (inclusive, already normalized)."""
-        return self.order[start:stop + 1]
-
     def score_bounds(self, lo, lo_excl, hi, hi_excl):
         """Index range [i, j) of items with lo (<|<=) score (<|<=) hi."""
         order = self.order

@@ -5,7 +5,6 @@ Every worker process is stopped by its pid when the run ends, fails or is interr
 
 import multiprocessing
 import queue as queue_mod
-import sys
 import time
 
 from . import hist as histmod
@@ -326,7 +325,3 @@ def format_report(report) -> str:
     for note in report["notes"]:
         lines.append("note: " + note)
     return "\n".join(lines)
-
-
-def print_progress_stream(quiet):
-    return None if quiet else sys.stderr

@@ -321,9 +321,6 @@ class Client:
         conn.queue(data, (PREFILL, 0.0, data, 0, key_n))
         self.outstanding += 1
 
-    def random_key(self):
-        return int(self.rand() * self.keymax) + 1
-
 
 class ClosedLoopClient(Client):
     def start(self, t0, end):
