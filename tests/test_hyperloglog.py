@@ -6,7 +6,6 @@ sparse/dense encodings, same estimator) for the same elements."""
 
 import hashlib
 import random
-import time
 
 import pytest
 import valkey
@@ -208,7 +207,6 @@ def test_accuracy_100k(r):
 def test_accuracy_1m(r):
     n = 1_000_000
     batch = 20_000
-    started = time.monotonic()
     pipe = r.pipeline(transaction=False)
     for i in range(0, n, batch):
         pipe.execute_command("PFADD", "big", *[b"user-%d" % j for j in range(i, i + batch)])
@@ -217,7 +215,6 @@ def test_accuracy_1m(r):
     count = r.pfcount("big")
     assert count == 1003993  # Valkey's count for these elements
     assert abs(count - n) / n < 0.02
-    assert time.monotonic() - started < 60
 
 
 def test_union_count(r):

@@ -14,7 +14,8 @@ import pytest
 from conftest import wait_until
 
 PASSWORD = "pw"
-PING_BOUND_S = 2.0
+# A liveness bound, not a speed check: the server must still answer, on a loaded 2-core CI box too.
+PING_BOUND_S = 10.0
 
 
 def exchange(port, payload, timeout_s=5.0, then=None, after=b""):
@@ -56,9 +57,7 @@ def read_until_closed(s, timeout_s):
 def assert_serving(srv, password=None):
     """Another client gets PONG within the bound and reads back the known key."""
     with srv.client(password=password, socket_timeout=PING_BOUND_S, socket_connect_timeout=PING_BOUND_S) as c:
-        t0 = time.monotonic()
-        assert c.ping()
-        assert time.monotonic() - t0 < PING_BOUND_S
+        assert c.ping()       # within the socket timeout (PING_BOUND_S)
         assert c.get("known") == b"value"
 
 
