@@ -205,10 +205,11 @@ def test_lease_ttl_is_one_value_per_shard(local_cluster):
     with valkey.Valkey(host="127.0.0.1", port=replica.port, socket_timeout=10) as c:
         assert c.config_set("lease-ttl-ms", 3000)
     for p in cluster.nodes:
-        wait_until(lambda: p.info("replication")["replication"]["lease_ttl_ms"] == 3000, 20,
-                   what=f"{p.name} using the shard's lease TTL")
         with valkey.Valkey(host="127.0.0.1", port=p.port, socket_timeout=10) as c:
-            assert c.config_get("lease-ttl-ms") == {"lease-ttl-ms": "3000"}
+            wait_until(lambda: c.config_get("lease-ttl-ms") == {"lease-ttl-ms": "3000"}, 20,
+                       what=f"{p.name} configured with the shard's lease TTL")
+        wait_until(lambda: p.info("replication")["replication"]["lease_ttl_ms"] == 3000, 20,
+                   what=f"{p.name} timing its lease by the shard's TTL")
     wait_until(lambda: _stored_lease(cluster)[0].ttl_ms == 3000, 20, what="the lease written with the new TTL")
     lease, _revision = _stored_lease(cluster)
     assert isinstance(lease, Lease) and lease.holder == cluster.primary(0).entry["node_id"]
@@ -243,3 +244,72 @@ def test_eventloop_figures_in_info_stats(server_factory):
     assert second["eventloop_duration_sum"] - first["eventloop_duration_sum"] >= 500_000
     assert c.config_resetstat()
     assert c.info("stats")["eventloop_longest_stall_ms"] < 500
+
+
+class _LeaseOnlyStore:
+    """The two lease operations the renewer uses, in memory (compare-and-set on a revision counter)."""
+
+    def __init__(self):
+        self.lease, self.revision, self.puts = None, 0, 0
+        self.nc = None
+
+    async def get_lease(self, shard):
+        return self.lease, self.revision
+
+    async def put_lease(self, shard, lease, revision):
+        from durakv.cluster.store import StaleRevision
+        if revision != self.revision:
+            raise StaleRevision("stale")
+        self.lease, self.revision, self.puts = lease, self.revision + 1, self.puts + 1
+        return self.revision
+
+
+def test_renewer_renews_only_what_the_loop_granted_and_only_for_a_live_loop():
+    """cluster/renewer.py's rules without sockets: nothing before a grant or after a revoke, no renewal for a loop
+    silent past the limit (and again once it beats), and a lease someone else wrote stops the renewals."""
+    from durakv.cluster.renewer import LeaseRenewer
+    store = _LeaseOnlyStore()
+    published = []
+    beat = {"ms": int(time.monotonic() * 1000)}
+
+    async def open_store():
+        return store
+    renewer = LeaseRenewer(open_store, "0", 400, published.append, loop_alive_ms=lambda: beat["ms"],
+                           stall_limit_ms=lambda: 1000).start()
+    try:
+        time.sleep(0.2)
+        assert store.puts == 0 and published == []             # nothing granted yet
+        mine = Lease("n1", 3, "127.0.0.1:1", "az1", 0)
+        store.lease, store.revision = mine, 7
+        renewer.grant(mine, 7)
+
+        def beating_until(puts):
+            def renewed():
+                beat["ms"] = int(time.monotonic() * 1000)
+                return store.puts >= puts
+            return renewed
+        wait_until(beating_until(3), 10, what="renewals of the granted lease")
+        assert store.lease.holder == "n1" and store.lease.epoch == 3 and store.lease.ttl_ms == 400
+        assert published == sorted(published) and published[-1] > time.monotonic() * 1000
+        # a silent loop: renewals stop past the limit, and start again with its next beat
+        beat["ms"] -= 5000
+        wait_until(lambda: renewer.stalled_ms > 0, 10, what="renewals paused for a silent loop")
+        paused_at = store.puts
+        time.sleep(0.3)
+        assert store.puts == paused_at
+        wait_until(beating_until(paused_at + 2), 10, what="renewals again once the loop beats")
+        assert renewer.stalled_ms == 0 and renewer.stall_pauses == 1
+        # revoked: nothing more is written or published
+        renewer.revoke()
+        time.sleep(0.15)
+        puts, count = store.puts, len(published)
+        time.sleep(0.3)
+        assert (store.puts, len(published)) == (puts, count)
+        # someone else's lease: the renewals of this grant stop and `lost` says whose
+        renewer.grant(Lease("n1", 3, "127.0.0.1:1", "az1", 0), store.revision)
+        wait_until(lambda: store.puts > puts, 10, what="renewals after a new grant")
+        store.lease, store.revision = Lease("n2", 4, "127.0.0.1:2", "az2", 0), store.revision + 5
+        wait_until(lambda: renewer.lost is not None, 10, what="the renewer seeing n2's lease")
+        assert "n2" in renewer.lost and store.lease.holder == "n2"
+    finally:
+        renewer.close()
