@@ -7,8 +7,8 @@ Node interface used here:
     node.node_id, node.addr, node.az         identity
     node.role                                 'primary' | 'replica'
     node.epoch                                epoch the node writes (primary) or has seen (replica)
-    node.lease_valid_until_ms                 set by the controller, on the MONOTONIC clock (mono_ms): the
-                                              primary serves only before it
+    node.lease_valid_until_ms                 set by the controller (and by the renewer's thread), on the
+                                              MONOTONIC clock (mono_ms): the primary serves only before it
     await node.promote(epoch)                 catch up, append the epoch marker, start serving writes
     await node.step_down(reason)              the lease is gone: stop acknowledging, rejoin as a replica
     await node.hand_over()                    planned: stop taking writes and wait until all are committed
@@ -24,6 +24,16 @@ The observation restarts whenever a read of the lease fails or comes later than 
 one. That is what keeps a coordination-store outage (a NATS leader election of 4-9 s, longer than the lease)
 from deposing a healthy primary: when the store answers again, the primary renews within one tick, while every
 replica must watch a whole lease go by first.
+
+Who renews (cluster/renewer.py). With a `renewer`, a primary's renewals run on the renewer's own thread and NATS
+connection, so a busy event loop (a script inside busy-reply-threshold, a heavy pipelined load) does not let the
+lease lapse; the tick here still reads the lease and decides: it grants the renewals once a promotion finished,
+revokes them before a step-down and after a hand-over's drain, and hands over with the revision of the
+renewer's last write. Without one (tests with fakes), the tick renews as it always did.
+
+The TTL is the shard's (cluster/settings.py, `set_ttl` when it changes) and every lease records the TTL it was
+written with: a replica waits for longer than the larger of its own TTL and the lease's, so a TTL being changed
+never lets a replica take a lease its holder still serves by.
 """
 
 import time

@@ -211,7 +211,12 @@ class LeaseRenewer:
             ttl_ms = self.ttl_ms
             sent, sent_mono = self.clock_ms(), self.mono_ms()
             lease = Lease(grant.holder, grant.epoch, grant.addr, grant.az, sent + ttl_ms, ttl_ms=ttl_ms)
-            self._in_flight = True
+            with self._lock:
+                # Checked and marked together: once revoke() returned, no renewal of that grant starts, and
+                # quiesce() waits for the one already sent (a hand-over then reads the revision it left).
+                if self._grant is not grant:
+                    return
+                self._in_flight = True
             try:
                 revision = await store.put_lease(self.shard, lease, grant.revision)
             except StaleRevision:
