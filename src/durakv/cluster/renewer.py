@@ -154,12 +154,7 @@ class LeaseRenewer:
         while not self._closed:
             interval_s = max(0.02, self.ttl_ms / 10000.0)     # the controller's tick: ten renewals a lease
             grant = self._grant
-            if grant is None or self.lost is not None:
-                await self._sleep(1.0)
-                continue
-            if not self._loop_alive():
-                await self._sleep(interval_s)
-                continue
+            # The connection is opened before any grant, so that a replica just promoted renews at once.
             if store is None:
                 try:
                     store = await self._open_store()
@@ -169,6 +164,12 @@ class LeaseRenewer:
                     await self._sleep(delay_s)
                     delay_s = min(delay_s * 2, 1.0)
                     continue
+            if grant is None or self.lost is not None:
+                await self._sleep(1.0)
+                continue
+            if not self._loop_alive():
+                await self._sleep(interval_s)
+                continue
             await self._renew(store, grant)
             await self._sleep(interval_s)
         if store is not None:
