@@ -357,7 +357,13 @@ OPTIONS = [
     Option("shard", "0", _string, mutable=False),
     Option("availability-zone", "az1", _string, mutable=False),
     Option("node-id", "", _string, mutable=False),
-    Option("lease-ttl-ms", 2000, _int_range(200, 600000)),
+    Option("lease-ttl-ms", 2000, _int_range(200, 600000),
+           help="durakv: the primary's lease, one value per shard (a shard setting: CONFIG SET on any node of the "
+                "shard changes it for all; the first node's flag is the shard's until then)"),
+    Option("lease-renew-max-loop-stall-ms", 30000, _int_range(1000, 2**31 - 1),
+           help="durakv: the lease is renewed on a thread of its own while the event loop is busy, but not for a "
+                "loop that has shown no sign of life for longer than this (a hung process must fail over); never "
+                "less than busy-reply-threshold + lease-ttl-ms"),
     Option("replica-snapshot-interval-ms", 60000, _int_range(0, 2**31 - 1)),
     Option("replica-max-lag-ms", 5000, _int_range(0, 2**31 - 1),
            help="durakv: a replica that has known for longer than this of journal entries it has not applied "

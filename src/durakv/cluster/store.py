@@ -30,13 +30,22 @@ class Lease:
     az: str
     expires_ms: int      # wall clock; after this, any replica may take the lease
     handover_to: str = ""  # planned failover: the node the holder is handing over to
+    # The TTL the holder serves by (its valid_until is its send time + this - a margin): a replica watches the
+    # lease for longer than the larger of this and its own TTL, so nodes that disagree on the TTL for a moment
+    # (a shard setting being changed) never let two primaries serve. 0: written before leases carried it.
+    ttl_ms: int = 0
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
     @classmethod
     def decode(cls, raw: bytes):
-        return cls(**json.loads(raw))
+        doc = json.loads(raw)
+        # Fields a newer version may add are ignored, so mixed versions read each other's leases.
+        return cls(**{k: v for k, v in doc.items() if k in _LEASE_FIELDS})
+
+
+_LEASE_FIELDS = frozenset(Lease.__dataclass_fields__)
 
 
 class StaleRevision(Exception):
@@ -252,6 +261,12 @@ class NatsStore(CoordinationStore):
         # Lease reads and writes go through the context with short requests (see js_fast); a watch is set up
         # once, with the patient context.
         self.kv_watch = self.kv
+        self.kv = await self.js_fast.key_value(self.LEASES)
+        return self
+
+    async def open_leases(self):
+        """Binds only the lease bucket (with the short requests of js_fast), for a connection that renews leases
+        and nothing else (cluster/renewer.py); the buckets exist already (open() of the node's own store)."""
         self.kv = await self.js_fast.key_value(self.LEASES)
         return self
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from .. import messages
 from ..protocol.resp import Deferred, ErrorReply
 from ..cluster.controller import Controller
+from ..cluster.renewer import LeaseRenewer
 from ..cluster.settings import NONE_REFUSED, SettingsError, ShardSettings
 from ..cluster.store import NatsStore, StaleRevision
 from ..journal.base import EpochFilter, JournalTruncated
@@ -135,6 +136,11 @@ class ClusterNode:
         self.settings = None            # the shard's settings as last read from the store (cluster/settings.py)
         self.settings_revision = 0
         self.settings_watch = None
+        self.renewer = None             # the lease renewal thread (cluster/renewer.py), from start()
+        self.lease_lapses = 0           # times this primary began refusing commands because its lease lapsed
+        self.lease_refusals = 0         # commands refused for that reason
+        self._lease_lapsed = False
+        self._lapse_log = Recurring(log)
 
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
@@ -184,8 +190,13 @@ class ClusterNode:
                 from_index = self.applied_index
                 keys_before = sum(len(db) for db in srv.keyspace.dbs)
         t2 = time.monotonic()
-        self.controller = Controller(self.store, self, self.shard, srv.config["lease-ttl-ms"], srv.clock_ms,
-                                     _monotonic_ms)
+        ttl_ms = srv.config["lease-ttl-ms"]
+        self.renewer = LeaseRenewer(self._open_renewer_store, self.shard, ttl_ms, self._publish_lease,
+                                    loop_alive_ms=lambda: srv.loop_stats.beat_ms,
+                                    stall_limit_ms=self._renew_stall_limit_ms, clock_ms=srv.clock_ms,
+                                    mono_ms=_monotonic_ms, name="durakv-lease-%s" % self.shard).start()
+        self.controller = Controller(self.store, self, self.shard, ttl_ms, srv.clock_ms, _monotonic_ms,
+                                     renewer=self.renewer)
         self._task = srv.loop.create_task(self._control_loop())
         self._snap_task = srv.loop.create_task(self._snapshot_loop())
         self.phase = "following"
@@ -194,6 +205,28 @@ class ClusterNode:
                  "(%d entries, +%d keys, %.0f entries/s)", self.node_id, self.az, self.shard, self.applied_index,
                  t1 - t0, keys_before, from_index + 1, self.applied_index, t2 - t1, self.applied_index - from_index,
                  keys - keys_before, (self.applied_index - from_index) / max(t2 - t1, 1e-6))
+
+    async def _open_renewer_store(self):
+        """The lease renewer's own NATS connection and lease bucket (run on its thread's loop): a connection
+        served by the event loop would wait for the loop, which is what the thread is there to avoid."""
+        ca = self.server.config["journal-nats-tls-ca-file"]
+        nc = await connect(self.servers, name="durakv-%s-lease" % self.node_id,
+                           tls=ssl.create_default_context(cafile=ca) if ca else None)
+        try:
+            return await NatsStore(nc).open_leases()
+        except BaseException:
+            await nc.close()
+            raise
+
+    def _publish_lease(self, valid_until_ms):
+        """Called on the renewer's thread when a renewal landed: the gate (serving_error) serves until then."""
+        self.lease_valid_until_ms = valid_until_ms
+
+    def _renew_stall_limit_ms(self):
+        """How long the event loop may show no sign of life while the renewer still renews: the configured bound,
+        but never less than a script may hold the loop by design (busy-reply-threshold) plus one lease."""
+        cfg = self.server.config
+        return max(cfg["lease-renew-max-loop-stall-ms"], cfg["busy-reply-threshold"] + cfg["lease-ttl-ms"])
 
     async def _load_snapshot(self):
         """The shard's newest snapshot from the object store, streamed into a file (not into memory) and loaded."""
@@ -242,7 +275,7 @@ class ClusterNode:
                 if settings is None:
                     mine = ShardSettings(durability=cfg["durability"],
                                          durability_buffer_ms=cfg["durability-buffer-ms"],
-                                         acl=self.server.acl.settings())
+                                         acl=self.server.acl.settings(), lease_ttl_ms=cfg["lease-ttl-ms"])
                     try:
                         revision = await self.store.put_shard_settings(self.shard, mine, revision)
                         settings = mine
@@ -261,6 +294,11 @@ class ClusterNode:
         if settings.acl is None:   # stored before users were shard settings: this node's users become them
             settings = await self.update_settings(lambda current: replace(current, acl=self.server.acl.settings()))
             revision = self.settings_revision
+        if settings.lease_ttl_ms is None:   # stored before the TTL was a shard setting: this node's flag becomes it
+            settings = await self.update_settings(
+                lambda current: current if current.lease_ttl_ms is not None
+                else replace(current, lease_ttl_ms=cfg["lease-ttl-ms"]))
+            revision = self.settings_revision
         self._apply_settings(settings, revision)
         self.server.acl.share = self.share_acl
         self.settings_watch = await retry_transient(
@@ -277,6 +315,12 @@ class ClusterNode:
                 log.info("shard %s setting %s: %s -> %s (revision %d)", self.shard, name, cfg[name], value,
                          revision)
                 cfg.set(name, str(value))
+        if settings.lease_ttl_ms is not None:
+            # The controller's timing and the renewer's leases follow the shard's TTL from their next lease on.
+            if self.controller is not None:
+                self.controller.set_ttl(settings.lease_ttl_ms)
+            if self.renewer is not None:
+                self.renewer.set_ttl(settings.lease_ttl_ms)
         acl = self.server.acl
         if settings.acl is not None and settings.acl != acl.settings():
             try:
@@ -740,9 +784,35 @@ class ClusterNode:
             return None
         if write and self.writes_paused:
             return messages.READONLY
-        if _monotonic_ms() > self.lease_valid_until_ms:
+        now_ms = _monotonic_ms()
+        if now_ms > self.lease_valid_until_ms:
+            self._refuse_for_lease(now_ms)
             return messages.LEASE_EXPIRED
+        if self._lease_lapsed:
+            self._lease_lapsed = False
+            self._lapse_log.clear("lapsed", "primary of shard %s (epoch %d): lease renewed, serving again",
+                                  self.shard, self.epoch)
         return None
+
+    def _refuse_for_lease(self, now_ms):
+        """A primary refuses a command because its lease lapsed: counted, and logged when it starts (with why, as
+        far as this node knows), then as a count every 10 s, and once more when it serves again."""
+        self.lease_refusals += 1
+        if not self._lease_lapsed:
+            self._lease_lapsed = True
+            self.lease_lapses += 1
+        r = self.renewer
+        if r is None or not r.granted:
+            cause = "its renewals are not running"
+        elif r.stalled_ms:
+            cause = "renewals paused: the event loop showed no sign of life for %d ms" % r.stalled_ms
+        elif r.failures:
+            cause = "%d renewals in a row failed, the last with %s" % (r.failures, r.last_error)
+        else:
+            cause = "its last renewal landed too late"
+        self._lapse_log("lapsed", "primary of shard %s (epoch %d): lease lapsed %d ms ago by this node's clock (%s); "
+                        "refusing commands that touch data until it is renewed", self.shard, self.epoch,
+                        now_ms - self.lease_valid_until_ms, cause)
 
     # -- role changes (called by the controller) ------------------------------------------------
     async def promote(self, epoch, old_primary_failed=False):
@@ -797,6 +867,8 @@ class ClusterNode:
     async def step_down(self, reason):
         if self.role != "primary":
             return
+        if self.renewer is not None:
+            self.renewer.revoke()
         log.warning("stepping down: %s; restarting as a replica", reason)
         self.reexec()
 
@@ -881,7 +953,10 @@ class ClusterNode:
                   "journal_stream_last_index": self.stream_last, "lease_valid_ms":
                   max(0, self.lease_valid_until_ms - _monotonic_ms()) if self.role == "primary" else 0,
                   "controller_reason": c.last_reason if c else "starting", "promotions": self.promotions,
-                  "durakv_phase": self.phase}
+                  "durakv_phase": self.phase, "lease_ttl_ms": c.ttl_ms if c else self.server.config["lease-ttl-ms"],
+                  "lease_renewals": self.renewer.renewals if self.renewer else 0,
+                  "lease_renewal_failures": self.renewer.failures if self.renewer else 0,
+                  "lease_lapses": self.lease_lapses, "lease_refused_commands": self.lease_refusals}
         if self.role == "replica":
             host, _, port = (c.primary_addr or ":0").rpartition(":") if c else ("", "", "0")
             fields.update({"master_host": host, "master_port": port or 0,

@@ -127,6 +127,8 @@ class Connection(asyncio.Protocol):
         srv = self.server
         srv.net_input_bytes += n
         srv.reads_processed += 1
+        if not srv.loop_stats.open:     # the first read of this event-loop turn times the turn (loopstats.py)
+            srv.loop_stats.begin()
         commands, error = self.parser.feed(data)
         if self.backlog is not None:  # parked: these wait behind the parked command, in order
             self.backlog.extend(commands)

@@ -102,7 +102,15 @@ def _section_stats(srv):
             "unexpected_error_replies": 0,      # Valkey: errors replaying an AOF or a primary's stream
             "total_reads_processed": srv.reads_processed, "total_writes_processed": srv.writes_processed,
             "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors,
+            **srv.loop_stats.info_fields(_commands_usec()),
             **srv.acl.info_fields()}
+
+
+def _commands_usec() -> int:
+    """Time spent running commands (Valkey's eventloop_duration_cmd_sum): commandstats' usec, summed here rather
+    than counted again on every call."""
+    from ..commands import registry
+    return sum(c.usec + sum(sub.usec for sub in c.subcommands.values()) for c in registry.TABLE.values())
 
 
 def _section_replication(srv):

@@ -176,6 +176,7 @@ class ServerPort(Port):
         srv.total_connections = srv.rejected_connections = 0
         srv.net_input_bytes = srv.net_output_bytes = srv.reads_processed = srv.writes_processed = 0
         srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
+        srv.loop_stats.reset()
         srv.acl.reset_stats()
 
     def last_save(self) -> int:

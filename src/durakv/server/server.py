@@ -28,6 +28,7 @@ from ..cluster.identity import persistent_node_id
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology
 from .connection import Connection
+from .loopstats import LoopStats
 from .migrate import MigrateSockets
 from .notify import Hooks, notify_flags_to_string, parse_notify_flags
 from .port import ServerPort
@@ -127,6 +128,7 @@ class Server:
         self.loading = False
         self.shutdown_event = None
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
+        self.loop_stats = LoopStats()      # INFO's eventloop_* figures and the loop's heartbeat (loopstats.py)
         self.active_expire_enabled = True
         self.cron_paused = False
         self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
@@ -294,6 +296,7 @@ class Server:
         # for the interpreter's 5 ms switch interval while the event loop serves other clients.
         sys.setswitchinterval(0.0002)
         self.loop = asyncio.get_running_loop()
+        self.loop_stats.start(self.loop)
         self.durability.loop = self.loop
         self.shutdown_event = asyncio.Event()
         os.makedirs(self.dir, exist_ok=True)
@@ -520,6 +523,8 @@ class Server:
             await asyncio.sleep(1.0 / self.config["hz"])
             if self.cron_paused:
                 continue    # DEBUG PAUSE-CRON 1
+            if not self.loop_stats.open:
+                self.loop_stats.begin()
             try:
                 self.cron_tick()
             except Exception:  # noqa: BLE001 - housekeeping must never stop
@@ -536,6 +541,7 @@ class Server:
         self.ops_samples.append((now, self.pipeline.total_commands))
         while len(self.ops_samples) > 16:
             self.ops_samples.pop(0)
+        self.loop_stats.sample()
         if self.migrate_sockets.cache:
             self.migrate_sockets.close_idle()
         timeout = self.config["timeout"]
