@@ -7,6 +7,11 @@ libraries; `redis-cli --rdb` makes a backup Valkey and Redis 7+ load), then each
 commands, with SELECT when the database changes and MULTI/EXEC around the effects of one command that produced
 several (as Valkey's propagatePendingCommands). The file is built in the event loop, so the stream that follows
 starts exactly where it ends; that takes the server about a second per few hundred thousand keys (Valkey forks).
+
+Nothing here leaves before its commit: the RDB reply carries the durability export ticket (everything issued
+when memory was read, pipeline.py) and each chunk of the stream the index of the journal entry its effects
+joined, so a SYNC client never holds a write a failover could take back. If that entry fails to persist the
+chunk is dropped; if the RDB's entries fail, the client gets the journal's error and the connection closes.
 """
 
 import time
@@ -61,7 +66,7 @@ class ReplicaFeed:
         self.db_id = -1
         self.offset = 0         # bytes of stream sent (INFO replication's slaveN offset)
 
-    def __call__(self, effects):
+    def __call__(self, effects, ticket):
         if self.conn.closing:
             return
         out = []
@@ -82,7 +87,7 @@ class ReplicaFeed:
         if out:
             data = b"".join(out)
             self.offset += len(data)
-            self.conn.push(Raw(data))
+            self.conn.push(Raw(data), ticket)
 
     def _one(self, out, db_id, argv):
         if db_id != self.db_id:
