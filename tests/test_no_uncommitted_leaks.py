@@ -330,3 +330,34 @@ def test_errorstats_keeps_at_most_128_error_codes(server_factory):
         with pytest.raises(valkey.ResponseError):
             c.eval("return redis.error_reply('AGAIN counted')", 0)
         assert c.info("errorstats") == {"errorstat_AGAIN": {"count": 1}}
+
+
+def _subscribed(srv, channel):
+    sub_client = srv.client()
+    p = sub_client.pubsub()
+    p.subscribe(channel)
+    assert p.get_message(timeout=10)["type"] == "subscribe"
+    return sub_client, p
+
+
+def _next_message(p):
+    msg = None
+    while msg is None:
+        msg = p.get_message(timeout=30)
+    return msg
+
+
+def test_publish_after_a_write_in_a_transaction_waits_for_it(sync_server):
+    srv = sync_server
+    sub_client, p = _subscribed(srv, "news")
+    with srv.client() as probe:
+        w = StalledWrite(srv, probe, "EVAL",
+                         "redis.call('SET', KEYS[1], ARGV[1]); return redis.call('PUBLISH', 'news', ARGV[1])",
+                         1, "headline", "uncommitted")
+        msg = _next_message(p)
+        w.assert_committed_now("a message published after the script's write")
+        assert msg["data"] == b"uncommitted"
+        assert w.finish() == 1
+    p.close()
+    sub_client.close()
+

@@ -141,6 +141,9 @@ class Pipeline:
         self.total_errors = 0
         self.error_counts = {}       # error prefix -> count (at most ERRORSTATS_MAX prefixes, as Valkey)
         self.errorstats_disabled = False
+        # While EXEC or a script runs one of its commands: whether it wrote before it (None outside them);
+        # a message it publishes after writing waits for those writes (publish_ticket)
+        self.nested_effects = None
         self.requirepass = None
         self.maxmemory_policy = "noeviction"
         self.maxmemory_samples = 5
@@ -252,6 +255,19 @@ class Pipeline:
         if reads is ALL:
             return dur.barrier_ticket()
         return dur.read_ticket(session.db_id, reads)
+
+    def publish_ticket(self) -> int:
+        """The ticket of a PUBLISH's message. A plain PUBLISH is derived from no write: it leaves at once, as
+        in Valkey. One that a transaction or script sends after it wrote leaves with those writes' batch (the
+        effects are submitted when EXEC or the script ends); one sent by a script that only read waits for
+        what it may have read (sync mode)."""
+        nested = self.nested_effects
+        if nested is None:
+            return 0
+        dur = self.durability
+        if nested:
+            return dur.push_ticket() if hasattr(dur, "push_ticket") else 0
+        return dur.barrier_ticket() if dur.pending else 0
 
     def _in_multi(self, session, cmd, args):
         """A command while a transaction is being queued: the answer (QUEUED or an error), or None when it
@@ -708,9 +724,12 @@ class Pipeline:
                 ctx.effects = []
                 saved_dirty = ctx.dirty
                 ctx.dirty = []
+                outer = self.nested_effects
+                self.nested_effects = bool(effects) or bool(outer)
                 try:
                     reply, eff, d = self.call(session, cmd, args)
                 finally:
+                    self.nested_effects = outer
                     ctx.effects = saved_effects
                     ctx.dirty = saved_dirty
                 replies.append(reply)
@@ -751,7 +770,12 @@ class Pipeline:
             return self._script_refusal(run, cmd, text)
         if cmd.write:
             run.dirty = True
-        reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
+        outer = self.nested_effects
+        self.nested_effects = bool(run.effects) or bool(outer)   # EVAL in a transaction that wrote
+        try:
+            reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
+        finally:
+            self.nested_effects = outer
         if type(reply) is ErrorReply:
             run.counted_errors.append(reply.text)
         if effects:

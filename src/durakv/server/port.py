@@ -144,10 +144,18 @@ class ServerPort(Port):
         return raw
 
     def publish(self, channel, message, shard=False) -> int:
-        node = self.server.cluster_node
+        server = self.server
+        # Not before the writes it follows in its transaction or script have committed (pipeline.py), on
+        # this node and on the others alike.
+        ticket = server.pipeline.publish_ticket()
+        node = server.cluster_node
         if node is not None and node.routing is not None:
-            node.publish_remote(channel, message, shard)   # the other nodes deliver to their subscribers
-        return self.server.pubsub.publish(channel, message, shard=shard)
+            # the other nodes deliver to their subscribers
+            if ticket:
+                server.durability.when_committed(ticket, lambda: node.publish_remote(channel, message, shard))
+            else:
+                node.publish_remote(channel, message, shard)
+        return server.pubsub.publish(channel, message, shard=shard, ticket=ticket)
 
     def pubsub_channels(self, pattern, shard=False) -> list:
         return self.server.pubsub.channel_list(pattern, shard=shard)
