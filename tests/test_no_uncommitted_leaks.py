@@ -361,3 +361,16 @@ def test_publish_after_a_write_in_a_transaction_waits_for_it(sync_server):
     p.close()
     sub_client.close()
 
+
+
+def test_sort_get_pattern_waits_for_the_key_it_reads(sync_server):
+    """SORT_RO ... GET reads keys its key specs do not name: it waits like a read of the whole keyspace."""
+    srv = sync_server
+    with srv.client() as probe:
+        probe.rpush("ids", "1")
+        probe.set("obj_1", "committed")
+        w = StalledWrite(srv, probe, "SET", "obj_1", "uncommitted")
+        reply = _raw_reply(srv.port, "SORT_RO", "ids", "GET", "obj_*")
+        w.assert_committed_now("SORT_RO's GET value")
+        assert reply == b"*1\r\n$11\r\nuncommitted\r\n"
+        assert w.finish() is True   # valkey-py: SET answered +OK

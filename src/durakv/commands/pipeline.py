@@ -240,7 +240,7 @@ class Pipeline:
         if cmd.readonly or cmd.write or cmd.calls_commands:
             if not dur.pending:
                 return 0
-            if cmd.sees_all:
+            if cmd.sees_all or cmd.fullname in _READS_UNNAMED_KEYS:
                 return dur.barrier_ticket()
             return dur.read_ticket(session.db_id, cmd.keys(args))
         reads = _READS_DATA.get(cmd.fullname)
@@ -840,6 +840,10 @@ def _info_reads(args):
         return ALL
     return ALL if any(a.lower() in _KEYSPACE_SECTIONS for a in args[1:]) else None
 
+
+# Reads whose key specs do not name every key they read (SORT's BY and GET patterns): they wait for everything
+# issued, as reads of the whole keyspace do.
+_READS_UNNAMED_KEYS = {"sort", "sort_ro"}
 
 _READS_DATA = {
     "debug": _debug_reads, "info": _info_reads,
