@@ -374,3 +374,25 @@ def test_sort_get_pattern_waits_for_the_key_it_reads(sync_server):
         w.assert_committed_now("SORT_RO's GET value")
         assert reply == b"*1\r\n$11\r\nuncommitted\r\n"
         assert w.finish() is True   # valkey-py: SET answered +OK
+
+
+def test_forked_rdb_export_holds_uncommitted_writes_until_their_commit(sync_server, redis_server, tmp_path):
+    """From FORK_MIN_KEYS keys on, SYNC's file is built in a forked child (the loop goes on serving); it is
+    memory at the fork, so it leaves only once everything issued by then commits, and Redis loads it."""
+    srv = sync_server
+    with srv.client() as probe:
+        probe.execute_command("DEBUG", "POPULATE", "20000")
+        w = StalledWrite(srv, probe, "SET", "forked", "uncommitted")
+        out = tmp_path / "forked.rdb"
+        proc = subprocess.run(["redis-cli", "-p", str(srv.port), "--rdb", str(out)], capture_output=True,
+                              timeout=120)
+        w.assert_committed_now("the forked RDB export")
+        assert proc.returncode == 0, proc.stderr
+        assert w.finish() is True   # valkey-py: SET answered +OK
+        assert probe.ping()
+    log = srv.read_log()
+    assert "Background RDB transfer started by pid" in log
+    assert "Background RDB transfer terminated with success" in log
+    _port, redis = redis_server("--dbfilename", "forked.rdb", data_dir=tmp_path)
+    assert redis.dbsize() == 20001
+    assert redis.get("forked") == b"uncommitted" and redis.get("key:19999") == b"value:19999"
