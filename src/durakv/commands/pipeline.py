@@ -18,7 +18,7 @@ ticket with the reply; only durability decides when that reply may leave.
 
 What the pipeline does not own is plugged in as narrow objects, each None when unused (so the common
 path checks one attribute):
-    durability  submit/read_ticket/barrier_ticket/refuse_writes/pending (durability/)
+    durability  submit/read_ticket/barrier_ticket/push_ticket/export_ticket/refuse_writes/pending (durability/)
     gate        the node's role: is_replica(), serving_error(write) (lease, planned failover)
     router      cluster mode: check(session, cmd, args, queue, run) -> error text or None (routing/)
     acl         check(session, cmd, args, context, run) -> error text or None (context: toplevel, multi, exec,
@@ -106,6 +106,12 @@ class NoDurability:
         return 0
 
     def barrier_ticket(self):
+        return 0
+
+    def push_ticket(self):
+        return 0
+
+    def export_ticket(self):
         return 0
 
     def refuse_writes(self):
@@ -266,7 +272,7 @@ class Pipeline:
             return 0
         dur = self.durability
         if nested:
-            return dur.push_ticket() if hasattr(dur, "push_ticket") else 0
+            return dur.push_ticket()
         return dur.barrier_ticket() if dur.pending else 0
 
     def _in_multi(self, session, cmd, args):
