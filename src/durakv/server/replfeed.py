@@ -72,6 +72,10 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
         status = 1
         try:
             gc.disable()
+            # Drop the copies of every other descriptor (client sockets, listeners, NATS, the journal): while
+            # the child held them, a connection the server closes would stay open until the child exits.
+            os.closerange(0, fd)
+            os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
             view = memoryview(dataset_rdb(keyspace, data=data, functions=functions))
             while view:
                 view = view[os.write(fd, view):]
