@@ -18,7 +18,7 @@ ticket with the reply; only durability decides when that reply may leave.
 
 What the pipeline does not own is plugged in as narrow objects, each None when unused (so the common
 path checks one attribute):
-    durability  submit/read_ticket/barrier_ticket/refuse_writes/pending (durability/)
+    durability  submit/read_ticket/barrier_ticket/push_ticket/export_ticket/refuse_writes/pending (durability/)
     gate        the node's role: is_replica(), serving_error(write) (lease, planned failover)
     router      cluster mode: check(session, cmd, args, queue, run) -> error text or None (routing/)
     acl         check(session, cmd, args, context, run) -> error text or None (context: toplevel, multi, exec,
@@ -32,6 +32,7 @@ specs, plus what the handler reported with ctx.touch, plus keys the server delet
 they are not known (FLUSHALL, SWAPDB, SORT ... STORE): then every later read waits for that write's commit.
 """
 
+import logging
 import time
 
 from .. import messages
@@ -41,6 +42,8 @@ from ..protocol.resp import QUEUED, ErrorReply, NullArray
 from . import registry
 from .base import Blocked, Context
 from .introspection import Monitors
+
+log = logging.getLogger("durakv.commands")
 
 # estimate_key(k, v) for a string value, inlined on the write path: this constant + len(k) + len(v).
 _STRING_KEY_COST = estimate_key_overhead(b"")
@@ -105,6 +108,12 @@ class NoDurability:
     def barrier_ticket(self):
         return 0
 
+    def push_ticket(self):
+        return 0
+
+    def export_ticket(self):
+        return 0
+
     def refuse_writes(self):
         return None
 
@@ -136,7 +145,11 @@ class Pipeline:
         self.min_replicas_max_lag = 10   # seconds (min-replicas-to-write is an admission input above)
         self.total_commands = 0
         self.total_errors = 0
-        self.error_counts = {}       # error prefix -> count
+        self.error_counts = {}       # error prefix -> count (at most ERRORSTATS_MAX prefixes, as Valkey)
+        self.errorstats_disabled = False
+        # While EXEC or a script runs one of its commands: whether it wrote before it (None outside them);
+        # a message it publishes after writing waits for those writes (publish_ticket)
+        self.nested_effects = None
         self.requirepass = None
         self.maxmemory_policy = "noeviction"
         self.maxmemory_samples = 5
@@ -214,18 +227,53 @@ class Pipeline:
         if effects:
             ticket = dur.submit(effects, dirty)
             session.last_write_index = dur.assigned
-        elif dur.pending and type(reply) is not ErrorReply and (cmd.readonly or cmd.write or cmd.calls_commands):
+        elif dur.assigned > dur.committed and type(reply) is not ErrorReply:
             # A read (or a write that changed nothing) must not reveal an uncommitted write.
-            if cmd.sees_all:
-                ticket = dur.barrier_ticket()
-            else:
-                ticket = dur.read_ticket(session.db_id, cmd.keys(args))
+            ticket = self._read_ticket(session, cmd, args)
         if session.asking and not session.in_multi and cmd.name != "asking":
             session.asking = False   # ASKING covers one command (Valkey's resetClient)
         obs = self.observer
         if obs is not None:
             obs.after_top(session)
         return reply, ticket, cmd
+
+    def _read_ticket(self, session, cmd, args):
+        """The ticket of a reply that changed nothing while writes are uncommitted: what it was derived from
+        must commit first. Reads and writes wait for their keys (sync mode); commands with neither flag that
+        still look at the data (DEBUG DIGEST, INFO keyspace, CLUSTER COUNTKEYSINSLOT, ...: _READS_DATA) wait
+        likewise; an export of the dataset (SYNC's RDB) waits for everything issued, in either mode."""
+        dur = self.durability
+        if cmd.readonly or cmd.write or cmd.calls_commands:
+            if not dur.pending:
+                return 0
+            if cmd.sees_all or cmd.fullname in _READS_UNNAMED_KEYS:
+                return dur.barrier_ticket()
+            return dur.read_ticket(session.db_id, cmd.keys(args))
+        reads = _READS_DATA.get(cmd.fullname)
+        if reads is None:
+            return 0
+        if type(reads) is not str:
+            reads = reads(args)
+        if reads is EXPORT:
+            return dur.export_ticket()
+        if not dur.pending or reads is None:
+            return 0
+        if reads is ALL:
+            return dur.barrier_ticket()
+        return dur.read_ticket(session.db_id, reads)
+
+    def publish_ticket(self) -> int:
+        """The ticket of a PUBLISH's message. A plain PUBLISH is derived from no write: it leaves at once, as
+        in Valkey. One that a transaction or script sends after it wrote leaves with those writes' batch (the
+        effects are submitted when EXEC or the script ends); one sent by a script that only read waits for
+        what it may have read (sync mode)."""
+        nested = self.nested_effects
+        if nested is None:
+            return 0
+        dur = self.durability
+        if nested:
+            return dur.push_ticket()
+        return dur.barrier_ticket() if dur.pending else 0
 
     def _in_multi(self, session, cmd, args):
         """A command while a transaction is being queued: the answer (QUEUED or an error), or None when it
@@ -350,9 +398,30 @@ class Pipeline:
         return ErrorReply(text)
 
     def count_error(self, text):
+        """afterErrorReply + incrementErrorCount: total_error_replies always; errorstats by the error's code
+        (its first word when a space ends it within 32 bytes of the reply, else ERR), at most
+        ERRORSTATS_MAX codes: one more (a script inventing codes) replaces them all with
+        ERRORSTATS_DISABLED, logs the list once, and nothing is counted by code until CONFIG RESETSTAT."""
         self.total_errors += 1
-        prefix = text.split(" ", 1)[0]
-        self.error_counts[prefix] = self.error_counts.get(prefix, 0) + 1
+        counts = self.error_counts
+        if self.errorstats_disabled:
+            if counts:
+                return
+            self.errorstats_disabled = False   # CONFIG RESETSTAT emptied the table: counting starts again
+        space = text.find(" ", 0, 31)      # the reply is "-" + text: Valkey looks at its first 32 bytes
+        prefix = text[:space] if space > 0 else "ERR"
+        n = counts.get(prefix)
+        if n is not None:
+            counts[prefix] = n + 1
+        elif len(counts) < ERRORSTATS_MAX:
+            counts[prefix] = 1
+        else:
+            log.warning("Errorstats stopped adding new errors because the number of errors reached the limit, "
+                        "may be misuse of lua error.")
+            log.warning("Current errors code list: %s", "".join(k + ", " for k in sorted(counts)))
+            counts.clear()
+            counts["ERRORSTATS_DISABLED"] = 1
+            self.errorstats_disabled = True
 
     def evict(self) -> bool:
         """Evicts until under maxmemory. False if the policy forbids it or nothing is left."""
@@ -526,11 +595,16 @@ class Pipeline:
         self.mark()
         reply, effects, dirty = self.call(session, cmd, args, handler=retry)
         ticket = 0
+        dur = self.durability
         if effects:
-            dur = self.durability
             ticket = dur.submit(effects, dirty)
             if reply is not None and type(reply) is not Blocked:
                 session.last_write_index = dur.assigned
+        elif (reply is not None and type(reply) is not Blocked and type(reply) is not ErrorReply
+              and cmd is not None and dur.assigned > dur.committed):
+            # Served by a write that is not committed yet (XREAD BLOCK woken by an XADD): the reply is what
+            # that write made, so it waits for it like any read of its keys.
+            ticket = self._read_ticket(session, cmd, args)
         return reply, ticket
 
     # -- replicas and recovery ----------------------------------------------------------------------
@@ -656,9 +730,12 @@ class Pipeline:
                 ctx.effects = []
                 saved_dirty = ctx.dirty
                 ctx.dirty = []
+                outer = self.nested_effects
+                self.nested_effects = bool(effects) or bool(outer)
                 try:
                     reply, eff, d = self.call(session, cmd, args)
                 finally:
+                    self.nested_effects = outer
                     ctx.effects = saved_effects
                     ctx.dirty = saved_dirty
                 replies.append(reply)
@@ -699,7 +776,12 @@ class Pipeline:
             return self._script_refusal(run, cmd, text)
         if cmd.write:
             run.dirty = True
-        reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
+        outer = self.nested_effects
+        self.nested_effects = bool(run.effects) or bool(outer)   # EVAL in a transaction that wrote
+        try:
+            reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
+        finally:
+            self.nested_effects = outer
         if type(reply) is ErrorReply:
             run.counted_errors.append(reply.text)
         if effects:
@@ -729,6 +811,53 @@ class Pipeline:
     def script_exists(self, argv) -> bool:
         cmd, text = self.resolve(argv)
         return cmd is not None and (text is None or not text.startswith("ERR unknown"))
+
+
+# Commands with neither the readonly nor the write flag whose reply is still derived from the data: what they
+# read (ALL: the whole keyspace; EXPORT: the whole dataset leaves the process; a function of args answering
+# one of those, a list of keys, or None when these args read nothing).
+ALL = "all"
+EXPORT = "export"
+ERRORSTATS_MAX = 128   # Valkey's ERROR_STATS_NUMBER: distinct error codes errorstats keeps
+
+# DEBUG's subcommands that describe data (durakv implements OBJECT, DIGEST and DIGEST-VALUE; Valkey's other
+# readers are listed so that one implemented later is covered from the start)
+_DEBUG_KEY_READS = {b"OBJECT", b"DIGEST-VALUE", b"LISTPACK", b"SDSLEN", b"HTSTATS-KEY"}
+_DEBUG_ALL_READS = {b"DIGEST", b"HTSTATS"}
+
+
+def _debug_reads(args):
+    if len(args) < 2:
+        return None
+    sub = args[1].upper()
+    if sub in _DEBUG_ALL_READS:
+        return ALL
+    if sub in _DEBUG_KEY_READS:
+        return list(args[2:]) if sub == b"DIGEST-VALUE" else args[2:3]
+    return None
+
+
+_KEYSPACE_SECTIONS = {b"keyspace", b"default", b"all", b"everything"}
+
+
+def _info_reads(args):
+    """INFO's keyspace section counts keys; the other sections are about the process (INFO durability must
+    answer while a commit is stalled: it is how an operator sees the stall)."""
+    if len(args) < 2:
+        return ALL
+    return ALL if any(a.lower() in _KEYSPACE_SECTIONS for a in args[1:]) else None
+
+
+# Reads whose key specs do not name every key they read (SORT's BY and GET patterns): they wait for everything
+# issued, as reads of the whole keyspace do.
+_READS_UNNAMED_KEYS = {"sort", "sort_ro"}
+
+_READS_DATA = {
+    "debug": _debug_reads, "info": _info_reads,
+    "cluster|countkeysinslot": ALL, "cluster|getkeysinslot": ALL,
+    "function|dump": ALL, "function|list": ALL, "function|stats": ALL,
+    "sync": EXPORT, "psync": EXPORT,
+}
 
 
 _PUBSUB_ALLOWED = {"ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",

@@ -12,6 +12,16 @@ order, and writes what the outbox releases. Replies whose ticket is committed le
 held, and so is everything behind them (request order). A Deferred reply (WAIT, WAITAOF, BGSAVE, CLUSTER
 FAILOVER, a served blocked command, a long script) is held the same way until its producer resolves it and
 its own index commits. Out-of-band pushes (pub/sub, invalidations, MONITOR) queue behind held replies.
+
+The rule for everything else that leaves: nothing derived from an uncommitted write leaves the process before
+that write commits. Every reply, push and replication-stream chunk carries a ticket; a push derived from
+effects (a keyspace event, a SYNC feed chunk) carries the index of the batch those effects join
+(`push_ticket`, in async mode too: there only the writer's own reply leaves early), an export of the whole
+dataset (SYNC's RDB) carries `export_ticket`. A held push whose batch fails to persist is dropped (the write it
+describes never happened); a held reply is answered with the journal's error instead. MONITOR is the one
+exception: it shows commands as they arrive, as Valkey does (its pushes carry ticket 0). Tracking
+invalidations are sent early (ticket 0) on purpose: they carry no value, a client that re-reads is held by
+read_ticket until the commit, and holding them could only make them late.
 """
 
 import heapq
@@ -52,7 +62,7 @@ class Durability:
         self._seq = itertools.count()
         # debug-ack-before-commit (tests only, refused without DURAKV_TEST_UNSAFE=1): sync replies do not wait
         self.ack_before_commit = False
-        self.feeds = []             # fn(effects) per submit: Valkey replication-stream listeners (SYNC)
+        self.feeds = []             # fn(effects, ticket) per submit: Valkey replication-stream listeners (SYNC)
         self._use(None)
 
     # -- the policy ----------------------------------------------------------------------------
@@ -84,7 +94,8 @@ class Durability:
         self.tracker.set_mode(mode)
 
     def add_feed(self, fn):
-        """fn(effects) for every write's effects from now on, before they are journaled."""
+        """fn(effects, ticket) for every write's effects from now on, as they are submitted; ticket is the index
+        of the journal entry they join (0 without a journal): what the feed must hold its output behind."""
         self.feeds.append(fn)
         self._bind_submit()
 
@@ -101,9 +112,13 @@ class Durability:
             return
 
         def submit(effects, dirty):
+            ticket = base(effects, dirty)
+            # The batch these effects joined (the tracker answers 0 in async mode, where the reply leaves at
+            # once; the feed still waits for the commit).
+            index = self.assigned if self.tracker is not None and effects else 0
             for fn in list(feeds):
-                fn(effects)
-            return base(effects, dirty)
+                fn(effects, index)
+            return ticket
         self.submit = submit
 
     def _use(self, tracker):
@@ -121,6 +136,18 @@ class Durability:
             self.needs_dirty = True
             tracker._publish()
         self._bind_submit()
+
+    def push_ticket(self) -> int:
+        """The ticket of a push derived from effects that are being produced now and not submitted yet (the
+        keyspace events of a running command, of a server-side expiry): the index of the batch they will
+        join, in sync and async mode alike; 0 without a journal (a replica applies only committed entries)."""
+        tracker = self.tracker
+        return tracker.next_index() if tracker is not None else 0
+
+    def export_ticket(self) -> int:
+        """The ticket of an export of the whole dataset as memory holds it now (SYNC's RDB, in either mode):
+        everything issued so far."""
+        return self.assigned if self.tracker is not None and self.assigned > self.committed else 0
 
     # -- commits -------------------------------------------------------------------------------
     def on_commit(self, index):
@@ -166,12 +193,17 @@ class Durability:
         return Outbox(self, write, encode)
 
 
+class HeldPush(bytes):
+    """A push waiting in `held`: if its batch fails to persist it is dropped, not answered with an error."""
+    __slots__ = ()
+
+
 class Outbox:
     """One connection's replies, in request order. `ready` is what may leave now (the connection writes it
-    with one transport.write per batch); `held` is (index, bytes | Deferred) waiting for a commit."""
+    with one transport.write per batch); `held` is (index, bytes | HeldPush | Deferred) waiting for a commit."""
 
     __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained",
-                 "limit_bytes", "over_limit", "on_limit")
+                 "limit_bytes", "over_limit", "on_limit", "on_failed")
 
     # What a held reply keeps alive besides its own bytes (its entry here, the write's effect and arguments in
     # the batch waiting for the journal), counted against the limit; a held Deferred counts this alone.
@@ -191,6 +223,9 @@ class Outbox:
         self.limit_bytes = 0
         self.over_limit = False
         self.on_limit = None
+        # fn() after held replies were answered with the journal's error or held pushes dropped (a SYNC
+        # connection closes then: a stream with a hole in it, or whose RDB never came, cannot go on)
+        self.on_failed = None
 
     def emit(self, ticket, data):
         """An encoded reply: leaves with the batch unless it (or anything before it) must wait."""
@@ -217,13 +252,20 @@ class Outbox:
         if self.on_limit is not None:
             self.on_limit(over)
 
-    def push(self, data):
-        """An out-of-band message: behind everything already queued."""
-        if self.held:
-            self.held.append((0, data))
-            self.held_bytes += len(data) + self.ENTRY_COST
-        else:
+    def push(self, data, ticket=0) -> bool:
+        """An out-of-band message: behind everything already queued, and not before journal entry `ticket`
+        (the write it is derived from) is committed. True if it is held (it counts toward the client's output
+        limits then)."""
+        if ticket <= self.durability.committed:
+            ticket = 0
+        if not ticket and not self.held:
             self.ready.append(data)
+            return False
+        self.held.append((ticket, HeldPush(data)))
+        self.held_bytes += len(data) + self.ENTRY_COST
+        if ticket:
+            self.durability.waiting.add(self)
+        return True
 
     def release(self):
         """Moves what may leave now from held to ready, in order, and writes it."""
@@ -263,15 +305,26 @@ class Outbox:
         """Replies waiting for journal index `first` or later will never see it committed: `data` (an error)
         takes their place and they leave in order."""
         held = self.held
+        failed = False
         for i, (index, item) in enumerate(held):
             if type(item) is Deferred:
                 if item.done and item.index >= first:
                     self.held_bytes += len(data) - self.ENTRY_COST
                     held[i] = (0, data)
+                    failed = True
             elif index >= first:
-                self.held_bytes += len(data) - len(item)
-                held[i] = (0, data)
+                if type(item) is HeldPush:
+                    # what it tells of (a keyspace event, a stream chunk) never happened: nothing is sent
+                    self.held_bytes -= len(item)
+                    held[i] = (0, HeldPush())
+                    failed = True
+                else:
+                    self.held_bytes += len(data) - len(item)
+                    held[i] = (0, data)
+                    failed = True
         self.release()
+        if failed and self.on_failed is not None:
+            self.on_failed()
 
     def flush(self):
         ready = self.ready

@@ -105,6 +105,12 @@ class WriteTracker:
             self.loop.call_soon(self._close_batch)
         return index
 
+    def next_index(self) -> int:
+        """The index that effects submitted right now would get: the open batch's, or the next one. What a
+        push derived from effects not submitted yet (a keyspace event raised while its command runs) waits
+        for, in either mode."""
+        return self._batch_index or self.assigned + 1
+
     def _late_batch_due(self) -> bool:
         opened_ms = self._uncommitted.get(self._batch_index)
         return opened_ms is None or self.clock_ms() - opened_ms >= ACK_BEFORE_COMMIT_DELAY_S * 1000

@@ -70,6 +70,7 @@ class Connection(asyncio.Protocol):
         self.outbox.on_drained = self._drained
         self.outbox.limit_bytes = server.config["client-held-replies-limit"]
         self.outbox.on_limit = self._held_limit
+        self.outbox.on_failed = self._held_reply_failed
         server.total_connections += 1
         if len(server.clients) >= server.config["maxclients"]:
             server.rejected_connections += 1
@@ -295,17 +296,31 @@ class Connection(asyncio.Protocol):
             self.server.log_exception("deferred reply", exc)
             return b"-ERR internal error encoding the reply\r\n"
 
+    def _held_reply_failed(self):
+        # A SYNC stream whose RDB was answered with the journal's error, or that lost a chunk (its write never
+        # committed), cannot go on: the client sees the end of the stream and syncs again, as a Valkey replica
+        # does after a broken link. Other clients just miss the pushes of writes that never happened.
+        if self.replica_feed is not None or self.session.repl_rdb_only:
+            self.session.close_after_reply = True
+            if not self.outbox.held:
+                self.close()
+
     def _drained(self):
         if self.session.close_after_reply:
             self.close()
 
-    def push(self, reply):
-        """An out-of-band message (pub/sub, tracking, MONITOR) written behind what is already queued."""
+    def push(self, reply, ticket=0):
+        """An out-of-band message (pub/sub, tracking, MONITOR, a SYNC stream chunk) written behind what is
+        already queued and not before journal entry `ticket` (the write it is derived from) commits."""
         if self.closing or self.outbox is None:
             return
         data = reply if type(reply) is _RAW else encode(reply, self.session.resp == 3)
-        self.outbox.push(data)
-        if not self.in_batch:
+        if self.outbox.push(data, ticket):
+            # Held (behind a commit or a held reply): it counts toward client-output-buffer-limit as it is
+            # queued, as Valkey counts a reply list that the socket has not taken yet.
+            if self.server.obuf_limited:
+                self._check_output_limits()
+        elif not self.in_batch:
             self.outbox.flush()
 
     def close(self):

@@ -342,7 +342,7 @@ class Hooks:
         self._server_deleted = set()       # (db_id, key) removed by expiry/eviction: no "del" for them
         self._tracking_server_deleted = set()   # the same for tracking: invalidated as the server's
         self._deferred = []                # invalidations for the current client, sent after its reply
-        self.own_feed = []                 # (conn, push) for the current client, sent after its reply
+        self.own_feed = []                 # (conn, push, ticket) for the current client, sent after its reply
         ks = server.keyspace
         ks.deleted_by_server = _DeletionLog(self._on_server_delete, ks.deleted_by_server)
 
@@ -441,7 +441,10 @@ class Hooks:
             db_id = session.db_id
             for key in cmd.keys(args):
                 if key in pre_absent:
-                    self._publish(KEY_MISS, b"keymiss", db_id, key)
+                    # derived from no effect of its own: held like the read's reply (absence caused by an
+                    # uncommitted DEL is not told before that DEL commits)
+                    self._publish(KEY_MISS, b"keymiss", db_id, key,
+                                  server.durability.read_ticket(db_id, (key,)))
         if effects and not cmd.calls_commands:   # EXEC's and scripts' own commands reported theirs
             self._effects(cmd, args, effects, dirty, pre_absent, served=retry)
 
@@ -455,17 +458,17 @@ class Hooks:
         if blocking.waiting:
             blocking.serve()
 
-    def push_after_reply(self, data):
+    def push_after_reply(self, data, ticket=0):
         """A push for the current client (its own PUBLISH, in MULTI or a script too; MONITOR lines of its
-        own command): Valkey queues it behind the command's reply."""
-        self.own_feed.append((self.current, data))
+        own command; its own keyspace events, with their ticket): Valkey queues it behind the command's reply."""
+        self.own_feed.append((self.current, data, ticket))
 
     def after_reply(self, conn):
         """The current client's reply is queued: the invalidations its own command caused follow it."""
         if self.own_feed:
             feed, self.own_feed = self.own_feed, []
-            for target, data in feed:
-                target.push(data)   # another client's only if its reply never came this way (a Deferred)
+            for target, data, ticket in feed:
+                target.push(data, ticket)   # another client's only if its reply never came this way (a Deferred)
         deferred = self._deferred
         if deferred and conn.tracking is not None:
             self._deferred = []
@@ -551,17 +554,21 @@ class Hooks:
         else:
             self._publish(EVICTED, b"evicted", db_id, key)
 
-    def _publish(self, cls, event, db_id, key):
+    def _publish(self, cls, event, db_id, key, ticket=None):
         flags = self.notify_flags
         if not flags & cls:
             return
         pubsub = self.server.pubsub
         if not pubsub.has_subscribers():
             return
+        # Raised while the effects it describes are produced, before they are submitted: it leaves once the
+        # batch they join commits (keymiss too: it must not reveal that an uncommitted write removed a key).
+        if ticket is None:
+            ticket = self.server.durability.push_ticket()
         if flags & K:
-            pubsub.publish(b"__keyspace@%d__:%s" % (db_id, key), event)
+            pubsub.publish(b"__keyspace@%d__:%s" % (db_id, key), event, ticket=ticket)
         if flags & E:
-            pubsub.publish(b"__keyevent@%d__:%s" % (db_id, event), key)
+            pubsub.publish(b"__keyevent@%d__:%s" % (db_id, event), key, ticket=ticket)
 
     def _notify(self, cmd, args, effects, pre_absent):
         origin = _top(cmd).name if cmd is not None else None

@@ -7,6 +7,7 @@ from commands/. The methods that touch connections take the client's Session and
 import logging
 
 from ..commands.port import Port
+from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import Deferred, ErrorReply, Raw
 from .migrate import MigrateError
@@ -72,17 +73,44 @@ class ServerPort(Port):
         return self.server.hooks.add_monitor(conn)
 
     def attach_replication_stream(self, session):
-        from .replfeed import ReplicaFeed, dataset_rdb
+        from .replfeed import FORK_MIN_KEYS, ReplicaFeed, dataset_rdb, export_rdb_forked
         conn = self._conn(session)
         if conn is None:
             raise CommandError("ERR SYNC needs a client connection")
-        rdb = dataset_rdb(self.server.keyspace, data=session.repl_rdb_data, functions=session.repl_rdb_functions)
+        server = self.server
+        ks = server.keyspace
+        data, functions = session.repl_rdb_data, session.repl_rdb_functions
+        if data and sum(len(db.data) for db in ks.dbs) >= FORK_MIN_KEYS:
+            # Built off the loop (a forked child); it holds everything issued so far, so it leaves once that
+            # commits, and not at all if the journal failed before (the file would hold lost writes).
+            durability = server.durability
+            tracker = durability.tracker
+            failures = tracker.failed_batches if tracker is not None else 0
+
+            def still_valid():
+                t = durability.tracker
+                if t is not None and (t is not tracker or t.failed_batches != failures):
+                    return failure_reason(t.failed) if t.failed is not None else "the journal failed meanwhile"
+                return None
+            reply = export_rdb_forked(server.loop, ks, server.dir, data=data, functions=functions,
+                                      ticket=durability.export_ticket(), still_valid=still_valid)
+
+            def exported(d=reply):
+                if type(d.reply) is ErrorReply and conn.replica_feed is not None:
+                    # no file, no stream: the client gets the error and then the end of the connection
+                    durability.remove_feed(conn.replica_feed)
+                    conn.replica_feed = None
+                    session.close_after_reply = True
+            reply.listen(exported)
+        else:
+            rdb = dataset_rdb(ks, data=data, functions=functions)
+            reply = Raw(b"$%d\r\n" % len(rdb) + rdb)
         if session.repl_rdb_only:
             session.close_after_reply = True     # an RDB-only client is done once it has the file
         elif conn.replica_feed is None:
             conn.replica_feed = ReplicaFeed(conn)
-            self.server.durability.add_feed(conn.replica_feed)   # removed in Hooks.drop_client
-        return Raw(b"$%d\r\n" % len(rdb) + rdb)
+            server.durability.add_feed(conn.replica_feed)   # removed in Hooks.drop_client
+        return reply
 
     def reset_client(self, session):
         conn = self._conn(session)
@@ -144,10 +172,18 @@ class ServerPort(Port):
         return raw
 
     def publish(self, channel, message, shard=False) -> int:
-        node = self.server.cluster_node
+        server = self.server
+        # Not before the writes it follows in its transaction or script have committed (pipeline.py), on
+        # this node and on the others alike.
+        ticket = server.pipeline.publish_ticket()
+        node = server.cluster_node
         if node is not None and node.routing is not None:
-            node.publish_remote(channel, message, shard)   # the other nodes deliver to their subscribers
-        return self.server.pubsub.publish(channel, message, shard=shard)
+            # the other nodes deliver to their subscribers
+            if ticket:
+                server.durability.when_committed(ticket, lambda: node.publish_remote(channel, message, shard))
+            else:
+                node.publish_remote(channel, message, shard)
+        return server.pubsub.publish(channel, message, shard=shard, ticket=ticket)
 
     def pubsub_channels(self, pattern, shard=False) -> list:
         return self.server.pubsub.channel_list(pattern, shard=shard)

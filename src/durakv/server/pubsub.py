@@ -135,9 +135,10 @@ class PubSub:
             self.unsubscribe(conn, (), kind, notify=False)
 
     # -- publishing -----------------------------------------------------------------------------
-    def publish(self, channel: bytes, message: bytes, shard=False) -> int:
+    def publish(self, channel: bytes, message: bytes, shard=False, ticket=0) -> int:
         """Delivers a message; returns the number of receivers (Valkey's count: one per matching
-        subscription, so a client subscribed by channel and by two patterns counts three times)."""
+        subscription, so a client subscribed by channel and by two patterns counts three times). ticket: the
+        journal entry the message is derived from (a keyspace event), which must commit before it leaves."""
         receivers = 0
         hooks = self.server.hooks
         current = hooks.current     # a client publishing to itself gets the message after its own reply
@@ -147,9 +148,9 @@ class PubSub:
             for conn in list(members):
                 data = Raw(frames[conn.session.resp == 3])
                 if conn is current:
-                    hooks.push_after_reply(data)
+                    hooks.push_after_reply(data, ticket)
                 else:
-                    conn.push(data)
+                    conn.push(data, ticket)
                 receivers += 1
         if shard or not self.patterns:
             return receivers
@@ -160,9 +161,9 @@ class PubSub:
             for conn in list(members):
                 data = Raw(frames[conn.session.resp == 3])
                 if conn is current:
-                    hooks.push_after_reply(data)
+                    hooks.push_after_reply(data, ticket)
                 else:
-                    conn.push(data)
+                    conn.push(data, ticket)
                 receivers += 1
         return receivers
 

@@ -5,16 +5,29 @@ durakv's replicas follow its journal, not this stream; it exists because clients
 an RDB file of the dataset as it is at that moment (keyspace/rdbvalue.py: keys, expire times, function
 libraries; `redis-cli --rdb` makes a backup Valkey and Redis 7+ load), then each write's effects as RESP
 commands, with SELECT when the database changes and MULTI/EXEC around the effects of one command that produced
-several (as Valkey's propagatePendingCommands). The file is built in the event loop, so the stream that follows
-starts exactly where it ends; that takes the server about a second per few hundred thousand keys (Valkey forks).
+several (as Valkey's propagatePendingCommands). The stream that follows starts exactly where the file ends: the
+feed is attached at the moment memory is read. A small dataset's file is built in the event loop (a fork costs
+more); from FORK_MIN_KEYS keys on it is built in a forked child (`export_rdb_forked`, as Valkey forks), which
+sees memory as it was at the fork, writes the file to a temporary file and `os._exit`s (it never logs, never
+touches the journal or a socket), so the loop keeps serving while it encodes (about a second per few hundred
+thousand keys).
+
+Nothing here leaves before its commit: the RDB reply carries the durability export ticket (everything issued
+when memory was read, pipeline.py) and each chunk of the stream the index of the journal entry its effects
+joined, so a SYNC client never holds a write a failover could take back. If that entry fails to persist the
+chunk is dropped; if the RDB's entries fail, the client gets the journal's error and the connection closes.
 """
 
+import gc
+import logging
+import os
+import tempfile
 import time
 
-from .. import VALKEY_VERSION
+from .. import VALKEY_VERSION, messages
 from ..keyspace import rdbvalue
 from ..keyspace.db import ServerDeletion
-from ..protocol.resp import Raw
+from ..protocol.resp import Deferred, ErrorReply, Raw
 from ..scripting.functions import get_functions
 
 
@@ -40,6 +53,63 @@ def dataset_rdb(keyspace, data=True, functions=True) -> bytes:
     return rdbvalue.rdb_file(databases, libraries, aux)
 
 
+log = logging.getLogger("durakv.server")
+
+FORK_MIN_KEYS = 10000   # below this many keys building the file in the loop takes milliseconds: cheaper than a fork
+RDB_EXPORT_FAILED = "ERR the RDB export's child process failed (exit status {})"
+
+
+def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket=0, still_valid=None) -> Deferred:
+    """The RDB of memory as it is now, built in a forked child. The Deferred resolves, on the loop, with the
+    encoded bulk reply and `ticket` (what must commit before it leaves), or with an error if the child failed
+    or `still_valid()` says the writes the file holds can no longer commit (the journal failed meanwhile)."""
+    done = Deferred()
+    fd, path = tempfile.mkstemp(prefix="temp-sync-%d-" % os.getpid(), suffix=".rdb", dir=tmp_dir)
+    pid = os.fork()
+    if pid == 0:
+        # The child: a copy of memory at the fork. Nothing but the file: no logging, no journal, no loop; the
+        # collector stays off so that no finalizer of a copied object (a transport, a file) runs here.
+        status = 1
+        try:
+            gc.disable()
+            # Drop the copies of every other descriptor (client sockets, listeners, NATS, the journal): while
+            # the child held them, a connection the server closes would stay open until the child exits.
+            os.closerange(0, fd)
+            os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+            view = memoryview(dataset_rdb(keyspace, data=data, functions=functions))
+            while view:
+                view = view[os.write(fd, view):]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(fd)
+    log.info("Background RDB transfer started by pid %d", pid)
+    pidfd = os.pidfd_open(pid)
+
+    def child_exited():
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        _pid, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        try:
+            if code != 0:
+                log.warning("RDB export child %d failed (exit status %d)", pid, code)
+                done.resolve(ErrorReply(RDB_EXPORT_FAILED.format(code)))
+                return
+            reason = still_valid() if still_valid is not None else None
+            if reason is not None:
+                done.resolve(ErrorReply(messages.JOURNAL_FAILED_WRITE.format(reason)))
+                return
+            with open(path, "rb") as f:
+                rdb = f.read()
+            log.info("Background RDB transfer terminated with success")
+            done.resolve(Raw(b"$%d\r\n" % len(rdb) + rdb), ticket)
+        finally:
+            os.unlink(path)
+    loop.add_reader(pidfd, child_exited)
+    return done
+
+
 def _command(argv) -> bytes:
     parts = [b"*%d\r\n" % len(argv)]
     for a in argv:
@@ -61,7 +131,7 @@ class ReplicaFeed:
         self.db_id = -1
         self.offset = 0         # bytes of stream sent (INFO replication's slaveN offset)
 
-    def __call__(self, effects):
+    def __call__(self, effects, ticket):
         if self.conn.closing:
             return
         out = []
@@ -82,7 +152,7 @@ class ReplicaFeed:
         if out:
             data = b"".join(out)
             self.offset += len(data)
-            self.conn.push(Raw(data))
+            self.conn.push(Raw(data), ticket)
 
     def _one(self, out, db_id, argv):
         if db_id != self.db_id:
