@@ -486,12 +486,7 @@ def latency_histogram(ctx, args):
     else:
         picked = []
         for raw in args[2:]:
-            parts = raw.lower().split(b"|")
-            cmd = registry.TABLE.get(parts[0])
-            if cmd is not None and len(parts) == 2:
-                cmd = cmd.subcommands.get(parts[1])
-            elif len(parts) > 2:
-                cmd = None
+            cmd = registry.find(raw)
             if cmd is None:
                 continue  # an unknown command is skipped, as Valkey does
             picked.append(cmd)

@@ -211,10 +211,29 @@ def command(fullname: str, *, flags=None, arity=None, extra_flags=()):
 
 
 def lookup(args):
-    """The Command for args (descending into a subcommand), or None if unknown."""
+    """lookupCommand: the implemented Command args name, descending into a subcommand when the command has
+    subcommands and args a second argument; None if unknown (a container named alone is itself)."""
     cmd = TABLE.get(args[0].lower())
     if cmd is None or cmd.handler is None and not cmd.subcommands:
         return None
+    if cmd.subcommands and len(args) > 1:
+        sub = cmd.subcommands.get(args[1].lower())
+        return sub if sub is not None and sub.handler is not None else None
+    return cmd
+
+
+def find(name: bytes):
+    """lookupCommandBySds: the implemented Command named 'name' or 'container|sub' (any case), or None; one
+    level of subcommands only, so 'a|b|c' is unknown."""
+    parts = name.lower().split(b"|")
+    if len(parts) > 2:
+        return None
+    cmd = TABLE.get(parts[0])
+    if cmd is None or cmd.handler is None and not cmd.subcommands:
+        return None
+    if len(parts) == 2:
+        sub = cmd.subcommands.get(parts[1])
+        return sub if sub is not None and sub.handler is not None else None
     return cmd
 
 

@@ -390,19 +390,6 @@ def command_doc(cmd):
     return d
 
 
-def _find(name: bytes):
-    parts = name.lower().split(b"|")
-    if len(parts) > 2:
-        return None  # lookupCommandBySds: one level of subcommands only
-    cmd = registry.TABLE.get(parts[0])
-    if cmd is None or (cmd.handler is None and not cmd.subcommands):
-        return None
-    if len(parts) == 2:
-        sub = cmd.subcommands.get(parts[1])
-        return sub if sub is not None and sub.handler is not None else None
-    return cmd
-
-
 @command("command")
 def command_(ctx, args):
     return [command_info(c) for c in registry.implemented().values()]
@@ -419,7 +406,7 @@ def command_info_cmd(ctx, args):
         return [command_info(c) for c in registry.implemented().values()]
     out = []
     for name in args[2:]:
-        cmd = _find(name)
+        cmd = registry.find(name)
         out.append(command_info(cmd) if cmd is not None else None)
     return out
 
@@ -429,7 +416,7 @@ def command_docs(ctx, args):
     names = args[2:] or [c.name.encode() for c in registry.implemented().values()]
     out = {}
     for name in names:
-        cmd = _find(name)
+        cmd = registry.find(name)
         if cmd is not None:
             out[cmd.fullname.encode()] = command_doc(cmd)
     return out
@@ -561,10 +548,8 @@ def keys_with_flags(cmd, argv):
 
 def _getkeys(args):
     target = args[2:]
-    cmd = registry.TABLE.get(target[0].lower())
-    if cmd is not None and cmd.subcommands and len(target) > 1:
-        cmd = cmd.subcommands.get(target[1].lower())
-    if cmd is None or (cmd.handler is None and not cmd.subcommands):
+    cmd = registry.lookup(target)
+    if cmd is None:
         raise CommandError("ERR Invalid command specified")
     if not (cmd.fullname in _GETKEYS_PROCS or any("not_key" not in s["flags"] for s in cmd.key_specs)):
         raise CommandError("ERR The command has no key arguments")
