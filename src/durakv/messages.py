@@ -323,3 +323,8 @@ CLUSTER_SUPPORT_DISABLED = "ERR This instance has cluster support disabled"
 CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
 MAXAGE_NOT_INTEGER = "ERR maxage is not an integer or out of range"
 MAXAGE_POSITIVE = "ERR maxage should be greater than 0"
+# COMMAND GETKEYS / GETKEYSANDFLAGS (getKeysSubcommandImpl)
+GETKEYS_INVALID_COMMAND = "ERR Invalid command specified"
+GETKEYS_NO_KEYS = "ERR The command has no key arguments"
+GETKEYS_BAD_ARITY = "ERR Invalid number of arguments specified for command"
+GETKEYS_BAD_ARGUMENTS = "ERR Invalid arguments specified for command"
