@@ -52,6 +52,25 @@ def test_hello_switches_protocol(shared_server):
     c.close()
 
 
+def test_hello_and_client_list_take_integers_as_valkey_does(shared_server):
+    """The protocol version and CLIENT LIST's IDs are string2ll integers: '03', '+3' and ' 3' are not numbers
+    (answers checked against redis-server 7.0.15); the protocol stays as it was."""
+    out = raw(shared_server.port, b"HELLO 03\r\nHELLO +3\r\nHELLO \" 3\"\r\nGET nokey\r\n")
+    assert out == b"-ERR Protocol version is not an integer or out of range\r\n" * 3 + b"$-1\r\n"
+    c = shared_server.client()
+    try:
+        my_id = c.client_id()
+        with pytest.raises(valkey.ResponseError, match="^Invalid client ID$"):
+            c.execute_command("CLIENT", "LIST", "ID", "+%d" % my_id)
+        with pytest.raises(valkey.ResponseError, match="^Invalid client ID$"):
+            c.execute_command("CLIENT", "LIST", "ID", "%d" % my_id, "x")
+        with pytest.raises(valkey.ResponseError, match="^Syntax error in HELLO option 'SETNAME'$"):
+            c.execute_command("HELLO", "2", "SETNAME")
+        assert b"id=%d " % my_id in c.execute_command("CLIENT", "LIST", "ID", "%d" % my_id)
+    finally:
+        c.close()
+
+
 def test_select_and_dbsize(r):
     r.set("a", 1)
     assert r.dbsize() == 1

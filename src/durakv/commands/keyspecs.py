@@ -11,6 +11,7 @@ names as spec.py spells them ("rw", "access", "update", ...), () where Valkey's 
 """
 
 from ..protocol.numbers import string2ll
+from .args import ArgCursor
 from .base import atoi
 
 # The key flags Valkey's getkeys procedures give (CMD_KEY_* combinations).
@@ -99,16 +100,15 @@ def _sort(args):
     skipped, any other word is an option without arguments (the word after STORE is looked at again)."""
     out = [(1, RO_ACCESS)]
     store = None
-    i, n = 2, len(args)
-    while i < n:
-        a = args[i].lower()
+    c = ArgCursor(args, 2)
+    while c:
+        a = c.next_lower()
         if a == b"limit":
-            i += 2
+            c.skip(2)
         elif a == b"get" or a == b"by":
-            i += 1
-        elif a == b"store" and i + 1 < n:
-            store = i + 1
-        i += 1
+            c.skip()
+        elif a == b"store" and c.left():
+            store = c.pos
     if store is not None:
         out.append((store, OW_UPDATE))
     return out
@@ -121,32 +121,29 @@ def _sort_ro(args):
 def _migrate(args):
     """migrateGetKeys: the key argument, or with KEYS (after the fixed five) every argument after it."""
     first, num = 3, 1
-    n = len(args)
-    if n > 6:
+    if len(args) > 6:
         skip = {b"copy": 0, b"replace": 0, b"auth": 1, b"auth2": 2}
-        i = 6
-        while i < n:
-            a = args[i].lower()
+        c = ArgCursor(args, 6)
+        while c:
+            a = c.next_lower()
             if a == b"keys":
                 if args[3]:
                     return []  # KEYS needs an empty key argument: MIGRATE itself answers the syntax error
-                first = i + 1
-                num = n - first
+                first, num = c.pos, c.left()
                 break
-            i += skip.get(a, 0) + 1
+            c.skip(skip.get(a, 0))
     return [(first + i, RW_ACCESS_DELETE) for i in range(num)]
 
 
 def _georadius(args):
     """georadiusGetKeys: the key, and the last STORE / STOREDIST destination that has an argument."""
     stored = None
-    i, n = 5, len(args)
-    while i < n:
-        a = args[i].lower()
-        if (a == b"store" or a == b"storedist") and i + 1 < n:
-            stored = i + 1
-            i += 1
-        i += 1
+    c = ArgCursor(args, 5)
+    while c:
+        a = c.next_lower()
+        if (a == b"store" or a == b"storedist") and c.left():
+            stored = c.pos
+            c.skip()
     out = [(1, NO_FLAGS)]
     if stored is not None:
         out.append((stored, NO_FLAGS))
@@ -157,21 +154,21 @@ def _xread(args):
     """xreadGetKeys: the first STREAMS that is an option (not a group, consumer or key name), then half of the
     arguments after it; none on a syntax error."""
     streams = -1
-    i, n = 1, len(args)
-    while i < n:
-        a = args[i].lower()
+    n = len(args)
+    c = ArgCursor(args, 1)
+    while c:
+        a = c.next_lower()
         if a == b"block" or a == b"count":
-            i += 1
+            c.skip()
         elif a == b"group":
-            i += 2
+            c.skip(2)
         elif a == b"noack":
             pass
         elif a == b"streams":
-            streams = i
+            streams = c.pos - 1
             break
         else:
             break
-        i += 1
     num = n - streams - 1
     if streams == -1 or num == 0 or num % 2:
         return []
@@ -195,21 +192,20 @@ def _bitfield(args):
     """bitfieldGetKeys: read-only only when every subcommand is a complete GET or OVERFLOW; a SET / INCRBY,
     or anything it does not know (a syntax error), counts as a write."""
     readonly = True
-    i, n = 2, len(args)
-    while i < n:
-        rem = n - i - 1
-        a = args[i].lower()
+    c = ArgCursor(args, 2)
+    while c:
+        a = c.next_lower()
+        rem = c.left()
         if a == b"get" and rem >= 2:
-            i += 2
+            c.skip(2)
         elif (a == b"set" or a == b"incrby") and rem >= 3:
             readonly = False
             break
         elif a == b"overflow" and rem >= 1:
-            i += 1
+            c.skip()
         else:
             readonly = False
             break
-        i += 1
     return [(1, RO_ACCESS if readonly else RW_ACCESS_UPDATE)]
 
 

@@ -10,6 +10,7 @@ from ..keyspace.db import estimate_key
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
 from . import registry
 from . import keyspecs
+from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .registry import command
 
@@ -435,14 +436,13 @@ def _all_commands():
 @command("command|list")
 def command_list(ctx, args):
     kind = value = None
-    i, n = 2, len(args)
-    while i < n:
-        if args[i].lower() == b"filterby" and n - 1 - i == 2:
-            kind = args[i + 1].lower()
+    c = ArgCursor(args, 2)
+    while c:
+        if c.next_lower() == b"filterby" and c.left() == 2:
+            kind = c.next_lower()
             if kind not in (b"module", b"aclcat", b"pattern"):
                 raise syntax_error()
-            value = args[i + 2]
-            i += 3
+            value = c.next()
         else:
             raise syntax_error()
     out = []
