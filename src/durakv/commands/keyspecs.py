@@ -23,9 +23,10 @@ NO_FLAGS = ()
 
 
 def walk(specs, args):
-    """getKeysUsingKeySpecs over `specs` ((begin_search, find_keys, flags tuple) of key-spec dicts):
-    [(position, flags)], or None when a spec cannot be followed (an unknown one, a key position past the
-    arguments, a bad numkeys, or an incomplete spec)."""
+    """getKeysUsingKeySpecs over `specs` ((begin_search, find_keys, flags tuple) of key-spec dicts): the keys
+    as ranges [(first, stop, step, flags)] (positions range(first, stop, step)), or None when a spec cannot be
+    followed (an unknown one, a key position past the arguments, a bad numkeys, or an incomplete spec).
+    Ranges, not positions, so that dispatch takes positions without building a (position, flags) per key."""
     argc = len(args)
     out = []
     for bs, fk, flags in specs:
@@ -74,7 +75,7 @@ def walk(specs, args):
             return None
         if last >= argc or last < first or first >= argc:
             return None
-        out.extend((i, flags) for i in range(first, last + 1, step))
+        out.append((first, last + 1, step, flags))
         if "incomplete" in flags:
             return None
     return out
@@ -263,12 +264,25 @@ class KeyFinder:
         if self.fixed is not None and len(args) >= self.min_argc:
             return self.fixed
         if self.use_specs:
-            found = walk(self.specs, args)
-            if found is not None:
-                return found
+            ranges = walk(self.specs, args)
+            if ranges is not None:
+                return [(i, flags) for first, stop, step, flags in ranges for i in range(first, stop, step)]
         if self.proc is not None:
             return self.proc(args)
         return []
+
+    def positions(self, args):
+        """The positions of the keys in args, as keys() finds them (what dispatch and routing need)."""
+        if self.use_specs:
+            ranges = walk(self.specs, args)
+            if ranges is not None:
+                if len(ranges) == 1:
+                    first, stop, step, _flags = ranges[0]
+                    return range(first, stop, step)
+                return [i for first, stop, step, _flags in ranges for i in range(first, stop, step)]
+        if self.proc is not None:
+            return [i for i, _flags in self.proc(args)]
+        return ()
 
 
 _FINDERS = {}  # (command, not_keys) -> KeyFinder

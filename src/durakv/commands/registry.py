@@ -13,7 +13,7 @@ class Command:
     __slots__ = ("name", "fullname", "handler", "arity", "flags", "acl", "key_specs", "spec",
                  "subcommands", "parent", "write", "readonly", "denyoom", "admin", "noscript",
                  "no_auth", "no_multi", "loading", "stale", "pubsub", "blocking",
-                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys",
+                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
                  "argc_min", "argc_max", "changes_protocol", "latency")
@@ -69,7 +69,8 @@ class Command:
         self.changes_protocol = top in ("hello", "reset")
         # The commonest shape of all (GET, SET, HSET, ...): keys at positions known in advance, taken as they
         # are once args reach the last of them; every other shape is walked by commands/keyspecs.py.
-        self.fixed_keys = keyspecs.finder(self, not_keys=True).fixed_positions
+        self.key_finder = keyspecs.finder(self, not_keys=True)
+        self.fixed_keys = self.key_finder.fixed_positions
         self.keyless = not self.key_specs
         # Key specs that cannot name every key (SORT ... STORE, MIGRATE ... KEYS).
         self.keys_incomplete = any("unknown" in s["begin_search"] or "unknown" in s["find_keys"]
@@ -84,7 +85,7 @@ class Command:
         fixed = self.fixed_keys
         if fixed is not None and len(args) > fixed[-1]:
             return fixed
-        return [i for i, _flags in keyspecs.finder(self, not_keys=True).keys(args)]
+        return self.key_finder.positions(args)
 
     def keys(self, args):
         return [args[i] for i in self.key_indexes(args)]
