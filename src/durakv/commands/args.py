@@ -53,12 +53,22 @@ class ArgCursor:
         self.pos = pos + 1
         return self.args[pos]
 
+    # next()'s body written out again in the readers below: one Python call less per option, on paths as
+    # hot as SET ... EX.
     def next_lower(self) -> bytes:
         """The next argument lower-cased, for comparing with an option name (Valkey's strcasecmp)."""
-        return self.next().lower()
+        pos = self.pos
+        if pos >= self.end:
+            raise CommandError(messages.SYNTAX)
+        self.pos = pos + 1
+        return self.args[pos].lower()
 
     def next_upper(self) -> bytes:
-        return self.next().upper()
+        pos = self.pos
+        if pos >= self.end:
+            raise CommandError(messages.SYNTAX)
+        self.pos = pos + 1
+        return self.args[pos].upper()
 
     def take(self, count: int) -> list:
         """The next `count` arguments; "ERR syntax error" when fewer are left."""
@@ -80,7 +90,11 @@ class ArgCursor:
 
     def int(self, message=messages.NOT_INTEGER) -> int:
         """The next argument as a signed 64-bit integer in Valkey's strict form (string2ll)."""
-        return parse_int(self.next(), message)
+        pos = self.pos
+        if pos >= self.end:
+            raise CommandError(messages.SYNTAX)
+        self.pos = pos + 1
+        return parse_int(self.args[pos], message)
 
     def float(self, message=messages.NOT_FLOAT) -> float:
         """The next argument as a double as Valkey's strtod reads it (no NaN)."""
