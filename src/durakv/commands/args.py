@@ -14,14 +14,14 @@ A handler walks its options left to right:
 
 so every family takes arguments, counts what is left and reports a missing or malformed one the same way, with
 Valkey's texts: a missing argument is "ERR syntax error" (Valkey's option loops check `j+1 < argc` and fall
-through to it), a non-integer one "ERR value is not an integer or out of range", a non-float one "ERR value is
-not a valid float" (or the text the caller passes, as getLongLongFromObjectOrReply's `msg`). Checks stay in the
-caller's order: the cursor only reads.
+through to it), a non-integer one "ERR value is not an integer or out of range" (or the text the caller passes,
+as getLongLongFromObjectOrReply's `msg`). A family's own value parsers (scores, coordinates, stream IDs) take
+their argument from next(). Checks stay in the caller's order: the cursor only reads.
 """
 
 from .. import messages
 from ..errors import CommandError
-from .base import parse_float, parse_int
+from .base import parse_int
 
 
 class ArgCursor:
@@ -82,12 +82,6 @@ class ArgCursor:
         """Passes over `count` arguments (at most to the end), as a getkeys procedure skips an option's."""
         self.pos = min(self.pos + count, self.end)
 
-    def rest(self) -> list:
-        """Every argument still to take."""
-        pos = self.pos
-        self.pos = self.end
-        return self.args[pos:self.end]
-
     def int(self, message=messages.NOT_INTEGER) -> int:
         """The next argument as a signed 64-bit integer in Valkey's strict form (string2ll)."""
         pos = self.pos
@@ -95,7 +89,3 @@ class ArgCursor:
             raise CommandError(messages.SYNTAX)
         self.pos = pos + 1
         return parse_int(self.args[pos], message)
-
-    def float(self, message=messages.NOT_FLOAT) -> float:
-        """The next argument as a double as Valkey's strtod reads it (no NaN)."""
-        return parse_float(self.next(), message)
