@@ -107,6 +107,20 @@ def test_crossslot_select_and_cluster_only_rules(one_node):
         assert _err(c.eval, "#!lua flags=no-cluster\nreturn 1", 0) == "Can not run script on cluster, 'no-cluster' flag is set."
 
 
+def test_routing_takes_the_keys_valkey_takes(one_node):
+    """Routing asks the same key walker as COMMAND GETKEYS: SORT ... STORE's destination counts (as Valkey's
+    sortGetKeys says), and MIGRATE ... KEYS routes on the listed keys, not on its empty key argument."""
+    src, dst = "a", "b"
+    assert key_slot(src.encode()) != key_slot(dst.encode())
+    with one_node.client() as c:
+        assert _err(c.execute_command, "SORT", src, "STORE", dst) == \
+            "CROSSSLOT Keys in request don't hash to the same slot"
+        assert c.execute_command("SORT", "{a}x", "STORE", "{a}y") == 0
+        assert key_slot(b"") != key_slot(src.encode())
+        # the key does not exist: MIGRATE answers NOKEY without connecting anywhere
+        assert c.execute_command("MIGRATE", "127.0.0.1", "1", "", "0", "5000", "KEYS", src) == b"NOKEY"
+
+
 def test_cluster_clients_on_one_node(one_node):
     rc = ValkeyCluster(host="127.0.0.1", port=one_node.port)
     for i in range(200):

@@ -52,6 +52,25 @@ def test_hello_switches_protocol(shared_server):
     c.close()
 
 
+def test_hello_and_client_list_take_integers_as_valkey_does(shared_server):
+    """The protocol version and CLIENT LIST's IDs are string2ll integers: '03', '+3' and ' 3' are not numbers
+    (answers checked against redis-server 7.0.15); the protocol stays as it was."""
+    out = raw(shared_server.port, b"HELLO 03\r\nHELLO +3\r\nHELLO \" 3\"\r\nGET nokey\r\n")
+    assert out == b"-ERR Protocol version is not an integer or out of range\r\n" * 3 + b"$-1\r\n"
+    c = shared_server.client()
+    try:
+        my_id = c.client_id()
+        with pytest.raises(valkey.ResponseError, match="^Invalid client ID$"):
+            c.execute_command("CLIENT", "LIST", "ID", "+%d" % my_id)
+        with pytest.raises(valkey.ResponseError, match="^Invalid client ID$"):
+            c.execute_command("CLIENT", "LIST", "ID", "%d" % my_id, "x")
+        with pytest.raises(valkey.ResponseError, match="^Syntax error in HELLO option 'SETNAME'$"):
+            c.execute_command("HELLO", "2", "SETNAME")
+        assert b"id=%d " % my_id in c.execute_command("CLIENT", "LIST", "ID", "%d" % my_id)
+    finally:
+        c.close()
+
+
 def test_select_and_dbsize(r):
     r.set("a", 1)
     assert r.dbsize() == 1
@@ -155,6 +174,29 @@ def test_command_table(r):
     assert b"get" in names and b"zadd" in names
     everything = r.command()  # valkey-py parses the full table into a dict
     assert "set" in everything and everything["set"]["arity"] == -3
+
+
+def test_getkeys_follows_valkeys_getkeys_procedures(r):
+    """COMMAND GETKEYS(ANDFLAGS) answers as redis-server 7.0 / Valkey 8 do (answers checked against
+    redis-server 7.0.15): the key specs first, the command's getkeys procedure when they cannot be followed."""
+    def getkeys(*argv):  # valkey-py decodes this reply to str
+        return [k if isinstance(k, bytes) else k.encode() for k in r.execute_command("COMMAND GETKEYS", *argv)]
+
+    def with_flags(*argv):
+        return [[key, sorted(flags)] for key, flags in r.execute_command("COMMAND GETKEYSANDFLAGS", *argv)]
+
+    # bitfieldGetKeys: an unknown subcommand is a syntax error, so the key counts as written
+    assert with_flags("BITFIELD", "k", "foo", "GET", "u8", "0") == [[b"k", [b"RW", b"access", b"update"]]]
+    assert with_flags("BITFIELD", "k", "GET", "u8", "0") == [[b"k", [b"RO", b"access"]]]
+    # a numkeys the spec walk refuses ('+2') is read by zunionInterDiffStoreGetKeys with atoi
+    assert getkeys("ZUNIONSTORE", "d", "+2", "a", "b") == [b"a", b"b", b"d"]
+    assert with_flags("ZUNIONSTORE", "d", "+2", "a", "b") == [[b"a", []], [b"b", []], [b"d", []]]
+    assert getkeys("LMPOP", "+2", "a", "b", "LEFT") == [b"a", b"b"]
+    assert getkeys("SORT", "k", "LIMIT", "0", "1", "STORE", "d") == [b"k", b"d"]
+    assert getkeys("MIGRATE", "h", "1", "", "0", "5000", "KEYS", "a", "b") == [b"a", b"b"]
+    assert getkeys("XREAD", "STREAMS", "a", "b", "0") == [b"a"]
+    assert getkeys("GEORADIUS", "k", "0", "0", "1", "m", "STORE") == [b"k"]
+    assert getkeys("EVAL", "s", "3", "a") == []
 
 
 def test_multi_exec_discard(r):

@@ -323,3 +323,17 @@ CLUSTER_SUPPORT_DISABLED = "ERR This instance has cluster support disabled"
 CLIENT_ID_POSITIVE = "ERR client-id should be greater than 0"
 MAXAGE_NOT_INTEGER = "ERR maxage is not an integer or out of range"
 MAXAGE_POSITIVE = "ERR maxage should be greater than 0"
+# COMMAND GETKEYS / GETKEYSANDFLAGS (getKeysSubcommandImpl)
+GETKEYS_INVALID_COMMAND = "ERR Invalid command specified"
+GETKEYS_NO_KEYS = "ERR The command has no key arguments"
+GETKEYS_BAD_ARITY = "ERR Invalid number of arguments specified for command"
+GETKEYS_BAD_ARGUMENTS = "ERR Invalid arguments specified for command"
+# HELLO and CLIENT LIST / KILL (helloCommand, clientListCommand, clientKillCommand)
+HELLO_PROTO_NOT_INTEGER = "ERR Protocol version is not an integer or out of range"
+HELLO_BAD_OPTION = "ERR Syntax error in HELLO option '{}'"
+CLIENT_UNKNOWN_TYPE = "ERR Unknown client type '{}'"
+CLIENT_INVALID_ID = "ERR Invalid client ID"
+# FUNCTION LOAD / LIST (functionLoadCommand, functionListCommand)
+FUNCTION_LOAD_UNKNOWN_OPTION = "ERR Unknown option given: {}"
+FUNCTION_LIST_NO_LIBRARY_NAME = "ERR library name argument was not given"
+FUNCTION_LIST_UNKNOWN_ARGUMENT = "ERR Unknown argument {}"

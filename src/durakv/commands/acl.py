@@ -159,17 +159,15 @@ def _lookup_any(argv):
         sub = argv[1].lower().decode("utf-8", "replace")
         if sub not in subs:
             return None
-    top = registry.TABLE.get(name.encode())
-    if top is not None:
-        cmd = top if sub is None else top.subcommands.get(sub.encode())
-        if cmd is not None:
-            return cmd
     full = name if sub is None else name + "|" + sub
+    cmd = registry.find(full.encode())
+    if cmd is not None:
+        return cmd
     cmd = _SPEC_ONLY.get(full)
     if cmd is None:
         parent = None
         if sub is not None:
-            parent = top or _SPEC_ONLY.get(name) or registry.Command(name, spec)
+            parent = registry.find(name.encode()) or _SPEC_ONLY.get(name) or registry.Command(name, spec)
             _SPEC_ONLY.setdefault(name, parent)
         cmd = _SPEC_ONLY[full] = registry.Command(full, subs[sub] if sub is not None else spec, parent=parent)
     return cmd

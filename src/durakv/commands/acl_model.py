@@ -16,9 +16,8 @@ import hmac
 from .. import messages
 from ..keyspace.glob import compile_glob
 from ..config import split_args
-from ..protocol.numbers import string2ll
 from ..protocol.resp import RespSet
-from .base import atoi
+from . import keyspecs
 from .spec import SPEC
 
 # -- categories and the command universe ------------------------------------------------------------------
@@ -642,173 +641,31 @@ def _need_of(flags) -> int:
     return need
 
 
-def _generic_keys(key_count_ofs, first_key_ofs, args, store_ofs=0):
-    num = atoi(args[key_count_ofs]) if key_count_ofs < len(args) else 0
-    if num < 1 or num > len(args) - first_key_ofs:
-        return []
-    out = [(first_key_ofs + i, 0) for i in range(num)]
-    if store_ofs:
-        out.append((store_ofs, 0))
-    return out
+_NEED = {}  # key flags -> the access they need
 
 
-def _sort_keys(args):
-    out = [(1, READ)]
-    store = None
-    i, n = 2, len(args)
-    while i < n:
-        a = args[i].lower()
-        if a == b"limit":
-            i += 2
-        elif a == b"get" or a == b"by":
-            i += 1
-        elif a == b"store" and i + 1 < n:
-            store = i + 1  # the last STORE wins, as SORT itself decides
-        i += 1
-    if store is not None:
-        out.append((store, WRITE))
-    return out
-
-
-def _migrate_keys(args):
-    first, num = 3, 1
-    n = len(args)
-    if n > 6:
-        i = 6
-        skip = {b"copy": 0, b"replace": 0, b"auth": 1, b"auth2": 2}
-        while i < n:
-            a = args[i].lower()
-            if a == b"keys":
-                if args[3]:
-                    num = 0  # a syntax error MIGRATE itself reports
-                else:
-                    first = i + 1
-                    num = n - first
-                break
-            i += skip.get(a, 0) + 1
-    return [(first + i, READ | WRITE) for i in range(num)]
-
-
-def _georadius_keys(args):
-    stored = None
-    i, n = 5, len(args)
-    while i < n:
-        a = args[i].lower()
-        if (a == b"store" or a == b"storedist") and i + 1 < n:
-            stored = i + 1
-            i += 1
-        i += 1
-    return [(1, 0)] + ([(stored, 0)] if stored is not None else [])
-
-
-def _xread_keys(args):
-    streams = -1
-    i, n = 1, len(args)
-    while i < n:
-        a = args[i].lower()
-        if a == b"block" or a == b"count":
-            i += 1
-        elif a == b"group":
-            i += 2
-        elif a == b"noack":
-            pass
-        elif a == b"streams":
-            streams = i
-            break
-        else:
-            break
-        i += 1
-    num = n - streams - 1 if streams != -1 else 0
-    if streams == -1 or num == 0 or num % 2:
-        return []
-    num //= 2
-    return [(i, 0) for i in range(streams + 1, n - num)]
-
-
-_SET_KEY_RW = ((1, READ | WRITE),)
-_SET_KEY_W = ((1, WRITE),)
-
-
-def _set_keys(args):
-    for a in args[3:]:
-        if a.lower() == b"get":
-            return _SET_KEY_RW
-    return _SET_KEY_W
-
-
-def _bitfield_keys(args):
-    readonly = True
-    i, n = 2, len(args)
-    while i < n:
-        rem = n - i - 1
-        a = args[i].lower()
-        if a == b"get" and rem >= 2:
-            i += 2
-        elif (a == b"set" or a == b"incrby") and rem >= 3:
-            readonly = False
-            break
-        elif a == b"overflow" and rem >= 1:
-            i += 1
-        else:
-            readonly = False  # a syntax error: assume it writes
-            break
-        i += 1
-    return [(1, READ)] if readonly else [(1, READ | WRITE)]
-
-
-_GETKEYS = {
-    "bitfield": _bitfield_keys,
-    "blmpop": lambda a: _generic_keys(2, 3, a), "bzmpop": lambda a: _generic_keys(2, 3, a),
-    "eval": lambda a: _generic_keys(2, 3, a), "eval_ro": lambda a: _generic_keys(2, 3, a),
-    "evalsha": lambda a: _generic_keys(2, 3, a), "evalsha_ro": lambda a: _generic_keys(2, 3, a),
-    "fcall": lambda a: _generic_keys(2, 3, a), "fcall_ro": lambda a: _generic_keys(2, 3, a),
-    "georadius": _georadius_keys, "georadiusbymember": _georadius_keys,
-    "lmpop": lambda a: _generic_keys(1, 2, a), "zmpop": lambda a: _generic_keys(1, 2, a),
-    "migrate": _migrate_keys, "set": _set_keys, "sintercard": lambda a: _generic_keys(1, 2, a),
-    "sort": _sort_keys, "sort_ro": lambda a: [(1, READ)], "xread": _xread_keys, "xreadgroup": _xread_keys,
-    "zdiff": lambda a: _generic_keys(1, 2, a), "zinter": lambda a: _generic_keys(1, 2, a),
-    "zintercard": lambda a: _generic_keys(1, 2, a), "zunion": lambda a: _generic_keys(1, 2, a),
-    "zdiffstore": lambda a: _generic_keys(2, 3, a, 1), "zinterstore": lambda a: _generic_keys(2, 3, a, 1),
-    "zunionstore": lambda a: _generic_keys(2, 3, a, 1),
-}
+def _need(flags) -> int:
+    need = _NEED.get(flags)
+    if need is None:
+        need = _NEED[flags] = _need_of(flags)
+    return need
 
 
 class _KeyInfo:
-    """How to find a command's keys and the access each needs, worked out once per command."""
-    __slots__ = ("has_keys", "use_specs", "specs", "proc", "fixed", "min_argc")
+    """A command's keys (keyspecs: the one walker) with the access each needs, worked out once per command."""
+    __slots__ = ("finder", "has_keys", "fixed", "min_argc")
 
     def __init__(self, cmd):
-        specs = [s for s in cmd.key_specs if "not_key" not in s["flags"]]
-        self.proc = _GETKEYS.get(cmd.fullname)
-        self.has_keys = bool(specs) or self.proc is not None
-        self.use_specs = bool(specs) and not any("variable_flags" in s["flags"] for s in cmd.key_specs)
-        self.specs = [(s["begin_search"], s["find_keys"], _need_of(s["flags"]), "incomplete" in s["flags"])
-                      for s in specs]
-        # The common shape (GET, HSET, COPY, ...): keys at positions known in advance, valid once the command
-        # has enough arguments; then the spec walk is skipped.
-        self.fixed = None
-        self.min_argc = 0
-        if self.use_specs and all("index" in bs and "range" in fk and fk["range"]["lastkey"] >= 0 and not inc
-                                  for bs, fk, _need, inc in self.specs):
-            fixed = []
-            for bs, fk, need, _inc in self.specs:
-                first = bs["index"]["pos"]
-                last = first + fk["range"]["lastkey"]
-                fixed.extend((i, need) for i in range(first, last + 1, fk["range"]["step"]))
-                self.min_argc = max(self.min_argc, last + 1)
-            self.fixed = tuple(fixed)
+        f = self.finder = keyspecs.finder(cmd)
+        self.has_keys = f.has_keys
+        self.min_argc = f.min_argc
+        self.fixed = None if f.fixed is None else tuple((i, _need(flags)) for i, flags in f.fixed)
 
     def keys(self, args):
         """[(position, access needed: READ|WRITE bits)] (getKeysFromCommandWithSpecs)."""
         if self.fixed is not None and len(args) >= self.min_argc:
             return self.fixed
-        if self.use_specs:
-            keys = keys_from_specs(self.specs, args)
-            if keys is not None:
-                return keys
-        if self.proc is not None:
-            return self.proc(args)
-        return ()
+        return [(i, _need(flags)) for i, flags in self.finder.keys(args)]
 
 
 _KEY_INFO = {}  # Command -> _KeyInfo
@@ -819,72 +676,6 @@ def _key_info(cmd):
     if info is None:
         info = _KEY_INFO[cmd] = _KeyInfo(cmd)
     return info
-
-
-def command_has_keys(cmd) -> bool:
-    return _key_info(cmd).has_keys
-
-
-def keys_with_access(cmd, args):
-    """[(position, access needed: READ|WRITE bits)] of the keys in args (getKeysFromCommandWithSpecs)."""
-    return _key_info(cmd).keys(args)
-
-
-def keys_from_specs(specs, args):
-    """getKeysUsingKeySpecs. specs: (begin_search, find_keys, tag, incomplete) of the key specs that name keys;
-    returns [(position, tag)], or None when a spec cannot be followed (a syntax error, or an incomplete spec).
-    The ACL check (tag: the access needed) and COMMAND GETKEYS (tag: the spec's flags) both use it."""
-    argc = len(args)
-    out = []
-    for bs, fk, need, incomplete in specs:
-        if "index" in bs:
-            first = bs["index"]["pos"]
-        elif "keyword" in bs:
-            kw = bs["keyword"]["keyword"].lower().encode()
-            startfrom = bs["keyword"]["startfrom"]
-            start = startfrom if startfrom > 0 else argc + startfrom
-            end = argc - 1 if startfrom > 0 else 1
-            first = 0
-            i = start
-            while i != end:
-                if i >= argc or i < 1:
-                    break
-                if args[i].lower() == kw:
-                    first = i + 1
-                    break
-                i = i + 1 if start <= end else i - 1
-            if not first:
-                continue
-        else:
-            return None
-        if "range" in fk:
-            r = fk["range"]
-            step = r["step"]
-            if r["lastkey"] >= 0:
-                last = first + r["lastkey"]
-            elif not r["limit"]:
-                last = argc + r["lastkey"]
-            else:
-                last = first + ((argc - first) // r["limit"] + r["lastkey"])
-        elif "keynum" in fk:
-            k = fk["keynum"]
-            step = k["step"]
-            idx = first + k["keynumidx"]
-            if k["keynumidx"] >= argc or idx >= argc:
-                return None
-            numkeys = string2ll(args[idx])
-            if numkeys is None or numkeys < 0:
-                return None
-            first += k["firstkey"]
-            last = first + numkeys - 1
-        else:
-            return None
-        if last >= argc or last < first or first >= argc:
-            return None
-        out.extend((i, need) for i in range(first, last + 1, step))
-        if incomplete:
-            return None
-    return out
 
 
 # -- pub/sub clients after a change of channel rules (getUpcomingChannelList, ACLShouldKillPubsubClient) -----

@@ -18,6 +18,7 @@ is empty deletes the destination and propagates DEL.
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import encoding
+from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .registry import command
 from .strings import PROTO_MAX_BULK_LEN
@@ -372,30 +373,28 @@ def _bitfield(ctx, args, readonly_command):
     owtype = _WRAP
     readonly = True
     highest = 0
-    j, argc = 2, len(args)
-    while j < argc:
-        remaining = argc - j - 1
-        sub = args[j].lower()
+    c = ArgCursor(args, 2)
+    while c:
+        sub = c.next_lower()
+        remaining = c.left()
         spec = _OPCODES.get(sub)
         if spec is None or remaining < spec[1]:
             if sub == b"overflow" and remaining >= 1:
-                owtype = _OVERFLOWS.get(args[j + 1].lower())
+                owtype = _OVERFLOWS.get(c.next_lower())
                 if owtype is None:
                     raise CommandError(messages.BITFIELD_OVERFLOW)
-                j += 2
                 continue
             raise syntax_error()
         opcode = spec[0]
-        signed, bits = _bitfield_type(args[j + 1])
-        offset = _bit_offset(args[j + 2], bits)
+        signed, bits = _bitfield_type(c.next())
+        offset = _bit_offset(c.next(), bits)
         i64 = 0
         if opcode != _GET:
             readonly = False
             if offset + bits - 1 > highest:
                 highest = offset + bits - 1
-            i64 = parse_int(args[j + 3])
+            i64 = c.int()
         ops.append((opcode, signed, bits, offset, i64, owtype))
-        j += 3 if opcode == _GET else 4
 
     key = args[1]
     if readonly:
@@ -516,21 +515,19 @@ def lcs(ctx, args):
     b = b or b""
     getlen = getidx = withmatchlen = False
     minmatchlen = 0
-    j, argc = 3, len(args)
-    while j < argc:
-        opt = args[j].lower()
+    c = ArgCursor(args, 3)
+    while c:
+        opt = c.next_lower()
         if opt == b"idx":
             getidx = True
         elif opt == b"len":
             getlen = True
         elif opt == b"withmatchlen":
             withmatchlen = True
-        elif opt == b"minmatchlen" and j + 1 < argc:
-            minmatchlen = max(parse_int(args[j + 1]), 0)
-            j += 1
+        elif opt == b"minmatchlen" and c.left():
+            minmatchlen = max(c.int(), 0)
         else:
             raise syntax_error()
-        j += 1
     if getlen and getidx:
         raise CommandError(messages.LCS_LEN_AND_IDX)
     alen, blen = len(a), len(b)

@@ -4,6 +4,7 @@ from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, messages
 from ..errors import CommandError
 from ..protocol.resp import OK, PONG, ErrorReply, Raw, RespSet
 from .acl import users_of
+from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
 from . import registry
 from .registry import command
@@ -54,28 +55,23 @@ def auth(ctx, args):
 def hello(ctx, args):
     s = ctx.client
     proto = None
-    i = 1
-    if len(args) > 1:
-        try:
-            proto = int(args[1])
-        except ValueError:
-            raise CommandError("ERR Protocol version is not an integer or out of range") from None
+    c = ArgCursor(args, 1)
+    if c:
+        proto = c.int(messages.HELLO_PROTO_NOT_INTEGER)   # string2ll: '03', '+3', ' 3' are refused
         if proto not in (2, 3):
             raise CommandError(messages.NOPROTO)
-        i = 2
     name = None
     username = password = None
-    while i < len(args):  # every option is parsed first: the last AUTH and the last SETNAME count
-        opt = args[i].upper()
-        if opt == b"AUTH" and i + 2 < len(args):
-            username, password = args[i + 1], args[i + 2]
-            i += 3
-        elif opt == b"SETNAME" and i + 1 < len(args):
-            name = args[i + 1]
+    while c:  # every option is parsed first: the last AUTH and the last SETNAME count
+        raw = c.next()
+        opt = raw.upper()
+        if opt == b"AUTH" and c.left() >= 2:
+            username, password = c.take(2)
+        elif opt == b"SETNAME" and c.left():
+            name = c.next()
             _validate_name(name)
-            i += 2
         else:
-            raise CommandError("ERR Syntax error in HELLO option '%s'" % args[i].decode("utf-8", "replace"))
+            raise CommandError(messages.HELLO_BAD_OPTION.format(raw.decode("utf-8", "replace")))
     if username is not None:
         if not _authenticate(ctx, username, password, args[0]):
             raise CommandError(messages.WRONGPASS)
@@ -190,28 +186,24 @@ def client_setinfo(ctx, args):
 def client_list(ctx, args):
     port = ctx.port
     sessions = port.sessions()
-    i = 2
-    while i < len(args):
-        opt = args[i].upper()
-        if opt == b"TYPE" and i + 1 < len(args):
-            kind = args[i + 1].lower()
+    c = ArgCursor(args, 2)
+    while c:
+        opt = c.next_upper()
+        if opt == b"TYPE" and c.left():
+            raw = c.next()
+            kind = raw.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
-                raise CommandError("ERR Unknown client type '%s'" % args[i + 1].decode("utf-8", "replace"))
+                raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(raw.decode("utf-8", "replace")))
             kind = _CLIENT_TYPE_ALIASES.get(kind, kind)
             sessions = [s for s in sessions if port.client_kind(s) == kind]
-            i += 2
-        elif opt == b"ID" and i + 1 < len(args):
+        elif opt == b"ID" and c.left():
             ids = set()
-            for a in args[i + 1:]:
-                try:
-                    n = int(a)
-                except ValueError:
-                    raise CommandError("ERR Invalid client ID") from None
+            while c:   # every argument after ID is a client ID, in Valkey's strict integer form
+                n = c.int(messages.CLIENT_INVALID_ID)
                 if n <= 0:
-                    raise CommandError("ERR Invalid client ID")
+                    raise CommandError(messages.CLIENT_INVALID_ID)
                 ids.add(n)
             sessions = [s for s in sessions if s.id in ids]
-            break
         else:
             raise syntax_error()
     return "".join(port.client_line(s) + "\n" for s in sessions).encode()
@@ -239,11 +231,10 @@ def client_kill(ctx, args):
         raise syntax_error()
     filters = []
     skipme = True
-    i = 2
-    while i < len(args):
-        if i + 1 >= len(args):
-            raise syntax_error()
-        opt, val = args[i].upper(), args[i + 1]
+    c = ArgCursor(args, 2)
+    while c:
+        opt, val = c.take(2)     # filters come in pairs: a lone last word is "ERR syntax error"
+        opt = opt.upper()
         if opt == b"ID":
             n = parse_int(val, messages.CLIENT_ID_POSITIVE)
             if n <= 0:
@@ -262,7 +253,7 @@ def client_kill(ctx, args):
         elif opt == b"TYPE":
             kind = val.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
-                raise CommandError("ERR Unknown client type '%s'" % val.decode("utf-8", "replace"))
+                raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(val.decode("utf-8", "replace")))
             filters.append(lambda s, k=_CLIENT_TYPE_ALIASES.get(kind, kind): port.client_kind(s) == k)
         elif opt == b"SKIPME":
             v = val.lower()
@@ -277,7 +268,6 @@ def client_kill(ctx, args):
             filters.append(lambda s, a=age: (now - s.created_ms) // 1000 >= a)
         else:
             raise syntax_error()
-        i += 2
     killed = 0
     for s in sessions:
         if skipme and s.id == me:
@@ -401,15 +391,14 @@ def client_tracking(ctx, args):
     bcast = optin = optout = noloop = False
     prefixes = []
     port = ctx.port
-    j, n = 3, len(args)
-    while j < n:
-        opt = args[j].lower()
-        more = j + 1 < n
+    c = ArgCursor(args, 3)
+    while c:
+        opt = c.next_lower()
+        more = c.left() > 0
         if opt == b"redirect" and more:
-            j += 1
             if redirect:
                 raise CommandError(messages.TRACKING_ONE_REDIRECT)
-            redirect = parse_int(args[j])
+            redirect = c.int()
             if not port.client_exists(redirect):
                 raise CommandError(messages.TRACKING_REDIRECT_MISSING)
         elif opt == b"bcast":
@@ -421,11 +410,9 @@ def client_tracking(ctx, args):
         elif opt == b"noloop":
             noloop = True
         elif opt == b"prefix" and more:
-            j += 1
-            prefixes.append(args[j])
+            prefixes.append(c.next())
         else:
             raise syntax_error()
-        j += 1
     state = args[2].lower()
     if state == b"on":
         current = port.tracking_state(ctx.client)

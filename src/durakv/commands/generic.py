@@ -37,6 +37,7 @@ from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply, Raw
 from . import acl_model, registry
 from .acl import users_of
+from .args import ArgCursor
 from .base import INT64_MAX, atoi, parse_int, syntax_error
 from .registry import command
 from .session import Session
@@ -119,10 +120,10 @@ def _sort(ctx, args, readonly):
     limit_start, limit_count = 0, -1
     sortby = store = None
     gets = []
-    j, n = 2, len(args)
-    while j < n:
-        opt = args[j].lower()
-        left = n - j - 1
+    c = ArgCursor(args, 2)
+    while c:
+        opt = c.next_lower()
+        left = c.left()
         if opt == b"asc":
             desc = False
         elif opt == b"desc":
@@ -130,27 +131,22 @@ def _sort(ctx, args, readonly):
         elif opt == b"alpha":
             alpha = True
         elif opt == b"limit" and left >= 2:
-            limit_start = parse_int(args[j + 1])
-            limit_count = parse_int(args[j + 2])
-            j += 2
+            limit_start = c.int()
+            limit_count = c.int()
         elif opt == b"store" and left >= 1 and not readonly:
-            store = args[j + 1]
-            j += 1
+            store = c.next()
         elif opt == b"by" and left >= 1:
-            sortby = args[j + 1]
+            sortby = c.next()
             if b"*" not in sortby:
                 dontsort = True  # a constant pattern: nothing to sort by (and it stays so, as Valkey)
             elif not _full_key_access(ctx, args):
                 raise CommandError(messages.SORT_BY_ACL)
-            j += 1
         elif opt == b"get" and left >= 1:
             if not _full_key_access(ctx, args):
                 raise CommandError(messages.SORT_GET_ACL)
-            gets.append(_compile_pattern(args[j + 1]))
-            j += 1
+            gets.append(_compile_pattern(c.next()))
         else:
             raise syntax_error()
-        j += 1
 
     key = args[1]
     value = ctx.lookup(key)
@@ -427,27 +423,24 @@ def dump(ctx, args):
 def restore(ctx, args):
     replace = absttl = False
     idletime = freq = None
-    j, n = 4, len(args)
-    while j < n:
-        opt = args[j].lower()
-        more = n - j - 1
+    c = ArgCursor(args, 4)
+    while c:
+        opt = c.next_lower()
+        more = c.left()
         if opt == b"replace":
             replace = True
         elif opt == b"absttl":
             absttl = True
         elif opt == b"idletime" and more >= 1 and freq is None:
-            idletime = parse_int(args[j + 1])
+            idletime = c.int()
             if idletime < 0:
                 raise CommandError(messages.RESTORE_BAD_IDLETIME)
-            j += 1
         elif opt == b"freq" and more >= 1 and idletime is None:
-            freq = parse_int(args[j + 1])
+            freq = c.int()
             if not 0 <= freq <= 255:
                 raise CommandError(messages.RESTORE_BAD_FREQ)
-            j += 1
         else:
             raise syntax_error()
-        j += 1
     key = args[1]
     if not replace and ctx.lookup(key) is not None:
         raise CommandError(messages.BUSYKEY)
@@ -505,33 +498,24 @@ def migrate(ctx, args):
     copy = replace = False
     auth = None
     first_key, num_keys = 3, 1
-    n = len(args)
-    j = 6
-    while j < n:
-        opt = args[j].lower()
-        more = n - 1 - j
+    c = ArgCursor(args, 6)
+    while c:
+        opt = c.next_lower()
         if opt == b"copy":
             copy = True
         elif opt == b"replace":
             replace = True
         elif opt == b"auth":
-            if not more:
-                raise syntax_error()
-            j += 1
-            auth = (args[j],)
+            auth = (c.next(),)          # a missing password: "ERR syntax error"
         elif opt == b"auth2":
-            if more < 2:
-                raise syntax_error()
-            auth = (args[j + 1], args[j + 2])
-            j += 2
+            auth = tuple(c.take(2))     # a missing user or password: the same
         elif opt == b"keys":
             if args[3]:
                 raise CommandError(messages.MIGRATE_KEYS_NEED_EMPTY_KEY)
-            first_key, num_keys = j + 1, n - j - 1
+            first_key, num_keys = c.pos, c.left()
             break
         else:
             raise syntax_error()
-        j += 1
     timeout_ms = parse_int(args[5])
     dbid = parse_int(args[4])
     if timeout_ms <= 0:

@@ -16,7 +16,8 @@ from .. import messages
 from ..errors import CommandError
 from ..keyspace import ZSet, encoding
 from ..protocol.resp import NullArray
-from .base import parse_int, syntax_error
+from .args import ArgCursor
+from .base import syntax_error
 from .registry import command
 from .zsets import _zadd, format_score, parse_score
 
@@ -344,22 +345,21 @@ def _radius(shape, radius_arg, unit_arg):
 
 @command("geoadd")
 def geoadd(ctx, args):
-    n = len(args)
-    i = 2
+    c = ArgCursor(args, 2)
     nx = xx = False
-    while i < n:
-        opt = args[i].upper()
+    while c:   # the options, up to the first longitude
+        opt = c.peek().upper()
         if opt == b"NX":
             nx = True
         elif opt == b"XX":
             xx = True
         elif opt != b"CH":
             break
-        i += 1
-    if (n - i) % 3 or (nx and xx):
+        c.skip()
+    if c.left() % 3 or (nx and xx):
         raise syntax_error()
-    zargs = [b"ZADD", *args[1:i]]
-    for k in range(i, n, 3):
+    zargs = [b"ZADD", *args[1:c.pos]]
+    for k in range(c.pos, len(args), 3):
         lon, lat = _lonlat(args[k], args[k + 1])
         bits = _encode(lon, lat, GEO_STEP_MAX)
         zargs.append(b"%d" % bits)
@@ -448,13 +448,12 @@ def _georadius_generic(ctx, args, src_idx, flags):
     sort = _SORT_NONE
     any_ = False
     count = 0
-    n = len(args)
-    i = base
+    c = ArgCursor(args, base)
     search = flags & _GEOSEARCH
     can_store = not (flags & _NOSTORE) and not search
-    while i < n:
-        arg = args[i].upper()
-        left = n - i - 1  # arguments after this one
+    while c:
+        arg = c.next_upper()
+        left = c.left()  # arguments after this one
         if arg == b"WITHDIST":
             withdist = True
         elif arg == b"WITHHASH":
@@ -468,46 +467,40 @@ def _georadius_generic(ctx, args, src_idx, flags):
         elif arg == b"DESC":
             sort = _SORT_DESC
         elif arg == b"COUNT" and left >= 1:
-            count = parse_int(args[i + 1])
+            count = c.int()
             if count <= 0:
                 raise CommandError(messages.GEO_COUNT_POSITIVE)
-            i += 1
         elif arg == b"STORE" and left >= 1 and can_store:
-            storekey = args[i + 1]
+            storekey = c.next()
             storedist = False
-            i += 1
         elif arg == b"STOREDIST" and left >= 1 and can_store:
-            storekey = args[i + 1]
+            storekey = c.next()
             storedist = True
-            i += 1
         elif arg == b"STOREDIST" and search and flags & _GEOSEARCHSTORE:
             storedist = True
         elif arg == b"FROMMEMBER" and left >= 1 and search and not fromloc:
+            member = c.next()
             if z is not None:
-                shape.lon, shape.lat = _member_lonlat(z, args[i + 1])
+                shape.lon, shape.lat = _member_lonlat(z, member)
             frommember = True
-            i += 1
         elif arg == b"FROMLONLAT" and left >= 2 and search and not frommember:
-            shape.lon, shape.lat = _lonlat(args[i + 1], args[i + 2])
+            shape.lon, shape.lat = _lonlat(*c.take(2))
             fromloc = True
-            i += 2
         elif arg == b"BYRADIUS" and left >= 2 and search and not bybox:
-            _radius(shape, args[i + 1], args[i + 2])
+            _radius(shape, *c.take(2))
             byradius = True
-            i += 2
         elif arg == b"BYBOX" and left >= 3 and search and not byradius:
-            w = _parse_double(args[i + 1], messages.GEO_NEED_WIDTH)
-            h = _parse_double(args[i + 2], messages.GEO_NEED_HEIGHT)
+            raw_w, raw_h, unit = c.take(3)
+            w = _parse_double(raw_w, messages.GEO_NEED_WIDTH)
+            h = _parse_double(raw_h, messages.GEO_NEED_HEIGHT)
             if h < 0 or w < 0:
                 raise CommandError(messages.GEO_BOX_NEGATIVE)
             shape.width, shape.height = w, h
-            shape.conversion = _unit(args[i + 3])
+            shape.conversion = _unit(unit)
             shape.type = _BOX
             bybox = True
-            i += 3
         else:
             raise syntax_error()
-        i += 1
 
     if storekey is not None and (withdist or withhash or withcoord):
         raise CommandError(messages.GEO_STORE_WITH.format(

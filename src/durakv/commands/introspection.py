@@ -25,6 +25,7 @@ from ..keyspace import encoding
 from ..keyspace.db import _BYTES_HEADER, _ELEMENT_OVERHEAD, _KEY_OVERHEAD, estimate_key
 from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, Raw
+from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .registry import command
 
@@ -486,12 +487,7 @@ def latency_histogram(ctx, args):
     else:
         picked = []
         for raw in args[2:]:
-            parts = raw.lower().split(b"|")
-            cmd = registry.TABLE.get(parts[0])
-            if cmd is not None and len(parts) == 2:
-                cmd = cmd.subcommands.get(parts[1])
-            elif len(parts) > 2:
-                cmd = None
+            cmd = registry.find(raw)
             if cmd is None:
                 continue  # an unknown command is skipped, as Valkey does
             picked.append(cmd)
@@ -650,15 +646,14 @@ def memory_usage(key, value, samples) -> int:
 @command("memory|usage")
 def memory_usage_cmd(ctx, args):
     samples = 5
-    i, n = 3, len(args)
-    while i < n:
-        if args[i].lower() == b"samples" and i + 1 < n:
-            samples = parse_int(args[i + 1])
+    c = ArgCursor(args, 3)
+    while c:
+        if c.next_lower() == b"samples" and c.left():
+            samples = c.int()
             if samples < 0:
                 raise syntax_error()
             if samples == 0:
                 samples = None
-            i += 2
         else:
             raise syntax_error()
     # dbFind, as Valkey: no expiry check (a key still in memory still uses memory).

@@ -17,6 +17,7 @@ from ..keyspace.glob import compile_glob
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK
+from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
 from .registry import command
 
@@ -156,17 +157,15 @@ def copy(ctx, args):
     ks = ctx.keyspace
     src_db = dst_db = ctx.db
     replace = False
-    i, n = 3, len(args)
-    while i < n:
-        opt = args[i].lower()
+    c = ArgCursor(args, 3)
+    while c:
+        opt = c.next_lower()
         if opt == b"replace":
             replace = True
-        elif opt == b"db" and i + 1 < n:
-            dst_db = _parse_db(ctx, args[i + 1])
-            i += 1
+        elif opt == b"db" and c.left():
+            dst_db = _parse_db(ctx, c.next())
         else:
             raise syntax_error()
-        i += 1
     key, newkey = args[1], args[2]
     if (src_db.id != 0 or dst_db.id != 0) and ctx.port.cluster() is not None:
         raise CommandError(messages.COPY_DB_IN_CLUSTER)

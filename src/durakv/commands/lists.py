@@ -11,6 +11,7 @@ from .. import messages
 from ..errors import CommandError
 from ..keyspace import encoding
 from ..protocol.resp import OK, NullArray
+from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error, wrong_arity
 from .registry import command
 
@@ -172,14 +173,12 @@ def parse_mpop(args, numkeys_idx, ends):
     if end is None:
         raise syntax_error()
     count = -1
-    j = where_idx + 1
-    while j < n:
-        if count == -1 and args[j].upper() == b"COUNT" and j + 1 < n:
-            j += 1
-            count = range_long(args[j], 1, LONG_MAX, messages.COUNT_ZERO)
+    c = ArgCursor(args, where_idx + 1)
+    while c:
+        if count == -1 and c.next_upper() == b"COUNT" and c.left():
+            count = range_long(c.next(), 1, LONG_MAX, messages.COUNT_ZERO)
         else:
             raise syntax_error()
-        j += 1
     return args[numkeys_idx + 1:where_idx], end, (1 if count == -1 else count)
 
 
@@ -234,24 +233,20 @@ def lrange(ctx, args):
 def lpos(ctx, args):
     ele = args[2]
     rank, count, maxlen = 1, -1, 0
-    j, n = 3, len(args)
-    while j < n:
-        opt = args[j].upper()
-        more = j + 1 < n
+    c = ArgCursor(args, 3)
+    while c:
+        opt = c.next_upper()
+        more = c.left() > 0
         if opt == b"RANK" and more:
-            j += 1
-            rank = range_long(args[j], -LONG_MAX, LONG_MAX)
+            rank = range_long(c.next(), -LONG_MAX, LONG_MAX)
             if rank == 0:
                 raise CommandError(messages.LPOS_RANK_ZERO)
         elif opt == b"COUNT" and more:
-            j += 1
-            count = positive_long(args[j], messages.LPOS_COUNT_NEGATIVE)
+            count = positive_long(c.next(), messages.LPOS_COUNT_NEGATIVE)
         elif opt == b"MAXLEN" and more:
-            j += 1
-            maxlen = positive_long(args[j], messages.LPOS_MAXLEN_NEGATIVE)
+            maxlen = positive_long(c.next(), messages.LPOS_MAXLEN_NEGATIVE)
         else:
             raise syntax_error()
-        j += 1
     dq = ctx.lookup_list(args[1])
     if dq is None:
         return [] if count != -1 else None

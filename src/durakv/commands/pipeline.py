@@ -177,8 +177,8 @@ class Pipeline:
         name = args[0]
         cmd = self._exact.get(name)
         if cmd is None:
-            cmd = registry.TABLE.get(name.lower())
-            if cmd is None or (cmd.handler is None and not cmd.subcommands):
+            cmd = registry.lookup((name,))
+            if cmd is None:
                 return None, messages.UNKNOWN_COMMAND.format(name[:128].decode("utf-8", "replace"),
                                                              _arg_preview(args))
             if len(self._exact) < _EXACT_CACHE_MAX:
@@ -188,8 +188,8 @@ class Pipeline:
         if cmd.subcommands and (cmd.handler is None or len(args) > 1):
             if len(args) < 2:
                 return cmd, messages.WRONG_ARITY.format(cmd.name)
-            sub = cmd.subcommands.get(args[1].lower())
-            if sub is None or sub.handler is None:
+            sub = registry.lookup(args)
+            if sub is None:
                 return cmd, messages.UNKNOWN_SUBCOMMAND.format(args[1][:128].decode("utf-8", "replace"),
                                                                cmd.name.upper())
             cmd = sub

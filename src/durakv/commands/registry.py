@@ -5,14 +5,15 @@ Arity, flags, ACL categories and key specs come from the generated Valkey facts 
 declaration overrides them, so COMMAND INFO/DOCS and key extraction always agree with dispatch.
 """
 
+from . import keyspecs
 from .spec import SPEC
 
 
 class Command:
     __slots__ = ("name", "fullname", "handler", "arity", "flags", "acl", "key_specs", "spec",
                  "subcommands", "parent", "write", "readonly", "denyoom", "admin", "noscript",
-                 "no_auth", "no_multi", "loading", "stale", "pubsub", "blocking", "simple_keys",
-                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys",
+                 "no_auth", "no_multi", "loading", "stale", "pubsub", "blocking",
+                 "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
                  "argc_min", "argc_max", "changes_protocol", "latency")
@@ -66,8 +67,10 @@ class Command:
         self.multi_immediate = top in _MULTI_IMMEDIATE
         # The reply protocol may differ after it: the connection re-reads the session's RESP version.
         self.changes_protocol = top in ("hello", "reset")
-        # Fast path for the common shape: keys at fixed positions first..last step.
-        self.simple_keys = _simple_range(self.key_specs)
+        # The commonest shape of all (GET, SET, HSET, ...): keys at positions known in advance, taken as they
+        # are once args reach the last of them; every other shape is walked by commands/keyspecs.py.
+        self.key_finder = keyspecs.finder(self, not_keys=True)
+        self.fixed_keys = self.key_finder.fixed_positions
         self.keyless = not self.key_specs
         # Key specs that cannot name every key (SORT ... STORE, MIGRATE ... KEYS).
         self.keys_incomplete = any("unknown" in s["begin_search"] or "unknown" in s["find_keys"]
@@ -75,97 +78,17 @@ class Command:
         # A read that sees the whole keyspace (KEYS, SCAN, DBSIZE, EXEC, scripts): in sync mode it waits for
         # every write issued before it, not only for writes of its keys.
         self.sees_all = self.calls_commands or (self.keyless and (self.readonly or self.write))
-        # The commonest shape of all (GET, SET, HSET, ...): keys at positions known in advance.
-        self.fixed_keys = None
-        if self.simple_keys is not None and self.simple_keys[1] >= 0:
-            first, last, step = self.simple_keys
-            self.fixed_keys = tuple(range(first, last + 1, step))
 
     def key_indexes(self, args):
-        """Positions of the keys in args (args[0] is the command name), per the key specs."""
+        """Positions of the keys in args (args[0] is the command name): Valkey's getKeysFromCommandWithSpecs,
+        counting sharded channels (not_key specs) as keys, since they route by slot as keys do."""
         fixed = self.fixed_keys
         if fixed is not None and len(args) > fixed[-1]:
             return fixed
-        simple = self.simple_keys
-        if simple is not None:
-            first, last, step = simple
-            n = len(args)
-            if last < 0:
-                last = n + last
-            return list(range(first, min(last, n - 1) + 1, step)) if first < n else []
-        return _indexes_from_specs(self.key_specs, args)
+        return self.key_finder.positions(args)
 
     def keys(self, args):
         return [args[i] for i in self.key_indexes(args)]
-
-
-def _simple_range(specs):
-    if not specs:
-        return (0, -1 - 10**9, 1)  # no keys at all: empty range
-    first = last = step = None
-    for s in specs:
-        bs, fk = s["begin_search"], s["find_keys"]
-        if "index" not in bs or "range" not in fk or fk["range"]["limit"] not in (0, 1):
-            return None
-        pos = bs["index"]["pos"]
-        lk = fk["range"]["lastkey"]
-        st = fk["range"]["step"]
-        if lk >= 0:
-            s_first, s_last = pos, pos + lk
-        else:
-            s_first, s_last = pos, lk
-        if first is None:
-            first, last, step = s_first, s_last, st
-        elif s_first == last + step and s_last >= 0 and st == step:
-            last = s_last
-        else:
-            return None
-    return first, last, step
-
-
-def _indexes_from_specs(specs, args):
-    out = []
-    n = len(args)
-    for s in specs:
-        bs, fk = s["begin_search"], s["find_keys"]
-        if "index" in bs:
-            start = bs["index"]["pos"]
-        elif "keyword" in bs:
-            kw = bs["keyword"]["keyword"].lower().encode()
-            startfrom = bs["keyword"]["startfrom"]
-            rng = range(startfrom, n) if startfrom > 0 else range(n + startfrom, 0, -1)
-            start = None
-            for i in rng:
-                if args[i].lower() == kw:
-                    start = i + 1
-                    break
-            if start is None:
-                continue
-        else:
-            continue
-        if "range" in fk:
-            lk, step, limit = fk["range"]["lastkey"], fk["range"]["step"], fk["range"]["limit"]
-            if lk >= 0:
-                last = start + lk
-            elif lk == -1 and limit > 1:
-                last = start + (n - 1 - start) // limit
-            else:
-                last = n + lk
-            out.extend(range(start, min(last, n - 1) + 1, step))
-        elif "keynum" in fk:
-            kn = fk["keynum"]
-            idx = start + kn["keynumidx"]
-            if idx >= n:
-                continue
-            try:
-                numkeys = int(args[idx])
-            except ValueError:
-                continue
-            first = start + kn["firstkey"]
-            step = kn["step"]
-            if numkeys > 0:
-                out.extend(range(first, min(first + numkeys * step, n), step))
-    return out
 
 
 _CALLS_COMMANDS = {"exec", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
@@ -211,10 +134,29 @@ def command(fullname: str, *, flags=None, arity=None, extra_flags=()):
 
 
 def lookup(args):
-    """The Command for args (descending into a subcommand), or None if unknown."""
+    """lookupCommand: the implemented Command args name, descending into a subcommand when the command has
+    subcommands and args a second argument; None if unknown (a container named alone is itself)."""
     cmd = TABLE.get(args[0].lower())
     if cmd is None or cmd.handler is None and not cmd.subcommands:
         return None
+    if cmd.subcommands and len(args) > 1:
+        sub = cmd.subcommands.get(args[1].lower())
+        return sub if sub is not None and sub.handler is not None else None
+    return cmd
+
+
+def find(name: bytes):
+    """lookupCommandBySds: the implemented Command named 'name' or 'container|sub' (any case), or None; one
+    level of subcommands only, so 'a|b|c' is unknown."""
+    parts = name.lower().split(b"|")
+    if len(parts) > 2:
+        return None
+    cmd = TABLE.get(parts[0])
+    if cmd is None or cmd.handler is None and not cmd.subcommands:
+        return None
+    if len(parts) == 2:
+        sub = cmd.subcommands.get(parts[1])
+        return sub if sub is not None and sub.handler is not None else None
     return cmd
 
 

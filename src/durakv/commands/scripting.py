@@ -17,6 +17,7 @@ from ..scripting.lua import LuaEngine, sha1hex
 from ..scripting.runner import (ALLOW_OOM, EVAL_COMPAT, FLAG_NAMES, NO_CLUSTER, NO_WRITES, ScriptCalls,
                                 ScriptingState, ScriptRun)
 from . import registry
+from .args import ArgCursor
 from .base import parse_int
 from .registry import command
 from .session import Session
@@ -364,17 +365,16 @@ def _function_error(exc: FunctionError):
 @command("function|load")
 def function_load(ctx, args):
     replace = False
-    pos = 2
-    while pos < len(args) - 1:
-        opt = args[pos]
-        pos += 1
+    c = ArgCursor(args, 2, len(args) - 1)   # the last argument is the library's code
+    while c:
+        opt = c.next()
         if opt.upper() == b"REPLACE":
             replace = True
             continue
-        raise CommandError("ERR Unknown option given: %s" % opt.decode("utf-8", "replace"))
+        raise CommandError(messages.FUNCTION_LOAD_UNKNOWN_OPTION.format(opt.decode("utf-8", "replace")))
     funcs = get_functions(ctx.keyspace)
     try:
-        name = funcs.create(args[pos], replace, 0 if _obeys(ctx) else LOAD_TIMEOUT_MS)
+        name = funcs.create(args[c.pos], replace, 0 if _obeys(ctx) else LOAD_TIMEOUT_MS)
     except FunctionError as exc:
         raise _function_error(exc) from None
     ctx.propagate_args(args)
@@ -406,20 +406,18 @@ def function_flush(ctx, args):
 def function_list(ctx, args):
     with_code = False
     pattern = None
-    i = 2
-    while i < len(args):
-        arg = args[i]
+    c = ArgCursor(args, 2)
+    while c:
+        arg = c.next()
         upper = arg.upper()
         if not with_code and upper == b"WITHCODE":
             with_code = True
         elif pattern is None and upper == b"LIBRARYNAME":
-            if i >= len(args) - 1:
-                raise CommandError("ERR library name argument was not given")
-            i += 1
-            pattern = args[i]
+            if not c.left():
+                raise CommandError(messages.FUNCTION_LIST_NO_LIBRARY_NAME)
+            pattern = c.next()
         else:
-            raise CommandError("ERR Unknown argument %s" % arg.decode("utf-8", "replace"))
-        i += 1
+            raise CommandError(messages.FUNCTION_LIST_UNKNOWN_ARGUMENT.format(arg.decode("utf-8", "replace")))
     match = compile_glob(pattern, True) if pattern is not None else None
     out = []
     for lib in get_functions(ctx.keyspace).ctx.libraries.values():

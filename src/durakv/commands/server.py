@@ -9,7 +9,8 @@ from ..errors import CommandError, ConfigError
 from ..keyspace.db import estimate_key
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
 from . import registry
-from .acl_model import keys_from_specs
+from . import keyspecs
+from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .registry import command
 
@@ -390,19 +391,6 @@ def command_doc(cmd):
     return d
 
 
-def _find(name: bytes):
-    parts = name.lower().split(b"|")
-    if len(parts) > 2:
-        return None  # lookupCommandBySds: one level of subcommands only
-    cmd = registry.TABLE.get(parts[0])
-    if cmd is None or (cmd.handler is None and not cmd.subcommands):
-        return None
-    if len(parts) == 2:
-        sub = cmd.subcommands.get(parts[1])
-        return sub if sub is not None and sub.handler is not None else None
-    return cmd
-
-
 @command("command")
 def command_(ctx, args):
     return [command_info(c) for c in registry.implemented().values()]
@@ -419,7 +407,7 @@ def command_info_cmd(ctx, args):
         return [command_info(c) for c in registry.implemented().values()]
     out = []
     for name in args[2:]:
-        cmd = _find(name)
+        cmd = registry.find(name)
         out.append(command_info(cmd) if cmd is not None else None)
     return out
 
@@ -429,7 +417,7 @@ def command_docs(ctx, args):
     names = args[2:] or [c.name.encode() for c in registry.implemented().values()]
     out = {}
     for name in names:
-        cmd = _find(name)
+        cmd = registry.find(name)
         if cmd is not None:
             out[cmd.fullname.encode()] = command_doc(cmd)
     return out
@@ -448,14 +436,13 @@ def _all_commands():
 @command("command|list")
 def command_list(ctx, args):
     kind = value = None
-    i, n = 2, len(args)
-    while i < n:
-        if args[i].lower() == b"filterby" and n - 1 - i == 2:
-            kind = args[i + 1].lower()
+    c = ArgCursor(args, 2)
+    while c:
+        if c.next_lower() == b"filterby" and c.left() == 2:
+            kind = c.next_lower()
             if kind not in (b"module", b"aclcat", b"pattern"):
                 raise syntax_error()
-            value = args[i + 2]
-            i += 3
+            value = c.next()
         else:
             raise syntax_error()
     out = []
@@ -472,108 +459,21 @@ def command_list(ctx, args):
     return out
 
 
-# -- COMMAND GETKEYS: getKeysFromCommandWithSpecs, with the getkeys functions of the commands whose specs
-# cannot say it all (unknown or incomplete specs, or flags that depend on the arguments).
-
-def _keys_from_specs(cmd, argv):
-    """getKeysUsingKeySpecs: [(position, flags)], or None when a spec cannot be followed."""
-    return keys_from_specs([(spec["begin_search"], spec["find_keys"], spec["flags"], "incomplete" in spec["flags"])
-                            for spec in cmd.key_specs if "not_key" not in spec["flags"]], argv)
-
-
-def _sort_keys(argv, readonly):
-    keys = [(1, ("ro", "access"))]
-    if readonly:
-        return keys
-    store = None
-    i, n = 2, len(argv)
-    skip = {b"limit": 2, b"get": 1, b"by": 1}
-    while i < n:
-        a = argv[i].lower()
-        if a in skip:
-            i += skip[a]
-        elif a == b"store" and i + 1 < n:
-            store = i + 1  # the last STORE counts, as SORT itself
-        i += 1
-    if store is not None:
-        keys.append((store, ("ow", "update")))
-    return keys
-
-
-def _set_keys(argv):
-    get = any(a.lower() == b"get" for a in argv[3:])
-    return [(1, ("rw", "access", "update") if get else ("ow", "update"))]
-
-
-def _bitfield_keys(argv):
-    readonly = True
-    i, n = 2, len(argv)
-    while i < n:
-        a = argv[i].lower()
-        if a == b"get" and i + 2 < n:
-            i += 3
-        elif a in (b"set", b"incrby") and i + 3 < n:
-            readonly = False
-            i += 4
-        elif a == b"overflow" and i + 1 < n:
-            i += 2
-        else:
-            i += 1
-    return [(1, ("ro", "access") if readonly else ("rw", "access", "update"))]
-
-
-def _migrate_keys(argv):
-    n = len(argv)
-    i = 6
-    while i < n:
-        a = argv[i].lower()
-        if a == b"auth":
-            i += 2
-        elif a == b"auth2":
-            i += 3
-        elif a == b"keys":
-            if argv[3]:
-                return []  # KEYS needs an empty key argument: a syntax error for MIGRATE itself
-            return [(j, ("rw", "access", "delete")) for j in range(i + 1, n)]
-        else:
-            i += 1
-    return [(3, ("rw", "access", "delete"))]
-
-
-_GETKEYS_PROCS = {"sort": lambda a: _sort_keys(a, False), "sort_ro": lambda a: _sort_keys(a, True),
-                  "set": _set_keys, "bitfield": _bitfield_keys, "migrate": _migrate_keys}
-
-
-def keys_with_flags(cmd, argv):
-    """getKeysFromCommandWithSpecs: [(position in argv, key spec flags)] of the keys in a full command."""
-    specs = cmd.key_specs
-    has_keyspec = any("not_key" not in s["flags"] for s in specs)
-    varflags = any("variable_flags" in s["flags"] for s in specs)
-    if has_keyspec and not varflags:
-        found = _keys_from_specs(cmd, argv)
-        if found is not None:
-            return found
-    proc = _GETKEYS_PROCS.get(cmd.fullname)
-    if proc is not None:
-        return proc(argv)
-    return []
-
+# -- COMMAND GETKEYS: getKeysFromCommandWithSpecs (commands/keyspecs.py, the walker everything else uses)
 
 def _getkeys(args):
     target = args[2:]
-    cmd = registry.TABLE.get(target[0].lower())
-    if cmd is not None and cmd.subcommands and len(target) > 1:
-        cmd = cmd.subcommands.get(target[1].lower())
-    if cmd is None or (cmd.handler is None and not cmd.subcommands):
-        raise CommandError("ERR Invalid command specified")
-    if not (cmd.fullname in _GETKEYS_PROCS or any("not_key" not in s["flags"] for s in cmd.key_specs)):
-        raise CommandError("ERR The command has no key arguments")
+    cmd = registry.lookup(target)
+    if cmd is None:
+        raise CommandError(messages.GETKEYS_INVALID_COMMAND)
+    if not keyspecs.has_keys(cmd):
+        raise CommandError(messages.GETKEYS_NO_KEYS)
     n = len(target)
     if (cmd.arity > 0 and n != cmd.arity) or n < -cmd.arity:
-        raise CommandError("ERR Invalid number of arguments specified for command")
-    found = keys_with_flags(cmd, target)
+        raise CommandError(messages.GETKEYS_BAD_ARITY)
+    found = keyspecs.keys_with_flags(cmd, target)
     if not found and "no_mandatory_keys" not in cmd.flags:
-        raise CommandError("ERR Invalid arguments specified for command")
+        raise CommandError(messages.GETKEYS_BAD_ARGUMENTS)
     return target, found
 
 

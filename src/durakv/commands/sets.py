@@ -23,6 +23,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import encoding
 from ..protocol.resp import RespSet
+from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
 from .scanning import scan_collection
 from .registry import command
@@ -402,13 +403,12 @@ def sintercard(ctx, args):
     if numkeys > n - 2:
         raise CommandError(messages.NUMKEYS_GT_ARGS)
     limit = 0
-    i = 2 + numkeys
-    while i < n:
-        if args[i].lower() == b"limit" and i + 1 < n:
-            limit = parse_int(args[i + 1], messages.LIMIT_NEGATIVE)
+    c = ArgCursor(args, 2 + numkeys)
+    while c:
+        if c.next_lower() == b"limit" and c.left():
+            limit = c.int(messages.LIMIT_NEGATIVE)
             if limit < 0:
                 raise CommandError(messages.LIMIT_NEGATIVE)
-            i += 2
         else:
             raise syntax_error()
     sets = _lookup_sets(ctx, args[2:2 + numkeys])

@@ -20,6 +20,7 @@ from ..errors import CommandError, WrongType
 from ..keyspace.stream import (INVALID_ENTRIES_READ, MASK64, MAX_ID, TRIM_MAXLEN, TRIM_MINID, Nack, Stream,
                                id_bytes)
 from ..protocol.resp import OK, NullArray
+from .args import ArgCursor
 from .base import INT64_MAX, Blocked, parse_int, syntax_error, wrong_arity
 from .registry import command
 
@@ -137,50 +138,49 @@ class _TrimArgs:
 def _parse_add_trim(ctx, args, xadd):
     """streamParseAddOrTrimArgsOrReply."""
     t = _TrimArgs()
-    n = len(args)
-    i = 2
+    c = ArgCursor(args, 2)
     limit_given = False
-    while i < n:
-        moreargs = n - 1 - i
-        opt = args[i]
-        if xadd and opt == b"*":
+    while c:
+        if xadd and c.peek() == b"*":
+            t.idpos = c.pos
             break
+        opt = c.next()
+        moreargs = c.left()
         lo = opt.lower()
         if (lo == b"maxlen" or lo == b"minid") and moreargs:
             if t.strategy:
                 raise CommandError(messages.STREAM_MAXLEN_MINID)
             t.approx = False
-            nxt = args[i + 1]
+            nxt = c.peek()
             if moreargs >= 2 and nxt == b"~":
                 t.approx = True
-                i += 1
+                c.skip()
             elif moreargs >= 2 and nxt == b"=":
-                i += 1
+                c.skip()
             if lo == b"maxlen":
-                t.maxlen = parse_int(args[i + 1])
+                t.maxlen = c.int()
                 if t.maxlen < 0:
                     raise CommandError(messages.STREAM_MAXLEN_NEGATIVE)
                 t.strategy = TRIM_MAXLEN
             else:
-                t.minid = parse_id(args[i + 1], 0, True)
+                t.minid = parse_id(c.next(), 0, True)
                 t.strategy = TRIM_MINID
-            i += 1
         elif lo == b"limit" and moreargs:
-            t.limit = parse_int(args[i + 1])
+            t.limit = c.int()
             if t.limit < 0:
                 raise CommandError(messages.STREAM_LIMIT_NEGATIVE)
             limit_given = True
-            i += 1
         elif xadd and lo == b"nomkstream":
             t.nomkstream = True
         elif xadd:
             t.id, t.seq_given = _parse_xadd_id(opt)
             t.id_given = True
+            t.idpos = c.pos - 1   # the ID's own position: the fields follow it
             break
         else:
             raise syntax_error()
-        i += 1
-    t.idpos = i
+    else:
+        t.idpos = c.pos
     if t.limit and not t.strategy:
         raise CommandError(messages.STREAM_LIMIT_NO_STRATEGY)
     if not xadd and not t.strategy:
@@ -289,20 +289,19 @@ def xsetid(ctx, args):
     new = parse_id(args[2], 0, True)
     entries_added = -1
     max_xdel = 0
-    i, n = 3, len(args)
-    while i < n:
-        opt = args[i].lower()
-        if opt == b"entriesadded" and i + 1 < n:
-            entries_added = parse_int(args[i + 1])
+    c = ArgCursor(args, 3)
+    while c:
+        opt = c.next_lower()
+        if opt == b"entriesadded" and c.left():
+            entries_added = c.int()
             if entries_added < 0:
                 raise CommandError(messages.XSETID_ENTRIES_ADDED_NEGATIVE)
-        elif opt == b"maxdeletedid" and i + 1 < n:
-            max_xdel = parse_id(args[i + 1], 0, True)
+        elif opt == b"maxdeletedid" and c.left():
+            max_xdel = parse_id(c.next(), 0, True)
             if new < max_xdel:
                 raise CommandError(messages.XSETID_BELOW_GIVEN_MAXDELETED)
         else:
             raise syntax_error()
-        i += 2
     s = _lookup(ctx, args[1])
     if s is None:
         raise CommandError(messages.NO_SUCH_KEY)
@@ -328,13 +327,12 @@ def _xrange(ctx, args, rev):
     start = _range_start(args[3] if rev else args[2])
     end = _range_end(args[2] if rev else args[3])
     count = -1
-    j, n = 4, len(args)
-    while j < n:
-        if args[j].lower() == b"count" and j + 1 < n:
-            count = parse_int(args[j + 1])
+    c = ArgCursor(args, 4)
+    while c:
+        if c.next_lower() == b"count" and c.left():
+            count = c.int()
             if count < 0:
                 count = 0
-            j += 2
         else:
             raise syntax_error()
     s = _lookup(ctx, args[1])
@@ -381,18 +379,16 @@ def _parse_read(ctx, args, group_mode):
     p.noack = False
     n = len(args)
     streams_arg = 0
-    i = 1
-    while i < n:
-        moreargs = n - i - 1
-        o = args[i].lower()
+    c = ArgCursor(args, 1)
+    while c:
+        o = c.next_lower()
+        moreargs = c.left()
         if o == b"block" and moreargs:
-            i += 1
-            p.timeout = _parse_timeout_ms(ctx, args[i])
+            p.timeout = _parse_timeout_ms(ctx, c.next())
         elif o == b"count" and moreargs:
-            i += 1
-            p.count = max(parse_int(args[i]), 0)
+            p.count = max(c.int(), 0)
         elif o == b"streams" and moreargs:
-            streams_arg = i + 1
+            streams_arg = c.pos
             if (n - streams_arg) % 2:
                 raise CommandError(messages.XREAD_UNBALANCED.format(
                     "xreadgroup" if group_mode else "xread", ">" if group_mode else "$"))
@@ -400,16 +396,13 @@ def _parse_read(ctx, args, group_mode):
         elif o == b"group" and moreargs >= 2:
             if not group_mode:
                 raise CommandError(messages.XREAD_GROUP_ONLY)
-            p.group = args[i + 1]
-            p.consumer = args[i + 2]
-            i += 2
+            p.group, p.consumer = c.take(2)
         elif o == b"noack":
             if not group_mode:
                 raise CommandError(messages.XREAD_NOACK_ONLY)
             p.noack = True
         else:
             raise syntax_error()
-        i += 1
     if not streams_arg:
         raise syntax_error()
     if group_mode and p.group is None:
@@ -610,17 +603,15 @@ def _xgroup_prelude(ctx, args, sub):
     setid = sub == b"setid"
     mkstream = False
     entries_read = INVALID_ENTRIES_READ
-    i, n = 5, len(args)
-    while i < n:
-        opt = args[i].lower()
+    c = ArgCursor(args, 5)
+    while c:
+        opt = c.next_lower()
         if create and opt == b"mkstream":
             mkstream = True
-            i += 1
-        elif (create or setid) and opt == b"entriesread" and i + 1 < n:
-            entries_read = parse_int(args[i + 1])
+        elif (create or setid) and opt == b"entriesread" and c.left():
+            entries_read = c.int()
             if entries_read < 0 and entries_read != INVALID_ENTRIES_READ:
                 raise CommandError(messages.XGROUP_ENTRIESREAD_INVALID)
-            i += 2
         else:
             raise _subcommand_error(args)
     s = _lookup(ctx, args[2])
@@ -811,42 +802,37 @@ def xclaim(ctx, args):
     if g is None:
         raise CommandError(messages.STREAM_NOGROUP.format(_text(key), _text(group_name)))
     minidle = max(parse_int(args[4], messages.XCLAIM_MIN_IDLE), 0)
-    n = len(args)
     ids = []
-    j = 5
-    while j < n:
+    c = ArgCursor(args, 5)
+    while c:   # the IDs, up to the first argument that is not one (the options start there)
         try:
-            ids.append(parse_id(args[j], 0, True))
+            ids.append(parse_id(c.peek(), 0, True))
         except CommandError:
             break
-        j += 1
+        c.skip()
     now = ctx.now_ms()
     retrycount = -1
     deliverytime = -1
     force = justid = False
     last_id = 0
-    while j < n:
-        moreargs = n - 1 - j
-        opt = args[j].lower()
+    while c:
+        arg = c.next()
+        opt = arg.lower()
+        moreargs = c.left()
         if opt == b"force":
             force = True
         elif opt == b"justid":
             justid = True
         elif opt == b"idle" and moreargs:
-            j += 1
-            deliverytime = now - parse_int(args[j], messages.XCLAIM_IDLE)
+            deliverytime = now - c.int(messages.XCLAIM_IDLE)
         elif opt == b"time" and moreargs:
-            j += 1
-            deliverytime = parse_int(args[j], messages.XCLAIM_TIME)
+            deliverytime = c.int(messages.XCLAIM_TIME)
         elif opt == b"retrycount" and moreargs:
-            j += 1
-            retrycount = parse_int(args[j], messages.XCLAIM_RETRYCOUNT)
+            retrycount = c.int(messages.XCLAIM_RETRYCOUNT)
         elif opt == b"lastid" and moreargs:
-            j += 1
-            last_id = parse_id(args[j], 0, True)
+            last_id = parse_id(c.next(), 0, True)
         else:
-            raise CommandError(messages.XCLAIM_UNRECOGNIZED.format(_text(args[j])))
-        j += 1
+            raise CommandError(messages.XCLAIM_UNRECOGNIZED.format(_text(arg)))
     propagate_last_id = False
     if last_id > g.last_id:
         g.last_id = last_id
@@ -899,19 +885,17 @@ def xautoclaim(ctx, args):
     start = _range_start(args[5])
     count = 100
     justid = False
-    j, n = 6, len(args)
-    while j < n:
-        opt = args[j].lower()
-        if opt == b"count" and j + 1 < n:
-            count = parse_int(args[j + 1], messages.XAUTOCLAIM_COUNT)
+    c = ArgCursor(args, 6)
+    while c:
+        opt = c.next_lower()
+        if opt == b"count" and c.left():
+            count = c.int(messages.XAUTOCLAIM_COUNT)
             if count < 1 or count > _AUTOCLAIM_MAX_COUNT:
                 raise CommandError(messages.XAUTOCLAIM_COUNT)
-            j += 1
         elif opt == b"justid":
             justid = True
         else:
             raise syntax_error()
-        j += 1
     s = _lookup(ctx, key)
     g = s.get_group(group_name) if s is not None else None
     if g is None:

@@ -10,6 +10,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import encoding
 from ..protocol.resp import OK
+from .args import ArgCursor
 from .base import INT64_MAX, INT64_MIN, parse_int, syntax_error, wrong_arity
 from .numeric import format_long_double_human, parse_long_double, round_long_double
 from .registry import command
@@ -26,12 +27,14 @@ _EXPIRE_OPTS = {b"EX": _EX, b"PX": _PX, b"EXAT": _EXAT, b"PXAT": _PXAT}
 def _parse_string_options(args, start, is_set):
     """(flags, expire_flag, expire_arg) as Valkey's parser: options may repeat (the last expire
     value wins) but conflicting ones are a syntax error; values are validated later."""
+    if len(args) <= start:
+        return 0, 0, None   # the commonest SET of all has no options: no cursor to build
     flags = 0
     expire_arg = None
     expire_flag = 0
-    i, n = start, len(args)
-    while i < n:
-        opt = args[i].upper()
+    c = ArgCursor(args, start)
+    while c:
+        opt = c.next_upper()
         if opt == b"NX" and is_set and not flags & _XX:
             flags |= _NX
         elif opt == b"XX" and is_set and not flags & _NX:
@@ -44,14 +47,12 @@ def _parse_string_options(args, start, is_set):
             flags |= _PERSIST
         else:
             bit = _EXPIRE_OPTS.get(opt)
-            if (bit is None or i + 1 >= n or flags & (_KEEPTTL | _PERSIST)
+            if (bit is None or not c.left() or flags & (_KEEPTTL | _PERSIST)
                     or flags & (_ANY_EXPIRE & ~bit)):
                 raise syntax_error()
             flags |= bit
             expire_flag = bit
-            expire_arg = args[i + 1]
-            i += 1
-        i += 1
+            expire_arg = c.next()
     return flags, expire_flag, expire_arg
 
 

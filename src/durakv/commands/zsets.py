@@ -14,6 +14,7 @@ from ..errors import CommandError, WrongType
 from ..keyspace import ZSet, encoding
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
 from ..protocol.resp import NullArray, format_double
+from .args import ArgCursor
 from .base import parse_int, syntax_error, wrong_arity
 from .lists import LONG_MAX, parse_mpop, positive_long, range_long
 from .registry import command
@@ -150,21 +151,22 @@ _ZADD_OPTIONS = {b"NX": _ZADD_NX, b"XX": _ZADD_XX, b"CH": _ZADD_CH, b"INCR": _ZA
 
 def _zadd(ctx, args, incr):
     flags = 0
-    i, n = 2, len(args)
+    c = ArgCursor(args, 2)
     options = _ZADD_OPTIONS
-    while i < n:
-        f = options.get(args[i].upper())
+    while c:   # the options, up to the first score
+        f = options.get(c.peek().upper())
         if f is None:
             break
         flags |= f
-        i += 1
+        c.skip()
     nx = flags & _ZADD_NX
     xx = flags & _ZADD_XX
     gt = flags & _ZADD_GT
     lt = flags & _ZADD_LT
     ch = flags & _ZADD_CH
     incr = incr or flags & _ZADD_INCR
-    elements = n - i
+    i = c.pos
+    elements = c.left()
     if elements % 2 or not elements:
         raise syntax_error()
     elements //= 2
@@ -174,7 +176,7 @@ def _zadd(ctx, args, incr):
         raise CommandError(messages.GT_LT_NX_INCOMPATIBLE)
     if incr and elements > 1:
         raise CommandError(messages.INCR_ONE_PAIR)
-    pairs = [(parse_score(args[k]), args[k + 1]) for k in range(i, n, 2)]
+    pairs = [(parse_score(args[k]), args[k + 1]) for k in range(i, len(args), 2)]
 
     key = args[1]
     z = ctx.lookup_zset(key)
@@ -339,22 +341,20 @@ _AUTO, _RANK, _SCORE, _LEX = 0, 1, 2, 3
 def _zrange_generic(ctx, args, start_idx, store, rangetype, reverse):
     """ZRANGE / ZRANGESTORE / Z[REV]RANGE[BYSCORE|BYLEX]. reverse is None for 'auto' (REV allowed).
     Returns the reply, or for a store the (score, member) items of the result."""
-    n = len(args)
     minidx, maxidx = start_idx + 1, start_idx + 2
     withscores = False
     offset, limit = 0, -1
     direction_auto = reverse is None
     type_auto = rangetype == _AUTO
     reverse = bool(reverse)
-    j = start_idx + 3
-    while j < n:
-        opt = args[j].upper()
+    c = ArgCursor(args, start_idx + 3)
+    while c:
+        opt = c.next_upper()
         if not store and opt == b"WITHSCORES":
             withscores = True
-        elif opt == b"LIMIT" and n - j - 1 >= 2:
-            offset = parse_int(args[j + 1])
-            limit = parse_int(args[j + 2])
-            j += 2
+        elif opt == b"LIMIT" and c.left() >= 2:
+            offset = c.int()
+            limit = c.int()
         elif direction_auto and opt == b"REV":
             reverse = True
             direction_auto = False
@@ -366,7 +366,6 @@ def _zrange_generic(ctx, args, start_idx, store, rangetype, reverse):
             type_auto = False
         else:
             raise syntax_error()
-        j += 1
     if rangetype == _AUTO:
         rangetype = _RANK
     if limit != -1 and rangetype == _RANK:
@@ -678,16 +677,15 @@ def _setop(ctx, args, name, dst, numkeys_idx, op, card_only=False):
     how = _SUM
     withscores = False
     limit = 0
-    while j < n:
-        remaining = n - j
-        opt = args[j].upper()
+    c = ArgCursor(args, j)
+    while c:
+        remaining = c.left()   # this option included
+        opt = c.next_upper()
         if op != _DIFF and not card_only and remaining >= setnum + 1 and opt == b"WEIGHTS":
-            j += 1
             for k in range(setnum):
-                weights[k] = parse_score(args[j], messages.WEIGHT_NOT_FLOAT)
-                j += 1
+                weights[k] = parse_score(c.next(), messages.WEIGHT_NOT_FLOAT)
         elif op != _DIFF and not card_only and remaining >= 2 and opt == b"AGGREGATE":
-            a = args[j + 1].upper()
+            a = c.next_upper()
             if a == b"SUM":
                 how = _SUM
             elif a == b"MIN":
@@ -696,13 +694,10 @@ def _setop(ctx, args, name, dst, numkeys_idx, op, card_only=False):
                 how = _MAX
             else:
                 raise syntax_error()
-            j += 2
         elif dst is None and not card_only and opt == b"WITHSCORES":
             withscores = True
-            j += 1
         elif card_only and remaining >= 2 and opt == b"LIMIT":
-            limit = positive_long(args[j + 1], messages.LIMIT_NEGATIVE)
-            j += 2
+            limit = positive_long(c.next(), messages.LIMIT_NEGATIVE)
         else:
             raise syntax_error()
 

@@ -692,7 +692,7 @@ def _events(name, argv, db_id, origin, args):
         return [(G, b"copy_to", _copy_target_db(argv, db_id), argv[2], False)]
     if name in _STREAM_EVENTS:
         return _stream_events(name, argv, db_id, origin)
-    cmd = registry.TABLE.get(name)
+    cmd = registry.find(name)
     if cmd is None or cmd.keyless:
         return ()
     cls = G
