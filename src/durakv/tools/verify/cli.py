@@ -10,7 +10,7 @@ from ...cluster.nats_procs import ProcessError
 from . import scenarios as sc
 from .report import write_report
 
-SCENARIOS = ("acked-writes", "async-rpo", "switch", "failover", "linearizable", "bench")
+SCENARIOS = ("acked-writes", "async-rpo", "switch", "failover", "linearizable", "dirty-reads", "bench")
 TARGET_OK = ("acked-writes", "linearizable", "bench")
 
 EPILOG = """\
@@ -23,6 +23,7 @@ examples:
   durakv verify switch                                        Test 3: async -> sync -> async during writes
   durakv verify failover --runs 4                             Test 4: planned vs unplanned, median
   durakv verify linearizable --faults kill,pause,failover,partition
+  durakv verify dirty-reads --fault partition                 no client sees a write a failover takes back
   durakv verify bench --rate 5000 --duration 30               the seed's two tables, none/async/sync
   durakv verify acked-writes --target 10.0.0.5:6379 --tls --tls-ca ca.pem \\
       --fault-cmd "aws elasticache test-failover --replication-group-id g --node-group-id 0001"
@@ -110,6 +111,18 @@ def build_parser():
     li.add_argument("--time-limit", type=float, default=60.0, help="seconds the checker may search")
     li.add_argument("--op-timeout", type=float, default=1.0, help="client timeout per operation (then: info)")
     li.add_argument("--history", metavar="FILE", help="save the recorded history (JSON lines)")
+    dr = common(sub.add_parser("dirty-reads", help="readers (GET, XREAD BLOCK, keyspace notifications, SYNC) "
+                                                   "must never see a write that is unacknowledged and then lost"),
+                "dirty-reads")
+    dr.add_argument("--fault", choices=sc.DIRTY_FAULTS, default="partition",
+                    help="what stalls the primary's commits: partition (its AZ cut off, default), pause-nats "
+                         "(SIGSTOP of its AZ's NATS node), kill or pause (of the primary)")
+    dr.add_argument("--fault-duration", type=float, default=6.0, help="seconds the fault lasts (default 6)")
+    dr.add_argument("--runs", type=int, default=1)
+    dr.add_argument("--writers", type=int, default=2)
+    dr.add_argument("--rate", type=float, default=50.0, help="writes per second per writer")
+    dr.add_argument("--warmup", type=float, default=3.0)
+    dr.add_argument("--after", type=float, default=3.0, help="seconds of writes after the heal")
     be = common(sub.add_parser("bench", help="the seed's tables: write and read latency per durability mode"),
                 "bench")
     be.add_argument("--modes", type=_csv, default=["none", "async", "sync"])
@@ -191,6 +204,13 @@ def run(args) -> sc.Result:
             if args.history:
                 result.history.save_jsonl(args.history)
             return result
+    if s == "dirty-reads":
+        with _env(args, "sync", partitionable=args.fault == "partition") as env:
+            if env.cluster is None and not env.fault_cmd:
+                raise ClusterError("dirty-reads needs a local cluster (--dir, or none to start one) or --fault-cmd")
+            return sc.dirty_reads(env, fault=args.fault, runs=args.runs, writers=args.writers,
+                                  rate_per_writer=args.rate, warmup_s=args.warmup, fault_s=args.fault_duration,
+                                  after_s=args.after)
     if s == "bench":
         return _bench(args)
     raise ValueError(s)
