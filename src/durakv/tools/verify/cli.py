@@ -19,6 +19,7 @@ or standalone; faults by --fault-cmd), or neither: a local cluster is started in
 
 examples:
   durakv verify acked-writes --fault az-power --runs 6        the seed's Test 1 (sync: 0 lost, every run)
+  durakv verify acked-writes --fault kill --bulk              and a bulk load step: pipelined 4 KB, 2 MB values
   durakv verify async-rpo --runs 3                            Test 2: async loss against the durability lag
   durakv verify switch                                        Test 3: async -> sync -> async during writes
   durakv verify failover --runs 4                             Test 4: planned vs unplanned, median
@@ -82,6 +83,14 @@ def build_parser():
                         help="seconds the fault lasts (az-power 30, kill: restart after 10, pause 5, partition 20)")
         sp.add_argument("--after", type=float, default=10.0, help="seconds of writes after the heal")
         sp.add_argument("--value-bytes", type=int, default=0, help="padding added to each value")
+    bk = aw.add_argument_group("bulk load step (before the fault, next to the writers)")
+    bk.add_argument("--bulk", action="store_true", help="pipelined batches and large values from several clients")
+    bk.add_argument("--bulk-clients", type=int, default=2)
+    bk.add_argument("--bulk-batches", type=int, default=3, help="pipelined batches per client (default 3)")
+    bk.add_argument("--bulk-batch", type=int, default=1000, help="SETs per pipelined batch (default 1000)")
+    bk.add_argument("--bulk-value-bytes", type=int, default=4096, help="value size in a batch (default 4096)")
+    bk.add_argument("--bulk-large", type=int, default=2, help="large values per client (default 2)")
+    bk.add_argument("--bulk-large-bytes", type=int, default=2 << 20, help="large value size (default 2 MiB)")
     sw = common(sub.add_parser("switch", help="Test 3: CONFIG SET durability sync (and back) during writes"),
                 "switch")
     sw.add_argument("--to", choices=("sync", "async"), default="sync")
@@ -172,9 +181,14 @@ def run(args) -> sc.Result:
             _needs_fault(args, env)
             restore = _ensure_mode(env, "async") if rpo else None
             try:
+                bulk = None
+                if getattr(args, "bulk", False):
+                    bulk = {"clients": args.bulk_clients, "batches": args.bulk_batches, "batch": args.bulk_batch,
+                            "value_bytes": args.bulk_value_bytes, "large": args.bulk_large,
+                            "large_bytes": args.bulk_large_bytes}
                 return sc.acked_writes(env, fault=args.fault, runs=args.runs, writers=args.writers,
                                        warmup_s=args.warmup, fault_s=args.fault_duration, after_s=args.after,
-                                       value_bytes=args.value_bytes, rpo=rpo)
+                                       value_bytes=args.value_bytes, rpo=rpo, bulk=bulk)
             finally:
                 if restore:
                     restore()

@@ -33,8 +33,8 @@ from .dirty import CHANNELS, DIRTY_COLUMNS, check_dirty_reads, dirty_reads_table
 from .linearizable import check_registers
 from .report import (Report, Table, acked_writes_report, async_rpo_table, failover_report, latency_report,
                      linearizability_report)
-from .workload import (NOTIFY_EVENTS, DirtyWriter, FeedObserver, GetObserver, InfoSampler, NotifyObserver,
-                       RegisterClient, Target, XreadObserver, read_back, read_stream_values, replicas_missing,
+from .workload import (NOTIFY_EVENTS, BulkWriter, DirtyWriter, FeedObserver, GetObserver, InfoSampler,
+                       NotifyObserver, RegisterClient, Target, XreadObserver, read_back, read_stream_values, replicas_missing,
                        start_writers, stop_all)
 
 PASS, FAILED, UNKNOWN = "ok", "fail", "unknown"
@@ -356,15 +356,19 @@ def _tag():
 # -- acked writes (Test 1) and async RPO (Test 2) ---------------------------------------------------------------------
 
 def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s=None, after_s=10.0,
-                 value_bytes=0, retry_refused=False, rpo=False, title=None) -> Result:
+                 value_bytes=0, retry_refused=False, rpo=False, title=None, bulk=None,
+                 bulk_timeout_s=300.0) -> Result:
     """Writers record every acknowledged key while the fault hits the primary; after the heal every
     acknowledged key must be there with its value (sync). rpo: the async variant (loss is reported against the
-    durability lag seen just before the fault, and a loss within the buffer is not a failure)."""
+    durability lag seen just before the fault, and a loss within the buffer is not a failure).
+    bulk: a bulk load step before the fault, next to the writers: {"clients": n, and BulkWriter's arguments
+    (batches, batch, value_bytes, large, large_bytes)}: pipelined batches and large values from several
+    clients, recorded and checked like every other write, counted in the "Bulk load" table."""
     say = env.say
     if env.fault_cmd:
         fault = "fault-cmd"
     results, histories, details = [], [], []
-    lags, buffers, rejections = [], [], []
+    lags, buffers, rejections, bulk_rows = [], [], [], []
     reasons = []
     tag = _tag()
     for run in range(1, runs + 1):
@@ -378,11 +382,29 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
             sampler.start()
         ws = start_writers(env.target, rec, writers, stop, prefix=f"acked:{tag}:{run}", value_bytes=value_bytes,
                            retry_refused=retry_refused or rpo)
+        bws = []
+        if bulk:
+            spec = dict(bulk)
+            bws = [BulkWriter(env.target, rec, n, stop, f"acked:{tag}:{run}", **{k: v for k, v in spec.items()
+                                                                                   if k != "clients"})
+                   for n in range(spec.get("clients", 2))]
+            for b in bws:
+                b.start()
         t_start = time.monotonic()
         try:
             if not _wait(lambda: sum(w.acked for w in ws) > 0 and time.monotonic() - t_start >= warmup_s,
                          warmup_s + 60):
                 raise RuntimeError("no write was acknowledged before the fault")
+            if bws:
+                if not _wait(lambda: not any(b.is_alive() for b in bws), bulk_timeout_s, interval_s=0.2):
+                    reasons.append(f"run {run}: the bulk load step did not finish within {bulk_timeout_s:g}s "
+                                   f"({sum(b.acked + b.large_acked for b in bws):,} of "
+                                   f"{sum(b.sent + b.large_sent for b in bws):,} writes acknowledged)")
+                bulk_rows.append(_bulk_row(run, bws))
+                errs = sum(sum(b.errors.values()) for b in bws)
+                if errs:
+                    reasons.append(f"run {run}: the bulk load step had {errs:,} error(s): "
+                                   + ", ".join(f"{k} ({v})" for b in bws for k, v in b.errors.most_common(3)))
             fr = FaultRun(env, None if env.fault_cmd else chaos_args(fault, fault_s)).start()
             fr.wait()
             healed = time.monotonic()
@@ -391,7 +413,7 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
                          and time.monotonic() - healed >= after_s, after_s + 60):
                 reasons.append(f"run {run}: no write acknowledged within {after_s + 60:g}s after the heal")
         finally:
-            alive = stop_all(ws + ([sampler] if sampler else []), stop)
+            alive = stop_all(ws + bws + ([sampler] if sampler else []), stop)
         if alive:
             reasons.append(f"run {run}: writers still blocked at the end: {', '.join(alive)}")
         env.healthy()
@@ -441,6 +463,9 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
     rep = acked_writes_report(results, histories, title=title or f"durakv verify {name} --fault {fault}",
                               text=[_env_text(env), SEED[name]])
     rep.tables.append(_fault_table(details, rpo))
+    if bulk:
+        rep.tables.append(_bulk_table(bulk_rows, bulk))
+        rep.data["bulk"] = [dict(zip(BULK_COLUMNS, r)) for r in bulk_rows]
     if rpo:
         rep.tables.insert(0, async_rpo_table(results, lags, buffers, rejections))
     rep.data["details"] = details
@@ -449,6 +474,30 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
         rep.data["buffer_ms"] = buffers
         rep.data["buffer_rejections"] = rejections
     return Result(rep, FAILED if reasons else PASS, reasons)
+
+
+BULK_COLUMNS = ["Run", "Clients", "Pipelined SETs acked", "Pipelined SETs sent", "Large values acked",
+                "Large values sent", "MB acked", "Seconds", "MB/s", "Errors"]
+
+
+def _bulk_row(run, bws) -> list:
+    start = min(b.started_ns for b in bws if b.started_ns is not None)
+    end = max((b.ended_ns or time.monotonic_ns()) for b in bws)
+    seconds = (end - start) / 1e9
+    mb = sum(b.bytes_acked for b in bws) / 1e6
+    return [str(run), len(bws), sum(b.acked for b in bws), sum(b.sent for b in bws),
+            sum(b.large_acked for b in bws), sum(b.large_sent for b in bws), round(mb, 3), round(seconds, 3),
+            round(mb / seconds, 3) if seconds > 0 else None, sum(sum(b.errors.values()) for b in bws)]
+
+
+def _bulk_table(rows, spec) -> Table:
+    note = (f"Before the fault, next to the writers: {spec.get('clients', 2)} client(s), each pipelining "
+            f"{spec.get('batches', 3)} batch(es) of {spec.get('batch', 1000):,} SETs of "
+            f"{spec.get('value_bytes', 4096):,} B and, between them, {spec.get('large', 0)} SET(s) of "
+            f"{spec.get('large_bytes', 2 << 20):,} B. Every one of them is checked after recovery with the other "
+            "writes.")
+    return Table("Bulk load", BULK_COLUMNS, rows, notes=[note], name="bulk",
+                 formats={"MB acked": "{:.1f}", "Seconds": "{:.2f}", "MB/s": "{:.1f}"})
 
 
 def _fault_table(details, rpo) -> Table:

@@ -918,3 +918,105 @@ def read_stream_values(target, stream, timeout_s=60.0) -> list:
     finally:
         client.close()
     raise TimeoutError(f"XRANGE {stream} failed for {timeout_s:g}s: {last}")
+
+
+# -- the bulk load step of acked-writes ---------------------------------------------------------------------------
+
+class BulkWriter(threading.Thread):
+    """Pipelines `batches` batches of `batch` SETs of `value_bytes` values to unique keys, then (and between
+    batches) `large` SETs of `large_bytes` values, each recorded as a `write-key` operation. A pipeline's
+    commands are concurrent operations, so each slot of a batch is its own process ("bulk<n>.<slot>")."""
+
+    def __init__(self, target, rec, n, stop, prefix, batches=3, batch=1000, value_bytes=4096, large=0,
+                 large_bytes=2 << 20, timeout_s=120.0):
+        super().__init__(daemon=True, name=f"verify-bulk-{n}")
+        self.target, self.rec, self.n, self.stop = target, rec, n, stop
+        self.prefix = prefix
+        self.batches, self.batch, self.value_bytes = batches, batch, value_bytes
+        self.large, self.large_bytes = large, large_bytes
+        self.timeout_s = timeout_s
+        self.sent = self.acked = self.large_sent = self.large_acked = 0
+        self.bytes_acked = 0
+        self.errors = Counter()
+        self.started_ns = self.ended_ns = None
+        self.error = None
+
+    def run(self):
+        try:
+            self._run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the scenario
+            self.error = exc
+        finally:
+            self.ended_ns = time.monotonic_ns()
+
+    def _value(self, key, size):
+        head = f"{key}:"
+        return head + "x" * max(0, size - len(head))
+
+    def _run(self):
+        client = _Client(self.target, self.timeout_s, self.stop)
+        self.started_ns = time.monotonic_ns()
+        large_left = self.large
+        try:
+            for b in range(self.batches):
+                if self.stop.is_set():
+                    break
+                self._batch(client, b)
+                if large_left and not self.stop.is_set():
+                    self._large(client, self.large - large_left)
+                    large_left -= 1
+            while large_left and not self.stop.is_set():
+                self._large(client, self.large - large_left)
+                large_left -= 1
+        finally:
+            client.close()
+
+    def _complete(self, process, reply, size):
+        if isinstance(reply, Exception):
+            outcome, text = classify(reply)
+            (self.rec.fail if outcome == FAIL else self.rec.info)(process, text)
+            self.errors[text[:60]] += 1
+            return False
+        if reply:
+            self.rec.ok(process)
+            self.bytes_acked += size
+            return True
+        self.rec.fail(process, f"SET replied {reply!r}")
+        return False
+
+    def _batch(self, client, b):
+        c = client.get()
+        if c is None:
+            return
+        items = []
+        for j in range(self.batch):
+            key = f"{self.prefix}:bulk:{self.n}:{b}:{j}"
+            items.append((f"bulk{self.n}.{j}", key, self._value(key, self.value_bytes)))
+        pipe = c.pipeline(transaction=False)
+        for process, key, value in items:
+            self.rec.invoke(process, WRITE_KEY, key, value)
+            pipe.set(key, value)
+        self.sent += len(items)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - the whole batch: each may or may not have happened
+            replies = [exc] * len(items)
+            client.broken()
+        for (process, _key, value), reply in zip(items, replies):
+            self.acked += self._complete(process, reply, len(value))
+
+    def _large(self, client, i):
+        c = client.get()
+        if c is None:
+            return
+        process = f"bulk{self.n}.large"
+        key = f"{self.prefix}:large:{self.n}:{i}"
+        value = self._value(key, self.large_bytes)
+        self.rec.invoke(process, WRITE_KEY, key, value)
+        self.large_sent += 1
+        try:
+            reply = c.set(key, value)
+        except Exception as exc:  # noqa: BLE001
+            reply = exc
+            client.broken()
+        self.large_acked += self._complete(process, reply, len(value))
