@@ -128,7 +128,9 @@ def build_parser():
     dr.add_argument("--fault", choices=sc.DIRTY_FAULTS, default="partition",
                     help="what stalls the primary's commits: partition (its AZ cut off, default), pause-nats "
                          "(SIGSTOP of its AZ's NATS node), kill or pause (of the primary)")
-    dr.add_argument("--fault-duration", type=float, default=6.0, help="seconds the fault lasts (default 6)")
+    dr.add_argument("--fault-duration", type=float, default=15.0,
+                    help="seconds the fault lasts (default 15: NATS may first need 4-9 s to elect leaders in the "
+                         "majority, then a replica watches a whole lease before it takes over)")
     dr.add_argument("--runs", type=int, default=1)
     dr.add_argument("--writers", type=int, default=2)
     dr.add_argument("--rate", type=float, default=50.0, help="writes per second per writer")

@@ -35,8 +35,8 @@ from .linearizable import check_registers
 from .report import (Report, Table, acked_writes_report, async_rpo_table, failover_report, latency_report,
                      linearizability_report)
 from .workload import (NOTIFY_EVENTS, BulkWriter, DirtyWriter, FeedObserver, GetObserver, InfoSampler,
-                       NotifyObserver, RegisterClient, Target, XreadObserver, read_back, read_stream_values, replicas_missing,
-                       start_writers, stop_all)
+                       NotifyObserver, RdbObserver, RegisterClient, Target, XreadObserver, read_back,
+                       read_stream_values, replicas_missing, start_writers, stop_all)
 
 PASS, FAILED, UNKNOWN = "ok", "fail", "unknown"
 FAULT_DEFAULT_S = {"az-power": 30.0, "kill": 10.0, "pause": 5.0, "partition": 20.0, "failover": 0.0}
@@ -542,7 +542,7 @@ def dirty_chaos_args(env, fault, duration_s):
     return chaos_args(fault, duration_s)
 
 
-def dirty_reads(env, fault="partition", runs=1, writers=2, rate_per_writer=50.0, warmup_s=3.0, fault_s=6.0,
+def dirty_reads(env, fault="partition", runs=1, writers=2, rate_per_writer=50.0, warmup_s=3.0, fault_s=15.0,
                 after_s=3.0, write_timeout_s=15.0) -> Result:
     """Writers write unique values (SET of keys written once, XADD to one stream) while readers record what
     they see: GET of the key in flight (a cluster client), XREAD BLOCK, keyspace notifications and a SYNC
@@ -563,7 +563,8 @@ def dirty_reads(env, fault="partition", runs=1, writers=2, rate_per_writer=50.0,
         ws = [DirtyWriter(env.target, rec, f"w{n}", stop, prefix, stream, timeout_s=write_timeout_s,
                           rate_per_s=rate_per_writer) for n in range(writers)]
         obs = [cls(env.target, rec, name, stop, prefix, stream)
-               for cls, name in ((XreadObserver, "xread"), (NotifyObserver, "notify"), (FeedObserver, "feed"))]
+               for cls, name in ((XreadObserver, "xread"), (NotifyObserver, "notify"), (FeedObserver, "feed"),
+                                 (RdbObserver, "rdb"))]
         getter = GetObserver(env.target, rec, "get", stop, ws, timeout_s=write_timeout_s)
         for t in obs + [getter] + ws:
             t.start()

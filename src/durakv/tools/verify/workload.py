@@ -685,6 +685,7 @@ class _Observer(threading.Thread):
     `observe` operation through `via`."""
 
     via = None
+    pause_s = 0.05     # between one attachment's end and the next
 
     def __init__(self, target, rec, process, stop, prefix, stream, timeout_s=5.0):
         super().__init__(daemon=True, name=f"verify-observer-{process}")
@@ -716,7 +717,7 @@ class _Observer(threading.Thread):
                     self.follow(host, port)
                 except Exception as exc:  # noqa: BLE001 - the node went away (failover, re-execution): re-attach
                     self.last_error = error_text(exc)
-                    self.stop.wait(0.05)
+                self.stop.wait(self.pause_s)
         except BaseException as exc:  # noqa: BLE001
             self.error = exc
 
@@ -777,6 +778,7 @@ class FeedObserver(_Observer):
 
     via = "SYNC feed"
     RDB = "SYNC RDB"
+    rdb_only = False
 
     def _connect(self, host, port):
         import socket
@@ -824,6 +826,8 @@ class FeedObserver(_Observer):
                         continue
                     rdb = buf[nl + 2:nl + 2 + size]
                     self._observe_rdb(load_rdb_file(rdb))
+                    if self.rdb_only:
+                        return
                     data, buf = buf[nl + 2 + size:], b""
                 reader.feed(data)
                 while True:
@@ -855,6 +859,16 @@ class FeedObserver(_Observer):
                     fields = list(fields)
                     if b"v" in fields[:-1]:
                         self.observe(self.stream, fields[fields.index(b"v") + 1], self.RDB)
+
+
+class RdbObserver(FeedObserver):
+    """`redis-cli --rdb` over and over: SYNC, the RDB file, close; again half a second later. An export taken
+    while a write is uncommitted must wait for its commit (the feed's own RDB is taken only once per attachment,
+    before the run's writes)."""
+
+    via = FeedObserver.RDB
+    rdb_only = True
+    pause_s = 0.5
 
 
 class GetObserver(threading.Thread):
