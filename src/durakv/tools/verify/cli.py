@@ -132,7 +132,7 @@ def build_parser():
                     help="seconds the fault lasts (default 15: NATS may first need 4-9 s to elect leaders in the "
                          "majority, then a replica watches a whole lease before it takes over)")
     dr.add_argument("--runs", type=int, default=1)
-    dr.add_argument("--writers", type=int, default=2)
+    dr.add_argument("--writers", type=int, default=4)
     dr.add_argument("--rate", type=float, default=50.0, help="writes per second per writer")
     dr.add_argument("--warmup", type=float, default=3.0)
     dr.add_argument("--after", type=float, default=3.0, help="seconds of writes after the heal")

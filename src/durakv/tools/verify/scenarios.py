@@ -9,6 +9,8 @@ reasons behind it. The seed (shared/seeds/000_e664b13db1353243.txt) is what they
 - switch: Test 3, CONFIG SET durability sync (and back) during writes: time until effective, errors, stalls;
 - failover: Test 4, planned against unplanned failover, write unavailability per run and the median;
 - linearizable: reads, writes and CAS (WATCH/MULTI/EXEC, Lua) on a few keys under faults, checked;
+- dirty_reads: readers on GET, XREAD BLOCK, keyspace notifications and SYNC while commits stall and the
+  primary fails over: nothing a reader saw may belong to a write never acknowledged and gone after recovery;
 - bench: the seed's two latency tables per durability mode at a fixed rate.
 """
 
@@ -542,7 +544,7 @@ def dirty_chaos_args(env, fault, duration_s):
     return chaos_args(fault, duration_s)
 
 
-def dirty_reads(env, fault="partition", runs=1, writers=2, rate_per_writer=50.0, warmup_s=3.0, fault_s=15.0,
+def dirty_reads(env, fault="partition", runs=1, writers=4, rate_per_writer=50.0, warmup_s=3.0, fault_s=15.0,
                 after_s=3.0, write_timeout_s=15.0) -> Result:
     """Writers write unique values (SET of keys written once, XADD to one stream) while readers record what
     they see: GET of the key in flight (a cluster client), XREAD BLOCK, keyspace notifications and a SYNC
