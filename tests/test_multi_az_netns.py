@@ -148,10 +148,9 @@ class Layout:
         for i, (letter, addr) in enumerate(hosts):
             name = self.ns(letter)
             self._add(name)
-            inner, outer = f"{self.tag[-6:]}{i}i", f"{self.tag[-6:]}{i}o"   # at most 15 characters
-            ip("link", "add", inner, "type", "veth", "peer", "name", outer)
-            ip("link", "set", inner, "netns", name)
-            ip("link", "set", outer, "netns", sw)
+            # Made inside the two namespaces at once: nothing is added to the host's own network.
+            inner, outer = f"dk{os.getpid()}{i}i", f"dk{os.getpid()}{i}o"   # at most 15 characters
+            ip("link", "add", inner, "netns", name, "type", "veth", "peer", "name", outer, "netns", sw)
             ip("-n", sw, "link", "set", outer, "master", "br0")
             ip("-n", sw, "link", "set", outer, "up")
             ip("-n", name, "addr", "add", f"{addr}/16", "dev", inner)

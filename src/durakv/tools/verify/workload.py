@@ -780,6 +780,10 @@ class FeedObserver(_Observer):
     RDB = "SYNC RDB"
     rdb_only = False
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._rdb_seen = set()     # (key, value) already recorded from an export
+
     def _connect(self, host, port):
         import socket
         sock = socket.create_connection((host, port), timeout=self.timeout_s)
@@ -850,15 +854,24 @@ class FeedObserver(_Observer):
             self.observe(key, value, via)
 
     def _observe_rdb(self, parsed):
+        # Only the first time a value shows up in an export counts (the earliest sighting is what a checker
+        # needs); recording every value of every export would grow the history with the square of the run.
+        seen = self._rdb_seen
         databases, _libraries = parsed
         for key, value, _expire in databases.get(0, ()):
             if isinstance(value, (bytes, bytearray)):
-                self._maybe(key, value, self.RDB)
+                value = bytes(value)
+                if (key, value) not in seen:
+                    seen.add((key, value))
+                    self._maybe(key, value, self.RDB)
             elif _decoded(key) == self.stream and hasattr(value, "entries"):
                 for fields in value.entries.values():
                     fields = list(fields)
                     if b"v" in fields[:-1]:
-                        self.observe(self.stream, fields[fields.index(b"v") + 1], self.RDB)
+                        v = fields[fields.index(b"v") + 1]
+                        if (key, v) not in seen:
+                            seen.add((key, v))
+                            self.observe(self.stream, v, self.RDB)
 
 
 class RdbObserver(FeedObserver):
