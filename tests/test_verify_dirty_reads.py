@@ -101,14 +101,14 @@ def partitionable_cluster(tmp_path_factory):
 
 
 def test_no_reader_sees_a_write_that_a_failover_takes_back(partitionable_cluster):
-    """The primary's AZ is cut off for 15 s (NATS may first need 4-9 s to elect leaders in the majority): its
+    """The primary's AZ is cut off for 20 s (NATS may first need 4-9 s to elect leaders in the majority): its
     commits stall, a replica takes the lease, the old primary re-executes. Every channel saw values, the fault
     moved the primary, and no observed value belongs to a write that was never acknowledged and is gone. Fails
     on a server that pushes, feeds, exports or wakes blocked readers before the commit (the checker lists each
     dirty read)."""
     env = sc.Env.local(partitionable_cluster.dir, say=quiet)
     before = partitionable_cluster.reload().primary(0).name
-    res = sc.dirty_reads(env, fault="partition", writers=4, warmup_s=2.0, fault_s=15.0, after_s=2.0)
+    res = sc.dirty_reads(env, fault="partition", writers=4, warmup_s=2.0, fault_s=20.0, after_s=2.0)
     run = res.report.data["runs"][0]
     for via in (VIA_GET, VIA_XREAD, VIA_NOTIFY, VIA_FEED, VIA_RDB):
         assert run["channels"][via]["observed"] > 0, (via, run["channels"])

@@ -126,8 +126,9 @@ def build_parser():
                                                    "must never see a write that is unacknowledged and then lost"),
                 "dirty-reads")
     dr.add_argument("--fault", choices=sc.DIRTY_FAULTS, default="partition",
-                    help="what stalls the primary's commits: partition (its AZ cut off, default), pause-nats "
-                         "(SIGSTOP of its AZ's NATS node), kill or pause (of the primary)")
+                    help="what stalls the primary's commits: partition (its AZ cut off, default: the reliable "
+                         "one), pause-nats (SIGSTOP of its AZ's NATS node: it stalls the primary only where its "
+                         "NATS connections are, picked at random, until they move), kill or pause (of the primary)")
     dr.add_argument("--fault-duration", type=float, default=15.0,
                     help="seconds the fault lasts (default 15: NATS may first need 4-9 s to elect leaders in the "
                          "majority, then a replica watches a whole lease before it takes over)")

@@ -535,7 +535,8 @@ DIRTY_FAULTS = ("partition", "pause-nats", "kill", "pause")
 def dirty_chaos_args(env, fault, duration_s):
     """The nemesis of dirty-reads: commits stall on the primary while the others elect a new one.
     partition: the primary's AZ is cut off (its own NATS node is in the minority; clients still reach it);
-    pause-nats: SIGSTOP of the NATS node of the primary's AZ; kill / pause: the primary itself."""
+    pause-nats: SIGSTOP of the NATS node of the primary's AZ (a node connects to a NATS server picked at random
+    and moves after about 3 missed pings, so this stalls it only sometimes); kill / pause: the primary itself."""
     if fault == "pause-nats":
         primary = env.cluster.reload().primary(0) if env.cluster is not None else None
         if primary is None:
