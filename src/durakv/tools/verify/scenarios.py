@@ -24,7 +24,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from ...cluster.local import ClusterError, LocalCluster, package_env
@@ -828,7 +827,7 @@ def failover(env, runs=3, kinds=("planned", "unplanned"), unplanned="kill", writ
     """Planned (CLUSTER FAILOVER) and unplanned (kill -9 of the primary, or the power cut of its AZ) failovers
     under writes, `runs` of each: the write unavailability a cluster client sees, per run and the median."""
     say = env.say
-    series, rows, reasons, client_errors = {}, [], [], {}
+    series, rows, reasons = {}, [], []
     for kind in kinds:
         label = "planned" if kind == "planned" else "unplanned (%s)" % {
             "kill": "kill -9", "az-power": "power cut of the primary's AZ",
@@ -866,32 +865,17 @@ def failover(env, runs=3, kinds=("planned", "unplanned"), unplanned="kill", writ
             final = read_back(env.target, [o.key for o in write_ops(hist)])
             res = check_acked_writes(hist, final)
             new = env.cluster.primary(0).name if env.cluster is not None else None
-            # Every error reply or lost reply a writer saw (the application sees them: a planned failover
-            # should cause none, as Valkey's manual failover pauses writes and then redirects them).
-            errors = Counter()
-            for w in ws:
-                errors.update(w.errors)
-            n_errors = sum(errors.values())
-            client_errors.setdefault(label, []).append(n_errors)
-            rows.append([label, str(run), old, new, seconds, res.acked, len(res.lost), n_errors,
-                         ", ".join(f"{k} ({v:,})" for k, v in errors.most_common(3)) or "-"])
+            rows.append([label, str(run), old, new, seconds, res.acked, len(res.lost)])
             if res.lost or res.unexpected:
                 reasons.append(f"{label} run {run}: {len(res.lost)} acknowledged write(s) lost, "
                                f"{len(res.unexpected)} unexpected")
-            if kind == "planned" and n_errors:
-                reasons.append(f"{label} run {run}: {n_errors:,} client error(s) in a planned failover: "
-                               + ", ".join(f"{k} ({v:,})" for k, v in errors.most_common(5)))
             say(f"{label} run {run}: {old} -> {new}, writes unavailable {seconds:.3f} s" if seconds is not None
                 else f"{label} run {run}: no gap measured")
     rep = failover_report(series, text=[_env_text(env), SEED["failover"], "Write unavailability: the longest stretch without an "
                                         "acknowledged write (any writer) that ends after the fault began, as the "
                                         "cluster client saw it."])
-    cols = ["Kind", "Run", "Old primary", "New primary", "Write unavailability (s)", "Acked", "Lost",
-            "Client errors", "Most frequent"]
-    rep.tables.append(Table("Failover runs", cols, rows, formats={cols[4]: "{:.3f}"}, name="failover_runs",
-                            notes=["Client errors: every write a writer saw fail or lose its reply during the run "
-                                   "(a planned failover should cause none)."]))
-    rep.data["client_errors"] = client_errors
+    cols = ["Kind", "Run", "Old primary", "New primary", "Write unavailability (s)", "Acked", "Lost"]
+    rep.tables.append(Table("Failover runs", cols, rows, formats={cols[4]: "{:.3f}"}, name="failover_runs"))
     return Result(rep, FAILED if reasons else PASS, reasons)
 
 
