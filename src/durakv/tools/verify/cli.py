@@ -102,6 +102,8 @@ def build_parser():
     fo = common(sub.add_parser("failover", help="Test 4: planned vs unplanned failover, N runs each"), "failover")
     fo.add_argument("--runs", type=int, default=3)
     fo.add_argument("--kinds", type=_csv, default=["planned", "unplanned"])
+    fo.add_argument("--planned", dest="kinds", action="store_const", const=["planned"],
+                    help="planned failovers only (same as --kinds planned)")
     fo.add_argument("--unplanned", choices=("kill", "az-power", "az-power-stream-leader"), default="kill",
                     help="the unplanned fault: kill -9 of the primary (default), the power cut of its AZ, or of "
                          "the AZ of the journal stream's NATS leader")
