@@ -132,6 +132,22 @@ def test_acked_writes_survive_each_fault(sync_cluster, fault, seconds):
     assert "1/1 runs lost no acknowledged write." in table
 
 
+def test_acked_writes_with_a_bulk_load_step(sync_cluster):
+    """Pipelined batches of 4 KB values and 2 MB values from two clients before the fault, counted in the
+    "Bulk load" table and checked after recovery like every other write."""
+    bulk = {"clients": 2, "batches": 2, "batch": 1000, "value_bytes": 4096, "large": 1, "large_bytes": 2 << 20}
+    res = sc.acked_writes(env_of(sync_cluster), fault="kill", runs=1, writers=2, fault_s=1.0, bulk=bulk, **SHORT)
+    assert res.status == sc.PASS, res.reasons
+    row = res.report.data["bulk"][0]
+    assert row["Pipelined SETs sent"] == 4000 and row["Pipelined SETs acked"] == 4000
+    assert row["Large values sent"] == 2 and row["Large values acked"] == 2 and row["Errors"] == 0
+    assert row["MB acked"] >= (4000 * 4096 + 2 * (2 << 20)) / 1e6 - 0.001
+    run = res.report.data["runs"][0]
+    assert run["acked"] >= 4002 and run["lost"] == 0
+    text = res.report.to_text()
+    assert "Bulk load" in text and "pipelining 2 batch(es) of 1,000 SETs of 4,096 B" in text
+
+
 def test_failover_planned_and_unplanned(sync_cluster):
     res = sc.failover(env_of(sync_cluster), runs=1, writers=3, warmup_s=1.0, after_s=1.0, restart_after_s=1.0)
     assert res.status == sc.PASS, res.reasons

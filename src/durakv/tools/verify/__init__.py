@@ -12,6 +12,7 @@ checkers + report, per scenario) and cli.py; the nemesis is tools/chaos/.
 """
 
 from .acked import AckedWritesResult, LostKey, Window, check_acked_writes, write_rate
+from .dirty import DirtyRead, DirtyReadsResult, check_dirty_reads
 from .history import (ADD, CAS, FAIL, FAULT_START, FAULT_STOP, INFO, INVOKE, NEMESIS, OK, READ, WRITE,
                       WRITE_KEY, FaultWindow, History, Op, Operation, Recorder, pair)
 from .linearizable import (LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN, Counterexample, KeyResult,
@@ -26,6 +27,7 @@ __all__ = [
     "LINEARIZABLE", "NOT_LINEARIZABLE", "UNKNOWN", "Counterexample", "KeyResult", "LinearizabilityResult",
     "check_registers", "describe",
     "AckedWritesResult", "LostKey", "Window", "check_acked_writes", "write_rate",
+    "DirtyRead", "DirtyReadsResult", "check_dirty_reads",
     "Plot", "Report", "Table", "acked_writes_report", "acked_writes_table", "async_rpo_table", "failover_report",
     "failover_table", "latency_report", "latency_table", "linearizability_report", "linearizability_table",
     "write_report",

@@ -10,7 +10,7 @@ from ...cluster.nats_procs import ProcessError
 from . import scenarios as sc
 from .report import write_report
 
-SCENARIOS = ("acked-writes", "async-rpo", "switch", "failover", "linearizable", "bench")
+SCENARIOS = ("acked-writes", "async-rpo", "switch", "failover", "linearizable", "dirty-reads", "bench")
 TARGET_OK = ("acked-writes", "linearizable", "bench")
 
 EPILOG = """\
@@ -19,10 +19,12 @@ or standalone; faults by --fault-cmd), or neither: a local cluster is started in
 
 examples:
   durakv verify acked-writes --fault az-power --runs 6        the seed's Test 1 (sync: 0 lost, every run)
+  durakv verify acked-writes --fault kill --bulk              and a bulk load step: pipelined 4 KB, 2 MB values
   durakv verify async-rpo --runs 3                            Test 2: async loss against the durability lag
   durakv verify switch                                        Test 3: async -> sync -> async during writes
   durakv verify failover --runs 4                             Test 4: planned vs unplanned, median
   durakv verify linearizable --faults kill,pause,failover,partition
+  durakv verify dirty-reads --fault partition                 no client sees a write a failover takes back
   durakv verify bench --rate 5000 --duration 30               the seed's two tables, none/async/sync
   durakv verify acked-writes --target 10.0.0.5:6379 --tls --tls-ca ca.pem \\
       --fault-cmd "aws elasticache test-failover --replication-group-id g --node-group-id 0001"
@@ -81,6 +83,14 @@ def build_parser():
                         help="seconds the fault lasts (az-power 30, kill: restart after 10, pause 5, partition 20)")
         sp.add_argument("--after", type=float, default=10.0, help="seconds of writes after the heal")
         sp.add_argument("--value-bytes", type=int, default=0, help="padding added to each value")
+    bk = aw.add_argument_group("bulk load step (before the fault, next to the writers)")
+    bk.add_argument("--bulk", action="store_true", help="pipelined batches and large values from several clients")
+    bk.add_argument("--bulk-clients", type=int, default=2)
+    bk.add_argument("--bulk-batches", type=int, default=3, help="pipelined batches per client (default 3)")
+    bk.add_argument("--bulk-batch", type=int, default=1000, help="SETs per pipelined batch (default 1000)")
+    bk.add_argument("--bulk-value-bytes", type=int, default=4096, help="value size in a batch (default 4096)")
+    bk.add_argument("--bulk-large", type=int, default=2, help="large values per client (default 2)")
+    bk.add_argument("--bulk-large-bytes", type=int, default=2 << 20, help="large value size (default 2 MiB)")
     sw = common(sub.add_parser("switch", help="Test 3: CONFIG SET durability sync (and back) during writes"),
                 "switch")
     sw.add_argument("--to", choices=("sync", "async"), default="sync")
@@ -92,6 +102,8 @@ def build_parser():
     fo = common(sub.add_parser("failover", help="Test 4: planned vs unplanned failover, N runs each"), "failover")
     fo.add_argument("--runs", type=int, default=3)
     fo.add_argument("--kinds", type=_csv, default=["planned", "unplanned"])
+    fo.add_argument("--planned", dest="kinds", action="store_const", const=["planned"],
+                    help="planned failovers only (same as --kinds planned)")
     fo.add_argument("--unplanned", choices=("kill", "az-power", "az-power-stream-leader"), default="kill",
                     help="the unplanned fault: kill -9 of the primary (default), the power cut of its AZ, or of "
                          "the AZ of the journal stream's NATS leader")
@@ -110,6 +122,21 @@ def build_parser():
     li.add_argument("--time-limit", type=float, default=60.0, help="seconds the checker may search")
     li.add_argument("--op-timeout", type=float, default=1.0, help="client timeout per operation (then: info)")
     li.add_argument("--history", metavar="FILE", help="save the recorded history (JSON lines)")
+    dr = common(sub.add_parser("dirty-reads", help="readers (GET, XREAD BLOCK, keyspace notifications, SYNC) "
+                                                   "must never see a write that is unacknowledged and then lost"),
+                "dirty-reads")
+    dr.add_argument("--fault", choices=sc.DIRTY_FAULTS, default="partition",
+                    help="what stalls the primary's commits: partition (its AZ cut off, default: the reliable "
+                         "one), pause-nats (SIGSTOP of its AZ's NATS node: it stalls the primary only where its "
+                         "NATS connections are, picked at random, until they move), kill or pause (of the primary)")
+    dr.add_argument("--fault-duration", type=float, default=15.0,
+                    help="seconds the fault lasts (default 15: NATS may first need 4-9 s to elect leaders in the "
+                         "majority, then a replica watches a whole lease before it takes over)")
+    dr.add_argument("--runs", type=int, default=1)
+    dr.add_argument("--writers", type=int, default=4)
+    dr.add_argument("--rate", type=float, default=50.0, help="writes per second per writer")
+    dr.add_argument("--warmup", type=float, default=3.0)
+    dr.add_argument("--after", type=float, default=3.0, help="seconds of writes after the heal")
     be = common(sub.add_parser("bench", help="the seed's tables: write and read latency per durability mode"),
                 "bench")
     be.add_argument("--modes", type=_csv, default=["none", "async", "sync"])
@@ -159,9 +186,14 @@ def run(args) -> sc.Result:
             _needs_fault(args, env)
             restore = _ensure_mode(env, "async") if rpo else None
             try:
+                bulk = None
+                if getattr(args, "bulk", False):
+                    bulk = {"clients": args.bulk_clients, "batches": args.bulk_batches, "batch": args.bulk_batch,
+                            "value_bytes": args.bulk_value_bytes, "large": args.bulk_large,
+                            "large_bytes": args.bulk_large_bytes}
                 return sc.acked_writes(env, fault=args.fault, runs=args.runs, writers=args.writers,
                                        warmup_s=args.warmup, fault_s=args.fault_duration, after_s=args.after,
-                                       value_bytes=args.value_bytes, rpo=rpo)
+                                       value_bytes=args.value_bytes, rpo=rpo, bulk=bulk)
             finally:
                 if restore:
                     restore()
@@ -191,6 +223,13 @@ def run(args) -> sc.Result:
             if args.history:
                 result.history.save_jsonl(args.history)
             return result
+    if s == "dirty-reads":
+        with _env(args, "sync", partitionable=args.fault == "partition") as env:
+            if env.cluster is None and not env.fault_cmd:
+                raise ClusterError("dirty-reads needs a local cluster (--dir, or none to start one) or --fault-cmd")
+            return sc.dirty_reads(env, fault=args.fault, runs=args.runs, writers=args.writers,
+                                  rate_per_writer=args.rate, warmup_s=args.warmup, fault_s=args.fault_duration,
+                                  after_s=args.after)
     if s == "bench":
         return _bench(args)
     raise ValueError(s)

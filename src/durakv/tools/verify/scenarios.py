@@ -9,6 +9,8 @@ reasons behind it. The seed (shared/seeds/000_e664b13db1353243.txt) is what they
 - switch: Test 3, CONFIG SET durability sync (and back) during writes: time until effective, errors, stalls;
 - failover: Test 4, planned against unplanned failover, write unavailability per run and the median;
 - linearizable: reads, writes and CAS (WATCH/MULTI/EXEC, Lua) on a few keys under faults, checked;
+- dirty_reads: readers on GET, XREAD BLOCK, keyspace notifications and SYNC while commits stall and the
+  primary fails over: nothing a reader saw may belong to a write never acknowledged and gone after recovery;
 - bench: the seed's two latency tables per durability mode at a fixed rate.
 """
 
@@ -28,11 +30,14 @@ from ...cluster.local import ClusterError, LocalCluster, package_env
 from ..chaos import events_path, log_size, read_events, wait_healthy
 from ..chaos.events import START, STOP
 from .acked import check_acked_writes, write_ops
-from .history import FAULT_START, FAULT_STOP, INFO, NEMESIS, OK, History, Op, Recorder
+from .history import FAULT_START, FAULT_STOP, INFO, NEMESIS, OK, WRITE_KEY, History, Op, Recorder
+from .dirty import CHANNELS, DIRTY_COLUMNS, check_dirty_reads, dirty_reads_table_rows, first_dirty
 from .linearizable import check_registers
 from .report import (Report, Table, acked_writes_report, async_rpo_table, failover_report, latency_report,
                      linearizability_report)
-from .workload import InfoSampler, RegisterClient, Target, read_back, replicas_missing, start_writers, stop_all
+from .workload import (NOTIFY_EVENTS, BulkWriter, DirtyWriter, FeedObserver, GetObserver, InfoSampler,
+                       NotifyObserver, RdbObserver, RegisterClient, Target, XreadObserver, read_back,
+                       read_stream_values, replicas_missing, start_writers, stop_all)
 
 PASS, FAILED, UNKNOWN = "ok", "fail", "unknown"
 FAULT_DEFAULT_S = {"az-power": 30.0, "kill": 10.0, "pause": 5.0, "partition": 20.0, "failover": 0.0}
@@ -353,15 +358,19 @@ def _tag():
 # -- acked writes (Test 1) and async RPO (Test 2) ---------------------------------------------------------------------
 
 def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s=None, after_s=10.0,
-                 value_bytes=0, retry_refused=False, rpo=False, title=None) -> Result:
+                 value_bytes=0, retry_refused=False, rpo=False, title=None, bulk=None,
+                 bulk_timeout_s=300.0) -> Result:
     """Writers record every acknowledged key while the fault hits the primary; after the heal every
     acknowledged key must be there with its value (sync). rpo: the async variant (loss is reported against the
-    durability lag seen just before the fault, and a loss within the buffer is not a failure)."""
+    durability lag seen just before the fault, and a loss within the buffer is not a failure).
+    bulk: a bulk load step before the fault, next to the writers: {"clients": n, and BulkWriter's arguments
+    (batches, batch, value_bytes, large, large_bytes)}: pipelined batches and large values from several
+    clients, recorded and checked like every other write, counted in the "Bulk load" table."""
     say = env.say
     if env.fault_cmd:
         fault = "fault-cmd"
     results, histories, details = [], [], []
-    lags, buffers, rejections = [], [], []
+    lags, buffers, rejections, bulk_rows = [], [], [], []
     reasons = []
     tag = _tag()
     for run in range(1, runs + 1):
@@ -375,11 +384,29 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
             sampler.start()
         ws = start_writers(env.target, rec, writers, stop, prefix=f"acked:{tag}:{run}", value_bytes=value_bytes,
                            retry_refused=retry_refused or rpo)
+        bws = []
+        if bulk:
+            spec = dict(bulk)
+            bws = [BulkWriter(env.target, rec, n, stop, f"acked:{tag}:{run}", **{k: v for k, v in spec.items()
+                                                                                   if k != "clients"})
+                   for n in range(spec.get("clients", 2))]
+            for b in bws:
+                b.start()
         t_start = time.monotonic()
         try:
             if not _wait(lambda: sum(w.acked for w in ws) > 0 and time.monotonic() - t_start >= warmup_s,
                          warmup_s + 60):
                 raise RuntimeError("no write was acknowledged before the fault")
+            if bws:
+                if not _wait(lambda: not any(b.is_alive() for b in bws), bulk_timeout_s, interval_s=0.2):
+                    reasons.append(f"run {run}: the bulk load step did not finish within {bulk_timeout_s:g}s "
+                                   f"({sum(b.acked + b.large_acked for b in bws):,} of "
+                                   f"{sum(b.sent + b.large_sent for b in bws):,} writes acknowledged)")
+                bulk_rows.append(_bulk_row(run, bws))
+                errs = sum(sum(b.errors.values()) for b in bws)
+                if errs:
+                    reasons.append(f"run {run}: the bulk load step had {errs:,} error(s): "
+                                   + ", ".join(f"{k} ({v})" for b in bws for k, v in b.errors.most_common(3)))
             fr = FaultRun(env, None if env.fault_cmd else chaos_args(fault, fault_s)).start()
             fr.wait()
             healed = time.monotonic()
@@ -388,7 +415,7 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
                          and time.monotonic() - healed >= after_s, after_s + 60):
                 reasons.append(f"run {run}: no write acknowledged within {after_s + 60:g}s after the heal")
         finally:
-            alive = stop_all(ws + ([sampler] if sampler else []), stop)
+            alive = stop_all(ws + bws + ([sampler] if sampler else []), stop)
         if alive:
             reasons.append(f"run {run}: writers still blocked at the end: {', '.join(alive)}")
         env.healthy()
@@ -438,6 +465,9 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
     rep = acked_writes_report(results, histories, title=title or f"durakv verify {name} --fault {fault}",
                               text=[_env_text(env), SEED[name]])
     rep.tables.append(_fault_table(details, rpo))
+    if bulk:
+        rep.tables.append(_bulk_table(bulk_rows, bulk))
+        rep.data["bulk"] = [dict(zip(BULK_COLUMNS, r)) for r in bulk_rows]
     if rpo:
         rep.tables.insert(0, async_rpo_table(results, lags, buffers, rejections))
     rep.data["details"] = details
@@ -446,6 +476,30 @@ def acked_writes(env, fault="az-power", runs=1, writers=4, warmup_s=5.0, fault_s
         rep.data["buffer_ms"] = buffers
         rep.data["buffer_rejections"] = rejections
     return Result(rep, FAILED if reasons else PASS, reasons)
+
+
+BULK_COLUMNS = ["Run", "Clients", "Pipelined SETs acked", "Pipelined SETs sent", "Large values acked",
+                "Large values sent", "MB acked", "Seconds", "MB/s", "Errors"]
+
+
+def _bulk_row(run, bws) -> list:
+    start = min(b.started_ns for b in bws if b.started_ns is not None)
+    end = max((b.ended_ns or time.monotonic_ns()) for b in bws)
+    seconds = (end - start) / 1e9
+    mb = sum(b.bytes_acked for b in bws) / 1e6
+    return [str(run), len(bws), sum(b.acked for b in bws), sum(b.sent for b in bws),
+            sum(b.large_acked for b in bws), sum(b.large_sent for b in bws), round(mb, 3), round(seconds, 3),
+            round(mb / seconds, 3) if seconds > 0 else None, sum(sum(b.errors.values()) for b in bws)]
+
+
+def _bulk_table(rows, spec) -> Table:
+    note = (f"Before the fault, next to the writers: {spec.get('clients', 2)} client(s), each pipelining "
+            f"{spec.get('batches', 3)} batch(es) of {spec.get('batch', 1000):,} SETs of "
+            f"{spec.get('value_bytes', 4096):,} B and, between them, {spec.get('large', 0)} SET(s) of "
+            f"{spec.get('large_bytes', 2 << 20):,} B. Every one of them is checked after recovery with the other "
+            "writes.")
+    return Table("Bulk load", BULK_COLUMNS, rows, notes=[note], name="bulk",
+                 formats={"MB acked": "{:.1f}", "Seconds": "{:.2f}", "MB/s": "{:.1f}"})
 
 
 def _fault_table(details, rpo) -> Table:
@@ -470,6 +524,113 @@ def _env_text(env) -> str:
     return (f"Target: {where} ({'cluster' if t.cluster_mode else 'standalone'} client"
             f"{', TLS' if t.tls else ''}); faults by "
             + (f"`{env.fault_cmd}`" if env.fault_cmd else "`durakv chaos`") + ".")
+
+
+# -- dirty reads ------------------------------------------------------------------------------------------------
+
+DIRTY_FAULTS = ("partition", "pause-nats", "kill", "pause")
+
+
+def dirty_chaos_args(env, fault, duration_s):
+    """The nemesis of dirty-reads: commits stall on the primary while the others elect a new one.
+    partition: the primary's AZ is cut off (its own NATS node is in the minority; clients still reach it);
+    pause-nats: SIGSTOP of the NATS node of the primary's AZ (a node connects to a NATS server picked at random
+    and moves after about 3 missed pings, so this stalls it only sometimes); kill / pause: the primary itself."""
+    if fault == "pause-nats":
+        primary = env.cluster.reload().primary(0) if env.cluster is not None else None
+        if primary is None:
+            raise ClusterError("pause-nats needs a local cluster with a primary")
+        return ["pause", "--node", f"nats-{primary.az}", "--duration", f"{duration_s:g}"]
+    return chaos_args(fault, duration_s)
+
+
+def dirty_reads(env, fault="partition", runs=1, writers=4, rate_per_writer=50.0, warmup_s=3.0, fault_s=15.0,
+                after_s=3.0, write_timeout_s=15.0) -> Result:
+    """Writers write unique values (SET of keys written once, XADD to one stream) while readers record what
+    they see: GET of the key in flight (a cluster client), XREAD BLOCK, keyspace notifications and a SYNC
+    connection (its RDB file and the command stream after it), the last three attached to the primary. The
+    fault stalls the primary's commits until another node takes over; after the heal everything is read back
+    and the pure checker (dirty.py) flags every observed value whose write was never acknowledged and is gone."""
+    say = env.say
+    if env.fault_cmd:
+        fault = "fault-cmd"
+    rows, run_rows, reasons, data = [], [], [], []
+    for run in range(1, runs + 1):
+        env.healthy()
+        tag = _tag()
+        # One hash tag: every key and the stream live on one shard, so the node-local readers see them all.
+        prefix, stream = f"dirty:{{{tag}}}", f"dirty:{{{tag}}}:s"
+        rec = Recorder(meta={"scenario": "dirty-reads", "run": run, "fault": fault})
+        stop = threading.Event()
+        ws = [DirtyWriter(env.target, rec, f"w{n}", stop, prefix, stream, timeout_s=write_timeout_s,
+                          rate_per_s=rate_per_writer) for n in range(writers)]
+        obs = [cls(env.target, rec, name, stop, prefix, stream)
+               for cls, name in ((XreadObserver, "xread"), (NotifyObserver, "notify"), (FeedObserver, "feed"),
+                                 (RdbObserver, "rdb"))]
+        getter = GetObserver(env.target, rec, "get", stop, ws, timeout_s=write_timeout_s)
+        for t in obs + [getter] + ws:
+            t.start()
+        t_start = time.monotonic()
+        fr = None
+        try:
+            if not _wait(lambda: sum(w.acked for w in ws) > 0 and all(o.seen for o in obs)
+                         and time.monotonic() - t_start >= warmup_s, warmup_s + 60):
+                raise RuntimeError("before the fault: no acknowledged write, or a reader saw nothing ("
+                                   + ", ".join(f"{o.via} {o.seen} ({o.last_error})" for o in obs) + ")")
+            say(f"run {run}/{runs}: readers attached to {obs[0].attached[-1][1]}; fault {fault}")
+            fr = FaultRun(env, None if env.fault_cmd else dirty_chaos_args(env, fault, fault_s)).start()
+            fr.wait()
+            healed = time.monotonic()
+            acked_at_heal = sum(w.acked for w in ws)
+            if not _wait(lambda: sum(w.acked for w in ws) > acked_at_heal and time.monotonic() - healed >= after_s,
+                         after_s + 60):
+                reasons.append(f"run {run}: no write acknowledged within {after_s + 60:g}s after the heal")
+        finally:
+            alive = stop_all(ws + obs + [getter], stop, timeout_s=write_timeout_s + 15)
+            if fr is not None and fr.proc is not None and fr.returncode is None:
+                fr.interrupt()
+        if alive:
+            reasons.append(f"run {run}: clients still blocked at the end: {', '.join(alive)}")
+        env.healthy()
+        hist = with_faults(rec.history(), fr.windows())
+        keys = sorted({o.key for o in hist.operations() if o.f == WRITE_KEY})
+        final = read_back(env.target, keys)
+        final[stream] = read_stream_values(env.target, stream)
+        res = check_dirty_reads(hist, final)
+        for row in dirty_reads_table_rows(res):
+            rows.append([str(run)] + row)
+        window = fr.windows()[0]
+        run_rows.append([str(run), fault, round((window[1] - window[0]) / 1e9, 3) if window[1] else None,
+                         res.writes, res.acked, res.failed, res.indefinite, res.unacked_gone, len(res.lost),
+                         len(res.dirty)])
+        if res.dirty:
+            reasons.append(f"run {run}: {len(res.dirty)} dirty read(s): values of writes never acknowledged and "
+                           "gone after recovery were shown to clients\n" + "\n".join(first_dirty(res)))
+        if res.lost:
+            reasons.append(f"run {run}: {len(res.lost)} acknowledged write(s) lost")
+        d = res.to_dict()
+        d["run"], d["fault"] = run, fault
+        d["readers_attached"] = {o.via: [a for _t, a in o.attached] for o in obs}
+        data.append(d)
+        say(f"run {run}: {res.writes:,} writes ({res.acked:,} acked, {res.unacked_gone:,} unacked and gone), "
+            f"{sum(c.observed for c in res.channels.values()):,} observations, {len(res.dirty)} dirty read(s)")
+    cols = ["Run"] + DIRTY_COLUMNS
+    table = Table("Observed values per channel", cols, rows, name="dirty_reads", formats={cols[5]: "{:.1f}"},
+                  notes=["Dirty read: an observed value whose write was never acknowledged (failed, timed out, or "
+                         "its connection was lost) and that is gone after recovery. Seen before the ack: observed "
+                         "before the writer had its reply (the write was then acknowledged and kept)."])
+    rcols = ["Run", "Fault", "Fault held (s)", "Writes", "Acked", "Failed", "Indefinite",
+             "Unacked and gone", "Acked lost", "Dirty reads"]
+    runs_table = Table("Dirty reads: writes and outcome", rcols, run_rows, name="dirty_runs",
+                       formats={"Fault held (s)": "{:.2f}"})
+    text = [_env_text(env), "Readers: " + ", ".join(CHANNELS) + ". A write's value is unique, so what a reader "
+            "saw names the write. Nothing derived from an uncommitted write may leave the process before its "
+            "commit (DESIGN: reads and uncommitted writes); MONITOR is the documented exception and is not read.",
+            f"Keyspace notifications are switched on (notify-keyspace-events {NOTIFY_EVENTS}) on each node the "
+            "notification reader attaches to."]
+    rep = Report(f"durakv verify dirty-reads --fault {fault}", [runs_table, table], text=text,
+                 data={"runs": data})
+    return Result(rep, FAILED if reasons else PASS, reasons)
 
 
 # -- switch (Test 3) ----------------------------------------------------------------------------------------------

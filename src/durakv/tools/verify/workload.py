@@ -144,6 +144,17 @@ class Target:
         finally:
             c.close()
 
+    def primary_of(self, key, timeout_s=5.0) -> tuple:
+        """(host, port) of the primary serving `key`, as a fresh client sees the cluster now."""
+        if not self.cluster_mode:
+            return self.host, self.port
+        c = self.client(timeout_s)
+        try:
+            n = c.get_node_from_key(key)
+            return n.host, n.port
+        finally:
+            c.close()
+
     def learn_nodes(self, timeout_s=5.0):
         """Adds every node a cluster client discovers to the bootstrap list (a --target cluster names one)."""
         if not self.cluster_mode:
@@ -600,3 +611,439 @@ class InfoSampler(threading.Thread):
             return None
         node = max(best, key=lambda n: best[n] if isinstance(best[n], (int, float)) else 0)
         return node, best[node]
+
+
+# -- the dirty-reads workload ------------------------------------------------------------------------------------
+
+class DirtyWriter(threading.Thread):
+    """Writes unique values, one at a time, alternating SET of a key written once (`write-key`) and XADD of a
+    unique field value to one stream (`xadd`). `pending` is the write in flight (key, value), for the GET
+    reader to read."""
+
+    def __init__(self, target, rec, process, stop, prefix, stream, timeout_s=15.0, rate_per_s=50.0, max_s=3600.0):
+        super().__init__(daemon=True, name=f"verify-dirty-writer-{process}")
+        self.target, self.rec, self.process, self.stop = target, rec, process, stop
+        self.prefix, self.stream = prefix, stream
+        self.timeout_s, self.rate_per_s, self.max_s = timeout_s, rate_per_s, max_s
+        self.pending = None
+        self.acked = 0
+        self.errors = Counter()
+        self.error = None
+
+    def run(self):
+        try:
+            self._run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the scenario
+            self.error = exc
+
+    def _run(self):
+        from .dirty import XADD
+        client = _Client(self.target, self.timeout_s, self.stop)
+        deadline = time.monotonic() + self.max_s
+        interval = 1.0 / self.rate_per_s
+        i = 0
+        try:
+            while not self.stop.is_set() and time.monotonic() < deadline:
+                c = client.get()
+                if c is None:
+                    break
+                value = f"{self.prefix}:{self.process}:{i}"
+                if i % 2 == 0:
+                    f, key = WRITE_KEY, f"{self.prefix}:k:{self.process}:{i}"
+                else:
+                    f, key = XADD, self.stream
+                i += 1
+                self.pending = (key, value) if f == WRITE_KEY else None
+                self.rec.invoke(self.process, f, key, value)
+                try:
+                    reply = c.set(key, value) if f == WRITE_KEY else c.xadd(key, {"v": value})
+                except Exception as exc:  # noqa: BLE001 - every outcome is recorded
+                    outcome, text = classify(exc)
+                    (self.rec.fail if outcome == FAIL else self.rec.info)(self.process, text)
+                    self.errors[text[:60]] += 1
+                    self.pending = None
+                    client.broken()
+                    continue
+                self.pending = None
+                if reply:
+                    self.rec.ok(self.process)
+                    self.acked += 1
+                else:
+                    self.rec.fail(self.process, f"{f} replied {reply!r}")
+                self.stop.wait(interval)
+        finally:
+            client.close()
+
+
+def _decoded(v):
+    return v.decode("utf-8", "surrogateescape") if isinstance(v, (bytes, bytearray)) else v
+
+
+class _Observer(threading.Thread):
+    """A reader attached to the current primary (pub/sub, blocking reads and the SYNC feed are node-local):
+    re-attached to whichever node is primary when its connection ends. Records each value it sees as an
+    `observe` operation through `via`."""
+
+    via = None
+    pause_s = 0.05     # between one attachment's end and the next
+
+    def __init__(self, target, rec, process, stop, prefix, stream, timeout_s=5.0):
+        super().__init__(daemon=True, name=f"verify-observer-{process}")
+        self.target, self.rec, self.process, self.stop = target, rec, process, stop
+        self.prefix, self.stream = prefix, stream
+        self.timeout_s = timeout_s
+        self.attached = []          # (monotonic ns, host:port) of every attachment
+        self.seen = 0
+        self.last_error = None      # why the last attachment ended (for the report)
+        self.error = None
+
+    def observe(self, key, value, via=None):
+        from .dirty import OBSERVE
+        self.rec.invoke(self.process, OBSERVE, _decoded(key), via or self.via)
+        self.rec.ok(self.process, _decoded(value))
+        self.seen += 1
+
+    def run(self):
+        try:
+            while not self.stop.is_set():
+                try:
+                    host, port = self.target.primary_of(self.stream, self.timeout_s)
+                except Exception as exc:  # noqa: BLE001 - no primary known yet: ask again
+                    self.last_error = error_text(exc)
+                    self.stop.wait(0.1)
+                    continue
+                self.attached.append((time.monotonic_ns(), f"{host}:{port}"))
+                try:
+                    self.follow(host, port)
+                except Exception as exc:  # noqa: BLE001 - the node went away (failover, re-execution): re-attach
+                    self.last_error = error_text(exc)
+                self.stop.wait(self.pause_s)
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+    def follow(self, host, port):
+        raise NotImplementedError
+
+
+class XreadObserver(_Observer):
+    """XREAD BLOCK on the stream the writers XADD to: every entry delivered to the blocked client."""
+
+    via = "XREAD BLOCK"
+
+    def follow(self, host, port):
+        c = self.target.node_client(host, port, self.timeout_s + 2.0)
+        last = "$" if not getattr(self, "last_id", None) else self.last_id
+        try:
+            while not self.stop.is_set():
+                reply = c.xread({self.stream: last}, block=int(self.timeout_s * 1000) // 2)
+                for _name, entries in reply or ():
+                    for entry_id, fields in entries:
+                        last = self.last_id = _decoded(entry_id)
+                        self.observe(self.stream, fields.get(b"v", fields.get("v")))
+        finally:
+            c.close()
+
+
+NOTIFY_EVENTS = "KA"   # keyspace events of every class (Valkey's notify-keyspace-events)
+
+
+class NotifyObserver(_Observer):
+    """PSUBSCRIBE to the keyspace notifications of the run's keys (notify-keyspace-events is switched on on the
+    node it attaches to): a `set` of a key written once names its write."""
+
+    via = "keyspace notification"
+
+    def follow(self, host, port):
+        c = self.target.node_client(host, port, self.timeout_s)
+        c.config_set("notify-keyspace-events", NOTIFY_EVENTS)
+        ps = c.pubsub(ignore_subscribe_messages=True)
+        prefix = f"__keyspace@0__:{self.prefix}:k:"
+        try:
+            ps.psubscribe(prefix + "*")
+            while not self.stop.is_set():
+                msg = ps.get_message(timeout=0.5)
+                if msg is None or msg.get("type") != "pmessage":
+                    continue
+                channel, event = _decoded(msg["channel"]), _decoded(msg["data"])
+                if event == "set":
+                    self.observe(channel[len("__keyspace@0__:"):], event)
+        finally:
+            ps.close()
+            c.close()
+
+
+class FeedObserver(_Observer):
+    """A replica's view: SYNC, then the RDB file of the dataset (each of the run's values in it) and the
+    stream of propagated commands (SET / XADD of the run's keys)."""
+
+    via = "SYNC feed"
+    RDB = "SYNC RDB"
+    rdb_only = False
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._rdb_seen = set()     # (key, value) already recorded from an export
+
+    def _connect(self, host, port):
+        import socket
+        sock = socket.create_connection((host, port), timeout=self.timeout_s)
+        if self.target.tls:
+            from ...cluster.tls import client_context
+            sock = client_context(self.target.tls_ca).wrap_socket(sock, server_hostname=host)
+        if self.target.password:
+            sock.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(self.target.password),
+                                                              self.target.password.encode()))
+            line = sock.makefile("rb").readline()
+            if not line.startswith(b"+OK"):
+                raise ConnectionError(f"AUTH: {line!r}")
+        return sock
+
+    def follow(self, host, port):
+        import hiredis
+        from ...keyspace.rdbvalue import load_rdb_file
+        sock = self._connect(host, port)
+        try:
+            sock.settimeout(0.5)
+            sock.sendall(b"SYNC\r\n")
+            buf = b""
+            rdb = None
+            reader = hiredis.Reader()
+            # The RDB payload ($<len>\r\n<bytes>, no trailing CRLF; newlines may come first as keep-alives) may
+            # itself wait for a commit, so it is read with the same patience as the stream after it.
+            while not self.stop.is_set():
+                try:
+                    data = sock.recv(1 << 16)
+                except (TimeoutError, OSError) as exc:
+                    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+                        continue
+                    raise
+                if not data:
+                    raise ConnectionError("SYNC connection closed")
+                if rdb is None:
+                    buf += data
+                    buf = buf.lstrip(b"\n")
+                    nl = buf.find(b"\r\n")
+                    if nl < 0:
+                        continue
+                    size = int(buf[1:nl])
+                    if len(buf) < nl + 2 + size:
+                        continue
+                    rdb = buf[nl + 2:nl + 2 + size]
+                    self._observe_rdb(load_rdb_file(rdb))
+                    if self.rdb_only:
+                        return
+                    data, buf = buf[nl + 2 + size:], b""
+                reader.feed(data)
+                while True:
+                    cmd = reader.gets()
+                    if cmd is False:
+                        break
+                    if isinstance(cmd, list) and len(cmd) >= 3:
+                        name = cmd[0].lower()
+                        if name == b"set":
+                            self._maybe(cmd[1], cmd[2])
+                        elif name == b"xadd" and _decoded(cmd[1]) == self.stream:
+                            args = cmd[2:]
+                            if b"v" in args[:-1]:
+                                self.observe(self.stream, args[args.index(b"v") + 1])
+        finally:
+            sock.close()
+
+    def _maybe(self, key, value, via=None):
+        if _decoded(key).startswith(f"{self.prefix}:k:"):
+            self.observe(key, value, via)
+
+    def _observe_rdb(self, parsed):
+        # Only the first time a value shows up in an export counts (the earliest sighting is what a checker
+        # needs); recording every value of every export would grow the history with the square of the run.
+        seen = self._rdb_seen
+        databases, _libraries = parsed
+        for key, value, _expire in databases.get(0, ()):
+            if isinstance(value, (bytes, bytearray)):
+                value = bytes(value)
+                if (key, value) not in seen:
+                    seen.add((key, value))
+                    self._maybe(key, value, self.RDB)
+            elif _decoded(key) == self.stream and hasattr(value, "entries"):
+                for fields in value.entries.values():
+                    fields = list(fields)
+                    if b"v" in fields[:-1]:
+                        v = fields[fields.index(b"v") + 1]
+                        if (key, v) not in seen:
+                            seen.add((key, v))
+                            self.observe(self.stream, v, self.RDB)
+
+
+class RdbObserver(FeedObserver):
+    """`redis-cli --rdb` over and over: SYNC, the RDB file, close; again half a second later. An export taken
+    while a write is uncommitted must wait for its commit (the feed's own RDB is taken only once per attachment,
+    before the run's writes)."""
+
+    via = FeedObserver.RDB
+    rdb_only = True
+    pause_s = 0.5
+
+
+class GetObserver(threading.Thread):
+    """GETs the key each writer has in flight, through a cluster client (a read of a key with an uncommitted
+    write must wait for its commit)."""
+
+    def __init__(self, target, rec, process, stop, writers, timeout_s=15.0, interval_s=0.005):
+        super().__init__(daemon=True, name=f"verify-get-observer-{process}")
+        self.target, self.rec, self.process, self.stop = target, rec, process, stop
+        self.writers, self.timeout_s, self.interval_s = writers, timeout_s, interval_s
+        self.seen = 0
+        self.error = None
+
+    def run(self):
+        from .dirty import OBSERVE, VIA_GET
+        client = _Client(self.target, self.timeout_s, self.stop)
+        try:
+            while not self.stop.is_set():
+                pending = [w.pending for w in self.writers if w.pending is not None]
+                if not pending:
+                    self.stop.wait(self.interval_s)
+                    continue
+                c = client.get()
+                if c is None:
+                    break
+                for key, _value in pending:
+                    self.rec.invoke(self.process, OBSERVE, key, VIA_GET)
+                    try:
+                        v = c.get(key)
+                    except Exception as exc:  # noqa: BLE001
+                        self.rec.info(self.process, error_text(exc))
+                        client.broken()
+                        break
+                    self.rec.ok(self.process, _decoded(v))
+                    self.seen += v is not None
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+        finally:
+            client.close()
+
+
+def read_stream_values(target, stream, timeout_s=60.0) -> list:
+    """XRANGE - + of a stream from its primary -> the `v` field of every entry (retried until the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    stop = threading.Event()
+    client = _Client(target, 10.0, stop)
+    last = None
+    try:
+        while time.monotonic() < deadline:
+            c = client.get(deadline)
+            if c is None:
+                break
+            try:
+                entries = c.xrange(stream, "-", "+")
+            except Exception as exc:  # noqa: BLE001 - try again
+                last = error_text(exc)
+                client.broken()
+                time.sleep(0.1)
+                continue
+            return [_decoded(fields.get(b"v", fields.get("v"))) for _id, fields in entries]
+    finally:
+        client.close()
+    raise TimeoutError(f"XRANGE {stream} failed for {timeout_s:g}s: {last}")
+
+
+# -- the bulk load step of acked-writes ---------------------------------------------------------------------------
+
+class BulkWriter(threading.Thread):
+    """Pipelines `batches` batches of `batch` SETs of `value_bytes` values to unique keys, then (and between
+    batches) `large` SETs of `large_bytes` values, each recorded as a `write-key` operation. A pipeline's
+    commands are concurrent operations, so each slot of a batch is its own process ("bulk<n>.<slot>")."""
+
+    def __init__(self, target, rec, n, stop, prefix, batches=3, batch=1000, value_bytes=4096, large=0,
+                 large_bytes=2 << 20, timeout_s=120.0):
+        super().__init__(daemon=True, name=f"verify-bulk-{n}")
+        self.target, self.rec, self.n, self.stop = target, rec, n, stop
+        self.prefix = prefix
+        self.batches, self.batch, self.value_bytes = batches, batch, value_bytes
+        self.large, self.large_bytes = large, large_bytes
+        self.timeout_s = timeout_s
+        self.sent = self.acked = self.large_sent = self.large_acked = 0
+        self.bytes_acked = 0
+        self.errors = Counter()
+        self.started_ns = self.ended_ns = None
+        self.error = None
+
+    def run(self):
+        try:
+            self._run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the scenario
+            self.error = exc
+        finally:
+            self.ended_ns = time.monotonic_ns()
+
+    def _value(self, key, size):
+        head = f"{key}:"
+        return head + "x" * max(0, size - len(head))
+
+    def _run(self):
+        client = _Client(self.target, self.timeout_s, self.stop)
+        self.started_ns = time.monotonic_ns()
+        large_left = self.large
+        try:
+            for b in range(self.batches):
+                if self.stop.is_set():
+                    break
+                self._batch(client, b)
+                if large_left and not self.stop.is_set():
+                    self._large(client, self.large - large_left)
+                    large_left -= 1
+            while large_left and not self.stop.is_set():
+                self._large(client, self.large - large_left)
+                large_left -= 1
+        finally:
+            client.close()
+
+    def _complete(self, process, reply, size):
+        if isinstance(reply, Exception):
+            outcome, text = classify(reply)
+            (self.rec.fail if outcome == FAIL else self.rec.info)(process, text)
+            self.errors[text[:60]] += 1
+            return False
+        if reply:
+            self.rec.ok(process)
+            self.bytes_acked += size
+            return True
+        self.rec.fail(process, f"SET replied {reply!r}")
+        return False
+
+    def _batch(self, client, b):
+        c = client.get()
+        if c is None:
+            return
+        items = []
+        for j in range(self.batch):
+            key = f"{self.prefix}:bulk:{self.n}:{b}:{j}"
+            items.append((f"bulk{self.n}.{j}", key, self._value(key, self.value_bytes)))
+        pipe = c.pipeline(transaction=False)
+        for process, key, value in items:
+            self.rec.invoke(process, WRITE_KEY, key, value)
+            pipe.set(key, value)
+        self.sent += len(items)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - the whole batch: each may or may not have happened
+            replies = [exc] * len(items)
+            client.broken()
+        for (process, _key, value), reply in zip(items, replies):
+            self.acked += self._complete(process, reply, len(value))
+
+    def _large(self, client, i):
+        c = client.get()
+        if c is None:
+            return
+        process = f"bulk{self.n}.large"
+        key = f"{self.prefix}:large:{self.n}:{i}"
+        value = self._value(key, self.large_bytes)
+        self.rec.invoke(process, WRITE_KEY, key, value)
+        self.large_sent += 1
+        try:
+            reply = c.set(key, value)
+        except Exception as exc:  # noqa: BLE001
+            reply = exc
+            client.broken()
+        self.large_acked += self._complete(process, reply, len(value))
