@@ -11,8 +11,10 @@ Node interface used here:
                                               primary serves only before it
     await node.promote(epoch)                 catch up, append the epoch marker, start serving writes
     await node.step_down(reason)              the lease is gone: stop acknowledging, rejoin as a replica
-    await node.hand_over()                    planned: stop taking writes and wait until all are committed
-    await node.become_replica()               planned: continue as a replica of the new primary
+    await node.hand_over() -> bool            planned: hold writes, wait until all are committed (True if so)
+    node.hold_data()                          planned: the lease is being handed over: hold reads too
+    node.end_hold()                           planned: the hand-over stopped short: serve the held commands
+    await node.become_replica()               planned: continue as a replica of the new primary (ends the hold)
 
 Who may take a lease (MemoryDB's rule: replicas back off strictly longer than the lease, by their own clock).
 A primary serves until `sent + ttl - margin` on its monotonic clock, where `sent` is when it sent its renewal.
@@ -116,15 +118,30 @@ class Controller:
 
     async def _hand_over(self, lease, revision, target):
         node = self.node
-        await node.hand_over()
         handed = Lease(target, lease.epoch + 1, "", "", self.clock_ms() + self.ttl_ms, handover_to=target)
         try:
+            drained = await node.hand_over()
+            node.hold_data()
             await self.store.put_lease(self.shard, handed, revision)
         except StaleRevision:
             await node.step_down("lease changed during the handover")
             return "handover to %s raced with another lease change; stepped down" % target
-        await self.store.clear_failover_request(self.shard)
-        await node.become_replica()
+        except BaseException:
+            node.end_hold()     # still the primary (the lease is unchanged): the request is retried next tick
+            raise
+        if not drained:
+            # Appends still in flight (or failed): memory may hold writes the journal will have once more, or
+            # never. The new primary's marker fences whatever lands late; this node re-executes and rejoins from
+            # snapshot + journal instead of becoming a replica in place.
+            try:
+                await self.store.clear_failover_request(self.shard)
+            finally:
+                await node.step_down("handed the lease over to %s before the journal drained" % target)
+            return "handed the lease over to %s (epoch %d) undrained; stepped down" % (target, lease.epoch + 1)
+        try:
+            await self.store.clear_failover_request(self.shard)
+        finally:
+            await node.become_replica()
         return "handed the lease over to %s (epoch %d)" % (target, lease.epoch + 1)
 
     async def _replica_tick(self, lease, revision):
