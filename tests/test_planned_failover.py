@@ -173,3 +173,69 @@ def test_asking_covers_only_the_next_command_even_a_rejected_one(local_cluster):
             assert asking_then(*rejected) == (moved, moved), rejected
     finally:
         cluster.resume(src.name)
+
+
+async def _limit_journal(cluster, stream, full):
+    """full: the shard's stream takes no more messages (max_msgs at its count, discard new), so every append is
+    refused with an API error that is not fencing; else its own limits again."""
+    from nats.js.api import DiscardPolicy
+    nc = await connect([u for u in cluster.nats_servers.split(",") if u])
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(stream)
+        cfg = info.config
+        if full:
+            cfg.max_msgs, cfg.discard = info.state.messages, DiscardPolicy.NEW
+        else:
+            cfg.max_msgs, cfg.discard = -1, DiscardPolicy.OLD
+        await js.update_stream(cfg)
+    finally:
+        await nc.close()
+
+
+def test_a_hand_over_whose_journal_did_not_drain_leaves_no_phantom_write(local_cluster):
+    """The primary's last write is in its memory but its append was refused: a hand-over that became a replica
+    in place would keep that write for good (a phantom no other node has). The node re-executes instead and
+    rejoins from snapshot + journal: every node ends with the new primary's value."""
+    cluster = local_cluster(durability="sync")
+    old = cluster.primary(0)
+    key = "pf:phantom"
+    with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=10) as c:
+        assert c.set(key, 1)
+    asyncio.run(_limit_journal(cluster, "DURAKV_SHARD_0", True))
+    result = {}
+
+    def incr():
+        try:
+            with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=30) as c:
+                result["reply"] = c.incr(key)
+        except Exception as exc:  # noqa: BLE001 - refused or cut off: not acknowledged either way
+            result["error"] = repr(exc)
+    writer = threading.Thread(target=incr, daemon=True)
+    writer.start()
+    try:
+        def append_refused():
+            d = old.info("durability")
+            return d.get("journal_failed") or d.get("journal_retries") or result
+        wait_until(append_refused, 30, what="the primary's append to be refused")
+    finally:
+        asyncio.run(_limit_journal(cluster, "DURAKV_SHARD_0", False))
+    new, seconds = cluster.failover(shard=0, timeout_s=60)
+    print(f"planned failover {old.name} -> {new.name} with an append refused: {seconds * 1000:.0f} ms; "
+          f"the INCR's client saw {result}")
+    writer.join(60)
+    with valkey.Valkey(host="127.0.0.1", port=new.port, socket_timeout=10) as c:
+        expected = c.get(key)
+    assert expected in (b"1", b"2")
+    if "reply" in result:
+        assert expected == b"2"   # acknowledged, so it must have committed
+
+    def agree():
+        views = {}
+        for p in cluster.shard_nodes(0):
+            with valkey.Valkey(host="127.0.0.1", port=p.port, socket_timeout=5, single_connection_client=True) as c:
+                c.execute_command("READONLY")
+                views[p.name] = c.get(key)
+        return views if set(views.values()) == {expected} else None
+    wait_until(agree, 60, what=f"every node to hold {expected!r} (the new primary's value)")
+    wait_until(lambda: old.role() == "slave", 60, what=f"{old.name} to rejoin as a replica")

@@ -313,7 +313,8 @@ class Pipeline:
             # touching data) as CLIENT PAUSE does: the command waits unanswered and runs again from scratch
             # afterwards, when this node, a replica by then, answers -MOVED to the new primary. Checked before
             # -READONLY: a client must never see the moment this node is a replica that its topology lags.
-            if gate.holding and run is None and gate.holds(
+            # (getattr: a gate that never hands over, a REPLICAOF link, has no hold)
+            if run is None and getattr(gate, "holding", None) and gate.holds(
                     may_replicate, cmd.touches_data or (queue is not None and session.multi_touches_data)):
                 return POSTPONE
             if write and not dirty and gate.is_replica():

@@ -824,15 +824,21 @@ class ClusterNode:
         # No expiry while holding (Valkey's PAUSE_ACTION_EXPIRE): an expired key's DEL is a write, and one
         # issued after the drain would be in memory and never in the journal.
         srv.keyspace.expire_enabled, srv.keyspace.hide_expired = False, True
-        committed = await srv.durability.drain(timeout_s=max(0.0, self._hold_deadline - time.monotonic()))
+        dur = srv.durability
+        committed = await dur.drain(timeout_s=max(0.0, self._hold_deadline - time.monotonic()))
         appended = await self.journal.drain(timeout_s=max(0.0, self._hold_deadline - time.monotonic()))
-        if not (committed and appended):
-            dur = srv.durability
-            log.warning("hand-over: not drained after %.3fs (tracker %s, journal %s): this node will not become a "
-                        "replica in place", time.monotonic() - started,
-                        "committed" if committed else "%d of %d committed" % (dur.committed, dur.assigned),
-                        "idle" if appended else "appends still queued")
-        return committed and appended
+        # A failed append leaves its writes in memory and nowhere else, even once the tracker has given those
+        # indices up (it then counts as drained) or persists again: this term's memory is not the journal's.
+        tracker = dur.tracker
+        failed = tracker is not None and (tracker.failed is not None or tracker.failed_batches > 0)
+        if failed or not (committed and appended):
+            log.warning("hand-over: not drained after %.3fs (%s): this node will not become a replica in place",
+                        time.monotonic() - started,
+                        "an append failed this term: %s" % (tracker.failed,) if failed else
+                        "%d of %d committed, journal %s" % (dur.committed, dur.assigned,
+                                                            "idle" if appended else "appends still queued"))
+            return False
+        return True
 
     def hold_data(self):
         """The lease is about to be handed over: the new primary may serve any moment from now, so reads wait

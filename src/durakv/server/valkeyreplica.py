@@ -43,7 +43,6 @@ class ValkeyReplicaLink:
     """The pipeline's gate while this server is a replica of host:port (see commands/pipeline.py admit)."""
 
     checks_stale = True
-    holding = None          # only a shard member's planned hand-over holds commands (commands/pipeline.py)
 
     def __init__(self, server, host: str, port: int):
         self.server = server
