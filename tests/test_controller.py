@@ -86,10 +86,13 @@ class FakeNode:
         self.events.append(("step_down", reason))
 
     drains = True           # what hand_over() reports: everything issued was committed
+    renewals_while_draining = 0
 
-    async def hand_over(self):
+    async def hand_over(self, keep_lease=None):
         self.holding = "writes"
         self.events.append(("hand_over",))
+        for _ in range(self.renewals_while_draining):
+            await keep_lease()
         return self.drains
 
     def hold_data(self):
@@ -207,6 +210,20 @@ def test_planned_handover_that_did_not_drain_steps_down_instead_of_becoming_a_re
     assert [e[0] for e in a.events[-3:]] == ["hand_over", "hold_data", "step_down"]
     assert "become_replica" not in [e[0] for e in a.events]
     assert store.lease.holder == "n2" and store.request is None
+    assert tick(cb) == "promoted by planned handover (epoch 2)"
+
+
+def test_a_long_hand_over_keeps_renewing_its_lease_and_hands_over_the_renewed_one():
+    store, clock = FakeStore(), Clock()
+    a, b = FakeNode("n1"), FakeNode("n2")
+    ca, cb = make(store, a, clock), make(store, b, clock)
+    tick(ca)
+    tick(cb)
+    a.renewals_while_draining = 3
+    asyncio.run(store.request_failover("0", "n2"))
+    revision = store.revision
+    assert tick(ca) == "handed the lease over to n2 (epoch 2)"
+    assert store.revision == revision + 4 and store.lease.holder == "n2"   # 3 renewals, then the hand-over
     assert tick(cb) == "promoted by planned handover (epoch 2)"
 
 

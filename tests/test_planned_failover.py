@@ -239,3 +239,65 @@ def test_a_hand_over_whose_journal_did_not_drain_leaves_no_phantom_write(local_c
         return views if set(views.values()) == {expected} else None
     wait_until(agree, 60, what=f"every node to hold {expected!r} (the new primary's value)")
     wait_until(lambda: old.role() == "slave", 60, what=f"{old.name} to rejoin as a replica")
+
+
+# Writes at once, then spins ARGV[2] s of CPU, past busy-reply-threshold: its effects leave when it ends.
+# (os.clock: the script's TIME is the server's time when the script began.)
+WRITE_THEN_RUN = """
+redis.call('SET', KEYS[1], ARGV[1])
+local started = os.clock()
+while os.clock() - started < tonumber(ARGV[2]) do end
+return 1
+"""
+
+
+def test_a_hand_over_waits_for_a_busy_script_so_its_acknowledged_write_survives(local_cluster):
+    cluster = local_cluster(durability="sync")
+    old = cluster.primary(0)
+    key = "pf:script"
+    with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=10) as c:
+        assert c.config_set("busy-reply-threshold", 100)
+    result = {}
+
+    def run_script():
+        try:
+            with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=60) as c:
+                # 0.75 s of CPU: longer than the failover request takes to reach the primary on an idle machine,
+                # well inside the hand-over's 10 s hold on a loaded one
+                result["reply"] = c.eval(WRITE_THEN_RUN, 1, key, "from-the-script", 0.75)
+        except Exception as exc:  # noqa: BLE001 - cut off by a re-execution: not acknowledged
+            result["error"] = repr(exc)
+    script = threading.Thread(target=run_script, daemon=True)
+    script.start()
+
+    def busy():
+        with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=10) as c:
+            try:
+                c.ping()
+            except valkey.exceptions.ResponseError as exc:
+                return str(exc).startswith("BUSY")
+        return False
+    wait_until(busy, 30, interval_s=0.01, what="the script to run past busy-reply-threshold")
+    new, seconds = cluster.failover(shard=0, timeout_s=60)
+    script.join(60)
+    print(f"planned failover {old.name} -> {new.name} during a busy script: {seconds * 1000:.0f} ms; "
+          f"the script's client saw {result}")
+    with valkey.Valkey(host="127.0.0.1", port=new.port, socket_timeout=10) as c:
+        value = c.get(key)
+    if "reply" in result:
+        assert result["reply"] == 1
+        assert value == b"from-the-script"    # acknowledged, so the new primary has it
+    else:
+        # the script outlasted the hold: the old primary handed over undrained and re-executed, cutting the
+        # script's client off (not acknowledged); no node may keep the write if the journal does not have it
+        assert "Connection closed" in result["error"] or "Connection reset" in result["error"], result
+
+    def agree():
+        views = set()
+        for p in cluster.shard_nodes(0):
+            with valkey.Valkey(host="127.0.0.1", port=p.port, socket_timeout=5, single_connection_client=True) as c:
+                c.execute_command("READONLY")
+                views.add(c.get(key))
+        return views == {value}
+    wait_until(agree, 60, what=f"every node to hold {value!r} (the new primary's value)")
+    wait_until(lambda: old.role() == "slave", 60, what=f"{old.name} to be a replica")

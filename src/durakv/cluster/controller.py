@@ -11,7 +11,8 @@ Node interface used here:
                                               primary serves only before it
     await node.promote(epoch)                 catch up, append the epoch marker, start serving writes
     await node.step_down(reason)              the lease is gone: stop acknowledging, rejoin as a replica
-    await node.hand_over() -> bool            planned: hold writes, wait until all are committed (True if so)
+    await node.hand_over(keep_lease) -> bool  planned: hold writes, wait until all are committed (True if so),
+                                              awaiting keep_lease() (a renewal) now and then meanwhile
     node.hold_data()                          planned: the lease is being handed over: hold reads too
     node.end_hold()                           planned: the hand-over stopped short: serve the held commands
     await node.become_replica()               planned: continue as a replica of the new primary (ends the hold)
@@ -118,11 +119,20 @@ class Controller:
 
     async def _hand_over(self, lease, revision, target):
         node = self.node
-        handed = Lease(target, lease.epoch + 1, "", "", self.clock_ms() + self.ttl_ms, handover_to=target)
+        current = [revision]
+
+        async def keep_lease():
+            # A drain longer than the lease (a busy script, a slow journal) must not look like a dead primary.
+            sent, sent_mono = self.clock_ms(), self.mono_ms()
+            renewed = Lease(node.node_id, node.epoch, node.addr, node.az, sent + self.ttl_ms)
+            current[0] = await self.store.put_lease(self.shard, renewed, current[0])
+            node.lease_valid_until_ms = sent_mono + self.ttl_ms - self.margin_ms
+
         try:
-            drained = await node.hand_over()
+            drained = await node.hand_over(keep_lease)
             node.hold_data()
-            await self.store.put_lease(self.shard, handed, revision)
+            handed = Lease(target, lease.epoch + 1, "", "", self.clock_ms() + self.ttl_ms, handover_to=target)
+            await self.store.put_lease(self.shard, handed, current[0])
         except StaleRevision:
             await node.step_down("lease changed during the handover")
             return "handover to %s raced with another lease change; stepped down" % target

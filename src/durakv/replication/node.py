@@ -811,12 +811,13 @@ class ClusterNode:
         """Whether the hand-over's hold postpones a command (the pipeline asks only while `holding`)."""
         return may_replicate or (touches_data and self.holding == "data")
 
-    async def hand_over(self) -> bool:
+    async def hand_over(self, keep_lease=None) -> bool:
         """Planned failover, first half: hold writes (Valkey's manual failover pauses them on the old primary:
         the client waits, unanswered), then wait until everything issued is committed. True if it all is:
         only then may this node become a replica in place; otherwise its memory may hold writes whose appends
         are still in flight (a replica following from the commit index would apply them twice) or never land
-        (phantom writes), and it must re-execute instead."""
+        (phantom writes), and it must re-execute instead. keep_lease(): renews the lease (the controller's),
+        called between slices of the wait so that a long drain does not let a replica take the lease."""
         srv = self.server
         self.holding = "writes"
         started = time.monotonic()
@@ -824,19 +825,42 @@ class ClusterNode:
         # No expiry while holding (Valkey's PAUSE_ACTION_EXPIRE): an expired key's DEL is a write, and one
         # issued after the drain would be in memory and never in the journal.
         srv.keyspace.expire_enabled, srv.keyspace.hide_expired = False, True
+        slice_s = self.controller.interval_s if self.controller is not None else 0.2
+
+        async def wait(done):
+            """await done(timeout_s) -> bool in slices until True or the hold's deadline, renewing between."""
+            while True:
+                left_s = self._hold_deadline - time.monotonic()
+                if await done(max(0.0, min(left_s, slice_s))):
+                    return True
+                if time.monotonic() >= self._hold_deadline:
+                    return False
+                if keep_lease is not None:
+                    await keep_lease()
+
+        async def script_ended(timeout_s):
+            deadline = time.monotonic() + timeout_s
+            while srv.pipeline.busy is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            return srv.pipeline.busy is None
+
         dur = srv.durability
-        committed = await dur.drain(timeout_s=max(0.0, self._hold_deadline - time.monotonic()))
-        appended = await self.journal.drain(timeout_s=max(0.0, self._hold_deadline - time.monotonic()))
+        # A script past busy-reply-threshold runs on while the loop serves, and its effects are submitted only when
+        # it ends: drained before it ends, they would be in this node's memory only (and acknowledged).
+        script_done = await wait(script_ended)
+        committed = script_done and await wait(lambda timeout_s: dur.drain(timeout_s=timeout_s))
+        appended = committed and await wait(lambda timeout_s: self.journal.drain(timeout_s=timeout_s))
         # A failed append leaves its writes in memory and nowhere else, even once the tracker has given those
         # indices up (it then counts as drained) or persists again: this term's memory is not the journal's.
         tracker = dur.tracker
         failed = tracker is not None and (tracker.failed is not None or tracker.failed_batches > 0)
-        if failed or not (committed and appended):
+        if failed or not appended:
             log.warning("hand-over: not drained after %.3fs (%s): this node will not become a replica in place",
                         time.monotonic() - started,
                         "an append failed this term: %s" % (tracker.failed,) if failed else
-                        "%d of %d committed, journal %s" % (dur.committed, dur.assigned,
-                                                            "idle" if appended else "appends still queued"))
+                        "a script is still running" if not script_done else
+                        "%d of %d committed" % (dur.committed, dur.assigned) if not committed else
+                        "journal appends still queued")
             return False
         return True
 
