@@ -301,3 +301,16 @@ def test_a_hand_over_waits_for_a_busy_script_so_its_acknowledged_write_survives(
         return views == {value}
     wait_until(agree, 60, what=f"every node to hold {value!r} (the new primary's value)")
     wait_until(lambda: old.role() == "slave", 60, what=f"{old.name} to be a replica")
+
+
+def test_outside_cluster_mode_the_old_primary_answers_readonly_after_a_planned_failover(local_cluster):
+    """A shard without cluster mode has no topology to send a client to: its replicas answer writes -READONLY,
+    as a standalone Valkey replica does, once the hand-over's hold has let the write go."""
+    cluster = local_cluster(durability="sync", cluster_mode=False)
+    old = cluster.primary(0)
+    new, _seconds = cluster.failover(shard=0, timeout_s=30)
+    with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=10) as c:
+        wait_until(lambda: c.execute_command("ROLE")[0] == b"slave", 30, what=f"{old.name} to be a replica")
+        assert _error_of(c, "SET", "k", "v") == "You can't write against a read only replica."
+    with valkey.Valkey(host="127.0.0.1", port=new.port, socket_timeout=10) as c:
+        assert c.set("k", "v")
