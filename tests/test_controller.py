@@ -85,11 +85,27 @@ class FakeNode:
         self.role = "replica"
         self.events.append(("step_down", reason))
 
-    async def hand_over(self):
+    drains = True           # what hand_over() reports: everything issued was committed
+    renewals_while_draining = 0
+
+    async def hand_over(self, keep_lease=None):
+        self.holding = "writes"
         self.events.append(("hand_over",))
+        for _ in range(self.renewals_while_draining):
+            await keep_lease()
+        return self.drains
+
+    def hold_data(self):
+        self.holding = "data"
+        self.events.append(("hold_data",))
+
+    def end_hold(self):
+        self.holding = None
+        self.events.append(("end_hold",))
 
     async def become_replica(self):
         self.role = "replica"
+        self.holding = None
         self.events.append(("become_replica",))
 
 
@@ -176,10 +192,58 @@ def test_planned_handover():
     tick(cb)
     asyncio.run(store.request_failover("0", "n2"))
     assert tick(ca) == "handed the lease over to n2 (epoch 2)"
-    assert [e[0] for e in a.events[-2:]] == ["hand_over", "become_replica"] and a.role == "replica"
+    assert [e[0] for e in a.events[-3:]] == ["hand_over", "hold_data", "become_replica"] and a.role == "replica"
     assert tick(cb) == "promoted by planned handover (epoch 2)"
     assert b.role == "primary" and store.lease.addr == b.addr and store.request is None
     assert tick(ca).startswith("replica of n2 (epoch 2")
+
+
+def test_planned_handover_that_did_not_drain_steps_down_instead_of_becoming_a_replica():
+    store, clock = FakeStore(), Clock()
+    a, b = FakeNode("n1"), FakeNode("n2")
+    ca, cb = make(store, a, clock), make(store, b, clock)
+    tick(ca)
+    tick(cb)
+    a.drains = False
+    asyncio.run(store.request_failover("0", "n2"))
+    assert tick(ca) == "handed the lease over to n2 (epoch 2) undrained; stepped down"
+    assert [e[0] for e in a.events[-3:]] == ["hand_over", "hold_data", "step_down"]
+    assert "become_replica" not in [e[0] for e in a.events]
+    assert store.lease.holder == "n2" and store.request is None
+    assert tick(cb) == "promoted by planned handover (epoch 2)"
+
+
+def test_a_long_hand_over_keeps_renewing_its_lease_and_hands_over_the_renewed_one():
+    store, clock = FakeStore(), Clock()
+    a, b = FakeNode("n1"), FakeNode("n2")
+    ca, cb = make(store, a, clock), make(store, b, clock)
+    tick(ca)
+    tick(cb)
+    a.renewals_while_draining = 3
+    asyncio.run(store.request_failover("0", "n2"))
+    revision = store.revision
+    assert tick(ca) == "handed the lease over to n2 (epoch 2)"
+    assert store.revision == revision + 4 and store.lease.holder == "n2"   # 3 renewals, then the hand-over
+    assert tick(cb) == "promoted by planned handover (epoch 2)"
+
+
+def test_planned_handover_whose_lease_write_fails_keeps_serving_and_retries():
+    store, clock = FakeStore(), Clock()
+    a, b = FakeNode("n1"), FakeNode("n2")
+    ca, cb = make(store, a, clock), make(store, b, clock)
+    tick(ca)
+    tick(cb)
+    asyncio.run(store.request_failover("0", "n2"))
+    real_put = store.put_lease
+
+    async def unreachable(shard, lease, revision):
+        raise TimeoutError("nats: timeout")
+    store.put_lease = unreachable
+    assert tick(ca).startswith("coordination store unreachable")
+    assert a.role == "primary" and a.holding is None and a.events[-1] == ("end_hold",)
+    store.put_lease = real_put
+    assert tick(ca) == "handed the lease over to n2 (epoch 2)"
+    assert a.role == "replica"
 
 
 def test_store_unreachable_is_a_reason_not_a_crash():

@@ -156,6 +156,8 @@ def test_failover_planned_and_unplanned(sync_cluster):
     assert all(len(v) == 1 and v[0] is not None and v[0] > 0 for v in runs.values())
     rows = res.report.tables[1].rows
     assert [r[0] for r in rows] == ["planned", "unplanned (kill -9)"] and all(r[2] != r[3] for r in rows)
+    assert res.report.tables[1].columns[-1] == "Client errors"
+    assert rows[0][-1] == 0     # the planned run's: the clients only waited and followed MOVED
     assert "median" in res.report.tables[0].to_text()
 
 

@@ -11,8 +11,11 @@ Node interface used here:
                                               MONOTONIC clock (mono_ms): the primary serves only before it
     await node.promote(epoch)                 catch up, append the epoch marker, start serving writes
     await node.step_down(reason)              the lease is gone: stop acknowledging, rejoin as a replica
-    await node.hand_over()                    planned: stop taking writes and wait until all are committed
-    await node.become_replica()               planned: continue as a replica of the new primary
+    await node.hand_over(keep_lease) -> bool  planned: hold writes, wait until all are committed (True if so),
+                                              awaiting keep_lease() (a renewal) now and then meanwhile
+    node.hold_data()                          planned: the lease is being handed over: hold reads too
+    node.end_hold()                           planned: the hand-over stopped short: serve the held commands
+    await node.become_replica()               planned: continue as a replica of the new primary (ends the hold)
 
 Who may take a lease (MemoryDB's rule: replicas back off strictly longer than the lease, by their own clock).
 A primary serves until `sent + ttl - margin` on its monotonic clock, where `sent` is when it sent its renewal.
@@ -165,26 +168,58 @@ class Controller:
 
     async def _hand_over(self, lease, revision, target):
         node = self.node
-        await node.hand_over()
         renewer = self.renewer
-        if renewer is not None:
-            # Renewals went on through the drain (reads were served meanwhile); they stop now, and the
-            # hand-over's compare-and-set needs the revision of the renewer's last write, whenever it landed.
-            renewer.revoke()
-            await renewer.quiesce()
-            lease, revision = await self.store.get_lease(self.shard)
-            if lease is None or lease.holder != node.node_id or lease.epoch != node.epoch:
-                await node.step_down("lease changed during the handover")
-                return "handover to %s raced with another lease change; stepped down" % target
-        handed = Lease(target, lease.epoch + 1, "", "", self.clock_ms() + self.ttl_ms, handover_to=target,
-                       ttl_ms=self.ttl_ms)
+        current = [revision]
+        revoked = False
+
+        async def keep_lease():
+            # A drain longer than the lease (a busy script, a slow journal) must not look like a dead primary.
+            if renewer is not None:
+                return      # the renewer's thread renews through the drain (reads are served meanwhile)
+            sent, sent_mono = self.clock_ms(), self.mono_ms()
+            renewed = Lease(node.node_id, node.epoch, node.addr, node.az, sent + self.ttl_ms, ttl_ms=self.ttl_ms)
+            current[0] = await self.store.put_lease(self.shard, renewed, current[0])
+            node.lease_valid_until_ms = sent_mono + self.ttl_ms - self.margin_ms
+
         try:
-            await self.store.put_lease(self.shard, handed, revision)
+            drained = await node.hand_over(keep_lease)
+            if renewer is not None:
+                # The renewals stop now, and the hand-over's compare-and-set needs the revision of the
+                # renewer's last write, whenever it landed.
+                renewer.revoke()
+                revoked = True
+                await renewer.quiesce()
+                lease, current[0] = await self.store.get_lease(self.shard)
+                if lease is None or lease.holder != node.node_id or lease.epoch != node.epoch:
+                    await node.step_down("lease changed during the handover")
+                    return "handover to %s raced with another lease change; stepped down" % target
+            node.hold_data()
+            handed = Lease(target, lease.epoch + 1, "", "", self.clock_ms() + self.ttl_ms, handover_to=target,
+                           ttl_ms=self.ttl_ms)
+            await self.store.put_lease(self.shard, handed, current[0])
         except StaleRevision:
             await node.step_down("lease changed during the handover")
             return "handover to %s raced with another lease change; stepped down" % target
-        await self.store.clear_failover_request(self.shard)
-        await node.become_replica()
+        except BaseException:
+            node.end_hold()     # still the primary (the lease is unchanged): the request is retried next tick
+            if revoked and node.role == "primary":
+                # Renewing again from the last revision known; a renewer whose compare-and-set then loses
+                # re-reads the lease and stops if it is no longer this node's.
+                self._grant(Lease(node.node_id, node.epoch, node.addr, node.az, 0, ttl_ms=self.ttl_ms), current[0])
+            raise
+        if not drained:
+            # Appends still in flight (or failed): memory may hold writes the journal will have once more, or
+            # never. The new primary's marker fences whatever lands late; this node re-executes and rejoins from
+            # snapshot + journal instead of becoming a replica in place.
+            try:
+                await self.store.clear_failover_request(self.shard)
+            finally:
+                await node.step_down("handed the lease over to %s before the journal drained" % target)
+            return "handed the lease over to %s (epoch %d) undrained; stepped down" % (target, lease.epoch + 1)
+        try:
+            await self.store.clear_failover_request(self.shard)
+        finally:
+            await node.become_replica()
         return "handed the lease over to %s (epoch %d)" % (target, lease.epoch + 1)
 
     async def _replica_tick(self, lease, revision):

@@ -19,7 +19,8 @@ ticket with the reply; only durability decides when that reply may leave.
 What the pipeline does not own is plugged in as narrow objects, each None when unused (so the common
 path checks one attribute):
     durability  submit/read_ticket/barrier_ticket/push_ticket/export_ticket/refuse_writes/pending (durability/)
-    gate        the node's role: is_replica(), serving_error(write) (lease, planned failover)
+    gate        the node's role: is_replica(), serving_error(write) (lease, replica lag), holding /
+                holds(may_replicate, touches_data) (a planned failover's hand-over: the command waits)
     router      cluster mode: check(session, cmd, args, queue, run) -> error text or None (routing/)
     acl         check(session, cmd, args, context, run) -> error text or None (context: toplevel, multi, exec,
                 lua; run: the ScriptRun for a script's command), allowed(caller, cmd, args) -> bool
@@ -208,10 +209,10 @@ class Pipeline:
             cmd, text = self.resolve(args)
             if text is not None:
                 session.last_cmd = cmd
-                return self.reject(session, cmd, text), 0, cmd
+                return self._rejected(session, cmd, text), 0, cmd
         session.last_cmd = cmd
         if not session.authenticated and not cmd.no_auth:
-            return self.reject(session, cmd, messages.NOAUTH), 0, cmd
+            return self._rejected(session, cmd, messages.NOAUTH), 0, cmd
         if session.in_multi:
             answer = self._in_multi(session, cmd, args)
             if answer is not None:
@@ -220,7 +221,9 @@ class Pipeline:
             write, denyoom, may_replicate = self._flags(cmd, args, session)
             text = self.admit(session, cmd, args, write, denyoom, may_replicate)
             if text is not None:
-                return (POSTPONE if text is POSTPONE else self.reject(session, cmd, text)), 0, cmd
+                # a postponed command runs again from scratch later, ASKING still in force (Valkey resets a
+                # client only once its command is processed, and a postponed client is blocked)
+                return (POSTPONE if text is POSTPONE else self._rejected(session, cmd, text)), 0, cmd
         reply, effects, dirty = self.call(session, cmd, args)
         ticket = 0
         dur = self.durability
@@ -275,12 +278,21 @@ class Pipeline:
             return dur.push_ticket()
         return dur.barrier_ticket() if dur.pending else 0
 
+    def _rejected(self, session, cmd, text):
+        """reject() for a client's request, which also ends ASKING: it covers the next command whatever that
+        command's outcome (Valkey's resetClient after a rejected command too), but for ASKING itself and
+        inside MULTI."""
+        reply = self.reject(session, cmd, text)
+        if session.asking and not session.in_multi and (cmd is None or cmd.name != "asking"):
+            session.asking = False
+        return reply
+
     def _in_multi(self, session, cmd, args):
         """A command while a transaction is being queued: the answer (QUEUED or an error), or None when it
         runs now (EXEC, DISCARD, MULTI's own family). Queued commands pass admission now, as in Valkey, and
         EXEC passes it again with the flags of everything it queued."""
         if cmd.no_multi:
-            return self.reject(session, cmd, messages.NOT_ALLOWED_IN_MULTI)
+            return self._rejected(session, cmd, messages.NOT_ALLOWED_IN_MULTI)
         queue = None
         if cmd.fullname == "exec":
             write, denyoom, may_replicate = session.multi_write, session.multi_denyoom, session.multi_may_replicate
@@ -290,7 +302,7 @@ class Pipeline:
         text = self.admit(session, cmd, args, write, denyoom, may_replicate, queueing=not cmd.multi_immediate,
                           queue=queue)
         if text is not None:
-            return POSTPONE if text is POSTPONE else self.reject(session, cmd, text)
+            return POSTPONE if text is POSTPONE else self._rejected(session, cmd, text)
         if cmd.multi_immediate:
             return None
         session.multi_queue.append((cmd, args))
@@ -345,6 +357,14 @@ class Pipeline:
                 return text
         gate = self._gate
         if gate is not None and not session.from_primary:
+            # A planned failover's hand-over holds writes (and, once the lease is handed over, every command
+            # touching data) as CLIENT PAUSE does: the command waits unanswered and runs again from scratch
+            # afterwards, when this node, a replica by then, answers -MOVED to the new primary. Checked before
+            # -READONLY: a client must never see the moment this node is a replica that its topology lags.
+            # (getattr: a gate that never hands over, a REPLICAOF link, has no hold)
+            if run is None and getattr(gate, "holding", None) and gate.holds(
+                    may_replicate, cmd.touches_data or (queue is not None and session.multi_touches_data)):
+                return POSTPONE
             if write and not dirty and gate.is_replica():
                 return messages.READONLY
             # a Valkey-protocol replica (REPLICAOF) refuses every command without the `stale` flag while its

@@ -255,6 +255,11 @@ class Blocking:
             self.server.active_expire_enabled = self._saved_active_expire
             ks.expire_enabled, ks.hide_expired = self._saved_lazy_expire
             self._saved_active_expire = None
+        self.resume_postponed()
+
+    def resume_postponed(self):
+        """Runs every postponed client's command again from scratch (CLIENT PAUSE ended, or a planned
+        failover's hand-over that held writes finished): one still paused is postponed again by admission."""
         waiting = list(self.postponed)
         self.postponed.clear()
         loop = self.server.loop

@@ -14,6 +14,7 @@ reasons behind it. The seed (shared/seeds/000_e664b13db1353243.txt) is what they
 - bench: the seed's two latency tables per durability mode at a fixed rate.
 """
 
+import collections
 import heapq
 import os
 import signal
@@ -825,7 +826,9 @@ def _one_switch(env, mode, timeout_s, poller, nodes) -> dict:
 def failover(env, runs=3, kinds=("planned", "unplanned"), unplanned="kill", writers=4, warmup_s=3.0,
              after_s=3.0, restart_after_s=5.0) -> Result:
     """Planned (CLUSTER FAILOVER) and unplanned (kill -9 of the primary, or the power cut of its AZ) failovers
-    under writes, `runs` of each: the write unavailability a cluster client sees, per run and the median."""
+    under writes, `runs` of each: the write unavailability a cluster client sees, per run and the median, and
+    the errors the clients saw (a planned failover must show them none: the old primary holds writes and then
+    redirects them, as Valkey's manual failover does)."""
     say = env.say
     series, rows, reasons = {}, [], []
     for kind in kinds:
@@ -865,16 +868,24 @@ def failover(env, runs=3, kinds=("planned", "unplanned"), unplanned="kill", writ
             final = read_back(env.target, [o.key for o in write_ops(hist)])
             res = check_acked_writes(hist, final)
             new = env.cluster.primary(0).name if env.cluster is not None else None
-            rows.append([label, str(run), old, new, seconds, res.acked, len(res.lost)])
+            errors = collections.Counter()
+            for w in ws:
+                errors.update(w.errors)
+            n_errors = sum(errors.values())
+            seen = "; ".join(f"{n} x {text}" for text, n in errors.most_common(3))
+            rows.append([label, str(run), old, new, seconds, res.acked, len(res.lost), n_errors])
             if res.lost or res.unexpected:
                 reasons.append(f"{label} run {run}: {len(res.lost)} acknowledged write(s) lost, "
                                f"{len(res.unexpected)} unexpected")
-            say(f"{label} run {run}: {old} -> {new}, writes unavailable {seconds:.3f} s" if seconds is not None
-                else f"{label} run {run}: no gap measured")
+            if kind == "planned" and n_errors:
+                reasons.append(f"{label} run {run}: {n_errors} client error(s): {seen}")
+            say((f"{label} run {run}: {old} -> {new}, writes unavailable {seconds:.3f} s" if seconds is not None
+                 else f"{label} run {run}: no gap measured")
+                + f", {n_errors} client error(s)" + (f" ({seen})" if n_errors else ""))
     rep = failover_report(series, text=[_env_text(env), SEED["failover"], "Write unavailability: the longest stretch without an "
                                         "acknowledged write (any writer) that ends after the fault began, as the "
                                         "cluster client saw it."])
-    cols = ["Kind", "Run", "Old primary", "New primary", "Write unavailability (s)", "Acked", "Lost"]
+    cols = ["Kind", "Run", "Old primary", "New primary", "Write unavailability (s)", "Acked", "Lost", "Client errors"]
     rep.tables.append(Table("Failover runs", cols, rows, formats={cols[4]: "{:.3f}"}, name="failover_runs"))
     return Result(rep, FAILED if reasons else PASS, reasons)
 
