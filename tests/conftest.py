@@ -19,10 +19,25 @@ pytest_plugins = ["nats_fixtures", "nats_procs_fixture"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Ports for the servers tests start come from below the kernel's ephemeral range (32768-60999 here), where no
+# outgoing connection can take one between the check and the server's bind, and each pytest-xdist worker has
+# its own slice, so two workers never pick the same port.
+_PORT_FIRST, _PORT_SLICE = 10000, 1250    # 10000-19999: nats_fixtures.free_port_range starts at 20000
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0) % 8
+_port_seq = iter(range(os.getpid() % _PORT_SLICE, 1 << 30))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    base = _PORT_FIRST + _WORKER * _PORT_SLICE
+    for _ in range(_PORT_SLICE):
+        port = base + next(_port_seq) % _PORT_SLICE
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port in %d..%d" % (base, base + _PORT_SLICE - 1))
 
 
 def wait_until(predicate, timeout_s=10.0, interval_s=0.02, what="condition"):
