@@ -9,6 +9,7 @@ import hiredis
 
 from ..protocol.resp import encode_command
 
+FEED_BYTES = 64 * 1024
 _SELECT = [encode_command((b"SELECT", b"%d" % i)) for i in range(64)]
 
 
@@ -25,31 +26,32 @@ def encode_effects(effects) -> bytes:
     return b"".join(parts)
 
 
-def _encoded_len(argv) -> int:
-    n = len(b"*%d\r\n" % len(argv))
-    for a in argv:
-        n += len(b"$%d\r\n" % len(a)) + len(a) + 2
-    return n
-
-
 def decode_payload(payload) -> list:
     """[(db_id, argv)] of a payload (argv a list of bytes; SELECT consumed). Raises ValueError when the
     payload is not a whole sequence of commands."""
     reader = hiredis.Reader()
-    reader.feed(payload)
     out = []
     db_id = 0
     consumed = 0
+    fed = 0
+    total = len(payload)
     while True:
         try:
             argv = reader.gets()
         except hiredis.ProtocolError as exc:
             raise ValueError("payload is not RESP: %s" % exc) from None
         if argv is False:
-            break
+            if fed >= total:
+                break
+            # Fed a slice at a time: hiredis moves what is left of its buffer after each command it parses, so
+            # a whole multi-MB batch fed at once costs time quadratic in its size (62 s for 16 MB of 4 KB SETs).
+            step = min(FEED_BYTES, total - fed)
+            reader.feed(payload, fed, step)
+            fed += step
+            continue
         if type(argv) is not list or not argv or any(type(a) is not bytes for a in argv):
             raise ValueError("payload holds something other than a command: %r" % (argv,))
-        consumed += _encoded_len(argv)
+        consumed += encoded_len(argv)
         if len(argv) == 2 and argv[0].upper() == b"SELECT":
             if not argv[1].isdigit():
                 raise ValueError("bad SELECT %r in payload" % argv[1])
@@ -59,3 +61,113 @@ def decode_payload(payload) -> list:
     if consumed != len(payload):
         raise ValueError("payload ends inside a command (%d of %d bytes decoded)" % (consumed, len(payload)))
     return out
+
+
+# -- continuation parts: one command's effects larger than the journal's entry limit -------------------------
+#
+# A payload of more than `max_entry_bytes` is carried in n >= 2 consecutive entries, each one RESP command
+# `DURAKV.PART <i> <n> <chunk>` (i = 0 .. n-1), the chunks joined being the whole payload. Readers apply the
+# payload only once part n-1 arrives after parts 0 .. n-2 in order (PartAssembler); an epoch marker, a
+# non-part entry or a part out of sequence discards an incomplete tail (a writer that died or was deposed
+# between two parts: its tail was never acknowledged, since the ticket is the last part's index).
+
+PART_COMMAND = b"DURAKV.PART"
+_PART_PREFIX = b"*4\r\n$11\r\nDURAKV.PART\r\n"
+# What a part entry adds around its chunk: the prefix, i and n (up to 20 digits each, with their framing) and
+# the chunk's own length line and CRLF.
+PART_OVERHEAD = len(_PART_PREFIX) + 2 * (1 + 2 + 2 + 20 + 2) + (1 + 20 + 2) + 2
+
+
+def encoded_len(argv) -> int:
+    """Bytes encode_command(argv) takes (the tracker bounds a batch with it before encoding it)."""
+    n = 3 + len(str(len(argv)))
+    for a in argv:
+        la = len(a)
+        n += 5 + len(str(la)) + la
+    return n
+
+
+def select_len(db_id) -> int:
+    """Bytes of the SELECT that encode_effects puts before effects of db_id."""
+    return len(_SELECT[db_id]) if db_id < 64 else encoded_len((b"SELECT", b"%d" % db_id))
+
+
+def encode_parts(payload, max_entry_bytes) -> list:
+    """Splits payload into part entries of at most max_entry_bytes each (see above); [payload] when it fits."""
+    if len(payload) <= max_entry_bytes:
+        return [payload]
+    chunk = max_entry_bytes - PART_OVERHEAD
+    if chunk < 1:
+        raise ValueError("entry limit %d leaves no room for a part" % max_entry_bytes)
+    count = (len(payload) + chunk - 1) // chunk
+    return [encode_command((PART_COMMAND, b"%d" % i, b"%d" % count, payload[i * chunk:(i + 1) * chunk]))
+            for i in range(count)]
+
+
+def is_part(payload) -> bool:
+    return payload[:len(_PART_PREFIX)] == _PART_PREFIX
+
+
+def _decode_part(payload):
+    """(i, n, chunk) of a part entry; raises ValueError when it is not a whole one."""
+    reader = hiredis.Reader()
+    reader.feed(payload)
+    try:
+        argv = reader.gets()
+    except hiredis.ProtocolError as exc:
+        raise ValueError("part entry is not RESP: %s" % exc) from None
+    if type(argv) is not list or len(argv) != 4 or reader.gets() is not False:
+        raise ValueError("malformed part entry")
+    if not (argv[1].isdigit() and argv[2].isdigit()):
+        raise ValueError("malformed part numbers %r %r" % (argv[1], argv[2]))
+    if encoded_len(argv) != len(payload):
+        raise ValueError("part entry has bytes after its command")
+    i, n = int(argv[1]), int(argv[2])
+    if not 0 <= i < n or n < 2:
+        raise ValueError("part %d of %d" % (i, n))
+    return i, n, argv[3]
+
+
+class PartAssembler:
+    """Every reader's way from accepted entries to effects: whole entries decode at once, part entries once all
+    of their parts arrived in order. feed() returns the effects to apply now ([] while parts are pending);
+    reset() (an epoch marker) discards an incomplete tail. `discarded` counts the tails dropped."""
+
+    __slots__ = ("_n", "_chunks", "_first_index", "discarded")
+
+    def __init__(self):
+        self._n = 0
+        self._chunks = []
+        self._first_index = 0
+        self.discarded = 0
+
+    @property
+    def pending(self) -> int:
+        """Parts held, waiting for the rest."""
+        return len(self._chunks)
+
+    def reset(self):
+        if self._chunks:
+            self.discarded += 1
+        self._n = 0
+        self._chunks = []
+
+    def feed(self, payload, index=0) -> list:
+        """Raises ValueError for a payload that is not commands (as decode_payload)."""
+        if not is_part(payload):
+            self.reset()
+            return decode_payload(payload)
+        i, n, chunk = _decode_part(payload)
+        if i == 0:
+            self.reset()
+            self._n, self._chunks, self._first_index = n, [chunk], index
+            return []
+        if not self._chunks or n != self._n or i != len(self._chunks):
+            self.reset()   # out of sequence: the tail it would continue is gone (or never was)
+            return []
+        self._chunks.append(chunk)
+        if i < n - 1:
+            return []
+        whole = b"".join(self._chunks)
+        self._n, self._chunks = 0, []
+        return decode_payload(whole)

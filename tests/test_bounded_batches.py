@@ -1,0 +1,158 @@
+"""Bounded journal entries (issue 16 item 1, DESIGN.md "Bounds on the write path"): every value Valkey accepts
+and every pipelined bulk load is journaled in entries no larger than the journal's limit (continuation parts
+for one larger command), on the local journal and on JetStream, with NATS's max_payload at 64 MB (`cluster
+up`) and at its 1 MB default; everything acknowledged is read back after kill -9 (local: restart; JetStream: a
+failover) and the shard takes new writes at once.
+
+All against real processes over real sockets with valkey-py; the heavy cases are bounded by polls with
+deadlines, never by an upper time bound."""
+
+import random
+import signal
+import threading
+
+import pytest
+import valkey
+
+from conftest import wait_new_primary, wait_until
+from durakv.cluster import nats_procs
+from durakv.journal.local import iter_entries
+
+MB = 1024 * 1024
+LARGE_SIZES = (900_000, 2 * MB, 10 * MB, 70 * MB)
+PIPE_CONNECTIONS = 4
+PIPE_SETS = 20_000
+PIPE_VALUE_BYTES = 4096
+
+
+def large_value(size) -> bytes:
+    return random.Random(size).randbytes(size)
+
+
+def pipe_value(key: bytes) -> bytes:
+    return key + b":" + b"v" * (PIPE_VALUE_BYTES - len(key) - 1)
+
+
+def pipe_keys(conn):
+    return [b"bulk:%d:%05d" % (conn, i) for i in range(PIPE_SETS)]
+
+
+def write_large_values(client):
+    for size in LARGE_SIZES:
+        assert client.set(b"large:%d" % size, large_value(size)) is True
+
+
+def write_pipelined(port, timeout_s=300):
+    """PIPE_CONNECTIONS connections each pipelining PIPE_SETS SETs at once; returns the replies per connection."""
+    results = {}
+    errors = []
+
+    def run(conn):
+        try:
+            with valkey.Valkey(port=port, socket_timeout=timeout_s) as c:
+                pipe = c.pipeline(transaction=False)
+                for key in pipe_keys(conn):
+                    pipe.set(key, pipe_value(key))
+                results[conn] = pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(PIPE_CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s + 30)
+    assert errors == [], errors
+    for conn in range(PIPE_CONNECTIONS):
+        bad = [r for r in results[conn] if r is not True]
+        assert bad == [], "connection %d: %d SETs not acknowledged, first %r" % (conn, len(bad), bad[:1])
+
+
+def check_everything(client):
+    """Every large value and every pipelined SET is there, byte for byte."""
+    for size in LARGE_SIZES:
+        got = client.get(b"large:%d" % size)
+        assert got is not None and len(got) == size and got == large_value(size), "value of %d bytes" % size
+    for conn in range(PIPE_CONNECTIONS):
+        keys = pipe_keys(conn)
+        for start in range(0, len(keys), 2000):
+            chunk = keys[start:start + 2000]
+            values = client.mget(chunk)
+            missing = [k for k, v in zip(chunk, values) if v != pipe_value(k)]
+            assert missing == [], "%d pipelined SETs missing, first %r" % (len(missing), missing[:3])
+
+
+def set_answers(port, timeout_s=30):
+    """A new SET is acknowledged within a bounded poll (the shard is not jammed)."""
+    def ok():
+        try:
+            with valkey.Valkey(port=port, socket_timeout=5) as c:
+                return c.set("after", "1") is True
+        except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError, valkey.exceptions.ResponseError):
+            return False
+    wait_until(ok, timeout_s, interval_s=0.1, what="a new SET acknowledged")
+
+
+# -- the local journal ---------------------------------------------------------------------------------------
+
+def test_local_journal_large_values_and_pipelined_bulk_survive_kill9(server_factory):
+    srv = server_factory("--durability", "sync")
+    with srv.client(socket_timeout=300) as c:
+        limit = c.info("durability")["journal_max_entry_bytes"]
+        assert limit > 0
+        write_large_values(c)
+        write_pipelined(srv.port)
+        info = c.info("durability")
+        assert info["journal_part_entries"] > 0 and info["journal_oldest_append_age_ms"] == 0
+    srv.kill(signal.SIGKILL)
+    # No entry on disk is larger than the journal's own limit: the 70 MB value went in parts.
+    biggest = max(len(e.payload) for e in iter_entries(srv.data_dir))
+    assert biggest <= limit, "an entry of %d bytes, over the limit %d" % (biggest, limit)
+    srv.start(wait=False)
+    srv.wait_ready(timeout_s=300)
+    with srv.client(socket_timeout=120) as c:
+        check_everything(c)
+    set_answers(srv.port)
+
+
+# -- JetStream: NATS at 64 MB (cluster up) and at its 1 MB default ---------------------------------------------
+
+@pytest.fixture(params=["max_payload_64mb", "max_payload_default_1mb"])
+def nats_payload(request, monkeypatch):
+    """The NATS servers' max_payload: as `cluster up` writes it (64 MB), or absent (NATS's 1 MB default, as in
+    docs/multi-az.md's configuration)."""
+    if request.param == "max_payload_default_1mb":
+        original = nats_procs.NatsNode.config_text
+
+        def without_max_payload(self):
+            text = original(self)
+            assert "max_payload: 67108864\n" in text
+            return text.replace("max_payload: 67108864\n", "")
+        monkeypatch.setattr(nats_procs.NatsNode, "config_text", without_max_payload)
+        return 1 * MB
+    return 64 * MB
+
+
+def test_jetstream_large_values_and_pipelined_bulk_survive_failover(local_cluster, nats_payload):
+    cluster = local_cluster(durability="sync")
+    old = cluster.primary(0)
+    with valkey.Valkey(port=old.port, socket_timeout=300) as c:
+        limit = c.info("durability")["journal_max_entry_bytes"]
+        assert 0 < limit < nats_payload
+        write_large_values(c)
+        write_pipelined(old.port)
+        info = c.info("durability")
+        assert info["journal_part_entries"] > 0 and info["journal_failed"] == 0
+    cluster.kill(old.name, signal.SIGKILL)
+    new, seconds = wait_new_primary(cluster, old.name, timeout_s=120)
+    print("failover after the bulk load: %s -> %s in %.2fs" % (old.name, new.name, seconds))
+    with valkey.Valkey(port=new.port, socket_timeout=120) as c:
+        check_everything(c)
+    set_answers(new.port)
+    # The other replica applied everything too (it read the parts from the stream and applied them once whole).
+    others = [p for p in cluster.replicas(0) if p.name not in (old.name, new.name)]
+    assert others
+    with valkey.Valkey(port=others[0].port, socket_timeout=120, single_connection_client=True) as r:
+        r.execute_command("READONLY")
+        wait_until(lambda: r.get("after") == b"1", 60, what="the replica caught up")
+        check_everything(r)
