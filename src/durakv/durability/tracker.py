@@ -36,7 +36,7 @@ import logging
 import time
 
 from .. import messages
-from ..journal.codec import encode_effects, encode_parts, encoded_len, select_len
+from ..journal.codec import effect_pieces, encode_effects, encode_parts, encoded_len, select_len
 
 log = logging.getLogger("durakv.durability")
 
@@ -165,7 +165,7 @@ class WriteTracker:
     def _submit_parts(self, effects, limit):
         """One command's effects larger than an entry: its parts go to the journal now, in order, behind
         everything handed over before (no batch is open: the caller sealed it). Returns the last part's index."""
-        parts = encode_parts(encode_effects(effects), limit)
+        parts = encode_parts(effect_pieces(effects), limit)
         index = self._issue(len(parts))
         first = index - len(parts) + 1
         self.part_entries += len(parts)

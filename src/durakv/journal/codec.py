@@ -10,57 +10,111 @@ import hiredis
 from ..protocol.resp import encode_command
 
 FEED_BYTES = 64 * 1024
+FEED_MAX_BYTES = 8 * 1024 * 1024
 _SELECT = [encode_command((b"SELECT", b"%d" % i)) for i in range(64)]
 
 
-def encode_effects(effects) -> bytes:
-    """One journal payload for effects [(db_id, argv)]: SELECT of the first effect's db, then the commands,
-    with a SELECT wherever the db changes."""
+def effect_pieces(effects) -> list:
+    """The payload of effects as pieces to join (a large value stays one piece, not copied)."""
     parts = []
     current = None
     for db_id, argv in effects:
         if db_id != current:
             parts.append(_SELECT[db_id] if db_id < 64 else encode_command((b"SELECT", b"%d" % db_id)))
             current = db_id
-        parts.append(encode_command(argv))
-    return b"".join(parts)
+        if _has_large(argv):
+            _extend_command(parts, argv)
+        else:
+            parts.append(encode_command(argv))
+    return parts
+
+
+def encode_effects(effects) -> bytes:
+    """One journal payload for effects [(db_id, argv)]: SELECT of the first effect's db, then the commands,
+    with a SELECT wherever the db changes."""
+    return b"".join(effect_pieces(effects))
+
+
+LARGE_ARG_BYTES = 64 * 1024
+
+
+def _has_large(argv) -> bool:
+    for a in argv:
+        if len(a) > LARGE_ARG_BYTES:
+            return True
+    return False
+
+
+def _extend_command(parts, argv):
+    """encode_command(argv) as pieces appended to parts: a large argument is not copied into a formatted
+    string (b"%s" % value of 70 MB takes 0.7 s; one join at the end copies it once)."""
+    parts.append(b"*%d\r\n" % len(argv))
+    for a in argv:
+        if type(a) is not bytes and not isinstance(a, (bytearray, memoryview)):
+            a = str(a).encode()
+        parts.append(b"$%d\r\n" % len(a))
+        parts.append(a)
+        parts.append(b"\r\n")
+
+
+class _Decoder:
+    """Commands of a payload fed in one or more slices (the parts of one payload, in order)."""
+
+    __slots__ = ("reader", "out", "db_id", "consumed", "total")
+
+    def __init__(self):
+        self.reader = hiredis.Reader()
+        self.out = []
+        self.db_id = 0
+        self.consumed = 0
+        self.total = 0
+
+    def feed(self, data):
+        reader = self.reader
+        out = self.out
+        size = len(data)
+        fed = 0
+        step = FEED_BYTES
+        while True:
+            try:
+                argv = reader.gets()
+            except hiredis.ProtocolError as exc:
+                raise ValueError("payload is not RESP: %s" % exc) from None
+            if argv is False:
+                if fed >= size:
+                    break
+                # Fed a slice at a time: hiredis moves what is left of its buffer after each command it parses,
+                # so a multi-MB batch fed at once costs time quadratic in its size (62 s for 16 MB of 4 KB SETs).
+                # Inside one large command the slices grow (nothing is moved until it is complete).
+                n = min(step, size - fed)
+                reader.feed(data, fed, n)
+                fed += n
+                step = min(step * 2, FEED_MAX_BYTES)
+                continue
+            step = FEED_BYTES
+            if type(argv) is not list or not argv or any(type(a) is not bytes for a in argv):
+                raise ValueError("payload holds something other than a command: %r" % (argv,))
+            self.consumed += encoded_len(argv)
+            if len(argv) == 2 and argv[0].upper() == b"SELECT":
+                if not argv[1].isdigit():
+                    raise ValueError("bad SELECT %r in payload" % argv[1])
+                self.db_id = int(argv[1])
+            else:
+                out.append((self.db_id, argv))
+        self.total += size
+
+    def finish(self) -> list:
+        if self.consumed != self.total:
+            raise ValueError("payload ends inside a command (%d of %d bytes decoded)" % (self.consumed, self.total))
+        return self.out
 
 
 def decode_payload(payload) -> list:
     """[(db_id, argv)] of a payload (argv a list of bytes; SELECT consumed). Raises ValueError when the
     payload is not a whole sequence of commands."""
-    reader = hiredis.Reader()
-    out = []
-    db_id = 0
-    consumed = 0
-    fed = 0
-    total = len(payload)
-    while True:
-        try:
-            argv = reader.gets()
-        except hiredis.ProtocolError as exc:
-            raise ValueError("payload is not RESP: %s" % exc) from None
-        if argv is False:
-            if fed >= total:
-                break
-            # Fed a slice at a time: hiredis moves what is left of its buffer after each command it parses, so
-            # a whole multi-MB batch fed at once costs time quadratic in its size (62 s for 16 MB of 4 KB SETs).
-            step = min(FEED_BYTES, total - fed)
-            reader.feed(payload, fed, step)
-            fed += step
-            continue
-        if type(argv) is not list or not argv or any(type(a) is not bytes for a in argv):
-            raise ValueError("payload holds something other than a command: %r" % (argv,))
-        consumed += encoded_len(argv)
-        if len(argv) == 2 and argv[0].upper() == b"SELECT":
-            if not argv[1].isdigit():
-                raise ValueError("bad SELECT %r in payload" % argv[1])
-            db_id = int(argv[1])
-        else:
-            out.append((db_id, argv))
-    if consumed != len(payload):
-        raise ValueError("payload ends inside a command (%d of %d bytes decoded)" % (consumed, len(payload)))
-    return out
+    decoder = _Decoder()
+    decoder.feed(payload)
+    return decoder.finish()
 
 
 # -- continuation parts: one command's effects larger than the journal's entry limit -------------------------
@@ -93,15 +147,36 @@ def select_len(db_id) -> int:
 
 
 def encode_parts(payload, max_entry_bytes) -> list:
-    """Splits payload into part entries of at most max_entry_bytes each (see above); [payload] when it fits."""
-    if len(payload) <= max_entry_bytes:
-        return [payload]
+    """Splits payload (bytes, or a list of pieces as effect_pieces makes) into part entries of at most
+    max_entry_bytes each (see above); [payload] when it fits."""
+    pieces = payload if isinstance(payload, list) else [payload]
+    total = sum(len(p) for p in pieces)
+    if total <= max_entry_bytes:
+        return [pieces[0] if len(pieces) == 1 else b"".join(pieces)]
     chunk = max_entry_bytes - PART_OVERHEAD
     if chunk < 1:
         raise ValueError("entry limit %d leaves no room for a part" % max_entry_bytes)
-    count = (len(payload) + chunk - 1) // chunk
-    return [encode_command((PART_COMMAND, b"%d" % i, b"%d" % count, payload[i * chunk:(i + 1) * chunk]))
-            for i in range(count)]
+    count = (total + chunk - 1) // chunk
+    out = []
+    views = [memoryview(p) for p in pieces]
+    k = 0          # the piece being cut, and where in it
+    pos = 0
+    for i in range(count):
+        want = min(chunk, total - i * chunk)
+        slices = []
+        while want:
+            view = views[k]
+            take = min(want, len(view) - pos)
+            slices.append(view[pos:pos + take])
+            pos += take
+            want -= take
+            if pos == len(view):
+                k += 1
+                pos = 0
+        size = sum(len(x) for x in slices)
+        out.append(b"".join([_PART_PREFIX, b"$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n" % (
+            len(b"%d" % i), i, len(b"%d" % count), count, size)] + slices + [b"\r\n"]))
+    return out
 
 
 def is_part(payload) -> bool:
@@ -133,41 +208,43 @@ class PartAssembler:
     of their parts arrived in order. feed() returns the effects to apply now ([] while parts are pending);
     reset() (an epoch marker) discards an incomplete tail. `discarded` counts the tails dropped."""
 
-    __slots__ = ("_n", "_chunks", "_first_index", "discarded")
+    __slots__ = ("_n", "_next", "_decoder", "discarded")
 
     def __init__(self):
         self._n = 0
-        self._chunks = []
-        self._first_index = 0
+        self._next = 0          # the part expected next (0: none pending)
+        self._decoder = None
         self.discarded = 0
 
     @property
     def pending(self) -> int:
         """Parts held, waiting for the rest."""
-        return len(self._chunks)
+        return self._next
 
     def reset(self):
-        if self._chunks:
+        if self._next:
             self.discarded += 1
-        self._n = 0
-        self._chunks = []
+        self._n = self._next = 0
+        self._decoder = None
 
     def feed(self, payload, index=0) -> list:
-        """Raises ValueError for a payload that is not commands (as decode_payload)."""
+        """Raises ValueError for a payload that is not commands (as decode_payload). A part's chunk is decoded
+        as it arrives, so a large command costs each entry its own share of the work."""
         if not is_part(payload):
             self.reset()
             return decode_payload(payload)
         i, n, chunk = _decode_part(payload)
         if i == 0:
             self.reset()
-            self._n, self._chunks, self._first_index = n, [chunk], index
-            return []
-        if not self._chunks or n != self._n or i != len(self._chunks):
+            self._n, self._decoder = n, _Decoder()
+        elif not self._next or n != self._n or i != self._next:
             self.reset()   # out of sequence: the tail it would continue is gone (or never was)
             return []
-        self._chunks.append(chunk)
+        self._decoder.feed(chunk)
         if i < n - 1:
+            self._next = i + 1
             return []
-        whole = b"".join(self._chunks)
-        self._n, self._chunks = 0, []
-        return decode_payload(whole)
+        decoder = self._decoder
+        self._n = self._next = 0
+        self._decoder = None
+        return decoder.finish()

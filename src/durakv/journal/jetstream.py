@@ -30,8 +30,12 @@ Why fencing still holds (DESIGN.md "Journal backends"; measured in tests/test_jo
   that position taken: so at most one copy of an entry can ever land, and readers never see duplicates.
 
 Entry size: NATS refuses a message over the server's `max_payload` (headers included; nats-py raises
-MaxPayloadError before sending anything). `max_entry_bytes` is that limit, read from the server the
-connection is on, less HEADER_MARGIN_BYTES for this journal's headers; the write tracker never makes a
+MaxPayloadError before sending anything), and JetStream refuses to store one over 32 MB whatever max_payload
+says (error 10077 "message too large", nats-server #6798: its file store cannot index bigger records).
+`max_entry_bytes` is the server's max_payload (read from the server the connection is on) less
+HEADER_MARGIN_BYTES for this journal's headers, and at most MAX_ENTRY_BYTES (8 MB: NATS warns that payloads
+over 8 MB perform poorly, and one big message holds up the lease renewals and heartbeats that share this
+connection and the servers' routes while it is sent and replicated); the write tracker never makes a
 bigger entry (it closes batches before and carries larger effects in continuation parts). A payload the
 client refuses anyway (a server with a lower limit after a reconnect) fails the journal at once: it was
 never sent, so it is a definite failure, not an unknown outcome to send again.
@@ -69,6 +73,7 @@ DEFAULT_APPENDS_IN_FLIGHT = 8        # config journal-max-appends-in-flight; cho
 RETRY_MIN_S = 0.05
 RETRY_MAX_S = 0.5
 HEADER_MARGIN_BYTES = 1024           # room for the headers NATS counts in max_payload (ours take ~120 bytes)
+MAX_ENTRY_BYTES = 1 * 1024 * 1024    # the cap on an entry whatever max_payload allows (see above)
 NATS_DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
@@ -298,7 +303,7 @@ class JetStreamJournal(Journal):
     def max_entry_bytes(self) -> int:
         """The largest payload an append may carry (see the module's docstring)."""
         max_payload = getattr(self.nc, "max_payload", 0) or NATS_DEFAULT_MAX_PAYLOAD
-        return max(4096, max_payload - HEADER_MARGIN_BYTES)
+        return max(4096, min(MAX_ENTRY_BYTES, max_payload - HEADER_MARGIN_BYTES))
 
     @property
     def in_flight(self) -> int:

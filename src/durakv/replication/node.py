@@ -149,8 +149,13 @@ class ClusterNode:
         self.store = await retry_transient("opening the coordination store", NatsStore(self.nc).open)
         await self._load_settings()
         self._pubsub_subs.append(await self.nc.subscribe(self._status_subject(), cb=self._on_status))
+        # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
+        # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
+        # one socket (measured: under a pipelined bulk load the lease lapsed while the journal kept committing).
+        journal_nc = await connect(self.servers, name="durakv-%s-journal" % self.node_id,
+                                   tls=ssl.create_default_context(cafile=ca) if ca else None)
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
-        self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0,
+        self.journal = JetStreamJournal(journal_nc, self.shard, request_timeout_s=2.0,
                                         max_appends_in_flight=srv.config["journal-max-appends-in-flight"])
         await self.journal.ensure_stream()
         if self.routing is not None:
