@@ -102,6 +102,24 @@ def test_local_journal_large_values_and_pipelined_bulk_survive_kill9(server_fact
     set_answers(srv.port)
 
 
+def test_local_journal_async_value_in_parts_commits_and_lag_returns_to_zero(server_factory):
+    """async mode: a value carried in parts is acknowledged at once, commits, and the lag falls back to 0
+    (the parts before the last are not uncommitted batches of their own)."""
+    srv = server_factory("--durability", "async")
+    size = 3 * 16 * MB // 2
+    with srv.client(socket_timeout=120) as c:
+        assert c.set("big", large_value(size)) is True
+        wait_until(lambda: c.info("durability")["durability_lag_ms"] == 0
+                   and c.info("durability")["journal_commit_index"] >= 2, 60, what="the parts committed")
+        assert c.info("durability")["journal_part_entries"] >= 2
+        assert c.set("after", "1") is True
+    srv.kill(signal.SIGKILL)
+    srv.start(wait=False)
+    srv.wait_ready(timeout_s=120)
+    with srv.client(socket_timeout=120) as c:
+        assert c.get("big") == large_value(size)
+
+
 # -- JetStream: NATS at 64 MB (cluster up) and at its 1 MB default ---------------------------------------------
 
 @pytest.fixture(params=["max_payload_64mb", "max_payload_default_1mb"])

@@ -149,12 +149,9 @@ class WriteTracker:
 
     def _issue(self, count=1):
         """Gives out the next `count` indices (a batch, or the parts of one); returns the last."""
-        first = self.assigned + 1
         self.assigned += count
         index = self.assigned
-        now = self.clock_ms()
-        for i in range(first, index + 1):
-            self._uncommitted[i] = now
+        self._uncommitted[index] = self.clock_ms()   # the lag: a command in parts counts from its last part
         self._dirty_by_index[index] = []
         owner = self.owner
         owner.assigned = index
