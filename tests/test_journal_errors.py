@@ -224,3 +224,35 @@ def test_local_journal_failure_with_ttl_keys_neither_reloads_each_tick_nor_refus
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(10)
+
+
+# -- a journal that commits nothing: the primary steps down within journal-append-stall-ms ---------------------
+
+def test_a_primary_whose_append_stalls_past_the_bound_steps_down(local_cluster):
+    """journal-append-stall-ms bounds how long a primary keeps its lease while its oldest append is
+    unacknowledged. With the bound at 1 ms every append is 'stalled': the primary steps down at its first write
+    (never acknowledging it), a replica takes over, and the shard takes new writes (the restarted node has the
+    default bound again)."""
+    cluster = local_cluster(durability="sync")
+    old = cluster.primary(0)
+    with valkey.Valkey(port=old.port, socket_timeout=10) as c:
+        assert c.info("durability")["journal_append_stall_ms"] == 20000
+        assert c.config_set("journal-append-stall-ms", "1") is True
+        try:
+            c.set("k", "v")
+            acknowledged = True
+        except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+            acknowledged = False
+        assert not acknowledged, "a write was acknowledged by a primary past its stall bound"
+
+    def serving_again():
+        for p in masters(cluster):
+            try:
+                with valkey.Valkey(port=p.port, socket_timeout=5) as c:
+                    return c.set("after", "1") is True
+            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
+                    valkey.exceptions.ResponseError):
+                continue
+        return False
+    wait_until(serving_again, 60, interval_s=0.1, what="a primary taking writes again")
+    assert "journal appends unacknowledged for" in open(old.log, errors="replace").read()
