@@ -207,3 +207,60 @@ class JournalContract:
             assert len(await collect(j, 0)) == 400
             await j.close()
         asyncio.run(main())
+
+    # -- entry size and continuation parts (DESIGN.md "Bounds on the write path") -------------------------
+    def test_an_entry_of_max_entry_bytes_is_stored_whole(self, tmp_path):
+        async def main():
+            j = await self.opened(tmp_path)
+            limit = j.max_entry_bytes
+            assert limit > 0
+            payload = bytes(range(256)) * (limit // 256) + b"x" * (limit % 256)
+            assert len(payload) == limit
+            index = await j.append(payload, epoch=1)
+            assert [e.payload for e in await collect(j, index - 1)] == [payload]
+            await j.close()
+        asyncio.run(main())
+
+    def test_a_command_larger_than_an_entry_reads_back_through_its_parts(self, tmp_path):
+        from durakv.journal.codec import PartAssembler, encode_effects, encode_parts
+
+        async def main():
+            j = await self.opened(tmp_path)
+            limit = j.max_entry_bytes
+            value = os.urandom(limit * 2 + 12345)
+            effects = [(0, (b"SET", b"small", b"1")), (2, (b"SET", b"big", value))]
+            parts = encode_parts(encode_effects(effects), limit)
+            assert len(parts) >= 3 and all(len(p) <= limit for p in parts)
+            first = None
+            for p in parts:
+                index = await j.append(p, epoch=1)
+                first = first or index
+            await j.close()
+            j = await self.opened(tmp_path)     # and after reopening
+            assembler = PartAssembler()
+            applied = []
+            for e in await collect(j, first - 1):
+                applied.extend(assembler.feed(e.payload, e.index))
+            assert applied == [(0, [b"SET", b"small", b"1"]), (2, [b"SET", b"big", value])]
+            await j.close()
+        asyncio.run(main())
+
+    def test_an_unfinished_tail_of_parts_is_dropped_by_the_next_entry(self, tmp_path):
+        from durakv.journal.codec import PartAssembler, encode_effects, encode_parts
+
+        async def main():
+            j = await self.opened(tmp_path)
+            limit = j.max_entry_bytes
+            parts = encode_parts(encode_effects([(0, (b"SET", b"lost", b"v" * (limit * 2)))]), limit)
+            first = await j.append(parts[0], epoch=1)
+            await j.append(parts[1], epoch=1)         # the writer died before the last part
+            await j.append(encode_effects([(0, (b"SET", b"next", b"1"))]), epoch=1)
+            await j.append(parts[2], epoch=1)         # a part out of sequence is dropped too
+            assembler = PartAssembler()
+            applied = []
+            for e in await collect(j, first - 1):
+                applied.extend(assembler.feed(e.payload, e.index))
+            assert applied == [(0, [b"SET", b"next", b"1"])]
+            assert assembler.discarded == 1 and assembler.pending == 0
+            await j.close()
+        asyncio.run(main())

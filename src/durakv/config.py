@@ -354,6 +354,10 @@ OPTIONS = [
            help="durakv: JetStream journal appends sent before the first is acknowledged (each conditional on "
                 "the sequence the one before takes; 1 = one at a time). 32 is the bound fencing relies on "
                 "(journal/jetstream.py MAX_APPENDS_IN_FLIGHT)"),
+    Option("journal-append-stall-ms", 20000, _int_range(0, 2**31 - 1),
+           help="durakv: a shard primary whose oldest journal append is unacknowledged this long steps down (gives "
+                "up its lease and restarts as a replica) instead of keeping a lease while nothing commits. Longer "
+                "than a NATS stream leader election (up to ~9 s), which deposes nobody. 0 = never"),
     Option("shard", "0", _string, mutable=False),
     Option("availability-zone", "az1", _string, mutable=False),
     Option("node-id", "", _string, mutable=False),

@@ -586,8 +586,14 @@ def _is_replica(ctx) -> bool:
 
 
 def _acked_replicas(ctx, index) -> int:
-    """Replicas known to have applied the journal up to index (the offsets they last reported)."""
-    return sum(1 for _host, _port, offset in ctx.port.replication()["replicas"] if offset >= index)
+    """Replicas known to have applied the journal up to the client's write `index` (the offsets they last
+    reported are journal positions: the write's own position, known once it is committed, is compared)."""
+    if index <= 0:
+        return len(ctx.port.replication()["replicas"])
+    position = ctx.port.replication_index(index)
+    if not position:
+        return 0
+    return sum(1 for _host, _port, offset in ctx.port.replication()["replicas"] if offset >= position)
 
 
 @command("wait")

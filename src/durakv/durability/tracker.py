@@ -10,17 +10,33 @@ Indices: the tracker issues one append per batch, in order, so the entry index o
 batch is opened; replies are tagged with it and released when the commit index reaches it. Up to the
 journal's `max_appends_in_flight` batches (1 when it has none) are being appended at once; what arrives while
 that many are in flight joins the open batch, which leaves when the oldest completes. The journal
-acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch. The tracker
+acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch.
+
+Bounds (DESIGN.md "Bounds on the write path"): a journal entry holds at most the journal's `max_entry_bytes`.
+The encoded size of the open batch is counted as effects join it; an effect that would take it past the
+limit seals it and hands it to the journal at once, window or not (the backend queues what it cannot send
+yet), and a new batch opens behind it. One command whose effects alone exceed the limit is carried in
+continuation parts (journal/codec.py encode_parts): n consecutive entries whose indices are given out
+together, and the command's ticket is the last part's, so its reply waits for every part.
+
+The indices here are the tracker's own: a JetStream writer that steps over a deposed primary's entries gets
+stream sequences ahead of them. The appends' answers say where each batch landed; journal_index() turns a
+tracker index into the journal's (WAIT compares it with the replicas' applied journal positions).
+
+A journal that takes longer than `stall_ms` (config journal-append-stall-ms) to acknowledge its oldest
+append calls on_stall(age_ms) once (a shard primary steps down rather than keep a lease while nothing
+commits); 0 turns that off. `oldest_append_age_ms()` is that age for INFO. The tracker
 keeps its owner (durability.Durability) current: committed, assigned, pending (a sync write is uncommitted)
 and refusing (writes must ask refuse_writes()), and calls owner.on_commit(index) after each commit.
 """
 
 import asyncio
+import collections
 import logging
 import time
 
 from .. import messages
-from ..journal.codec import encode_effects
+from ..journal.codec import effect_pieces, encode_effects, encode_parts, encoded_len, select_len
 
 log = logging.getLogger("durakv.durability")
 
@@ -41,6 +57,18 @@ class WriteTracker:
         self.assigned = self.committed      # index of the newest batch handed out
         self._batch = []                    # effects of the open batch
         self._batch_index = 0               # 0 = no open batch
+        self._batch_bytes = 0               # encoded size of the open batch so far
+        self._batch_db = None               # database of its last effect (a change costs a SELECT)
+        self._sent_ms = collections.deque()  # (index, ms) of appends handed to the journal, oldest first
+        self._journal_delta = 0             # journal index - tracker index of the newest acknowledged batch
+        self._delta_changes = []            # [(first tracker index, delta)] where that difference grew
+        self._inner_parts = set()           # indices of parts before a command's last part: never a commit point
+        self.sealed_batches = 0             # batches closed because the next effect would pass the limit
+        self.part_entries = 0               # entries written as continuation parts
+        self.stall_ms = 0                   # on_stall after an append unacknowledged this long (0: never)
+        self.on_stall = None                # fn(age_ms)
+        self.stalls = 0
+        self._stall_handle = None
         self._uncommitted = {}              # index -> started_ms, for the lag
         self.dirty = {}                     # (db_id, key) -> index of its newest uncommitted write
         self._dirty_by_index = {}           # index -> list of (db_id, key)
@@ -68,15 +96,45 @@ class WriteTracker:
         owner.refusing = self.mode == "async" or self.failed is not None
 
     # -- submitting effects ------------------------------------------------------------------
+    @property
+    def max_entry_bytes(self) -> int:
+        """The journal's entry limit (0: none); read each time, a JetStream limit comes from its server."""
+        return getattr(self.journal, "max_entry_bytes", 0) or 0
+
+    def _size_of(self, effects, db):
+        size = 0
+        for db_id, argv in effects:
+            if db_id != db:
+                size += select_len(db_id)
+                db = db_id
+            size += encoded_len(argv)
+        return size, db
+
     def submit(self, effects, dirty) -> int:
         """Adds a command's effects to the open batch, with the keys they touched (dirty: [(db_id, key)],
         None when unknown). Returns the index the reply must wait for (sync), else 0."""
         if not effects:
             return 0
+        limit = self.max_entry_bytes
         index = self._batch_index
-        if not index:
-            index = self._open_batch()
-        self._batch.extend(effects)
+        if limit:
+            size, db = self._size_of(effects, self._batch_db if index else None)
+            if index and self._batch_bytes + size > limit:
+                self._seal()
+                index = 0
+                size, db = self._size_of(effects, None)
+            if not index and size > limit:
+                index = self._submit_parts(effects, limit)
+            else:
+                if not index:
+                    index = self._open_batch()
+                self._batch.extend(effects)
+                self._batch_bytes += size
+                self._batch_db = db
+        else:
+            if not index:
+                index = self._open_batch()
+            self._batch.extend(effects)
         if dirty is None:
             self.barrier = index
         elif dirty:
@@ -89,15 +147,43 @@ class WriteTracker:
             return 0   # async; or the test-only broken mode, which acknowledges before the commit
         return index
 
-    def _open_batch(self):
-        self.assigned += 1
-        index = self._batch_index = self.assigned
-        self._uncommitted[index] = self.clock_ms()
+    def _issue(self, count=1):
+        """Gives out the next `count` indices (a batch, or the parts of one); returns the last."""
+        self.assigned += count
+        index = self.assigned
+        self._uncommitted[index] = self.clock_ms()   # the lag: a command in parts counts from its last part
         self._dirty_by_index[index] = []
         owner = self.owner
         owner.assigned = index
         if self.mode == "sync":
             owner.pending = True
+        return index
+
+    def _submit_parts(self, effects, limit):
+        """One command's effects larger than an entry: its parts go to the journal now, in order, behind
+        everything handed over before (no batch is open: the caller sealed it). Returns the last part's index."""
+        parts = encode_parts(effect_pieces(effects), limit)
+        index = self._issue(len(parts))
+        first = index - len(parts) + 1
+        self.part_entries += len(parts)
+        self._inner_parts.update(range(first, index))
+        for k, payload in enumerate(parts):
+            self._append(first + k, payload)
+        return index
+
+    def _seal(self):
+        """The open batch is full: it goes to the journal now, even past the window (the backend queues it)."""
+        self.sealed_batches += 1
+        index = self._batch_index
+        effects = self._batch
+        self._batch = []
+        self._batch_index = 0
+        self._batch_bytes = 0
+        self._batch_db = None
+        self._append(index, encode_effects(effects))
+
+    def _open_batch(self):
+        index = self._batch_index = self._issue()
         if self.ack_before_commit:
             # The broken mode (tests only) also appends late, so that a crash always loses acknowledged writes
             self.loop.call_later(ACK_BEFORE_COMMIT_DELAY_S, self._close_batch)
@@ -152,15 +238,53 @@ class WriteTracker:
         effects = self._batch
         self._batch = []
         self._batch_index = 0
-        payload = encode_effects(effects)
+        self._batch_bytes = 0
+        self._batch_db = None
+        self._append(index, encode_effects(effects))
+
+    def _append(self, index, payload):
+        """Hands entry `index` to the journal (its position is fixed by this call: journal contract)."""
         self.appended_bytes += len(payload)
         self._in_flight += 1
+        self._sent_ms.append((index, self.clock_ms()))
+        if self.stall_ms and self._stall_handle is None:
+            self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)
         try:
             fut = asyncio.ensure_future(self.journal.append(payload), loop=self.loop)
         except Exception as exc:  # noqa: BLE001 - a closed/failed journal raises at call time
             fut = self.loop.create_future()
             fut.set_exception(exc)
         fut.add_done_callback(lambda f, i=index, g=self._generation: self._on_appended(i, g, f))
+
+    def oldest_append_age_ms(self) -> int:
+        """How long the oldest append handed to the journal has waited for its acknowledgement (0: none)."""
+        sent = self._sent_ms
+        return max(0, self.clock_ms() - sent[0][1]) if sent else 0
+
+    def _check_stall(self):
+        self._stall_handle = None
+        if not self.stall_ms or not self._sent_ms:
+            return
+        age_ms = self.oldest_append_age_ms()
+        if age_ms < self.stall_ms:
+            self._stall_handle = self.loop.call_later((self.stall_ms - age_ms) / 1000.0, self._check_stall)
+            return
+        self.stalls += 1
+        log.error("journal append of entry %d not acknowledged for %d ms (journal-append-stall-ms %d)",
+                  self._sent_ms[0][0], age_ms, self.stall_ms)
+        if self.on_stall is not None:
+            self.on_stall(age_ms)
+        else:
+            # Nobody to step down: look again one bound later (the age stays in INFO meanwhile).
+            self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)
+
+    def journal_index(self, index) -> int:
+        """The journal's index of tracker index `index` (equal unless the journal stepped over entries of
+        others; for an index not acknowledged yet, the least it can be)."""
+        for first, delta in reversed(self._delta_changes):
+            if index >= first:
+                return index + delta
+        return index
 
     def _on_appended(self, index, generation, fut):
         if generation != self._generation:
@@ -169,6 +293,18 @@ class WriteTracker:
         exc = fut.exception()
         if exc is not None:
             self._fail(index, exc)
+            return
+        sent = self._sent_ms
+        while sent and sent[0][0] <= index:
+            sent.popleft()
+        where = fut.result()
+        if type(where) is int and where - index != self._journal_delta:
+            # The journal put this entry further on (it stepped over a deposed writer's entries).
+            self._journal_delta = where - index
+            self._delta_changes.append((index, self._journal_delta))
+        if self._inner_parts and index in self._inner_parts:
+            # Not a whole command yet: the commit index (what snapshots and replies go by) waits for its last part.
+            self._inner_parts.discard(index)
             return
         if self._batch_index and self.failed is None and (not self.ack_before_commit or self._late_batch_due()):
             self._close_batch()  # what gathered during the append leaves now, not an iteration later
@@ -198,6 +334,10 @@ class WriteTracker:
         self._in_flight = 0
         self._batch = []
         self._batch_index = 0
+        self._batch_bytes = 0
+        self._batch_db = None
+        self._sent_ms.clear()
+        self._inner_parts.clear()
         self.assigned = self.committed     # the journal gives the failed indices again (its contract)
         self._uncommitted.clear()
         self.dirty.clear()
@@ -271,6 +411,9 @@ class WriteTracker:
         if self._retry_handle is not None:
             self._retry_handle.cancel()
             self._retry_handle = None
+        if self._stall_handle is not None:
+            self._stall_handle.cancel()
+            self._stall_handle = None
 
     async def drain(self, timeout_s=30.0):
         """Waits until everything issued is committed (shutdown, snapshot, hand-over)."""

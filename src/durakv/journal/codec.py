@@ -9,53 +9,242 @@ import hiredis
 
 from ..protocol.resp import encode_command
 
+FEED_BYTES = 64 * 1024
+FEED_MAX_BYTES = 8 * 1024 * 1024
 _SELECT = [encode_command((b"SELECT", b"%d" % i)) for i in range(64)]
 
 
-def encode_effects(effects) -> bytes:
-    """One journal payload for effects [(db_id, argv)]: SELECT of the first effect's db, then the commands,
-    with a SELECT wherever the db changes."""
+def effect_pieces(effects) -> list:
+    """The payload of effects as pieces to join (a large value stays one piece, not copied)."""
     parts = []
     current = None
     for db_id, argv in effects:
         if db_id != current:
             parts.append(_SELECT[db_id] if db_id < 64 else encode_command((b"SELECT", b"%d" % db_id)))
             current = db_id
-        parts.append(encode_command(argv))
-    return b"".join(parts)
+        if _has_large(argv):
+            _extend_command(parts, argv)
+        else:
+            parts.append(encode_command(argv))
+    return parts
 
 
-def _encoded_len(argv) -> int:
-    n = len(b"*%d\r\n" % len(argv))
+def encode_effects(effects) -> bytes:
+    """One journal payload for effects [(db_id, argv)]: SELECT of the first effect's db, then the commands,
+    with a SELECT wherever the db changes."""
+    return b"".join(effect_pieces(effects))
+
+
+LARGE_ARG_BYTES = 64 * 1024
+
+
+def _has_large(argv) -> bool:
     for a in argv:
-        n += len(b"$%d\r\n" % len(a)) + len(a) + 2
-    return n
+        if len(a) > LARGE_ARG_BYTES:
+            return True
+    return False
+
+
+def _extend_command(parts, argv):
+    """encode_command(argv) as pieces appended to parts: a large argument is not copied into a formatted
+    string (b"%s" % value of 70 MB takes 0.7 s; one join at the end copies it once)."""
+    parts.append(b"*%d\r\n" % len(argv))
+    for a in argv:
+        if type(a) is not bytes and not isinstance(a, (bytearray, memoryview)):
+            a = str(a).encode()
+        parts.append(b"$%d\r\n" % len(a))
+        parts.append(a)
+        parts.append(b"\r\n")
+
+
+class _Decoder:
+    """Commands of a payload fed in one or more slices (the parts of one payload, in order)."""
+
+    __slots__ = ("reader", "out", "db_id", "consumed", "total")
+
+    def __init__(self):
+        self.reader = hiredis.Reader()
+        self.out = []
+        self.db_id = 0
+        self.consumed = 0
+        self.total = 0
+
+    def feed(self, data):
+        reader = self.reader
+        out = self.out
+        size = len(data)
+        fed = 0
+        step = FEED_BYTES
+        while True:
+            try:
+                argv = reader.gets()
+            except hiredis.ProtocolError as exc:
+                raise ValueError("payload is not RESP: %s" % exc) from None
+            if argv is False:
+                if fed >= size:
+                    break
+                # Fed a slice at a time: hiredis moves what is left of its buffer after each command it parses,
+                # so a multi-MB batch fed at once costs time quadratic in its size (62 s for 16 MB of 4 KB SETs).
+                # Inside one large command the slices grow (nothing is moved until it is complete).
+                n = min(step, size - fed)
+                reader.feed(data, fed, n)
+                fed += n
+                step = min(step * 2, FEED_MAX_BYTES)
+                continue
+            step = FEED_BYTES
+            if type(argv) is not list or not argv or any(type(a) is not bytes for a in argv):
+                raise ValueError("payload holds something other than a command: %r" % (argv,))
+            self.consumed += encoded_len(argv)
+            if len(argv) == 2 and argv[0].upper() == b"SELECT":
+                if not argv[1].isdigit():
+                    raise ValueError("bad SELECT %r in payload" % argv[1])
+                self.db_id = int(argv[1])
+            else:
+                out.append((self.db_id, argv))
+        self.total += size
+
+    def finish(self) -> list:
+        if self.consumed != self.total:
+            raise ValueError("payload ends inside a command (%d of %d bytes decoded)" % (self.consumed, self.total))
+        return self.out
 
 
 def decode_payload(payload) -> list:
     """[(db_id, argv)] of a payload (argv a list of bytes; SELECT consumed). Raises ValueError when the
     payload is not a whole sequence of commands."""
+    decoder = _Decoder()
+    decoder.feed(payload)
+    return decoder.finish()
+
+
+# -- continuation parts: one command's effects larger than the journal's entry limit -------------------------
+#
+# A payload of more than `max_entry_bytes` is carried in n >= 2 consecutive entries, each one RESP command
+# `DURAKV.PART <i> <n> <chunk>` (i = 0 .. n-1), the chunks joined being the whole payload. Readers apply the
+# payload only once part n-1 arrives after parts 0 .. n-2 in order (PartAssembler); an epoch marker, a
+# non-part entry or a part out of sequence discards an incomplete tail (a writer that died or was deposed
+# between two parts: its tail was never acknowledged, since the ticket is the last part's index).
+
+PART_COMMAND = b"DURAKV.PART"
+_PART_PREFIX = b"*4\r\n$11\r\nDURAKV.PART\r\n"
+# What a part entry adds around its chunk: the prefix, i and n (up to 20 digits each, with their framing) and
+# the chunk's own length line and CRLF.
+PART_OVERHEAD = len(_PART_PREFIX) + 2 * (1 + 2 + 2 + 20 + 2) + (1 + 20 + 2) + 2
+
+
+def encoded_len(argv) -> int:
+    """Bytes encode_command(argv) takes (the tracker bounds a batch with it before encoding it)."""
+    n = 3 + len(str(len(argv)))
+    for a in argv:
+        la = len(a)
+        n += 5 + len(str(la)) + la
+    return n
+
+
+def select_len(db_id) -> int:
+    """Bytes of the SELECT that encode_effects puts before effects of db_id."""
+    return len(_SELECT[db_id]) if db_id < 64 else encoded_len((b"SELECT", b"%d" % db_id))
+
+
+def encode_parts(payload, max_entry_bytes) -> list:
+    """Splits payload (bytes, or a list of pieces as effect_pieces makes) into part entries of at most
+    max_entry_bytes each (see above); [payload] when it fits."""
+    pieces = payload if isinstance(payload, list) else [payload]
+    total = sum(len(p) for p in pieces)
+    if total <= max_entry_bytes:
+        return [pieces[0] if len(pieces) == 1 else b"".join(pieces)]
+    chunk = max_entry_bytes - PART_OVERHEAD
+    if chunk < 1:
+        raise ValueError("entry limit %d leaves no room for a part" % max_entry_bytes)
+    count = (total + chunk - 1) // chunk
+    out = []
+    views = [memoryview(p) for p in pieces]
+    k = 0          # the piece being cut, and where in it
+    pos = 0
+    for i in range(count):
+        want = min(chunk, total - i * chunk)
+        slices = []
+        while want:
+            view = views[k]
+            take = min(want, len(view) - pos)
+            slices.append(view[pos:pos + take])
+            pos += take
+            want -= take
+            if pos == len(view):
+                k += 1
+                pos = 0
+        size = sum(len(x) for x in slices)
+        out.append(b"".join([_PART_PREFIX, b"$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n" % (
+            len(b"%d" % i), i, len(b"%d" % count), count, size)] + slices + [b"\r\n"]))
+    return out
+
+
+def is_part(payload) -> bool:
+    return payload[:len(_PART_PREFIX)] == _PART_PREFIX
+
+
+def _decode_part(payload):
+    """(i, n, chunk) of a part entry; raises ValueError when it is not a whole one."""
     reader = hiredis.Reader()
     reader.feed(payload)
-    out = []
-    db_id = 0
-    consumed = 0
-    while True:
-        try:
-            argv = reader.gets()
-        except hiredis.ProtocolError as exc:
-            raise ValueError("payload is not RESP: %s" % exc) from None
-        if argv is False:
-            break
-        if type(argv) is not list or not argv or any(type(a) is not bytes for a in argv):
-            raise ValueError("payload holds something other than a command: %r" % (argv,))
-        consumed += _encoded_len(argv)
-        if len(argv) == 2 and argv[0].upper() == b"SELECT":
-            if not argv[1].isdigit():
-                raise ValueError("bad SELECT %r in payload" % argv[1])
-            db_id = int(argv[1])
-        else:
-            out.append((db_id, argv))
-    if consumed != len(payload):
-        raise ValueError("payload ends inside a command (%d of %d bytes decoded)" % (consumed, len(payload)))
-    return out
+    try:
+        argv = reader.gets()
+    except hiredis.ProtocolError as exc:
+        raise ValueError("part entry is not RESP: %s" % exc) from None
+    if type(argv) is not list or len(argv) != 4 or reader.gets() is not False:
+        raise ValueError("malformed part entry")
+    if not (argv[1].isdigit() and argv[2].isdigit()):
+        raise ValueError("malformed part numbers %r %r" % (argv[1], argv[2]))
+    if encoded_len(argv) != len(payload):
+        raise ValueError("part entry has bytes after its command")
+    i, n = int(argv[1]), int(argv[2])
+    if not 0 <= i < n or n < 2:
+        raise ValueError("part %d of %d" % (i, n))
+    return i, n, argv[3]
+
+
+class PartAssembler:
+    """Every reader's way from accepted entries to effects: whole entries decode at once, part entries once all
+    of their parts arrived in order. feed() returns the effects to apply now ([] while parts are pending);
+    reset() (an epoch marker) discards an incomplete tail. `discarded` counts the tails dropped."""
+
+    __slots__ = ("_n", "_next", "_decoder", "discarded")
+
+    def __init__(self):
+        self._n = 0
+        self._next = 0          # the part expected next (0: none pending)
+        self._decoder = None
+        self.discarded = 0
+
+    @property
+    def pending(self) -> int:
+        """Parts held, waiting for the rest."""
+        return self._next
+
+    def reset(self):
+        if self._next:
+            self.discarded += 1
+        self._n = self._next = 0
+        self._decoder = None
+
+    def feed(self, payload, index=0) -> list:
+        """Raises ValueError for a payload that is not commands (as decode_payload). A part's chunk is decoded
+        as it arrives, so a large command costs each entry its own share of the work."""
+        if not is_part(payload):
+            self.reset()
+            return decode_payload(payload)
+        i, n, chunk = _decode_part(payload)
+        if i == 0:
+            self.reset()
+            self._n, self._decoder = n, _Decoder()
+        elif not self._next or n != self._n or i != self._next:
+            self.reset()   # out of sequence: the tail it would continue is gone (or never was)
+            return []
+        self._decoder.feed(chunk)
+        if i < n - 1:
+            self._next = i + 1
+            return []
+        decoder = self._decoder
+        self._n = self._next = 0
+        self._decoder = None
+        return decoder.finish()

@@ -29,6 +29,17 @@ Why fencing still holds (DESIGN.md "Journal backends"; measured in tests/test_jo
 * A send whose outcome is unknown is sent again conditional on the same position, unless the tail showed
   that position taken: so at most one copy of an entry can ever land, and readers never see duplicates.
 
+Entry size: NATS refuses a message over the server's `max_payload` (headers included; nats-py raises
+MaxPayloadError before sending anything), and JetStream refuses to store one over 32 MB whatever max_payload
+says (error 10077 "message too large", nats-server #6798: its file store cannot index bigger records).
+`max_entry_bytes` is the server's max_payload (read from the server the connection is on) less
+HEADER_MARGIN_BYTES for this journal's headers, and at most MAX_ENTRY_BYTES (8 MB: NATS warns that payloads
+over 8 MB perform poorly, and one big message holds up the lease renewals and heartbeats that share this
+connection and the servers' routes while it is sent and replicated); the write tracker never makes a
+bigger entry (it closes batches before and carries larger effects in continuation parts). A payload the
+client refuses anyway (a server with a lower limit after a reconnect) fails the journal at once: it was
+never sent, so it is a definite failure, not an unknown outcome to send again.
+
 nats-py 2.16 pitfalls (measured): `publish_async` futures never complete when the server answers with an API
 error (the reply handler raises inside the subscription callback), and have no timeout. So appends are
 raw request/replies on this journal's own inbox subscription, sent by one task (so the server receives them
@@ -61,6 +72,9 @@ MAX_APPENDS_IN_FLIGHT = 32           # the bound on every writer's window that f
 DEFAULT_APPENDS_IN_FLIGHT = 8        # config journal-max-appends-in-flight; chosen by scripts/bench_sync_latency.py
 RETRY_MIN_S = 0.05
 RETRY_MAX_S = 0.5
+HEADER_MARGIN_BYTES = 1024           # room for the headers NATS counts in max_payload (ours take ~120 bytes)
+MAX_ENTRY_BYTES = 1 * 1024 * 1024    # the cap on an entry whatever max_payload allows (see above)
+NATS_DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 def stream_name(shard: str) -> str:
@@ -286,6 +300,12 @@ class JetStreamJournal(Journal):
         return self._bytes
 
     @property
+    def max_entry_bytes(self) -> int:
+        """The largest payload an append may carry (see the module's docstring)."""
+        max_payload = getattr(self.nc, "max_payload", 0) or NATS_DEFAULT_MAX_PAYLOAD
+        return max(4096, min(MAX_ENTRY_BYTES, max_payload - HEADER_MARGIN_BYTES))
+
+    @property
     def in_flight(self) -> int:
         """Appends sent and not yet answered."""
         return self._sent
@@ -301,6 +321,14 @@ class JetStreamJournal(Journal):
             raise JournalClosed("journal is closed")
         fut = asyncio.get_running_loop().create_future()
         if self._failed is not None:
+            fut.set_exception(self._failed)
+            return fut
+        max_payload = getattr(self.nc, "max_payload", 0)
+        if max_payload and len(payload) > max_payload - HEADER_MARGIN_BYTES:
+            # NATS would refuse it: fail it (and, by the contract, every later append) without sending it.
+            self._failed = JournalFailed("append of %d bytes refused: over the NATS server's max_payload (%d bytes) "
+                                         "less %d for headers" % (len(payload), max_payload, HEADER_MARGIN_BYTES))
+            log.error("%s: %s", self.stream, self._failed)
             fut.set_exception(self._failed)
             return fut
         self._queue.append(_Append(payload, self.epoch if epoch is None else epoch, fut))
@@ -407,6 +435,13 @@ class JetStreamJournal(Journal):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the send itself failed (disconnected): outcome unknown
+                import nats.errors
+                if isinstance(exc, nats.errors.MaxPayloadError):
+                    # Refused by the client before anything was sent: definite, and sending again cannot help.
+                    self._fail(JournalFailed("append of %d bytes refused: over the NATS server's max_payload "
+                                             "(%d bytes)" % (len(queue[self._sent - 1].payload) if self._sent
+                                                             else 0, getattr(self.nc, "max_payload", 0))))
+                    return
                 if self.nc is None or self.nc.is_closed:
                     self._fail(JournalClosed("the NATS connection is closed"))
                     return

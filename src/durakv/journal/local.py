@@ -71,6 +71,10 @@ LEGACY_SUFFIX = ".wal"
 SEGMENT_RE = re.compile(r"^(\d{20})\.(seg|wal)$")
 _TMP_RE = re.compile(r"^(\d{20})\.seg\.tmp$")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+# The largest payload one record carries (`max_entry_bytes`; the record's length field would allow 4 GiB). A
+# bound keeps one batch's write, and what recovery and readers hold of one record, a few MB: the write tracker
+# closes batches before it and carries a larger command in continuation parts (journal/codec.py).
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
 
 SEG_MAGIC = b"DKVJSEG\n"
 SEG_VERSION = 2
@@ -809,6 +813,7 @@ class LocalJournal(Journal):
                  load_truncated=False, io=None):
         self.data_dir = os.fspath(dir)
         self.dir = journal_dir(dir)
+        self.max_entry_bytes = MAX_ENTRY_BYTES
         self.segment_bytes = segment_bytes
         self.fsync = fsync
         self.load_truncated = load_truncated

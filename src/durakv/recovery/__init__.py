@@ -13,7 +13,7 @@ from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..errors import DurakvError, JournalCorrupt
 from ..journal.base import JournalTruncated
-from ..journal.codec import decode_payload
+from ..journal.codec import PartAssembler
 from ..journal.local import iter_entries, journal_dir, list_segments
 from ..protocol.resp import ErrorReply
 from ..snapshot.format import load_newest_snapshot
@@ -52,14 +52,17 @@ def pipeline_apply_fn(keyspace):
 
 def replay_journal(dir, apply_fn, after=0, upto=None) -> int:
     """Applies the journal entries after `after` (up to `upto`); returns the last index applied (`after` if
-    none). Raises JournalCorrupt if the journal no longer holds entry after+1 or, with upto, ends early."""
+    none). Raises JournalCorrupt if the journal no longer holds entry after+1 or, with upto, ends early.
+    A command carried in continuation parts applies at its last part; parts whose last one never came (the
+    writer crashed, or failed, between two) are dropped when the next entry is not their continuation."""
     last = after
+    parts = PartAssembler()
     try:
         for entry in iter_entries(dir, after=after, upto=upto):
             if entry.index != last + 1:
                 raise JournalCorrupt("journal: entry %d follows %d" % (entry.index, last))
             try:
-                effects = decode_payload(entry.payload)
+                effects = parts.feed(entry.payload, entry.index)
             except ValueError as exc:
                 raise JournalCorrupt("journal entry %d: %s" % (entry.index, exc)) from None
             for db_id, argv in effects:

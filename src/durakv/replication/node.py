@@ -28,7 +28,7 @@ from ..cluster.renewer import LeaseRenewer
 from ..cluster.settings import NONE_REFUSED, SettingsError, ShardSettings
 from ..cluster.store import NatsStore, StaleRevision
 from ..journal.base import EpochFilter, JournalTruncated
-from ..journal.codec import decode_payload
+from ..journal.codec import PartAssembler
 from ..journal.jetstream import JetStreamJournal, connect, is_transient
 from ..logs import Recurring
 from .migration import SlotMigrator
@@ -105,6 +105,8 @@ class ClusterNode:
         self.applied_at_ms = 0
         self.stream_last = 0
         self.filter = EpochFilter(0)
+        self.parts = PartAssembler()    # commands carried in continuation parts apply once whole
+        self.whole_index = 0            # newest applied index with no command half applied (snapshots go by it)
         self.nc = None
         self.journal = None
         self.store = None
@@ -161,8 +163,13 @@ class ClusterNode:
         self.store = await retry_transient("opening the coordination store", NatsStore(self.nc).open)
         await self._load_settings()
         self._pubsub_subs.append(await self.nc.subscribe(self._status_subject(), cb=self._on_status))
+        # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
+        # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
+        # one socket (measured: under a pipelined bulk load the lease lapsed while the journal kept committing).
+        journal_nc = await connect(self.servers, name="durakv-%s-journal" % self.node_id,
+                                   tls=ssl.create_default_context(cafile=ca) if ca else None)
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
-        self.journal = JetStreamJournal(self.nc, self.shard, request_timeout_s=2.0,
+        self.journal = JetStreamJournal(journal_nc, self.shard, request_timeout_s=2.0,
                                         max_appends_in_flight=srv.config["journal-max-appends-in-flight"])
         await self.journal.ensure_stream()
         if self.routing is not None:
@@ -258,8 +265,9 @@ class ClusterNode:
             size = os.path.getsize(path)
         finally:
             os.unlink(path)
-        self.applied_index = self.snapshot_index = index
+        self.applied_index = self.snapshot_index = self.whole_index = index
         self.filter = EpochFilter(epoch)
+        self.parts = PartAssembler()
         self.epoch = max(self.epoch, epoch)
         keys = sum(len(db) for db in self.server.keyspace.dbs)
         loaded = time.monotonic()
@@ -629,8 +637,9 @@ class ClusterNode:
         for db in ks.dbs:
             db.clear()
         ks.used_bytes = ks.baseline_bytes
-        self.applied_index = self.snapshot_index = 0
+        self.applied_index = self.snapshot_index = self.whole_index = 0
         self.filter = EpochFilter(0)
+        self.parts = PartAssembler()
 
     def _on_entry(self, entry):
         if entry.index <= self.applied_index:
@@ -651,10 +660,12 @@ class ClusterNode:
             self.note_known(entry.index)
             return
         ks = self.server.keyspace
+        if not entry.payload:
+            self.parts.reset()       # an epoch marker: a deposed writer's unfinished parts never complete
         if self.filter.accept(entry):
             ks.hide_expired = False  # effects see every stored key, expired or not, as on the primary
             try:
-                for db_id, argv in decode_payload(entry.payload):
+                for db_id, argv in self.parts.feed(entry.payload, entry.index):
                     self.server.apply_effect(db_id, argv)
             except Exception as exc:  # noqa: BLE001 - a replica that cannot apply must not serve
                 self._apply_errors += 1
@@ -666,6 +677,8 @@ class ClusterNode:
         else:
             self.epoch = max(self.epoch, self.filter.epoch)
         self.applied_index = entry.index
+        if not self.parts.pending:
+            self.whole_index = entry.index
         if entry.index > self.stream_last:
             self.stream_last = entry.index
         self.applied_at_ms = self.server.clock_ms()
@@ -851,11 +864,17 @@ class ClusterNode:
                 self._on_entry(entry)
         self.epoch = epoch
         self.filter = EpochFilter(epoch)
-        self.applied_index = marker_index
+        self.parts.reset()       # our marker ends any unfinished parts of the deposed primary
+        self.applied_index = self.whole_index = marker_index
         srv.keyspace.expire_enabled = True
         srv.keyspace.hide_expired = False
         await self._refresh_settings()
         srv.durability.attach(self.journal, srv.config["durability"], srv.config["durability-buffer-ms"])
+        tracker = srv.durability.tracker
+        tracker.stall_ms = srv.config["journal-append-stall-ms"]
+        tracker.on_stall = self._journal_stalled
+        if self._journal_failed not in srv.durability.failure_listeners:
+            srv.durability.failure_listeners.append(self._journal_failed)
         self.role = "primary"
         self.phase = "primary"
         self._behind_since_ms = 0
@@ -869,6 +888,29 @@ class ClusterNode:
             if self._topology_task is None:
                 self._topology_task = srv.loop.create_task(self._publish_promotion())
             self._migrate_if_needed()   # a migration the previous primary did not finish
+
+    def _journal_failed(self, first, exc):
+        """The journal failed from entry `first` on (a definite refusal, the writer fenced or stopped): the
+        held replies were answered with an error, and memory holds those writes' effects, which no journal
+        has. Serving from it would show values never committed (the tracker has dropped their dirty marks), so
+        the primary steps down at once: it stops renewing its lease (a replica takes over, or this node again
+        after it re-executed) and re-executes, rebuilding its state from snapshot + journal."""
+        if self.role != "primary":
+            return
+        log.error("the journal failed from entry %d (%s); stepping down and restarting as a replica", first, exc)
+        self.lease_valid_until_ms = 0
+        self.reexec()
+
+    def _journal_stalled(self, age_ms):
+        """Nothing committed for journal-append-stall-ms (a NATS outage longer than any election, a writer
+        stuck): a primary keeping its lease would block the shard for ever, so it steps down. The held replies
+        get no answer (their appends may still land: the outcome is unknown, the connection closes)."""
+        if self.role != "primary":
+            return
+        log.error("journal appends unacknowledged for %d ms (journal-append-stall-ms %d); stepping down", age_ms,
+                  self.server.config["journal-append-stall-ms"])
+        self.lease_valid_until_ms = 0
+        self.reexec()
 
     async def step_down(self, reason):
         if self.role != "primary":
@@ -1011,7 +1053,7 @@ class ClusterNode:
         """Writes this replica's state at its applied index to the object store, then drops stream
         entries that no kept snapshot needs (the two newest snapshots are kept)."""
         from ..snapshot.format import write_snapshot
-        index = self.applied_index
+        index = self.whole_index   # never inside a command carried in parts: its first parts are not applied
         fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
         os.close(fd)
         try:

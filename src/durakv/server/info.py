@@ -213,7 +213,15 @@ def _section_durability(srv):
             "held_replies_clients": len(srv.durability.waiting),
             "journal_failed": int(bool(t and t.failed is not None)),
             "journal_failed_batches": t.failed_batches if t else 0,
-            "journal_retries": t.retries if t else 0,
+            # Probes of a failed journal, plus the JetStream writer's sends again after a rejection or an unknown
+            # outcome (each one a retry the operator should see).
+            "journal_retries": (t.retries if t else 0) + (getattr(j, "retries", 0) if j is not None else 0),
+            "journal_oldest_append_age_ms": t.oldest_append_age_ms() if t else 0,
+            "journal_append_stall_ms": t.stall_ms if t else 0,
+            "journal_append_stalls": t.stalls if t else 0,
+            "journal_max_entry_bytes": (getattr(j, "max_entry_bytes", 0) or 0) if j is not None else 0,
+            "journal_sealed_batches": t.sealed_batches if t else 0,
+            "journal_part_entries": t.part_entries if t else 0,
             "journal_appends_in_flight": t.in_flight if t else 0,
             "journal_max_appends_in_flight": t.max_in_flight if t else 0,
             "durability_read_waits": t.read_waits if t else 0,

@@ -270,6 +270,17 @@ class ServerPort(Port):
     def committed_index(self) -> int:
         return self.server.durability.committed
 
+    def replication_index(self, index) -> int:
+        """The journal position replicas report for the client's write `index` (a tracker index), or 0 while
+        it is not committed (no replica can be known to hold it). They differ once a JetStream writer stepped
+        over a deposed primary's entries (WriteTracker.journal_index)."""
+        tracker = self.server.durability.tracker
+        if tracker is None:
+            return index
+        if index > tracker.committed:
+            return 0
+        return tracker.journal_index(index)
+
     def _deferred_with_timeout(self, timeout_ms, reply_fn):
         d = Deferred()
         if timeout_ms:
@@ -288,8 +299,12 @@ class ServerPort(Port):
         d = self._deferred_with_timeout(timeout_ms, reply_fn)
         node = self.server.cluster_node
         if node is not None and node.role == "primary":
-            cancel = node.when_replicas(index, numreplicas, lambda: d.resolve(reply_fn()))
-            d.listen(cancel)
+            def watch_replicas():
+                # Once the write is committed its journal position is known: replicas are compared with that.
+                if not d.done:
+                    position = self.replication_index(index)
+                    d.listen(node.when_replicas(position, numreplicas, lambda: d.resolve(reply_fn())))
+            self.server.durability.when_committed(index, watch_replicas)
         return d
 
     # -- ACL --------------------------------------------------------------------------------------

@@ -135,6 +135,7 @@ class Server:
         self._durability_switch = None        # the mode a live none <-> journal switch is going to
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
         self.journal_reloads = 0           # datasets rebuilt from disk after a journal failure
+        self.expiry_held = False           # expiry suspended while the journal cannot persist its DELs
         self.cluster_routing = None        # cluster mode: the slot check and the topology (server/cluster.py)
         self._apply_session = Session(authenticated=True)
         self.pipeline.new_context(self._apply_session).replaying = True
@@ -200,6 +201,8 @@ class Server:
             self.durability.set_mode(value)
         elif name == "durability-buffer-ms" and self.durability.tracker is not None:
             self.durability.tracker.buffer_ms = value
+        elif name == "journal-append-stall-ms" and self.durability.tracker is not None and self.cluster_node:
+            self.durability.tracker.stall_ms = value
         elif name == "notify-keyspace-events":
             self.hooks.set_notify_flags(value)
             # CONFIG GET answers the flags as Valkey writes them back (keyspaceEventsFlagsToString: KA -> AK)
@@ -326,6 +329,7 @@ class Server:
             self.durability.attach(self.journal, mode, self.config["durability-buffer-ms"])
         self.durability.commit_listeners.append(self._maybe_auto_snapshot)
         self.durability.failure_listeners.append(self._journal_failed)
+        self.durability.commit_listeners.append(self._journal_healed)
         if self.config["cluster-enabled"]:
             # A cluster of one on the local journal: this node owns all 16384 slots.
             cfg = self.config
@@ -376,9 +380,24 @@ class Server:
         started = time.monotonic()
         keys = self._reload_from_disk()
         self.journal_reloads += 1
+        # Expiring a key is a write (its DEL is journaled): while the journal cannot persist, each expiry would
+        # fail again and reload the dataset again (every cron tick), and a read of an expired key would be
+        # refused like a write. So expiry waits, as on a replica: expired keys are hidden from readers, not
+        # deleted, until the journal persists again (_journal_healed).
+        ks = self.keyspace
+        ks.expire_enabled, ks.hide_expired = False, True
+        self.expiry_held = True
         log.error("rebuilt the dataset from the snapshot and the journal after the failed append of entry %d "
                   "in %.3fs (%d keys); writes resume once the journal persists again", first,
                   time.monotonic() - started, keys)
+
+    def _journal_healed(self, _index):
+        """A commit after a journal failure: expiry (suspended by _journal_failed) runs again."""
+        if self.expiry_held and self.durability.tracker is not None and self.durability.tracker.failed is None:
+            self.expiry_held = False
+            ks = self.keyspace
+            ks.expire_enabled, ks.hide_expired = True, False
+            log.info("the journal persists again: key expiry resumes")
 
     def _reload_from_disk(self) -> int:
         """Replaces the dataset with what a restart would load (newest snapshot + journal); returns the keys."""
