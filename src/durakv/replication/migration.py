@@ -9,18 +9,19 @@ cluster reshard`); the source shard's primary does the moving, so the work survi
    a migrating slot holds here only shrinks, and the slot index (keyspace/slotindex.py, kept by every write)
    lists them without a scan of the keyspace.
 2. Keys move in pipelined batches, as Valkey's `MIGRATE host port "" 0 timeout REPLACE KEYS k1 k2 ...`: up to
-   BATCH_KEYS keys (or BATCH_BYTES of payload) of slots bound for one target. For a batch the source primary,
-   in order: locks its keys (a write to one answers -TRYAGAIN until the move is over; reads are served); waits
-   until every write to them it had taken is committed (it must not hand over a value a crash could take
-   back); reads each key's absolute expiry and then its value (PEXPIRETIME, then DUMP, with no await between:
-   a key gone (-2) or gone by the DUMP is not sent, so a key that expired while it was read is never restored
-   without its expiry); sends every `RESTORE-ASKING key abs-ttl payload REPLACE ABSTTL` and then `WAITAOF 1 0
-   timeout` in one write; takes the key as moved only when each RESTORE answered +OK and WAITAOF reports the
-   local commit: in sync mode the target's +OK already waits for its journal, in async mode it does not, and
-   WAITAOF is the barrier that makes "acknowledged" mean "in the target's journal" in both; then deletes the
-   moved keys through the pipeline (one DEL per slot, journaled like any write) and unlocks them once that DEL
-   is committed. The next batch is read and sent before the replies of the one before are awaited, so the
-   source's DUMPs overlap the target's RESTOREs.
+   BATCH_KEYS keys (or BATCH_BYTES of values) of slots bound for one target, WINDOW batches on the wire. For a
+   batch the source primary, in order: locks its keys (a write to one answers -TRYAGAIN until the move is
+   over, from a script too; reads are served); waits until every write to them it had taken is committed (it
+   must not hand over a value a crash could take back); reads each key's value and absolute expiry in one
+   step, with no await and one clock between them (a key gone by then is not sent, so a key whose TTL passes
+   while it is read never reaches the target without it); sends for each key `ASKING` + `SET key value [PXAT
+   at]` (a string: the same result as RESTORE REPLACE ABSTTL without a DUMP payload's CRC-64 on both ends,
+   most of a key's cost in Python) or `RESTORE-ASKING key at payload REPLACE ABSTTL` (any other type), then
+   `WAITAOF 1 0 timeout`, in one write; takes the batch as moved only when every reply is +OK and WAITAOF
+   reports the local commit: in sync mode the target's +OK already waits for its journal, in async mode it
+   does not, and WAITAOF is the barrier that makes "acknowledged" mean "in the target's journal" in both; then
+   deletes the moved keys through the pipeline (one DEL per slot, journaled like any write) and unlocks them
+   once that DEL is committed.
 3. A slot with no key left (its last DEL committed) is handed to the target in the topology by compare-and-set
    without waiting for the other migrating slots: the slots emptied within HANDOVER_S (or HANDOVER_SLOTS of
    them) go together in one compare-and-set, and every node applies the new topology.
