@@ -311,3 +311,38 @@ def test_an_async_target_must_commit_before_the_source_deletes(local_cluster):
     wait_until(lambda: _owner_port(new_target.port, slot) == new_target.port, 180, interval_s=0.2,
                what="the slot handed over to the new target primary")
     assert _keys_in_slot(new_target.port, slot, n) == set(names)
+
+
+def test_the_cli_waits_while_the_move_progresses_and_reports_it(local_cluster):
+    """`durakv cluster reshard --timeout T` gives up only after T seconds without progress, not after T seconds
+    in all: a move that takes longer than T but keeps handing slots over (and moving keys) completes, and the
+    command prints its progress (slots handed over, keys moved)."""
+    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    port = cluster.primary(0).port
+    slots = list(range(8192 - 200, 8192))      # the 200 highest slots of shard 0: what `--slots 200` moves
+    tags = {}
+    i = 0
+    while len(tags) < len(slots):
+        s = key_slot(b"c%d" % i)
+        if s in slots:
+            tags.setdefault(s, "c%d" % i)
+        i += 1
+    with valkey.Valkey(port=port, socket_timeout=60) as c:
+        p = c.pipeline(transaction=False)
+        for n, tag in enumerate(tags.values()):
+            for j in range(600):
+                p.set(f"{{{tag}}}k{j}", "v" * 100)
+            if n % 10 == 9:
+                p.execute()
+        p.execute()
+    started = time.monotonic()
+    res = _reshard(cluster, "--slots", "200", "--from", "0", "--to", "1", "--timeout", "3")
+    took = time.monotonic() - started
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    lines = [ln for ln in res.stdout.splitlines() if "slots moved" in ln]
+    assert lines and lines[-1].strip().startswith("200/200 slots moved"), res.stdout
+    assert any(int(ln.split(",")[1].split()[0]) > 0 for ln in lines), res.stdout     # keys moved reported
+    with valkey.Valkey(port=cluster.primary(1).port) as d:
+        assert d.dbsize() == 200 * 600
+    print(f"120,000 keys over 200 slots moved in {took:.1f}s with a 3 s no-progress timeout: {len(lines)} lines")
+    print(res.stdout)

@@ -210,18 +210,21 @@ def _with_store(cluster, fn):
 
 
 class _Progress:
-    """Prints the move's progress: slots handed over and keys moved, with the rate since the last line."""
+    """Prints the move's progress: slots handed over and keys moved, with the rate between the last two key
+    counts the source primaries reported."""
 
     def __init__(self):
-        self.t0 = self.t = time.monotonic()
+        self.t0 = self.t_keys = time.monotonic()
         self.keys = 0
+        self.rate = 0.0
 
     def __call__(self, done, total, keys):
         now = time.monotonic()
-        rate = (keys - self.keys) / (now - self.t) if now > self.t and keys >= self.keys else 0.0
-        print(f"  {done}/{total} slots moved, {keys} keys moved ({rate:,.0f} keys/s) after {now - self.t0:.1f}s",
+        if keys != self.keys:
+            self.rate = max(0, keys - self.keys) / max(now - self.t_keys, 1e-3)
+            self.t_keys, self.keys = now, keys
+        print(f"  {done}/{total} slots moved, {keys} keys moved ({self.rate:,.0f} keys/s) after {now - self.t0:.1f}s",
               flush=True)
-        self.t, self.keys = now, keys
 
 
 def _cmd_reshard(args):

@@ -81,7 +81,7 @@ def _migrated_keys(topology, source_ids, tls_ca=None) -> int:
         port, ca = (primary.port, None) if primary.port else (primary.tls_port, tls_ca)
         try:
             with RespClient(primary.ip, port, timeout_s=2.0, tls_ca=ca) as c:
-                total += int(c.info("cluster").get("durakv_migrated_keys", 0))
+                total += int(c.info("cluster").get("cluster", {}).get("durakv_migrated_keys", 0))
         except Exception:  # noqa: BLE001 - down or failing over: no figure this time
             continue
     return total
