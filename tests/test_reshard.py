@@ -346,3 +346,72 @@ def test_the_cli_waits_while_the_move_progresses_and_reports_it(local_cluster):
         assert d.dbsize() == 200 * 600
     print(f"120,000 keys over 200 slots moved in {took:.1f}s with a 3 s no-progress timeout: {len(lines)} lines")
     print(res.stdout)
+
+
+def test_keys_written_by_every_kind_of_command_move_with_their_values(local_cluster):
+    """The slot index (what migration lists a slot's keys from) sees every way a key is created and removed:
+    after a mix of writes in one slot the slot moves whole, each key with its exact value (DEBUG DIGEST-VALUE:
+    a set's members may come back in another order),
+    and the migrator never had to rebuild the index (it logs an error when its size disagrees)."""
+    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    src, dst = cluster.primary(0), cluster.primary(1)
+    tag = _slot_in_shard0("mix")
+    slot = key_slot(tag.encode())
+    k = [f"{tag}{n}" for n in range(40)]
+    with valkey.Valkey(port=src.port, socket_timeout=30) as c:
+        c.set(k[0], "a")
+        c.hset(k[1], mapping={"f": "1", "g": "2"})
+        c.rpush(k[2], "x", "y", "z")
+        c.sadd(k[3], "m", "n")
+        c.zadd(k[4], {"m": 1.5, "n": 2})
+        c.xadd(k[5], {"f": "v"})
+        c.copy(k[0], k[6])
+        c.set(k[7], "to-rename")
+        c.rename(k[7], k[8])
+        c.restore(k[9], 0, c.dump(k[1]))
+        c.setex(k[10], 3600, "ttl")
+        c.incr(k[11])
+        c.append(k[12], "app")
+        c.setrange(k[13], 5, "r")
+        c.pfadd(k[14], "a", "b")
+        c.geoadd(k[15], (13.36, 38.11, "palermo"))
+        c.sunionstore(k[16], [k[3], k[3]])
+        c.sort(k[2], store=k[17], alpha=True)
+        c.lmove(k[2], k[18], "LEFT", "RIGHT")
+        c.smove(k[3], k[19], "m")
+        c.eval("redis.call('SET', KEYS[1], 'lua'); redis.call('HSET', KEYS[2], 'f', 'v')", 2, k[20], k[21])
+        p = c.pipeline(transaction=True)
+        p.set(k[22], "multi").lpush(k[23], "q")
+        p.execute()
+        c.set(k[24], "gone")
+        c.delete(k[24])
+        c.set(k[25], "unlinked")
+        c.unlink(k[25])
+        c.set(k[26], "getdel")
+        c.getdel(k[26])
+        c.set(k[27], "expired", px=1)
+        c.setbit(k[28], 7, 1)
+        c.bitop("OR", k[29], k[28], k[28])
+        c.set(k[30], "persisted", ex=100)
+        c.persist(k[30])
+        c.hset(k[31], "f", "v")
+        c.hdel(k[31], "f")                         # the last field: the key goes
+        c.rpush(k[32], "only")
+        c.lpop(k[32])
+        c.spop(k[3])                               # k[3] had one member left
+        wait_until(lambda: c.exists(k[27]) == 0, 10, what="the short-lived key expired")
+        expected = {}
+        for key in k:
+            if c.exists(key):
+                expected[key] = (c.execute_command("DEBUG", "DIGEST-VALUE", key), c.pttl(key) > 0)
+    assert sorted(expected) == sorted(set(k) - {k[3], k[7], k[24], k[25], k[26], k[27], k[31], k[32]} - set(k[33:]))
+    _mark_migration(cluster, [slot], "0", "1")
+    wait_until(lambda: _owner_port(dst.port, slot) == dst.port, 60, interval_s=0.1, what="the slot handed over")
+    with valkey.Valkey(port=dst.port, socket_timeout=30) as d:
+        moved = {key: (d.execute_command("DEBUG", "DIGEST-VALUE", key), d.pttl(key) > 0) for key in expected}
+        assert moved == expected
+        assert d.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == len(expected)
+    with valkey.Valkey(port=src.port) as s:
+        assert s.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    with open(src.entry["log"], errors="replace") as f:
+        assert "the slot index holds" not in f.read()
