@@ -345,7 +345,6 @@ def test_the_cli_waits_while_the_move_progresses_and_reports_it(local_cluster):
     with valkey.Valkey(port=cluster.primary(1).port) as d:
         assert d.dbsize() == 200 * 600
     print(f"120,000 keys over 200 slots moved in {took:.1f}s with a 3 s no-progress timeout: {len(lines)} lines")
-    print(res.stdout)
 
 
 def test_keys_written_by_every_kind_of_command_move_with_their_values(local_cluster):
