@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 
 from ..journal.jetstream import connect
 from .local import ClusterError, ClusterNotReady, LocalCluster, RespError
@@ -191,6 +192,10 @@ def _cmd_failover(args):
     return 0
 
 
+def _tls_ca(cluster):
+    return (cluster.manifest.get("tls") or {}).get("ca")
+
+
 def _with_store(cluster, fn):
     """Runs `await fn(store)` against the cluster's coordination store."""
     async def go():
@@ -204,8 +209,22 @@ def _with_store(cluster, fn):
     return asyncio.run(go())
 
 
-def _progress(done, total):
-    print(f"  {done}/{total} slots moved", flush=True)
+class _Progress:
+    """Prints the move's progress: slots handed over and keys moved, with the rate between the last two key
+    counts the source primaries reported."""
+
+    def __init__(self):
+        self.t0 = self.t_keys = time.monotonic()
+        self.keys = 0
+        self.rate = 0.0
+
+    def __call__(self, done, total, keys):
+        now = time.monotonic()
+        if keys != self.keys:
+            self.rate = max(0, keys - self.keys) / max(now - self.t_keys, 1e-3)
+            self.t_keys, self.keys = now, keys
+        print(f"  {done}/{total} slots moved, {keys} keys moved ({self.rate:,.0f} keys/s) after {now - self.t0:.1f}s",
+              flush=True)
 
 
 def _cmd_reshard(args):
@@ -213,7 +232,8 @@ def _cmd_reshard(args):
     print(f"moving {args.slots} slot(s) from shard {args.source} to shard {args.target}", flush=True)
     try:
         seconds = _with_store(cluster, lambda store: reshard(store, args.slots, args.source, args.target,
-                                                             timeout_s=args.timeout, progress=_progress))
+                                                             timeout_s=args.timeout, progress=_Progress(),
+                                                             tls_ca=_tls_ca(cluster)))
     except ReshardError as exc:
         print(f"reshard failed: {exc}", file=sys.stderr)
         return 1
@@ -224,7 +244,8 @@ def _cmd_reshard(args):
 def _cmd_rebalance(args):
     cluster = LocalCluster.load(args.dir)
     try:
-        seconds = _with_store(cluster, lambda store: rebalance(store, timeout_s=args.timeout, progress=_progress))
+        seconds = _with_store(cluster, lambda store: rebalance(store, timeout_s=args.timeout, progress=_Progress(),
+                                                               tls_ca=_tls_ca(cluster)))
     except ReshardError as exc:
         print(f"rebalance failed: {exc}", file=sys.stderr)
         return 1
@@ -317,11 +338,13 @@ def build_parser():
     rs.add_argument("--slots", type=int, required=True, help="how many slots to move")
     rs.add_argument("--from", dest="source", required=True, help="source shard (its name: 0, 1, ...)")
     rs.add_argument("--to", dest="target", required=True, help="target shard")
-    rs.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the move to finish")
+    rs.add_argument("--timeout", type=float, default=600.0,
+                    help="give up waiting after this many seconds without progress (no slot handed over, no key "
+                         "moved); the nodes finish the move anyway")
     rs.set_defaults(func=_cmd_reshard)
     rb = sub.add_parser("rebalance", help="move slots until every shard owns the same number")
     rb.add_argument("--dir", required=True)
-    rb.add_argument("--timeout", type=float, default=600.0)
+    rb.add_argument("--timeout", type=float, default=600.0, help="seconds without progress before giving up")
     rb.set_defaults(func=_cmd_rebalance)
     ad = sub.add_parser("add-shard", help="start a new shard's nodes and rebalance slots onto it")
     ad.add_argument("--dir", required=True)

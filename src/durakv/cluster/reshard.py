@@ -68,27 +68,60 @@ async def mark_migrations(store, moves):
     raise ReshardError("the topology kept changing; try again")
 
 
-async def wait_moved(store, moves, timeout_s, progress=None):
-    """Waits until every slot of `moves` is owned by its target; returns the seconds it took."""
-    started = time.monotonic()
+def _migrated_keys(topology, source_ids, tls_ca=None) -> int:
+    """The keys the source shards' primaries report moved so far (INFO cluster `durakv_migrated_keys`), summed;
+    a primary that does not answer counts 0 this time."""
+    from .local import RespClient   # here: cluster/local.py imports this module
+    total = 0
+    for sid in source_ids:
+        shard = topology.shard_by_id.get(sid)
+        primary = shard.primary if shard is not None else None
+        if primary is None:
+            continue
+        port, ca = (primary.port, None) if primary.port else (primary.tls_port, tls_ca)
+        try:
+            with RespClient(primary.ip, port, timeout_s=2.0, tls_ca=ca) as c:
+                total += int(c.info("cluster").get("cluster", {}).get("durakv_migrated_keys", 0))
+        except Exception:  # noqa: BLE001 - down or failing over: no figure this time
+            continue
+    return total
+
+
+async def wait_moved(store, moves, stall_timeout_s, progress=None, tls_ca=None, probe_interval_s=1.0):
+    """Waits until every slot of `moves` is owned by its target; returns the seconds it took. It waits as long
+    as the move progresses (a slot handed over, or the source primaries' count of moved keys changing) and
+    gives up only after `stall_timeout_s` with no progress at all. progress(slots_done, slots_total,
+    keys_moved) is called when either figure changes."""
+    loop = asyncio.get_running_loop()
+    started = last_change = time.monotonic()
     wanted = {s: dst for slots, _src, dst in moves for s in slots}
+    sources = sorted({src for _slots, src, _dst in moves})
     last = None
+    keys = 0
+    next_probe = started
     while True:
         topology, _rev = await store.get_topology()
         pending = [s for s, dst in wanted.items()
                    if topology.shard_by_slot[s] is None or topology.shard_by_slot[s].id != dst]
-        if progress is not None and len(pending) != last:
-            progress(len(wanted) - len(pending), len(wanted))
-            last = len(pending)
+        now = time.monotonic()
+        if pending and now >= next_probe:
+            keys = await loop.run_in_executor(None, _migrated_keys, topology, sources, tls_ca)
+            next_probe = now + probe_interval_s
+        state = (len(pending), keys)
+        if state != last:
+            if progress is not None:
+                progress(len(wanted) - len(pending), len(wanted), keys)
+            last, last_change = state, now
         if not pending:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout_s:
-            raise ReshardError("%d of %d slots still migrating after %.0fs (the nodes keep going; check "
-                               "`cluster status`)" % (len(pending), len(wanted), timeout_s))
+            return now - started
+        if now - last_change > stall_timeout_s:
+            raise ReshardError("%d of %d slots still migrating, no progress for %.0fs (the nodes keep going; "
+                               "check `cluster status`)" % (len(pending), len(wanted), stall_timeout_s))
         await asyncio.sleep(0.1)
 
 
-async def reshard(store, count, source, target, timeout_s=600.0, progress=None):
+async def reshard(store, count, source, target, timeout_s=600.0, progress=None, tls_ca=None):
+    """timeout_s: how long the move may go without progress before this gives up (the nodes keep going)."""
     topology, _rev = await store.get_topology()
     if topology is None:
         raise ReshardError("no topology in the coordination store (is this a cluster-mode cluster?)")
@@ -101,10 +134,11 @@ async def reshard(store, count, source, target, timeout_s=600.0, progress=None):
                            % (src.name, len(owned), count))
     moves = [(owned[-count:], src.id, dst.id)]
     await mark_migrations(store, moves)
-    return await wait_moved(store, moves, timeout_s, progress)
+    return await wait_moved(store, moves, timeout_s, progress, tls_ca)
 
 
-async def rebalance(store, timeout_s=600.0, progress=None):
+async def rebalance(store, timeout_s=600.0, progress=None, tls_ca=None):
+    """timeout_s: how long the move may go without progress before this gives up (the nodes keep going)."""
     topology, _rev = await store.get_topology()
     if topology is None:
         raise ReshardError("no topology in the coordination store (is this a cluster-mode cluster?)")
@@ -112,4 +146,4 @@ async def rebalance(store, timeout_s=600.0, progress=None):
     if not moves:
         return 0.0
     await mark_migrations(store, moves)
-    return await wait_moved(store, moves, timeout_s, progress)
+    return await wait_moved(store, moves, timeout_s, progress, tls_ca)

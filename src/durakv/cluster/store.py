@@ -10,8 +10,10 @@ what any other node can observe, so two primaries never serve at once on a clock
 
 import abc
 import asyncio
+import base64
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -20,6 +22,17 @@ from ..routing.topology import MAX_DOCUMENT_BYTES, Topology, TopologyError
 from .settings import SettingsError, ShardSettings
 
 log = logging.getLogger("durakv.store")
+
+SNAPSHOTS_KEPT = 2   # per shard: the newest and the one before it (a damaged newest is not fatal)
+# Chunks no snapshot refers to are removed once their newest chunk is this old: a put in progress writes its
+# chunks before its meta message, and a put whose publishing stalls that long has failed (5 s requests).
+# DURAKV_SNAPSHOT_ORPHAN_AGE_MS lowers it for tests.
+ORPHAN_AGE_S = 60.0
+
+
+def orphan_age_default_s() -> float:
+    raw = os.environ.get("DURAKV_SNAPSHOT_ORPHAN_AGE_MS")
+    return int(raw) / 1000.0 if raw and raw.isdigit() else ORPHAN_AGE_S
 
 
 @dataclass
@@ -141,6 +154,16 @@ class CoordinationStore(abc.ABC):
     @abc.abstractmethod
     async def delete_snapshot(self, shard: str, index: int):
         """Drops one snapshot."""
+
+    async def prune_snapshots(self, shard: str, keep: int = None, orphan_age_s=None) -> dict:
+        """Keeps the `keep` newest snapshots of `shard`, drops the others; returns {"kept": [indexes], "bytes",
+        "messages", "objects"} (the sizes are the store's own, 0 where it has none to tell)."""
+        keep = SNAPSHOTS_KEPT if keep is None else keep
+        indexes = await self.snapshot_indexes(shard)
+        for index in indexes[:-keep] if keep > 0 else indexes:
+            await self.delete_snapshot(shard, index)
+        kept = indexes[-keep:] if keep > 0 else []
+        return {"kept": kept, "bytes": 0, "messages": 0, "objects": len(kept)}
 
 
 class TopologyWatch:
@@ -360,18 +383,34 @@ class NatsStore(CoordinationStore):
     def _snap_name(shard, index):
         return "shard-%s/%020d" % (shard, index)
 
+    @property
+    def _obs_stream(self):
+        return "OBJ_%s" % self.SNAPSHOTS
+
+    def _meta_subject(self, name):
+        return "$O.%s.M.%s" % (self.SNAPSHOTS, base64.urlsafe_b64encode(name.encode()).decode())
+
+    def _chunk_subject(self, nuid):
+        return "$O.%s.C.%s" % (self.SNAPSHOTS, nuid)
+
     async def put_snapshot(self, shard, index, epoch, data):
         from nats.js.api import ObjectMeta
         meta = ObjectMeta(name=self._snap_name(shard, index), description=json.dumps({"epoch": epoch}))
         await self.obs.put(meta.name, data, meta=meta)
 
+    async def _objects(self):
+        """Every object of the snapshot bucket, deleted ones (tombstones) included."""
+        try:
+            return await self.obs.list(ignore_deletes=False)
+        except Exception as exc:  # noqa: BLE001 - nats-py raises NotFound for an empty bucket
+            if type(exc).__name__.endswith("NotFoundError"):
+                return []
+            raise
+
     async def snapshot_indexes(self, shard):
         prefix = "shard-%s/" % shard
-        try:
-            infos = await self.obs.list()
-        except Exception:  # noqa: BLE001 - empty bucket raises NotFound in nats-py
-            return []
-        out = sorted(int(i.name[len(prefix):]) for i in infos if i.name.startswith(prefix) and not i.deleted)
+        out = sorted(int(i.name[len(prefix):]) for i in await self._objects()
+                     if i.name.startswith(prefix) and not i.deleted and i.name[len(prefix):].isdigit())
         return out
 
     async def latest_snapshot(self, shard, into=None):
@@ -401,4 +440,57 @@ class NatsStore(CoordinationStore):
         return None
 
     async def delete_snapshot(self, shard, index):
-        await self.obs.delete(self._snap_name(shard, index))
+        """Removes the snapshot and everything of it from the bucket's stream: its meta message (nats-py's
+        delete would leave a tombstone there per snapshot, for ever) first, so no reader finds it any more,
+        then its chunks."""
+        from nats.js.errors import NotFoundError
+        name = self._snap_name(shard, index)
+        try:
+            info = await self.obs.get_info(name, show_deleted=True)
+        except NotFoundError:
+            return
+        await self.js.purge_stream(self._obs_stream, subject=self._meta_subject(name))
+        if info.nuid:
+            await self.js.purge_stream(self._obs_stream, subject=self._chunk_subject(info.nuid))
+
+    async def prune_snapshots(self, shard, keep=None, orphan_age_s=None):
+        """Keeps the `keep` newest snapshots of `shard` and removes the rest, plus what earlier runs and
+        crashes left in the bucket: tombstones of deleted snapshots (any shard) and chunks no snapshot refers
+        to (a put that died before its meta message), once their newest chunk is `orphan_age_s` old (a put in
+        progress elsewhere writes its chunks before its meta). Returns the kept indexes and the bucket's size:
+        {"kept": [...], "bytes": n, "messages": n, "objects": n}."""
+        from nats.js.errors import NotFoundError
+        keep = SNAPSHOTS_KEPT if keep is None else keep
+        if orphan_age_s is None:
+            orphan_age_s = orphan_age_default_s()
+        prefix = "shard-%s/" % shard
+        objects = await self._objects()
+        mine = sorted((int(o.name[len(prefix):]), o) for o in objects
+                      if o.name.startswith(prefix) and not o.deleted and o.name[len(prefix):].isdigit())
+        for index, _o in mine[:-keep] if keep > 0 else mine:
+            await self.delete_snapshot(shard, index)
+        kept = [index for index, _o in (mine[-keep:] if keep > 0 else [])]
+        referenced = set()
+        for o in objects:
+            if o.deleted:
+                await self.js.purge_stream(self._obs_stream, subject=self._meta_subject(o.name))
+            elif o.nuid:
+                referenced.add(o.nuid)
+        chunk_prefix = self._chunk_subject("")
+        info = await self.js.stream_info(self._obs_stream, subjects_filter=chunk_prefix + ">")
+        now = time.time()
+        for subject in (info.state.subjects or {}):
+            if subject[len(chunk_prefix):] in referenced:
+                continue
+            try:
+                last = await self.js.get_last_msg(self._obs_stream, subject)
+            except NotFoundError:
+                continue
+            if last.time is not None and now - last.time.timestamp() >= orphan_age_s:
+                await self.js.purge_stream(self._obs_stream, subject=subject)
+                log.info("removed %d snapshot chunk(s) no snapshot refers to (%s)",
+                         info.state.subjects[subject], subject)
+        state = (await self.js.stream_info(self._obs_stream)).state
+        live = sum(1 for o in objects if not o.deleted)
+        return {"kept": kept, "bytes": state.bytes, "messages": state.messages,
+                "objects": live - max(0, len(mine) - keep)}

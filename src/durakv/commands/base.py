@@ -99,6 +99,8 @@ class Context:
     def store(self, key, value, keep_ttl=False):
         """Sets key to value (any type), dropping its TTL unless keep_ttl."""
         db = self.db
+        if db.slots is not None:
+            db.slots.add(key)
         db.data[key] = value
         if db.enc:
             db.enc.pop(key, None)  # a new value starts from its own encoding (keyspace/encoding.py)

@@ -181,6 +181,8 @@ def copy(ctx, args):
             return 0
         ks.delete(dst_db, newkey)
     new = _duplicate(value)
+    if dst_db.slots is not None:
+        dst_db.slots.add(newkey)
     dst_db.data[newkey] = new
     enc = src_db.enc.get(key)  # Valkey's COPY duplicates the object, encoding included
     if enc is not None:
@@ -214,6 +216,8 @@ def move(ctx, args):
     expire = src_db.expires.get(key)
     enc = src_db.enc.get(key)
     ctx.delete(key)
+    if dst_db.slots is not None:
+        dst_db.slots.add(key)
     dst_db.data[key] = value
     if enc is not None:
         dst_db.enc[key] = enc

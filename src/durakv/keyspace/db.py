@@ -6,6 +6,7 @@ import sys
 from collections import deque
 
 from .encoding import EncodingRules
+from .slotindex import SlotIndex
 from .stream import Stream
 from .zset import ZSet
 
@@ -73,7 +74,7 @@ class Db:
     """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
 
     __slots__ = ("id", "data", "expires", "access", "expiry_heap", "_sample", "_sample_misses",
-                 "avg_ttl_ms", "enc")
+                 "avg_ttl_ms", "enc", "slots")
 
     def __init__(self, db_id: int):
         self.id = db_id
@@ -85,6 +86,9 @@ class Db:
         self._sample_misses = 0
         self.avg_ttl_ms = 0
         self.enc = {}          # key -> the encoding Valkey would have reached (keyspace/encoding.py)
+        # keyspace.slotindex.SlotIndex of the keys per cluster slot, kept by store()/delete()/clear() once
+        # Keyspace.index_slots() turned it on (cluster mode: what slot migration reads); None otherwise
+        self.slots = None
 
     def __len__(self):
         return len(self.data)
@@ -123,6 +127,8 @@ class Db:
 
     def clear(self):
         self.data.clear()
+        if self.slots is not None:
+            self.slots.clear()
         self.expires.clear()
         self.access.clear()
         self.expiry_heap.clear()
@@ -166,6 +172,14 @@ class Keyspace:
         self.lfu_decay_time_min = 1
         self.latency_monitor = None  # commands.introspection.Monitors: gets "expire-cycle" samples
         self.encoding_rules = EncodingRules()  # list/hash/set/zset encoding thresholds (CONFIG)
+
+    def index_slots(self, slot_of):
+        """Keeps database 0's keys indexed by cluster slot from now on (the only database of a cluster node):
+        slot migration then lists a slot's keys without scanning the keyspace."""
+        db = self.dbs[0]
+        if db.slots is None:
+            db.slots = SlotIndex(slot_of)
+            db.slots.rebuild(db.data)
 
     # -- expiry -----------------------------------------------------------------------------
     def is_expired(self, db: Db, key: bytes, now_ms=None) -> bool:
@@ -212,6 +226,8 @@ class Keyspace:
         value = db.data.pop(key, None)
         if value is None:
             return False
+        if db.slots is not None:
+            db.slots.discard(key)
         if db.expires:
             db.expires.pop(key, None)
         if db.access:

@@ -1,10 +1,10 @@
-"""Which keys of a database hash to each cluster slot: what CLUSTER COUNTKEYSINSLOT / GETKEYSINSLOT and slot
-migration read (Valkey keeps one dict per slot, kvstore; here an index beside `Db.data`).
+"""Which keys of a database hash to each cluster slot: what slot migration reads (Valkey keeps one dict per slot,
+kvstore; here an index beside `Db.data`).
 
-Not wired in: the owner keeps it exact by calling `sync(key, present)` for every key a write command touched
-(the dispatcher already visits each write's keys to account memory), `discard` from server deletions (expiry,
-eviction), `clear` on FLUSHDB/FLUSHALL and `rebuild` after a snapshot load. The slot function is injected
-(routing.slots.key_slot) because keyspace imports nothing above it.
+Wired in by `Keyspace.index_slots(slot_of)` (a cluster node turns it on for database 0 at start, before it loads
+anything): every key that enters `Db.data` goes through `ContextBase.store` (or COPY/MOVE's own insert), every key
+that leaves through `Keyspace.delete`, and `Db.clear` empties both; each of those keeps the index exact. The slot
+function is injected (routing.slots.key_slot) because keyspace imports nothing above it.
 """
 
 

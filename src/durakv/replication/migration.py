@@ -5,42 +5,72 @@ cluster reshard`); the source shard's primary does the moving, so the work survi
 
 1. While a slot migrates, the source serves the keys it still has, sends clients asking for a missing key to
    the target (-ASK), and the target serves them after ASKING (routing/decide.py). Multi-key commands whose keys
-   are split answer -TRYAGAIN.
-2. For each key still in a migrating slot the source primary, in order: locks it (a write to it answers
-   -TRYAGAIN until the move is over; reads are served), reads its value and TTL (DUMP, PTTL through the
-   pipeline), sends `ASKING` + `RESTORE key ttl payload REPLACE ABSTTL` to the target's primary and waits for
-   +OK (in sync mode the target acknowledges only once the key is in its journal), then deletes the key
-   through the pipeline (journaled like any write) and unlocks it once that DEL is committed.
-3. When a round leaves slots with no key any more, the source primary moves them to the target in the
-   topology (one compare-and-set); every node applies the new topology and the slots are the target's.
+   are split answer -TRYAGAIN. So no key of a migrating slot is ever created on the source: the set of keys
+   a migrating slot holds here only shrinks, and the slot index (keyspace/slotindex.py, kept by every write)
+   lists them without a scan of the keyspace.
+2. Keys move in pipelined batches, as Valkey's `MIGRATE host port "" 0 timeout REPLACE KEYS k1 k2 ...`: up to
+   BATCH_KEYS keys (or BATCH_BYTES of values) of slots bound for one target, WINDOW batches on the wire. For a
+   batch the source primary, in order: locks its keys (a write to one answers -TRYAGAIN until the move is
+   over, from a script too; reads are served); waits until every write to them it had taken is committed (it
+   must not hand over a value a crash could take back); reads each key's value and absolute expiry in one
+   step, with no await and one clock between them (a key gone by then is not sent, so a key whose TTL passes
+   while it is read never reaches the target without it); sends for each key `ASKING` + `SET key value [PXAT
+   at]` (a string: the same result as RESTORE REPLACE ABSTTL without a DUMP payload's CRC-64 on both ends,
+   most of a key's cost in Python) or `RESTORE-ASKING key at payload REPLACE ABSTTL` (any other type), then
+   `WAITAOF 1 0 timeout`, in one write; takes the batch as moved only when every reply is +OK and WAITAOF
+   reports the local commit: in sync mode the target's +OK already waits for its journal, in async mode it
+   does not, and WAITAOF is the barrier that makes "acknowledged" mean "in the target's journal" in both; then
+   deletes the moved keys through the pipeline (one DEL per slot, journaled like any write) and unlocks them
+   once that DEL is committed.
+3. A slot with no key left (its last DEL committed) is handed to the target in the topology by compare-and-set
+   without waiting for the other migrating slots: the slots emptied within HANDOVER_S (or HANDOVER_SLOTS of
+   them) go together in one compare-and-set, and every node applies the new topology.
 
-What a crash leaves: locks live in memory only. If the source primary dies between the target's +OK and its
+What a crash leaves: locks live in memory only. If the source primary dies between the target's commit and its
 own DEL, the key is in both shards; the new source primary (which took the journal over) still serves it,
 writes go to it, and the resumed migration copies it again with REPLACE, so the target ends with the newest
 value and nothing is applied twice (the target's copy received no writes: clients were served by the
-source). If the target dies, its acknowledged RESTOREs are in its journal; unacknowledged ones are retried.
-If the reshard command dies, the topology still says what migrates and the nodes finish it.
+source). If the target dies, its committed RESTOREs are in its journal; the others are sent again (REPLACE
+makes that idempotent). If the reshard command dies, the topology still says what migrates (the marks) and
+the nodes finish it.
 """
 
 import asyncio
+import collections
 import logging
 import ssl
+import time
 
 import hiredis
 
+from ..commands.generic import dump_payload
 from ..commands.session import Session
 from ..protocol.resp import ErrorReply, encode_command
 from ..routing import key_slot
 
 log = logging.getLogger("durakv.migration")
 
-BATCH_KEYS = 200          # keys moved per round before the loop yields
-IDLE_S = 0.05             # between rounds while slots migrate
-RETRY_S = 0.5             # after a failed move (target down, failover under way)
+BATCH_KEYS = 1000               # keys per pipelined batch (one round trip)
+BATCH_BYTES = 4 * 1024 * 1024   # ... or fewer, once their payloads reach this many bytes
+WINDOW = 4                      # batches sent before the replies of the oldest are awaited
+HANDOVER_S = 0.25               # emptied slots wait at most this long to be handed over together
+HANDOVER_SLOTS = 512            # ... or until this many are waiting
+COMMIT_WAIT_MS = 10000          # WAITAOF's timeout on the target: past it the batch is sent again
+REPLY_TIMEOUT_S = 30.0          # no byte from the target for this long: the connection is given up
+IDLE_S = 0.05                   # between rounds while slots migrate and nothing could move
+RETRY_S = 0.5                   # after a failed move (target down, failover under way)
+CAS_ATTEMPTS = 20               # compare-and-set retries of one hand-over against concurrent topology changes
+
+
+_ASKING = encode_command((b"ASKING",))
+
+
+class MigrationError(Exception):
+    pass
 
 
 class _RespConnection:
-    """A minimal asyncio RESP client for the target primary (requests in order, one at a time)."""
+    """A minimal asyncio RESP client for the target primary: requests pipelined, replies read in order."""
 
     def __init__(self, reader, writer):
         self.reader = reader
@@ -52,19 +82,41 @@ class _RespConnection:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=tls_ctx), timeout_s)
         return cls(reader, writer)
 
-    async def call(self, *args, timeout_s=10.0):
-        self.writer.write(encode_command(args))
-        while True:
+    def send(self, data: bytes):
+        self.writer.write(data)
+
+    async def replies(self, count, timeout_s=REPLY_TIMEOUT_S):
+        """The next `count` replies (errors as hiredis.ReplyError values)."""
+        out = []
+        while len(out) < count:
             reply = self.parser.gets()
             if reply is not False:
-                return reply
-            data = await asyncio.wait_for(self.reader.read(65536), timeout_s)
+                out.append(reply)
+                continue
+            data = await asyncio.wait_for(self.reader.read(1 << 20), timeout_s)
             if not data:
                 raise ConnectionError("the target closed the connection")
             self.parser.feed(data)
+        return out
+
+    async def call(self, *args, timeout_s=10.0):
+        self.send(encode_command(args))
+        return (await self.replies(1, timeout_s))[0]
 
     def close(self):
         self.writer.close()
+
+
+class _Batch:
+    """Keys of one or more slots (one target) on their way: locked from read to committed DEL."""
+
+    __slots__ = ("keys", "slots", "sent", "replies")
+
+    def __init__(self, keys, slots):
+        self.keys = keys        # every key locked for this batch
+        self.slots = slots      # slot -> [keys of the batch in it]
+        self.sent = []          # keys whose copy went out
+        self.replies = 0        # replies expected (ASKING + SET or RESTORE-ASKING per key, then WAITAOF)
 
 
 class SlotMigrator:
@@ -78,56 +130,111 @@ class SlotMigrator:
         self.server.cluster_routing.migrator_session = self.session
         self.moved_keys = 0
         self.moved_slots = 0
+        self.skipped_gone = 0          # listed keys found gone (expired, deleted) when read: not sent
+        self.batches = 0
         self._target = None            # (node id, connection)
         self._task = None
+        self._pending = {}             # slot -> target shard id: emptied, waiting to be handed over
+        self._pending_since = 0.0
+        self._last_del_ticket = 0      # the newest DEL of moved keys: committed before any hand-over
 
     def start(self):
         if self._task is None or self._task.done():
             self._task = self.server.loop.create_task(self._run())
 
-    async def _run(self):
+    def _outgoing(self):
         routing = self.server.cluster_routing
+        topology = routing.topology
+        mine = routing.router.my_shard if routing.router is not None else None
+        if topology is None or mine is None:
+            return topology, {}
+        return topology, {s: dst for s, (src, dst) in topology.migrating.items() if src == mine.id}
+
+    async def _run(self):
         while self.node.role == "primary":
-            topology = routing.topology
-            mine = routing.router.my_shard if routing.router is not None else None
-            outgoing = {} if topology is None or mine is None else {
-                s: dst for s, (src, dst) in topology.migrating.items() if src == mine.id}
+            topology, outgoing = self._outgoing()
             if not outgoing:
+                self._pending.clear()
                 self._close_target()
                 return
             try:
-                await self._round(topology, outgoing)
+                moved = await self._round(topology, outgoing)
             except Exception as exc:  # noqa: BLE001 - the target may be failing over: retry the round
                 log.warning("slot migration round failed (%r); retrying", exc)
                 self._close_target()
                 await asyncio.sleep(RETRY_S)
                 continue
-            await asyncio.sleep(IDLE_S)
+            if not moved:
+                await asyncio.sleep(IDLE_S)
 
-    async def _round(self, topology, outgoing):
-        """One pass: every key of the outgoing slots, found with one scan of the keyspace, is moved; a slot
-        found empty is handed over. (New keys of a migrating slot are created on the target: a key missing
-        here is sent there with -ASK, so one scan finds every key that has to move.)"""
-        by_slot = self._keys_by_slot(outgoing)
-        for slot in sorted(by_slot):
-            target = topology.shard_by_id[outgoing[slot]].primary
+    def _slot_index(self):
+        """Database 0's slot index, checked against the keyspace: a size mismatch would mean a write path that
+        bypassed it (a bug), and a slot must never be handed over with a key left behind, so it is rebuilt."""
+        db = self.server.keyspace.dbs[0]
+        if db.slots is None:
+            self.server.keyspace.index_slots(key_slot)
+        elif len(db.slots) != len(db.data):
+            log.error("the slot index holds %d keys, the keyspace %d: rebuilding it", len(db.slots), len(db.data))
+            db.slots.rebuild(db.data)
+        return db.slots
+
+    async def _round(self, topology, outgoing) -> int:
+        """One pass over the outgoing slots, in slot order and grouped by target: their keys move in pipelined
+        batches; a slot found empty joins the hand-over queue. Returns the keys moved."""
+        index = self._slot_index()
+        routing = self.server.cluster_routing
+        by_target = {}
+        for slot in sorted(outgoing):
+            if slot in self._pending:
+                continue
+            if index.count(slot) == 0:
+                self._queue_handover(slot, outgoing[slot])
+                continue
+            by_target.setdefault(outgoing[slot], []).append(slot)
+        moved = 0
+        for target_id, slots in by_target.items():
+            target = topology.shard_by_id[target_id].primary
             conn = await self._connect(target)
-            for i, key in enumerate(by_slot[slot]):
-                await self._move(conn, key)
-                if i % BATCH_KEYS == BATCH_KEYS - 1:
-                    await asyncio.sleep(0)   # let clients in between batches
-        remaining = self._keys_by_slot(outgoing)
-        empty = [s for s in outgoing if s not in remaining]
-        if empty:
-            await self._finish_slots(empty, outgoing)
+            in_flight = collections.deque()   # batches sent, replies not read yet (oldest first)
+            try:
+                for batch in self._batches(index, slots):
+                    await self._read_and_send(conn, batch)
+                    in_flight.append(batch)
+                    # WINDOW batches on the wire keep the target busy while this node reads the next one
+                    while len(in_flight) >= WINDOW:
+                        moved += await self._finish(conn, in_flight[0], outgoing)
+                        in_flight.popleft()
+                    await self._handover_if_due(outgoing)
+                while in_flight:
+                    moved += await self._finish(conn, in_flight[0], outgoing)
+                    in_flight.popleft()
+            except BaseException:
+                # a batch sent but not finished keeps no lock: its keys are still here and will be sent again
+                for batch in in_flight:
+                    routing.moving.difference_update(batch.keys)
+                raise
+        await self._handover_if_due(outgoing, force=True)
+        return moved
 
-    def _keys_by_slot(self, outgoing):
-        by_slot = {}
-        for key in list(self.server.keyspace.dbs[0].data):
-            slot = key_slot(key)
-            if slot in outgoing:
-                by_slot.setdefault(slot, []).append(key)
-        return by_slot
+    def _batches(self, index, slots):
+        """Batches of the slots' keys (consecutive slots share a batch). Each slot's key list is taken once,
+        when the pass reaches it: no key of a migrating slot is created here, so the list holds every key the
+        slot has; a key gone since (moved, deleted, expired) is passed over."""
+        keys, by_slot, size = [], {}, 0
+        data = self.server.keyspace.dbs[0].data
+        for slot in slots:
+            for k in index.keys(slot):
+                v = data.get(k)
+                if v is None:
+                    continue
+                keys.append(k)
+                by_slot.setdefault(slot, []).append(k)
+                size += len(v) if type(v) is bytes else 64
+                if len(keys) >= BATCH_KEYS or size >= BATCH_BYTES:
+                    yield _Batch(keys, by_slot)
+                    keys, by_slot, size = [], {}, 0
+        if keys:
+            yield _Batch(keys, by_slot)
 
     async def _connect(self, target):
         if self._target is not None and self._target[0] == target.id:
@@ -154,48 +261,156 @@ class SlotMigrator:
         reply, ticket, _cmd = pipeline.process(self.session, list(args))
         return reply, ticket
 
-    async def _move(self, conn, key):
-        routing = self.server.cluster_routing
-        routing.moving.add(key)
-        try:
-            payload, _t = self._local(b"DUMP", key)
-            if payload is None:
-                return                      # gone meanwhile (deleted, expired)
-            pttl, _t = self._local(b"PEXPIRETIME", key)
-            if type(payload) is ErrorReply or type(pttl) is ErrorReply:
-                raise RuntimeError("reading %r for migration failed" % key)
-            ttl = b"0" if pttl < 0 else b"%d" % pttl
-            await conn.call(b"ASKING")
-            answer = await conn.call(b"RESTORE", key, ttl, payload, b"REPLACE", b"ABSTTL")
-            if answer != b"OK":
-                raise RuntimeError("the target refused RESTORE of %r: %r" % (key, answer))
-            reply, ticket = self._local(b"DEL", key)
-            if type(reply) is ErrorReply:
-                raise RuntimeError("deleting the moved key %r failed: %s" % (key, reply.text))
-            if ticket:
-                done = self.server.loop.create_future()
-                self.server.durability.when_committed(ticket, lambda: done.done() or done.set_result(None))
-                await done
-            self.moved_keys += 1
-        finally:
-            routing.moving.discard(key)
+    def _committed(self, ticket):
+        """An awaitable done once journal entry `ticket` is committed (at once for 0)."""
+        done = self.server.loop.create_future()
+        self.server.durability.when_committed(ticket, lambda: done.done() or done.set_result(None))
+        return done
 
-    async def _finish_slots(self, slots, outgoing):
+    async def _read_and_send(self, conn, batch):
+        """Locks the batch's keys, reads them once every write to them is committed and sends their RESTOREs
+        and the commit barrier (not awaited here)."""
+        routing = self.server.cluster_routing
+        routing.moving.update(batch.keys)
+        try:
+            # A write to one of them the source took before the lock may still be uncommitted (sync mode):
+            # what goes to the target must be what this shard's journal holds.
+            ticket = self.server.durability.read_ticket(0, batch.keys)
+            if ticket:
+                await self._committed(ticket)
+            out = []
+            ks = self.server.keyspace
+            db = ks.dbs[0]
+            expires = db.expires
+            for key in batch.keys:
+                # The value and its absolute expiry are read together, with no await and one clock reading
+                # between them: a key gone (expired or deleted: what PTTL answers -2 for) is not sent, so a key
+                # that expires while it is read is never restored without its expiry.
+                value = ks.peek(db, key)
+                if value is None:
+                    if key in db.data:
+                        self._local(b"EXISTS", key)    # expired but still stored: lazy expiry deletes it
+                    self.skipped_gone += 1
+                    continue
+                at_ms = expires.get(key)
+                if type(value) is bytes:
+                    # A string goes as SET (after ASKING: the slot is being imported there): the same value and
+                    # expiry as RESTORE REPLACE ABSTTL would give, without a DUMP payload's CRC-64 on both ends
+                    # (most of a key's cost in Python)
+                    out.append(_ASKING)
+                    out.append(encode_command((b"SET", key, value) if at_ms is None else
+                                              (b"SET", key, value, b"PXAT", b"%d" % at_ms)))
+                    batch.replies += 2
+                else:
+                    out.append(encode_command((b"RESTORE-ASKING", key, b"0" if at_ms is None else b"%d" % at_ms,
+                                               dump_payload(value), b"REPLACE", b"ABSTTL")))
+                    batch.replies += 1
+                batch.sent.append(key)
+            if batch.sent:
+                out.append(encode_command((b"WAITAOF", b"1", b"0", b"%d" % COMMIT_WAIT_MS)))
+                batch.replies += 1
+                conn.send(b"".join(out))
+        except BaseException:
+            routing.moving.difference_update(batch.keys)
+            raise
+
+    async def _finish(self, conn, batch, outgoing) -> int:
+        """Awaits the batch's replies; once the target committed every key, deletes them here (one DEL per
+        slot) and unlocks them when that DEL is committed. Returns the keys moved."""
+        routing = self.server.cluster_routing
+        unlock = True
+        try:
+            if not batch.replies:
+                self._queue_emptied(batch, outgoing)
+                return 0
+            replies = await conn.replies(batch.replies)
+            for answer in replies[:-1]:
+                if answer != b"OK":
+                    raise MigrationError("the target refused a key of the batch: %r" % (answer,))
+            barrier = replies[-1]
+            if not isinstance(barrier, list) or not barrier or barrier[0] != 1:
+                raise MigrationError("the target did not commit the batch within %d ms (WAITAOF: %r)"
+                                     % (COMMIT_WAIT_MS, barrier))
+            sent = set(batch.sent)
+            data = self.server.keyspace.dbs[0].data
+            ticket = 0
+            for slot, keys in batch.slots.items():
+                # only keys still here: one that expired meanwhile is gone (and a DEL naming a missing key of a
+                # migrating slot next to present ones would be refused with -TRYAGAIN)
+                present = [k for k in keys if k in sent and k in data and self._exists(k)]
+                if not present:
+                    continue
+                reply, t = self._local(b"DEL", *present)
+                if type(reply) is ErrorReply:
+                    raise MigrationError("deleting the moved keys of slot %d failed: %s" % (slot, reply.text))
+                ticket = max(ticket, t)
+            self.batches += 1
+            self.moved_keys += len(batch.sent)
+            keys = batch.keys
+            if ticket:
+                self._last_del_ticket = max(self._last_del_ticket, ticket)
+                unlock = False
+                self.server.durability.when_committed(ticket, lambda: routing.moving.difference_update(keys))
+            self._queue_emptied(batch, outgoing)
+            return len(batch.sent)
+        finally:
+            if unlock:
+                routing.moving.difference_update(batch.keys)
+
+    def _exists(self, key):
+        ks = self.server.keyspace
+        return not ks.is_expired(ks.dbs[0], key)
+
+    def _queue_emptied(self, batch, outgoing):
+        index = self.server.keyspace.dbs[0].slots
+        for slot in batch.slots:
+            if index.count(slot) == 0 and slot in outgoing:
+                self._queue_handover(slot, outgoing[slot])
+
+    def _queue_handover(self, slot, target_id):
+        if not self._pending:
+            self._pending_since = time.monotonic()
+        self._pending[slot] = target_id
+
+    async def _handover_if_due(self, outgoing, force=False):
+        if not self._pending:
+            return
+        if not force and len(self._pending) < HANDOVER_SLOTS and time.monotonic() - self._pending_since < HANDOVER_S:
+            return
+        # A slot's keys are gone from the target's point of view only once their DEL is committed here (a
+        # crash before would bring them back on this shard after the slot was handed over).
+        if self._last_del_ticket:
+            await self._committed(self._last_del_ticket)
+        index = self._slot_index()
+        slots = {s: t for s, t in self._pending.items() if index.count(s) == 0}
+        self._pending.clear()
+        if slots:
+            await self._finish_slots(slots)
+
+    async def _finish_slots(self, slots):
         """Slots empty here belong to their targets from now on: one compare-and-set for all of them (re-read
-        and skipped when the topology changed meanwhile; the next round tries again)."""
+        and retried when the topology changed meanwhile; a slot that no longer migrates to the same target is
+        left alone, the next round sees it)."""
+        from ..cluster.store import StaleRevision
         store = self.node.store
-        topology, revision = await store.get_topology()
-        if topology is None:
+        for _attempt in range(CAS_ATTEMPTS):
+            topology, revision = await store.get_topology()
+            if topology is None:
+                return
+            by_target = {}
+            for slot, target in slots.items():
+                if topology.migrating.get(slot, (None, None))[1] == target:
+                    by_target.setdefault(target, []).append(slot)
+            if not by_target:
+                return
+            for target, moved in by_target.items():
+                topology = topology.with_slots_assigned(moved, target)
+            try:
+                await store.put_topology(topology, revision)
+            except StaleRevision:
+                continue          # a failover's promotion or another shard's hand-over: read again
+            self.moved_slots += sum(len(m) for m in by_target.values())
+            for target, moved in by_target.items():
+                log.info("%d slot(s) moved to shard %s", len(moved), topology.shard_by_id[target].name)
             return
-        by_target = {}
-        for slot in slots:
-            if topology.migrating.get(slot, (None, None))[1] == outgoing[slot]:
-                by_target.setdefault(outgoing[slot], []).append(slot)
-        if not by_target:
-            return
-        for target, moved in by_target.items():
-            topology = topology.with_slots_assigned(moved, target)
-        await store.put_topology(topology, revision)
-        self.moved_slots += sum(len(m) for m in by_target.values())
-        for target, moved in by_target.items():
-            log.info("%d slot(s) moved to shard %s", len(moved), topology.shard_by_id[target].name)
+        raise MigrationError("the topology kept changing; %d slot(s) not handed over yet" % len(slots))

@@ -113,6 +113,8 @@ class ClusterNode:
         self.controller = None
         self.subscription = None
         self.snapshot_index = 0
+        self.snapshots_stored = 0
+        self.snapshot_store = {"kept": [], "bytes": 0, "messages": 0, "objects": 0}
         self.promotions = 0
         self._task = None
         self._snap_task = None
@@ -1050,8 +1052,9 @@ class ClusterNode:
                 log.warning("replica snapshot failed: %r", exc)
 
     async def snapshot_now(self):
-        """Writes this replica's state at its applied index to the object store, then drops stream
-        entries that no kept snapshot needs (the two newest snapshots are kept)."""
+        """Writes this replica's state at its applied index to the object store, then prunes the store (the
+        SNAPSHOTS_KEPT newest of this shard stay; older ones, tombstones and chunks a crash left behind go) and
+        drops stream entries that no kept snapshot needs."""
         from ..snapshot.format import write_snapshot
         index = self.whole_index   # never inside a command carried in parts: its first parts are not applied
         fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
@@ -1064,10 +1067,10 @@ class ClusterNode:
             os.unlink(path)
         await self.store.put_snapshot(self.shard, index, self.filter.epoch, data)
         self.snapshot_index = index
-        kept = await self.store.snapshot_indexes(self.shard)
-        for old in kept[:-2]:
-            await self.store.delete_snapshot(self.shard, old)
-        kept = kept[-2:]
+        self.snapshots_stored += 1
+        pruned = await self.store.prune_snapshots(self.shard)
+        self.snapshot_store = pruned
+        kept = pruned["kept"]
         if kept:
             # Entries a kept snapshot needs stay, and so do those a replica heard from recently still has to
             # apply (a restarted node catching up from an older point would otherwise lose them mid-way).
@@ -1075,8 +1078,9 @@ class ClusterNode:
             for peer in self.replica_statuses():
                 floor = min(floor, peer.applied + 1)
             await self.journal.truncate_before(floor)
-        log.info("snapshot of shard %s at index %d stored (%d bytes); journal kept from index %d", self.shard, index,
-                 len(data), self.journal.first_index)
+        log.info("snapshot of shard %s at index %d stored (%d bytes); journal kept from index %d; snapshot store "
+                 "%d bytes in %d messages", self.shard, index, len(data), self.journal.first_index,
+                 pruned["bytes"], pruned["messages"])
         return index
 
     # -- INFO -----------------------------------------------------------------------------------
@@ -1093,7 +1097,13 @@ class ClusterNode:
                   "durakv_phase": self.phase, "lease_ttl_ms": c.ttl_ms if c else self.server.config["lease-ttl-ms"],
                   "lease_renewals": self.renewer.renewals if self.renewer else 0,
                   "lease_renewal_failures": self.renewer.failures if self.renewer else 0,
-                  "lease_lapses": self.lease_lapses, "lease_refused_commands": self.lease_refusals}
+                  "lease_lapses": self.lease_lapses, "lease_refused_commands": self.lease_refusals,
+                  # the snapshot object store as this node saw it after its last snapshot (replicas store them)
+                  "snapshots_stored": self.snapshots_stored,
+                  "snapshot_store_count": self.snapshot_store["objects"],
+                  "snapshot_store_shard_count": len(self.snapshot_store["kept"]),
+                  "snapshot_store_bytes": self.snapshot_store["bytes"],
+                  "snapshot_store_messages": self.snapshot_store["messages"]}
         if self.role == "replica":
             host, _, port = (c.primary_addr or ":0").rpartition(":") if c else ("", "", "0")
             fields.update({"master_host": host, "master_port": port or 0,

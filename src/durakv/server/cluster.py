@@ -87,6 +87,8 @@ class ClusterRouting:
             declared = run.declared_keys
             run.cluster_slot = key_slot(declared[0]) if declared else -1
         caller = run.caller
+        if self.moving and cmd.write and caller is not self.migrator_session and any(k in self.moving for k in keys):
+            return messages.TRYAGAIN   # a script's write to a key on its way to another shard, as check() above
         text, run.cluster_slot = router.route_script_call(
             keys, cmd.fullname, run.cluster_slot, cmd.write,
             caller.readonly_mode if caller is not None else False,

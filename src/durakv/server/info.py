@@ -183,7 +183,8 @@ def _section_cluster(srv):
     migrator = getattr(node, "migrator", None) if node is not None else None
     if migrator is not None:   # durakv's own: online resharding seen from a source primary
         fields.update(durakv_migrated_keys=migrator.moved_keys, durakv_migrated_slots=migrator.moved_slots,
-                      durakv_keys_moving=len(srv.cluster_routing.moving))
+                      durakv_keys_moving=len(srv.cluster_routing.moving),
+                      durakv_migration_batches=migrator.batches, durakv_migration_skipped_gone=migrator.skipped_gone)
     return fields
 
 

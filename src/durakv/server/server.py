@@ -27,6 +27,7 @@ from .blocking import Blocking
 from ..cluster.identity import persistent_node_id
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology
+from ..routing import key_slot
 from .connection import Connection
 from .loopstats import LoopStats
 from .migrate import MigrateSockets
@@ -354,6 +355,9 @@ class Server:
             # Slots come from the coordination store's topology, which the node watches and installs here.
             self.cluster_routing = self.pipeline.router = ClusterRouting(
                 self, persistent_node_id(self.dir, self.config["node-id"]))
+            # Slot migration lists a slot's keys from this index (replication/migration.py), not a scan;
+            # on before the snapshot loads, so every key enters it the way a write does
+            self.keyspace.index_slots(key_slot)
         self.cluster_node = ClusterNode(self)
         self.journal = None  # the shard's journal belongs to the node; INFO reads it from there
         self.pipeline.gate = self.cluster_node   # role and lease checks in admission

@@ -1,0 +1,118 @@
+"""Snapshot retention in the JetStream object store: a replica stores a snapshot every
+replica-snapshot-interval-ms; after many of them the bucket holds only the newest SNAPSHOTS_KEPT of the shard,
+and the leftovers of earlier runs and crashes (older snapshots, tombstones of deleted ones, chunks of a put that
+died before its meta message) are gone from the bucket's stream too, not only hidden. INFO reports the size."""
+
+import asyncio
+import base64
+import threading
+import time
+
+import valkey
+
+from conftest import wait_until
+from durakv.cluster import store as store_module
+from durakv.cluster.store import NatsStore
+from durakv.journal.jetstream import connect
+
+SNAPSHOTS_KEPT = getattr(store_module, "SNAPSHOTS_KEPT", 2)   # (main before retention: 2, in node.py)
+BUCKET = NatsStore.SNAPSHOTS
+STREAM = "OBJ_" + BUCKET
+
+
+def _repl(node):
+    return node.info("replication")["replication"]
+
+
+def _snapshots_logged(node):
+    """Snapshots the node says it stored (its log: a count that does not depend on the INFO fields tested)."""
+    with open(node.entry["log"], errors="replace") as f:
+        return sum(1 for line in f if "snapshot of shard 0 at index" in line and "stored" in line)
+
+
+def _on_store(cluster, fn):
+    async def go():
+        nc = await connect([u for u in cluster.nats_servers.split(",") if u])
+        try:
+            store = await NatsStore(nc).open()
+            return await fn(store, nc.jetstream(timeout=10.0))
+        finally:
+            await nc.close()
+    return asyncio.run(go())
+
+
+async def _leave_leftovers(store, js):
+    """What earlier runs and crashes leave: old snapshots of this shard, the tombstone of a snapshot deleted the
+    way nats-py deletes (meta message kept, marked deleted), and chunks whose put never wrote its meta."""
+    for index in (1, 2, 3):
+        await store.put_snapshot("0", index, 1, b"old run %d " % index * 1000)
+    await store.obs.put("shard-7/00000000000000000005", b"x" * 300000)
+    await store.obs.delete("shard-7/00000000000000000005")
+    for i in range(3):
+        await js.publish("$O.%s.C.leftover-of-a-crashed-put" % BUCKET, b"c" * 1000 + b"%d" % i)
+
+
+async def _bucket(store, js):
+    objects = await store.obs.list(ignore_deletes=False)
+    info = await js.stream_info(STREAM, subjects_filter="$O.%s.>" % BUCKET)
+    state = (await js.stream_info(STREAM)).state
+    return ([(o.name, bool(o.deleted), o.nuid, o.chunks) for o in objects], dict(info.state.subjects or {}),
+            state.messages, state.bytes)
+
+
+def test_the_store_keeps_only_the_newest_snapshots_and_drops_leftovers(local_cluster):
+    cluster = local_cluster(shards=1, replicas=1, durability="sync",
+                            extra_server_args=("--replica-snapshot-interval-ms", "300"),
+                            env={"DURAKV_SNAPSHOT_ORPHAN_AGE_MS": "1000"})
+    _on_store(cluster, _leave_leftovers)
+    replica = cluster.replicas(0)[0]
+    stop = threading.Event()
+
+    def write():
+        # a new journal index between snapshots, so that every interval stores one
+        with valkey.Valkey(port=cluster.primary(0).port, socket_timeout=10) as c:
+            i = 0
+            while not stop.is_set():
+                c.set(f"k{i % 500}", "v" * 200)
+                i += 1
+                time.sleep(0.01)
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        wait_until(lambda: _snapshots_logged(replica) >= 8, 90, interval_s=0.2,
+                   what="8 snapshots stored by the replica")
+    finally:
+        stop.set()
+        writer.join(30)
+    # one more snapshot after the writes stopped, and after the leftover chunks passed the orphan age
+    stored = _snapshots_logged(replica)
+    with valkey.Valkey(port=cluster.primary(0).port) as c:
+        c.set("last", "write")
+    wait_until(lambda: _snapshots_logged(replica) > stored, 30, interval_s=0.1,
+               what="a snapshot after the writes stopped")
+    seen = {}
+
+    def only_the_kept_ones():
+        # polled: a snapshot the replica is storing right now has chunks before its meta message
+        objects, subjects, messages, size = _on_store(cluster, _bucket)
+        live = [(name, nuid, chunks) for name, deleted, nuid, chunks in objects if not deleted]
+        wanted = {"$O.%s.C.%s" % (BUCKET, nuid): chunks for _name, nuid, chunks in live}
+        wanted.update({"$O.%s.M.%s" % (BUCKET, base64.urlsafe_b64encode(name.encode()).decode()): 1
+                       for name, _n, _c in live})
+        seen.update(objects=objects, live=live, subjects=subjects, wanted=wanted, messages=messages, size=size)
+        return subjects == wanted and messages == sum(wanted.values())
+    try:
+        wait_until(only_the_kept_ones, 30, interval_s=0.3, what="the bucket's stream holding only kept snapshots")
+    except TimeoutError:
+        raise AssertionError("the stream holds more than the kept snapshots: %r" % (seen,)) from None
+    objects, live = seen["objects"], seen["live"]
+    assert [name for name, deleted, _n, _c in objects if deleted] == []        # no tombstones left
+    assert len(live) <= SNAPSHOTS_KEPT and all(name.startswith("shard-0/") for name, _n, _c in live), objects
+    assert all(int(name.split("/")[1]) > 3 for name, _n, _c in live), objects   # the old run's are gone
+    info = _repl(replica)
+    assert info["snapshots_stored"] >= 9
+    assert 1 <= info["snapshot_store_shard_count"] <= SNAPSHOTS_KEPT
+    assert 1 <= info["snapshot_store_count"] <= SNAPSHOTS_KEPT
+    assert 0 < info["snapshot_store_bytes"] and info["snapshot_store_messages"] >= 2
+    print(f"after {info['snapshots_stored']} snapshots: {len(live)} kept, {seen['messages']} messages, "
+          f"{seen['size']} bytes")
