@@ -474,3 +474,36 @@ def test_a_failed_batch_sends_no_event_no_stream_chunk_and_no_rdb(server_factory
     feed.close()
     p.close()
     sub_client.close()
+
+
+def test_an_event_of_a_write_that_filled_its_batch_waits_for_the_next_one(sync_server):
+    """A keyspace event is raised while its command runs and is promised the batch open then; a command whose
+    effects do not fit in that batch (the local journal closes one at 16 MiB) lands in the next one, and its
+    event must wait for that one, not leave when the earlier batch commits."""
+    srv = sync_server
+    with srv.client() as probe, srv.client() as sub_client, srv.client() as bulk:
+        p = sub_client.pubsub()
+        p.subscribe("__keyspace@0__:b")
+        assert p.get_message(timeout=10)["type"] == "subscribe"
+        first = StalledWrite(srv, probe, "SET", "x", "1")      # in flight: what follows gathers behind it
+        done = queue.Queue()
+
+        def fill():
+            pipe = bulk.pipeline(transaction=False)
+            pipe.set("a", b"a" * 10_000_000)
+            pipe.set("b", b"b" * 10_000_000)    # does not fit beside a: sealed into the batch after a's
+            done.put(pipe.execute())
+        threading.Thread(target=fill, daemon=True).start()
+        index_b = wait_until(lambda: (lambda c, a: a if a >= first.index + 2 else None)(*_indices(probe)), 20,
+                             interval_s=0.001, what="both SETs ran")
+        event = None
+        deadline_s = 60
+        while event is None or event["type"] != "message":
+            event = p.get_message(timeout=deadline_s)
+            assert event is not None, "no keyspace event for b"
+        committed, _applied = _indices(probe)
+        assert committed >= index_b, (f"the event of b left at commit index {committed}, before b's entry "
+                                      f"{index_b} committed")
+        assert event["data"] == b"set"
+        assert done.get(timeout=30) == [True, True]
+        first.finish()

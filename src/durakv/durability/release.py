@@ -63,6 +63,10 @@ class Durability:
         # debug-ack-before-commit (tests only, refused without DURAKV_TEST_UNSAFE=1): sync replies do not wait
         self.ack_before_commit = False
         self.feeds = []             # fn(effects, ticket) per submit: Valkey replication-stream listeners (SYNC)
+        # push_ticket() names the batch open while a command runs, but a command whose effects do not fit in it
+        # lands in the next one: what was promised that index is moved to the real one at submit (placed()).
+        self._promise = 0           # the index push_ticket() handed out since the last submit (0: none)
+        self._fresh = []            # what was held with it: (outbox, position, item) or a commit waiter's [index]
         self._use(None)
 
     # -- the policy ----------------------------------------------------------------------------
@@ -142,7 +146,26 @@ class Durability:
         keyspace events of a running command, of a server-side expiry): the index of the batch they will
         join, in sync and async mode alike; 0 without a journal (a replica applies only committed entries)."""
         tracker = self.tracker
-        return tracker.next_index() if tracker is not None else 0
+        if tracker is None:
+            return 0
+        self._promise = index = tracker.next_index()
+        return index
+
+    def placed(self, index):
+        """The tracker put the effects just submitted in batch `index`: whatever was promised an earlier batch
+        while they were produced waits for this one."""
+        promise, self._promise = self._promise, 0
+        fresh, self._fresh = self._fresh, []
+        if index <= promise:
+            return
+        for entry in fresh:
+            if type(entry) is list:
+                entry[0] = index
+                continue
+            box, pos, item = entry
+            held = box.held
+            if pos < len(held) and held[pos][1] is item:
+                held[pos] = (index, item)
 
     def export_ticket(self) -> int:
         """The ticket of an export of the whole dataset as memory holds it now (SYNC's RDB, in either mode):
@@ -165,6 +188,7 @@ class Durability:
         """Called by the tracker when nothing from journal index `first` on could be persisted: every reply
         waiting for one of those entries (the writes, and the reads that waited for them) is answered with
         an error now instead of hanging, then the owner (the server, a shard's node) is told."""
+        self._promise, self._fresh = 0, []
         reason = failure_reason(exc)
         write_error = b"-%s\r\n" % messages.JOURNAL_FAILED_WRITE.format(reason).encode()
         for box in list(self.waiting):
@@ -176,6 +200,16 @@ class Durability:
         """fn() once journal entry `index` is committed (at once if it is)."""
         if index <= self.committed or self.tracker is None:
             fn()
+        elif index == self._promise:
+            cell = [index]          # placed() may move it to a later batch
+            self._fresh.append(cell)
+
+            def when_placed():
+                if cell[0] > self.committed:
+                    heapq.heappush(self._commit_waiters, (cell[0], next(self._seq), when_placed))
+                else:
+                    fn()
+            heapq.heappush(self._commit_waiters, (index, next(self._seq), when_placed))
         else:
             heapq.heappush(self._commit_waiters, (index, next(self._seq), fn))
 
@@ -261,10 +295,14 @@ class Outbox:
         if not ticket and not self.held:
             self.ready.append(data)
             return False
-        self.held.append((ticket, HeldPush(data)))
+        item = HeldPush(data)
+        self.held.append((ticket, item))
         self.held_bytes += len(data) + self.ENTRY_COST
         if ticket:
-            self.durability.waiting.add(self)
+            dur = self.durability
+            dur.waiting.add(self)
+            if ticket == dur._promise:
+                dur._fresh.append((self, len(self.held) - 1, item))
         return True
 
     def release(self):

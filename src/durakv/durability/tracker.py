@@ -143,6 +143,10 @@ class WriteTracker:
             for dk in dirty:
                 d[dk] = index
             marks.extend(dirty)
+        if self.owner._promise:
+            # pushes raised while these effects were produced were promised the batch open then; a full
+            # batch sealed above put the effects in a later one, which they must wait for instead
+            self.owner.placed(index)
         if self.mode != "sync" or self.ack_before_commit:
             return 0   # async; or the test-only broken mode, which acknowledges before the commit
         return index
