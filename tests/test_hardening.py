@@ -80,6 +80,26 @@ def test_sync_held_replies_stop_reading_the_client(server_factory):
 
 # -- item 6: replies bigger than the requests, from a client that never reads --------------------------------
 
+def test_held_replies_count_the_bytes_of_the_writes_they_wait_for(server_factory):
+    """A pipelined bulk load of 4 KB SETs with the journal stalled: each held reply is only +OK, but its write
+    keeps 4 KB in the open batch until the commit. The held-replies limit counts those bytes, so the server
+    stops reading the client after about limit / 4 KB writes, not limit / (size of +OK)."""
+    srv = server_factory("--durability", "sync", "--client-held-replies-limit", "1mb")
+    value = "v" * 4096
+    with srv.client() as c:
+        c.execute_command("DEBUG", "JOURNAL-STALL", "30000")
+        flood = Flooder(srv.port, _cmd("SET", "k", value), 40_000, stall_s=2.0, max_s=40.0)
+        flood.start()
+        flood.join(45)
+        ran = c.info("commandstats")["cmdstat_set"]["calls"]
+        # 1 MB / 4 KB is 256 writes; the server reads up to one more buffer before it stops. Counting only the
+        # replies' 261 bytes it ran about 4,000 (1 MB / 261) before it stopped reading.
+        assert ran < 1000, ran
+        assert flood.sent < 40_000
+        c.execute_command("DEBUG", "JOURNAL-STALL", "0")
+        flood.sock.close()
+
+
 def test_reply_amplification_is_bounded_and_others_are_served(server_factory):
     srv = server_factory("--durability", "none")
     with srv.client() as c:

@@ -237,10 +237,11 @@ class Outbox:
     with one transport.write per batch); `held` is (index, bytes | HeldPush | Deferred) waiting for a commit."""
 
     __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained",
-                 "limit_bytes", "over_limit", "on_limit", "on_failed")
+                 "limit_bytes", "over_limit", "on_limit", "on_failed", "carried_bytes", "_carried")
 
-    # What a held reply keeps alive besides its own bytes (its entry here, the write's effect and arguments in
-    # the batch waiting for the journal), counted against the limit; a held Deferred counts this alone.
+    # What a held reply keeps alive besides its own bytes and the request it answers (those are counted
+    # exactly: `carried`): its entry here and the effect's bookkeeping in the batch; a held Deferred counts
+    # this alone.
     ENTRY_COST = 256
 
     def __init__(self, durability, write, encode):
@@ -248,6 +249,11 @@ class Outbox:
         self.ready = []
         self.held = []
         self.held_bytes = 0
+        # The bytes of the requests whose held replies wait for their entry (a pipelined SET of 4 KB keeps its
+        # 4 KB in the open batch until the commit, and its reply is only +OK): counted against the limit by
+        # the index they wait for, and dropped when it commits (or fails).
+        self.carried_bytes = 0
+        self._carried = {}
         self.write = write     # fn(bytes): the transport
         self.encode = encode   # fn(reply) -> bytes, in the connection's protocol
         self.closed = False
@@ -268,13 +274,25 @@ class Outbox:
         else:
             self.ready.append(data)
 
-    def hold(self, ticket, data):
+    def hold(self, ticket, data, carried=0):
+        """A reply that waits for entry `ticket` (or for what is held before it); `carried`: the bytes of the
+        request it answers, which the write keeps in memory until that entry commits."""
         self.held.append((ticket, data))
         self.held_bytes += len(data) + self.ENTRY_COST
         if ticket > self.durability.committed:
             self.durability.waiting.add(self)
-        if self.limit_bytes and self.held_bytes > self.limit_bytes and not self.over_limit:
+            if carried:
+                self.carried_bytes += carried
+                c = self._carried
+                c[ticket] = c.get(ticket, 0) + carried
+        if self.limit_bytes and self.held_bytes + self.carried_bytes > self.limit_bytes and not self.over_limit:
             self._set_over(True)
+
+    def _drop_carried(self, committed=None, failed_from=None):
+        c = self._carried
+        for ticket in [t for t in c if (committed is not None and t <= committed)
+                       or (failed_from is not None and t >= failed_from)]:
+            self.carried_bytes -= c.pop(ticket)
 
     def hold_deferred(self, deferred):
         self.held.append((0, deferred))
@@ -308,6 +326,8 @@ class Outbox:
     def release(self):
         """Moves what may leave now from held to ready, in order, and writes it."""
         held = self.held
+        if self._carried:
+            self._drop_carried(committed=self.durability.committed)
         if held:
             committed = self.durability.committed
             n = 0
@@ -329,7 +349,7 @@ class Outbox:
                 n += 1
             if n:
                 del held[:n]
-                if self.over_limit and self.held_bytes <= self.limit_bytes // 2:
+                if self.over_limit and self.held_bytes + self.carried_bytes <= self.limit_bytes // 2:
                     self._set_over(False)
             if not held:
                 self.durability.waiting.discard(self)
@@ -344,6 +364,8 @@ class Outbox:
         takes their place and they leave in order."""
         held = self.held
         failed = False
+        if self._carried:
+            self._drop_carried(failed_from=first)
         for i, (index, item) in enumerate(held):
             if type(item) is Deferred:
                 if item.done and item.index >= first:
@@ -375,4 +397,6 @@ class Outbox:
         self.held.clear()
         self.ready.clear()
         self.held_bytes = 0
+        self.carried_bytes = 0
+        self._carried.clear()
         self.durability.waiting.discard(self)

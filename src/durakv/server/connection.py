@@ -212,7 +212,10 @@ class Connection(asyncio.Protocol):
                     size += len(data)
                 if session.reply_off or session.reply_skip:   # CLIENT REPLY OFF / SKIP
                     data = session.mute_reply(data)
-                if ticket or held:
+                if ticket:
+                    # the write's arguments stay in the open batch until its commit: counted for backpressure
+                    outbox.hold(ticket, data, sum(map(len, args)))
+                elif held:
                     outbox.hold(ticket, data)
                 else:
                     ready.append(data)
