@@ -14,4 +14,6 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q -e ".[test]"
-python -m pytest -q "$@"
+# Two workers (pytest-xdist): the suite mostly waits on real processes; each worker takes its own port slice
+# (tests/conftest.py free_port) and its own tmp dirs. DURAKV_TEST_WORKERS=0 runs it in one process.
+python -m pytest -q -n "${DURAKV_TEST_WORKERS:-2}" "$@"

@@ -13,6 +13,9 @@ import pytest
 
 from durakv.cluster.local import LocalCluster, manifest_path
 from durakv.cluster.nats_procs import NatsCluster, port_is_free
+from durakv.cluster.reshard import mark_migrations
+from durakv.cluster.store import NatsStore
+from durakv.journal.jetstream import connect
 
 
 @pytest.fixture
@@ -90,3 +93,19 @@ async def async_wait_for(predicate, timeout_s, what, interval_s=0.05):
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out waiting for {what}" + (f": {last!r}" if last else ""))
         await asyncio.sleep(interval_s)
+
+
+def mark_migration(cluster, slots, source_name, target_name):
+    """Marks `slots` as moving from shard `source_name` to `target_name` in a local cluster's topology (what
+    `durakv cluster reshard` does), without waiting for the move."""
+    async def go():
+        nc = await connect([u for u in cluster.nats_servers.split(",") if u])
+        try:
+            store = await NatsStore(nc).open()
+            topology, _r = await store.get_topology()
+            src = next(sh for sh in topology.shards if sh.name == source_name)
+            dst = next(sh for sh in topology.shards if sh.name == target_name)
+            await mark_migrations(store, [(slots, src.id, dst.id)])
+        finally:
+            await nc.close()
+    asyncio.run(go())

@@ -1,8 +1,6 @@
 """Faults and operator mistakes that must not hang the server, lose acknowledged data or grow memory without
 bound (issue: hardening, items 4-7). Real server processes, raw sockets, a real tmpfs, a real RLIMIT_NOFILE."""
 
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +11,7 @@ import pytest
 import valkey
 
 from conftest import free_port, wait_until
+from diskfull_util import server_on_full_disk
 
 
 def _cmd(*args):
@@ -198,36 +197,10 @@ def test_maxclients_is_lowered_to_the_descriptor_limit(tmp_path):
 
 # -- item 4: the disk fills up, then space is freed ------------------------------------------------------------
 
-def _tmpfs_supported(mnt):
-    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
-        return "unshare/nsenter are not installed"
-    probe = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs %s" % mnt],
-                           capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        return "mounting a tmpfs is not allowed here: %s" % probe.stderr.decode(errors="replace").strip()
-    return None
-
-
 def test_disk_full_errors_instead_of_hanging_then_resumes_by_itself(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    why = _tmpfs_supported(mnt)
-    if why:
-        pytest.skip(why)
-    port = free_port()
-    data = mnt / "data"
     # a 3 MiB tmpfs, 2 MiB of it taken by a filler file the test deletes later
-    script = ("mount -t tmpfs -o size=3m tmpfs {mnt} && mkdir {data} && "
-              "dd if=/dev/zero of={mnt}/filler bs=1k count=2048 2>/dev/null && "
-              "exec {py} -m durakv server --port {port} --bind 127.0.0.1 --dir {data} --durability sync "
-              "--journal-segment-bytes 256kb").format(mnt=mnt, data=data, py=sys.executable, port=port)
-    log_path = tmp_path / "server.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(["unshare", "--mount", "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        c = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=20)
-        wait_until(lambda: c.ping(), 20, what="server up")
+    with server_on_full_disk(tmp_path) as disk:
+        c = disk.client
         acked, failed = [], []
         for i in range(20000):    # until the disk is full: every write answers, none hangs
             key = "k%05d" % i
@@ -248,8 +221,7 @@ def test_disk_full_errors_instead_of_hanging_then_resumes_by_itself(tmp_path):
         info = c.info("durability")
         assert info["journal_failed"] == 1 and info["journal_failed_batches"] >= 1 and info["journal_reloads"] >= 1
         # space comes back: the server retries the journal by itself and takes writes again
-        subprocess.run(["nsenter", "--target", str(proc.pid), "--mount", "rm", str(mnt / "filler")], check=True,
-                       timeout=10)
+        disk.free_space()
 
         def writable():
             try:
@@ -260,9 +232,6 @@ def test_disk_full_errors_instead_of_hanging_then_resumes_by_itself(tmp_path):
         assert c.info("durability")["journal_failed"] == 0
         missing = [k for k, v in zip(acked, c.mget(acked)) if v is None]
         assert missing == [], "%d acknowledged writes lost" % len(missing)
-        text = log_path.read_text()
+        text = disk.log_path.read_text()
         assert "writes are refused until the journal can persist again" in text
         assert "the journal persists again" in text
-    finally:
-        os.killpg(proc.pid, 9)
-        proc.wait(10)

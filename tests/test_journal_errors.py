@@ -4,16 +4,12 @@
 Real processes, real sockets, valkey-py; every wait is a poll with a deadline."""
 
 import asyncio
-import os
-import shutil
-import subprocess
-import sys
 import time
 
-import pytest
 import valkey
 
-from conftest import free_port, wait_until
+from conftest import wait_until
+from diskfull_util import server_on_full_disk
 from durakv.journal.codec import encode_effects
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST, EXPECTED_STREAM, stream_name, subject_name
 
@@ -137,38 +133,12 @@ def test_wait_counts_replicas_that_hold_the_write_after_old_epoch_entries(local_
 
 # -- hole (b): the local journal fails while keys have a TTL ---------------------------------------------------
 
-def _tmpfs_supported(mnt):
-    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
-        return "unshare/nsenter are not installed"
-    probe = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs %s" % mnt],
-                           capture_output=True, timeout=30)
-    if probe.returncode != 0:
-        return "mounting a tmpfs is not allowed here: %s" % probe.stderr.decode(errors="replace").strip()
-    return None
-
-
 def test_local_journal_failure_with_ttl_keys_neither_reloads_each_tick_nor_refuses_reads(tmp_path):
     """main: once the disk is full, every cron tick expires a key, its DEL fails, the dataset is reloaded
     (the key back), and a GET of the expired key answers MISCONF. Now expiry waits while the journal cannot
     persist (expired keys read as absent), and resumes once it can."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    why = _tmpfs_supported(mnt)
-    if why:
-        pytest.skip(why)
-    port = free_port()
-    data = mnt / "data"
-    script = ("mount -t tmpfs -o size=3m tmpfs {mnt} && mkdir {data} && "
-              "dd if=/dev/zero of={mnt}/filler bs=1k count=2048 2>/dev/null && "
-              "exec {py} -m durakv server --port {port} --bind 127.0.0.1 --dir {data} --durability sync "
-              "--journal-segment-bytes 256kb").format(mnt=mnt, data=data, py=sys.executable, port=port)
-    log_path = tmp_path / "server.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(["unshare", "--mount", "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        c = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=20)
-        wait_until(lambda: c.ping(), 20, what="server up")
+    with server_on_full_disk(tmp_path) as disk:
+        c = disk.client
         ttl_ms = 10000
         for i in range(20):
             assert c.set("ttl:%d" % i, "v", px=ttl_ms) is True
@@ -210,8 +180,7 @@ def test_local_journal_failure_with_ttl_keys_neither_reloads_each_tick_nor_refus
         assert info["journal_reloads"] == reloads, "the dataset was reloaded %d more times" % (
             info["journal_reloads"] - reloads)
         # Space comes back: the journal heals by itself and expiry resumes (the keys are deleted, DBSIZE drops).
-        subprocess.run(["nsenter", "--target", str(proc.pid), "--mount", "rm", str(mnt / "filler")], check=True,
-                       timeout=10)
+        disk.free_space()
 
         def writable():
             try:
@@ -221,9 +190,6 @@ def test_local_journal_failure_with_ttl_keys_neither_reloads_each_tick_nor_refus
         wait_until(writable, 30, what="writes accepted again")
         wait_until(lambda: c.info("keyspace").get("db0", {}).get("expires", 0) == 0, 20,
                    what="the expired keys deleted once the journal persists")
-    finally:
-        os.killpg(proc.pid, 9)
-        proc.wait(10)
 
 
 # -- a journal that commits nothing: the primary steps down within journal-append-stall-ms ---------------------

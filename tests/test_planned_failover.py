@@ -11,8 +11,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from conftest import wait_until
-from durakv.cluster.reshard import mark_migrations
-from durakv.cluster.store import NatsStore
+from nats_fixtures import mark_migration
 from durakv.journal.jetstream import connect
 from durakv.routing import key_slot
 
@@ -129,20 +128,6 @@ def _error_of(client, *args):
     return None
 
 
-def _mark_migration(cluster, slots, source_name, target_name):
-    async def go():
-        nc = await connect([u for u in cluster.nats_servers.split(",") if u])
-        try:
-            store = await NatsStore(nc).open()
-            topology, _r = await store.get_topology()
-            src = next(sh for sh in topology.shards if sh.name == source_name)
-            dst = next(sh for sh in topology.shards if sh.name == target_name)
-            await mark_migrations(store, [(slots, src.id, dst.id)])
-        finally:
-            await nc.close()
-    asyncio.run(go())
-
-
 def test_asking_covers_only_the_next_command_even_a_rejected_one(local_cluster):
     cluster = local_cluster(shards=2, replicas=0, durability="sync")
     src, dst = cluster.primary(0), cluster.primary(1)
@@ -152,7 +137,7 @@ def test_asking_covers_only_the_next_command_even_a_rejected_one(local_cluster):
     # The source is stopped, so the slot stays importing on the target for as long as the test needs.
     assert cluster.pause(src.name)
     try:
-        _mark_migration(cluster, [slot], "0", "1")
+        mark_migration(cluster, [slot], "0", "1")
         moved = f"MOVED {slot} 127.0.0.1:{src.port}"
 
         def asking_then(*rejected):

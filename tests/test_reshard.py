@@ -2,7 +2,6 @@
 clients read and write; ASK and TRYAGAIN while a slot moves; the source's or the target's primary killed in the
 middle of a migration, and the move finishes anyway with every acknowledged write in place."""
 
-import asyncio
 import subprocess
 import sys
 import threading
@@ -12,9 +11,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from conftest import wait_until
-from durakv.cluster.reshard import mark_migrations
-from durakv.cluster.store import NatsStore
-from durakv.journal.jetstream import connect
+from nats_fixtures import mark_migration
 from durakv.routing import key_slot
 
 
@@ -91,20 +88,6 @@ def test_reshard_under_write_load_keeps_every_acknowledged_write_and_ttl(local_c
     print(f"3000 slots moved under load: {len(writers.acked)} acknowledged writes, all present")
 
 
-def _mark_migration(cluster, slots, source_name, target_name):
-    async def go():
-        nc = await connect([u for u in cluster.nats_servers.split(",") if u])
-        try:
-            store = await NatsStore(nc).open()
-            topology, _r = await store.get_topology()
-            src = next(sh for sh in topology.shards if sh.name == source_name)
-            dst = next(sh for sh in topology.shards if sh.name == target_name)
-            await mark_migrations(store, [(slots, src.id, dst.id)])
-        finally:
-            await nc.close()
-    asyncio.run(go())
-
-
 def test_ask_and_tryagain_while_a_slot_moves(local_cluster):
     cluster = local_cluster(shards=2, replicas=0, durability="sync")
     src, dst = cluster.primary(0), cluster.primary(1)
@@ -113,7 +96,7 @@ def test_ask_and_tryagain_while_a_slot_moves(local_cluster):
     with valkey.Valkey(port=src.port) as c:
         for start in range(0, 6000, 500):
             c.mset({f"{tag}{i}": "x" * 1000 for i in range(start, start + 500)})
-    _mark_migration(cluster, [slot], "0", "1")
+    mark_migration(cluster, [slot], "0", "1")
     seen = set()
     with valkey.Valkey(port=src.port) as c:
         deadline = time.monotonic() + 60
@@ -148,7 +131,7 @@ def _kill_mid_migration(local_cluster, which):
     src_name, dst_name = ("0", "1") if slot < 8192 else ("1", "0")
     victim = source if which == "source" else cluster.primary(int(dst_name))
     writers = Writers(port, "w", count=1)
-    _mark_migration(cluster, [slot], src_name, dst_name)
+    mark_migration(cluster, [slot], src_name, dst_name)
 
     def started():
         with valkey.Valkey(port=source.port) as s:
@@ -241,7 +224,7 @@ def test_keys_expiring_while_they_move_never_reach_the_target_without_their_ttl(
         for k in forever:
             p.set(k, "forever")
         p.execute()
-    _mark_migration(cluster, [slot], "0", "1")
+    mark_migration(cluster, [slot], "0", "1")
     wait_until(lambda: _owner_port(dst.port, slot) == dst.port, 120, interval_s=0.1, what="the slot handed over")
     with valkey.Valkey(port=dst.port, socket_timeout=30) as d:
         p = d.pipeline(transaction=False)
@@ -281,7 +264,7 @@ def test_an_async_target_must_commit_before_the_source_deletes(local_cluster):
         # the async writes in the journal before the faults (WAITAOF: committed locally)
         assert c.execute_command("WAITAOF", 1, 0, 30000)[0] == 1
 
-    _mark_migration(cluster, [slot], "0", "1")
+    mark_migration(cluster, [slot], "0", "1")
 
     def under_way():
         with valkey.Valkey(port=src.port) as s:
@@ -404,7 +387,7 @@ def test_keys_written_by_every_kind_of_command_move_with_their_values(local_clus
             if c.exists(key):
                 expected[key] = (c.execute_command("DEBUG", "DIGEST-VALUE", key), c.pttl(key) > 0)
     assert sorted(expected) == sorted(set(k) - {k[3], k[7], k[24], k[25], k[26], k[27], k[31], k[32]} - set(k[33:]))
-    _mark_migration(cluster, [slot], "0", "1")
+    mark_migration(cluster, [slot], "0", "1")
     wait_until(lambda: _owner_port(dst.port, slot) == dst.port, 60, interval_s=0.1, what="the slot handed over")
     with valkey.Valkey(port=dst.port, socket_timeout=30) as d:
         moved = {key: (d.execute_command("DEBUG", "DIGEST-VALUE", key), d.pttl(key) > 0) for key in expected}

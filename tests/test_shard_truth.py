@@ -2,6 +2,8 @@
 with the journal index each applied (INFO replication, ROLE), WAIT counts them, every node of a shard reports one
 replication id per epoch, and DurabilityLag is 0 in sync as ElastiCache defines it."""
 
+import re
+
 import valkey
 
 from conftest import wait_until
@@ -75,8 +77,14 @@ def test_a_lost_nats_server_is_logged_once_and_never_shown_as_leader(local_clust
     for p in cluster.nodes:
         text = open(p.log).read()
         assert "Traceback" not in text, text[-3000:]
-        nats_lines = [line for line in text.splitlines() if "NATS connection" in line]
-        assert len(nats_lines) <= 6, nats_lines
+        # A node holds several NATS connections (the node's, its journal's, the lease renewer's): each logs
+        # what happened to it in a few lines (the error, lost, reconnected), not a line per reconnect attempt.
+        per_connection = {}
+        for line in text.splitlines():
+            m = re.search(r"NATS connection (\S+?):? ", line)
+            if m:
+                per_connection.setdefault(m.group(1), []).append(line)
+        assert all(len(lines) <= 4 for lines in per_connection.values()), per_connection
 
 
 def test_a_replica_behind_its_journal_refuses_reads_until_it_catches_up(local_cluster):
