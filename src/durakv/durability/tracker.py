@@ -178,13 +178,16 @@ class WriteTracker:
     def _seal(self):
         """The open batch is full: it goes to the journal now, even past the window (the backend queues it)."""
         self.sealed_batches += 1
-        index = self._batch_index
-        effects = self._batch
+        self._append(*self._take_batch())
+
+    def _take_batch(self):
+        """(index, payload) of the open batch, which is closed: the next write opens another."""
+        index, effects = self._batch_index, self._batch
         self._batch = []
         self._batch_index = 0
         self._batch_bytes = 0
         self._batch_db = None
-        self._append(index, encode_effects(effects))
+        return index, encode_effects(effects)
 
     def _open_batch(self):
         index = self._batch_index = self._issue()
@@ -239,12 +242,7 @@ class WriteTracker:
             # The window is full: what arrives meanwhile joins the open batch, which is closed when the
             # oldest append completes (group commit).
             return
-        effects = self._batch
-        self._batch = []
-        self._batch_index = 0
-        self._batch_bytes = 0
-        self._batch_db = None
-        self._append(index, encode_effects(effects))
+        self._append(*self._take_batch())
 
     def _append(self, index, payload):
         """Hands entry `index` to the journal (its position is fixed by this call: journal contract)."""
