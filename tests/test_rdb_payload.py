@@ -21,7 +21,8 @@ import pytest
 import valkey
 from hypothesis import given, settings, strategies as st
 
-from durakv.keyspace.rdbvalue import (RdbError, crc64, dump, intset_decode, listpack_decode, listpack_encode,
+from durakv.keyspace import rdbvalue
+from durakv.keyspace.rdbvalue import (RdbError, crc64, crc64_py, dump, intset_decode, listpack_decode, listpack_encode,
                                       load, lzf_decompress, verify, ziplist_decode, zipmap_decode)
 from durakv.keyspace.stream import INVALID_ENTRIES_READ, TRIM_MAXLEN, Nack, Stream, id_bytes
 from durakv.keyspace.zset import ZSet
@@ -119,6 +120,23 @@ def test_crc64_check_value():
     assert crc64(b"") == 0
     # Incremental use gives the same CRC as one pass.
     assert crc64(b"56789", crc64(b"1234")) == 0xE9C6D914C4B8D9CA
+
+
+@given(st.binary(max_size=300), st.integers(0, (1 << 64) - 1))
+@settings(max_examples=300, deadline=None)
+def test_compiled_crc64_equals_the_reference(data, start):
+    """keyspace/_crc64.c (slicing-by-8) gives what the pure-Python reference gives, from any starting crc and
+    over every length (the 8-byte steps and the byte tail). pip install builds it where a C compiler is found,
+    as on every CI machine: a missing module here means that build broke."""
+    from durakv.keyspace import _crc64
+    assert rdbvalue.CRC64_COMPILED and rdbvalue.crc64 is _crc64.crc64
+    assert _crc64.crc64(data, start) == crc64_py(data, start)
+    assert _crc64.crc64(bytearray(data)) == crc64_py(data)
+
+
+def test_compiled_crc64_of_a_large_payload_with_the_gil_released():
+    data = bytes(range(256)) * 4096 + b"tail"           # 1 MiB + 4: past the 64 KiB bound, an odd tail
+    assert crc64(data) == crc64_py(data)
 
 
 def test_lzf_literals_and_back_references():

@@ -76,11 +76,21 @@ def _crc64_of_byte(c):
 _CRC64_TABLE = [_crc64_of_byte(i) for i in range(256)]
 
 
-def crc64(data, crc=0) -> int:
+def crc64_py(data, crc=0) -> int:
+    """The reference: one table step per byte (about 0.16 s per MB). `crc64` is the compiled twin
+    (keyspace/_crc64.c, built by pip install where a C compiler is found) when it is there."""
     t = _CRC64_TABLE
     for b in data:
         crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc
+
+
+try:
+    from ._crc64 import crc64
+    CRC64_COMPILED = True
+except ImportError:   # installed without a C compiler
+    crc64 = crc64_py
+    CRC64_COMPILED = False
 
 
 # -- LZF (lzf_d.c) -------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ move between durakv and Valkey (LZF-compressed and integer-encoded strings are r
 import time
 
 from ..config import split_args
+from ..keyspace.rdbvalue import crc64, lzf_decompress
 from .lua import LuaEngine, is_lua_function, is_lua_table
 from .runner import FLAG_NAMES
 
@@ -393,55 +394,6 @@ def _rdb_string(data: bytes, pos: int, end: int):
             raise ValueError("string past the end")
         return lzf_decompress(data[pos:pos + clen], ulen), pos + clen
     raise ValueError("unknown string encoding")
-
-
-def lzf_decompress(src: bytes, out_len: int) -> bytes:
-    out = bytearray()
-    i = 0
-    n = len(src)
-    while i < n:
-        ctrl = src[i]
-        i += 1
-        if ctrl < 32:
-            out += src[i:i + ctrl + 1]
-            i += ctrl + 1
-            continue
-        length = ctrl >> 5
-        ref = len(out) - ((ctrl & 0x1F) << 8) - 1
-        if length == 7:
-            length += src[i]
-            i += 1
-        ref -= src[i]
-        i += 1
-        if ref < 0:
-            raise ValueError("bad LZF back reference")
-        for _ in range(length + 2):
-            out.append(out[ref])
-            ref += 1
-    if len(out) != out_len:
-        raise ValueError("LZF length mismatch")
-    return bytes(out)
-
-
-def _crc64_table():
-    poly = 0x95AC9329AC4BC9B5   # Jones polynomial 0xad93d23594c935a9, reflected
-    table = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC64 = _crc64_table()
-
-
-def crc64(data: bytes, crc: int = 0) -> int:
-    table = _CRC64
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc
 
 
 def verify_dump_payload(payload: bytes) -> bool:
