@@ -295,8 +295,9 @@ class SlotMigrator:
                 at_ms = expires.get(key)
                 if type(value) is bytes:
                     # A string goes as SET (after ASKING: the slot is being imported there): the same value and
-                    # expiry as RESTORE REPLACE ABSTTL would give, without a DUMP payload's CRC-64 on both ends
-                    # (most of a key's cost in Python)
+                    # expiry as RESTORE REPLACE ABSTTL would give, without the DUMP payload's encoding and parsing
+                    # (measured with the CRC-64 compiled: RESTORE-ASKING for strings moved 14,895 keys/s, this
+                    # 19,185, scripts/measure_reshard.py --keys 200000 --slots 1000)
                     out.append(_ASKING)
                     out.append(encode_command((b"SET", key, value) if at_ms is None else
                                               (b"SET", key, value, b"PXAT", b"%d" % at_ms)))
