@@ -34,6 +34,15 @@ class FullDisk:
         subprocess.run(["nsenter", "--target", str(self.proc.pid), "--mount", "rm", str(self.mnt / "filler")],
                        check=True, timeout=10)
 
+    def wait_writable(self, timeout_s):
+        """Polls until a SET is accepted again (the journal healed by itself after free_space())."""
+        def writable():
+            try:
+                return self.client.set("after", "1")
+            except valkey.exceptions.ResponseError:
+                return False
+        wait_until(writable, timeout_s, what="writes accepted again")
+
 
 @contextlib.contextmanager
 def server_on_full_disk(tmp_path):

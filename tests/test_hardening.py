@@ -222,13 +222,7 @@ def test_disk_full_errors_instead_of_hanging_then_resumes_by_itself(tmp_path):
         assert info["journal_failed"] == 1 and info["journal_failed_batches"] >= 1 and info["journal_reloads"] >= 1
         # space comes back: the server retries the journal by itself and takes writes again
         disk.free_space()
-
-        def writable():
-            try:
-                return c.set("after", "1")
-            except valkey.exceptions.ResponseError:
-                return False
-        wait_until(writable, 20, what="writes accepted again")
+        disk.wait_writable(20)
         assert c.info("durability")["journal_failed"] == 0
         missing = [k for k, v in zip(acked, c.mget(acked)) if v is None]
         assert missing == [], "%d acknowledged writes lost" % len(missing)

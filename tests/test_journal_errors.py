@@ -38,6 +38,24 @@ def masters(cluster):
     return [p for p in cluster.nodes if p.role() == "master"]
 
 
+def _wait_serving_again(cluster):
+    """Polls until some primary takes a write again; returns what GET k answered on each try, in order."""
+    seen = []
+
+    def serving_again():
+        for p in masters(cluster):
+            try:
+                with valkey.Valkey(port=p.port, socket_timeout=5) as c:
+                    seen.append(c.get("k"))
+                    return c.set("after", "1") is True
+            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
+                    valkey.exceptions.ResponseError):
+                continue
+        return False
+    wait_until(serving_again, 60, interval_s=0.1, what="a primary taking writes again")
+    return seen
+
+
 # -- hole (a): a JetStream append error that is not fencing --------------------------------------------------
 
 def test_jetstream_append_error_steps_down_and_never_serves_the_failed_write(local_cluster):
@@ -67,19 +85,7 @@ def test_jetstream_append_error_steps_down_and_never_serves_the_failed_write(loc
                 pass
     finally:
         set_stream_max_msg_size(cluster.nats_servers, -1)
-    seen = []
-
-    def serving_again():
-        for p in masters(cluster):
-            try:
-                with valkey.Valkey(port=p.port, socket_timeout=5) as c:
-                    seen.append(c.get("k"))
-                    return c.set("after", "1") is True
-            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
-                    valkey.exceptions.ResponseError):
-                continue
-        return False
-    wait_until(serving_again, 60, interval_s=0.1, what="a primary taking writes again")
+    seen = _wait_serving_again(cluster)
     assert failed not in seen and seen[-1] == committed, seen[-3:]
     text = "".join(open(p.log, errors="replace").read() for p in cluster.nodes)
     assert "stepping down and restarting as a replica" in text
@@ -181,13 +187,7 @@ def test_local_journal_failure_with_ttl_keys_neither_reloads_each_tick_nor_refus
             info["journal_reloads"] - reloads)
         # Space comes back: the journal heals by itself and expiry resumes (the keys are deleted, DBSIZE drops).
         disk.free_space()
-
-        def writable():
-            try:
-                return c.set("after", "1")
-            except valkey.exceptions.ResponseError:
-                return False
-        wait_until(writable, 30, what="writes accepted again")
+        disk.wait_writable(30)
         wait_until(lambda: c.info("keyspace").get("db0", {}).get("expires", 0) == 0, 20,
                    what="the expired keys deleted once the journal persists")
 
@@ -210,15 +210,5 @@ def test_a_primary_whose_append_stalls_past_the_bound_steps_down(local_cluster):
         except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
             acknowledged = False
         assert not acknowledged, "a write was acknowledged by a primary past its stall bound"
-
-    def serving_again():
-        for p in masters(cluster):
-            try:
-                with valkey.Valkey(port=p.port, socket_timeout=5) as c:
-                    return c.set("after", "1") is True
-            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
-                    valkey.exceptions.ResponseError):
-                continue
-        return False
-    wait_until(serving_again, 60, interval_s=0.1, what="a primary taking writes again")
+    _wait_serving_again(cluster)
     assert "journal appends unacknowledged for" in open(old.log, errors="replace").read()
