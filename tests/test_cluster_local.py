@@ -311,6 +311,9 @@ def test_a_port_taken_after_it_was_chosen_moves_the_node(local_cluster, monkeypa
     try:
         c = local_cluster(shards=1, replicas=1, journal_backend="jetstream", durability="sync", cluster_mode=True)
         node = next(p for p in c.nodes if p.name == "0-0")
+        # the squatted port was handed out and a second choice moved the node: without this the test would
+        # pass unchanged if `up` stopped choosing ports through the patched function
+        assert len(calls) >= 2
         assert node.port != taken and node.alive
         with open(manifest_path(c.dir)) as f:
             entry = next(e for e in json.load(f)["processes"] if e.get("name") == "0-0")
