@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from durakv.cluster.local import LocalCluster, manifest_path
+from durakv.cluster.local import LocalCluster
+from durakv.cluster.manifest import manifest_path
 from durakv.cluster.nats_procs import NatsCluster, port_is_free
 from durakv.cluster.reshard import mark_migrations
 from durakv.cluster.store import NatsStore

@@ -16,7 +16,7 @@ import valkey
 
 from conftest import wait_new_primary, wait_until
 from durakv.cluster import nats_procs
-from durakv.journal.local import iter_entries
+from durakv.journal.walscan import iter_entries
 
 MB = 1024 * 1024
 LARGE_SIZES = (900_000, 2 * MB, 10 * MB, 70 * MB)

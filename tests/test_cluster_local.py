@@ -12,8 +12,10 @@ import pytest
 import valkey
 from nats.js.api import StorageType
 
-from durakv.cluster.local import LocalCluster, manifest_path, parse_info
+from durakv.cluster.local import LocalCluster
+from durakv.cluster.manifest import manifest_path
 from durakv.cluster.nats_procs import http_json, pid_alive, wait_for
+from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
 from nats_fixtures import async_wait_for, free_port_range, run
 
@@ -290,13 +292,13 @@ def test_a_port_taken_after_it_was_chosen_moves_the_node(local_cluster, monkeypa
     """Free ports are chosen before the nodes bind them; another program taking one meanwhile must not fail
     `cluster up`: the node starts again on another port, and the manifest and topology follow."""
     import socket
-    import durakv.cluster.local as local_mod
+    import durakv.cluster.bootstrap as bootstrap
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
     squatter.listen(1)
     taken = squatter.getsockname()[1]
-    real = local_mod.free_ports
+    real = bootstrap.free_ports
     calls = []
 
     def free_ports(count, *args, **kwargs):
@@ -305,10 +307,13 @@ def test_a_port_taken_after_it_was_chosen_moves_the_node(local_cluster, monkeypa
         # the first choice of durakv ports hands node 0-0 the port another program holds
         return [taken] + [p for p in ports if p != taken][:count - 1] if len(calls) == 1 else ports
 
-    monkeypatch.setattr(local_mod, "free_ports", free_ports)
+    monkeypatch.setattr(bootstrap, "free_ports", free_ports)
     try:
         c = local_cluster(shards=1, replicas=1, journal_backend="jetstream", durability="sync", cluster_mode=True)
         node = next(p for p in c.nodes if p.name == "0-0")
+        # the squatted port was handed out and a second choice moved the node: without this the test would
+        # pass unchanged if `up` stopped choosing ports through the patched function
+        assert len(calls) >= 2
         assert node.port != taken and node.alive
         with open(manifest_path(c.dir)) as f:
             entry = next(e for e in json.load(f)["processes"] if e.get("name") == "0-0")

@@ -17,8 +17,10 @@ import pytest
 from durakv.errors import JournalCorrupt
 from durakv.journal import LocalJournal, iter_entries
 from durakv.journal.base import Entry, JournalFailed, JournalTruncated
-from durakv.journal.local import (DATA_START, HEADER_SIZE, MAGIC, SLOT_OFFSETS, SysIO, check_journal, decode_slot,
-                                  encode_frame, legacy_segment_name, list_segments, segment_name)
+from durakv.journal.local import SysIO
+from durakv.journal.walcheck import check_journal
+from durakv.journal.walformat import (DATA_START, HEADER_SIZE, MAGIC, SLOT_OFFSETS, decode_slot, encode_frame,
+                                      legacy_segment_name, list_segments, segment_name)
 from journal_contract import JournalContract, collect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -615,7 +617,7 @@ def test_crash_states_of_a_rotation_are_not_damage(tmp_path):
     states = [decode_slot(head, off) for off in SLOT_OFFSETS]
     newest = max((st for st in states if st), key=lambda st: st.seq)
     assert newest.sealed == 1
-    from durakv.journal.local import encode_slot, slot_offset
+    from durakv.journal.walformat import encode_slot, slot_offset
     unsealed = newest._replace(seq=newest.seq + 1, sealed=0)
     with open(prev_path, "r+b") as f:
         f.seek(slot_offset(unsealed.seq))
@@ -1068,12 +1070,12 @@ def test_descriptor_exhaustion_at_rotation_with_a_low_rlimit(tmp_path):
 
 
 def test_open_reuses_the_start_up_check_only_while_no_segment_changed(tmp_path, monkeypatch):
-    import durakv.journal.local as local
+    import durakv.journal.walcheck as walcheck
     _batches(tmp_path, [1] * 10)
     check_journal(tmp_path, remember=True)
     reads = []
-    real = local._read_file
-    monkeypatch.setattr(local, "_read_file", lambda path: reads.append(path) or real(path))
+    real = walcheck.read_file
+    monkeypatch.setattr(walcheck, "read_file", lambda path: reads.append(path) or real(path))
     j = LocalJournal(tmp_path)
     run(j.open())
     assert reads == [] and j.commit_index == 10      # nothing changed since the check: not read again

@@ -8,7 +8,8 @@ import pytest
 import valkey
 
 from conftest import wait_new_primary, wait_until
-from durakv.cluster.local import ClusterError, LocalCluster
+from durakv.cluster.local import LocalCluster
+from durakv.cluster.manifest import ClusterError
 
 
 def _modes(cluster):

@@ -17,7 +17,7 @@ from replay_util import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.errors import JournalCorrupt
 from durakv.journal import LocalJournal, iter_entries
-from durakv.journal.local import DATA_START
+from durakv.journal.walformat import DATA_START
 from durakv.keyspace import Keyspace
 from durakv.protocol.resp import ErrorReply, encode_command
 from durakv.journal.codec import decode_payload, encode_effects

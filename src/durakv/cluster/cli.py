@@ -8,9 +8,12 @@ import sys
 import time
 
 from ..journal.jetstream import connect
-from .local import ClusterError, ClusterNotReady, LocalCluster, RespError
+from .local import LocalCluster
+from .manifest import ClusterError
 from .nats_procs import ProcessError
 from .reshard import ReshardError, rebalance, reshard
+from .respclient import RespError
+from .roles import ClusterNotReady
 from .store import NatsStore
 from .tls import client_context
 

@@ -10,6 +10,7 @@ import asyncio
 import time
 
 from ..routing.slots import SLOTS
+from .respclient import RespClient
 
 
 class ReshardError(Exception):
@@ -71,7 +72,6 @@ async def mark_migrations(store, moves):
 def _migrated_keys(topology, source_ids, tls_ca=None) -> int:
     """The keys the source shards' primaries report moved so far (INFO cluster `durakv_migrated_keys`), summed;
     a primary that does not answer counts 0 this time."""
-    from .local import RespClient   # here: cluster/local.py imports this module
     total = 0
     for sid in source_ids:
         shard = topology.shard_by_id.get(sid)

@@ -3,4 +3,5 @@ embedded single-machine backend (segmented files, group commit); a JetStream bac
 
 from .base import (Entry, Journal, JournalClosed, JournalCorrupt, JournalError, JournalFailed,  # noqa: F401
                    JournalFenced, JournalTruncated)
-from .local import LocalJournal, iter_entries  # noqa: F401
+from .local import LocalJournal  # noqa: F401
+from .walscan import iter_entries  # noqa: F401

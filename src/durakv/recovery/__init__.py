@@ -14,7 +14,8 @@ from ..commands.session import Session
 from ..errors import DurakvError, JournalCorrupt
 from ..journal.base import JournalTruncated
 from ..journal.codec import PartAssembler
-from ..journal.local import iter_entries, journal_dir, list_segments
+from ..journal.walformat import journal_dir, list_segments
+from ..journal.walscan import iter_entries
 from ..protocol.resp import ErrorReply
 from ..snapshot.format import load_newest_snapshot
 

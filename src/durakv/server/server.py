@@ -652,7 +652,7 @@ class Server:
         index = self.recovered_index
         write_snapshot(os.path.join(path, "snapshot-%020d.dks" % index), self.keyspace, index)
         self.last_snapshot_index = index
-        from ..journal.local import journal_dir, list_segments
+        from ..journal.walformat import journal_dir, list_segments
         for _first, seg_path in list_segments(journal_dir(self.dir)):
             os.unlink(seg_path)
 

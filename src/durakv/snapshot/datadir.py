@@ -4,7 +4,7 @@
 
 1. locks the directory (journal/lock.py): a second server on the same --dir stops here, naming the holder;
 2. removes temporary snapshot files of builders that are gone (never adopted, never to be);
-3. with the local journal, checks the journal against what the snapshots say (journal/local.py's
+3. with the local journal, checks the journal against what the snapshots say (journal/walcheck.py's
    check_journal): a torn last append is cut and logged; any other damage, or a journal missing while the
    newest snapshot says it continues after it, stops start-up (JournalCorrupt) unless
    `journal-load-truncated yes`, which cuts at the first damage and logs every entry range dropped.
@@ -15,8 +15,9 @@ This sits in snapshot/ because it is the lowest layer that knows both the journa
 import logging
 import os
 
-from ..journal.local import check_journal, journal_dir
 from ..journal.lock import lock_data_dir
+from ..journal.walcheck import check_journal
+from ..journal.walformat import journal_dir
 from .adopt import remove_stale_temps
 from .format import SnapshotCorrupt, list_snapshots, read_info
 

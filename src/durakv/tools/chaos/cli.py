@@ -4,7 +4,8 @@ import argparse
 import json
 import sys
 
-from ...cluster.local import ClusterError, LocalCluster
+from ...cluster.local import LocalCluster
+from ...cluster.manifest import ClusterError
 from ...cluster.nats_procs import ProcessError
 from .faults import FaultError, Nemesis, wait_healthy
 

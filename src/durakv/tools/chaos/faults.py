@@ -19,8 +19,10 @@ import signal
 import sys
 import time
 
-from ...cluster.local import MASTER_ROLES, ClusterError, LocalCluster, RespError, first_field, APPLIED_FIELDS
+from ...cluster.local import LocalCluster
+from ...cluster.manifest import ClusterError
 from ...cluster.nats_procs import http_json, wait_for
+from ...cluster.respclient import APPLIED_FIELDS, MASTER_ROLES, RespError, first_field
 from .events import ERROR, RECOVERED, START, STEP, STOP, EventLog, events_path
 
 FAULTS = ("az-power", "kill", "pause", "partition", "failover")

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from ...cluster.local import ClusterError
+from ...cluster.manifest import ClusterError
 from ...cluster.nats_procs import ProcessError
 from . import scenarios as sc
 from .report import write_report

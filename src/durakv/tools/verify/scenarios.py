@@ -27,7 +27,9 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-from ...cluster.local import ClusterError, LocalCluster, package_env
+from ...cluster.local import LocalCluster
+from ...cluster.manifest import ClusterError
+from ...cluster.procs import package_env
 from ..chaos import events_path, log_size, read_events, wait_healthy
 from ..chaos.events import START, STOP
 from .acked import check_acked_writes, write_ops

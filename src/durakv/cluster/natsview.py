@@ -1,0 +1,89 @@
+"""The NATS side of a local cluster as its monitoring endpoints show it: meta leader, streams, stream leaders.
+
+Also moving a stream's leader (JetStream's leader step-down with a preferred server). Mixed into
+LocalCluster (cluster/local.py).
+"""
+
+import asyncio
+import json
+
+from ..journal.jetstream import connect
+from .manifest import ClusterError
+from .nats_procs import http_json
+from .tls import client_context
+
+
+class NatsViews:
+    """A LocalCluster's NATS servers, read through their monitoring port."""
+
+    def _nats_views(self, path):
+        views = {}
+        for p in self.nats:
+            if p.state != "running":
+                continue
+            try:
+                status, body = http_json(p.ports["monitor"], path, timeout_s=1.0)
+            except OSError:
+                continue
+            if status == 200 and body:
+                views[p.name] = body
+        return views
+
+    def nats_meta_leader(self):
+        """The JetStream meta leader most running NATS servers name, or None while they elect one. A server
+        the manifest knows to be dead is never shown as leader (the survivors keep naming it until they elect)."""
+        running = {p.name for p in self.nats if p.state == "running"}
+        leaders = [((v.get("meta_cluster") or {}).get("leader")) for v in self._nats_views("/jsz").values()]
+        leaders = [x for x in leaders if x and x in running]
+        return max(set(leaders), key=leaders.count) if leaders else None
+
+    def nats_streams(self) -> dict:
+        """{stream name: {"leader", "replicas" (server names), "messages", "last_seq"}} as the NATS nodes see
+        them (the leader's own view wins)."""
+        seen = {}
+        for server, view in self._nats_views("/jsz?accounts=true&streams=true").items():
+            for acct in view.get("account_details") or []:
+                for st in acct.get("stream_detail") or []:
+                    cl = st.get("cluster") or {}
+                    info = {"leader": cl.get("leader"),
+                            "replicas": sorted(([cl["leader"]] if cl.get("leader") else [])
+                                               + [r["name"] for r in cl.get("replicas") or []]),
+                            "messages": (st.get("state") or {}).get("messages"),
+                            "last_seq": (st.get("state") or {}).get("last_seq"),
+                            "account": acct.get("name")}
+                    name = st.get("name")
+                    if name not in seen or (info["leader"] and info["leader"] == server):
+                        seen[name] = info
+        return seen
+
+    def nats_leader_of_stream(self, stream_name):
+        """The server name (= manifest name, e.g. 'nats-az2') leading the stream's Raft group, or None."""
+        return (self.nats_streams().get(stream_name) or {}).get("leader")
+
+    def move_stream_leader(self, stream_name, server_name, timeout_s=30.0):
+        """Makes `server_name` (e.g. 'nats-az2') the leader of the stream's Raft group (JetStream's leader
+        step-down with a preferred server, repeated until it holds); returns the leader."""
+        ca = (self.manifest.get("tls") or {}).get("ca")
+
+        async def go():
+            nc = await connect([u for u in self.nats_servers.split(",") if u], name="durakv-cluster",
+                               tls=client_context(ca) if ca else None)
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + timeout_s
+                body = json.dumps({"placement": {"preferred": server_name}}).encode()
+                while loop.time() < deadline:
+                    leader = await loop.run_in_executor(None, self.nats_leader_of_stream, stream_name)
+                    if leader == server_name:
+                        return leader
+                    if leader is not None:
+                        try:
+                            await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.%s" % stream_name, body, timeout=5)
+                        except Exception:  # noqa: BLE001 - an election in progress: look again
+                            pass
+                    await asyncio.sleep(0.5)
+                raise ClusterError("%s did not become the leader of %s in %.0fs" % (server_name, stream_name,
+                                                                                 timeout_s))
+            finally:
+                await nc.close()
+        return asyncio.run(go())
