@@ -16,6 +16,7 @@ docs/architecture.md): sent early, they carry the key's name and no value; the r
 MONITOR, the other documented exception, is not observed. The same rule with the local journal stalled:
 test_no_uncommitted_leaks.py."""
 
+import contextlib
 import queue
 import socket
 import threading
@@ -260,9 +261,11 @@ def _stalled_and_parked(shard, committed_before, timeout_s=10):
     assert shard.receipts.arrived == [], f"{shard.receipts.arrived} reached their clients before the commit"
 
 
-def test_nothing_leaves_while_the_journals_nats_server_is_stopped(shard):
-    """SIGSTOP the journal's NATS server, park the writes and every observer, SIGCONT: the writes are
-    acknowledged, and every observer gets them only once they committed."""
+@contextlib.contextmanager
+def journal_nats_stopped(shard):
+    """The first observers attached, the NATS server of the primary's journal connection SIGSTOPped, the writes
+    and the other observers sent and seen parked; yields the commit index from before the writes. SIGCONT on
+    the way out, whatever happened inside."""
     cluster = shard.cluster
     nats = journal_nats_server(cluster, shard.primary)
     shard.watch_before_the_writes()
@@ -272,8 +275,16 @@ def test_nothing_leaves_while_the_journals_nats_server_is_stopped(shard):
         shard.send_writes()
         shard.watch_after_the_writes()
         _stalled_and_parked(shard, committed_before)
+        yield committed_before
     finally:
-        assert cluster.resume(nats.name)
+        cluster.resume(nats.name)
+
+
+def test_nothing_leaves_while_the_journals_nats_server_is_stopped(shard):
+    """SIGSTOP the journal's NATS server, park the writes and every observer, SIGCONT: the writes are
+    acknowledged, and every observer gets them only once they committed."""
+    with journal_nats_stopped(shard) as committed_before:
+        pass    # every observer parked, nothing committed: SIGCONT on leaving
     assert shard.writer_result(20) == WRITE_REPLIES
     check_acknowledged_then_observed(shard, committed_before)
 
@@ -321,18 +332,9 @@ def test_unacknowledged_writes_are_never_observed_when_the_primary_steps_down(lo
         "--journal-append-stall-ms", "1500", "--lease-ttl-ms", "1000"])
     shard = Shard(cluster)
     try:
-        nats = journal_nats_server(cluster, shard.primary)
-        shard.watch_before_the_writes()
-        committed_before = commit_index(shard.probe)
-        assert cluster.pause(nats.name)
-        try:
-            shard.send_writes()
-            shard.watch_after_the_writes()
-            _stalled_and_parked(shard, committed_before)
+        with journal_nats_stopped(shard) as committed_before:
             result = shard.writer_result(20)
             assert result is not None, "the primary neither committed nor stepped down with its journal stalled"
-        finally:
-            assert cluster.resume(nats.name)
         if result == WRITE_REPLIES:
             print("the writes were acknowledged before the primary stepped down")
             check_acknowledged_then_observed(shard, committed_before)
