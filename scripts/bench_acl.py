@@ -22,6 +22,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+
+from durakv.protocol.client import RespError, command  # noqa: E402
 USER_RULES = ["on", ">benchpw", "resetkeys", "~key:*", "-@all", "+get", "+set", "+ping", "+config|get"]
 
 
@@ -35,22 +38,20 @@ def wait_ping(port, timeout_s=30.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return
-        except OSError:
+            if command("127.0.0.1", port, "PING", timeout_s=1) == b"PONG":
+                return
+        except (OSError, RespError):
             pass
         time.sleep(0.05)
     raise RuntimeError("server on port %d did not answer" % port)
 
 
 def call(port, *args):
-    """One command on a new connection; its raw reply line."""
-    payload = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(payload)
-        return s.recv(4096)
+    """One command on a new connection: its reply, or the RespError it answered."""
+    try:
+        return command("127.0.0.1", port, *args, timeout_s=10)
+    except RespError as exc:
+        return exc
 
 
 def cpu_seconds(pid):
@@ -110,7 +111,7 @@ def main():
                             "--dir", os.path.join(tmp, "durakv"), "--durability", "none"], env=env))
         for name, port, proc in (("redis-server", rport, procs[0]), ("durakv", dport, procs[1])):
             wait_ping(port)
-            acl = call(port, "ACL", "SETUSER", "bench", *USER_RULES).startswith(b"+OK")
+            acl = call(port, "ACL", "SETUSER", "bench", *USER_RULES) == b"OK"
             results[(name, "default")] = bench(port, proc.pid, args, user=False)
             results[(name, "restricted")] = bench(port, proc.pid, args, user=True) if acl else None
     finally:

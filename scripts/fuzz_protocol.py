@@ -27,14 +27,17 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+from durakv.protocol.client import RespClient  # noqa: E402
+from durakv.protocol.resp import encode_command  # noqa: E402
 PASSWORD = b"fuzzpw"
 PING_BOUND_S = 2.0
 CLOSE_BOUND_S = 5.0
 PROTOCOL_ERROR = re.compile(rb"-ERR (Protocol error: [^\r\n]*)\r\n")
 
 
-def encode(args):
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+encode = encode_command
 
 
 class Fuzzer:
@@ -113,44 +116,28 @@ class Fuzzer:
 
 
 class Checker:
-    """One authenticated connection that asks the server whether it is still well."""
+    """One authenticated connection (the RESP client of protocol/client.py) that asks the server whether it is
+    still well: call() answers the reply, an error reply as a RespError value."""
 
     def __init__(self, port):
         self.port = port
-        self.sock = None
-        self.buf = b""
+        self.client = None
 
     def connect(self):
-        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=PING_BOUND_S)
-        self.buf = b""
-        assert self.call([b"AUTH", PASSWORD]) == b"+OK"
+        self.close()
+        self.client = RespClient("127.0.0.1", self.port, timeout_s=PING_BOUND_S)
+        assert self.call([b"AUTH", PASSWORD]) == b"OK"
 
     def call(self, args):
-        if self.sock is None:
+        if self.client is None:
             self.connect()
-        self.sock.sendall(encode(args))
-        deadline = time.monotonic() + PING_BOUND_S
-        while True:
-            line_end = self.buf.find(b"\r\n")
-            if line_end >= 0:
-                line = self.buf[:line_end]
-                if line[:1] == b"$" and int(line[1:]) >= 0:
-                    size = int(line[1:])
-                    if len(self.buf) >= line_end + 2 + size + 2:
-                        value = self.buf[line_end + 2:line_end + 2 + size]
-                        self.buf = self.buf[line_end + 4 + size:]
-                        return value
-                else:
-                    self.buf = self.buf[line_end + 2:]
-                    return line
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no reply to {args[0]!r} within {PING_BOUND_S} s")
-            self.sock.settimeout(left)
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the checker's connection was closed")
-            self.buf += chunk
+        self.client.send(*args)
+        return self.client.read()
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
 
 
 def fuzz_connection(port, chunks, result):
@@ -217,8 +204,8 @@ def start_server(port, data_dir):
         try:
             c = Checker(port)
             c.connect()
-            if c.call([b"PING"]) == b"+PONG":
-                c.sock.close()
+            if c.call([b"PING"]) == b"PONG":
+                c.close()
                 return proc
         except (OSError, AssertionError, TimeoutError, ConnectionError):
             time.sleep(0.05)  # the server is still starting up
@@ -263,7 +250,7 @@ def main(argv=None):
     deadline = t_start + args.minutes * 60
     rounds = 0
     try:
-        assert checker.call([b"SET", b"known", b"value"]) == b"+OK"
+        assert checker.call([b"SET", b"known", b"value"]) == b"OK"
         while time.monotonic() < deadline and not failures:
             rounds += 1
             width = 1 if fuzzer.r.random() < 0.85 else fuzzer.r.randint(2, 4)
@@ -290,14 +277,14 @@ def main(argv=None):
                     stats["closed without a protocol error"] += 1
             t0 = time.monotonic()
             try:
-                if checker.call([b"PING"]) != b"+PONG":
+                if checker.call([b"PING"]) != b"PONG":
                     failures.append(f"round {rounds}: PING did not answer PONG")
                 ping_ms.append((time.monotonic() - t0) * 1000)
                 if checker.call([b"GET", b"known"]) != b"value":
                     failures.append(f"round {rounds}: the known key was lost")
                 if rounds % 20 == 0:
                     key = b"ack:%d" % rounds
-                    if checker.call([b"SET", key, key]) == b"+OK":
+                    if checker.call([b"SET", key, key]) == b"OK":
                         acked[key] = key
                 if rounds % 500 == 0:
                     for key, value in acked.items():
@@ -313,6 +300,7 @@ def main(argv=None):
                 if checker.call([b"GET", key]) != value:
                     failures.append(f"at the end: acknowledged key {key!r} was lost")
     finally:
+        checker.close()
         rss_end = rss_kb(proc.pid)
         rss_peak = max(rss_peak, rss_end)
         elapsed = time.monotonic() - t_start

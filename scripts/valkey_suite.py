@@ -45,6 +45,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+from durakv.protocol.client import RespError, command  # noqa: E402
 
 # The suite prints colours only on a terminal; strip them anyway in case TERM makes it think it is on one.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -88,18 +91,9 @@ def normalize_unit(name):
 
 def ping(port, timeout_s=1.0) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-            s.sendall(b"*1\r\n$4\r\nPING\r\n")
-            data = b""
-            deadline = time.monotonic() + timeout_s
-            while b"\r\n" not in data and time.monotonic() < deadline:
-                chunk = s.recv(64)
-                if not chunk:
-                    break
-                data += chunk
-            # -LOADING or -NOAUTH still means "up", but the suite needs a serving server: only +PONG counts.
-            return data.startswith(b"+PONG")
-    except OSError:
+        # -LOADING or -NOAUTH still means "up", but the suite needs a serving server: only +PONG counts.
+        return command("127.0.0.1", port, "PING", timeout_s=timeout_s) == b"PONG"
+    except (OSError, RespError):
         return False
 
 

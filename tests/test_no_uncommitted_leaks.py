@@ -2,12 +2,13 @@
 uncommitted writes"): a blocked client's wake-up, keyspace notifications, the SYNC feed and its RDB, DEBUG
 digests and objects, INFO keyspace, DBSIZE, CLUSTER COUNTKEYSINSLOT / GETKEYSINSLOT.
 
-Each test stalls the local journal's fsync (DEBUG JOURNAL-STALL), lets a writer's command run (its effects
-are in memory, `journal_applied_index` > `journal_commit_index`), and lets an observer on another
-connection receive what it asked for. The moment it has received it, a probe connection reads the commit
-index: it must already cover the write. Had the observer been sent anything before the commit, the probe
+Each test stalls the local journal's fsync (leak_util.StalledWrite: DEBUG JOURNAL-STALL), lets a writer's
+command run (its effects are in memory, `journal_applied_index` > `journal_commit_index`), and lets an observer
+on another connection receive what it asked for. The moment it has received it, a probe connection reads the
+commit index: it must already cover the write. Had the observer been sent anything before the commit, the probe
 would see the index still short of it (the fsync sleeps far longer than a probe's round trip). Real server
-processes, real sockets, valkey-py."""
+processes, real sockets, valkey-py. The same rule on a JetStream shard whose NATS server is stopped:
+test_no_uncommitted_leaks_jetstream.py."""
 
 import glob
 import os
@@ -21,53 +22,8 @@ import pytest
 import valkey
 
 from conftest import ServerProcess, wait_until
+from leak_util import STALL_MS, StalledWrite, indices, next_message, raw_reply, subscribed, tracking_connection
 from wire_util import _encode, _read_reply, sync_stream
-
-STALL_MS = 1500
-
-
-def _indices(probe):
-    info = probe.info("durability")
-    return info["journal_commit_index"], info["journal_applied_index"]
-
-
-class StalledWrite:
-    """A write sent on its own connection while every fsync sleeps STALL_MS: `index` is its journal entry,
-    known once it ran (applied past committed) and before it commits."""
-
-    def __init__(self, srv, probe, *command):
-        self.srv = srv
-        self.probe = probe
-        self.reply = queue.Queue()
-        probe.execute_command("DEBUG", "JOURNAL-STALL", str(STALL_MS))
-        committed, _applied = _indices(probe)
-        self.thread = threading.Thread(target=self._run, args=(command,), daemon=True)
-        self.thread.start()
-
-        def ran():
-            c, a = _indices(probe)
-            return a if a > c and a > committed else None
-        self.index = wait_until(ran, 10, interval_s=0.001, what="the write ran, uncommitted")
-
-    def _run(self, command):
-        with self.srv.client() as c:
-            try:
-                self.reply.put(c.execute_command(*command))
-            except Exception as exc:  # noqa: BLE001 - handed to the test
-                self.reply.put(exc)
-
-    def assert_committed_now(self, what):
-        """Called the moment an observer received `what`: the write's entry must be committed already."""
-        committed, _applied = _indices(self.probe)
-        assert committed >= self.index, (
-            f"{what} reached another client before the write committed "
-            f"(commit index {committed}, the write's entry {self.index})")
-
-    def finish(self):
-        reply = self.reply.get(timeout=30)
-        assert not isinstance(reply, Exception), reply
-        self.probe.execute_command("DEBUG", "JOURNAL-STALL", "0")
-        return reply
 
 
 @pytest.fixture
@@ -135,14 +91,14 @@ def test_keyspace_notification_waits_in_async_mode_too(server_factory):
         p.subscribe("__keyevent@0__:set")
         assert p.get_message(timeout=10)["type"] == "subscribe"
         probe.execute_command("DEBUG", "JOURNAL-STALL", str(STALL_MS))
-        committed, _ = _indices(probe)
+        committed, _ = indices(probe)
         assert writer.set("k", "v")       # async: acknowledged before the commit
-        _, index = _indices(probe)
+        _, index = indices(probe)
         assert index > committed
         msg = None
         while msg is None:
             msg = p.get_message(timeout=30)
-        now_committed, _ = _indices(probe)
+        now_committed, _ = indices(probe)
         assert now_committed >= index, "the keyspace event left before its write committed"
         assert msg["data"] == b"k"
         probe.execute_command("DEBUG", "JOURNAL-STALL", "0")
@@ -153,12 +109,9 @@ def test_tracking_invalidation_is_early_and_the_reread_waits(sync_server):
     """Invalidations are sent early by decision (docs/architecture.md): they carry no value, and the client's
     re-read is what must not see the uncommitted value before its commit."""
     srv = sync_server
-    with srv.client() as probe, socket.create_connection(("127.0.0.1", srv.port), timeout=30) as t:
+    t, f = tracking_connection(srv.port)
+    with srv.client() as probe, t:
         probe.set("k2", "old")
-        f = t.makefile("rb")
-        for command in (("HELLO", "3"), ("CLIENT", "TRACKING", "ON")):
-            t.sendall(_encode(command))
-            _read_reply(f)
         t.sendall(_encode(("GET", "k2")))
         assert _read_reply(f) == b"$3\r\nold\r\n"
         w = StalledWrite(srv, probe, "SET", "k2", "new")
@@ -219,11 +172,6 @@ def test_redis_cli_rdb_waits_for_the_commit(sync_server, tmp_path):
         assert w.finish() is True   # valkey-py: SET answered +OK
 
 
-def _raw_reply(port, *command):
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(_encode(command))
-        return _read_reply(s.makefile("rb"))
-
 
 @pytest.mark.parametrize("command", [
     ("DEBUG", "DIGEST"),
@@ -237,9 +185,9 @@ def test_counts_and_digests_wait_for_the_commit(sync_server, command):
     srv = sync_server
     with srv.client() as probe:
         probe.set("dk", "committed")
-        before = _raw_reply(srv.port, *command)
+        before = raw_reply(srv.port, *command)
         w = StalledWrite(srv, probe, "SET", "dk", "a longer uncommitted value")
-        after = _raw_reply(srv.port, *command)
+        after = raw_reply(srv.port, *command)
         w.assert_committed_now(" ".join(command))
         if command[0] != "INFO":
             assert after != before or command == ("DBSIZE",)
@@ -251,7 +199,7 @@ def test_debug_object_of_a_new_key_waits_for_the_commit(sync_server):
     srv = sync_server
     with srv.client() as probe:
         w = StalledWrite(srv, probe, "SET", "newkey", "v")
-        reply = _raw_reply(srv.port, "DEBUG", "OBJECT", "newkey")
+        reply = raw_reply(srv.port, "DEBUG", "OBJECT", "newkey")
         w.assert_committed_now("DEBUG OBJECT")
         assert reply.startswith(b"+Value at:")
         assert w.finish() is True   # valkey-py: SET answered +OK
@@ -264,7 +212,7 @@ def test_cluster_slot_counts_wait_for_the_commit(cluster_server, command):
         slot = probe.execute_command("CLUSTER", "KEYSLOT", "slotted")
         args = ("CLUSTER", command, str(slot)) + (("10",) if command == "GETKEYSINSLOT" else ())
         w = StalledWrite(srv, probe, "SET", "slotted", "v")
-        reply = _raw_reply(srv.port, *args)
+        reply = raw_reply(srv.port, *args)
         w.assert_committed_now("CLUSTER " + command)
         assert reply == (b":1\r\n" if command == "COUNTKEYSINSLOT" else b"*1\r\n$7\r\nslotted\r\n")
         assert w.finish() is True   # valkey-py: SET answered +OK
@@ -285,9 +233,9 @@ def test_xread_block_never_sees_the_entry_before_the_xadd_commits(sync_server):
                 f = w.makefile("rb")
                 w.sendall(_encode(("XADD", "s50", f"{i + 1}-1", "f", "v")))
                 entries = got.get(timeout=30)
-                committed, _ = _indices(probe)
+                committed, _ = indices(probe)
                 assert _read_reply(f) == b"$%d\r\n%d-1\r\n" % (len(str(i + 1)) + 2, i + 1)
-            _, index = _indices(probe)
+            _, index = indices(probe)
             early += committed < index
             assert entries[0][1][0][0] == b"%d-1" % (i + 1)
             t.join(10)
@@ -335,29 +283,16 @@ def test_errorstats_keeps_at_most_128_error_codes(server_factory):
         assert c.info("errorstats") == {"errorstat_AGAIN": {"count": 1}}
 
 
-def _subscribed(srv, channel):
-    sub_client = srv.client()
-    p = sub_client.pubsub()
-    p.subscribe(channel)
-    assert p.get_message(timeout=10)["type"] == "subscribe"
-    return sub_client, p
-
-
-def _next_message(p):
-    msg = None
-    while msg is None:
-        msg = p.get_message(timeout=30)
-    return msg
-
 
 def test_publish_after_a_write_in_a_transaction_waits_for_it(sync_server):
     srv = sync_server
-    sub_client, p = _subscribed(srv, "news")
+    sub_client = srv.client()
+    p = subscribed(sub_client, "news")
     with srv.client() as probe:
         w = StalledWrite(srv, probe, "EVAL",
                          "redis.call('SET', KEYS[1], ARGV[1]); return redis.call('PUBLISH', 'news', ARGV[1])",
                          1, "headline", "uncommitted")
-        msg = _next_message(p)
+        msg = next_message(p)
         w.assert_committed_now("a message published after the script's write")
         assert msg["data"] == b"uncommitted"
         assert w.finish() == 1
@@ -373,7 +308,7 @@ def test_sort_get_pattern_waits_for_the_key_it_reads(sync_server):
         probe.rpush("ids", "1")
         probe.set("obj_1", "committed")
         w = StalledWrite(srv, probe, "SET", "obj_1", "uncommitted")
-        reply = _raw_reply(srv.port, "SORT_RO", "ids", "GET", "obj_*")
+        reply = raw_reply(srv.port, "SORT_RO", "ids", "GET", "obj_*")
         w.assert_committed_now("SORT_RO's GET value")
         assert reply == b"*1\r\n$11\r\nuncommitted\r\n"
         assert w.finish() is True   # valkey-py: SET answered +OK
@@ -425,7 +360,7 @@ def test_a_failed_batch_sends_no_event_no_stream_chunk_and_no_rdb(server_factory
     feed, next_command = sync_stream(srv.port)
     with srv.client() as probe:
         probe.set("first", "1")
-        assert _next_message(p)["channel"] == b"__keyspace@0__:first"
+        assert next_message(p)["channel"] == b"__keyspace@0__:first"
         segment = max(glob.glob(os.path.join(srv.data_dir, "journal", "*.seg")), key=os.path.getsize)
         limit = os.path.getsize(segment) + 2000         # room for a small entry, not for a 50 KB one
         probe.execute_command("DEBUG", "JOURNAL-STALL", str(STALL_MS))
@@ -441,7 +376,7 @@ def test_a_failed_batch_sends_no_event_no_stream_chunk_and_no_rdb(server_factory
                     except valkey.ResponseError as exc:
                         big.put(str(exc))
             threading.Thread(target=write_big, daemon=True).start()
-            wait_until(lambda: _indices(probe)[1] > small.index, 10, interval_s=0.001, what="the big write ran")
+            wait_until(lambda: indices(probe)[1] > small.index, 10, interval_s=0.001, what="the big write ran")
             rdb_client = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
             rdb_client.sendall(b"SYNC\r\n")
             assert small.finish() is True   # valkey-py: SET answered +OK
@@ -461,7 +396,7 @@ def test_a_failed_batch_sends_no_event_no_stream_chunk_and_no_rdb(server_factory
         wait_until(healed, 30, what="the journal to persist again")
         events = []
         while not events or events[-1] != b"__keyspace@0__:healed":
-            events.append(_next_message(p)["channel"])
+            events.append(next_message(p)["channel"])
         # (the rebuild after the failure replays the journal, whose effects notify again: small, first)
         assert b"__keyspace@0__:small" in events and b"__keyspace@0__:big" not in events, events
     stream = []
@@ -494,14 +429,14 @@ def test_an_event_of_a_write_that_filled_its_batch_waits_for_the_next_one(sync_s
             pipe.set("b", b"b" * 10_000_000)    # does not fit beside a: sealed into the batch after a's
             done.put(pipe.execute())
         threading.Thread(target=fill, daemon=True).start()
-        index_b = wait_until(lambda: (lambda c, a: a if a >= first.index + 2 else None)(*_indices(probe)), 20,
+        index_b = wait_until(lambda: (lambda c, a: a if a >= first.index + 2 else None)(*indices(probe)), 20,
                              interval_s=0.001, what="both SETs ran")
         event = None
         deadline_s = 60
         while event is None or event["type"] != "message":
             event = p.get_message(timeout=deadline_s)
             assert event is not None, "no keyspace event for b"
-        committed, _applied = _indices(probe)
+        committed, _applied = indices(probe)
         assert committed >= index_b, (f"the event of b left at commit index {committed}, before b's entry "
                                       f"{index_b} committed")
         assert event["data"] == b"set"

@@ -1,14 +1,12 @@
-"""A tiny blocking RESP client for the local cluster tooling, and how the tooling reads a node's INFO.
+"""The control plane's RESP client (protocol/client.py with TLS from a CA file and INFO parsed), and how the
+tooling reads a node's INFO.
 
 INFO field names differ across builds (EPOCH_FIELDS, APPLIED_FIELDS, LAG_FIELDS: newest first); first_field
 picks the first a node reports. MASTER_ROLES are the names INFO replication gives a primary.
 """
 
-import socket
-
-import hiredis
-
-from ..protocol.resp import encode_command
+from ..protocol import client as protocol_client
+from ..protocol.client import RespError  # noqa: F401 - the control plane's callers catch it from here
 from .tls import client_context
 
 MASTER_ROLES = ("master", "primary")
@@ -20,52 +18,15 @@ APPLIED_FIELDS = ("journal_applied_index", "applied_index")
 LAG_FIELDS = ("replica_lag_ms", "lag_ms")
 
 
-class RespError(Exception):
-    """An error reply (-ERR ...)."""
-
-
-class RespClient:
-    """One blocking connection: execute(*args) sends a command and returns its reply (RESP2, hiredis parsing).
+class RespClient(protocol_client.RespClient):
+    """One blocking connection (protocol/client.py) with the control plane's conveniences: INFO parsed.
     `tls_ca`: connect over TLS, verifying the server against that CA file."""
 
     def __init__(self, host="127.0.0.1", port=6379, timeout_s=2.0, tls_ca=None):
-        sock = socket.create_connection((host, port), timeout=timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls_ca:
-            sock = client_context(tls_ca).wrap_socket(sock, server_hostname=host)
-        self.sock = sock
-        self.reader = hiredis.Reader(replyError=RespError)
-
-    def execute(self, *args):
-        self.sock.sendall(encode_command(args))
-        while True:
-            reply = self.reader.gets()
-            if reply is not False:
-                if isinstance(reply, RespError):
-                    raise reply
-                return reply
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("connection closed by server")
-            self.reader.feed(data)
-
-    def ping(self) -> bool:
-        return self.execute("PING") == b"PONG"
+        super().__init__(host, port, timeout_s, ssl_context=client_context(tls_ca) if tls_ca else None)
 
     def info(self, *sections) -> dict:
         return parse_info(self.execute("INFO", *sections))
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def _value(text):

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+from ...protocol.client import RespError, command as resp_command
+
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -163,28 +165,18 @@ class ManagedServer:
                 raise ServerStartError(f"{self.spec.name} exited with code {self.proc.returncode}: "
                                        f"{self.log_tail()}")
             try:
-                if self.command(b"PING", timeout=1.0).startswith(b"+PONG"):
+                if self.command(b"PING", timeout=1.0) == b"PONG":
                     return
-            except OSError as exc:
+            except (OSError, RespError) as exc:
                 last = exc
             time.sleep(0.05)
         raise ServerStartError(f"{self.spec.name} did not answer PING within {timeout_s:g}s ({last}); "
                                f"{self.log_tail()}")
 
-    def command(self, *args, timeout=5.0) -> bytes:
-        """Sends one command, returns the raw first reply line(s) (enough for PING / FLUSHALL / INFO checks)."""
-        payload = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
-            s.sendall(payload)
-            data = s.recv(65536)
-            if data.startswith(b"$"):
-                need = int(data[1:data.index(b"\r\n")]) + data.index(b"\r\n") + 4
-                while len(data) < need:
-                    more = s.recv(65536)
-                    if not more:
-                        break
-                    data += more
-            return data
+    def command(self, *args, timeout=5.0):
+        """Sends one command on a connection of its own and returns its reply (an error reply raises
+        RespError: -LOADING while the server loads)."""
+        return resp_command("127.0.0.1", self.port, *args, timeout_s=timeout)
 
     def cpu_seconds(self) -> float:
         """utime + stime of the server process (all its threads), from /proc/<pid>/stat."""

@@ -785,69 +785,60 @@ class FeedObserver(_Observer):
         self._rdb_seen = set()     # (key, value) already recorded from an export
 
     def _connect(self, host, port):
-        import socket
-        sock = socket.create_connection((host, port), timeout=self.timeout_s)
+        from ...protocol.client import RespClient, RespError
+        ssl_context = None
         if self.target.tls:
             from ...cluster.tls import client_context
-            sock = client_context(self.target.tls_ca).wrap_socket(sock, server_hostname=host)
+            ssl_context = client_context(self.target.tls_ca)
+        c = RespClient(host, port, self.timeout_s, ssl_context=ssl_context)
         if self.target.password:
-            sock.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(self.target.password),
-                                                              self.target.password.encode()))
-            line = sock.makefile("rb").readline()
-            if not line.startswith(b"+OK"):
-                raise ConnectionError(f"AUTH: {line!r}")
-        return sock
+            try:
+                c.execute("AUTH", self.target.password)
+            except RespError as exc:
+                c.close()
+                raise ConnectionError(f"AUTH: {exc}") from None
+        return c
+
+    def _patiently(self, read):
+        """read() again after each socket timeout (the client keeps what it has read) until it answers; None
+        once the run stops. The short timeout is only there to notice the stop."""
+        while not self.stop.is_set():
+            try:
+                return read()
+            except (TimeoutError, OSError) as exc:
+                if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+                    continue
+                raise
+        return None
 
     def follow(self, host, port):
-        import hiredis
         from ...keyspace.rdbvalue import load_rdb_file
-        sock = self._connect(host, port)
+        c = self._connect(host, port)
         try:
-            sock.settimeout(0.5)
-            sock.sendall(b"SYNC\r\n")
-            buf = b""
-            rdb = None
-            reader = hiredis.Reader()
-            # The RDB payload ($<len>\r\n<bytes>, no trailing CRLF; newlines may come first as keep-alives) may
-            # itself wait for a commit, so it is read with the same patience as the stream after it.
-            while not self.stop.is_set():
-                try:
-                    data = sock.recv(1 << 16)
-                except (TimeoutError, OSError) as exc:
-                    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-                        continue
-                    raise
-                if not data:
-                    raise ConnectionError("SYNC connection closed")
-                if rdb is None:
-                    buf += data
-                    buf = buf.lstrip(b"\n")
-                    nl = buf.find(b"\r\n")
-                    if nl < 0:
-                        continue
-                    size = int(buf[1:nl])
-                    if len(buf) < nl + 2 + size:
-                        continue
-                    rdb = buf[nl + 2:nl + 2 + size]
-                    self._observe_rdb(load_rdb_file(rdb))
-                    if self.rdb_only:
-                        return
-                    data, buf = buf[nl + 2 + size:], b""
-                reader.feed(data)
-                while True:
-                    cmd = reader.gets()
-                    if cmd is False:
-                        break
-                    if isinstance(cmd, list) and len(cmd) >= 3:
-                        name = cmd[0].lower()
-                        if name == b"set":
-                            self._maybe(cmd[1], cmd[2])
-                        elif name == b"xadd" and _decoded(cmd[1]) == self.stream:
-                            args = cmd[2:]
-                            if b"v" in args[:-1]:
-                                self.observe(self.stream, args[args.index(b"v") + 1])
+            c.settimeout(0.5)
+            c.send("SYNC")
+            # The RDB payload may itself wait for a commit, so it is read with the same patience as the stream
+            # after it.
+            rdb = self._patiently(c.read_payload)
+            if rdb is None:
+                return
+            self._observe_rdb(load_rdb_file(rdb))
+            if self.rdb_only:
+                return
+            while True:
+                cmd = self._patiently(c.read)
+                if cmd is None:
+                    return
+                if isinstance(cmd, list) and len(cmd) >= 3:
+                    name = cmd[0].lower()
+                    if name == b"set":
+                        self._maybe(cmd[1], cmd[2])
+                    elif name == b"xadd" and _decoded(cmd[1]) == self.stream:
+                        args = cmd[2:]
+                        if b"v" in args[:-1]:
+                            self.observe(self.stream, args[args.index(b"v") + 1])
         finally:
-            sock.close()
+            c.close()
 
     def _maybe(self, key, value, via=None):
         if _decoded(key).startswith(f"{self.prefix}:k:"):

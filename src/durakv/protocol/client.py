@@ -1,0 +1,135 @@
+"""The one small blocking RESP client of the tools and the control plane: a socket, encode_command, hiredis.
+
+The rest of protocol/ is sans-IO; this module is its one exception, kept here because everything that talks
+RESP from outside a server (cluster/ control code, tools/, scripts/) sits above protocol/ and needs the same
+few things: send a command, read its reply (errors as RespError), pipeline, and read a SYNC's RDB payload,
+which is not a RESP value (`$<len>\\r\\n<bytes>` with no CRLF after it). It never runs on the server's event
+loop. Application-level clients (cluster redirects, retries, connection pools) use valkey-py instead.
+"""
+
+import socket
+
+import hiredis
+
+from .resp import encode_command
+
+RECV_BYTES = 65536
+
+
+class RespError(Exception):
+    """An error reply (-ERR ...)."""
+
+
+class RespClient:
+    """One blocking connection. execute(*args) sends a command and returns its reply (RESP2 as the server
+    sends it: bytes, ints, lists; an error reply raises RespError). `ssl_context`: connect over TLS
+    (`server_hostname` defaults to host). A socket timeout raises TimeoutError and keeps a partly read reply:
+    read() may be called again."""
+
+    def __init__(self, host="127.0.0.1", port=6379, timeout_s=2.0, ssl_context=None, server_hostname=None):
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:
+                sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.reader = hiredis.Reader(replyError=RespError)
+        self._raw = bytearray()     # received, not yet given to hiredis (read_payload reads from it)
+        self._payload_size = None   # the length read_payload found in its header, until it has all of it
+
+    # -- sending and reading -------------------------------------------------------------------------------
+    def send(self, *args):
+        """Sends one command without reading its reply (pipelining)."""
+        self.sock.sendall(encode_command(args))
+
+    def send_many(self, commands):
+        """Sends several commands in one write."""
+        self.sock.sendall(b"".join(encode_command(c) for c in commands))
+
+    def _recv(self) -> bytes:
+        data = self.sock.recv(RECV_BYTES)
+        if not data:
+            raise ConnectionError("connection closed by server")
+        return data
+
+    def read(self):
+        """The next reply; an error reply is returned as a RespError value, not raised."""
+        if self._raw:
+            self.reader.feed(bytes(self._raw))
+            self._raw.clear()
+        while True:
+            reply = self.reader.gets()
+            if reply is not False:
+                return reply
+            self.reader.feed(self._recv())
+
+    def execute(self, *args):
+        """Sends a command and returns its reply; an error reply raises RespError."""
+        self.send(*args)
+        reply = self.read()
+        if isinstance(reply, RespError):
+            raise reply
+        return reply
+
+    def pipeline(self, commands) -> list:
+        """Sends the commands in one write and returns their replies in order (error replies as values)."""
+        commands = list(commands)
+        self.send_many(commands)
+        return [self.read() for _ in commands]
+
+    def read_payload(self) -> bytes:
+        """The bulk payload that answers SYNC (the RDB file): `$<len>\\r\\n` and len bytes with no CRLF after
+        them, after any keep-alive newlines. Only right after that command, with nothing else unread. A timeout
+        keeps what was read: call it again."""
+        if self.reader.has_data():
+            raise RuntimeError("read_payload with a reply unread")
+        raw = self._raw
+        while self._payload_size is None:
+            while raw[:1] == b"\n":         # keep-alives while the server prepares the payload
+                del raw[:1]
+            nl = raw.find(b"\r\n")
+            if nl < 0:
+                raw += self._recv()
+                continue
+            header = bytes(raw[:nl])
+            del raw[:nl + 2]
+            if header[:1] == b"-":
+                raise RespError(header[1:].decode("utf-8", "replace"))
+            if header[:1] != b"$":
+                raise ConnectionError("not a bulk payload: %r" % header[:64])
+            self._payload_size = int(header[1:])
+        size = self._payload_size
+        while len(raw) < size:
+            raw += self._recv()
+        payload = bytes(raw[:size])
+        del raw[:size]                       # what follows (a replica's command stream) is RESP again
+        self._payload_size = None
+        return payload
+
+    # -- conveniences ----------------------------------------------------------------------------------------
+    def ping(self) -> bool:
+        return self.execute("PING") == b"PONG"
+
+    def settimeout(self, timeout_s):
+        self.sock.settimeout(timeout_s)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def command(host, port, *args, timeout_s=2.0, ssl_context=None):
+    """One command on a connection of its own: its reply (an error reply raises RespError)."""
+    with RespClient(host, port, timeout_s, ssl_context=ssl_context) as c:
+        return c.execute(*args)
