@@ -6,8 +6,14 @@ reshard` writes), and times the move from the mark until the topology names shar
 of them; then checks every key reads back from shard 1 with its value. Prints keys/s, slots/s and the time of
 the first slot's hand-over (slots are handed over as they empty, not all at the end).
 
+Then, in the same run, the reference: a redis-server cluster (valkey-server where installed) of 2 primaries with
+the same number of replicas each, AOF on with `appendfsync always` (durakv's sync mode acknowledges a key only once
+it is in the target's journal), the same keys filled the same way, moved by `redis-cli --cluster reshard
+--cluster-pipeline 1000` (MIGRATE ... KEYS with 1000 keys a call, the tool Valkey and Redis users reshard with);
+prints its keys/s and the ratio. `--no-reference` skips it.
+
     python scripts/measure_reshard.py [--keys 200000] [--value-size 100] [--slots 1000]
-                                      [--durability sync] [--replicas 1] [--json out.json]
+                                      [--durability sync] [--replicas 1] [--no-reference] [--json out.json]
 """
 
 import argparse
@@ -15,6 +21,8 @@ import asyncio
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,6 +105,98 @@ async def move(cluster, slots, src_name, dst_name, timeout_s):
         await nc.close()
 
 
+def _free_port():
+    """A free port whose cluster bus port (+10000) is free too."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as b:
+            try:
+                b.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+def reference_reshard(server, by_slot, value, replicas, base_dir, timeout_s):
+    """The same move on a redis-server/valkey-server cluster with redis-cli --cluster reshard: (keys, seconds)."""
+    cli = shutil.which("valkey-cli") or shutil.which("redis-cli")
+    procs, ports = [], []
+    try:
+        for _ in range(2 * (1 + replicas)):
+            port = _free_port()
+            d = os.path.join(base_dir, "ref-%d" % port)
+            os.makedirs(d)
+            procs.append(subprocess.Popen(
+                [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", d, "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "yes",
+                 "--appendfsync", "always", "--cluster-node-timeout", "5000"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            ports.append(port)
+        for port in ports:
+            _wait(lambda: _ping(port), 20, "reference node %d" % port)
+        # Two primaries (redis-cli --cluster create needs three): slots assigned and nodes met by hand.
+        clients = [valkey.Valkey(port=p, socket_timeout=10, decode_responses=True) for p in ports]
+        try:
+            ids = [c.execute_command("CLUSTER", "MYID") for c in clients]
+            clients[0].execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)
+            clients[1].execute_command("CLUSTER", "ADDSLOTSRANGE", 8192, 16383)
+            for port in ports[1:]:
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+            _wait(lambda: all(len(c.execute_command("CLUSTER", "NODES").splitlines()) == len(ports)
+                              for c in clients), 30, "the reference nodes to meet")
+            for i, c in enumerate(clients[2:]):
+                c.execute_command("CLUSTER", "REPLICATE", ids[i % 2])
+            _wait(lambda: all(_cluster_ok(p) for p in ports), 30, "the reference cluster")
+            _wait(lambda: all(c.info("replication")["master_link_status"] == "up" for c in clients[2:]), 30,
+                  "the reference replicas")
+        finally:
+            for c in clients:
+                c.close()
+        src_port, src_id, dst_port, dst_id = ports[0], ids[0], ports[1], ids[1]
+        n = fill(src_port, by_slot, value)
+        t0 = time.monotonic()
+        subprocess.run([cli, "--cluster", "reshard", "127.0.0.1:%d" % src_port, "--cluster-from", src_id,
+                        "--cluster-to", dst_id, "--cluster-slots", str(len(by_slot)), "--cluster-yes",
+                        "--cluster-pipeline", "1000"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s)
+        seconds = time.monotonic() - t0
+        with valkey.Valkey(port=dst_port) as c:
+            moved = c.dbsize()
+        if moved != n:
+            raise RuntimeError("the reference moved %d of %d keys" % (moved, n))
+        return n, seconds
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+
+
+def _ping(port):
+    try:
+        with valkey.Valkey(port=port, socket_timeout=1) as c:
+            return c.ping()
+    except valkey.exceptions.ConnectionError:
+        return False
+
+
+def _cluster_ok(port):
+    with valkey.Valkey(port=port, socket_timeout=2) as c:
+        return c.execute_command("CLUSTER", "INFO").decode().find("cluster_state:ok") >= 0
+
+
+def _wait(fn, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if fn():
+            return
+        time.sleep(0.05)
+    raise TimeoutError("timed out waiting for " + what)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keys", type=int, default=200000)
@@ -107,6 +207,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--dir", default=None, help="cluster directory (default: a temporary one, removed)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-reference", action="store_true", help="skip the redis-server/valkey-server cluster")
     args = ap.parse_args()
     d = args.dir or tempfile.mkdtemp(prefix="durakv-reshard-")
     cluster = LocalCluster.up(d, shards=2, replicas=args.replicas, durability=args.durability, timeout_s=90)
@@ -144,6 +245,16 @@ def main():
               f"{seconds:.2f}s: {n / seconds:,.0f} keys/s, {len(slots) / seconds:,.1f} slots/s; first slot handed "
               f"over after {first:.2f}s; target holds {moved}, source {left}, sample mismatches {len(bad)}")
         print("CPU seconds during the move: " + ", ".join(f"{k} {v}" for k, v in sorted(cpu.items())))
+        server = shutil.which("valkey-server") or shutil.which("redis-server")
+        if not args.no_reference and server:
+            cluster.down()
+            ref_n, ref_s = reference_reshard(server, by_slot, value, args.replicas, d, args.timeout)
+            ratio = (n / seconds) / (ref_n / ref_s)
+            result.update(reference=os.path.basename(server), reference_seconds=round(ref_s, 3),
+                          reference_keys_per_s=round(ref_n / ref_s), ratio=round(ratio, 2))
+            print(f"{os.path.basename(server)} cluster (appendfsync always, {args.replicas} replica(s) per primary), "
+                  f"redis-cli --cluster reshard --cluster-pipeline 1000: {ref_n} keys in {ref_s:.2f}s, "
+                  f"{ref_n / ref_s:,.0f} keys/s; durakv / reference = {ratio:.2f}x")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=2)

@@ -161,17 +161,18 @@ def test_a_long_script_answers_busy_and_keeps_its_primary(local_cluster):
 
 def test_a_hung_event_loop_still_fails_over(local_cluster):
     """The renewer renews only for a loop that shows a sign of life: with lease-renew-max-loop-stall-ms at its
-    floor (busy-reply-threshold 100 ms + lease 2 s), a primary whose loop sleeps 30 s (DEBUG SLEEP) loses its
-    lease to a replica, and re-executes as a replica when it wakes."""
+    floor (busy-reply-threshold 100 ms + lease 2 s), a primary whose loop sleeps 15 s (DEBUG SLEEP) loses its
+    lease to a replica, and re-executes as a replica when it wakes. (A replica takes over about 3 s into the
+    sleep: 1 s of stall, then the 2 s lease; 15 s leaves a wide margin on a busy machine.)"""
     cluster = local_cluster(durability="sync", extra_server_args=[
         "--lease-renew-max-loop-stall-ms", "1000", "--busy-reply-threshold", "100"])
     old = cluster.primary(0)
-    sleeper = threading.Thread(target=lambda: _debug_sleep(old.port, 30), daemon=True)
+    sleeper = threading.Thread(target=lambda: _debug_sleep(old.port, 15), daemon=True)
     sleeper.start()
-    new, seconds = wait_new_primary(cluster, old.name, timeout_s=28)
+    new, seconds = wait_new_primary(cluster, old.name, timeout_s=14)
     assert sleeper.is_alive(), "the failover came only after the loop ran again"
     print(f"hung loop: {new.name} took over after {seconds:.1f}s")
-    sleeper.join(40)
+    sleeper.join(30)
     wait_until(lambda: cluster.get(old.name).role() == "slave", 60, what="the hung primary rejoined as a replica")
     log = open(cluster.get(old.name).log).read()
     assert "not renewing the lease" in log
