@@ -105,7 +105,8 @@ class LocalJournal(Journal):
       way of new ones: the journal is then *broken* (`broken` is True), resume() raises, and only close()
       and open() (recovery from what is on disk) make it append again.
 
-    Test hooks: `io` (a SysIO), `stall_ms` (sleep before each fsync, in the writer thread), counters
+    Test hooks: `io` (a SysIO), `stall_ms` (sleep before each fsync, in the writer thread; setting it to 0
+    ends a stall under way too), counters
     `fsync_count` (segment fsyncs), `dir_fsync_count`, `write_count` (record writes of batches),
     `batch_count`, `torn_tail_cuts`; `writing` is True while a batch is being written/fsynced."""
 
@@ -472,6 +473,14 @@ class LocalJournal(Journal):
         except Exception as exc:  # noqa: BLE001 - OSError mostly; anything else leaves the state unknown
             return done, exc, not isinstance(exc, OSError)
 
+    def _stall(self, stall_ms):
+        """DEBUG JOURNAL-STALL's sleep before an fsync, in the writer thread. Polled, so that JOURNAL-STALL 0
+        ends the stall of the batch already being written: a shutdown or a test lifting the stall must not wait
+        out the whole delay (with a 30 s stall, SIGTERM waited 10 s for the drain and was then killed)."""
+        deadline = time.monotonic() + stall_ms / 1000.0
+        while self.stall_ms and time.monotonic() < deadline:
+            time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+
     def _flush(self, seg, parts, size, count):
         """Writes records and then the state slot describing them, then one fsync. On failure the segment is
         cut back to where the batch began (raises the failure, or _Broken when the cut fails)."""
@@ -489,7 +498,7 @@ class LocalJournal(Journal):
             state = SegmentState(seq, start + size, start, seg.last_index + count, 0, int(self.fsync))
             io.pwrite(fd, encode_slot(state), slot_offset(seq))
             if self.stall_ms:
-                time.sleep(self.stall_ms / 1000.0)
+                self._stall(self.stall_ms)
             if self.fsync:
                 io.fsync(fd)
                 self.fsync_count += 1
