@@ -28,6 +28,15 @@ path checks one attribute):
     pause       CLIENT PAUSE state: must_postpone(may_replicate) -> bool
     busy        a script running past busy-reply-threshold: error text for a command arriving meanwhile
 
+Work off the loop (`off_loop`: MIGRATE's exchange, the encoding of a large DUMP): the command's keys are
+locked while a worker thread does the slow part, and the command finishes on the loop afterwards (`complete`:
+its deletes are effects, its reply a Deferred resolved with their ticket). While a key is locked, admission
+postpones (as CLIENT PAUSE does: the command runs again from scratch afterwards) every write that names it
+(a plain command, each command EXEC queued, a blocked client's retry), every write whose keys cannot be known
+(FLUSHALL, FLUSHDB, SWAPDB, ...) and every script that may write (a script may write keys it did not declare);
+reads go on. Locks are by key name across databases (MOVE and COPY ... DB name a key of another database by
+the same name): a write to the same name in another database waits too, which costs little and is simple.
+
 Dirty keys: call() returns the (db_id, key) pairs its effects touched (the command's own keys from its key
 specs, plus what the handler reported with ctx.touch, plus keys the server deleted meanwhile), or None when
 they are not known (FLUSHALL, SWAPDB, SORT ... STORE): then every later read waits for that write's commit.
@@ -84,7 +93,7 @@ def _admission_input(name):
         setattr(self, private, value)
         self._admit_always = bool(self._acl is not None or self._router is not None or self._gate is not None
                                   or self._maxmemory or self._busy is not None or self._pause is not None
-                                  or self._loading or self._min_replicas_to_write)
+                                  or self._loading or self._min_replicas_to_write or self._locks)
     return property(get, set)
 
 
@@ -128,6 +137,7 @@ class Pipeline:
     loading = _admission_input("loading")
     maxmemory = _admission_input("maxmemory")
     min_replicas_to_write = _admission_input("min_replicas_to_write")
+    locks = _admission_input("locks")
 
     def __init__(self, keyspace, port=None, perf_counter=time.perf_counter, config=None):
         from .port import Port
@@ -141,6 +151,9 @@ class Pipeline:
         self._maxmemory = 0
         self._admit_always = False
         self._min_replicas_to_write = 0
+        self._locks = 0              # commands working off the loop with their keys locked (off_loop)
+        self.key_locks = {}          # key -> how many of them lock it
+        self.lock_retries = False    # a blocked client's retry was postponed by a lock: retried at unlock
         self.watchers = {}           # (db_id, key) -> set of sessions
         self.script_disable_deny = False  # DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call noscript commands
         self.min_replicas_max_lag = 10   # seconds (min-replicas-to-write is an admission input above)
@@ -390,7 +403,94 @@ class Pipeline:
         pause = self._pause
         if pause is not None and pause.must_postpone(may_replicate):
             return POSTPONE
+        # (a command being queued in MULTI is not held: EXEC is, for everything it queued)
+        # (nor is a primary's write on a REPLICAOF link: its caller cannot wait, and a replica takes no lock)
+        if (self._locks and not queueing and not session.from_primary and (write or may_replicate)
+                and self._meets_lock(session, cmd, args, queue)):
+            return POSTPONE
         return None
+
+    def _meets_lock(self, session, cmd, args, queue) -> bool:
+        """Whether a command that may write must wait for a key lock (off_loop). A script's own commands are
+        not checked here: a script that may write waits before it starts, so none runs while a lock is held."""
+        if queue is not None:
+            for qcmd, qargs in queue:
+                write, _denyoom, may_replicate = self._flags(qcmd, qargs, session)
+                if (write or may_replicate) and self._meets_lock(session, qcmd, qargs, None):
+                    return True
+            return False
+        if cmd.calls_commands:
+            return True           # EVAL / FCALL that may write: its keys are not all known
+        if not cmd.write:
+            return False          # PUBLISH and the like: may replicate, write no key
+        if cmd.keyless or cmd.keys_incomplete:
+            return True           # FLUSHALL, SWAPDB, SORT ... STORE: which keys, unknown
+        locked = self.key_locks
+        return any(k in locked for k in cmd.keys(args))
+
+    # -- work off the loop --------------------------------------------------------------------------
+    def off_loop(self, ctx, args, keys, work, finish):
+        """Runs work() (no keyspace access but to the values of `keys`, which stay as they are) on a worker
+        thread while writes to `keys` wait, then finish(ctx, result) on the loop as the command's handler
+        (result: what work returned, or the exception it raised, re-raised in finish by the caller's choice).
+        Returns the Deferred the client's reply is, or None when there is no worker (no server loop, MULTI,
+        a script): then the caller does the work itself, synchronously."""
+        session = ctx.client
+        cmd = session.last_cmd if session is not None else None
+        if not ctx.may_block or cmd is None or ctx.replaying:
+            return None
+        gate = self._gate
+        if gate is not None and gate.is_replica():
+            # a replica applies its primary's writes without admission (the journal, a REPLICAOF link): a
+            # lock would not hold them back, so the value could change under the worker
+            return None
+        deferred = self.port.off_loop_start(session)
+        if deferred is None:
+            return None
+        locked = self.key_locks
+        for k in keys:
+            locked[k] = locked.get(k, 0) + 1
+        self.locks = self._locks + 1
+
+        def done(result):
+            for k in keys:
+                n = locked[k] - 1
+                if n:
+                    locked[k] = n
+                else:
+                    del locked[k]
+            self.locks = self._locks - 1
+            try:
+                reply, ticket = self.complete(session, cmd, args, lambda c: finish(c, result))
+            except Exception as exc:  # noqa: BLE001 - the client must get an answer and resume
+                self.port.log_exception(cmd.fullname, exc)
+                reply, ticket = ErrorReply("ERR internal error in '%s': %s" % (cmd.fullname, exc)), 0
+            deferred.resolve(reply, ticket)
+            retries = self.lock_retries and not self._locks   # (else kept for the last lock's end)
+            if retries:
+                self.lock_retries = False
+            self.port.off_loop_end(session, retries)
+
+        self.port.off_loop_run(work, done)
+        return deferred
+
+    def complete(self, session, cmd, args, handler):
+        """The loop's end of a command that worked off the loop: handler(ctx) runs through call() in the
+        command's place (its deletes are effects, handed to durability here), not accounted a second time.
+        Returns (reply, ticket): the ticket of its effects, or of what it read while writes are uncommitted."""
+        self.mark()
+        reply, effects, dirty = self.call(session, cmd, args, handler=handler, count_call=False)
+        dur = self.durability
+        ticket = 0
+        if effects:
+            ticket = dur.submit(effects, dirty)
+            session.last_write_index = dur.assigned
+        elif dur.assigned > dur.committed and type(reply) is not ErrorReply:
+            ticket = self._read_ticket(session, cmd, args)
+        obs = self.observer
+        if obs is not None:
+            obs.after_top(session)
+        return reply, ticket
 
     def enough_good_replicas(self) -> bool:
         """checkGoodReplicasStatus: a replica, or min-replicas-max-lag 0, always passes; a primary needs
@@ -459,10 +559,11 @@ class Pipeline:
         return bool(self.maxmemory) and self.used_memory_fn() > self.maxmemory and not self.evict()
 
     # -- call() ---------------------------------------------------------------------------------------
-    def call(self, session, cmd, args, handler=None, caller=None):
+    def call(self, session, cmd, args, handler=None, caller=None, count_call=True):
         """Runs one admitted command (or `handler(ctx)` for a blocked retry) with its accounting.
         `caller`: the client a script runs for (its command is logged and counted as that client's, as Valkey
-        does for server.current_client). Returns (reply, effects, dirty)."""
+        does for server.current_client); count_call False: the call was accounted when it started (complete).
+        Returns (reply, effects, dirty)."""
         ctx = session.ctx
         if ctx is None:
             ctx = self.new_context(session)
@@ -502,7 +603,8 @@ class Pipeline:
             cmd.failed_calls += 1
             if not reply.counted:
                 self.count_error(reply.text)
-        if self.stats_enabled and type(reply) is not Blocked and (handler is None or reply is not None):
+        if (self.stats_enabled and count_call and type(reply) is not Blocked
+                and (handler is None or reply is not None)):
             # a command that blocks is accounted once, when it is served (or times out, or is unblocked)
             self.account(caller or session, cmd, args, int((end - start) * 1e6))
         if write:
@@ -609,6 +711,8 @@ class Pipeline:
             write, denyoom, may_replicate = cmd.write, cmd.denyoom, cmd.may_replicate
             text = self.admit(session, cmd, args, write, False, may_replicate)
             if text is POSTPONE:
+                if self._locks:
+                    self.lock_retries = True   # retried when the locks are gone (off_loop)
                 return None, 0
             if text is not None:
                 return self.reject(session, cmd, text), 0

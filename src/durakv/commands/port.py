@@ -213,12 +213,27 @@ class Port:
 
     # -- MIGRATE ----------------------------------------------------------------------------------
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
-        """Blocks (as Valkey's MIGRATE does) sending AUTH (auth: its arguments, or None), SELECT dbid (unless
+        """Blocks the calling thread (a worker's, or the loop's in MULTI and scripts) sending AUTH (auth: its arguments, or None), SELECT dbid (unless
         the cached connection to host:port has it selected) and `commands` to the target, reading one reply
         line each (up to timeout_ms per read or write). Returns (AUTH/SELECT error line or None, [reply line
         per command read], socket error after some replies); raises CommandError (-IOERR) when nothing could
         be exchanged."""
         raise CommandError("IOERR error or timeout connecting to the client")
+
+    # -- work off the loop (pipeline.off_loop) ----------------------------------------------------
+    def off_loop_start(self, session):
+        """A command of `session` is about to work off the loop: its connection is parked (its later
+        commands wait, as behind a blocked command) and the Deferred its reply will be is returned; None when
+        there is no loop to come back to (the work is then done synchronously)."""
+        return None
+
+    def off_loop_run(self, work, done):
+        """work() on a worker thread, then done(its result, or the exception it raised) on the loop."""
+        raise NotImplementedError("off_loop_start returned None: there is no worker")
+
+    def off_loop_end(self, session, retry_blocked):
+        """The work is finished and its reply resolved: the client's connection resumes, commands postponed
+        by the locks run again (retry_blocked: blocked clients' retries were postponed too)."""
 
     # -- scripting --------------------------------------------------------------------------------
     def script_host(self):

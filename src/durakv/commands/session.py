@@ -13,7 +13,7 @@ class Session:
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
                  "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls",
                  "reply_off", "reply_skip", "commands_processed", "net_in", "net_out", "repl_rdb_only",
-                 "repl_rdb_data", "repl_rdb_functions", "from_primary", "repl_listening_port")
+                 "repl_rdb_data", "repl_rdb_functions", "from_primary", "repl_listening_port", "decoded")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -65,6 +65,8 @@ class Session:
         self.repl_rdb_data = True
         self.repl_rdb_functions = True
         self.repl_listening_port = 0   # REPLCONF listening-port (INFO replication of a SYNC client)
+        # (payload, value or CommandError): a large RESTORE payload a worker decoded before the command ran
+        self.decoded = None
         self.from_primary = False  # the REPLICAOF link's session: a replica obeys it (server/valkeyreplica.py)
 
     def refresh_special(self):

@@ -13,11 +13,12 @@ import logging
 
 from .. import messages
 from ..commands.base import Blocked
+from ..commands.generic import RESTORE_OFF_LOOP_BYTES, decode_payload
 from ..commands.pipeline import Postponed
 from ..commands.session import Session
 from ..protocol.parser import RequestParser, unauthenticated_limit
 from ..protocol.resp import Deferred, Raw, encode
-from .port import client_line
+from .port import OFF_LOOP_PARKED, client_line
 
 log = logging.getLogger("durakv.server")
 
@@ -26,6 +27,7 @@ _RAW = Raw
 # reading (the transport is above its high-water mark) the rest of the batch waits until it drains, so a
 # pipeline of large reads never piles up more than about this much per client.
 OUTPUT_FLUSH_BYTES = 1 << 20
+_RESTORES = (b"restore", b"restore-asking")
 
 
 class Connection(asyncio.Protocol):
@@ -172,7 +174,13 @@ class Connection(asyncio.Protocol):
                     if limit is not None:
                         error = limit
                         break
+                if len(args) > 3 and len(args[3]) >= RESTORE_OFF_LOOP_BYTES and self._decode_first(args):
+                    self._park(commands, i, error)   # the RESTORE itself runs first once decoded
+                    error = None
+                    break
                 reply, ticket, cmd = process(session, args)
+                if session.decoded is not None:
+                    session.decoded = None    # not used (the RESTORE was refused): nothing keeps the value
                 if cmd is not None and cmd.changes_protocol:
                     resp3 = session.resp == 3  # HELLO, RESET: the replies after it use the new protocol
                 t = type(reply)
@@ -242,6 +250,36 @@ class Connection(asyncio.Protocol):
         outbox.flush()
         if session.close_after_reply and not held:
             self.close()
+
+    def _decode_first(self, args) -> bool:
+        """A RESTORE of a large payload: a worker thread checks and decodes it (generic.decode_payload) while
+        this connection is parked, then the command runs through the pipeline as usual with the value ready.
+        True if it was handed to the worker. (Inside MULTI it is only queued; EXEC decodes on the loop. A
+        replica or start-up replay applying RESTORE decodes on the loop too.)"""
+        session = self.session
+        if args[0].lower() not in _RESTORES or session.in_multi or not session.authenticated:
+            return False
+        decoded = session.decoded
+        if decoded is not None and decoded[0] is args[3]:
+            return False            # decoded: it runs now
+        server = self.server
+        loop = server.loop
+        if loop is None or not loop.is_running():
+            return False
+        payload = args[3]
+        clock_ms = server.keyspace.clock_ms
+
+        def decoded_now(result):
+            if self.blocked is OFF_LOOP_PARKED:
+                self.blocked = None
+            if self.closing:
+                return
+            session.decoded = (payload, result)
+            self.resume()
+
+        self.blocked = OFF_LOOP_PARKED
+        server.port.off_loop_run(lambda: decode_payload(payload, clock_ms), decoded_now)
+        return True
 
     def _park(self, commands, rest, error):
         if self.backlog is None:

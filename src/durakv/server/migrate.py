@@ -2,8 +2,13 @@
 
 MIGRATE is synchronous in Valkey: the server blocks on the target's replies, up to the command's timeout for each
 read and write, and that is what makes it atomic (no other client runs between the DUMP of a key and its DEL).
-durakv does the same: the handler calls `MigrateSockets.exchange`, which blocks the event loop for at most the
-timeout per step, and the keys the target acknowledged are deleted by the handler as ordinary effects (DEL).
+durakv keeps the atomicity by locking the keys instead (commands/pipeline.py off_loop: writes to them wait)
+and runs `MigrateSockets.exchange` on a worker thread, so the loop keeps serving; the keys the target
+acknowledged are deleted back on the loop as ordinary effects (DEL). Only MIGRATE inside MULTI/EXEC or a
+script, which cannot wait, calls it on the loop thread, blocking it as Valkey does.
+
+Exchanges are serialized by a lock (one cached connection carries one conversation at a time); a
+MIGRATE in MULTI on the loop may therefore wait for a worker's exchange, at most that one's timeout per step.
 
 Connections are cached per host:port (at most 64, each closed after 10 s unused) and remember the database
 they last SELECTed, so a run of MIGRATEs to one target sends SELECT once. On a socket error the connection is
@@ -12,6 +17,7 @@ new connection, as Valkey retries.
 """
 
 import socket
+import threading
 import time
 
 from ..protocol.resp import encode_command
@@ -37,16 +43,28 @@ class _Cached:
 class MigrateSockets:
     def __init__(self):
         self.cache = {}                 # "host:port" -> _Cached
+        self.lock = threading.Lock()    # held for a whole exchange, which may run on a worker thread
 
     def close_idle(self):
-        now = time.monotonic()
-        for name, cs in list(self.cache.items()):
-            if now - cs.last_use_s > IDLE_CLOSE_S:
-                self._close(name)
+        # from the loop's cron: never waits for an exchange in flight (it closes them on the next tick)
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            now = time.monotonic()
+            for name, cs in list(self.cache.items()):
+                if now - cs.last_use_s > IDLE_CLOSE_S:
+                    self._close(name)
+        finally:
+            self.lock.release()
 
     def close_all(self):
-        for name in list(self.cache):
-            self._close(name)
+        if not self.lock.acquire(blocking=False):
+            return      # shutting down with an exchange in flight: its thread ends at its timeout
+        try:
+            for name in list(self.cache):
+                self._close(name)
+        finally:
+            self.lock.release()
 
     def _close(self, name):
         cs = self.cache.pop(name, None)
@@ -97,6 +115,10 @@ class MigrateSockets:
         Returns (error line of AUTH/SELECT or None, [reply line of each command read], socket_error): the
         command replies stop early on a socket error after the first one (socket_error True). Raises
         MigrateError when nothing could be exchanged."""
+        with self.lock:
+            return self._exchange(host, port, timeout_ms, dbid, auth, commands)
+
+    def _exchange(self, host, port, timeout_ms, dbid, auth, commands):
         timeout_s = timeout_ms / 1000.0
         retried = False
         while True:

@@ -347,6 +347,43 @@ class ServerPort(Port):
         except MigrateError as exc:
             raise CommandError(str(exc)) from None
 
+    # -- work off the loop (pipeline.off_loop) ----------------------------------------------------
+    def off_loop_start(self, session):
+        loop = self.server.loop
+        if loop is None or not loop.is_running():
+            return None
+        conn = self._conn(session)
+        if conn is not None and conn.blocked is None:
+            conn.blocked = OFF_LOOP_PARKED
+        return Deferred()
+
+    def off_loop_run(self, work, done):
+        loop = self.server.loop
+
+        def job():
+            try:
+                result = work()
+            except Exception as exc:  # noqa: BLE001 - handed to the command's finish, on the loop
+                result = exc
+            try:
+                loop.call_soon_threadsafe(done, result)
+            except RuntimeError:
+                pass  # the loop is closed: the server is shutting down
+        self.server.off_loop_pool().submit(job)
+
+    def off_loop_end(self, session, retry_blocked):
+        server = self.server
+        conn = self._conn(session)
+        if conn is not None and conn.blocked is OFF_LOOP_PARKED:
+            conn.blocked = None
+            server.loop.call_soon(conn.resume)
+        blocking = server.blocking
+        if retry_blocked and blocking.waiting:
+            blocking.signal_all()
+            blocking.serve()
+        if blocking.postponed:
+            blocking.resume_postponed()
+
     # -- scripting --------------------------------------------------------------------------------
     def script_host(self):
         return self._script_host
@@ -358,6 +395,14 @@ class ScriptParked:
 
 
 SCRIPT_PARKED = ScriptParked()
+
+
+class OffLoopParked:
+    """conn.blocked of the client whose command works off the loop (MIGRATE, a large DUMP or RESTORE)."""
+    __slots__ = ()
+
+
+OFF_LOOP_PARKED = OffLoopParked()
 
 
 class ScriptHost:

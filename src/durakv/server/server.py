@@ -1,6 +1,7 @@
 """The durakv server process: keyspace + pipeline + durability + listeners + housekeeping timers."""
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import resource
@@ -143,6 +144,7 @@ class Server:
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
         self.blocking = Blocking(self)     # clients blocked on keys or paused (server/blocking.py)
         self.migrate_sockets = MigrateSockets()  # MIGRATE's cached connections to target instances
+        self._off_loop_pool = None         # worker threads of MIGRATE and large DUMP/RESTORE (off_loop_pool)
         self.valkey_link = None            # REPLICAOF: the replication link with a Valkey primary
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
         self.run_id = os.urandom(20).hex()
@@ -589,6 +591,15 @@ class Server:
                 and self.journal.bytes_size - self.snapshot_journal_bytes > threshold):
             self.start_snapshot()
 
+    def off_loop_pool(self):
+        """The worker threads of commands that work off the loop (pipeline.off_loop): MIGRATE's exchanges,
+        large DUMP encodings and RESTORE decodings. Two, so that one MIGRATE waiting on a silent target
+        does not hold a DUMP back; MIGRATE's connection cache serializes exchanges itself."""
+        if self._off_loop_pool is None:
+            self._off_loop_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="durakv-offloop")
+        return self._off_loop_pool
+
     def start_snapshot(self):
         """Builds a snapshot without pausing: a Deferred resolved with 'OK' or an ErrorReply."""
         if self.cluster_node is not None:
@@ -691,6 +702,9 @@ class Server:
         for conn in list(self.clients.values()):
             conn.close()
         self.migrate_sockets.close_all()
+        if self._off_loop_pool is not None:
+            # a worker in a MIGRATE exchange ends by its own timeout; nothing waits for it
+            self._off_loop_pool.shutdown(wait=False, cancel_futures=True)
         if self.valkey_link is not None:
             self.valkey_link.stop()
         if self.journal is not None:
