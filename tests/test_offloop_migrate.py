@@ -11,11 +11,13 @@ flight), not of time.
 import shutil
 import socket
 import threading
+import time
 
 import pytest
 import valkey
 
 from conftest import wait_until
+from diskfull_util import server_on_full_disk
 
 
 class _Call:
@@ -217,3 +219,73 @@ def test_migrate_in_multi_and_in_a_script_still_works(server_factory):
     script = "return redis.call('MIGRATE', ARGV[1], ARGV[2], KEYS[1], 0, 30000)"
     assert a.eval(script, 1, "s", "127.0.0.1", dst.port) == b"OK"
     assert a.exists("m", "s") == 0 and b.mget("m", "s") == [b"1", b"2"]
+
+
+def test_migrate_sends_nothing_the_source_has_not_committed(server_factory):
+    """A value whose write is not committed on the source must not reach the target: a crash of the source then
+    would leave the target with a write the source never acknowledged (and MIGRATE deleting the key here makes
+    the target's copy the only one). With the source's journal stalled, SET k is sent (no reply yet) and then
+    MIGRATE k: the target has no k while the SET has no reply; both complete once the stall ends. On main the
+    target held k at once."""
+    src, dst = server_factory("--durability", "sync"), server_factory()
+    admin, b = src.client(socket_timeout=30), dst.client()
+    admin.execute_command("DEBUG", "JOURNAL-STALL", "30000")
+    writer = socket.create_connection(("127.0.0.1", src.port), timeout=30)
+    try:
+        writer.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nfresh\r\n")
+        wait_until(lambda: admin.info("durability")["held_replies_clients"] >= 1, 20,
+                   what="the SET's reply to be held")
+        migrating = _Call(_named(src, "migrator", socket_timeout=60), "MIGRATE", "127.0.0.1", dst.port, "k", 0,
+                          30000)
+        wait_until(lambda: "b" in (_flags_of(admin, "migrator") or "") or b.exists("k"), 20,
+                   what="the MIGRATE to start")
+        # an observation window (the stall lasts 30 s): on main the target had k within a few ms
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert b.exists("k") == 0, "the target received a value its source had not committed"
+            time.sleep(0.02)
+        writer.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            writer.recv(64)                       # the SET is still unacknowledged
+        assert not migrating.done.is_set()
+        admin.execute_command("DEBUG", "JOURNAL-STALL", "0")
+        writer.settimeout(30)
+        assert writer.recv(64) == b"+OK\r\n"
+        migrating.wait()
+        assert migrating.error is None and migrating.result == b"OK"
+        assert b.get("k") == b"fresh" and admin.exists("k") == 0
+    finally:
+        writer.close()
+
+
+def test_migrate_waiting_for_a_write_that_fails_to_persist_sends_nothing(tmp_path, server_factory):
+    """The write MIGRATE waits for is not persisted (the disk is full): MIGRATE answers the journal's error and
+    the target never receives the value, which after the failure never existed."""
+    dst = server_factory()
+    b = dst.client()
+    with server_on_full_disk(tmp_path) as disk:
+        admin = disk.client
+        admin.execute_command("DEBUG", "JOURNAL-STALL", "30000")
+        first = socket.create_connection(("127.0.0.1", admin.connection_pool.connection_kwargs["port"]), 30)
+        big = socket.create_connection(("127.0.0.1", admin.connection_pool.connection_kwargs["port"]), 30)
+        try:
+            first.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\n")      # its batch sleeps in the writer
+            wait_until(lambda: admin.info("durability")["held_replies_clients"] >= 1, 20, what="the first SET")
+            value = b"x" * (2 * 1024 * 1024)                                  # more than the disk has left
+            big.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n%s\r\n" % (len(value), value))
+            wait_until(lambda: admin.info("durability")["held_replies_clients"] >= 2, 20, what="the big SET")
+            port = admin.connection_pool.connection_kwargs["port"]
+            mc = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=60)
+            mc.client_setname("migrator")
+            migrating = _Call(mc, "MIGRATE", "127.0.0.1", dst.port, "k", 0, 30000)
+            wait_until(lambda: "b" in (_flags_of(admin, "migrator") or ""), 20, what="the MIGRATE to wait")
+            admin.execute_command("DEBUG", "JOURNAL-STALL", "0")
+            migrating.wait()
+            assert migrating.error is not None and str(migrating.error).startswith(
+                "MISCONF Errors writing to the journal"), migrating.error
+            assert b.exists("k") == 0
+            big.settimeout(30)
+            assert big.recv(256).startswith(b"-MISCONF Errors writing to the journal")
+        finally:
+            first.close()
+            big.close()

@@ -431,7 +431,8 @@ class Pipeline:
     # -- work off the loop --------------------------------------------------------------------------
     def off_loop(self, ctx, args, keys, work, finish):
         """Runs work() (no keyspace access but to the values of `keys`, which stay as they are) on a worker
-        thread while writes to `keys` wait, then finish(ctx, result) on the loop as the command's handler
+        thread while writes to `keys` wait, once every write to `keys` is committed (sync mode), then
+        finish(ctx, result) on the loop as the command's handler
         (result: what work returned, or the exception it raised, re-raised in finish by the caller's choice).
         Returns the Deferred the client's reply is, or None when there is no worker (no server loop, MULTI,
         a script): then the caller does the work itself, synchronously."""
@@ -452,7 +453,7 @@ class Pipeline:
             locked[k] = locked.get(k, 0) + 1
         self.locks = self._locks + 1
 
-        def done(result):
+        def unlock():
             for k in keys:
                 n = locked[k] - 1
                 if n:
@@ -460,18 +461,38 @@ class Pipeline:
                 else:
                     del locked[k]
             self.locks = self._locks - 1
+
+        def resume():
+            retries = self.lock_retries and not self._locks   # (else kept for the last lock's end)
+            if retries:
+                self.lock_retries = False
+            self.port.off_loop_end(session, retries)
+
+        def done(result):
+            unlock()
             try:
                 reply, ticket = self.complete(session, cmd, args, lambda c: finish(c, result))
             except Exception as exc:  # noqa: BLE001 - the client must get an answer and resume
                 self.port.log_exception(cmd.fullname, exc)
                 reply, ticket = ErrorReply("ERR internal error in '%s': %s" % (cmd.fullname, exc)), 0
             deferred.resolve(reply, ticket)
-            retries = self.lock_retries and not self._locks   # (else kept for the last lock's end)
-            if retries:
-                self.lock_retries = False
-            self.port.off_loop_end(session, retries)
+            resume()
 
-        self.port.off_loop_run(work, done)
+        def failed(reason):
+            # the writes it waited for were not persisted: the values it holds may never have existed
+            unlock()
+            deferred.resolve(ErrorReply(messages.JOURNAL_FAILED_WRITE.format(reason)), 0)
+            resume()
+
+        dur = self.durability
+        ticket = dur.read_ticket(session.db_id, keys) if dur.pending else 0
+        if ticket:
+            # What work() sends away (MIGRATE's RESTOREs to another server) must be committed here first: a
+            # crash of this node would otherwise leave the target holding a write that was never acknowledged.
+            # The keys are locked already, so no newer write to them can slip in meanwhile.
+            dur.when_committed(ticket, lambda: self.port.off_loop_run(work, done), failed)
+        else:
+            self.port.off_loop_run(work, done)
         return deferred
 
     def complete(self, session, cmd, args, handler):

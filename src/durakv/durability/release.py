@@ -58,7 +58,7 @@ class Durability:
         self.waiting = set()       # outboxes holding a reply for a commit
         self.commit_listeners = []  # fn(index) after each commit (snapshots, stats)
         self.failure_listeners = []  # fn(first_index, exc) after the journal failed to persist from first_index
-        self._commit_waiters = []   # heap of (index, seq, fn): WAITAOF and the like
+        self._commit_waiters = []   # heap of (index, seq, fn, failed or None): WAITAOF and the like
         self._seq = itertools.count()
         # debug-ack-before-commit (tests only, refused without DURAKV_TEST_UNSAFE=1): sync replies do not wait
         self.ack_before_commit = False
@@ -179,7 +179,7 @@ class Durability:
             box.release()
         heap = self._commit_waiters
         while heap and heap[0][0] <= index:
-            _i, _s, fn = heapq.heappop(heap)
+            fn = heapq.heappop(heap)[2]
             fn()
         for fn in self.commit_listeners:
             fn(index)
@@ -193,11 +193,19 @@ class Durability:
         write_error = b"-%s\r\n" % messages.JOURNAL_FAILED_WRITE.format(reason).encode()
         for box in list(self.waiting):
             box.fail_from(first, write_error)
+        heap = self._commit_waiters
+        if any(w[3] is not None and w[0] >= first for w in heap):
+            lost = [w for w in heap if w[3] is not None and w[0] >= first]
+            self._commit_waiters = [w for w in heap if w[3] is None or w[0] < first]
+            heapq.heapify(self._commit_waiters)
+            for w in lost:
+                w[3](reason)
         for fn in self.failure_listeners:
             fn(first, exc)
 
-    def when_committed(self, index, fn):
-        """fn() once journal entry `index` is committed (at once if it is)."""
+    def when_committed(self, index, fn, failed=None):
+        """fn() once journal entry `index` is committed (at once if it is). If that entry cannot be persisted
+        (on_failure), failed(reason) is called instead, when given; without it fn simply never runs."""
         if index <= self.committed or self.tracker is None:
             fn()
         elif index == self._promise:
@@ -206,12 +214,12 @@ class Durability:
 
             def when_placed():
                 if cell[0] > self.committed:
-                    heapq.heappush(self._commit_waiters, (cell[0], next(self._seq), when_placed))
+                    heapq.heappush(self._commit_waiters, (cell[0], next(self._seq), when_placed, failed))
                 else:
                     fn()
-            heapq.heappush(self._commit_waiters, (index, next(self._seq), when_placed))
+            heapq.heappush(self._commit_waiters, (index, next(self._seq), when_placed, failed))
         else:
-            heapq.heappush(self._commit_waiters, (index, next(self._seq), fn))
+            heapq.heappush(self._commit_waiters, (index, next(self._seq), fn, failed))
 
     def committed_deferred(self, index, reply) -> Deferred:
         """A Deferred resolved with reply once entry `index` is committed."""
