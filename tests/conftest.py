@@ -40,6 +40,30 @@ def free_port() -> int:
     raise RuntimeError("no free port in %d..%d" % (base, base + _PORT_SLICE - 1))
 
 
+def cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000, as redis-server's cluster mode opens) is free too."""
+    for _ in range(100):
+        port = free_port()
+        if port <= 55535:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                    return port
+                except OSError:
+                    pass
+    raise RuntimeError("no free port pair")
+
+
+def durakv_cli(*args, timeout_s=180, env=None):
+    """`python -m durakv ARGS` on this tree's src (ahead of PYTHONPATH), output captured as text."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in
+                                                                    e.get("PYTHONPATH", "").split(os.pathsep) if p])
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "durakv", *map(str, args)], capture_output=True, text=True,
+                          env=e, timeout=timeout_s)
+
+
 def wait_until(predicate, timeout_s=10.0, interval_s=0.02, what="condition"):
     deadline = time.monotonic() + timeout_s
     last_exc = None

@@ -19,11 +19,10 @@ from durakv.cluster.store import NatsStore
 from durakv.journal.jetstream import connect
 
 
-@pytest.fixture
-def nats_cluster(tmp_path):
-    """Three NATS nodes (nats-az1..3, JetStream, sync_interval always, unique_tag az:) on free ports.
-    `.servers` is the comma-separated URL list, `.urls` a list, `.nodes` the NatsNode handles."""
-    cluster = NatsCluster(tmp_path / "nats-cluster")
+def started_nats(directory):
+    """The body of a NATS cluster fixture: yields a started NatsCluster in directory and stops it after the
+    tests; a start that fails part way stops the nodes it did start."""
+    cluster = NatsCluster(directory)
     try:
         cluster.start()
     except BaseException:
@@ -31,6 +30,13 @@ def nats_cluster(tmp_path):
         raise
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path):
+    """Three NATS nodes (nats-az1..3, JetStream, sync_interval always, unique_tag az:) on free ports.
+    `.servers` is the comma-separated URL list, `.urls` a list, `.nodes` the NatsNode handles."""
+    yield from started_nats(tmp_path / "nats-cluster")
 
 
 class ClusterFactory:

@@ -2,16 +2,9 @@
 
 import pytest
 
-from durakv.cluster.nats_procs import NatsCluster
+from nats_fixtures import started_nats
 
 
 @pytest.fixture(scope="module")
 def module_nats(tmp_path_factory):
-    cluster = NatsCluster(tmp_path_factory.mktemp("nats-module"))
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    yield from started_nats(tmp_path_factory.mktemp("nats-module"))

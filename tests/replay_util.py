@@ -65,10 +65,10 @@ def execute(pipeline, session, argv):
 class Direct:
     """Commands run in-process on a pipeline with a settable clock (exact TTLs, no sleeping)."""
 
-    def __init__(self, now=NOW):
+    def __init__(self, now=NOW, seed=7):
         import random
         self.now = now
-        self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(7))
+        self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(seed))
         self.d = make_pipeline(self.ks)
         self.s = Session()
         self.effects = []

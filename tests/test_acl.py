@@ -13,7 +13,7 @@ import pytest
 import valkey
 
 from conftest import ServerProcess, wait_until
-from test_blocking import Err, RawClient
+from test_blocking import Err, RawClient, raw_clients
 
 ADMIN = ("acladmin", "adminpw")   # a user of the module's server that the cleanup logs in as
 
@@ -32,18 +32,7 @@ def srv(tmp_path_factory):
 def raw(srv):
     """raw(resp=2) -> a RawClient on the module's server; every one is closed after the test, and the ACL
     state is put back (users, default, log, config) so that tests do not see each other's users."""
-    made = []
-
-    def make(resp=2, port=None):
-        c = RawClient(port or srv.port)
-        if resp == 3:
-            c.call("HELLO", "3")
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
+    yield from raw_clients(srv.port)
     admin = RawClient(srv.port)
     try:
         assert admin.call("AUTH", *ADMIN) == "OK"

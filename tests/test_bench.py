@@ -18,7 +18,7 @@ import time
 import hiredis
 import pytest
 
-from conftest import ROOT, free_port, wait_until
+from conftest import ROOT, cluster_port, free_port, wait_until
 from durakv.tools.bench import BenchConfig, plan_clients, run_bench
 from durakv.tools.bench import hist as H
 from durakv.tools.bench.compare import check_targets, format_compare
@@ -574,23 +574,10 @@ def test_compare_stops_its_servers_on_ctrl_c(tmp_path):
             proc.wait()
 
 
-def _cluster_port():
-    """A free port whose cluster bus port (port + 10000) is valid and free too."""
-    while True:
-        port = free_port()
-        if port <= 55535:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 10000))
-                    return port
-                except OSError:
-                    pass
-
-
 def test_cluster_mode_against_a_real_redis_cluster(tmp_path):
     """Two redis-server nodes in cluster mode, slots split: routing by slot needs no redirect at all."""
     _require_redis_server()
-    ports, procs = [_cluster_port(), _cluster_port()], []
+    ports, procs = [cluster_port(), cluster_port()], []
     try:
         for i, port in enumerate(ports):
             d = tmp_path / f"node{i}"

@@ -8,9 +8,7 @@ import valkey
 
 from durakv import messages
 from durakv.commands.bitmaps import _lcs_rows
-from replay_util import execute, make_pipeline
-from durakv.commands.session import Session
-from durakv.keyspace import Keyspace
+from replay_util import Direct
 from durakv.protocol.resp import ErrorReply
 from replay_util import run_and_replay
 
@@ -29,18 +27,9 @@ def error_of(client, *args) -> str:
     return text if text.startswith("WRONGTYPE ") else "ERR " + text
 
 
-class Direct:
-    def __init__(self):
-        self.ks = Keyspace(clock_ms=lambda: 1_700_000_000_000, rng=random.Random(3))
-        self.d = make_pipeline(self.ks)
-        self.s = Session()
-        self.effects = []
-
-    def __call__(self, *args):
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = execute(self.d, self.s, argv)
-        self.effects.extend(eff)
-        return reply
+def direct():
+    """Commands run in-process (replay_util.Direct, on this file's seed)."""
+    return Direct(seed=3)
 
 
 # -- SETBIT / GETBIT ----------------------------------------------------------------------------
@@ -352,7 +341,7 @@ def test_lcs_errors(r):
     assert error_of(r, "LCS", "a", "a", "bogus") == SYNTAX
     assert error_of(r, "LCS", "a", "a", "MINMATCHLEN") == SYNTAX
     assert error_of(r, "LCS", "a", "a", "MINMATCHLEN", "x") == NOT_INT
-    d = Direct()
+    d = direct()
     d("SET", "big1", b"a" * 12000)
     d("SET", "big2", b"b" * 12000)
     assert d("LCS", "big1", "big2").text == \
@@ -434,7 +423,7 @@ def test_effects_replay_deterministically():
 
 
 def test_noop_writes_have_no_effects():
-    d = Direct()
+    d = direct()
     d("SET", "k", b"\x80")
     d.effects.clear()
     assert d("SETBIT", "k", "0", "1") == 1

@@ -99,12 +99,13 @@ class RawClient:
             pass
 
 
-@pytest.fixture
-def raw(shared_server):
+def raw_clients(default_port):
+    """The body of a `raw` fixture: yields make(resp=2, port=default_port) -> a RawClient (after HELLO 3 for
+    resp=3), and closes every one made when the test is done."""
     made = []
 
-    def make(resp=2):
-        c = RawClient(shared_server.port)
+    def make(resp=2, port=None):
+        c = RawClient(port or default_port)
         if resp == 3:
             c.call("HELLO", "3")
         made.append(c)
@@ -113,6 +114,11 @@ def raw(shared_server):
     yield make
     for c in made:
         c.close()
+
+
+@pytest.fixture
+def raw(shared_server):
+    yield from raw_clients(shared_server.port)
 
 
 def blocked_count(r):

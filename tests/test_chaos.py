@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -15,23 +14,12 @@ import pytest
 import valkey
 import valkey.cluster
 
+from conftest import ROOT, durakv_cli
 from durakv.cluster.nats_procs import pid_alive, wait_for
 from durakv.cluster.netproxy import NetProxy, parse_groups
 from durakv.cluster.portowner import _decode_addr, cmdline, port_owners
 from durakv.tools.chaos import EventLog, Nemesis, read_events, wait_healthy
 from durakv.tools.chaos.events import events_path
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def durakv_cli(*args, timeout_s=180, env=None):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in
-                                                                    e.get("PYTHONPATH", "").split(os.pathsep) if p])
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "durakv", *map(str, args)], capture_output=True, text=True,
-                          env=e, timeout=timeout_s)
-
 
 def manifest_entry(d, name):
     with open(os.path.join(d, "manifest.json")) as f:

@@ -7,25 +7,14 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from test_blocking import Err, Push, RawClient, wait_blocked
+from test_blocking import Err, Push, raw_clients, wait_blocked
 
 MONITOR_LINE = re.compile(r'^(\d+)\.(\d{6}) \[(\d+) 127\.0\.0\.1:(\d+)\] (.*)$')
 
 
 @pytest.fixture
 def raw(shared_server):
-    made = []
-
-    def make(resp=2):
-        c = RawClient(shared_server.port)
-        if resp == 3:
-            c.call("HELLO", "3")
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
+    yield from raw_clients(shared_server.port)
 
 
 @pytest.fixture

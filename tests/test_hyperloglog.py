@@ -11,9 +11,8 @@ import pytest
 import valkey
 
 from durakv import messages
-from replay_util import execute, make_pipeline
-from durakv.commands.session import Session
-from durakv.keyspace import Keyspace, hll
+from replay_util import Direct
+from durakv.keyspace import hll
 from durakv.protocol.resp import ErrorReply
 from replay_util import run_and_replay
 
@@ -35,18 +34,9 @@ def error_of(client, *args) -> str:
     return text if text.split(" ")[0] in ("WRONGTYPE", "INVALIDOBJ") else "ERR " + text
 
 
-class Direct:
-    def __init__(self):
-        self.ks = Keyspace(clock_ms=lambda: 1_700_000_000_000, rng=random.Random(3))
-        self.d = make_pipeline(self.ks)
-        self.s = Session()
-        self.effects = []
-
-    def __call__(self, *args):
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = execute(self.d, self.s, argv)
-        self.effects.extend(eff)
-        return reply
+def direct():
+    """Commands run in-process (replay_util.Direct, on this file's seed)."""
+    return Direct(seed=3)
 
 
 def sha(b: bytes) -> str:
@@ -151,7 +141,7 @@ def test_pfcount_does_not_write(r):
 
 
 def test_pfcount_reads_have_no_effects():
-    d = Direct()
+    d = direct()
     d("PFADD", "a", *[f"a{i}" for i in range(50)])
     d("PFADD", "b", *[f"b{i}" for i in range(50)])
     d.effects.clear()
@@ -320,7 +310,7 @@ def test_effects_replay_deterministically():
 
 
 def test_error_changes_nothing_and_propagates_nothing():
-    d = Direct()
+    d = direct()
     d("SET", "bad", hll.new_sparse()[:16])
     d.effects.clear()
     assert d("PFADD", "bad", "a", "b").text == messages.HLL_INVALID

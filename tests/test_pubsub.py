@@ -6,7 +6,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from test_blocking import Err, Push, RawClient, wait_blocked
+from test_blocking import Err, Push, raw_clients, wait_blocked
 
 CONTEXT_ERR = ("Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed "
                "in this context")
@@ -14,18 +14,7 @@ CONTEXT_ERR = ("Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PIN
 
 @pytest.fixture
 def raw(shared_server):
-    made = []
-
-    def make(resp=2):
-        c = RawClient(shared_server.port)
-        if resp == 3:
-            c.call("HELLO", "3")
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
+    yield from raw_clients(shared_server.port)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import free_port, wait_until
+from conftest import cluster_port, free_port, wait_until
 from durakv.errors import CommandError
 from durakv.keyspace.slotindex import SlotIndex
 from durakv.protocol.resp import encode
@@ -523,20 +523,6 @@ def test_slot_index():
 REDIS_SERVER = shutil.which("redis-server")
 
 
-def _cluster_port():
-    """A free port whose cluster bus port (port + 10000) is free too."""
-    for _ in range(100):
-        port = free_port()
-        if port <= 55535:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 10000))
-                    return port
-                except OSError:
-                    pass
-    raise RuntimeError("no free port pair")
-
-
 class Conn:
     """One RESP connection: `call` returns the parsed reply (hiredis.ReplyError for errors), `wire` the exact
     reply bytes."""
@@ -585,7 +571,7 @@ def redis_cluster(tmp_path_factory):
     procs, ports = [], {}
     try:
         for name, hostname in (("A", "a.example"), ("B", ""), ("R", "")):
-            port = _cluster_port()
+            port = cluster_port()
             d = base / name
             d.mkdir()
             argv = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",

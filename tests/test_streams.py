@@ -9,10 +9,10 @@ import pytest
 import valkey
 
 from conftest import wait_until
+from wire_util import raw, resp3
 from replay_util import apply_effects, run_and_replay
 from durakv.commands.base import Blocked
-from replay_util import execute, make_pipeline
-from durakv.commands.session import Session
+from replay_util import Direct
 from durakv.errors import CommandError
 from durakv.keyspace import Keyspace
 from durakv.keyspace.stream import Stream
@@ -23,16 +23,6 @@ T0 = 1_700_000_000_000
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def raw(client, *args):
-    """The reply without valkey-py's per-command response callbacks."""
-    conn = client.connection_pool.get_connection("_")
-    try:
-        conn.send_command(*args)
-        return conn.read_response()
-    finally:
-        client.connection_pool.release(conn)
 
 
 def err(client, *args):
@@ -46,29 +36,15 @@ def err(client, *args):
 _CODES = {"NOGROUP", "BUSYGROUP", "WRONGTYPE"}
 
 
-def resp3(client) -> bool:
-    return client.connection_pool.connection_kwargs.get("protocol") == 3
-
-
 def ids_of(entries):
     return [e[0] for e in entries]
 
 
-class Local:
-    """A pipeline on an in-process keyspace with a settable clock."""
+class Local(Direct):
+    """A pipeline on an in-process keyspace with a settable clock (T0), and its session's context."""
 
     def __init__(self, now=T0):
-        self.now = now
-        self.ks = Keyspace(clock_ms=lambda: self.now, rng=random.Random(3))
-        self.d = make_pipeline(self.ks)
-        self.s = Session()
-        self.effects = []
-
-    def __call__(self, *args):
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply, eff, _ = execute(self.d, self.s, argv)
-        self.effects.extend(eff)
-        return reply
+        super().__init__(now, seed=3)
 
     @property
     def ctx(self):

@@ -11,24 +11,18 @@ import sys
 import pytest
 import valkey
 
-from conftest import wait_until
+from conftest import durakv_cli as run_durakv_cli, wait_until
 from durakv.cluster.local import LocalCluster
 from durakv.tools.verify import Recorder
 from durakv.tools.verify import scenarios as sc
 from durakv.tools.verify.history import FAULT_START, FAULT_STOP, NEMESIS, WRITE_KEY
 from durakv.tools.verify.workload import FAIL, INFO, classify
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHORT = dict(warmup_s=1.0, after_s=1.0)
 
 
 def durakv_cli(*args, timeout_s=300, env=None):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in
-                                                                    e.get("PYTHONPATH", "").split(os.pathsep) if p])
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "durakv", *map(str, args)], capture_output=True, text=True,
-                          env=e, timeout=timeout_s)
+    return run_durakv_cli(*args, timeout_s=timeout_s, env=env)   # scenarios run longer than conftest's default
 
 
 def quiet(_msg):

@@ -83,26 +83,28 @@ def _all_pids():
         return []
 
 
+def _fd_links(pid):
+    """The targets of pid's open fds, read one by one (a process that is gone or not ours yields none, an fd
+    closed meanwhile is passed over)."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+
+
 def pids_holding(inodes, pids=None) -> list:
     """The pids (of `pids`, default every process) with an open fd on one of the socket inodes."""
     wanted = {f"socket:[{i}]" for i in inodes}
     if not wanted:
         return []
-    found = []
-    for pid in (pids if pids is not None else _all_pids()):
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"{fd_dir}/{fd}") in wanted:
-                    found.append(pid)
-                    break
-            except OSError:
-                continue
-    return found
+    return [pid for pid in (pids if pids is not None else _all_pids())
+            if any(link in wanted for link in _fd_links(pid))]
 
 
 def port_owners(port) -> list:
@@ -118,16 +120,7 @@ def ports_owners(ports) -> dict:
         return {p: [] for p in by_port}
     holders = {}
     for pid in _all_pids():
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
+        for link in _fd_links(pid):
             if link.startswith("socket:["):
                 inode = int(link[8:-1])
                 if inode in inodes:

@@ -110,6 +110,30 @@ def _unit_is_bit(arg):
     raise syntax_error()
 
 
+def _clamp_range(start, end, strlen, isbit):
+    """BITCOUNT's and BITPOS's start/end over a string of strlen bytes, in bytes or (isbit) bits: negative ones
+    count from the end, both are clamped into the string. Returns byte indexes and, for BIT, the masks of the
+    bits of the first and last byte outside the range (0 when none): (start, end, first_mask, last_mask)."""
+    totlen = strlen << 3 if isbit else strlen
+    if start < 0:
+        start += totlen
+    if end < 0:
+        end += totlen
+    if start < 0:
+        start = 0
+    if end < 0:
+        end = 0
+    if end >= totlen:
+        end = totlen - 1
+    first_mask = last_mask = 0
+    if isbit and start <= end:
+        first_mask = ~((1 << (8 - (start & 7))) - 1) & 0xFF
+        last_mask = (1 << (7 - (end & 7))) - 1
+        start >>= 3
+        end >>= 3
+    return start, end, first_mask, last_mask
+
+
 @command("bitcount")
 def bitcount(ctx, args):
     argc = len(args)
@@ -130,24 +154,7 @@ def bitcount(ctx, args):
         end = totlen - 1
     if start < 0 and end < 0 and start > end:
         return 0
-    if isbit:
-        totlen <<= 3
-    if start < 0:
-        start += totlen
-    if end < 0:
-        end += totlen
-    if start < 0:
-        start = 0
-    if end < 0:
-        end = 0
-    if end >= totlen:
-        end = totlen - 1
-    first_mask = last_mask = 0
-    if isbit and start <= end:
-        first_mask = ~((1 << (8 - (start & 7))) - 1) & 0xFF
-        last_mask = (1 << (7 - (end & 7))) - 1
-        start >>= 3
-        end >>= 3
+    start, end, first_mask, last_mask = _clamp_range(start, end, totlen, isbit)
     if value is None or start > end:
         return 0
     count = int.from_bytes(value[start:end + 1], "big").bit_count()
@@ -191,23 +198,7 @@ def bitpos(ctx, args):
         totlen = 0 if value is None else len(value)
         if argc < 5:
             end = totlen - 1
-        if isbit:
-            totlen <<= 3
-        if start < 0:
-            start += totlen
-        if end < 0:
-            end += totlen
-        if start < 0:
-            start = 0
-        if end < 0:
-            end = 0
-        if end >= totlen:
-            end = totlen - 1
-        if isbit and start <= end:
-            first_mask = ~((1 << (8 - (start & 7))) - 1) & 0xFF
-            last_mask = (1 << (7 - (end & 7))) - 1
-            start >>= 3
-            end >>= 3
+        start, end, first_mask, last_mask = _clamp_range(start, end, totlen, isbit)
     else:
         value = _read_string(ctx, args[1])
         start = 0

@@ -47,6 +47,16 @@ def pfadd(ctx, args):
     return 1
 
 
+def _max_registers(registers, value):
+    """The register-wise max of registers (None: none read yet) and the HLL value's, as PFCOUNT's and
+    PFMERGE's hllMerge; a corrupt value is Valkey's INVALIDOBJ error."""
+    try:
+        regs = hll.registers(value)
+    except hll.Corrupt:
+        raise _corrupt() from None
+    return regs if registers is None else hll.raw_max(registers, regs)
+
+
 @command("pfcount")
 def pfcount(ctx, args):
     if len(args) == 2:
@@ -62,11 +72,7 @@ def pfcount(ctx, args):
         value = _hll_value(ctx, key)
         if value is None:
             continue
-        try:
-            regs = hll.registers(value)
-        except hll.Corrupt:
-            raise _corrupt() from None
-        registers = regs if registers is None else hll.raw_max(registers, regs)
+        registers = _max_registers(registers, value)
     if registers is None:
         return 0
     return hll.count_raw(registers)
@@ -85,11 +91,7 @@ def pfmerge(ctx, args):
             dest_value = value
         if value[4] == hll.DENSE:
             use_dense = True
-        try:
-            regs = hll.registers(value)
-        except hll.Corrupt:
-            raise _corrupt() from None
-        registers = regs if registers is None else hll.raw_max(registers, regs)
+        registers = _max_registers(registers, value)
     if registers is None:
         registers = bytes(hll.REGISTERS)
     try:

@@ -12,7 +12,7 @@ from ..errors import CommandError
 from ..keyspace import encoding
 from ..protocol.resp import OK, NullArray
 from .args import ArgCursor
-from .base import INT64_MAX, parse_int, syntax_error, wrong_arity
+from .base import INT64_MAX, normalize_range, parse_int, syntax_error, wrong_arity
 from .registry import command
 
 LONG_MAX = INT64_MAX
@@ -34,16 +34,10 @@ def positive_long(value: bytes, message=messages.VALUE_OUT_OF_RANGE_POSITIVE) ->
 def list_range(dq, start: int, stop: int):
     """Elements of dq with index in [start, stop] (Valkey normalization); cost O(min side + k)."""
     n = len(dq)
-    if start < 0:
-        start += n
-    if stop < 0:
-        stop += n
-    if start < 0:
-        start = 0
-    if start > stop or start >= n:
+    bounds = normalize_range(start, stop, n)
+    if bounds is None:
         return []
-    if stop >= n:
-        stop = n - 1
+    start, stop = bounds
     if start == 0 and stop == n - 1:
         return list(dq)
     if start > n - 1 - stop:
@@ -339,18 +333,11 @@ def ltrim(ctx, args):
     if dq is None:
         return OK
     n = len(dq)
-    if start < 0:
-        start += n
-    if stop < 0:
-        stop += n
-    if start < 0:
-        start = 0
-    if start > stop or start >= n:
-        left_trim, right_trim = n, 0
+    bounds = normalize_range(start, stop, n)
+    if bounds is None:
+        left_trim, right_trim = n, 0      # an empty range trims everything, as Valkey
     else:
-        if stop >= n:
-            stop = n - 1
-        left_trim, right_trim = start, n - 1 - stop
+        left_trim, right_trim = bounds[0], n - 1 - bounds[1]
     removed = left_trim + right_trim
     if not removed:
         return OK

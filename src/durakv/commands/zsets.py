@@ -15,7 +15,7 @@ from ..keyspace import ZSet, encoding
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
 from ..protocol.resp import NullArray, format_double
 from .args import ArgCursor
-from .base import parse_int, syntax_error, wrong_arity
+from .base import normalize_range, parse_int, syntax_error, wrong_arity
 from .lists import LONG_MAX, parse_mpop, positive_long, range_long
 from .registry import command
 
@@ -389,16 +389,10 @@ def _zrange_generic(ctx, args, start_idx, store, rangetype, reverse):
     order = z.order
     size = len(order)
     if rangetype == _RANK:
-        if start < 0:
-            start += size
-        if end < 0:
-            end += size
-        if start < 0:
-            start = 0
-        if start > end or start >= size:
+        bounds = normalize_range(start, end, size)
+        if bounds is None:
             return []
-        if end >= size:
-            end = size - 1
+        start, end = bounds
         if reverse:
             items = order[size - 1 - end:size - start]
             items.reverse()
@@ -493,18 +487,10 @@ def _zremrange(ctx, args, rangetype):
     if z is None:
         return 0
     if rangetype == _RANK:
-        size = len(z)
-        if start < 0:
-            start += size
-        if end < 0:
-            end += size
-        if start < 0:
-            start = 0
-        if start > end or start >= size:
+        bounds = normalize_range(start, end, len(z))
+        if bounds is None:
             return 0
-        if end >= size:
-            end = size - 1
-        i, k = start, end + 1
+        i, k = bounds[0], bounds[1] + 1
     elif rangetype == _SCORE:
         i, k = z.score_bounds(*score_range)
     else:

@@ -23,6 +23,12 @@ _EXEC_REASON = {model.DENIED_CMD: messages.ACL_EXEC_REASON_CMD, model.DENIED_KEY
 AUTH_LOG_INTERVAL_MS = 1000  # at most one line per interval about failed AUTH, with the count it stands for
 
 
+def _denial(user, cmd, args):
+    """model.check's (reason, argument position) for a denied command, or None; a user allowed everything
+    (no ACL rules: the common case) is not walked."""
+    return None if user.unrestricted else model.check(user, cmd, args)
+
+
 class ServerAcl:
     def __init__(self, server, random_bytes=os.urandom):
         self.server = server
@@ -130,9 +136,7 @@ class ServerAcl:
     def admit(self, session, cmd, args):
         """processCommand's ACL step: None or the -NOPERM reply text (the denial is logged and counted)."""
         user = session.acl_user or self.users.default
-        if user.unrestricted:
-            return None
-        denied = model.check(user, cmd, args)
+        denied = _denial(user, cmd, args)
         if denied is None:
             return None
         reason, pos = denied
@@ -143,9 +147,7 @@ class ServerAcl:
     def exec_denied(self, session, cmd, args):
         """execCommand's re-check of a queued command (the rules may have changed since it was queued)."""
         user = session.acl_user or self.users.default
-        if user.unrestricted:
-            return None
-        denied = model.check(user, cmd, args)
+        denied = _denial(user, cmd, args)
         if denied is None:
             return None
         reason, pos = denied
@@ -158,9 +160,7 @@ class ServerAcl:
             return None  # no client behind it (recovery, internal runs)
         user = caller.acl_user or self.users.default
         script_session.acl_user = caller.acl_user
-        if user.unrestricted:
-            return None
-        denied = model.check(user, cmd, args)
+        denied = _denial(user, cmd, args)
         if denied is None:
             return None
         reason, pos = denied

@@ -37,6 +37,19 @@ def _frames(parts):
     return b"*%d\r\n" % len(parts) + body, b">%d\r\n" % len(parts) + body
 
 
+def _deliver(members, frames, hooks, current, ticket) -> int:
+    """Pushes a message (frames: its RESP2 and RESP3 encodings) to each subscribed connection; the publishing
+    connection (`current`) gets it after its own reply. Returns how many it was pushed to."""
+    targets = list(members)   # a push over the output buffer limit closes the client, which leaves members
+    for conn in targets:
+        data = Raw(frames[conn.session.resp == 3])
+        if conn is current:
+            hooks.push_after_reply(data, ticket)
+        else:
+            conn.push(data, ticket)
+    return len(targets)
+
+
 def _confirm(kind: bytes, name, count: int, resp3: bool) -> bytes:
     head = b">3\r\n" if resp3 else b"*3\r\n"
     if name is None:
@@ -144,27 +157,14 @@ class PubSub:
         current = hooks.current     # a client publishing to itself gets the message after its own reply
         members = (self.shard if shard else self.channels).get(channel)
         if members:
-            frames = _frames((b"smessage" if shard else b"message", channel, message))
-            for conn in list(members):
-                data = Raw(frames[conn.session.resp == 3])
-                if conn is current:
-                    hooks.push_after_reply(data, ticket)
-                else:
-                    conn.push(data, ticket)
-                receivers += 1
+            receivers += _deliver(members, _frames((b"smessage" if shard else b"message", channel, message)),
+                                  hooks, current, ticket)
         if shard or not self.patterns:
             return receivers
         for pattern, members in list(self.patterns.items()):
             if not glob_match(pattern, channel):
                 continue
-            frames = _frames((b"pmessage", pattern, channel, message))
-            for conn in list(members):
-                data = Raw(frames[conn.session.resp == 3])
-                if conn is current:
-                    hooks.push_after_reply(data, ticket)
-                else:
-                    conn.push(data, ticket)
-                receivers += 1
+            receivers += _deliver(members, _frames((b"pmessage", pattern, channel, message)), hooks, current, ticket)
         return receivers
 
     def has_subscribers(self) -> bool:

@@ -342,12 +342,16 @@ class Server:
             self.cluster_routing = self.pipeline.router = routing
         self.loading = False
         await self._listen()
+        self._start_cron_and_signals()
+
+    def _start_cron_and_signals(self):
+        """The last step of either start-up: serverCron on its timer, SIGTERM/SIGINT a graceful shutdown."""
         self._timer = self.loop.create_task(self._cron())
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 self.loop.add_signal_handler(sig, self.request_shutdown)
             except (NotImplementedError, RuntimeError):
-                pass
+                pass   # not the main thread, or a loop without signals: the owner stops the server
 
     async def _start_cluster_node(self):
         """A shard member on the JetStream journal (replication/node.py decides primary or replica)."""
@@ -371,12 +375,7 @@ class Server:
         log.info("durakv %s ready: port %s, tls-port %s, durability %s (%s), dir %s", __version__,
                  self.config["port"], self.config["tls-port"], self.effective_durability(),
                  "primary" if self.cluster_node.role == "primary" else "replica", self.dir)
-        self._timer = self.loop.create_task(self._cron())
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self.loop.add_signal_handler(sig, self.request_shutdown)
-            except (NotImplementedError, RuntimeError):
-                pass
+        self._start_cron_and_signals()
 
     def _journal_failed(self, first, exc):
         """The journal could not persist entries from `first` on. Their effects are in memory but not on disk,

@@ -187,12 +187,7 @@ class _Client:
         return self.c
 
     def broken(self):
-        if self.c is not None:
-            try:
-                self.c.close()
-            except Exception:  # noqa: BLE001
-                pass
-        self.c = None
+        self.close()
         self.rotation += 1
         self.rebuilds += 1
         self.stop.wait(0.02)
@@ -206,7 +201,27 @@ class _Client:
             self.c = None
 
 
-class KeyWriter(threading.Thread):
+def _wait_turn(stop, next_at, interval):
+    """Waits (or until stop) for the slot at next_at of a paced loop; returns the slot after it, never more than
+    a second behind now, so that a stall is not made up for with a burst."""
+    delay = next_at - time.monotonic()
+    if delay > 0:
+        stop.wait(delay)
+    return max(next_at + interval, time.monotonic() - 1.0)
+
+
+class _Worker(threading.Thread):
+    """A workload thread: _run() does the work; what it raises is kept in .error for the scenario to report
+    (a thread's exception would otherwise only be printed)."""
+
+    def run(self):
+        try:
+            self._run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the scenario
+            self.error = exc
+
+
+class KeyWriter(_Worker):
     """Writes unique keys (`write-key` ops: SET key value), one at a time, until stopped. rate_per_s: at most
     that many writes a second (None: as fast as acknowledgements come). retry_refused: write the same key again
     after a CLUSTERDOWN durability-buffer rejection (the async writers of the seed's Test 2)."""
@@ -224,12 +239,6 @@ class KeyWriter(threading.Thread):
         self.acked = 0
         self.error = None
 
-    def run(self):
-        try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001 - reported by the scenario
-            self.error = exc
-
     def _run(self):
         client = _Client(self.target, self.timeout_s, self.stop)
         deadline = time.monotonic() + self.max_s
@@ -240,10 +249,7 @@ class KeyWriter(threading.Thread):
         try:
             while not self.stop.is_set() and time.monotonic() < deadline:
                 if interval:
-                    delay = next_at - time.monotonic()
-                    if delay > 0:
-                        self.stop.wait(delay)
-                    next_at = max(next_at + interval, time.monotonic() - 1.0)
+                    next_at = _wait_turn(self.stop, next_at, interval)
                 c = client.get()
                 if c is None:
                     break
@@ -304,7 +310,7 @@ CAS_LUA = ("local cur = redis.call('GET', KEYS[1]) "
            "redis.call('SET', KEYS[1], ARGV[3]) return 1 end return 0")
 
 
-class RegisterClient(threading.Thread):
+class RegisterClient(_Worker):
     """Reads, writes and compare-and-sets (WATCH/MULTI/EXEC, and a Lua script) on a few keys, recording each.
     Every written value is unique. A CAS expects the last value this client saw on that key."""
 
@@ -323,12 +329,6 @@ class RegisterClient(threading.Thread):
         self.max_s = max_s
         self.error = None
 
-    def run(self):
-        try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001
-            self.error = exc
-
     def _pick(self):
         r = self.rng.random()
         for f, p in self.MIX:
@@ -345,10 +345,7 @@ class RegisterClient(threading.Thread):
         try:
             while not self.stop.is_set() and time.monotonic() < deadline:
                 if interval:
-                    delay = next_at - time.monotonic()
-                    if delay > 0:
-                        self.stop.wait(delay)
-                    next_at = max(next_at + interval, time.monotonic() - 1.0)
+                    next_at = _wait_turn(self.stop, next_at, interval)
                 c = client.get()
                 if c is None:
                     break
@@ -615,7 +612,7 @@ class InfoSampler(threading.Thread):
 
 # -- the dirty-reads workload ------------------------------------------------------------------------------------
 
-class DirtyWriter(threading.Thread):
+class DirtyWriter(_Worker):
     """Writes unique values, one at a time, alternating SET of a key written once (`write-key`) and XADD of a
     unique field value to one stream (`xadd`). `pending` is the write in flight (key, value), for the GET
     reader to read."""
@@ -629,12 +626,6 @@ class DirtyWriter(threading.Thread):
         self.acked = 0
         self.errors = Counter()
         self.error = None
-
-    def run(self):
-        try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001 - reported by the scenario
-            self.error = exc
 
     def _run(self):
         from .dirty import XADD
@@ -940,7 +931,7 @@ def read_stream_values(target, stream, timeout_s=60.0) -> list:
 
 # -- the bulk load step of acked-writes ---------------------------------------------------------------------------
 
-class BulkWriter(threading.Thread):
+class BulkWriter(_Worker):
     """Pipelines `batches` batches of `batch` SETs of `value_bytes` values to unique keys, then (and between
     batches) `large` SETs of `large_bytes` values, each recorded as a `write-key` operation. A pipeline's
     commands are concurrent operations, so each slot of a batch is its own process ("bulk<n>.<slot>")."""
@@ -961,9 +952,7 @@ class BulkWriter(threading.Thread):
 
     def run(self):
         try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001 - reported by the scenario
-            self.error = exc
+            super().run()
         finally:
             self.ended_ns = time.monotonic_ns()
 
