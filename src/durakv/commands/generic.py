@@ -35,7 +35,7 @@ from ..keyspace.db import estimate_key
 from ..keyspace import rdbvalue
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply, Raw
-from . import acl_model, registry
+from . import acl_check, acl_keys, registry
 from .acl import users_of
 from .args import ArgCursor
 from .base import INT64_MAX, atoi, parse_int, syntax_error
@@ -111,8 +111,8 @@ def _full_key_access(ctx, args) -> bool:
     acl = users_of(ctx)
     if acl is None:
         return True
-    return acl_model.unrestricted_key_access(acl.user_of(ctx.client), registry.TABLE[args[0].lower()], args,
-                                             acl_model.READ)
+    return acl_check.unrestricted_key_access(acl.user_of(ctx.client), registry.TABLE[args[0].lower()], args,
+                                             acl_keys.READ)
 
 
 def _sort(ctx, args, readonly):
