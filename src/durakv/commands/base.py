@@ -38,8 +38,9 @@ class Blocked:
 class Context:
     """Per-command execution state. One instance per session, reset for each command.
 
-    `port` is the handler's only way to the process around it (client list, snapshots, config, pub/sub,
-    failover, ...: commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
+    `port` is the handler's only way to the process around it, in groups (`port.clients`, `port.pubsub`,
+    `port.admin`, `port.persistence`, `port.replication`, `port.cluster`, `port.faults`, `port.off_loop`:
+    commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
 
     __slots__ = ("keyspace", "db", "client", "port", "effects", "dirty", "replaying", "pipeline", "may_block",
                  "dirty_exact")

@@ -667,7 +667,7 @@ def _memory_overview(ctx):
     """(used, peak, rss): used is INFO's used_memory (the dataset estimate the maxmemory check uses)."""
     port = ctx.port
     used = ctx.pipeline.used_memory_fn()
-    return used, port.note_peak_memory(used), port.memory_rss() or used
+    return used, port.admin.note_peak_memory(used), port.admin.memory_rss() or used
 
 
 @command("memory|stats")

@@ -444,7 +444,7 @@ class Pipeline:
             # a replica applies its primary's writes without admission (the journal, a REPLICAOF link): a
             # lock would not hold them back, so the value could change under the worker
             return None
-        deferred = self.port.off_loop_start(session)
+        deferred = self.port.off_loop.start(session)
         if deferred is None:
             return None
         locked = self.key_locks
@@ -469,9 +469,9 @@ class Pipeline:
             retries = self.lock_retries and not self._locks   # (else kept for the last lock's end)
             if retries:
                 self.lock_retries = False
-            self.port.off_loop_end(session, retries)
+            self.port.off_loop.end(session, retries)
 
-        self.port.off_loop_run(work, done)
+        self.port.off_loop.run(work, done)
         return deferred
 
     def complete(self, session, cmd, args, handler):
@@ -500,7 +500,7 @@ class Pipeline:
         gate = self._gate
         if gate is not None and gate.is_replica():
             return True
-        return self.port.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
+        return self.port.replication.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
 
     def reject(self, session, cmd, text):
         """rejectCommand: flags a transaction being queued, counts, and answers the error (EXECABORT with
