@@ -64,6 +64,18 @@ class Context:
     def now_ms(self) -> int:
         return self.keyspace.clock_ms()
 
+    @property
+    def scripting(self):
+        """The pipeline's scripting state (scripting/runner.ScriptingState), None before the first script."""
+        pipeline = self.pipeline
+        return pipeline.scripting if pipeline is not None else None
+
+    def shared_integers_allowed(self) -> bool:
+        """canUseSharedObject: no shared integers under maxmemory with an LRU/LFU policy (OBJECT REFCOUNT and
+        DEBUG OBJECT show a shared integer's refcount)."""
+        pipeline = self.pipeline
+        return not (pipeline.maxmemory and pipeline.maxmemory_policy.endswith(("lru", "lfu")))
+
     # -- keys ---------------------------------------------------------------------------------
     def lookup(self, key):
         return self.keyspace.lookup(self.db, key)

@@ -126,8 +126,7 @@ def _debug_object(ctx, args):
     refcount = 1
     if type(value) is bytes and enc == encoding.INT:
         n = string2ll(value)
-        d = ctx.pipeline
-        if 0 <= n < 10000 and not (d.maxmemory and d.maxmemory_policy.endswith(("lru", "lfu"))):
+        if 0 <= n < 10000 and ctx.shared_integers_allowed():
             refcount = 2147483647  # a shared integer
     parts = ["Value at:0x%x refcount:%d encoding:%s" % (id(value), refcount, enc.decode())]
     if not fast:

@@ -155,7 +155,7 @@ def _sort(ctx, args, readonly):
         raise WrongType()
     if value is None:
         value, t = deque(), deque
-    state = ctx.pipeline.scripting if ctx.pipeline is not None else None
+    state = ctx.scripting
     in_script = state is not None and state.calls is not None and ctx.client is state.calls.session
     if dontsort and t is set and (store is not None or in_script):
         # A set has no order of its own: a stored result, or what a script sees (its effects must not

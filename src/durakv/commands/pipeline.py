@@ -558,6 +558,17 @@ class Pipeline:
     def out_of_memory(self) -> bool:
         return bool(self.maxmemory) and self.used_memory_fn() > self.maxmemory and not self.evict()
 
+    def evict_to_limit(self):
+        """Evicts at once down to maxmemory, if it is set and passed (the policy permitting)."""
+        if self.maxmemory and self.used_memory_fn() > self.maxmemory:
+            self.evict()
+
+    def reset_stats(self):
+        """CONFIG RESETSTAT's part here: the command count and the error-reply counters."""
+        self.total_commands = 0
+        self.total_errors = 0
+        self.error_counts.clear()
+
     # -- call() ---------------------------------------------------------------------------------------
     def call(self, session, cmd, args, handler=None, caller=None, count_call=True):
         """Runs one admitted command (or `handler(ctx)` for a blocked retry) with its accounting.

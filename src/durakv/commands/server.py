@@ -61,12 +61,10 @@ def config_set(ctx, args):
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
         if pending is not None:
             later.append(pending)
-    d = ctx.pipeline
-    if d.maxmemory and any(BY_NAME[name].name in ("maxmemory", "maxmemory-policy") for name, _v in pairs) \
-            and d.used_memory_fn() > d.maxmemory:
+    if any(BY_NAME[name].name in ("maxmemory", "maxmemory-policy") for name, _v in pairs):
         # As Valkey's updateMaxmemory: evict at once down to the new limit (the policy permitting),
         # not only when the next write arrives; the evicted keys are journaled and notified as usual.
-        d.evict()
+        ctx.pipeline.evict_to_limit()
     if not later:
         return OK
     # Shard settings and durability switches answer once they hold (on a primary: for every later write).
@@ -87,10 +85,7 @@ def config_set(ctx, args):
 
 @command("config|resetstat")
 def config_resetstat(ctx, args):
-    d = ctx.pipeline
-    d.total_commands = 0
-    d.total_errors = 0
-    d.error_counts.clear()
+    ctx.pipeline.reset_stats()
     ctx.keyspace.hits = ctx.keyspace.misses = 0
     for cmd in registry.TABLE.values():
         for c in [cmd] + list(cmd.subcommands.values()):
@@ -135,7 +130,7 @@ def dbsize(ctx, args):
 
 @command("time")
 def time_(ctx, args):
-    state = ctx.pipeline.scripting if ctx.pipeline is not None else None
+    state = ctx.scripting
     run = state.current if state is not None else None
     if run is not None and run.session is ctx.client:
         now_us = run.time_us            # a script sees the time it started at (server.ustime is cached)
