@@ -1,7 +1,8 @@
 """ACL SETUSER GETUSER DELUSER LIST USERS WHOAMI CAT LOG DRYRUN GENPASS SAVE LOAD HELP (Valkey 7+/8.0).
 
 The users and the log are the server's (server/acl.py); handlers reach them only through users_of(ctx), the
-one port. The rules, the check and every rendering are in acl_model.py.
+one port. The rules, the check and every rendering are in the acl_*.py modules (acl_store: the users,
+acl_check: the check, acl_universe: the commands and categories, ...).
 """
 
 from .. import messages

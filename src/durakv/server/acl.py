@@ -56,7 +56,7 @@ class ServerAcl:
                 raise ConfigError("Aborting durakv startup because of ACL errors: %s" % exc) from None
         cfg.listeners.append(self._on_config_set)
         cfg.rewrite_extra_lines = self._rewrite_lines
-        # A shard member sets this (replication/node.py): share(settings) -> Deferred resolved with None once
+        # A shard member sets this (replication/shard_settings.py): share(settings) -> Deferred resolved with None once
         # the users are stored for the whole shard, or with an ErrorReply.
         self.share = None
         self._applying = False

@@ -290,7 +290,7 @@ class ServerReplication(_Served, Replication):
         return tracker.journal_index(index)
 
     def wait_replicas(self, index, numreplicas, timeout_ms, reply_fn):
-        # A shard's replicas report the journal index they applied (replication/node.py heartbeats); without
+        # A shard's replicas report the journal index they applied (replication/members.py heartbeats); without
         # a shard there are none, and WAIT answers at its timeout (0 = until the client disconnects, as Valkey).
         d = self._deferred_with_timeout(timeout_ms, reply_fn)
         node = self.server.cluster_node
