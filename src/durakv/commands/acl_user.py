@@ -9,8 +9,8 @@ import hmac
 
 from ..config import split_args
 from ..protocol.resp import RespSet
-from .acl_passwords import hash_password, valid_hash
-from .acl_rules import EBADMSG, ENODEV, RuleError
+from .acl_passwords import hash_password, rule_digest
+from .acl_rules import ENODEV, RuleError
 from .acl_selectors import Selector
 
 
@@ -74,22 +74,12 @@ class User:
             self.nopass = False
             self.passwords = []
         elif first == b">" or first == b"#":
-            if first == b">":
-                h = hash_password(op[1:])
-            else:
-                if not valid_hash(op[1:]):
-                    raise RuleError(EBADMSG)
-                h = op[1:].decode()
+            h = rule_digest(op, first == b">")
             if h not in self.passwords:
                 self.passwords.append(h)
             self.nopass = False
         elif first == b"<" or first == b"!":
-            if first == b"<":
-                h = hash_password(op[1:])
-            else:
-                if not valid_hash(op[1:]):
-                    raise RuleError(EBADMSG)
-                h = op[1:].decode()
+            h = rule_digest(op, first == b"<")
             if h not in self.passwords:
                 raise RuleError(ENODEV)
             self.passwords.remove(h)
