@@ -1,10 +1,11 @@
-"""Unit tests of the pure ACL model (commands/acl_model.py): rules, rendering, the check, the log, the file and
+"""Unit tests of the pure ACL model (commands/acl_*.py): rules, rendering, the check, the log, the file and
 dict forms. Expected texts are Valkey 8.0's (tests/unit/acl.tcl, acl-v2.tcl)."""
 
 import pytest
 
-from durakv.commands import acl_model as m
+from durakv.commands import acl_check, acl_log, acl_passwords, acl_pubsub, acl_store, acl_universe, acl_user
 from durakv.commands import load_all, registry
+from durakv.config import split_args
 
 load_all()
 
@@ -19,8 +20,10 @@ def cmd_of(*argv):
 
 def denial(user, *argv):
     cmd, args = cmd_of(*argv)
-    d = m.check(user, cmd, args)
-    return None if d is None else (m.REASONS[d[0]], args[d[1]] if d[0] != m.DENIED_CMD else cmd.fullname)
+    d = acl_check.check(user, cmd, args)
+    if d is None:
+        return None
+    return acl_check.REASONS[d[0]], args[d[1]] if d[0] != acl_check.DENIED_CMD else cmd.fullname
 
 
 def setuser(users, name, rules):
@@ -32,7 +35,7 @@ def commands_of(users, name):
 
 
 def test_default_and_new_user_descriptions():
-    u = m.Users()
+    u = acl_store.Users()
     assert u.default.list_line() == b"user default on nopass sanitize-payload ~* &* +@all"
     setuser(u, "newuser", "")
     assert u.get(b"newuser").list_line() == b"user newuser off sanitize-payload resetchannels -@all"
@@ -59,14 +62,14 @@ def test_default_and_new_user_descriptions():
     ("+@all -client|kill", "+@all -client|kill"),
 ])
 def test_command_rules_compact_losslessly(rules, expected):
-    u = m.Users()
+    u = acl_store.Users()
     setuser(u, "adv", rules)
     assert commands_of(u, "adv") == expected
 
 
 def test_every_category_round_trips_alone():
-    u = m.Users()
-    for cat in m.CATEGORIES:
+    u = acl_store.Users()
+    for cat in acl_universe.CATEGORIES:
         setuser(u, "additive", "reset +@all -@" + cat)
         assert commands_of(u, "additive") == "+@all -@" + cat
         setuser(u, "restrictive", "reset -@all +@" + cat)
@@ -90,30 +93,30 @@ def test_every_category_round_trips_alone():
     ("<neverset", "The password you are trying to remove from the user does not exist"),
 ])
 def test_rule_errors_are_valkeys(op, text):
-    u = m.Users()
-    with pytest.raises(m.SetUserError) as exc:
+    u = acl_store.Users()
+    with pytest.raises(acl_store.SetUserError) as exc:
         u.setuser(b"x", [op.encode()])
     assert exc.value.text == "Error in ACL SETUSER modifier '%s': %s" % (op, text)
     assert u.get(b"x") is None  # nothing is applied when one rule fails
 
 
 def test_selector_errors_and_unmatched_parenthesis():
-    u = m.Users()
-    with pytest.raises(m.SetUserError) as exc:
+    u = acl_store.Users()
+    with pytest.raises(acl_store.SetUserError) as exc:
         u.setuser(b"x", [b"on", b"(&*", b"&fail)"])
     assert exc.value.text == ("Error in ACL SETUSER modifier '(&* &fail)': Adding a pattern after the * pattern "
                               "(or the 'allchannels' flag) is not valid and does not have any effect. Try "
                               "'resetchannels' to start with an empty list of channels")
-    with pytest.raises(m.SetUserError) as exc:
+    with pytest.raises(acl_store.SetUserError) as exc:
         u.setuser(b"x", [b"on", b"(+PING", b"(+SELECT", b"(+DEL"])
     assert exc.value.text == "Unmatched parenthesis in acl selector starting at '(+PING'."
-    with pytest.raises(m.SetUserError) as exc:
+    with pytest.raises(acl_store.SetUserError) as exc:
         u.setuser(b"x", [b"~*", b"~foo"])
     assert exc.value.text.endswith("Try 'resetkeys' to start with an empty list of patterns")
 
 
 def test_flexible_selectors_and_getuser_fields():
-    u = m.Users()
+    u = acl_store.Users()
     u.setuser(b"s2", [b"(~key1 +get )", b"( ~key2 +get )", b"( ~key3 +get)", b"(~key4 +get)"])
     sels = u.get(b"s2").getuser_reply()[b"selectors"]
     assert [s[b"keys"] for s in sels] == [b"~key1", b"~key2", b"~key3", b"~key4"]
@@ -135,7 +138,7 @@ def test_flexible_selectors_and_getuser_fields():
 
 
 def test_reset_returns_to_a_new_user():
-    u = m.Users()
+    u = acl_store.Users()
     setuser(u, "example", "")
     fresh = u.get(b"example").list_line()
     setuser(u, "example", "on >pw ~* &* +@all (+get ~x)")
@@ -144,7 +147,7 @@ def test_reset_returns_to_a_new_user():
 
 
 def test_passwords_are_hashed_and_checked():
-    u = m.Users()
+    u = acl_store.Users()
     setuser(u, "newuser", ">passwd1")
     user = u.get(b"newuser")
     assert not user.check_password(b"passwd1")  # new users start off
@@ -170,7 +173,7 @@ def test_passwords_are_hashed_and_checked():
 
 
 def test_check_commands_subcommands_and_first_args():
-    u = m.Users()
+    u = acl_store.Users()
     user = setuser(u, "n", "on nopass ~* &* -@all +@set +acl")
     assert denial(user, "SADD", "s", "a") is None
     assert denial(user, "SET", "foo", "bar") == ("command", "set")
@@ -187,7 +190,7 @@ def test_check_commands_subcommands_and_first_args():
 
 
 def test_check_keys_read_write_and_key_specs():
-    u = m.Users()
+    u = acl_store.Users()
     user = setuser(u, "ct", "on nopass +@all %R~read* %W~write* %RW~rw*")
     assert denial(user, "GET", "read") is None
     assert denial(user, "GET", "write") == ("key", b"write")
@@ -227,7 +230,7 @@ def test_check_keys_read_write_and_key_specs():
 
 
 def test_check_channels():
-    u = m.Users()
+    u = acl_store.Users()
     user = setuser(u, "ps", "on nopass +@all resetchannels &foo:1 &bar:*")
     assert denial(user, "PUBLISH", "foo:1", "m") is None
     assert denial(user, "PUBLISH", "bar:2", "m") is None
@@ -241,7 +244,7 @@ def test_check_channels():
 
 
 def test_selectors_pick_the_relevant_denial():
-    u = m.Users()
+    u = acl_store.Users()
     user = setuser(u, "sel", "on nopass +mget ~key")
     u.setuser(b"sel", [b"(+mget ~key ~otherkey)"])
     assert denial(user, "GET", "key") == ("command", "get")
@@ -255,28 +258,29 @@ def test_selectors_pick_the_relevant_denial():
 
 
 def test_unrestricted_key_access_for_sort():
-    u = m.Users()
+    u = acl_store.Users()
     sort = registry.TABLE[b"sort"]
     args = [b"sort", b"mylist", b"by", b"v*"]
     for rules, allowed in (("(+sort ~mylist)", False), ("(+sort ~mylist ~v*)", False),
                            ("(+sort ~mylist %W~*)", False), ("(+sort ~mylist %R~*)", True)):
         user = u.setuser(b"srt", [b"reset", b"on", b"nopass", rules.encode()])
-        assert m.unrestricted_key_access(user, sort, args) is allowed
+        assert acl_check.unrestricted_key_access(user, sort, args) is allowed
 
 
 def test_denial_messages():
-    u = m.Users()
+    u = acl_store.Users()
     user = setuser(u, "alice", "on")
     get = registry.TABLE[b"get"]
-    assert m.denial_message(m.DENIED_CMD, user, get, b"") == "User alice has no permissions to run the 'get' command"
-    assert m.denial_message(m.DENIED_KEY, user, get, b"k") == "No permissions to access a key"
-    assert m.denial_message(m.DENIED_CHANNEL, user, get, b"c") == "No permissions to access a channel"
-    assert m.denial_message(m.DENIED_KEY, user, get, b"k", verbose=True) == \
+    assert (acl_check.denial_message(acl_check.DENIED_CMD, user, get, b"")
+            == "User alice has no permissions to run the 'get' command")
+    assert acl_check.denial_message(acl_check.DENIED_KEY, user, get, b"k") == "No permissions to access a key"
+    assert acl_check.denial_message(acl_check.DENIED_CHANNEL, user, get, b"c") == "No permissions to access a channel"
+    assert acl_check.denial_message(acl_check.DENIED_KEY, user, get, b"k", verbose=True) == \
         "User alice has no permissions to access the 'k' key"
 
 
 def test_categories_follow_the_implicit_rules():
-    members = m.CATEGORY_MEMBERS
+    members = acl_universe.CATEGORY_MEMBERS
     assert "multi" in members["transaction"] and "function|list" in members["scripting"]
     assert "set" not in members["keyspace"] and "get" not in members["stream"]
     assert "get" in members["read"] and "get" in members["fast"] and "set" in members["write"]
@@ -286,34 +290,35 @@ def test_categories_follow_the_implicit_rules():
 
 
 def test_acl_log_grouping_ids_and_limits():
-    log = m.AclLog(max_len=5)
-    log.add(m.DENIED_AUTH, m.CTX_TOPLEVEL, b"AUTH", b"user1", b"ci1", 1000)
+    log = acl_log.AclLog(max_len=5)
+    log.add(acl_check.DENIED_AUTH, acl_log.CTX_TOPLEVEL, b"AUTH", b"user1", b"ci1", 1000)
     for i in range(10):
-        log.add(m.DENIED_AUTH, m.CTX_TOPLEVEL, b"AUTH", b"user1", b"ci2", 1001 + i)
+        log.add(acl_check.DENIED_AUTH, acl_log.CTX_TOPLEVEL, b"AUTH", b"user1", b"ci2", 1001 + i)
     [e] = log.reply(10, 2000)
     assert e[b"count"] == 11 and e[b"entry-id"] == 0 and e[b"timestamp-created"] == 1000
     assert e[b"timestamp-last-updated"] == 1010 and e[b"client-info"] == b"ci2" and e[b"age-seconds"] == 0.99
-    log.add(m.DENIED_AUTH, m.CTX_TOPLEVEL, b"AUTH", b"user2", b"ci", 1020)
+    log.add(acl_check.DENIED_AUTH, acl_log.CTX_TOPLEVEL, b"AUTH", b"user2", b"ci", 1020)
     assert log.reply(1, 2000)[0][b"entry-id"] == 1
-    log.add(m.DENIED_AUTH, m.CTX_TOPLEVEL, b"AUTH", b"user1", b"ci", 1000 + 61001)  # outside the 60 s window
+    # outside the 60 s window
+    log.add(acl_check.DENIED_AUTH, acl_log.CTX_TOPLEVEL, b"AUTH", b"user1", b"ci", 1000 + 61001)
     assert log.reply(1, 70000)[0][b"entry-id"] == 2
     for j in range(10):
-        log.add(m.DENIED_KEY, m.CTX_TOPLEVEL, b"obj:%d" % j, b"antirez", b"ci", 5000)
+        log.add(acl_check.DENIED_KEY, acl_log.CTX_TOPLEVEL, b"obj:%d" % j, b"antirez", b"ci", 5000)
     assert len(log.reply(100, 5000)) == 5
     log.max_len = 0
     assert len(log.reply(100, 5000)) == 5   # shrinking takes effect at the next entry
-    log.add(m.DENIED_KEY, m.CTX_TOPLEVEL, b"x", b"antirez", b"ci", 5000)
+    log.add(acl_check.DENIED_KEY, acl_log.CTX_TOPLEVEL, b"x", b"antirez", b"ci", 5000)
     assert log.reply(100, 5000) == []
     assert log.info_fields() == {"acl_access_denied_auth": 13, "acl_access_denied_cmd": 0,
                                  "acl_access_denied_key": 11, "acl_access_denied_channel": 0}
 
 
 def test_acl_file_round_trip_and_errors():
-    u = m.Users()
+    u = acl_store.Users()
     setuser(u, "alice", "on allcommands allkeys &* >alice")
     setuser(u, "bob", "on -@all +@set +acl ~set* &* >bob (+get %R~r*) (+set %W~w*)")
     text = u.file_text()
-    v = m.Users()
+    v = acl_store.Users()
     v.replace_all(v.parse_file(text, "user.acl"))
     assert v.file_text() == text
     with pytest.raises(ValueError) as exc:
@@ -329,71 +334,71 @@ def test_acl_file_round_trip_and_errors():
 
 
 def test_dict_round_trip_keeps_every_rule():
-    u = m.Users()
+    u = acl_store.Users()
     u.set_default_password(b"pw")
     setuser(u, "alice", "on >a %R~r* %W~w* resetchannels &news.* -@all +get +select|0 +client|id")
     u.setuser(b"alice", [b"(+set ~x*)", b"skip-sanitize-payload"])
     data = u.to_dict()
-    v = m.Users()
+    v = acl_store.Users()
     v.load_dict(data)
     assert v.file_text() == u.file_text()
     assert v.default.check_password(b"pw") and v.get(b"alice").check_password(b"a")
 
 
 def test_config_user_lines():
-    u = m.Users()
+    u = acl_store.Users()
     u.load_config_users([[b"default", b"on", b"nopass", b"~*", b"+@all", b"-flushdb"], [b"bob", b"on", b">b"]])
     assert u.default.list_line() == b"user default on nopass sanitize-payload ~* resetchannels +@all -flushdb"
     with pytest.raises(ValueError) as exc:
-        m.Users().load_config_users([[b"foo"], [b"foo"]])
+        acl_store.Users().load_config_users([[b"foo"], [b"foo"]])
     assert str(exc.value) == ("Error in user declaration 'foo': Duplicate user found. A user can only be defined "
                               "once in config files")
 
 
 def test_channel_revocation_decisions():
-    u = m.Users()
+    u = acl_store.Users()
     old = setuser(u, "ps", "on nopass resetchannels &foo:1 &bar:* &orders").copy()
     wider = u.stage(b"ps", [b"resetchannels", b"&foo:1", b"&bar:*", b"&orders", b"&baz:qaz"])
-    assert m.upcoming_channels(wider, old) is None
-    assert m.upcoming_channels(u.stage(b"ps", [b"allchannels"]), old) is None
+    assert acl_pubsub.upcoming_channels(wider, old) is None
+    assert acl_pubsub.upcoming_channels(u.stage(b"ps", [b"allchannels"]), old) is None
     narrower = u.stage(b"ps", [b"resetchannels", b"&foo:1"])
-    upcoming = m.upcoming_channels(narrower, old)
+    upcoming = acl_pubsub.upcoming_channels(narrower, old)
     assert upcoming == [b"foo:1"]
-    assert not m.subscriptions_revoked(upcoming, [b"foo:1"], [], [])
-    assert m.subscriptions_revoked(upcoming, [], [b"bar:*"], [])
-    assert m.subscriptions_revoked(upcoming, [], [], [b"orders"])
+    assert not acl_pubsub.subscriptions_revoked(upcoming, [b"foo:1"], [], [])
+    assert acl_pubsub.subscriptions_revoked(upcoming, [], [b"bar:*"], [])
+    assert acl_pubsub.subscriptions_revoked(upcoming, [], [], [b"orders"])
 
 
 def test_genpass_and_split_args():
-    assert m.genpass(256, lambda n: bytes(range(n))) == bytes(range(32)).hex().encode()
-    assert len(m.genpass(5, lambda n: b"\xff" * n)) == 2
-    assert m.split_args(b' "a b" \'c\\\'d\' e "\\x41\\n"') == [b"a b", b"c'd", b"e", b"A\n"]
-    assert m.split_args(b'"unterminated') is None
+    assert acl_passwords.genpass(256, lambda n: bytes(range(n))) == bytes(range(32)).hex().encode()
+    assert len(acl_passwords.genpass(5, lambda n: b"\xff" * n)) == 2
+    assert split_args(b' "a b" \'c\\\'d\' e "\\x41\\n"') == [b"a b", b"c'd", b"e", b"A\n"]
+    assert split_args(b'"unterminated') is None
 
 
 def test_passwords_are_compared_as_digests_in_constant_time(monkeypatch):
-    u = m.Users()
+    u = acl_store.Users()
     user = setuser(u, "alice", "on >one >two")
     seen = []
-    real = m.hmac.compare_digest
+    real = acl_user.hmac.compare_digest
 
     def recording(a, b):
         seen.append((a, b))
         return real(a, b)
-    monkeypatch.setattr(m.hmac, "compare_digest", recording)
+    monkeypatch.setattr(acl_user.hmac, "compare_digest", recording)
     assert user.check_password(b"one")
     # every stored digest is compared (no early exit on a match), always digest against digest
-    assert seen == [(m.hash_password(b"one"), m.hash_password(b"one")), (m.hash_password(b"one"),
-                                                                         m.hash_password(b"two"))]
+    one, two = acl_passwords.hash_password(b"one"), acl_passwords.hash_password(b"two")
+    assert seen == [(one, one), (one, two)]
 
 
-_NAMES = sorted(m.COMMANDS)
+_NAMES = sorted(acl_universe.COMMANDS)
 
 
 def _op_strategy():
     from hypothesis import strategies as st
     command = st.sampled_from(_NAMES)
-    category = st.sampled_from(m.CATEGORIES)
+    category = st.sampled_from(acl_universe.CATEGORIES)
     pattern = st.sampled_from([b"a*", b"b", b"k:*", b"*", b"x?y"])
     return st.one_of(
         command.map(lambda n: b"+" + n.encode()), command.map(lambda n: b"-" + n.encode()),
@@ -415,13 +420,13 @@ def test_descriptions_rebuild_the_same_permissions():
     @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(_op_strategy(), max_size=25))
     def run(ops):
-        u = m.Users()
+        u = acl_store.Users()
         try:
             u.setuser(b"h", ops)
-        except m.SetUserError:
+        except acl_store.SetUserError:
             return  # e.g. a pattern after allkeys: refused as a whole, nothing to compare
         original = u.get(b"h")
-        again = m.Users()
+        again = acl_store.Users()
         again.replace_all(again.parse_file(original.list_line() + b"\n", "h.acl"))
         copy = again.get(b"h")
         assert copy.list_line() == original.list_line()
@@ -435,9 +440,9 @@ def test_descriptions_rebuild_the_same_permissions():
 def test_read_and_write_star_patterns_round_trip():
     """Found by the property test: '%R~* %W~*' is one '*' pattern with both permissions but not 'allkeys'; its
     description must load back as it was (Valkey's '~*' would load as allkeys, then refuse the '~a*' after it)."""
-    u = m.Users()
+    u = acl_store.Users()
     user = setuser(u, "h", "%R~* %W~* ~a*")
     assert user.root.keys_text() == b"%RW~* ~a*"
-    again = m.Users()
+    again = acl_store.Users()
     again.replace_all(again.parse_file(user.list_line() + b"\n", "h.acl"))
     assert again.get(b"h").list_line() == user.list_line()

@@ -9,7 +9,7 @@ import nats.js.errors
 import pytest
 
 from durakv.journal.jetstream import is_transient
-from durakv.replication.node import retry_transient
+from durakv.replication.retry import retry_transient
 
 
 def _flaky(failures):

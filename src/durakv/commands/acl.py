@@ -1,13 +1,14 @@
 """ACL SETUSER GETUSER DELUSER LIST USERS WHOAMI CAT LOG DRYRUN GENPASS SAVE LOAD HELP (Valkey 7+/8.0).
 
 The users and the log are the server's (server/acl.py); handlers reach them only through users_of(ctx), the
-one port. The rules, the check and every rendering are in acl_model.py.
+one port. The rules, the check and every rendering are in the acl_*.py modules (acl_store: the users,
+acl_check: the check, acl_universe: the commands and categories, ...).
 """
 
 from .. import messages
 from ..errors import CommandError
 from ..protocol.resp import OK
-from . import acl_model as model
+from . import acl_check, acl_passwords, acl_universe
 from . import registry
 from .base import parse_int
 from .registry import command
@@ -90,13 +91,13 @@ def acl_save(ctx, args):
 @command("acl|cat")
 def acl_cat(ctx, args):
     if len(args) == 2:
-        return [c.encode() for c in model.CATEGORIES]
+        return [c.encode() for c in acl_universe.CATEGORIES]
     if len(args) != 3:
         raise _syntax(args)
     category = args[2].decode("utf-8", "replace").lower()
-    if category not in model.CATEGORY_MEMBERS:
+    if category not in acl_universe.CATEGORY_MEMBERS:
         raise CommandError(messages.ACL_UNKNOWN_CATEGORY.format(args[2][:128].decode("utf-8", "replace")))
-    return [name.encode() for name in model.CATEGORY_MEMBERS[category]]
+    return [name.encode() for name in acl_universe.CATEGORY_MEMBERS[category]]
 
 
 @command("acl|genpass")
@@ -104,9 +105,9 @@ def acl_genpass(ctx, args):
     if len(args) > 3:
         raise _syntax(args)
     bits = parse_int(args[2]) if len(args) == 3 else 256
-    if bits <= 0 or bits > model.GENPASS_MAX_BITS:
+    if bits <= 0 or bits > acl_passwords.GENPASS_MAX_BITS:
         raise CommandError(messages.ACL_GENPASS_BITS)
-    return model.genpass(bits, _acl(ctx).random_bytes)
+    return acl_passwords.genpass(bits, _acl(ctx).random_bytes)
 
 
 @command("acl|log")
@@ -136,11 +137,11 @@ def acl_dryrun(ctx, args):
     n = len(argv)
     if (cmd.arity > 0 and cmd.arity != n) or n < -cmd.arity:
         raise CommandError(messages.WRONG_ARITY.format(cmd.fullname))
-    denied = model.check(user, cmd, argv)
+    denied = acl_check.check(user, cmd, argv)
     if denied is None:
         return OK
     reason, pos = denied
-    return model.denial_message(reason, user, cmd, argv[pos], verbose=True).encode()
+    return acl_check.denial_message(reason, user, cmd, argv[pos], verbose=True).encode()
 
 
 _SPEC_ONLY = {}  # fullname -> Command, for Valkey commands durakv does not implement (DRYRUN still answers)

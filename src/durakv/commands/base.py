@@ -38,8 +38,9 @@ class Blocked:
 class Context:
     """Per-command execution state. One instance per session, reset for each command.
 
-    `port` is the handler's only way to the process around it (client list, snapshots, config, pub/sub,
-    failover, ...: commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
+    `port` is the handler's only way to the process around it, in groups (`port.clients`, `port.pubsub`,
+    `port.admin`, `port.persistence`, `port.replication`, `port.cluster`, `port.faults`, `port.off_loop`:
+    commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
 
     __slots__ = ("keyspace", "db", "client", "port", "effects", "dirty", "replaying", "pipeline", "may_block",
                  "dirty_exact")
@@ -62,6 +63,18 @@ class Context:
 
     def now_ms(self) -> int:
         return self.keyspace.clock_ms()
+
+    @property
+    def scripting(self):
+        """The pipeline's scripting state (scripting/runner.ScriptingState), None before the first script."""
+        pipeline = self.pipeline
+        return pipeline.scripting if pipeline is not None else None
+
+    def shared_integers_allowed(self) -> bool:
+        """canUseSharedObject: no shared integers under maxmemory with an LRU/LFU policy (OBJECT REFCOUNT and
+        DEBUG OBJECT show a shared integer's refcount)."""
+        pipeline = self.pipeline
+        return not (pipeline.maxmemory and pipeline.maxmemory_policy.endswith(("lru", "lfu")))
 
     # -- keys ---------------------------------------------------------------------------------
     def lookup(self, key):

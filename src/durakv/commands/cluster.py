@@ -1,6 +1,6 @@
 """CLUSTER commands, ASKING, READONLY, READWRITE.
 
-The topology they describe is the server's current routing snapshot (ctx.port.cluster(): the coordination
+The topology they describe is the server's current routing snapshot (ctx.port.cluster.routing(): the coordination
 store's topology on a JetStream shard, a one-shard topology for a one-node cluster on the local journal); the
 replies are built by routing/views.py exactly as Valkey 8.0 builds them. FAILOVER asks the coordination store
 for a planned failover to this replica.
@@ -17,7 +17,7 @@ from .registry import command
 
 def _cluster(ctx):
     """(ClusterRouting, topology) or the error Valkey answers with cluster support disabled."""
-    routing = ctx.port.cluster()
+    routing = ctx.port.cluster.routing()
     if routing is None:
         raise CommandError(messages.CLUSTER_DISABLED)
     topology = routing.view()
@@ -74,9 +74,9 @@ def cluster_info(ctx, args):
 
 @command("cluster|myid")
 def cluster_myid(ctx, args):
-    routing = ctx.port.cluster()
+    routing = ctx.port.cluster.routing()
     if routing is None:
-        node_id = ctx.port.node_id()   # a JetStream shard member without cluster mode still has an id
+        node_id = ctx.port.cluster.node_id()   # a JetStream shard member without cluster mode still has an id
         if node_id is None:
             raise CommandError(messages.CLUSTER_DISABLED)
         return node_id.encode()
@@ -119,7 +119,7 @@ def cluster_links(ctx, args):
 def cluster_failover(ctx, args):
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"FORCE", b"TAKEOVER")):
         raise syntax_error()
-    return ctx.port.request_failover()
+    return ctx.port.cluster.request_failover()
 
 
 @command("cluster|reset")
@@ -174,7 +174,7 @@ def cluster_help(ctx, args):
 
 @command("asking")
 def asking(ctx, args):
-    if ctx.port.cluster() is None:
+    if ctx.port.cluster.routing() is None:
         raise CommandError(messages.CLUSTER_DISABLED)
     ctx.client.asking = True
     return OK
@@ -182,7 +182,7 @@ def asking(ctx, args):
 
 @command("readonly")
 def readonly(ctx, args):
-    if ctx.port.cluster() is None:
+    if ctx.port.cluster.routing() is None:
         raise CommandError(messages.CLUSTER_DISABLED)
     ctx.client.readonly_mode = True
     return OK
@@ -190,7 +190,7 @@ def readonly(ctx, args):
 
 @command("readwrite")
 def readwrite(ctx, args):
-    if ctx.port.cluster() is None:
+    if ctx.port.cluster.routing() is None:
         raise CommandError(messages.CLUSTER_DISABLED)
     ctx.client.readonly_mode = False
     return OK

@@ -83,7 +83,7 @@ def hello(ctx, args):
         s.resp = proto
     if name is not None:
         s.name = name
-    role = "replica" if ctx.port.replication()["role"] == "replica" else "master"
+    role = "replica" if ctx.port.replication.status()["role"] == "replica" else "master"
     cfg = ctx.port.config
     if cfg is not None and cfg["extended-redis-compatibility"]:
         server, version = b"redis", REDIS_COMPAT_VERSION.encode()
@@ -96,7 +96,7 @@ def hello(ctx, args):
 @command("select")
 def select(ctx, args):
     n = parse_int(args[1])
-    if n != 0 and ctx.port.cluster() is not None:
+    if n != 0 and ctx.port.cluster.routing() is not None:
         raise CommandError(messages.SELECT_IN_CLUSTER)
     dbs = ctx.keyspace.dbs
     if not 0 <= n < len(dbs):
@@ -121,7 +121,7 @@ def reset(ctx, args):
     s.resp = 2
     s.name = b""
     s.readonly_mode = False
-    ctx.port.reset_client(s)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
+    ctx.port.clients.reset(s)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
     acl = users_of(ctx)
     if acl is not None:
         acl.reset_session(s)  # back to the default user, authenticated only if it needs no password
@@ -134,7 +134,7 @@ def reset(ctx, args):
 def monitor(ctx, args):
     if not ctx.may_block:
         raise CommandError(messages.MONITOR_DENY_BLOCKING)
-    if not ctx.port.monitor(ctx.client):
+    if not ctx.port.clients.monitor(ctx.client):
         return Raw(b"")  # already monitoring: Valkey ignores it without a reply
     return OK
 
@@ -185,7 +185,7 @@ def client_setinfo(ctx, args):
 @command("client|list")
 def client_list(ctx, args):
     port = ctx.port
-    sessions = port.sessions()
+    sessions = port.clients.sessions()
     c = ArgCursor(args, 2)
     while c:
         opt = c.next_upper()
@@ -195,7 +195,7 @@ def client_list(ctx, args):
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(raw.decode("utf-8", "replace")))
             kind = _CLIENT_TYPE_ALIASES.get(kind, kind)
-            sessions = [s for s in sessions if port.client_kind(s) == kind]
+            sessions = [s for s in sessions if port.clients.kind(s) == kind]
         elif opt == b"ID" and c.left():
             ids = set()
             while c:   # every argument after ID is a client ID, in Valkey's strict integer form
@@ -206,19 +206,19 @@ def client_list(ctx, args):
             sessions = [s for s in sessions if s.id in ids]
         else:
             raise syntax_error()
-    return "".join(port.client_line(s) + "\n" for s in sessions).encode()
+    return "".join(port.clients.line(s) + "\n" for s in sessions).encode()
 
 
 @command("client|info")
 def client_info(ctx, args):
-    line = ctx.port.client_line(ctx.client)
+    line = ctx.port.clients.line(ctx.client)
     return (line + "\n").encode() if line else b""
 
 
 @command("client|kill")
 def client_kill(ctx, args):
     port = ctx.port
-    sessions = port.sessions()
+    sessions = port.clients.sessions()
     me = ctx.client.id
     if len(args) == 3:  # old form: CLIENT KILL addr:port, which may kill the caller itself
         addr = args[2].decode("utf-8", "replace")
@@ -254,7 +254,7 @@ def client_kill(ctx, args):
             kind = val.lower()
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(val.decode("utf-8", "replace")))
-            filters.append(lambda s, k=_CLIENT_TYPE_ALIASES.get(kind, kind): port.client_kind(s) == k)
+            filters.append(lambda s, k=_CLIENT_TYPE_ALIASES.get(kind, kind): port.clients.kind(s) == k)
         elif opt == b"SKIPME":
             v = val.lower()
             if v not in (b"yes", b"no"):
@@ -282,7 +282,7 @@ def _kill(ctx, port, session, me):
     if session.id == me:
         ctx.client.close_after_reply = True  # the caller still gets its reply first
     else:
-        port.kill_client(session)
+        port.clients.kill(session)
 
 
 @command("client|reply")
@@ -315,14 +315,14 @@ def _on_off(arg) -> bool:
 
 @command("client|no-evict")
 def client_no_evict(ctx, args):
-    ctx.port.set_no_evict(ctx.client, _on_off(args[2]))
+    ctx.port.clients.set_no_evict(ctx.client, _on_off(args[2]))
     return OK
 
 
 @command("client|no-touch")
 def client_no_touch(ctx, args):
     # reads by this client leave LRU/LFU access untouched (except TOUCH)
-    ctx.port.set_no_touch(ctx.client, _on_off(args[2]))
+    ctx.port.clients.set_no_touch(ctx.client, _on_off(args[2]))
     return OK
 
 
@@ -355,13 +355,13 @@ def client_pause(ctx, args):
         elif mode != b"all":
             raise CommandError(messages.PAUSE_MODE)
     end = _ms_timeout_end(ctx, args[2])
-    ctx.port.pause_clients(end, all_commands)
+    ctx.port.clients.pause(end, all_commands)
     return OK
 
 
 @command("client|unpause")
 def client_unpause(ctx, args):
-    ctx.port.unpause_clients()
+    ctx.port.clients.unpause()
     return OK
 
 
@@ -377,7 +377,7 @@ def client_unblock(ctx, args):
         elif reason != b"timeout":
             raise CommandError(messages.UNBLOCK_REASON)
     client_id = parse_int(args[2])
-    return 1 if ctx.port.unblock_client(client_id, error) else 0
+    return 1 if ctx.port.clients.unblock(client_id, error) else 0
 
 
 def _prefix_overlap(a: bytes, b: bytes) -> bool:
@@ -399,7 +399,7 @@ def client_tracking(ctx, args):
             if redirect:
                 raise CommandError(messages.TRACKING_ONE_REDIRECT)
             redirect = c.int()
-            if not port.client_exists(redirect):
+            if not port.clients.exists(redirect):
                 raise CommandError(messages.TRACKING_REDIRECT_MISSING)
         elif opt == b"bcast":
             bcast = True
@@ -415,7 +415,7 @@ def client_tracking(ctx, args):
             raise syntax_error()
     state = args[2].lower()
     if state == b"on":
-        current = port.tracking_state(ctx.client)
+        current = port.clients.tracking_state(ctx.client)
         if not bcast and prefixes:
             raise CommandError(messages.TRACKING_PREFIX_NEEDS_BCAST)
         if current is not None and current.bcast != bcast:
@@ -437,9 +437,9 @@ def client_tracking(ctx, args):
                     if _prefix_overlap(p, q):
                         raise CommandError(messages.TRACKING_PREFIX_OVERLAP_ARGS.format(
                             p.decode("utf-8", "replace"), q.decode("utf-8", "replace")))
-        port.tracking_enable(ctx.client, redirect, bcast, optin, optout, noloop, prefixes)
+        port.clients.tracking_enable(ctx.client, redirect, bcast, optin, optout, noloop, prefixes)
     elif state == b"off":
-        port.tracking_disable(ctx.client)
+        port.clients.tracking_disable(ctx.client)
     else:
         raise syntax_error()
     return OK
@@ -447,7 +447,7 @@ def client_tracking(ctx, args):
 
 @command("client|caching")
 def client_caching(ctx, args):
-    t = ctx.port.tracking_state(ctx.client)
+    t = ctx.port.clients.tracking_state(ctx.client)
     if t is None:
         raise CommandError(messages.CACHING_NOT_TRACKING)
     opt = args[2].lower()
@@ -465,13 +465,13 @@ def client_caching(ctx, args):
 
 @command("client|getredir")
 def client_getredir(ctx, args):
-    t = ctx.port.tracking_state(ctx.client)
+    t = ctx.port.clients.tracking_state(ctx.client)
     return t.redirect if t is not None else -1
 
 
 @command("client|trackinginfo")
 def client_trackinginfo(ctx, args):
-    t = ctx.port.tracking_state(ctx.client)
+    t = ctx.port.clients.tracking_state(ctx.client)
     flags = RespSet()
     if t is None:
         flags.append(b"off")

@@ -126,8 +126,7 @@ def _debug_object(ctx, args):
     refcount = 1
     if type(value) is bytes and enc == encoding.INT:
         n = string2ll(value)
-        d = ctx.pipeline
-        if 0 <= n < 10000 and not (d.maxmemory and d.maxmemory_policy.endswith(("lru", "lfu"))):
+        if 0 <= n < 10000 and ctx.shared_integers_allowed():
             refcount = 2147483647  # a shared integer
     parts = ["Value at:0x%x refcount:%d encoding:%s" % (id(value), refcount, enc.decode())]
     if not fast:
@@ -296,34 +295,35 @@ def debug(ctx, args):
         time.sleep(max(0.0, seconds))
         return OK
     if sub == b"SET-ACTIVE-EXPIRE" and n == 3:
-        port.set_active_expire(args[2] != b"0")
+        port.faults.set_active_expire(args[2] != b"0")
         return OK
     if sub == b"JOURNAL-STALL" and n == 3:
         # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
-        if not port.journal_stall(parse_int(args[2])):
+        if not port.faults.journal_stall(parse_int(args[2])):
             raise CommandError("ERR no journal (durability none)")
         return OK
     if sub == b"JOURNAL-FOLLOW-STALL" and n == 3:
         # durakv's fault hook: a replica holds the journal entries it receives for N ms, then applies them.
-        if not port.journal_follow_stall(parse_int(args[2])):
+        if not port.faults.journal_follow_stall(parse_int(args[2])):
             raise CommandError("ERR only a replica of a shard follows a journal")
         return OK
     if sub == b"RELOAD":
         opts = {a.upper() for a in args[2:]}
         if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:
             raise CommandError("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.")
-        return port.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts, merge=b"MERGE" in opts)
+        return port.persistence.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts,
+                                             merge=b"MERGE" in opts)
     if sub == b"SET-DISABLE-DENY-SCRIPTS" and n == 3:
         # scripts may call commands flagged noscript (Valkey's test hook; `atoi`: anything not a number is 0)
         ctx.pipeline.script_disable_deny = atoi(args[2]) != 0
         return OK
     if sub == b"PAUSE-CRON" and n == 3:
-        port.pause_cron(parse_int(args[2]) != 0)
+        port.faults.pause_cron(parse_int(args[2]) != 0)
         return OK
     if sub == b"LOADAOF" and n == 2:
         # Valkey reloads its AOF; durakv's log is its journal: what a restart would load, loaded in place
         # (as RELOAD; in `none` memory is written to a snapshot first, so nothing is lost).
-        return port.debug_reload(save=True)
+        return port.persistence.debug_reload(save=True)
     if sub == b"LOG" and n == 3:
         log.warning("DEBUG LOG: %s", args[2].decode("utf-8", "replace"))
         return OK

@@ -35,7 +35,7 @@ from ..keyspace.db import estimate_key
 from ..keyspace import rdbvalue
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK, ErrorReply, Raw
-from . import acl_model, registry
+from . import acl_check, acl_keys, registry
 from .acl import users_of
 from .args import ArgCursor
 from .base import INT64_MAX, atoi, parse_int, syntax_error
@@ -111,8 +111,8 @@ def _full_key_access(ctx, args) -> bool:
     acl = users_of(ctx)
     if acl is None:
         return True
-    return acl_model.unrestricted_key_access(acl.user_of(ctx.client), registry.TABLE[args[0].lower()], args,
-                                             acl_model.READ)
+    return acl_check.unrestricted_key_access(acl.user_of(ctx.client), registry.TABLE[args[0].lower()], args,
+                                             acl_keys.READ)
 
 
 def _sort(ctx, args, readonly):
@@ -155,7 +155,7 @@ def _sort(ctx, args, readonly):
         raise WrongType()
     if value is None:
         value, t = deque(), deque
-    state = ctx.pipeline.scripting if ctx.pipeline is not None else None
+    state = ctx.scripting
     in_script = state is not None and state.calls is not None and ctx.client is state.calls.session
     if dontsort and t is set and (store is not None or in_script):
         # A set has no order of its own: a stored result, or what a script sees (its effects must not
@@ -592,9 +592,9 @@ def migrate(ctx, args):
         entries.append((key, ttl_ms, value))
     if not entries:
         return _NOKEY
-    name = b"RESTORE-ASKING" if ctx.port.cluster() is not None else b"RESTORE"
+    name = b"RESTORE-ASKING" if ctx.port.cluster.routing() is not None else b"RESTORE"
     host = args[1].decode("utf-8", "surrogateescape")
-    exchange = ctx.port.migrate_exchange
+    exchange = ctx.port.cluster.migrate_exchange
     keys = [e[0] for e in entries]
 
     def work():
@@ -659,18 +659,18 @@ def _parse_timeout_ms(ctx, raw) -> int:
 
 
 def _is_replica(ctx) -> bool:
-    return ctx.port.replication()["role"] == "replica"
+    return ctx.port.replication.status()["role"] == "replica"
 
 
 def _acked_replicas(ctx, index) -> int:
     """Replicas known to have applied the journal up to the client's write `index` (the offsets they last
     reported are journal positions: the write's own position, known once it is committed, is compared)."""
     if index <= 0:
-        return len(ctx.port.replication()["replicas"])
-    position = ctx.port.replication_index(index)
+        return len(ctx.port.replication.status()["replicas"])
+    position = ctx.port.replication.replication_index(index)
     if not position:
         return 0
-    return sum(1 for _host, _port, offset in ctx.port.replication()["replicas"] if offset >= position)
+    return sum(1 for _host, _port, offset in ctx.port.replication.status()["replicas"] if offset >= position)
 
 
 @command("wait")
@@ -683,7 +683,7 @@ def wait(ctx, args):
     acked = _acked_replicas(ctx, index)
     if acked >= numreplicas or not ctx.may_block:
         return acked
-    return ctx.port.wait_replicas(index, numreplicas, timeout_ms, lambda: _acked_replicas(ctx, index))
+    return ctx.port.replication.wait_replicas(index, numreplicas, timeout_ms, lambda: _acked_replicas(ctx, index))
 
 
 @command("waitaof")
@@ -698,14 +698,14 @@ def waitaof(ctx, args):
     if _is_replica(ctx):
         raise CommandError(messages.WAITAOF_REPLICA)
     port = ctx.port
-    journaled = port.journaled()
+    journaled = port.persistence.journaled()
     if numlocal and not journaled:
         raise CommandError(messages.WAITAOF_NO_AOF)
     index = ctx.client.last_write_index
 
     def reply():
         # Valkey's fsynced_reploff is -1 without an AOF: then nothing is acknowledged locally.
-        local = 1 if journaled and port.committed_index() >= index else 0
+        local = 1 if journaled and port.persistence.committed_index() >= index else 0
         return [local, _acked_replicas(ctx, index)]
 
     now = reply()
@@ -713,6 +713,6 @@ def waitaof(ctx, args):
         return now
     if numreplicas <= now[1]:
         # Only the local commit is missing: answered as soon as the journal commits the client's write.
-        return port.wait_local_commit(index, timeout_ms, reply)
-    return port.wait_replicas(index, numreplicas, timeout_ms, reply)
+        return port.persistence.wait_local_commit(index, timeout_ms, reply)
+    return port.replication.wait_replicas(index, numreplicas, timeout_ms, reply)
 

@@ -542,12 +542,6 @@ def _policy(ctx):
     return ctx.pipeline.maxmemory_policy
 
 
-def _shared_integers_allowed(ctx):
-    """canUseSharedObject: no shared integers under maxmemory with an LRU/LFU policy."""
-    d = ctx.pipeline
-    return not (d.maxmemory and d.maxmemory_policy.endswith(("lru", "lfu")))
-
-
 @command("object|encoding")
 def object_encoding(ctx, args):
     value = _peek(ctx, args[2])
@@ -559,7 +553,7 @@ def object_refcount(ctx, args):
     value = _peek(ctx, args[2])
     if value is None:
         return None
-    if type(value) is bytes and _shared_integers_allowed(ctx):
+    if type(value) is bytes and ctx.shared_integers_allowed():
         n = string2ll(value)
         if n is not None and 0 <= n < SHARED_INTEGERS:
             return SHARED_REFCOUNT
@@ -667,7 +661,7 @@ def _memory_overview(ctx):
     """(used, peak, rss): used is INFO's used_memory (the dataset estimate the maxmemory check uses)."""
     port = ctx.port
     used = ctx.pipeline.used_memory_fn()
-    return used, port.note_peak_memory(used), port.memory_rss() or used
+    return used, port.admin.note_peak_memory(used), port.admin.memory_rss() or used
 
 
 @command("memory|stats")

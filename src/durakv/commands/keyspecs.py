@@ -3,7 +3,7 @@
 Valkey's db.c: getKeysUsingKeySpecs walks a command's key specs; getKeysFromCommandWithSpecs prefers them and
 falls back to the command's getkeys procedure (sortGetKeys, migrateGetKeys, ...) when a spec cannot be followed
 (unknown, incomplete, a syntax error) or when the key flags depend on the arguments (variable_flags). Dispatch
-and routing (registry.Command.key_indexes), tracking, keyspace events, the ACL check (acl_model) and COMMAND
+and routing (registry.Command.key_indexes), tracking, keyspace events, the ACL check (acl_keys) and COMMAND
 GETKEYS / GETKEYSANDFLAGS all ask here, so they cannot disagree about a grammar.
 
 A key is (position in args, flags): args[0] is the command name; flags is a tuple of Valkey's key-spec flag
@@ -233,7 +233,7 @@ class KeyFinder:
 
     def __init__(self, cmd, not_keys=False):
         all_specs = cmd.key_specs
-        # flags as tuples: hashable, so a caller maps them to what it needs once (acl_model: the access)
+        # flags as tuples: hashable, so a caller maps them to what it needs once (acl_keys: the access)
         self.specs = [(s["begin_search"], s["find_keys"], tuple(s["flags"])) for s in all_specs
                       if not_keys or "not_key" not in s["flags"]]
         self.proc = GETKEYS.get(cmd.fullname)

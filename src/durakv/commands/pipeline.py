@@ -445,7 +445,7 @@ class Pipeline:
             # a replica applies its primary's writes without admission (the journal, a REPLICAOF link): a
             # lock would not hold them back, so the value could change under the worker
             return None
-        deferred = self.port.off_loop_start(session)
+        deferred = self.port.off_loop.start(session)
         if deferred is None:
             return None
         locked = self.key_locks
@@ -466,7 +466,7 @@ class Pipeline:
             retries = self.lock_retries and not self._locks   # (else kept for the last lock's end)
             if retries:
                 self.lock_retries = False
-            self.port.off_loop_end(session, retries)
+            self.port.off_loop.end(session, retries)
 
         def done(result):
             unlock()
@@ -490,9 +490,9 @@ class Pipeline:
             # What work() sends away (MIGRATE's RESTOREs to another server) must be committed here first: a
             # crash of this node would otherwise leave the target holding a write that was never acknowledged.
             # The keys are locked already, so no newer write to them can slip in meanwhile.
-            dur.when_committed(ticket, lambda: self.port.off_loop_run(work, done), failed)
+            dur.when_committed(ticket, lambda: self.port.off_loop.run(work, done), failed)
         else:
-            self.port.off_loop_run(work, done)
+            self.port.off_loop.run(work, done)
         return deferred
 
     def complete(self, session, cmd, args, handler):
@@ -521,7 +521,7 @@ class Pipeline:
         gate = self._gate
         if gate is not None and gate.is_replica():
             return True
-        return self.port.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
+        return self.port.replication.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
 
     def reject(self, session, cmd, text):
         """rejectCommand: flags a transaction being queued, counts, and answers the error (EXECABORT with
@@ -578,6 +578,17 @@ class Pipeline:
 
     def out_of_memory(self) -> bool:
         return bool(self.maxmemory) and self.used_memory_fn() > self.maxmemory and not self.evict()
+
+    def evict_to_limit(self):
+        """Evicts at once down to maxmemory, if it is set and passed (the policy permitting)."""
+        if self.maxmemory and self.used_memory_fn() > self.maxmemory:
+            self.evict()
+
+    def reset_stats(self):
+        """CONFIG RESETSTAT's part here: the command count and the error-reply counters."""
+        self.total_commands = 0
+        self.total_errors = 0
+        self.error_counts.clear()
 
     # -- call() ---------------------------------------------------------------------------------------
     def call(self, session, cmd, args, handler=None, caller=None, count_call=True):

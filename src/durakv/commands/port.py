@@ -1,11 +1,13 @@
-"""Port: everything a command handler may ask of the process around the keyspace, in one narrow object.
+"""Port: everything a command handler may ask of the process around the keyspace, in named groups by concern.
 
-Handlers reach `ctx.port` and nothing else of the server: its methods are the whole list of services
-commands use (clients, pub/sub, snapshots, config, failover, commit waits, ...). This base class is the
-port of a pipeline with no process around it (unit tests on an in-process pipeline, start-up replay, the
-snapshot builder): no clients, no journal, no listeners, and a clear error for what needs a server. The
-server's port (server/port.py) implements the same methods against the running process; a test may pass
-its own subclass to see or fake what handlers ask.
+Handlers reach `ctx.port` and nothing else of the server. Its groups are the whole list of services commands
+use: `clients`, `pubsub`, `admin` (config, INFO, shutdown), `persistence` (snapshots, the local journal),
+`replication`, `cluster`, `faults` (DEBUG's switches), `off_loop` (the pipeline's work on a worker thread); and a
+few methods of its own (the clock, the ACL users, the script host, logging). These base classes are the port of
+a pipeline with no process around it (unit tests on an in-process pipeline, start-up replay, the snapshot
+builder): no clients, no journal, no listeners, and a clear error for what needs a server. The server's port
+(server/port.py) implements the same groups against the running process; a test may pass its own Port whose
+groups see or fake what handlers ask.
 
 Methods that answer later return a protocol.resp.Deferred, which durability releases in request order.
 """
@@ -18,36 +20,29 @@ from ..errors import CommandError
 log = logging.getLogger("durakv.commands")
 
 
-class Port:
-    config = None          # the process's Config (read by CONFIG GET, INFO, ...), None without a process
+def needs_server(what):
+    raise CommandError("ERR %s needs a running server" % what)
 
-    # -- general ----------------------------------------------------------------------------------
-    def clock_ms(self) -> int:
-        return int(time.time() * 1000)
 
-    def log_exception(self, where, exc):
-        log.error("unexpected error in %s: %r", where, exc, exc_info=exc)
+class Clients:
+    """The connected clients: listing, killing, flags, MONITOR, CLIENT PAUSE/UNBLOCK and CLIENT TRACKING."""
 
-    def _needs_server(self, what):
-        raise CommandError("ERR %s needs a running server" % what)
-
-    # -- clients ----------------------------------------------------------------------------------
     def sessions(self) -> list:
         """The sessions of the connected clients, oldest first."""
         return []
 
-    def client_kind(self, session) -> bytes:
+    def kind(self, session) -> bytes:
         """getClientType: b'pubsub' for a subscribed client, else b'normal'."""
         return b"pubsub" if session.subscribed else b"normal"
 
-    def client_line(self, session) -> str:
+    def line(self, session) -> str:
         """One CLIENT LIST / CLIENT INFO line (without the newline)."""
-        self._needs_server("CLIENT LIST")
+        needs_server("CLIENT LIST")
 
-    def client_exists(self, client_id) -> bool:
+    def exists(self, client_id) -> bool:
         return False
 
-    def kill_client(self, session):
+    def kill(self, session):
         """Closes the client's connection once its pending replies are written."""
 
     def set_no_evict(self, session, on):
@@ -58,24 +53,19 @@ class Port:
 
     def monitor(self, session) -> bool:
         """Turns the client into a MONITOR; False if it already is one."""
-        self._needs_server("MONITOR")
+        needs_server("MONITOR")
 
-    def attach_replication_stream(self, session):
-        """SYNC: from now on this client receives every write's effects as commands (Valkey's replication
-        stream); returns the payload to answer with (an empty RDB)."""
-        self._needs_server("SYNC")
-
-    def reset_client(self, session):
+    def reset(self, session):
         """RESET's server side: out of subscribed mode, tracking, MONITOR; NO-EVICT and NO-TOUCH off."""
         session.no_touch = False
 
-    def pause_clients(self, end_ms, all_commands):
-        self._needs_server("CLIENT PAUSE")
+    def pause(self, end_ms, all_commands):
+        needs_server("CLIENT PAUSE")
 
-    def unpause_clients(self):
+    def unpause(self):
         pass
 
-    def unblock_client(self, client_id, error) -> bool:
+    def unblock(self, client_id, error) -> bool:
         return False
 
     def tracking_state(self, session):
@@ -83,12 +73,15 @@ class Port:
         return None
 
     def tracking_enable(self, session, redirect, bcast, optin, optout, noloop, prefixes):
-        self._needs_server("CLIENT TRACKING")
+        needs_server("CLIENT TRACKING")
 
     def tracking_disable(self, session):
         pass
 
-    # -- pub/sub ----------------------------------------------------------------------------------
+
+class PubSub:
+    """Pub/sub: a client's subscriptions, PUBLISH (to the other nodes too) and PUBSUB's introspection."""
+
     def subscribe(self, session, names, kind):
         """SUBSCRIBE ('channel'), PSUBSCRIBE ('pattern'), SSUBSCRIBE ('shard'): the confirmations (Raw)."""
         raise CommandError("ERR pub/sub needs a client connection")
@@ -99,18 +92,21 @@ class Port:
     def publish(self, channel, message, shard=False) -> int:
         return 0
 
-    def pubsub_channels(self, pattern, shard=False) -> list:
+    def channels(self, pattern, shard=False) -> list:
         return []
 
-    def pubsub_numsub(self, channel, shard=False) -> int:
+    def numsub(self, channel, shard=False) -> int:
         return 0
 
-    def pubsub_numpat(self) -> int:
+    def numpat(self) -> int:
         return 0
 
-    # -- server -----------------------------------------------------------------------------------
+
+class Admin:
+    """The process's configuration and lifecycle: INFO, CONFIG SET/REWRITE/RESETSTAT, SHUTDOWN, its memory."""
+
     def info(self, sections) -> str:
-        self._needs_server("INFO")
+        needs_server("INFO")
 
     def validate_config_set(self, name, value):
         """A reason CONFIG SET must refuse this value beyond parsing it, or None."""
@@ -120,13 +116,26 @@ class Port:
         """Sets one option (value: its text). Returns None when it holds from now on, or a Deferred resolved
         with None (or an ErrorReply) once it holds: a shard setting stored for the whole shard, a switch of
         durability that must first write a snapshot or commit what is in flight."""
-        self._needs_server("CONFIG SET")
+        needs_server("CONFIG SET")
 
     def rewrite_config(self):
-        self._needs_server("CONFIG REWRITE")
+        needs_server("CONFIG REWRITE")
 
     def reset_stats(self):
         """CONFIG RESETSTAT's server counters (connections, ...)."""
+
+    def shutdown(self):
+        needs_server("SHUTDOWN")
+
+    def memory_rss(self) -> int:
+        return 0
+
+    def note_peak_memory(self, used) -> int:
+        return used
+
+
+class Persistence:
+    """Snapshots and the local journal: SAVE/BGSAVE/LASTSAVE, DEBUG RELOAD, WAITAOF's local commit."""
 
     def last_save(self) -> int:
         return 0
@@ -136,45 +145,12 @@ class Port:
 
     def start_snapshot(self):
         """A Deferred resolved with 'OK' (or an ErrorReply) once the snapshot is written."""
-        self._needs_server("SAVE")
-
-    def shutdown(self):
-        self._needs_server("SHUTDOWN")
-
-    def set_active_expire(self, on):
-        pass
-
-    def journal_stall(self, stall_ms) -> bool:
-        return False
-
-    def pause_cron(self, on):
-        """DEBUG PAUSE-CRON: stop (or restart) the periodic housekeeping (active expiry, timeouts, stats)."""
-        self._needs_server("DEBUG PAUSE-CRON")
+        needs_server("SAVE")
 
     def debug_reload(self, save=True, flush=True, merge=False):
         """DEBUG RELOAD: a Deferred resolved with OK once the dataset is what a restart would load."""
-        self._needs_server("DEBUG RELOAD")
+        needs_server("DEBUG RELOAD")
 
-    def journal_follow_stall(self, stall_ms) -> bool:
-        """A replica holds the journal entries it receives for stall_ms (fault injection). False if not one."""
-        return False
-
-    def memory_rss(self) -> int:
-        return 0
-
-    def note_peak_memory(self, used) -> int:
-        return used
-
-    def replication(self) -> dict:
-        """role ('master'|'replica'), primary_host, primary_port, offset, replicas [(host, port, offset)],
-        state (a replica's link: connect, connecting, sync, connected)."""
-        return {"role": "master", "primary_host": "", "primary_port": 0, "offset": 0, "replicas": []}
-
-    def replicaof(self, host, port) -> bool:
-        """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""
-        raise CommandError("ERR REPLICAOF needs a server process")
-
-    # -- durability waits -------------------------------------------------------------------------
     def journaled(self) -> bool:
         return False
 
@@ -186,17 +162,42 @@ class Port:
         timeout passes (0: no timeout)."""
         return reply_fn()
 
+
+class Replication:
+    """Replication: the node's role and replicas, REPLICAOF, SYNC's stream, WAIT and min-replicas-to-write."""
+
+    def status(self) -> dict:
+        """role ('master'|'replica'), primary_host, primary_port, offset, replicas [(host, port, offset)],
+        state (a replica's link: connect, connecting, sync, connected)."""
+        return {"role": "master", "primary_host": "", "primary_port": 0, "offset": 0, "replicas": []}
+
+    def replicaof(self, host, port) -> bool:
+        """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""
+        raise CommandError("ERR REPLICAOF needs a server process")
+
+    def attach_stream(self, session):
+        """SYNC: from now on this client receives every write's effects as commands (Valkey's replication
+        stream); returns the payload to answer with (an empty RDB)."""
+        needs_server("SYNC")
+
+    def replication_index(self, index) -> int:
+        """The journal position replicas report for the client's write `index`, or 0 while it is not committed.
+        Without a process there is no journal writer that could step over entries: the same index."""
+        return index
+
     def wait_replicas(self, index, numreplicas, timeout_ms, reply_fn):
         """WAIT: a Deferred resolved with reply_fn() when enough replicas applied `index` or at the timeout."""
         return reply_fn()
 
-    # -- ACL --------------------------------------------------------------------------------------
-    def acl_users(self):
-        """The process's ACL users and log (server/acl.ServerAcl), or None: only the default user exists."""
-        return None
+    def good_replicas(self, max_lag_ms) -> int:
+        """Replicas of this primary's shard heard from within max_lag_ms (min-replicas-to-write)."""
+        return 0
 
-    # -- cluster ----------------------------------------------------------------------------------
-    def cluster(self):
+
+class Cluster:
+    """Cluster mode: the routing snapshot, this node's id, CLUSTER FAILOVER and MIGRATE's exchange."""
+
+    def routing(self):
         """In cluster mode the server's routing (server/cluster.ClusterRouting: `topology`, `myself_id`, `router`,
         `offsets()`), else None."""
         return None
@@ -207,35 +208,75 @@ class Port:
     def request_failover(self):
         raise CommandError("ERR This instance has cluster support disabled")
 
-    def good_replicas(self, max_lag_ms) -> int:
-        """Replicas of this primary's shard heard from within max_lag_ms (min-replicas-to-write)."""
-        return 0
-
-    # -- MIGRATE ----------------------------------------------------------------------------------
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
-        """Blocks the calling thread (a worker's, or the loop's in MULTI and scripts) sending AUTH (auth: its arguments, or None), SELECT dbid (unless
-        the cached connection to host:port has it selected) and `commands` to the target, reading one reply
-        line each (up to timeout_ms per read or write). Returns (AUTH/SELECT error line or None, [reply line
-        per command read], socket error after some replies); raises CommandError (-IOERR) when nothing could
-        be exchanged."""
+        """Blocks the calling thread (a worker's, or the loop's in MULTI and scripts) sending AUTH (auth: its
+        arguments, or None), SELECT dbid (unless the cached connection to host:port has it selected) and
+        `commands` to the target, reading one reply line each (up to timeout_ms per read or write). Returns
+        (AUTH/SELECT error line or None, [reply line per command read], socket error after some replies);
+        raises CommandError (-IOERR) when nothing could be exchanged."""
         raise CommandError("IOERR error or timeout connecting to the client")
 
-    # -- work off the loop (pipeline.off_loop) ----------------------------------------------------
-    def off_loop_start(self, session):
+
+class Faults:
+    """DEBUG's switches: active expiry and the housekeeping cron off, journal and replica stalls injected."""
+
+    def set_active_expire(self, on):
+        pass
+
+    def pause_cron(self, on):
+        """DEBUG PAUSE-CRON: stop (or restart) the periodic housekeeping (active expiry, timeouts, stats)."""
+        needs_server("DEBUG PAUSE-CRON")
+
+    def journal_stall(self, stall_ms) -> bool:
+        return False
+
+    def journal_follow_stall(self, stall_ms) -> bool:
+        """A replica holds the journal entries it receives for stall_ms (fault injection). False if not one."""
+        return False
+
+
+class OffLoop:
+    """Work off the loop (Pipeline.off_loop): the client parked, the work on a worker thread, the client resumed."""
+
+    def start(self, session):
         """A command of `session` is about to work off the loop: its connection is parked (its later
         commands wait, as behind a blocked command) and the Deferred its reply will be is returned; None when
         there is no loop to come back to (the work is then done synchronously)."""
         return None
 
-    def off_loop_run(self, work, done):
+    def run(self, work, done):
         """work() on a worker thread, then done(its result, or the exception it raised) on the loop."""
         raise NotImplementedError("off_loop_start returned None: there is no worker")
 
-    def off_loop_end(self, session, retry_blocked):
+    def end(self, session, retry_blocked):
         """The work is finished and its reply resolved: the client's connection resumes, commands postponed
         by the locks run again (retry_blocked: blocked clients' retries were postponed too)."""
 
-    # -- scripting --------------------------------------------------------------------------------
+
+class Port:
+    """The port: its groups (one object each) and the services every handler may use."""
+    config = None          # the process's Config (read by CONFIG GET, INFO, ...), None without a process
+
+    def __init__(self):
+        self.clients = Clients()
+        self.pubsub = PubSub()
+        self.admin = Admin()
+        self.persistence = Persistence()
+        self.replication = Replication()
+        self.cluster = Cluster()
+        self.faults = Faults()
+        self.off_loop = OffLoop()
+
+    def clock_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def log_exception(self, where, exc):
+        log.error("unexpected error in %s: %r", where, exc, exc_info=exc)
+
+    def acl_users(self):
+        """The process's ACL users and log (server/acl.ServerAcl), or None: only the default user exists."""
+        return None
+
     def script_host(self):
         """What a long script needs of the process (scripting/runner.ScriptHost), or None: scripts then run
         on the calling thread with no busy-reply-threshold."""

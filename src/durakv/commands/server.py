@@ -49,24 +49,22 @@ def config_set(ctx, args):
             opt.parse(value)
         except ValueError as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
-        problem = port.validate_config_set(opt.name, opt.parse(value))
+        problem = port.admin.validate_config_set(opt.name, opt.parse(value))
         if problem:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, problem))
         pairs.append((name, value))
     later = []
     for name, value in pairs:
         try:
-            pending = port.config_set(name, value)
+            pending = port.admin.config_set(name, value)
         except (ConfigError, ValueError) as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
         if pending is not None:
             later.append(pending)
-    d = ctx.pipeline
-    if d.maxmemory and any(BY_NAME[name].name in ("maxmemory", "maxmemory-policy") for name, _v in pairs) \
-            and d.used_memory_fn() > d.maxmemory:
+    if any(BY_NAME[name].name in ("maxmemory", "maxmemory-policy") for name, _v in pairs):
         # As Valkey's updateMaxmemory: evict at once down to the new limit (the policy permitting),
         # not only when the next write arrives; the evicted keys are journaled and notified as usual.
-        d.evict()
+        ctx.pipeline.evict_to_limit()
     if not later:
         return OK
     # Shard settings and durability switches answer once they hold (on a primary: for every later write).
@@ -87,16 +85,13 @@ def config_set(ctx, args):
 
 @command("config|resetstat")
 def config_resetstat(ctx, args):
-    d = ctx.pipeline
-    d.total_commands = 0
-    d.total_errors = 0
-    d.error_counts.clear()
+    ctx.pipeline.reset_stats()
     ctx.keyspace.hits = ctx.keyspace.misses = 0
     for cmd in registry.TABLE.values():
         for c in [cmd] + list(cmd.subcommands.values()):
             c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
             c.latency = [0] * 64
-    ctx.port.reset_stats()
+    ctx.port.admin.reset_stats()
     ctx.keyspace.expired_keys = ctx.keyspace.evicted_keys = 0
     return OK
 
@@ -104,7 +99,7 @@ def config_resetstat(ctx, args):
 @command("config|rewrite")
 def config_rewrite(ctx, args):
     try:
-        ctx.port.rewrite_config()
+        ctx.port.admin.rewrite_config()
     except ConfigError as exc:
         raise CommandError("ERR " + str(exc)) from None
     except OSError as exc:
@@ -125,7 +120,7 @@ def config_help(ctx, args):
 
 @command("info")
 def info(ctx, args):
-    return ctx.port.info([a.decode("utf-8", "replace") for a in args[1:]])
+    return ctx.port.admin.info([a.decode("utf-8", "replace") for a in args[1:]])
 
 
 @command("dbsize")
@@ -135,7 +130,7 @@ def dbsize(ctx, args):
 
 @command("time")
 def time_(ctx, args):
-    state = ctx.pipeline.scripting if ctx.pipeline is not None else None
+    state = ctx.scripting
     run = state.current if state is not None else None
     if run is not None and run.session is ctx.client:
         now_us = run.time_us            # a script sees the time it started at (server.ustime is cached)
@@ -148,7 +143,7 @@ def time_(ctx, args):
 @command("sync")
 def sync(ctx, args):
     # Valkey's replication stream, for tools and tests that read what commands propagate (server/replfeed.py)
-    return ctx.port.attach_replication_stream(ctx.client)
+    return ctx.port.replication.attach_stream(ctx.client)
 
 
 @command("replconf")
@@ -194,7 +189,7 @@ def replconf(ctx, args):
 
 @command("lastsave")
 def lastsave(ctx, args):
-    return ctx.port.last_save()
+    return ctx.port.persistence.last_save()
 
 
 # -- FLUSHDB / FLUSHALL -------------------------------------------------------------------------
@@ -236,7 +231,7 @@ def flushall(ctx, args):
 
 @command("save")
 def save(ctx, args):
-    return ctx.port.start_snapshot()
+    return ctx.port.persistence.start_snapshot()
 
 
 @command("bgsave")
@@ -244,11 +239,11 @@ def bgsave(ctx, args):
     port = ctx.port
     if len(args) > 2 or (len(args) == 2 and args[1].upper() != b"SCHEDULE"):
         raise syntax_error()
-    if port.snapshot_in_progress():
+    if port.persistence.snapshot_in_progress():
         if len(args) == 2:
             return "Background saving scheduled"
         raise CommandError(messages.SAVE_IN_PROGRESS)
-    port.start_snapshot()
+    port.persistence.start_snapshot()
     return "Background saving started"
 
 
@@ -256,9 +251,9 @@ def bgsave(ctx, args):
 def bgrewriteaof(ctx, args):
     # Valkey compacts its AOF; durakv's journal is compacted by a snapshot (the journal before it is dropped)
     port = ctx.port
-    if port.snapshot_in_progress():
+    if port.persistence.snapshot_in_progress():
         return "Background append only file rewriting scheduled"
-    port.start_snapshot()
+    port.persistence.start_snapshot()
     return "Background append only file rewriting started"
 
 
@@ -269,7 +264,7 @@ def shutdown(ctx, args):
             raise syntax_error()
     if any(a.upper() == b"ABORT" for a in args[1:]):
         raise CommandError("ERR No shutdown in progress.")
-    ctx.port.shutdown()
+    ctx.port.admin.shutdown()
     ctx.client.close_after_reply = True
     return NO_REPLY
 
@@ -506,7 +501,7 @@ def command_help(ctx, args):
 
 @command("swapdb")
 def swapdb(ctx, args):
-    if ctx.port.cluster() is not None:
+    if ctx.port.cluster.routing() is not None:
         raise CommandError(messages.SWAPDB_IN_CLUSTER)
     dbs = ctx.keyspace.dbs
     try:
@@ -532,14 +527,14 @@ def swapdb(ctx, args):
 @command("replicaof")
 def replicaof(ctx, args):
     if args[1].lower() == b"no" and args[2].lower() == b"one":
-        ctx.port.replicaof(None, 0)
+        ctx.port.replication.replicaof(None, 0)
         return OK
     if ctx.client.from_primary:
         raise CommandError("ERR Command is not valid when client is a replica.")
     port = parse_int(args[2], "ERR Invalid master port")
     if not 0 <= port <= 65535:
         raise CommandError("ERR Invalid master port")
-    if not ctx.port.replicaof(args[1].decode("utf-8", "replace"), port):
+    if not ctx.port.replication.replicaof(args[1].decode("utf-8", "replace"), port):
         return Raw(b"+OK Already connected to specified master\r\n")
     return OK
 
@@ -551,7 +546,7 @@ def slaveof(ctx, args):
 
 @command("role")
 def role(ctx, args):
-    r = ctx.port.replication()
+    r = ctx.port.replication.status()
     if r["role"] == "replica":
         return [b"slave", r["primary_host"].encode(), r["primary_port"], r.get("state", "connected").encode(),
                 r["offset"]]

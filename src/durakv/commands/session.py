@@ -51,7 +51,7 @@ class Session:
         self.no_touch = False
         self.asking = False        # ASKING: the next command may touch a slot this node is importing
         self.tls = False           # the connection is TLS: cluster redirections name tls-ports
-        # The ACL user (acl_model.User) the client runs as; None is the default user (`user` is its name).
+        # The ACL user (acl_user.User) the client runs as; None is the default user (`user` is its name).
         self.acl_user = None
         self.reply_off = False     # CLIENT REPLY OFF: no replies until CLIENT REPLY ON
         self.reply_skip = 0        # CLIENT REPLY SKIP: replies still to drop (its own, then the next)

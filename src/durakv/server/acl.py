@@ -1,4 +1,4 @@
-"""The server's ACL state: its users (commands/acl_model.py), the ACL LOG, the aclfile, and what a change of
+"""The server's ACL state: its users (commands/acl_store.py), the ACL LOG, the aclfile, and what a change of
 users does to connected clients. This object is the one port ACL handlers reach (`ctx.server.acl`), and the
 command path asks it to admit every command (plain, queued in MULTI, re-checked at EXEC, called by a script,
 re-run after blocking).
@@ -12,21 +12,22 @@ import os
 import shlex
 
 from .. import messages
-from ..commands import acl_model as model
+from ..commands import acl_check, acl_log, acl_passwords, acl_pubsub, acl_rules, acl_store
 from ..errors import ConfigError
 from ..protocol.resp import Deferred, ErrorReply
 
 log = logging.getLogger("durakv.acl")
 
-_EXEC_REASON = {model.DENIED_CMD: messages.ACL_EXEC_REASON_CMD, model.DENIED_KEY: messages.ACL_EXEC_REASON_KEY,
-                model.DENIED_CHANNEL: messages.ACL_EXEC_REASON_CHANNEL}
+_EXEC_REASON = {acl_check.DENIED_CMD: messages.ACL_EXEC_REASON_CMD,
+                acl_check.DENIED_KEY: messages.ACL_EXEC_REASON_KEY,
+                acl_check.DENIED_CHANNEL: messages.ACL_EXEC_REASON_CHANNEL}
 AUTH_LOG_INTERVAL_MS = 1000  # at most one line per interval about failed AUTH, with the count it stands for
 
 
 def _denial(user, cmd, args):
-    """model.check's (reason, argument position) for a denied command, or None; a user allowed everything
+    """acl_check.check's (reason, argument position) for a denied command, or None; a user allowed everything
     (no ACL rules: the common case) is not walked."""
-    return None if user.unrestricted else model.check(user, cmd, args)
+    return None if user.unrestricted else acl_check.check(user, cmd, args)
 
 
 class ServerAcl:
@@ -34,8 +35,8 @@ class ServerAcl:
         self.server = server
         self.random_bytes = random_bytes
         cfg = server.config
-        self.users = model.Users(pubsub_all=cfg["acl-pubsub-default"] == "allchannels")
-        self.log = model.AclLog(cfg["acllog-max-len"])
+        self.users = acl_store.Users(pubsub_all=cfg["acl-pubsub-default"] == "allchannels")
+        self.log = acl_log.AclLog(cfg["acllog-max-len"])
         self.filename = cfg["aclfile"]
         self._auth_log_next_ms = 0
         self._auth_suppressed = 0
@@ -61,7 +62,7 @@ class ServerAcl:
                 raise ConfigError("Aborting durakv startup because of ACL errors: %s" % exc) from None
         cfg.listeners.append(self._on_config_set)
         cfg.rewrite_extra_lines = self._rewrite_lines
-        # A shard member sets this (replication/node.py): share(settings) -> Deferred resolved with None once
+        # A shard member sets this (replication/shard_settings.py): share(settings) -> Deferred resolved with None once
         # the users are stored for the whole shard, or with an ErrorReply.
         self.share = None
         self._applying = False
@@ -140,9 +141,9 @@ class ServerAcl:
         if denied is None:
             return None
         reason, pos = denied
-        context = model.CTX_MULTI if session.in_multi else model.CTX_TOPLEVEL
+        context = acl_log.CTX_MULTI if session.in_multi else acl_log.CTX_TOPLEVEL
         self._log_denial(session, user, cmd, args, reason, pos, context, cmd.fullname)
-        return "NOPERM " + model.denial_message(reason, user, cmd, args[pos])
+        return "NOPERM " + acl_check.denial_message(reason, user, cmd, args[pos])
 
     def exec_denied(self, session, cmd, args):
         """execCommand's re-check of a queued command (the rules may have changed since it was queued)."""
@@ -151,7 +152,7 @@ class ServerAcl:
         if denied is None:
             return None
         reason, pos = denied
-        self._log_denial(session, user, cmd, args, reason, pos, model.CTX_MULTI, "exec")
+        self._log_denial(session, user, cmd, args, reason, pos, acl_log.CTX_MULTI, "exec")
         return messages.NOPERM_EXEC.format(_EXEC_REASON[reason])
 
     def script_denied(self, script_session, caller, caller_args, cmd, args):
@@ -165,16 +166,16 @@ class ServerAcl:
             return None
         reason, pos = denied
         top = caller_args[0].lower().decode("utf-8", "replace") if caller_args else "eval"
-        self._log_denial(caller, user, cmd, args, reason, pos, model.CTX_LUA, top)
-        return messages.NOPERM_SCRIPT.format(model.denial_message(reason, user, cmd, args[pos]))
+        self._log_denial(caller, user, cmd, args, reason, pos, acl_log.CTX_LUA, top)
+        return messages.NOPERM_SCRIPT.format(acl_check.denial_message(reason, user, cmd, args[pos]))
 
     def allowed(self, caller, cmd, args) -> bool:
         """server.acl_check_cmd: the check alone, nothing logged."""
         user = self.users.default if caller is None or caller.acl_user is None else caller.acl_user
-        return model.check(user, cmd, args) is None
+        return acl_check.check(user, cmd, args) is None
 
     def _log_denial(self, session, user, cmd, args, reason, pos, context, current):
-        obj = cmd.fullname.encode() if reason == model.DENIED_CMD else args[pos]
+        obj = cmd.fullname.encode() if reason == acl_check.DENIED_CMD else args[pos]
         self.log.add(reason, context, obj, user.name, self.client_info(session, current), self.server.clock_ms())
 
     def client_info(self, session, current) -> bytes:
@@ -192,15 +193,15 @@ class ServerAcl:
         user = self.users.get(username)
         ok = user is not None and user.check_password(password)
         if user is None:
-            model.hash_password(password)  # the same work whether or not the user exists
+            acl_passwords.hash_password(password)  # the same work whether or not the user exists
         if ok:
             session.acl_user = None if user is self.users.default else user
             session.user = username.decode("utf-8", "replace")
             session.authenticated = True
             return True
-        context = model.CTX_MULTI if session.in_multi else model.CTX_TOPLEVEL
+        context = acl_log.CTX_MULTI if session.in_multi else acl_log.CTX_TOPLEVEL
         now = self.server.clock_ms()
-        self.log.add(model.DENIED_AUTH, context, argv0, username,
+        self.log.add(acl_check.DENIED_AUTH, context, argv0, username,
                      self.client_info(session, argv0.lower().decode("utf-8", "replace")), now)
         if now >= self._auth_log_next_ms:
             suppressed = self._auth_suppressed
@@ -217,15 +218,15 @@ class ServerAcl:
     def setuser(self, name: bytes, ops, current):
         """ACL SETUSER: None or the error text. Subscribers of that user whose channels are no longer allowed
         are disconnected."""
-        if model.has_spaces(name):
+        if acl_rules.has_spaces(name):
             return messages.ACL_USERNAME_SPACES
         try:
             staged = self.users.stage(name, ops)
-        except model.SetUserError as exc:
+        except acl_store.SetUserError as exc:
             return "ERR " + exc.text
         existing = self.users.get(name)
         if existing is not None:
-            upcoming = model.upcoming_channels(staged, existing)
+            upcoming = acl_pubsub.upcoming_channels(staged, existing)
             if upcoming is not None:
                 for conn in self._connections_of(existing):
                     if self._revoked(conn, upcoming):
@@ -264,7 +265,7 @@ class ServerAcl:
         subs = conn.subs
         if subs is None or not subs.total():
             return False
-        return model.subscriptions_revoked(upcoming, subs.channels, subs.patterns, subs.shard)
+        return acl_pubsub.subscriptions_revoked(upcoming, subs.channels, subs.patterns, subs.shard)
 
     def _drop(self, conn, current):
         if conn.session is current:
@@ -300,7 +301,7 @@ class ServerAcl:
                 continue
             if conn.subs is not None and conn.subs.total():
                 if old.name not in upcoming_by_name:
-                    upcoming_by_name[old.name] = model.upcoming_channels(new, old)
+                    upcoming_by_name[old.name] = acl_pubsub.upcoming_channels(new, old)
                 upcoming = upcoming_by_name[old.name]
                 if upcoming is not None and self._revoked(conn, upcoming):
                     self._drop(conn, current)
@@ -325,7 +326,7 @@ class ServerAcl:
     def apply_settings(self, data: dict):
         """Installs users read from the coordination store, as ACL LOAD installs a file. Raises ValueError
         (nothing changes) if a rule does not apply."""
-        staged = model.Users(self.users.pubsub_all)
+        staged = acl_store.Users(self.users.pubsub_all)
         staged.load_dict(data)
         self._applying = True
         try:

@@ -278,7 +278,7 @@ class Connection(asyncio.Protocol):
             self.resume()
 
         self.blocked = OFF_LOOP_PARKED
-        server.port.off_loop_run(lambda: decode_payload(payload, clock_ms), decoded_now)
+        server.port.off_loop.run(lambda: decode_payload(payload, clock_ms), decoded_now)
         return True
 
     def _park(self, commands, rest, error):

@@ -1,12 +1,12 @@
-"""The server's port: commands/port.Port implemented against the running process.
+"""The server's port: commands/port.Port and its groups implemented against the running process.
 
-Every service a handler uses of the server is one method here; nothing else of the server is reachable
-from commands/. The methods that touch connections take the client's Session and find its connection.
+Every service a handler uses of the server is one method of a group here; nothing else of the server is
+reachable from commands/. The methods that touch connections take the client's Session and find its connection.
 """
 
 import logging
 
-from ..commands.port import Port
+from ..commands.port import Admin, Clients, Cluster, Faults, OffLoop, Persistence, Port, PubSub, Replication
 from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import Deferred, ErrorReply, Raw
@@ -15,41 +15,44 @@ from .migrate import MigrateError
 log = logging.getLogger("durakv.server")
 
 
-class ServerPort(Port):
+class _Served:
+    """What every group of the server's port shares: the server, and finding a client's connection."""
+
     def __init__(self, server):
         self.server = server
-        self.config = server.config
-        self._script_host = ScriptHost(server)
-
-    # -- general ----------------------------------------------------------------------------------
-    def clock_ms(self) -> int:
-        return self.server.clock_ms()
-
-    def log_exception(self, where, exc):
-        self.server.log_exception(where, exc)
 
     def _conn(self, session):
         return self.server.clients.get(session.id)
 
-    # -- clients ----------------------------------------------------------------------------------
+    def _deferred_with_timeout(self, timeout_ms, reply_fn):
+        d = Deferred()
+        if timeout_ms:
+            handle = self.server.loop.call_later(timeout_ms / 1000.0, lambda: d.resolve(reply_fn()))
+            d.listen(handle.cancel)
+        return d
+
+
+class ServerClients(_Served, Clients):
+    """The connected clients, found by their sessions' ids in the server's client table."""
+
     def sessions(self) -> list:
         return [c.session for c in self.server.clients.values()]
 
-    def client_kind(self, session) -> bytes:
+    def kind(self, session) -> bytes:
         """getClientType: replica (a SYNC connection), pubsub, normal."""
         conn = self._conn(session)
         if conn is not None and conn.replica_feed is not None and not session.monitor:
             return b"replica"
         return b"pubsub" if session.subscribed else b"normal"
 
-    def client_line(self, session) -> str:
+    def line(self, session) -> str:
         conn = self._conn(session)
         return client_line(conn, self.server.clock_ms()) if conn is not None else ""
 
-    def client_exists(self, client_id) -> bool:
+    def exists(self, client_id) -> bool:
         return client_id in self.server.clients
 
-    def kill_client(self, session):
+    def kill(self, session):
         conn = self._conn(session)
         if conn is not None:
             self.server.kill_client(conn)
@@ -72,7 +75,170 @@ class ServerPort(Port):
             raise CommandError("ERR MONITOR needs a client connection")
         return self.server.hooks.add_monitor(conn)
 
-    def attach_replication_stream(self, session):
+    def reset(self, session):
+        conn = self._conn(session)
+        if conn is not None:
+            self.server.hooks.reset_client(conn)
+
+    def pause(self, end_ms, all_commands):
+        self.server.blocking.pause(end_ms, all_commands)
+
+    def unpause(self):
+        self.server.blocking.unpause()
+
+    def unblock(self, client_id, error) -> bool:
+        return self.server.blocking.unblock(client_id, error)
+
+    def tracking_state(self, session):
+        conn = self._conn(session)
+        return conn.tracking if conn is not None else None
+
+    def tracking_enable(self, session, redirect, bcast, optin, optout, noloop, prefixes):
+        conn = self._conn(session)
+        if conn is None:
+            raise CommandError("ERR CLIENT TRACKING needs a client connection")
+        hooks = self.server.hooks
+        hooks.tracking.enable(conn, redirect, bcast, optin, optout, noloop, prefixes)
+        session.tracking = True
+        hooks.refresh()
+
+    def tracking_disable(self, session):
+        conn = self._conn(session)
+        if conn is not None and conn.tracking is not None:
+            self.server.hooks.tracking.disable(conn)
+            session.tracking = False
+            self.server.hooks.refresh()
+
+
+class ServerPubSub(_Served, PubSub):
+    """Pub/sub on this node's subscriptions, PUBLISH handed to the other nodes of a cluster."""
+
+    def _sub_conn(self, session):
+        conn = self._conn(session)
+        if conn is None:
+            raise CommandError("ERR pub/sub needs a client connection")
+        return conn
+
+    def subscribe(self, session, names, kind):
+        conn = self._sub_conn(session)
+        return self._confirmations(session, conn, self.server.pubsub.subscribe(conn, names, kind))
+
+    def unsubscribe(self, session, names, kind):
+        conn = self._sub_conn(session)
+        return self._confirmations(session, conn, self.server.pubsub.unsubscribe(conn, names, kind))
+
+    @staticmethod
+    def _confirmations(session, conn, raw):
+        """Subscribe/unsubscribe confirmations are pushes in Valkey (CLIENT_PUSHING, in RESP2 too), so CLIENT
+        REPLY OFF / SKIP does not silence them: under it they go out as pushes and the command's own (empty)
+        reply is what gets dropped."""
+        if session.reply_off or session.reply_skip:
+            conn.push(raw)
+            return Raw(b"")
+        return raw
+
+    def publish(self, channel, message, shard=False) -> int:
+        server = self.server
+        # Not before the writes it follows in its transaction or script have committed (pipeline.py), on
+        # this node and on the others alike.
+        ticket = server.pipeline.publish_ticket()
+        node = server.cluster_node
+        if node is not None and node.routing is not None:
+            # the other nodes deliver to their subscribers
+            if ticket:
+                server.durability.when_committed(ticket, lambda: node.publish_remote(channel, message, shard))
+            else:
+                node.publish_remote(channel, message, shard)
+        return server.pubsub.publish(channel, message, shard=shard, ticket=ticket)
+
+    def channels(self, pattern, shard=False) -> list:
+        return self.server.pubsub.channel_list(pattern, shard=shard)
+
+    def numsub(self, channel, shard=False) -> int:
+        return self.server.pubsub.numsub(channel, shard=shard)
+
+    def numpat(self) -> int:
+        return len(self.server.pubsub.patterns)
+
+
+class ServerAdmin(_Served, Admin):
+    """The server's config, INFO, stats, shutdown and memory figures."""
+
+    def info(self, sections) -> str:
+        return self.server.info(sections)
+
+    def validate_config_set(self, name, value):
+        return self.server.validate_config_set(name, value)
+
+    def config_set(self, name, value):
+        return self.server.config_set(name, value)
+
+    def rewrite_config(self):
+        self.server.config.rewrite()
+
+    def reset_stats(self):
+        srv = self.server
+        srv.total_connections = srv.rejected_connections = 0
+        srv.net_input_bytes = srv.net_output_bytes = srv.reads_processed = srv.writes_processed = 0
+        srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
+        srv.loop_stats.reset()
+        srv.acl.reset_stats()
+
+    def shutdown(self):
+        self.server.request_shutdown()
+
+    def memory_rss(self) -> int:
+        return self.server.memory_rss()
+
+    def note_peak_memory(self, used) -> int:
+        srv = self.server
+        srv.peak_memory = max(getattr(srv, "peak_memory", 0), used)
+        return srv.peak_memory
+
+
+class ServerPersistence(_Served, Persistence):
+    """The server's snapshots and its journal's commits."""
+
+    def last_save(self) -> int:
+        return self.server.lastsave
+
+    def snapshot_in_progress(self) -> bool:
+        return self.server.snapshot_in_progress is not None
+
+    def start_snapshot(self):
+        return self.server.start_snapshot()
+
+    def debug_reload(self, save=True, flush=True, merge=False):
+        return self.server.debug_reload(save, flush, merge)
+
+    def journaled(self) -> bool:
+        return self.server.durability.tracker is not None
+
+    def committed_index(self) -> int:
+        return self.server.durability.committed
+
+    def wait_local_commit(self, index, timeout_ms, reply_fn):
+        d = self._deferred_with_timeout(timeout_ms, reply_fn)
+        self.server.durability.when_committed(index, lambda: d.resolve(reply_fn()))
+        return d
+
+
+class ServerReplication(_Served, Replication):
+    """The node's replication: its link or shard, SYNC's feed, the replicas' offsets."""
+
+    def status(self) -> dict:
+        return self.server.replication_info()
+
+    def replicaof(self, host, port) -> bool:
+        srv = self.server
+        if srv.cluster_routing is not None:
+            raise CommandError("ERR REPLICAOF not allowed in cluster mode.")
+        if srv.cluster_node is not None:
+            raise CommandError("ERR REPLICAOF is not supported on a shard member: its replicas follow the "
+                               "shard's journal")
+        return srv.replicaof(host, port)
+
+    def attach_stream(self, session):
         from .replfeed import FORK_MIN_KEYS, ReplicaFeed, dataset_rdb, export_rdb_forked
         conn = self._conn(session)
         if conn is None:
@@ -112,164 +278,6 @@ class ServerPort(Port):
             server.durability.add_feed(conn.replica_feed)   # removed in Hooks.drop_client
         return reply
 
-    def reset_client(self, session):
-        conn = self._conn(session)
-        if conn is not None:
-            self.server.hooks.reset_client(conn)
-
-    def pause_clients(self, end_ms, all_commands):
-        self.server.blocking.pause(end_ms, all_commands)
-
-    def unpause_clients(self):
-        self.server.blocking.unpause()
-
-    def unblock_client(self, client_id, error) -> bool:
-        return self.server.blocking.unblock(client_id, error)
-
-    def tracking_state(self, session):
-        conn = self._conn(session)
-        return conn.tracking if conn is not None else None
-
-    def tracking_enable(self, session, redirect, bcast, optin, optout, noloop, prefixes):
-        conn = self._conn(session)
-        if conn is None:
-            raise CommandError("ERR CLIENT TRACKING needs a client connection")
-        hooks = self.server.hooks
-        hooks.tracking.enable(conn, redirect, bcast, optin, optout, noloop, prefixes)
-        session.tracking = True
-        hooks.refresh()
-
-    def tracking_disable(self, session):
-        conn = self._conn(session)
-        if conn is not None and conn.tracking is not None:
-            self.server.hooks.tracking.disable(conn)
-            session.tracking = False
-            self.server.hooks.refresh()
-
-    # -- pub/sub ----------------------------------------------------------------------------------
-    def _sub_conn(self, session):
-        conn = self._conn(session)
-        if conn is None:
-            raise CommandError("ERR pub/sub needs a client connection")
-        return conn
-
-    def subscribe(self, session, names, kind):
-        conn = self._sub_conn(session)
-        return self._confirmations(session, conn, self.server.pubsub.subscribe(conn, names, kind))
-
-    def unsubscribe(self, session, names, kind):
-        conn = self._sub_conn(session)
-        return self._confirmations(session, conn, self.server.pubsub.unsubscribe(conn, names, kind))
-
-    @staticmethod
-    def _confirmations(session, conn, raw):
-        """Subscribe/unsubscribe confirmations are pushes in Valkey (CLIENT_PUSHING, in RESP2 too), so CLIENT
-        REPLY OFF / SKIP does not silence them: under it they go out as pushes and the command's own (empty)
-        reply is what gets dropped."""
-        if session.reply_off or session.reply_skip:
-            conn.push(raw)
-            return Raw(b"")
-        return raw
-
-    def publish(self, channel, message, shard=False) -> int:
-        server = self.server
-        # Not before the writes it follows in its transaction or script have committed (pipeline.py), on
-        # this node and on the others alike.
-        ticket = server.pipeline.publish_ticket()
-        node = server.cluster_node
-        if node is not None and node.routing is not None:
-            # the other nodes deliver to their subscribers
-            if ticket:
-                server.durability.when_committed(ticket, lambda: node.publish_remote(channel, message, shard))
-            else:
-                node.publish_remote(channel, message, shard)
-        return server.pubsub.publish(channel, message, shard=shard, ticket=ticket)
-
-    def pubsub_channels(self, pattern, shard=False) -> list:
-        return self.server.pubsub.channel_list(pattern, shard=shard)
-
-    def pubsub_numsub(self, channel, shard=False) -> int:
-        return self.server.pubsub.numsub(channel, shard=shard)
-
-    def pubsub_numpat(self) -> int:
-        return len(self.server.pubsub.patterns)
-
-    # -- server -----------------------------------------------------------------------------------
-    def info(self, sections) -> str:
-        return self.server.info(sections)
-
-    def validate_config_set(self, name, value):
-        return self.server.validate_config_set(name, value)
-
-    def config_set(self, name, value):
-        return self.server.config_set(name, value)
-
-    def rewrite_config(self):
-        self.server.config.rewrite()
-
-    def reset_stats(self):
-        srv = self.server
-        srv.total_connections = srv.rejected_connections = 0
-        srv.net_input_bytes = srv.net_output_bytes = srv.reads_processed = srv.writes_processed = 0
-        srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
-        srv.loop_stats.reset()
-        srv.acl.reset_stats()
-
-    def last_save(self) -> int:
-        return self.server.lastsave
-
-    def snapshot_in_progress(self) -> bool:
-        return self.server.snapshot_in_progress is not None
-
-    def start_snapshot(self):
-        return self.server.start_snapshot()
-
-    def shutdown(self):
-        self.server.request_shutdown()
-
-    def pause_cron(self, on):
-        self.server.cron_paused = on
-
-    def set_active_expire(self, on):
-        self.server.active_expire_enabled = on
-
-    def journal_stall(self, stall_ms) -> bool:
-        return self.server.set_journal_stall(stall_ms)
-
-    def debug_reload(self, save=True, flush=True, merge=False):
-        return self.server.debug_reload(save, flush, merge)
-
-    def journal_follow_stall(self, stall_ms) -> bool:
-        node = self.server.cluster_node
-        return node is not None and node.stall_following(stall_ms)
-
-    def memory_rss(self) -> int:
-        return self.server.memory_rss()
-
-    def note_peak_memory(self, used) -> int:
-        srv = self.server
-        srv.peak_memory = max(getattr(srv, "peak_memory", 0), used)
-        return srv.peak_memory
-
-    def replication(self) -> dict:
-        return self.server.replication_info()
-
-    def replicaof(self, host, port) -> bool:
-        srv = self.server
-        if srv.cluster_routing is not None:
-            raise CommandError("ERR REPLICAOF not allowed in cluster mode.")
-        if srv.cluster_node is not None:
-            raise CommandError("ERR REPLICAOF is not supported on a shard member: its replicas follow the "
-                               "shard's journal")
-        return srv.replicaof(host, port)
-
-    # -- durability waits -------------------------------------------------------------------------
-    def journaled(self) -> bool:
-        return self.server.durability.tracker is not None
-
-    def committed_index(self) -> int:
-        return self.server.durability.committed
-
     def replication_index(self, index) -> int:
         """The journal position replicas report for the client's write `index` (a tracker index), or 0 while
         it is not committed (no replica can be known to hold it). They differ once a JetStream writer stepped
@@ -281,20 +289,8 @@ class ServerPort(Port):
             return 0
         return tracker.journal_index(index)
 
-    def _deferred_with_timeout(self, timeout_ms, reply_fn):
-        d = Deferred()
-        if timeout_ms:
-            handle = self.server.loop.call_later(timeout_ms / 1000.0, lambda: d.resolve(reply_fn()))
-            d.listen(handle.cancel)
-        return d
-
-    def wait_local_commit(self, index, timeout_ms, reply_fn):
-        d = self._deferred_with_timeout(timeout_ms, reply_fn)
-        self.server.durability.when_committed(index, lambda: d.resolve(reply_fn()))
-        return d
-
     def wait_replicas(self, index, numreplicas, timeout_ms, reply_fn):
-        # A shard's replicas report the journal index they applied (replication/node.py heartbeats); without
+        # A shard's replicas report the journal index they applied (replication/members.py heartbeats); without
         # a shard there are none, and WAIT answers at its timeout (0 = until the client disconnects, as Valkey).
         d = self._deferred_with_timeout(timeout_ms, reply_fn)
         node = self.server.cluster_node
@@ -307,12 +303,17 @@ class ServerPort(Port):
             self.server.durability.when_committed(index, watch_replicas)
         return d
 
-    # -- ACL --------------------------------------------------------------------------------------
-    def acl_users(self):
-        return self.server.acl
+    def good_replicas(self, max_lag_ms) -> int:
+        node = self.server.cluster_node
+        if node is None or node.role != "primary":
+            return 0
+        return node.replicas_heard_within(max_lag_ms)
 
-    # -- cluster ----------------------------------------------------------------------------------
-    def cluster(self):
+
+class ServerCluster(_Served, Cluster):
+    """The cluster routing and the shard member (replication/node.py) of this node."""
+
+    def routing(self):
         return self.server.cluster_routing
 
     def node_id(self):
@@ -334,21 +335,34 @@ class ServerPort(Port):
         task.add_done_callback(done)
         return d
 
-    def good_replicas(self, max_lag_ms) -> int:
-        node = self.server.cluster_node
-        if node is None or node.role != "primary":
-            return 0
-        return node.replicas_heard_within(max_lag_ms)
-
-    # -- MIGRATE ----------------------------------------------------------------------------------
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
         try:
             return self.server.migrate_sockets.exchange(host, port, timeout_ms, dbid, auth, commands)
         except MigrateError as exc:
             raise CommandError(str(exc)) from None
 
-    # -- work off the loop (pipeline.off_loop) ----------------------------------------------------
-    def off_loop_start(self, session):
+
+class ServerFaults(_Served, Faults):
+    """DEBUG's switches on the server and its shard member."""
+
+    def set_active_expire(self, on):
+        self.server.active_expire_enabled = on
+
+    def pause_cron(self, on):
+        self.server.cron_paused = on
+
+    def journal_stall(self, stall_ms) -> bool:
+        return self.server.set_journal_stall(stall_ms)
+
+    def journal_follow_stall(self, stall_ms) -> bool:
+        node = self.server.cluster_node
+        return node is not None and node.stall_following(stall_ms)
+
+
+class ServerOffLoop(_Served, OffLoop):
+    """Work off the loop: the client parked, the server's worker pool, the client resumed."""
+
+    def start(self, session):
         loop = self.server.loop
         if loop is None or not loop.is_running():
             return None
@@ -357,7 +371,7 @@ class ServerPort(Port):
             conn.blocked = OFF_LOOP_PARKED
         return Deferred()
 
-    def off_loop_run(self, work, done):
+    def run(self, work, done):
         loop = self.server.loop
 
         def job():
@@ -371,7 +385,7 @@ class ServerPort(Port):
                 pass  # the loop is closed: the server is shutting down
         self.server.off_loop_pool().submit(job)
 
-    def off_loop_end(self, session, retry_blocked):
+    def end(self, session, retry_blocked):
         server = self.server
         conn = self._conn(session)
         if conn is not None and conn.blocked is OFF_LOOP_PARKED:
@@ -384,7 +398,32 @@ class ServerPort(Port):
         if blocking.postponed:
             blocking.resume_postponed()
 
-    # -- scripting --------------------------------------------------------------------------------
+
+class ServerPort(Port):
+    """The port of the running process: its groups, and the clock, log, ACL users and script host."""
+
+    def __init__(self, server):
+        self.server = server
+        self.config = server.config
+        self._script_host = ScriptHost(server)
+        self.clients = ServerClients(server)
+        self.pubsub = ServerPubSub(server)
+        self.admin = ServerAdmin(server)
+        self.persistence = ServerPersistence(server)
+        self.replication = ServerReplication(server)
+        self.cluster = ServerCluster(server)
+        self.faults = ServerFaults(server)
+        self.off_loop = ServerOffLoop(server)
+
+    def clock_ms(self) -> int:
+        return self.server.clock_ms()
+
+    def log_exception(self, where, exc):
+        self.server.log_exception(where, exc)
+
+    def acl_users(self):
+        return self.server.acl
+
     def script_host(self):
         return self._script_host
 

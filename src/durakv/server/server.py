@@ -226,7 +226,7 @@ class Server:
 
     def config_set(self, name, value):
         """CONFIG SET of one option (value: its text): None when it holds already, else a Deferred resolved
-        once it holds (see Port.config_set)."""
+        once it holds (see commands/port.Admin.config_set)."""
         node = self.cluster_node
         if node is not None and name in SHARD_SETTINGS:
             d = Deferred()

@@ -1,0 +1,172 @@
+"""A replica following the journal: applies committed entries in order through the same code as recovery
+(expiry off: the primary's DEL effects decide), notices gaps and stalls, and tracks how far behind it is."""
+
+import asyncio
+import logging
+import time
+
+from ..journal.base import EpochFilter, JournalTruncated
+from ..journal.codec import PartAssembler
+from .clock import monotonic_ms
+
+log = logging.getLogger("durakv.replication")
+
+
+class FollowMixin:
+    """Following the journal as a replica.
+
+    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+
+    async def _follow_from(self, after):
+        """Follows the journal from entry after+1. Raises JournalTruncated when that entry has been purged (a
+        snapshot newer than this node's state let the stream drop it): an ordered consumer would silently
+        start at the first entry still there, a gap."""
+        info = await self.journal.refresh()
+        if info.state.first_seq > after + 1:
+            raise JournalTruncated("entry %d was purged (the stream starts at %d)" % (after + 1, info.state.first_seq))
+        self.subscription = await self.journal.follow(after, self._on_entry)
+
+    def _clear_dataset(self):
+        """Forgets everything loaded (start-up only: nobody is served data yet), to load a newer snapshot."""
+        ks = self.server.keyspace
+        for db in ks.dbs:
+            db.clear()
+        ks.used_bytes = ks.baseline_bytes
+        self.applied_index = self.snapshot_index = self.whole_index = 0
+        self.filter = EpochFilter(0)
+        self.parts = PartAssembler()
+
+    def _on_entry(self, entry):
+        if entry.index <= self.applied_index:
+            return  # an ordered consumer restart may resend what we have
+        if self.role == "primary":
+            return
+        if self._held_entries is not None:
+            self._held_entries.append(entry)
+            self.note_known(entry.index)
+            return
+        if entry.index != self.applied_index + 1:
+            # Entries in between were purged (a consumer that re-created itself starts at the first one left):
+            # applying this one would leave a silent gap. Stop here; the stall check reloads from a snapshot.
+            if self._gap is None:
+                self._gap = (self.applied_index + 1, entry.index)
+                log.warning("journal entries %d..%d are gone (purged); not applying past them", self.applied_index + 1,
+                            entry.index - 1)
+            self.note_known(entry.index)
+            return
+        ks = self.server.keyspace
+        if not entry.payload:
+            self.parts.reset()       # an epoch marker: a deposed writer's unfinished parts never complete
+        if self.filter.accept(entry):
+            ks.hide_expired = False  # effects see every stored key, expired or not, as on the primary
+            try:
+                for db_id, argv in self.parts.feed(entry.payload, entry.index):
+                    self.server.apply_effect(db_id, argv)
+            except Exception as exc:  # noqa: BLE001 - a replica that cannot apply must not serve
+                self._apply_errors += 1
+                log.critical("replica cannot apply entry %d: %s; restarting to resync", entry.index, exc)
+                self.reexec()
+                return
+            finally:
+                ks.hide_expired = True
+        else:
+            self.epoch = max(self.epoch, self.filter.epoch)
+        self.applied_index = entry.index
+        if not self.parts.pending:
+            self.whole_index = entry.index
+        if entry.index > self.stream_last:
+            self.stream_last = entry.index
+        self.applied_at_ms = self.server.clock_ms()
+        if self._behind_since_ms and self.applied_index >= self.known_index:
+            self._behind_since_ms = 0
+        if self._status_handle is None:
+            self.send_status_soon()
+
+    def stall_following(self, stall_ms):
+        """Fault injection: hold every journal entry that arrives for stall_ms, then apply them in order (a
+        replica behind its journal, as after a NATS disruption, without disturbing anything else)."""
+        if self.role == "primary":
+            return False
+        if self._held_entries is None:
+            self._held_entries = []
+        self.server.loop.call_later(stall_ms / 1000.0, self._release_held_entries)
+        return True
+
+    def _release_held_entries(self):
+        held, self._held_entries = self._held_entries or [], None
+        for entry in held:
+            self._on_entry(entry)
+
+    async def catch_up(self, timeout_s=30.0):
+        """Waits until everything committed in the stream (as of now) is applied."""
+        last = await self.journal.last_index()
+        self.stream_last = last
+        self.note_known(last)
+        deadline = time.monotonic() + timeout_s
+        while self.applied_index < last:
+            if time.monotonic() > deadline:
+                raise TimeoutError("catch-up stalled at %d of %d" % (self.applied_index, last))
+            await self.resubscribe_if_stalled()
+            await asyncio.sleep(0.002)
+        return last
+
+    async def resubscribe_if_stalled(self, stall_s=3.0):
+        """An ordered consumer whose NATS server died may stop delivering without an error (seen when a
+        whole AZ goes down): if entries are pending and nothing was applied for stall_s, follow again
+        from the applied index."""
+        if self._gap is not None:
+            gap, self._gap = self._gap, None
+            await self._unfollow()
+            if self.phase != "following":
+                raise JournalTruncated("entries %d..%d were purged" % (gap[0], gap[1] - 1))
+            log.warning("entries after index %d were purged while this replica was behind; restarting to load the "
+                        "newest snapshot", self.applied_index)
+            self.reexec()
+        now = time.monotonic()
+        if self.applied_index != self._progress_index:
+            self._progress_index, self._progress_at = self.applied_index, now
+            if self._stall_log.active("stalled"):
+                self._stall_log.clear("stalled", "following again at index %d", self.applied_index)
+            return
+        if self.stream_last <= self.applied_index or now - self._progress_at < stall_s:
+            return
+        self._stall_log("stalled", "following stalled at index %d of %d; subscribing again", self.applied_index,
+                        self.stream_last)
+        await self._unfollow()
+        self._progress_at = now
+        try:
+            await self._follow_from(self.applied_index)
+        except JournalTruncated:
+            if self.phase != "following":
+                raise           # start-up loads the newest snapshot instead
+            log.warning("entries after index %d were purged while this replica was behind; restarting to load the "
+                        "newest snapshot", self.applied_index)
+            self.reexec()
+        except Exception as exc:  # noqa: BLE001 - retried on the next stall check
+            log.warning("subscribing again failed: %r", exc)
+
+    async def _unfollow(self):
+        old, self.subscription = self.subscription, None
+        if old is not None:
+            try:
+                await old.unsubscribe()
+            except Exception:  # noqa: BLE001 - its connection may be the broken part
+                pass
+
+    def note_known(self, index):
+        """The journal holds `index` (a probe of the stream, the primary's heartbeat): track being behind it."""
+        if index > self.known_index:
+            self.known_index = index
+        if self.known_index > self.applied_index:
+            if not self._behind_since_ms:
+                self._behind_since_ms = monotonic_ms()
+        else:
+            self._behind_since_ms = 0
+
+    def behind_ms(self) -> int:
+        return monotonic_ms() - self._behind_since_ms if self._behind_since_ms else 0
+
+    def link_up(self) -> bool:
+        """Whether this replica follows the journal now (a subscription that is delivering or has nothing to)."""
+        return (self.subscription is not None and self.nc is not None and self.nc.is_connected
+                and not self._stall_log.active("stalled"))

@@ -1,0 +1,87 @@
+"""The pipeline's gate on a shard member: a primary serves only while its lease is valid by its own clock (the
+renewer thread's hooks publish it), a replica only while it is close enough to the journal."""
+
+import logging
+import ssl
+
+from .. import messages
+from ..cluster.store import NatsStore
+from ..journal.jetstream import connect
+from .clock import monotonic_ms
+
+log = logging.getLogger("durakv.replication")
+
+
+class LeaseMixin:
+    """The lease renewer's hooks and the gate the pipeline checks in admission for every command path.
+
+    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+
+    async def _open_renewer_store(self):
+        """The lease renewer's own NATS connection and lease bucket (run on its thread's loop): a connection
+        served by the event loop would wait for the loop, which is what the thread is there to avoid."""
+        ca = self.server.config["journal-nats-tls-ca-file"]
+        nc = await connect(self.servers, name="durakv-%s-lease" % self.node_id,
+                           tls=ssl.create_default_context(cafile=ca) if ca else None)
+        try:
+            return await NatsStore(nc).open_leases()
+        except BaseException:
+            await nc.close()
+            raise
+
+    def _publish_lease(self, valid_until_ms):
+        """Called on the renewer's thread when a renewal landed: the gate (serving_error) serves until then."""
+        self.lease_valid_until_ms = valid_until_ms
+
+    def _renew_stall_limit_ms(self):
+        """How long the event loop may show no sign of life while the renewer still renews: the configured bound,
+        but never less than a script may hold the loop by design (busy-reply-threshold) plus one lease."""
+        cfg = self.server.config
+        return max(cfg["lease-renew-max-loop-stall-ms"], cfg["busy-reply-threshold"] + cfg["lease-ttl-ms"])
+
+    def is_replica(self) -> bool:
+        return self.role != "primary"
+
+    def serving_error(self, write):
+        """Error text if this node must not serve a command touching data now: a primary whose lease is
+        past due by its own clock, or writes during a planned hand-over; a replica too far behind the journal
+        (replica-max-lag-ms), or cut off from it with replica-serve-stale-data no."""
+        if self.role != "primary":
+            since = self._behind_since_ms
+            if since:
+                behind_ms = monotonic_ms() - since
+                bound = self.server.config["replica-max-lag-ms"]
+                if bound and behind_ms > bound:
+                    return messages.REPLICA_BEHIND.format(behind_ms)
+            if not self.server.config["replica-serve-stale-data"] and not self.link_up():
+                return messages.MASTERDOWN_STALE
+            return None
+        now_ms = monotonic_ms()
+        if now_ms > self.lease_valid_until_ms:
+            self._refuse_for_lease(now_ms)
+            return messages.LEASE_EXPIRED
+        if self._lease_lapsed:
+            self._lease_lapsed = False
+            self._lapse_log.clear("lapsed", "primary of shard %s (epoch %d): lease renewed, serving again",
+                                  self.shard, self.epoch)
+        return None
+
+    def _refuse_for_lease(self, now_ms):
+        """A primary refuses a command because its lease lapsed: counted, and logged when it starts (with why, as
+        far as this node knows), then as a count every 10 s, and once more when it serves again."""
+        self.lease_refusals += 1
+        if not self._lease_lapsed:
+            self._lease_lapsed = True
+            self.lease_lapses += 1
+        r = self.renewer
+        if r is None or not r.granted:
+            cause = "its renewals are not running"
+        elif r.stalled_ms:
+            cause = "renewals paused: the event loop showed no sign of life for %d ms" % r.stalled_ms
+        elif r.failures:
+            cause = "%d renewals in a row failed, the last with %s" % (r.failures, r.last_error)
+        else:
+            cause = "its last renewal landed too late"
+        self._lapse_log("lapsed", "primary of shard %s (epoch %d): lease lapsed %d ms ago by this node's clock (%s); "
+                        "refusing commands that touch data until it is renewed", self.shard, self.epoch,
+                        now_ms - self.lease_valid_until_ms, cause)

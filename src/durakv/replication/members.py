@@ -1,0 +1,121 @@
+"""A shard's members as each hears the others: heartbeats with applied offsets (INFO replication, ROLE, WAIT)
+and every node's liveness beat (the failure detector of CLUSTER SLOTS/NODES)."""
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from .clock import monotonic_ms
+
+
+@dataclass(frozen=True)
+class PeerStatus:
+    node_id: str
+    ip: str
+    port: int
+    az: str
+    role: str
+    applied: int          # journal index it has applied (its replication offset)
+    epoch: int
+    seen_ms: int          # monotonic, when its heartbeat arrived
+
+
+class MembersMixin:
+    """Heartbeats sent and heard, the replicas' applied offsets and WAIT on them.
+
+    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+
+    _STATUS = "durakv.status"
+    PEER_FRESH_MS = 3000     # a node not heard from for this long is not listed as connected
+
+    def _status_subject(self):
+        return "%s.%s" % (self._STATUS, self.shard)
+
+    _ALIVE = "durakv.alive"  # every node's beat, heard by every node: the failure detector of CLUSTER SLOTS/NODES
+
+    def _send_alive(self):
+        if self.nc is not None and not self.nc.is_closed and self.routing is not None:
+            self.server.loop.create_task(self._publish_bus(self._ALIVE, self.node_id.encode()))
+
+    async def _on_alive(self, msg):
+        self.heard_ms[msg.data.decode("utf-8", "replace")] = monotonic_ms()
+
+    def silent_nodes(self, node_ids, timeout_ms) -> set:
+        """The nodes (of node_ids, never this one) not heard from for longer than timeout_ms (Valkey's
+        cluster-node-timeout): down, or cut off from the coordination store's majority. A node never heard from
+        counts from this node's start, so that a node just started does not call every other node failed."""
+        now = monotonic_ms()
+        return {n for n in node_ids
+                if n != self.node_id and now - self.heard_ms.get(n, self.started_ms) > timeout_ms}
+
+    def send_status_soon(self):
+        """A replica tells the shard its applied index, at most every 5 ms while entries arrive (WAIT on the
+        primary is answered from these), and every control tick anyway."""
+        if self._status_handle is None and self.nc is not None:
+            self._status_handle = self.server.loop.call_later(0.005, self._send_status)
+
+    def _send_status(self):
+        self._status_handle = None
+        if self.nc is None or self.nc.is_closed:
+            return
+        cfg = self.server.config
+        body = json.dumps({"id": self.node_id, "ip": cfg["announce-ip"], "port": cfg["port"] or cfg["tls-port"],
+                           "az": self.az, "role": self.role, "applied": self.applied_index,
+                           "epoch": self.epoch}).encode()
+        self.server.loop.create_task(self._publish_bus(self._status_subject(), body))
+
+    async def _on_status(self, msg):
+        try:
+            doc = json.loads(msg.data)
+            peer_id = str(doc["id"])
+            status = PeerStatus(peer_id, str(doc["ip"]), int(doc["port"]), str(doc.get("az", "")),
+                                str(doc["role"]), int(doc["applied"]), int(doc.get("epoch", 0)), monotonic_ms())
+        except (ValueError, KeyError, TypeError):
+            return
+        if peer_id == self.node_id:
+            return
+        self.peers[peer_id] = status
+        if status.role == "primary" and self.role != "primary" and status.epoch >= self.epoch:
+            self.note_known(status.applied)
+        if self._replica_waiters:
+            self._check_replica_waiters()
+
+    def replica_statuses(self):
+        """The shard's replicas heard from recently, as (PeerStatus, ...) sorted by node id."""
+        now = monotonic_ms()
+        return tuple(sorted((p for p in self.peers.values()
+                             if p.role == "replica" and now - p.seen_ms <= self.PEER_FRESH_MS),
+                            key=lambda p: p.node_id))
+
+    def replicas_heard_within(self, max_lag_ms) -> int:
+        now = monotonic_ms()
+        return sum(1 for p in self.peers.values() if p.role == "replica" and now - p.seen_ms <= max_lag_ms)
+
+    def replicas_at(self, index) -> int:
+        return sum(1 for p in self.replica_statuses() if p.applied >= index)
+
+    def when_replicas(self, index, numreplicas, fn):
+        """fn() once numreplicas replicas reported applying `index` (WAIT); at once if they have."""
+        if self.replicas_at(index) >= numreplicas:
+            fn()
+            return lambda: None
+        waiter = [index, numreplicas, fn]
+        self._replica_waiters.append(waiter)
+
+        def cancel():
+            if waiter in self._replica_waiters:
+                self._replica_waiters.remove(waiter)
+        return cancel
+
+    def _check_replica_waiters(self):
+        ready = [w for w in self._replica_waiters if self.replicas_at(w[0]) >= w[1]]
+        for w in ready:
+            self._replica_waiters.remove(w)
+            w[2]()
+
+    @property
+    def replication_id(self) -> str:
+        """One id per shard and epoch (Valkey's replid changes when a new primary takes over): every node
+        following the same primary reports the same one."""
+        return hashlib.sha1(("%s:%d" % (self.journal.stream if self.journal else self.shard, self.epoch))
+                            .encode()).hexdigest()

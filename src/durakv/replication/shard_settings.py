@@ -1,0 +1,140 @@
+"""A shard member and its shard's settings (cluster/settings.py: durability mode, async buffer, lease TTL, ACL
+users): read or seeded at start-up, applied here, changed by compare-and-set, watched."""
+
+import asyncio
+import logging
+from dataclasses import replace
+
+from ..cluster.settings import NONE_REFUSED, SettingsError, ShardSettings
+from ..cluster.store import StaleRevision
+from ..protocol.resp import Deferred, ErrorReply
+from .retry import retry_transient
+
+log = logging.getLogger("durakv.replication")
+
+
+class ShardSettingsMixin:
+    """The shard's settings in the coordination store, as this node runs by them.
+
+    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+
+    async def _load_settings(self):
+        """Reads the shard's settings, storing this node's own flags as them if the shard has none yet (its
+        first node), then applies them and watches for changes."""
+        cfg = self.server.config
+        if cfg["durability"] == "none":
+            raise ValueError("durability none on the jetstream journal: " + NONE_REFUSED)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60.0
+        while True:
+            # Right after a cluster starts, or during an election, the bucket may not answer yet: retry.
+            try:
+                settings, revision = await self.store.get_shard_settings(self.shard)
+                if settings is None:
+                    mine = ShardSettings(durability=cfg["durability"],
+                                         durability_buffer_ms=cfg["durability-buffer-ms"],
+                                         acl=self.server.acl.settings(), lease_ttl_ms=cfg["lease-ttl-ms"])
+                    try:
+                        revision = await self.store.put_shard_settings(self.shard, mine, revision)
+                        settings = mine
+                        log.info("shard %s settings stored from this node's flags: durability %s", self.shard,
+                                 mine.durability)
+                    except StaleRevision:
+                        continue
+                break
+            except (StaleRevision, SettingsError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - no responders, timeouts while JetStream elects
+                if loop.time() > deadline:
+                    raise
+                log.debug("reading the shard's settings: %r; retrying", exc)
+                await asyncio.sleep(0.2)
+        if settings.acl is None:   # stored before users were shard settings: this node's users become them
+            settings = await self.update_settings(lambda current: replace(current, acl=self.server.acl.settings()))
+            revision = self.settings_revision
+        if settings.lease_ttl_ms is None:   # stored before the TTL was a shard setting: this node's flag becomes it
+            settings = await self.update_settings(
+                lambda current: current if current.lease_ttl_ms is not None
+                else replace(current, lease_ttl_ms=cfg["lease-ttl-ms"]))
+            revision = self.settings_revision
+        self._apply_settings(settings, revision)
+        self.server.acl.share = self.share_acl
+        self.settings_watch = await retry_transient(
+            "watching the shard's settings", lambda: self.store.watch_shard_settings(self.shard, self._apply_settings))
+
+    def _apply_settings(self, settings, revision):
+        """Makes this node run by the shard's settings (a primary switches its journal's mode at once)."""
+        if revision < self.settings_revision:
+            return
+        self.settings, self.settings_revision = settings, revision
+        cfg = self.server.config
+        for name, value in settings.config_values().items():
+            if cfg[name] != value:
+                log.info("shard %s setting %s: %s -> %s (revision %d)", self.shard, name, cfg[name], value,
+                         revision)
+                cfg.set(name, str(value))
+        if settings.lease_ttl_ms is not None:
+            # The controller's timing and the renewer's leases follow the shard's TTL from their next lease on.
+            if self.controller is not None:
+                self.controller.set_ttl(settings.lease_ttl_ms)
+            if self.renewer is not None:
+                self.renewer.set_ttl(settings.lease_ttl_ms)
+        acl = self.server.acl
+        if settings.acl is not None and settings.acl != acl.settings():
+            try:
+                acl.apply_settings(settings.acl)
+                log.info("shard %s ACL users applied (revision %d): %d users", self.shard, revision,
+                         len(settings.acl["users"]))
+            except ValueError as exc:
+                log.error("the shard's ACL users (revision %d) do not apply here, kept the previous ones: %s",
+                          revision, exc)
+
+    async def change_settings(self, name, value):
+        """CONFIG SET of a shard setting on any node of the shard: compare-and-set in the store (retried on
+        a concurrent change), then applied here at once, so on the primary the new mode holds for every write
+        after the reply; the other nodes apply it from their watch."""
+        return await self.update_settings(lambda current: current.with_config(name, value))
+
+    async def update_settings(self, change, attempts=50):
+        """Stores change(current settings) by compare-and-set, retried on a concurrent change; applies it here."""
+        delay_s = 0.01
+        for _ in range(attempts):
+            settings, revision = await self.store.get_shard_settings(self.shard)
+            wanted = change(settings or ShardSettings())
+            try:
+                if wanted != settings:
+                    revision = await self.store.put_shard_settings(self.shard, wanted, revision)
+            except StaleRevision:
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.2)
+                continue
+            self._apply_settings(wanted, revision)
+            return wanted
+        raise RuntimeError("the shard's settings kept changing; try again")
+
+    def share_acl(self, users):
+        """ServerAcl.share: the shard's users stored in its settings; a Deferred resolved with None or an
+        ErrorReply."""
+        d = Deferred()
+
+        async def store():
+            try:
+                await self.update_settings(lambda current: replace(current, acl=users))
+            except Exception as exc:  # noqa: BLE001 - the client is told; its change holds on this node only
+                log.warning("the shard's ACL users could not be stored: %r", exc)
+                d.resolve(ErrorReply("ERR the shard's ACL users could not be stored: %s" % (exc or type(exc).__name__)))
+                return
+            d.resolve(None)
+        self.server.loop.create_task(store())
+        return d
+
+    async def _refresh_settings(self):
+        """Before serving as primary: the newest settings, in case the watch has not delivered them yet."""
+        try:
+            settings, revision = await asyncio.wait_for(self.store.get_shard_settings(self.shard), 2.0)
+        except Exception as exc:  # noqa: BLE001 - the store may be electing: the watched settings stand
+            log.warning("could not re-read the shard's settings before promotion (%r); using revision %d",
+                        exc, self.settings_revision)
+            return
+        if settings is not None:
+            self._apply_settings(settings, revision)

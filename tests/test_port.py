@@ -1,0 +1,51 @@
+"""The port's groups (commands/port.py) and the server's implementation of them (server/port.py)."""
+
+import inspect
+
+from durakv.commands import port as base
+from durakv.server import port as served
+
+from replay_util import Direct
+
+GROUPS = ("clients", "pubsub", "admin", "persistence", "replication", "cluster", "faults", "off_loop")
+
+
+def _public(cls):
+    return {n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)}
+
+
+def test_wait_and_waitaof_after_a_write_on_a_pipeline_without_a_server():
+    # The in-process port had no replication_index, which WAIT and WAITAOF ask for after a client's write:
+    # both answered "ERR internal error" instead of Valkey's counts (no replicas, no AOF).
+    d = Direct()
+    assert d("SET", "k", "v") == b"+OK\r\n"
+    assert d.s.last_write_index > 0
+    assert d("WAIT", "0", "0") == 0
+    assert d("WAITAOF", "0", "0", "0") == [0, 0]
+
+
+def test_every_server_group_method_is_declared_by_its_base_group():
+    # A handler may run on either port: a method only the server's group has would fail on the other one.
+    port = base.Port()
+    for name in GROUPS:
+        group = getattr(port, name)
+        server_cls = getattr(served, "Server" + type(group).__name__)
+        assert issubclass(server_cls, type(group))
+        extra = _public(server_cls) - _public(type(group))
+        assert extra == set(), (name, extra)
+        for method in _public(server_cls):
+            want = inspect.signature(getattr(type(group), method)).parameters.keys()
+            have = inspect.signature(getattr(server_cls, method)).parameters.keys()
+            assert list(have) == list(want), (name, method)
+    assert _public(served.ServerPort) <= _public(base.Port)
+
+
+def test_the_server_port_exposes_a_server_group_for_every_group():
+    class FakeServer:
+        config = {}
+
+    port = served.ServerPort(FakeServer())
+    for name in GROUPS:
+        group = getattr(port, name)
+        assert type(group).__name__ == "Server" + type(getattr(base.Port(), name)).__name__
+        assert group.server is port.server
