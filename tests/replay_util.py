@@ -23,17 +23,17 @@ class EffectLog:
     def __init__(self):
         self.effects = []
         self.last = []
-        self.dirty = []
+        self.touched = []
         self.pending = False
         self.refusing = False
-        self.needs_dirty = True
+        self.needs_touched = True
         self.assigned = 0
         self.committed = 0
 
-    def submit(self, effects, dirty):
+    def submit(self, effects, touched):
         self.last = list(effects)
         self.effects.extend(effects)
-        self.dirty.append(dirty)
+        self.touched.append(touched)
         self.assigned += 1
         return 0
 

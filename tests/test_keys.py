@@ -219,12 +219,12 @@ def test_cross_db_writes_invalidate_watch():
     run.d.watch(watcher, 3, b"k")
     run("SET", "k", "v")
     assert run("MOVE", "k", 3) == 1
-    assert watcher.dirty_cas
+    assert watcher.watch_broken
     run.d.unwatch_all(watcher)
     run.d.watch(watcher, 4, b"c")
     run("SET", "src", "v")
     assert run("COPY", "src", "c", "DB", 4) == 1
-    assert watcher.dirty_cas
+    assert watcher.watch_broken
 
 
 # -- expiry ---------------------------------------------------------------------------------

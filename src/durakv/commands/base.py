@@ -42,8 +42,8 @@ class Context:
     `port.admin`, `port.persistence`, `port.replication`, `port.cluster`, `port.faults`, `port.off_loop`:
     commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
 
-    __slots__ = ("keyspace", "db", "client", "port", "effects", "dirty", "replaying", "pipeline", "may_block",
-                 "dirty_exact")
+    __slots__ = ("keyspace", "db", "client", "port", "effects", "touched", "replaying", "pipeline", "may_block",
+                 "touched_exact")
 
     def __init__(self, keyspace, port=None, client=None, pipeline=None):
         self.keyspace = keyspace
@@ -52,8 +52,8 @@ class Context:
         self.client = client
         self.db = keyspace.dbs[0]
         self.effects = []
-        self.dirty = []          # (db_id, key) the effects touched beyond the command's own keys; None: unknown
-        self.dirty_exact = False  # the handler reported exactly the keys it changed (ctx.touch)
+        self.touched = []        # (db_id, key) the effects touched beyond the command's own keys; None: unknown
+        self.touched_exact = False   # the handler reported exactly the keys it changed (ctx.touch)
         self.replaying = False
         self.may_block = True
 
@@ -151,15 +151,15 @@ class Context:
         """Reports a key this command's effects changed that its key specs do not name (MOVE's target db,
         COPY ... DB). exact=True: the handler reports every key it changed (the command's own keys are then
         not added), e.g. SMOVE of a member the destination already holds changes only the source."""
-        if self.dirty is not None:
-            self.dirty.append((db_id, key))
+        if self.touched is not None:
+            self.touched.append((db_id, key))
         if exact:
-            self.dirty_exact = True
+            self.touched_exact = True
 
     def touch_unknown(self):
         """This command's effects may have changed keys nobody can list (FLUSHALL, SWAPDB, SORT ... STORE):
         every later read waits for their commit."""
-        self.dirty = None
+        self.touched = None
 
     def take_server_deletes(self):
         """Turns the keys the server deleted meanwhile (lazy expiry, eviction) into DEL effects, in order."""
@@ -168,12 +168,12 @@ class Context:
     def _flush_server_deletes(self):
         deleted = self.keyspace.deleted_by_server
         if deleted:
-            dirty = self.dirty
+            touched = self.touched
             effect = self.keyspace.deletion_effect
             for db_id, key, reason in deleted:
                 self.effects.append((db_id, effect(key, reason)))
-                if dirty is not None:
-                    dirty.append((db_id, key))
+                if touched is not None:
+                    touched.append((db_id, key))
             deleted.clear()
 
     def take_effects(self):
@@ -182,11 +182,11 @@ class Context:
         self.effects = []
         return effects
 
-    def take_dirty(self):
-        dirty = self.dirty
-        self.dirty = []
-        self.dirty_exact = False
-        return dirty
+    def take_touched(self):
+        touched = self.touched
+        self.touched = []
+        self.touched_exact = False
+        return touched
 
 
 # -- argument parsing -------------------------------------------------------------------------

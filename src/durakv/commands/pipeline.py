@@ -13,7 +13,7 @@ Valkey's order (arity, authentication, MULTI rules, ACL, cluster slot, OOM, jour
 backpressure, read-only replica, pub/sub context, lease, loading, busy script, CLIENT PAUSE) and call()
 does the accounting (calls, usec, slowlog, memory estimate) and collects the command's deterministic
 effects with the keys they touch. The pipeline never touches a socket, a file or the journal: process()
-hands effects to the durability object it was given (`submit(effects, dirty) -> ticket`) and returns the
+hands effects to the durability object it was given (`submit(effects, touched) -> ticket`) and returns the
 ticket with the reply; only durability decides when that reply may leave.
 
 What the pipeline does not own is plugged in as narrow objects, each None when unused (so the common
@@ -73,7 +73,7 @@ def _arg_preview(args):
     return " ".join("'%s'" % a[:128].decode("utf-8", "replace") for a in args[1:])
 
 
-def _merge_dirty(into, more):
+def _merge_touched(into, more):
     """Dirty lists of nested calls: None (unknown keys) absorbs everything."""
     if into is None or more is None:
         return None
@@ -106,10 +106,10 @@ class Redirection(str):
 class NoDurability:
     """The durability of a pipeline with nothing behind it (start-up replay, a scratch keyspace): effects go
     nowhere and every reply may leave at once."""
-    pending = refusing = needs_dirty = False
+    pending = refusing = needs_touched = False
     assigned = committed = 0
 
-    def submit(self, effects, dirty):
+    def submit(self, effects, touched):
         return 0
 
     def read_ticket(self, db_id, keys):
@@ -237,11 +237,11 @@ class Pipeline:
                 # a postponed command runs again from scratch later, ASKING still in force (Valkey resets a
                 # client only once its command is processed, and a postponed client is blocked)
                 return (POSTPONE if text is POSTPONE else self._rejected(session, cmd, text)), 0, cmd
-        reply, effects, dirty = self.call(session, cmd, args)
+        reply, effects, touched = self.call(session, cmd, args)
         ticket = 0
         dur = self.durability
         if effects:
-            ticket = dur.submit(effects, dirty)
+            ticket = dur.submit(effects, touched)
             session.last_write_index = dur.assigned
         elif dur.assigned > dur.committed and type(reply) is not ErrorReply:
             # A read (or a write that changed nothing) must not reveal an uncommitted write.
@@ -351,8 +351,8 @@ class Pipeline:
             if text is not None:
                 return Redirection(text)
         # A script that already wrote cannot be failed halfway by server state (SCRIPT_WRITE_DIRTY).
-        dirty = run is not None and run.dirty
-        if self._maxmemory and not dirty and not session.from_primary:
+        wrote = run is not None and run.wrote
+        if self._maxmemory and not wrote and not session.from_primary:
             if run is not None:
                 if denyoom and run.pre_oom and not run.allow_oom:
                     return messages.OOM
@@ -361,10 +361,10 @@ class Pipeline:
                     denyoom = True  # MULTI queueing may grow memory without bound (processCommand's rule)
                 if denyoom and self.used_memory_fn() > self._maxmemory and not self.evict():
                     return messages.OOM
-        if write and self._min_replicas_to_write and not dirty and not self.enough_good_replicas():
+        if write and self._min_replicas_to_write and not wrote and not self.enough_good_replicas():
             return messages.NOREPLICAS
         dur = self.durability
-        if write and dur.refusing and not dirty:
+        if write and dur.refusing and not wrote:
             text = dur.refuse_writes()
             if text is not None:
                 return text
@@ -378,7 +378,7 @@ class Pipeline:
             if run is None and getattr(gate, "holding", None) and gate.holds(
                     may_replicate, cmd.touches_data or (queue is not None and session.multi_touches_data)):
                 return POSTPONE
-            if write and not dirty and gate.is_replica():
+            if write and not wrote and gate.is_replica():
                 return messages.READONLY
             # a Valkey-protocol replica (REPLICAOF) refuses every command without the `stale` flag while its
             # link is down and replica-serve-stale-data is no; a shard member checks commands touching data
@@ -500,11 +500,11 @@ class Pipeline:
         command's place (its deletes are effects, handed to durability here), not accounted a second time.
         Returns (reply, ticket): the ticket of its effects, or of what it read while writes are uncommitted."""
         self.mark()
-        reply, effects, dirty = self.call(session, cmd, args, handler=handler, count_call=False)
+        reply, effects, touched = self.call(session, cmd, args, handler=handler, count_call=False)
         dur = self.durability
         ticket = 0
         if effects:
-            ticket = dur.submit(effects, dirty)
+            ticket = dur.submit(effects, touched)
             session.last_write_index = dur.assigned
         elif dur.assigned > dur.committed and type(reply) is not ErrorReply:
             ticket = self._read_ticket(session, cmd, args)
@@ -595,7 +595,7 @@ class Pipeline:
         """Runs one admitted command (or `handler(ctx)` for a blocked retry) with its accounting.
         `caller`: the client a script runs for (its command is logged and counted as that client's, as Valkey
         does for server.current_client); count_call False: the call was accounted when it started (complete).
-        Returns (reply, effects, dirty)."""
+        Returns (reply, effects, touched)."""
         ctx = session.ctx
         if ctx is None:
             ctx = self.new_context(session)
@@ -656,30 +656,30 @@ class Pipeline:
                 obs.after_call(session, cmd, args, reply, (), (), pre, handler is not None)
             return reply, (), ()
         ctx.effects = []
-        keyspace.dirty += len(effects)   # Valkey's server.dirty: changes since the last snapshot
-        dirty = ctx.dirty
-        if ctx.dirty_exact:
-            ctx.dirty_exact = False
-        elif dirty is not None and not cmd.calls_commands and (
-                obs is not None or self.durability.needs_dirty or self.watchers):
+        keyspace.changes += len(effects)   # Valkey's server.dirty: changes since the last snapshot
+        touched = ctx.touched
+        if ctx.touched_exact:
+            ctx.touched_exact = False
+        elif touched is not None and not cmd.calls_commands and (
+                obs is not None or self.durability.needs_touched or self.watchers):
             if cmd.keys_incomplete:
-                dirty = self._effect_keys(effects, dirty)   # SORT ... STORE: its effects name the keys
+                touched = self._effect_keys(effects, touched)   # SORT ... STORE: its effects name the keys
             elif cmd.keyless:
                 if write:
-                    dirty = None                # FLUSHALL, SWAPDB, FUNCTION LOAD: no key list
+                    touched = None                # FLUSHALL, SWAPDB, FUNCTION LOAD: no key list
             elif write:
                 db_id = db.id
                 for i in key_idx:
-                    dirty.append((db_id, args[i]))
+                    touched.append((db_id, args[i]))
             # a read's effects are the keys it expired, already listed: its other keys did not change
             # (MGET of a live key and an expired one invalidates only the expired one, as Valkey)
-        if dirty is None or dirty:
-            ctx.dirty = []     # the list leaves with the effects; the next command starts a new one
+        if touched is None or touched:
+            ctx.touched = []     # the list leaves with the effects; the next command starts a new one
         if self.watchers and not cmd.calls_commands:
-            self.touch_watched(dirty)  # EXEC's and scripts' own commands touched theirs already
+            self.touch_watched(touched)  # EXEC's and scripts' own commands touched theirs already
         if obs is not None:
-            obs.after_call(session, cmd, args, reply, effects, dirty, pre, handler is not None)
-        return reply, effects, dirty
+            obs.after_call(session, cmd, args, reply, effects, touched, pre, handler is not None)
+        return reply, effects, touched
 
     def account(self, session, cmd, args, usec):
         """One command's call counts: commandstats, latency histogram, slow log, the client's tot-cmds."""
@@ -691,33 +691,33 @@ class Pipeline:
         self.total_commands += 1
         session.commands_processed += 1
 
-    def _effect_keys(self, effects, dirty):
+    def _effect_keys(self, effects, touched):
         """The keys effects touch, from their own key specs (for commands whose specs cannot name them)."""
         for db_id, argv in effects:
             ecmd, text = self.resolve(argv)
             if text is not None or ecmd.keyless or ecmd.keys_incomplete:
                 return None
-            dirty.extend([(db_id, argv[i]) for i in ecmd.key_indexes(argv)])
-        return dirty
+            touched.extend([(db_id, argv[i]) for i in ecmd.key_indexes(argv)])
+        return touched
 
-    def submit(self, effects, dirty):
+    def submit(self, effects, touched):
         """Effects produced outside a client's command (server-side expiry/eviction, a script that ran past
         busy-reply-threshold): to durability, WATCH and the observer. Returns the ticket."""
         if not effects:
             return 0
         if self.watchers:
-            self.touch_watched(dirty)
-        ticket = self.durability.submit(effects, dirty)
+            self.touch_watched(touched)
+        ticket = self.durability.submit(effects, touched)
         obs = self.observer
         if obs is not None:
-            obs.effects_outside_call(effects, dirty)
+            obs.effects_outside_call(effects, touched)
             obs.after_top(None)
         return ticket
 
-    def submit_collected(self, effects, dirty):
+    def submit_collected(self, effects, touched):
         """Effects whose commands already went through call() (a long script's, collected while it ran):
         only durability and the blocked-client wake-ups are left to do."""
-        ticket = self.durability.submit(effects, dirty)
+        ticket = self.durability.submit(effects, touched)
         obs = self.observer
         if obs is not None:
             obs.after_top(None)
@@ -730,10 +730,10 @@ class Pipeline:
             return 0
         effect = self.keyspace.deletion_effect
         effects = [(db_id, effect(key, reason)) for db_id, key, reason in deleted]
-        dirty = [(db_id, key) for db_id, key, _reason in deleted]
+        touched = [(db_id, key) for db_id, key, _reason in deleted]
         deleted.clear()
-        self.keyspace.dirty += len(effects)
-        return self.submit(effects, dirty)
+        self.keyspace.changes += len(effects)
+        return self.submit(effects, touched)
 
     # -- blocked commands ---------------------------------------------------------------------------
     def retry_blocked(self, session, cmd, args, retry):
@@ -749,11 +749,11 @@ class Pipeline:
             if text is not None:
                 return self.reject(session, cmd, text), 0
         self.mark()
-        reply, effects, dirty = self.call(session, cmd, args, handler=retry)
+        reply, effects, touched = self.call(session, cmd, args, handler=retry)
         ticket = 0
         dur = self.durability
         if effects:
-            ticket = dur.submit(effects, dirty)
+            ticket = dur.submit(effects, touched)
             if reply is not None and type(reply) is not Blocked:
                 session.last_write_index = dur.assigned
         elif (reply is not None and type(reply) is not Blocked and type(reply) is not ErrorReply
@@ -774,7 +774,7 @@ class Pipeline:
         if session.db_id != db_id:
             session.db_id = db_id
             ctx.db = self.keyspace.dbs[db_id]
-        reply, effects, dirty = self.call(session, cmd, argv)
+        reply, effects, touched = self.call(session, cmd, argv)
         obs = self.observer
         if obs is not None and effects:
             obs.after_top(None)
@@ -789,7 +789,7 @@ class Pipeline:
         session.watched[dk] = key in db.data and self.keyspace.is_expired(db, key)
         self.watchers.setdefault(dk, set()).add(session)
 
-    def unwatch_all(self, session, keep_dirty=False):
+    def unwatch_all(self, session, keep_broken=False):
         for wk in session.watched:
             s = self.watchers.get(wk)
             if s is not None:
@@ -797,18 +797,18 @@ class Pipeline:
                 if not s:
                     del self.watchers[wk]
         session.watched.clear()
-        if not keep_dirty:
-            session.dirty_cas = False
+        if not keep_broken:
+            session.watch_broken = False
 
-    def touch_watched(self, dirty):
+    def touch_watched(self, touched):
         """touchWatchedKey for every key an effect changed (None: unknown keys; the handlers of FLUSHDB,
         FLUSHALL and SWAPDB call touch_db_watched themselves, before the data is gone)."""
-        if dirty is None:
+        if touched is None:
             return
         watchers = self.watchers
         # once per key: a read that expired a key lists it twice (the deletion and the command's own key), and
-        # a second touch would dirty a transaction the first one rightly left alone (the key was expired)
-        for dk in dict.fromkeys(dirty):
+        # a second touch would break a transaction the first one rightly left alone (the key was expired)
+        for dk in dict.fromkeys(touched):
             sessions = watchers.get(dk)
             if sessions:
                 self._touch_sessions(dk, sessions)
@@ -822,8 +822,8 @@ class Pipeline:
                 if dk[1] not in dbs[dk[0]].data:
                     s.watched[dk] = False
                 continue
-            s.dirty_cas = True
-            self.unwatch_all(s, keep_dirty=True)
+            s.watch_broken = True
+            self.unwatch_all(s, keep_broken=True)
 
     def touch_db_watched(self, emptied_db, replaced_with=None):
         """touchAllWatchedKeysInDb: FLUSHDB/FLUSHALL (replaced_with None) and SWAPDB (both ways), called by
@@ -848,7 +848,7 @@ class Pipeline:
                 elif not in_emptied and ks.is_expired(replaced_with, key):
                     s.watched[dk] = True        # a missing key replaced by an expired one
                     continue
-                s.dirty_cas = True
+                s.watch_broken = True
 
     # -- MULTI / EXEC -------------------------------------------------------------------------------
     def discard(self, session):
@@ -860,19 +860,19 @@ class Pipeline:
         self.unwatch_all(session)
 
     def exec_queued(self, session, ctx):
-        """execCommand: runs the queued commands atomically. Returns the reply; the effects and dirty keys of
+        """execCommand: runs the queued commands atomically. Returns the reply; the effects and touched keys of
         the whole transaction are added to ctx (they leave as one journal batch)."""
         queue = session.multi_queue
         if session.multi_error:
             self.discard(session)
             return ErrorReply(messages.EXECABORT)
-        if session.dirty_cas or self._watched_expired(session):
+        if session.watch_broken or self._watched_expired(session):
             self.discard(session)
             return NullArray
         self.discard(session)   # out of MULTI and unwatched before running, as Valkey does
         replies = []
         effects = ctx.effects
-        dirty = ctx.dirty
+        touched = ctx.touched
         ctx.may_block = False  # blocking commands inside a transaction answer as if timed out
         acl = self.acl
         try:
@@ -884,8 +884,8 @@ class Pipeline:
                         continue
                 saved_effects = ctx.effects
                 ctx.effects = []
-                saved_dirty = ctx.dirty
-                ctx.dirty = []
+                saved_touched = ctx.touched
+                ctx.touched = []
                 outer = self.nested_effects
                 self.nested_effects = bool(effects) or bool(outer)
                 try:
@@ -893,14 +893,14 @@ class Pipeline:
                 finally:
                     self.nested_effects = outer
                     ctx.effects = saved_effects
-                    ctx.dirty = saved_dirty
+                    ctx.touched = saved_touched
                 replies.append(reply)
                 if eff:
                     effects.extend(eff)
-                    dirty = _merge_dirty(dirty, d)
+                    touched = _merge_touched(touched, d)
         finally:
             ctx.may_block = True
-        ctx.dirty = dirty
+        ctx.touched = touched
         return replies
 
     def _watched_expired(self, session):
@@ -931,18 +931,18 @@ class Pipeline:
         if text is not None:
             return self._script_refusal(run, cmd, text)
         if cmd.write:
-            run.dirty = True
+            run.wrote = True
         outer = self.nested_effects
         self.nested_effects = bool(run.effects) or bool(outer)   # EVAL in a transaction that wrote
         try:
-            reply, effects, dirty = self.call(session, cmd, argv, caller=run.caller)
+            reply, effects, touched = self.call(session, cmd, argv, caller=run.caller)
         finally:
             self.nested_effects = outer
         if type(reply) is ErrorReply:
             run.counted_errors.append(reply.text)
         if effects:
             run.effects.extend(effects)
-            run.dirty_keys = _merge_dirty(run.dirty_keys, dirty)
+            run.touched = _merge_touched(run.touched, touched)
         if type(reply) is Blocked or hasattr(reply, "resolve"):
             return ErrorReply("ERR '%s' cannot be called from a script" % cmd.fullname)
         return reply

@@ -115,7 +115,7 @@ def get_state(pipeline) -> ScriptingState:
             # A script that ran past busy-reply-threshold ended: its effects leave now, as one batch.
             dur = pipeline.durability
             if run.effects:
-                ticket = pipeline.submit_collected(run.effects, run.dirty_keys)
+                ticket = pipeline.submit_collected(run.effects, run.touched)
                 if run.caller is not None:
                     run.caller.last_write_index = dur.assigned
                 return ticket

@@ -7,7 +7,7 @@ _ids = itertools.count(1)
 
 class Session:
     __slots__ = ("id", "db_id", "resp", "authenticated", "user", "name", "lib_name", "lib_ver",
-                 "in_multi", "multi_queue", "multi_error", "watched", "dirty_cas", "ctx",
+                 "in_multi", "multi_queue", "multi_error", "watched", "watch_broken", "ctx",
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
                  "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
@@ -28,7 +28,7 @@ class Session:
         self.multi_queue = []
         self.multi_error = False
         self.watched = {}          # (db_id, key) -> the key was already expired when WATCHed
-        self.dirty_cas = False
+        self.watch_broken = False
         self.ctx = None
         self.created_ms = created_ms
         self.last_interaction_ms = created_ms

@@ -42,7 +42,7 @@ def _no_refusal():
 
 class Durability:
     # What the pipeline calls on every command, bound to the current policy's functions by _use (instance
-    # attributes, so no extra call layer): submit(effects, dirty) -> ticket, read_ticket(db_id, keys) ->
+    # attributes, so no extra call layer): submit(effects, touched) -> ticket, read_ticket(db_id, keys) ->
     # ticket, barrier_ticket() -> ticket, refuse_writes() -> error text or None.
 
     def __init__(self, loop=None, clock_ms=None):
@@ -53,7 +53,7 @@ class Durability:
         self.committed = 0
         self.assigned = 0
         self.pending = False       # a sync write is uncommitted: reads may have to wait
-        self.needs_dirty = False   # a journal is attached: the keys each write touched are wanted
+        self.needs_touched = False   # a journal is attached: the keys each write touched are wanted
         self.refusing = False      # writes must ask refuse_writes() (async buffer, failed journal)
         self.waiting = set()       # outboxes holding a reply for a commit
         self.commit_listeners = []  # fn(index) after each commit (snapshots, stats)
@@ -115,8 +115,8 @@ class Durability:
             self.submit = base
             return
 
-        def submit(effects, dirty):
-            ticket = base(effects, dirty)
+        def submit(effects, touched):
+            ticket = base(effects, touched)
             # The batch these effects joined (the tracker answers 0 in async mode, where the reply leaves at
             # once; the feed still waits for the commit).
             index = self.assigned if self.tracker is not None and effects else 0
@@ -132,12 +132,12 @@ class Durability:
             self.read_ticket = _no_ticket
             self.barrier_ticket = _no_ticket
             self.refuse_writes = _no_refusal
-            self.pending = self.refusing = self.needs_dirty = False
+            self.pending = self.refusing = self.needs_touched = False
         else:
             self.read_ticket = tracker.read_ticket
             self.barrier_ticket = tracker.barrier_ticket
             self.refuse_writes = tracker.refuse_writes
-            self.needs_dirty = True
+            self.needs_touched = True
             tracker._publish()
         self._bind_submit()
 

@@ -1,4 +1,4 @@
-"""WriteTracker: group commit of effects into journal entries, the commit index, and the dirty keys.
+"""WriteTracker: group commit of effects into journal entries, the commit index, and the uncommitted keys.
 
 Effects of all commands executed in one event-loop iteration form one batch, appended to the journal as one
 entry (group commit). In `sync` mode a reply is held until the entry holding its effects is committed, and a
@@ -70,8 +70,8 @@ class WriteTracker:
         self.stalls = 0
         self._stall_handle = None
         self._uncommitted = {}              # index -> started_ms, for the lag
-        self.dirty = {}                     # (db_id, key) -> index of its newest uncommitted write
-        self._dirty_by_index = {}           # index -> list of (db_id, key)
+        self.uncommitted = {}               # (db_id, key) -> index of its newest uncommitted write
+        self._keys_by_index = {}           # index -> list of (db_id, key)
         self.barrier = 0                    # newest uncommitted write whose keys are not known
         self.buffer_exceeded_errors = 0
         self.traffic_management_active = False
@@ -110,8 +110,8 @@ class WriteTracker:
             size += encoded_len(argv)
         return size, db
 
-    def submit(self, effects, dirty) -> int:
-        """Adds a command's effects to the open batch, with the keys they touched (dirty: [(db_id, key)],
+    def submit(self, effects, touched) -> int:
+        """Adds a command's effects to the open batch, with the keys they touched (touched: [(db_id, key)],
         None when unknown). Returns the index the reply must wait for (sync), else 0."""
         if not effects:
             return 0
@@ -135,14 +135,14 @@ class WriteTracker:
             if not index:
                 index = self._open_batch()
             self._batch.extend(effects)
-        if dirty is None:
+        if touched is None:
             self.barrier = index
-        elif dirty:
-            marks = self._dirty_by_index[index]
-            d = self.dirty
-            for dk in dirty:
+        elif touched:
+            marks = self._keys_by_index[index]
+            d = self.uncommitted
+            for dk in touched:
                 d[dk] = index
-            marks.extend(dirty)
+            marks.extend(touched)
         if self.owner._promise:
             # pushes raised while these effects were produced were promised the batch open then; a full
             # batch sealed above put the effects in a later one, which they must wait for instead
@@ -156,7 +156,7 @@ class WriteTracker:
         self.assigned += count
         index = self.assigned
         self._uncommitted[index] = self.clock_ms()   # the lag: a command in parts counts from its last part
-        self._dirty_by_index[index] = []
+        self._keys_by_index[index] = []
         owner = self.owner
         owner.assigned = index
         if self.mode == "sync":
@@ -215,9 +215,9 @@ class WriteTracker:
         if self.mode != "sync" or committed >= self.assigned:
             return 0
         best = self.barrier
-        dirty = self.dirty
+        uncommitted = self.uncommitted
         for k in keys:
-            i = dirty.get((db_id, k), 0)
+            i = uncommitted.get((db_id, k), 0)
             if i > best:
                 best = i
         if best > committed:
@@ -314,10 +314,10 @@ class WriteTracker:
             return
         self.committed = index
         self._uncommitted.pop(index, None)
-        dirty = self.dirty
-        for dk in self._dirty_by_index.pop(index, ()):
-            if dirty.get(dk) == index:
-                del dirty[dk]
+        uncommitted = self.uncommitted
+        for dk in self._keys_by_index.pop(index, ()):
+            if uncommitted.get(dk) == index:
+                del uncommitted[dk]
         if self.barrier <= index:
             self.barrier = 0
         self._publish()
@@ -342,8 +342,8 @@ class WriteTracker:
         self._inner_parts.clear()
         self.assigned = self.committed     # the journal gives the failed indices again (its contract)
         self._uncommitted.clear()
-        self.dirty.clear()
-        self._dirty_by_index.clear()
+        self.uncommitted.clear()
+        self._keys_by_index.clear()
         self.barrier = 0
         self.failed = exc
         self.failed_batches += 1

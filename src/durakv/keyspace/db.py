@@ -161,8 +161,8 @@ class Keyspace:
         self.misses = 0
         self.expired_keys = 0
         self.evicted_keys = 0
-        self.dirty = 0               # effects recorded (Valkey's server.dirty)
-        self.dirty_saved = 0         # dirty when the last successful snapshot started
+        self.changes = 0             # effects recorded (Valkey's server.dirty)
+        self.changes_saved = 0       # changes when the last successful snapshot started
         self.track_access = None     # None | 'lru' | 'lfu'
         self.lfu_log_factor = 10
         # lazyfree-lazy-expire / -eviction: the server's own deletions are written (and propagated) as UNLINK

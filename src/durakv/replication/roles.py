@@ -74,9 +74,10 @@ class RolesMixin:
     def _journal_failed(self, first, exc):
         """The journal failed from entry `first` on (a definite refusal, the writer fenced or stopped): the
         held replies were answered with an error, and memory holds those writes' effects, which no journal
-        has. Serving from it would show values never committed (the tracker has dropped their dirty marks), so
-        the primary steps down at once: it stops renewing its lease (a replica takes over, or this node again
-        after it re-executed) and re-executes, rebuilding its state from snapshot + journal."""
+        has. Serving from it would show values never committed (the tracker has dropped the marks of their
+        uncommitted keys), so the primary steps down at once: it stops renewing its lease (a replica takes
+        over, or this node again after it re-executed) and re-executes, rebuilding its state from snapshot +
+        journal."""
         if self.role != "primary":
             return
         log.error("the journal failed from entry %d (%s); stepping down and restarting as a replica", first, exc)

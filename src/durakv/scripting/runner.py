@@ -56,7 +56,7 @@ class ScriptCalls:
     call(run, argv)   server.call: script rules, admission and the command; the reply value
     exists(argv)      whether argv names a command (redis.acl_check_cmd / pcall lookups)
     set_busy(b)       installs (or clears, b=None) the object that answers -BUSY while a script runs long
-    finish(run)       a long script ended: submit run.effects / run.dirty_keys; returns the reply's ticket
+    finish(run)       a long script ended: submit run.effects / run.touched; returns the reply's ticket
     acl_allowed(run, argv)  server.acl_check_cmd: whether the script's user may run argv
     """
 
@@ -80,7 +80,7 @@ class ScriptRun:
     """One execution of a script or function: what server.call needs and what the hook polls."""
 
     __slots__ = ("state", "kind", "funcname", "readonly", "allow_oom", "pre_oom", "hook", "session",
-                 "resp", "caller_resp3", "effects", "dirty_keys", "dirty", "killed", "lock", "detached",
+                 "resp", "caller_resp3", "effects", "touched", "wrote", "killed", "lock", "detached",
                  "finished", "reply", "started", "loading", "load_deadline", "library", "caller", "command",
                  "deferred", "loop", "saved_clock", "host", "flags", "declared_keys", "cluster_slot", "time_us",
                  "counted_errors")
@@ -100,8 +100,8 @@ class ScriptRun:
         self.resp = 2
         self.caller_resp3 = caller_ctx.resp3 if caller_ctx is not None else False
         self.effects = []
-        self.dirty_keys = []              # (db_id, key) the effects touched; None: unknown
-        self.dirty = False                # a write ran (Valkey's SCRIPT_WRITE_DIRTY)
+        self.touched = []                  # (db_id, key) the effects touched; None: unknown
+        self.wrote = False                 # a write ran (Valkey's SCRIPT_WRITE_DIRTY)
         self.killed = False
         self.lock = threading.Lock()
         self.detached = False
@@ -299,11 +299,11 @@ class ScriptingState:
         """A script that ended inside its handler: its effects leave as the handler's own."""
         if run.effects:
             ctx.effects.extend(run.effects)
-            if ctx.dirty is not None:
-                if run.dirty_keys is None:
-                    ctx.dirty = None
+            if ctx.touched is not None:
+                if run.touched is None:
+                    ctx.touched = None
                 else:
-                    ctx.dirty.extend(run.dirty_keys)
+                    ctx.touched.extend(run.touched)
 
     def _finish_detached(self, run, ks):
         """On the loop thread once a script that went past the threshold has ended: its effects go to
@@ -326,7 +326,7 @@ class ScriptingState:
         if busy is None:
             return messages.NOTBUSY
         run = busy.run
-        if run.dirty:
+        if run.wrote:
             return messages.UNKILLABLE
         if is_eval and run.kind != "eval":
             return BUSY_FUNCTION

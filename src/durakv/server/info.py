@@ -76,7 +76,7 @@ def _section_memory(srv):
 def _section_persistence(srv):
     t = srv.durability.tracker
     return {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
-            "rdb_changes_since_last_save": srv.keyspace.dirty - srv.keyspace.dirty_saved,
+            "rdb_changes_since_last_save": srv.keyspace.changes - srv.keyspace.changes_saved,
             "rdb_bgsave_in_progress": int(srv.snapshot_in_progress is not None),
             "rdb_last_save_time": srv.lastsave, "rdb_last_bgsave_status": srv.last_bgsave_status,
             "aof_enabled": int(t is not None and t.mode != "none"), "aof_rewrite_in_progress": 0,

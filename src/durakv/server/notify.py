@@ -424,7 +424,7 @@ class Hooks:
             return None
         return saved_access, pre_absent
 
-    def after_call(self, session, cmd, args, reply, effects, dirty, pre, retry=False):
+    def after_call(self, session, cmd, args, reply, effects, touched, pre, retry=False):
         server = self.server
         pre_absent = None
         if pre is not None:
@@ -446,11 +446,11 @@ class Hooks:
                     self._publish(KEY_MISS, b"keymiss", db_id, key,
                                   server.durability.read_ticket(db_id, (key,)))
         if effects and not cmd.calls_commands:   # EXEC's and scripts' own commands reported theirs
-            self._effects(cmd, args, effects, dirty, pre_absent, served=retry)
+            self._effects(cmd, args, effects, touched, pre_absent, served=retry)
 
-    def effects_outside_call(self, effects, dirty):
+    def effects_outside_call(self, effects, touched):
         """Effects no command produced (server-side expiry/eviction): invalidations and wake-ups."""
-        self._effects(None, None, effects, dirty, None, served=True)
+        self._effects(None, None, effects, touched, None, served=True)
 
     def after_top(self, session):
         """After a top-level command: clients blocked on keys it changed are served (handleClientsBlockedOnKeys)."""
@@ -481,7 +481,7 @@ class Hooks:
                 last is None or (last.parent or last).name not in _CLIENT_FAMILY):
             t.caching = False
 
-    def _effects(self, cmd, args, effects, dirty, pre_absent, served):
+    def _effects(self, cmd, args, effects, touched, pre_absent, served):
         server = self.server
         if self.notify_flags:
             if server.pubsub.has_subscribers():
@@ -501,14 +501,14 @@ class Hooks:
             if by_server:
                 self._tracking_server_deleted = set()
             if not flushed:
-                if dirty is None:
+                if touched is None:
                     tracking.flush(current, deferred)
                 else:
-                    for db_key in dirty:
+                    for db_key in touched:
                         tracking.invalidate(db_key[1], current, deferred, db_key in by_server)
         blocking = server.blocking
         if blocking.waiting:
-            if dirty is None:
+            if touched is None:
                 for db_id, argv in effects:
                     name = argv[0].lower()
                     if name == b"flushdb":
@@ -517,7 +517,7 @@ class Hooks:
                         blocking.signal_all()
                         break
             else:
-                for db_id, key in dirty:
+                for db_id, key in touched:
                     blocking.signal(db_id, key)
 
     # -- MONITOR ----------------------------------------------------------------------------------

@@ -499,7 +499,7 @@ def client_line(conn, now_ms, current=None) -> str:
         "t" if tracking is not None else "",
         "R" if tracking is not None and tracking.broken else "",
         "B" if tracking is not None and tracking.bcast else "",
-        "d" if s.dirty_cas else "",
+        "d" if s.watch_broken else "",
         "c" if s.close_after_reply else "",
         "r" if s.readonly_mode else "",
         "e" if conn.no_evict else "",

@@ -612,7 +612,7 @@ class Server:
         return d
 
     async def _snapshot(self, fut):
-        dirty_before = self.keyspace.dirty  # what this snapshot will hold (rdb_changes_since_last_save)
+        changes_before = self.keyspace.changes  # what this snapshot will hold (rdb_changes_since_last_save)
         try:
             if self.journal is None:
                 await self._snapshot_in_process()
@@ -627,7 +627,7 @@ class Server:
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())
             self.last_bgsave_status = "ok"
-            self.keyspace.dirty_saved = dirty_before
+            self.keyspace.changes_saved = changes_before
             self.snapshot_in_progress = None
             fut.resolve("OK")
         except Exception as exc:  # noqa: BLE001

@@ -246,7 +246,7 @@ class _ProgressLine:
         self.stream = stream
         self.cfg = cfg
         self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
-        self.dirty = False
+        self.unflushed = False
 
     def message(self, text):
         if self.stream is None:
@@ -266,21 +266,21 @@ class _ProgressLine:
         text = " | ".join(parts)
         if self.tty:
             self.stream.write("\r\x1b[2K" + text)
-            self.dirty = True
+            self.unflushed = True
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
 
     def _clear(self):
-        if self.dirty:
+        if self.unflushed:
             self.stream.write("\r\x1b[2K")
-            self.dirty = False
+            self.unflushed = False
 
     def close(self):
-        if self.stream is not None and self.dirty:
+        if self.stream is not None and self.unflushed:
             self.stream.write("\n")
             self.stream.flush()
-            self.dirty = False
+            self.unflushed = False
 
 
 def format_report(report) -> str:
