@@ -78,6 +78,17 @@ def wait_until(predicate, timeout_s=10.0, interval_s=0.02, what="condition"):
     raise TimeoutError(f"timed out waiting for {what}" + (f": {last_exc!r}" if last_exc else ""))
 
 
+def wait_get_refused(client, key, text, timeout_s, what):
+    """Polls GET key until the server refuses it with exactly `text` (a lapsed lease, a stale replica, ...)."""
+    def refused():
+        try:
+            client.get(key)
+            return False
+        except valkey.exceptions.ResponseError as exc:
+            return str(exc) == text
+    wait_until(refused, timeout_s, what=what)
+
+
 def wait_new_primary(cluster, old_name, timeout_s=30.0):
     """Polls until a node other than old_name is master and accepts a write; returns (proc, seconds)."""
     t0 = time.monotonic()

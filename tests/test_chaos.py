@@ -141,18 +141,30 @@ def test_stop_start_restart_node_and_az_keep_the_manifest_true(local_cluster):
     assert r.returncode == 2 and "--node" in r.stderr
 
 
-def test_status_and_down_see_a_node_restarted_by_hand(local_cluster):
-    cluster = local_cluster(durability="sync")
-    d = cluster.dir
-    victim = cluster.replicas(0)[0]
-    assert durakv_cli("cluster", "stop-node", d, "--node", victim.name).returncode == 0
-    entry = manifest_entry(d, victim.name)
+def _start_by_hand(d, name):
+    """Starts a stopped node with its manifest command line, outside the manifest (an operator's restart by
+    hand), and waits until it listens: (its manifest entry, the process)."""
+    entry = manifest_entry(d, name)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
     with open(entry["log"], "ab") as log:
         orphan = subprocess.Popen(entry["argv"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
     try:
         wait_for(lambda: port_owners(entry["ports"]["client"]) == [orphan.pid], 30, "the orphan to listen")
+    except BaseException:
+        orphan.kill()
+        orphan.wait(10)
+        raise
+    return entry, orphan
+
+
+def test_status_and_down_see_a_node_restarted_by_hand(local_cluster):
+    cluster = local_cluster(durability="sync")
+    d = cluster.dir
+    victim = cluster.replicas(0)[0]
+    assert durakv_cli("cluster", "stop-node", d, "--node", victim.name).returncode == 0
+    entry, orphan = _start_by_hand(d, victim.name)
+    try:
         rows, _ = status_json(d)
         row = rows[victim.name]
         assert row["pid"] == orphan.pid and row["state"] == "running" and row["alive"] is True
@@ -177,13 +189,8 @@ def test_start_node_adopts_a_node_restarted_by_hand(local_cluster):
     d = cluster.dir
     victim = cluster.replicas(0)[0]
     cluster.stop_nodes([victim.name])
-    entry = manifest_entry(d, victim.name)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
-    with open(entry["log"], "ab") as log:
-        orphan = subprocess.Popen(entry["argv"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)
+    entry, orphan = _start_by_hand(d, victim.name)
     try:
-        wait_for(lambda: port_owners(entry["ports"]["client"]) == [orphan.pid], 30, "the orphan to listen")
         r = durakv_cli("cluster", "start-node", d, "--node", victim.name)
         assert r.returncode == 0, r.stderr
         assert f"{victim.name}: adopted" in r.stdout

@@ -121,6 +121,16 @@ def tick(c):
     return asyncio.run(c.tick())
 
 
+def _primary_and_replica():
+    """A store, its clock, node n1 (primary after its first tick) and n2 (its replica), with their controllers."""
+    store, clock = FakeStore(), Clock()
+    a, b = FakeNode("n1"), FakeNode("n2")
+    ca, cb = make(store, a, clock), make(store, b, clock)
+    tick(ca)
+    tick(cb)
+    return store, clock, a, b, ca, cb
+
+
 def make(store, node, clock, ttl=2000):
     return Controller(store, node, "0", lease_ttl_ms=ttl, clock_ms=clock)
 
@@ -185,11 +195,7 @@ def test_two_replicas_race_only_one_wins():
 
 
 def test_planned_handover():
-    store, clock = FakeStore(), Clock()
-    a, b = FakeNode("n1"), FakeNode("n2")
-    ca, cb = make(store, a, clock), make(store, b, clock)
-    tick(ca)
-    tick(cb)
+    store, clock, a, b, ca, cb = _primary_and_replica()
     asyncio.run(store.request_failover("0", "n2"))
     assert tick(ca) == "handed the lease over to n2 (epoch 2)"
     assert [e[0] for e in a.events[-3:]] == ["hand_over", "hold_data", "become_replica"] and a.role == "replica"
@@ -199,11 +205,7 @@ def test_planned_handover():
 
 
 def test_planned_handover_that_did_not_drain_steps_down_instead_of_becoming_a_replica():
-    store, clock = FakeStore(), Clock()
-    a, b = FakeNode("n1"), FakeNode("n2")
-    ca, cb = make(store, a, clock), make(store, b, clock)
-    tick(ca)
-    tick(cb)
+    store, clock, a, b, ca, cb = _primary_and_replica()
     a.drains = False
     asyncio.run(store.request_failover("0", "n2"))
     assert tick(ca) == "handed the lease over to n2 (epoch 2) undrained; stepped down"
@@ -214,11 +216,7 @@ def test_planned_handover_that_did_not_drain_steps_down_instead_of_becoming_a_re
 
 
 def test_a_long_hand_over_keeps_renewing_its_lease_and_hands_over_the_renewed_one():
-    store, clock = FakeStore(), Clock()
-    a, b = FakeNode("n1"), FakeNode("n2")
-    ca, cb = make(store, a, clock), make(store, b, clock)
-    tick(ca)
-    tick(cb)
+    store, clock, a, b, ca, cb = _primary_and_replica()
     a.renewals_while_draining = 3
     asyncio.run(store.request_failover("0", "n2"))
     revision = store.revision
@@ -228,11 +226,7 @@ def test_a_long_hand_over_keeps_renewing_its_lease_and_hands_over_the_renewed_on
 
 
 def test_planned_handover_whose_lease_write_fails_keeps_serving_and_retries():
-    store, clock = FakeStore(), Clock()
-    a, b = FakeNode("n1"), FakeNode("n2")
-    ca, cb = make(store, a, clock), make(store, b, clock)
-    tick(ca)
-    tick(cb)
+    store, clock, a, b, ca, cb = _primary_and_replica()
     asyncio.run(store.request_failover("0", "n2"))
     real_put = store.put_lease
 
@@ -306,11 +300,7 @@ def test_a_store_outage_longer_than_the_lease_does_not_depose_the_primary():
 
 
 def test_a_dead_primary_is_replaced_one_lease_after_its_last_renewal():
-    store, clock = FakeStore(), Clock()
-    a, b = FakeNode("n1"), FakeNode("n2")
-    ca, cb = make(store, a, clock), make(store, b, clock)
-    tick(ca)
-    tick(cb)
+    store, clock, a, b, ca, cb = _primary_and_replica()
     renewed_at = clock.ms
     clock.ms += 100
     tick(cb)                                  # first sees the renewal's revision 100 ms after it was sent
@@ -329,11 +319,7 @@ def test_a_dead_primary_is_replaced_one_lease_after_its_last_renewal():
 def test_a_gap_in_a_replicas_observation_starts_its_watch_again():
     """A replica that was paused (or whose reads answered late) has not watched the lease meanwhile: the
     primary may have renewed and been unable to again. It must watch a whole lease from its next read."""
-    store, clock = FakeStore(), Clock()
-    a, b = FakeNode("n1"), FakeNode("n2")
-    ca, cb = make(store, a, clock), make(store, b, clock)
-    tick(ca)
-    tick(cb)
+    store, clock, a, b, ca, cb = _primary_and_replica()
     clock.ms += 5000                          # b was stopped for 5 s; a is gone too
     assert tick(cb).startswith("replica of n1 (epoch 1, lease unchanged for 0 ms")
     watch_started = clock.ms

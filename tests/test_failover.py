@@ -13,7 +13,7 @@ import time
 
 import valkey
 
-from conftest import wait_new_primary, wait_until
+from conftest import wait_get_refused, wait_new_primary, wait_until
 from durakv.journal.base import EpochFilter
 from durakv.journal.codec import decode_payload
 from durakv.journal.jetstream import JetStreamJournal
@@ -264,13 +264,7 @@ def test_primary_without_a_valid_lease_refuses_scripts_and_transactions(local_cl
     for n in cluster.nats:
         cluster.pause(n.name)
     try:
-        def refused():
-            try:
-                c.get("k")
-                return False
-            except valkey.exceptions.ResponseError as exc:
-                return str(exc) == LEASE
-        wait_until(refused, 15, what="the lease to lapse")
+        wait_get_refused(c, "k", LEASE, 15, what="the lease to lapse")
         for call in (lambda: c.eval("return server.call('GET',KEYS[1])", 1, "k"),
                      lambda: c.eval("return server.call('SET',KEYS[1],'script')", 1, "k"),
                      lambda: c.fcall("get", 1, "k")):

@@ -223,6 +223,31 @@ def _check_fencing(entries, acked):
     assert len(payloads) == len(set(payloads)), "an entry was stored twice"
 
 
+async def _stale_writer_a(module_nats, shard, appends):
+    """Writer A (epoch 1, window 8) behind a proxy that can hold its bytes, after `appends` acknowledged
+    appends: (proxy, A's NATS connection, A, [(index, payload)] acknowledged)."""
+    import nats
+    proxy = _HoldingProxy(module_nats.urls[0])
+    url = await proxy.start()
+    # Pings every 30 s: the hold must not make A's client drop the connection (and the held bytes).
+    nc_a = await nats.connect(servers=[url], ping_interval=30, allow_reconnect=False)
+    a = JetStreamJournal(nc_a, shard, epoch=1, max_appends_in_flight=8, request_timeout_s=10)
+    await a.ensure_stream()
+    await a.refresh()
+    await a.open_writer()
+    acked = []
+    for i in range(appends):
+        acked.append((await a.append(b"a-%d" % i), b"a-%d" % i))
+    return proxy, nc_a, a, acked
+
+
+async def _close_all(b, a, nc_a, proxy):
+    await b.close()
+    await a.close()
+    await nc_a.close()
+    await proxy.close()
+
+
 def test_stale_writer_with_a_full_window_is_fenced_by_the_marker(module_nats, tmp_path):
     """Old writer A (epoch 1, window 8, past its probation) has a full window in flight, held on its way to
     NATS, when new writer B (epoch 2) lands its marker. Released, A's conditional chain lands partly after
@@ -230,23 +255,12 @@ def test_stale_writer_with_a_full_window_is_fenced_by_the_marker(module_nats, tm
     acknowledged: A fails every pending append with JournalFenced. B, still in its probation, steps over
     A's stale entries one append at a time. Everything acknowledged is in the stream, and EpochFilter
     readers see exactly the acknowledged entries."""
-    import nats
     shard = shard_for(tmp_path)
 
     async def main():
-        proxy = _HoldingProxy(module_nats.urls[0])
-        url = await proxy.start()
-        # Pings every 30 s: the hold must not make A's client drop the connection (and the held bytes).
-        nc_a = await nats.connect(servers=[url], ping_interval=30, allow_reconnect=False)
-        a = JetStreamJournal(nc_a, shard, epoch=1, max_appends_in_flight=8, request_timeout_s=10)
-        await a.ensure_stream()
-        await a.refresh()
-        await a.open_writer()
+        proxy, nc_a, a, acked = await _stale_writer_a(module_nats, shard, MAX_APPENDS_IN_FLIGHT + 8)
         fenced = []
         a.on_fenced = fenced.append
-        acked = []
-        for i in range(MAX_APPENDS_IN_FLIGHT + 8):
-            acked.append((await a.append(b"a-%d" % i), b"a-%d" % i))
         last_a = acked[-1][0]
 
         proxy.hold()
@@ -276,10 +290,7 @@ def test_stale_writer_with_a_full_window_is_fenced_by_the_marker(module_nats, tm
         stale = [e for e in entries if e.index > marker and e.epoch == 1]
         assert [e.payload for e in stale] == [b"a-stale-%d" % i for i in range(1, 8)]
         _check_fencing(entries, acked)
-        await b.close()
-        await a.close()
-        await nc_a.close()
-        await proxy.close()
+        await _close_all(b, a, nc_a, proxy)
     _run(main())
 
 
@@ -287,20 +298,10 @@ def test_new_writer_in_probation_races_a_stale_chain(module_nats, tmp_path):
     """As above, but A's held window is released while B is already appending: B's appends and A's stale
     chain compete for the same positions. B never has two appends in flight there, so its entries stay in
     order, and EpochFilter readers see exactly what was acknowledged."""
-    import nats
     shard = shard_for(tmp_path)
 
     async def main():
-        proxy = _HoldingProxy(module_nats.urls[0])
-        url = await proxy.start()
-        nc_a = await nats.connect(servers=[url], ping_interval=30, allow_reconnect=False)
-        a = JetStreamJournal(nc_a, shard, epoch=1, max_appends_in_flight=8, request_timeout_s=10)
-        await a.ensure_stream()
-        await a.refresh()
-        await a.open_writer()
-        acked = []
-        for i in range(MAX_APPENDS_IN_FLIGHT + 4):
-            acked.append((await a.append(b"a-%d" % i), b"a-%d" % i))
+        proxy, nc_a, a, acked = await _stale_writer_a(module_nats, shard, MAX_APPENDS_IN_FLIGHT + 4)
         proxy.hold()
         a_futs = [a.append(b"a-stale-%d" % i) for i in range(8)]
         await async_wait_for(lambda: _true(a.in_flight == 8), 10, "A's full window in flight")
@@ -319,10 +320,7 @@ def test_new_writer_in_probation_races_a_stale_chain(module_nats, tmp_path):
         assert all(e.index < marker for e in entries if e.epoch == 1 and e.payload.startswith(b"a-") and
                    not e.payload.startswith(b"a-stale"))
         _check_fencing(entries, acked)
-        await b.close()
-        await a.close()
-        await nc_a.close()
-        await proxy.close()
+        await _close_all(b, a, nc_a, proxy)
     _run(main())
 
 

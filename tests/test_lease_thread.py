@@ -10,7 +10,7 @@ import time
 import pytest
 import valkey
 
-from conftest import wait_new_primary, wait_until
+from conftest import wait_get_refused, wait_new_primary, wait_until
 from nats_fixtures import run
 from durakv.cluster.store import Lease, NatsStore
 from durakv.journal.jetstream import connect
@@ -327,13 +327,7 @@ def test_a_primary_refusing_for_a_lapsed_lease_says_so_in_its_log(local_cluster)
     for n in cluster.nats:
         cluster.pause(n.name)
     try:
-        def refused():
-            try:
-                c.get("k")
-                return False
-            except valkey.exceptions.ResponseError as exc:
-                return str(exc) == LEASE
-        wait_until(refused, 20, what="the lease to lapse")
+        wait_get_refused(c, "k", LEASE, 20, what="the lease to lapse")
         log = open(cluster.get(primary.name).log).read()
         assert "lease lapsed" in log and "refusing commands that touch data until it is renewed" in log
         repl = primary.info("replication")["replication"]
