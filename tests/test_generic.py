@@ -45,6 +45,11 @@ def test_sort_alpha_and_errors(rr):
     assert sort(rr, "spaces") == [b"1", b" 2"]
     rr.rpush("trailing", "2 ", "1")
     assert _err(sort, rr, "trailing") == "One or more scores can't be converted into double"
+    # strtod overflows (ERANGE) on a hex float past a double's range: the same error, not an internal one
+    rr.rpush("hexbig", "0x1p99999", "1")
+    assert _err(sort, rr, "hexbig") == "One or more scores can't be converted into double"
+    rr.rpush("hex", "0x1p3", "9", "1")
+    assert sort(rr, "hex") == [b"1", b"0x1p3", b"9"]
     rr.set("str", "x")
     assert _err(sort, rr, "str") == "WRONGTYPE Operation against a key holding the wrong kind of value"
     rr.hset("h", "f", "v")

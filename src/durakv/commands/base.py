@@ -5,7 +5,6 @@ never touches a socket, file or journal. A write records its deterministic effec
 ctx.propagate(...); the pipeline hands them to the durability layer.
 """
 
-import math
 from collections import deque
 
 from .. import messages
@@ -204,22 +203,6 @@ def parse_nonneg_int(value: bytes, message=messages.VALUE_OUT_OF_RANGE_POSITIVE)
     if n < 0:
         raise CommandError(message)
     return n
-
-
-def parse_float(value: bytes, message=messages.NOT_FLOAT, allow_nan=False) -> float:
-    """A double as Valkey's strtod accepts it ('inf', '-inf', '+inf', '1e3'); no spaces, no NaN."""
-    if not value or value[:1].isspace() or value[-1:].isspace():
-        raise CommandError(message)
-    try:
-        f = float(value)
-    except ValueError:
-        raise CommandError(message) from None
-    if math.isnan(f) and not allow_nan:
-        raise CommandError(message)
-    low = value.lower()
-    if b"_" in value or low.lstrip(b"+-") in (b"infinity", b"nan"):
-        raise CommandError(message)
-    return f
 
 
 def parse_timeout_ms(value: bytes, unit_ms: int) -> int:

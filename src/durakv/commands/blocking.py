@@ -11,7 +11,6 @@ BRPOP, BLMPOP), LMOVE/RPOPLPUSH (BLMOVE, BRPOPLPUSH), ZREM (BZPOPMIN/BZPOPMAX/BZ
 
 import math
 from collections import deque
-from decimal import Decimal, InvalidOperation
 
 from .. import messages
 from ..errors import CommandError
@@ -19,73 +18,30 @@ from ..keyspace import ZSet
 from ..protocol.resp import NullArray
 from . import lists, zsets
 from .base import Blocked, INT64_MAX
+from .numeric import parse_long_double
 from .registry import command
-
-_SPACE = b" \t\n\v\f\r"
 
 
 def parse_timeout(ctx, arg: bytes) -> int:
-    """getTimeoutFromObjectOrReply(UNIT_SECONDS): a long double of seconds -> milliseconds rounded up
-    (0 = block forever). Returns the relative timeout in ms."""
-    value = _strtold(arg)
+    """getTimeoutFromObjectOrReply(UNIT_SECONDS): a long double of seconds (string2ld: numeric's
+    parse_long_double, exact) -> milliseconds rounded up (0 = block forever). Returns the relative timeout in
+    ms."""
+    value = parse_long_double(arg)
     if value is None:
         raise CommandError(messages.TIMEOUT_NOT_FLOAT)
-    ms = value * 1000.0
+    if value == -math.inf:
+        raise CommandError(messages.TIMEOUT_NEGATIVE)
+    if value == math.inf:
+        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
+    ms = value * 1000
     if ms > INT64_MAX:
         raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
-    if ms == -math.inf:
-        raise CommandError(messages.TIMEOUT_NEGATIVE)
     tval = math.ceil(ms)
     if tval < 0:
         raise CommandError(messages.TIMEOUT_NEGATIVE)
     if tval > 0 and tval > INT64_MAX - ctx.now_ms():
         raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
     return tval
-
-
-def _strtold(arg: bytes):
-    """string2ld: the whole string is a number strtold accepts (no leading space, no NaN)."""
-    if not arg or arg[0] in _SPACE or arg[-1] in _SPACE or b"_" in arg:
-        return None
-    try:
-        value = float(arg)
-    except ValueError:
-        body = arg.lstrip(b"+-")
-        if body[:2].lower() != b"0x":
-            return None
-        try:
-            value = float.fromhex(arg.decode("ascii"))
-        except (ValueError, OverflowError, UnicodeDecodeError):
-            return None
-    if value != value:
-        return None
-    if value in (math.inf, -math.inf):
-        if arg.lstrip(b"+-").lower() not in (b"inf", b"infinity"):
-            return _long_double_extreme(arg, value)
-    elif value == 0.0 and any(c in b"123456789" for c in arg.lower().split(b"e", 1)[0]) \
-            and not arg.lstrip(b"+-").lower().startswith(b"0x"):
-        return _long_double_extreme(arg, value)
-    return value
-
-
-_LDBL_MAX = Decimal("1.18973149535723176502e+4932")
-_LDBL_TRUE_MIN = Decimal("3.64519953188247460253e-4951")
-
-
-def _long_double_extreme(arg: bytes, value: float):
-    """A decimal number beyond a double's range: what strtold (80-bit long double) makes of it.
-    Too large for a long double is ERANGE (None); otherwise a stand-in double with the same effect
-    on a timeout (huge stays infinite, tiny becomes the smallest double of its sign)."""
-    try:
-        d = Decimal(arg.decode("ascii"))
-    except (InvalidOperation, UnicodeDecodeError):
-        return None
-    mag = abs(d)
-    if mag >= _LDBL_MAX or (mag and mag < _LDBL_TRUE_MIN):
-        return None
-    if value == 0.0:
-        return -5e-324 if d < 0 else 5e-324
-    return value
 
 
 def _has(ctx, keys, typ) -> bool:

@@ -34,6 +34,7 @@ from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace import rdbvalue
 from ..keyspace.stream import Stream
+from ..protocol.numbers import strtod
 from ..protocol.resp import OK, ErrorReply, Raw
 from . import acl_check, acl_keys, registry
 from .acl import users_of
@@ -85,22 +86,18 @@ _MIN_NORMAL = 2.2250738585072014e-308
 def sort_score(text: bytes):
     """strtod() as SORT uses it: the whole string must parse (leading spaces allowed, trailing not; an empty
     string is 0), no NaN, no overflow or underflow (ERANGE). None when it cannot be converted."""
-    s = text.lstrip(_SPACES)
-    if not s:
-        return 0.0 if not text else None
-    if s[-1] in _SPACES or b"_" in s:
+    if not text:
+        return 0.0
+    value = strtod(text)
+    if value is None or value != value:
         return None
-    body = s[1:] if s[0] in b"+-" else s
-    is_hex = body[:2].lower() == b"0x"
-    try:
-        value = float.fromhex(s.decode("ascii")) if is_hex else float(s)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if value != value:
-        return None
+    body = text.lstrip(_SPACES)
+    if body[:1] in (b"+", b"-"):
+        body = body[1:]
     if math.isinf(value):
         return value if body.lower() in (b"inf", b"infinity") else None  # else it overflowed
     if value == 0.0:
+        is_hex = body[:2].lower() == b"0x"
         mantissa = body[2:].lower().split(b"p")[0] if is_hex else body.lower().split(b"e")[0]
         return None if mantissa.strip(b"0.") else value  # a non-zero number that underflowed
     return None if abs(value) < _MIN_NORMAL else value

@@ -13,6 +13,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import ZSet, encoding
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
+from ..protocol.numbers import string2d, strtod
 from ..protocol.resp import NullArray, format_double
 from .args import ArgCursor
 from .base import normalize_range, parse_int, syntax_error, wrong_arity
@@ -20,54 +21,15 @@ from .lists import LONG_MAX, parse_mpop, positive_long, range_long
 from .registry import command
 
 _INF = math.inf
-_SPACE = b" \t\n\v\f\r"
-_NONZERO_DIGITS = frozenset(b"123456789")
 
 
-# -- number parsing (Valkey's strtod-based rules) ---------------------------------------------------
-
-def _strtod(text: bytes):
-    """The value of text if C strtod would consume all of it (leading spaces allowed), else None."""
-    t = text.lstrip(_SPACE)
-    if not t or b"_" in t or t[-1] in _SPACE:
-        return None
-    try:
-        return float(t)
-    except ValueError:
-        pass
-    body = t[1:] if t[:1] in (b"+", b"-") else t
-    if body[:2].lower() == b"0x":
-        try:
-            return float.fromhex(t.decode("ascii"))
-        except (ValueError, OverflowError, UnicodeDecodeError):
-            return None
-    return None
-
+# -- number parsing (protocol/numbers.py: Valkey's string2d, and strtod for range bounds) ----------------------
 
 def parse_score(value: bytes, message=messages.NOT_FLOAT) -> float:
-    """Valkey's string2d: no leading space, whole string, no NaN, no overflow/underflow to zero."""
-    if value and value[0] not in _SPACE and value[-1] not in _SPACE and b"_" not in value:
-        try:
-            f = float(value)
-        except ValueError:
-            f = _strtod(value)  # hex floats
-            if f is None:
-                raise CommandError(message) from None
-        if f - f == 0.0 and f != 0.0:
-            return f  # finite, non-zero: the common case
-    else:
+    """A score argument: Valkey's string2d, or the error `message`."""
+    f = string2d(value)
+    if f is None:
         raise CommandError(message)
-    if f != f:
-        raise CommandError(message)
-    if f == _INF or f == -_INF:
-        if value.lstrip(b"+-").lower() not in (b"inf", b"infinity"):
-            raise CommandError(message)  # ERANGE overflow
-    else:  # zero
-        mantissa = value.lower()
-        if not mantissa.lstrip(b"+-").startswith(b"0x"):
-            mantissa = mantissa.split(b"e", 1)[0]
-            if any(c in _NONZERO_DIGITS for c in mantissa):
-                raise CommandError(message)  # ERANGE underflow to zero
     return f
 
 
@@ -84,7 +46,7 @@ def _parse_score_bound(arg: bytes):
     text = arg[1:] if excl else arg
     if not text:
         return 0.0, excl  # strtod of "" converts nothing and stops at the terminator
-    f = _strtod(text)
+    f = strtod(text)
     if f is None or f != f:
         raise CommandError(messages.MIN_MAX_NOT_FLOAT)
     return f, excl
