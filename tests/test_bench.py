@@ -518,7 +518,10 @@ def test_compare_end_to_end(tmp_path):
         assert _gone(r["server_pid"])
     for r in rows:
         if r["workload"] == "fixed":
-            assert r["ops_per_sec"] == pytest.approx(400, rel=0.05)
+            # open loop: every request due within the 1 s run is sent, late ones late (their latency counts
+            # from when they were due), so the count is the schedule's; the rate over wall time is not asserted
+            # (a busy machine stretches the run: 368 ops/s was seen with 400 sent)
+            assert r["ops"] == 400, r
         if r["target"] == "redis":
             assert r["ratio"] == 1.0
     assert any(t["target"].startswith("durakv GET p50") for t in result["targets"])
