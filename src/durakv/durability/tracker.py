@@ -10,7 +10,9 @@ Indices: the tracker issues one append per batch, in order, so the entry index o
 batch is opened; replies are tagged with it and released when the commit index reaches it. Up to the
 journal's `max_appends_in_flight` batches (1 when it has none) are being appended at once; what arrives while
 that many are in flight joins the open batch, which leaves when the oldest completes. The journal
-acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch.
+acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch. A
+journal with append_notify (the local one) reports each append through a callback in the iteration that
+completes it; the others through the awaitable of append(), whose done callback runs one iteration later.
 
 Bounds (DESIGN.md "Bounds on the write path"): a journal entry holds at most the journal's `max_entry_bytes`.
 The encoded size of the open batch is counted as effects join it; an effect that would take it past the
