@@ -86,3 +86,20 @@ def test_async_writes_ask_for_refusal_only_past_the_buffer():
         assert d.refuse_writes() is None
         assert d.tracker.traffic_management_active is False
     asyncio.run(main())
+
+
+def test_a_failing_completion_callback_does_not_lose_the_rest_of_its_batch(tmp_path, caplog):
+    async def main():
+        j = LocalJournal(tmp_path)            # group per iteration: both appends share one batch
+        await j.open()
+        done = []
+
+        def broken(index, exc):
+            raise RuntimeError("callback bug")
+        j.append_notify(b"a", broken)
+        j.append_notify(b"b", lambda i, e: done.append((i, e)))
+        await _poll(lambda: done, what="the second append's report")
+        assert done == [(2, None)] and j.commit_index == 2
+        await j.close()
+    asyncio.run(main())
+    assert "completion callback failed" in caplog.text

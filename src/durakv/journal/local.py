@@ -430,7 +430,11 @@ class LocalJournal(Journal):
             for item in group:
                 fut = item[4]
                 if type(fut) is _Notify and fut.outcome is not None:
-                    fut.fire()
+                    try:
+                        fut.fire()
+                    except Exception:  # noqa: BLE001 - as the loop does for a future's callback: the
+                        # other entries of the batch must still be reported
+                        log.exception("journal %s: an append's completion callback failed", self.dir)
         if not self.writing and not self._pending and exc is None:
             self._idle.set()
 
