@@ -10,7 +10,9 @@ Indices: the tracker issues one append per batch, in order, so the entry index o
 batch is opened; replies are tagged with it and released when the commit index reaches it. Up to the
 journal's `max_appends_in_flight` batches (1 when it has none) are being appended at once; what arrives while
 that many are in flight joins the open batch, which leaves when the oldest completes. The journal
-acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch.
+acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch. A
+journal with append_notify (the local one) reports each append through a callback in the iteration that
+completes it; the others through the awaitable of append(), whose done callback runs one iteration later.
 
 Bounds (DESIGN.md "Bounds on the write path"): a journal entry holds at most the journal's `max_entry_bytes`.
 The encoded size of the open batch is counted as effects join it; an effect that would take it past the
@@ -50,7 +52,9 @@ class WriteTracker:
         self.journal = journal
         self.owner = owner
         self.mode = mode
-        self.buffer_ms = buffer_ms
+        self._buffer_ms = buffer_ms
+        self._over_buffer = False           # async: the oldest uncommitted batch is older than buffer_ms
+        self._buffer_handle = None          # the timer that looks when it will be
         self.loop = loop or asyncio.get_event_loop()
         self.clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self.committed = journal.commit_index
@@ -93,7 +97,41 @@ class WriteTracker:
         owner.committed = self.committed
         owner.assigned = self.assigned
         owner.pending = self.mode == "sync" and self.committed < self.assigned
-        owner.refusing = self.mode == "async" or self.failed is not None
+        # Writes ask refuse_writes() only when it may refuse: a failed journal, or (async) a batch older than
+        # the buffer, which a timer notices. Refusing in every async write sent every command of that mode off
+        # the pipeline's fast path into full admission (issue 18).
+        owner.refusing = self.failed is not None or (self._over_buffer and self.mode == "async")
+
+    @property
+    def buffer_ms(self) -> int:
+        return self._buffer_ms
+
+    @buffer_ms.setter
+    def buffer_ms(self, value):
+        """durability-buffer-ms changed live: the refusal state follows at once."""
+        self._buffer_ms = value
+        self._check_buffer()
+
+    def _arm_buffer_check(self):
+        """Async: a timer for the moment the oldest uncommitted batch passes the buffer (none while it is
+        past it: each commit looks again, see _on_appended)."""
+        if self.mode != "async" or self._buffer_handle is not None or self._over_buffer or not self._uncommitted:
+            return
+        oldest_ms = next(iter(self._uncommitted.values()))   # indices are issued in order: the first is oldest
+        due_ms = oldest_ms + self._buffer_ms + 1 - self.clock_ms()
+        self._buffer_handle = self.loop.call_later(max(0, due_ms) / 1000.0, self._check_buffer)
+
+    def _check_buffer(self):
+        if self._buffer_handle is not None:
+            self._buffer_handle.cancel()
+            self._buffer_handle = None
+        over = self.mode == "async" and bool(self._uncommitted) and self.lag_ms() > self._buffer_ms
+        if over != self._over_buffer:
+            self._over_buffer = over
+            if not over:
+                self.traffic_management_active = False
+            self._publish()
+        self._arm_buffer_check()
 
     # -- submitting effects ------------------------------------------------------------------
     @property
@@ -161,6 +199,8 @@ class WriteTracker:
         owner.assigned = index
         if self.mode == "sync":
             owner.pending = True
+        elif self._buffer_handle is None:
+            self._arm_buffer_check()
         return index
 
     def _submit_parts(self, effects, limit):
@@ -251,12 +291,20 @@ class WriteTracker:
         self._sent_ms.append((index, self.clock_ms()))
         if self.stall_ms and self._stall_handle is None:
             self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)
+        generation = self._generation
+        notify = getattr(self.journal, "append_notify", None)
         try:
+            if notify is not None:
+                # The local journal calls back in the iteration its batch completes: the replies leave then,
+                # not one iteration later as a future's done callback would (issue 18)
+                notify(payload, lambda where, exc, i=index, g=generation: self._on_appended(i, g, where, exc))
+                return
             fut = asyncio.ensure_future(self.journal.append(payload), loop=self.loop)
         except Exception as exc:  # noqa: BLE001 - a closed/failed journal raises at call time
             fut = self.loop.create_future()
             fut.set_exception(exc)
-        fut.add_done_callback(lambda f, i=index, g=self._generation: self._on_appended(i, g, f))
+        fut.add_done_callback(lambda f, i=index, g=generation: self._on_appended(
+            i, g, None if f.exception() is not None else f.result(), f.exception()))
 
     def oldest_append_age_ms(self) -> int:
         """How long the oldest append handed to the journal has waited for its acknowledgement (0: none)."""
@@ -288,18 +336,17 @@ class WriteTracker:
                 return index + delta
         return index
 
-    def _on_appended(self, index, generation, fut):
+    def _on_appended(self, index, generation, where, exc):
+        """Entry `index` was appended at journal index `where`, or failed with `exc`."""
         if generation != self._generation:
             return  # issued before a failure that already answered for it
         self._in_flight -= 1
-        exc = fut.exception()
         if exc is not None:
             self._fail(index, exc)
             return
         sent = self._sent_ms
         while sent and sent[0][0] <= index:
             sent.popleft()
-        where = fut.result()
         if type(where) is int and where - index != self._journal_delta:
             # The journal put this entry further on (it stepped over a deposed writer's entries).
             self._journal_delta = where - index
@@ -320,6 +367,8 @@ class WriteTracker:
                 del uncommitted[dk]
         if self.barrier <= index:
             self.barrier = 0
+        if self._over_buffer:
+            self._check_buffer()   # the lag fell with this commit, perhaps below the buffer
         self._publish()
         self.owner.on_commit(index)
 
@@ -347,6 +396,7 @@ class WriteTracker:
         self.barrier = 0
         self.failed = exc
         self.failed_batches += 1
+        self._check_buffer()    # nothing is uncommitted any more: no buffer to be past
         self._publish()
         self.owner.on_failure(first, exc)
         if self._retry_handle is None and hasattr(self.journal, "resume"):
@@ -407,9 +457,13 @@ class WriteTracker:
         if mode not in ("sync", "async"):
             raise ValueError("live switch is between async and sync")
         self.mode = mode
+        self._check_buffer()
         self._publish()
 
     def close(self):
+        if self._buffer_handle is not None:
+            self._buffer_handle.cancel()
+            self._buffer_handle = None
         if self._retry_handle is not None:
             self._retry_handle.cancel()
             self._retry_handle = None

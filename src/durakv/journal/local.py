@@ -31,6 +31,29 @@ _APPEND = 0
 _ROTATE = 1
 
 
+class _Notify:
+    """An append_notify's callback in the place of the append's future: settled like one (done, set_result,
+    set_exception), and called by _batch_done once the batch's outcome is settled."""
+    __slots__ = ("fn", "outcome")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.outcome = None          # (index, None) or (None, exception) once settled
+
+    def done(self):
+        return self.outcome is not None
+
+    def set_result(self, index):
+        self.outcome = (index, None)
+
+    def set_exception(self, exc):
+        self.outcome = (None, exc)
+
+    def fire(self):
+        outcome, self.outcome = self.outcome, None   # once: a failure path may list an item twice
+        self.fn(*outcome)
+
+
 class SysIO:
     """The system calls the journal writer makes. Tests substitute a subclass that fails on cue (ENOSPC,
     EMFILE, EIO) to check the failure contract; production uses this one."""
@@ -327,16 +350,27 @@ class LocalJournal(Journal):
 
     # -- appends ---------------------------------------------------------------------------------
     def append(self, payload, epoch: int = 0):
+        fut = self._loop.create_future()
+        self._queue(payload, epoch, fut)
+        return fut
+
+    def append_notify(self, payload, notify, epoch: int = 0) -> int:
+        """append() without a future: notify(index, None) once the entry is durable, or notify(None, exc),
+        called on the event loop in the same iteration as the batch's completion. A future's done callbacks
+        run one loop iteration after set_result, and the server's replies waited for that iteration (issue
+        18). Raises as append() does when the journal refuses at call time. Returns the entry's index."""
+        return self._queue(payload, epoch, _Notify(notify))
+
+    def _queue(self, payload, epoch, fut):
         if not self._open:
             raise JournalClosed("journal is closed")
         if self._failed is not None:
             raise JournalFailed(str(self._failed))
         index = self._next
         self._next = index + 1
-        fut = self._loop.create_future()
         self._pending.append((_APPEND, index, payload, encode_header(index, epoch, payload), fut))
         self._kick()
-        return fut
+        return index
 
     def rotate(self):
         """Closes the current segment (if it holds any entry) and starts a new one, ordered after every
@@ -389,6 +423,23 @@ class LocalJournal(Journal):
             pass  # the loop is gone: the process is exiting
 
     def _batch_done(self, items, done, exc, broken):
+        """Settles a written batch: the journal's state first, then the append_notify callbacks, so that
+        what they append (the next batch) sees the outcome (appends after a failure are refused)."""
+        failed_pending = self._settle(items, done, exc, broken)
+        for group in (items, failed_pending):
+            for item in group:
+                fut = item[4]
+                if type(fut) is _Notify and fut.outcome is not None:
+                    try:
+                        fut.fire()
+                    except Exception:  # noqa: BLE001 - as the loop does for a future's callback: the
+                        # other entries of the batch must still be reported
+                        log.exception("journal %s: an append's completion callback failed", self.dir)
+        if not self.writing and not self._pending and exc is None:
+            self._idle.set()
+
+    def _settle(self, items, done, exc, broken):
+        """The journal's side of _batch_done. Returns the queued appends failed with it (empty on success)."""
         self.writing = False
         self._inflight = 0
         commit = self._commit
@@ -402,9 +453,7 @@ class LocalJournal(Journal):
         if exc is None:
             if self._pending:
                 self._kick_now()  # appends that arrived during the fsync: the next batch, at once
-            else:
-                self._idle.set()
-            return
+            return ()
         first_failed = items[done][1]
         if broken:
             state = "the journal could not be restored and refuses appends until it is reopened"
@@ -426,12 +475,14 @@ class LocalJournal(Journal):
         for item in items[done:]:
             if not item[4].done():
                 item[4].set_exception(failure)
-        for item in self._pending:
+        failed_pending = self._pending
+        for item in failed_pending:
             if not item[4].done():
                 item[4].set_exception(later)
         self._pending = []
         self._next = commit + 1
         self._idle.set()
+        return failed_pending
 
     def _write_items(self, items):
         """Runs in the journal thread: writes and fsyncs a batch, rotating segments as needed. Returns

@@ -297,7 +297,7 @@ class Connection(asyncio.Protocol):
             srv = self.server
             srv.net_output_bytes += n
             srv.writes_processed += 1
-            if srv.obuf_limited:
+            if srv.obuf_limited and (srv.obuf_normal_limited or self.session.special):
                 self._check_output_limits()
 
     def output_memory(self) -> int:

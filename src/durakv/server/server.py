@@ -170,6 +170,10 @@ class Server:
         if name == "client-output-buffer-limit":
             self.obuf_limits = obuf_limits(value)
             self.obuf_limited = any(hard or soft for hard, soft, _s in self.obuf_limits.values())
+            # A plain client is checked only when its own class has a limit (the defaults limit only replicas
+            # and pubsub): the check on every reply cost the unpipelined path a call per command (issue 18)
+            hard, soft, _s = self.obuf_limits["normal"]
+            self.obuf_normal_limited = bool(hard or soft)
         elif name == "client-held-replies-limit":
             for conn in self.clients.values():
                 conn.outbox.limit_bytes = value
