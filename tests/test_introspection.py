@@ -327,7 +327,7 @@ def test_monitors_unit_record_and_fast_command():
     assert m.threshold_us == 10000
     m._on_config_set("latency-monitor-threshold", 1)
     assert m.threshold_us == 1000
-    m._on_config_set("slowlog-log-slower-than", -1)
+    m._on_config_set("commandlog-execution-slower-than", -1)  # CONFIG SET slowlog-log-slower-than
     assert m.threshold_us == 1000
     m._on_config_set("latency-monitor-threshold", 0)
     assert m.threshold_us == introspection._NEVER

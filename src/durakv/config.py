@@ -59,6 +59,8 @@ def _int_range(lo, hi):
     def parse(text):
         try:
             n = int(text)
+            if not -(1 << 63) <= n < 1 << 63:
+                raise ValueError     # Valkey's string2ll fails past a long long: not a range error
         except ValueError:
             raise ValueError("argument couldn't be parsed into an integer") from None
         if not lo <= n <= hi:
@@ -299,8 +301,13 @@ OPTIONS = [
     Option("primaryuser", "", _string, aliases=("masteruser",), sensitive=True),
     Option("primaryauth", "", _string, aliases=("masterauth",), sensitive=True),
     Option("protected-mode", False, _bool),
-    Option("slowlog-log-slower-than", 10000, _int_range(-1, 2**62)),
-    Option("slowlog-max-len", 128, _int_range(0, 2**31 - 1)),
+    # Valkey 9's command logs; the slow one keeps its SLOWLOG names as aliases, as 9.x does
+    Option("commandlog-execution-slower-than", 10000, _int_range(-1, 2**63 - 1), aliases=("slowlog-log-slower-than",)),
+    Option("commandlog-slow-execution-max-len", 128, _int_range(0, 2**63 - 1), aliases=("slowlog-max-len",)),
+    Option("commandlog-request-larger-than", 1024 * 1024, _int_range(-1, 2**63 - 1)),
+    Option("commandlog-large-request-max-len", 128, _int_range(0, 2**63 - 1)),
+    Option("commandlog-reply-larger-than", 1024 * 1024, _int_range(-1, 2**63 - 1)),
+    Option("commandlog-large-reply-max-len", 128, _int_range(0, 2**63 - 1)),
     Option("latency-monitor-threshold", 0, _int_range(0, 2**63 - 1)),
     Option("notify-keyspace-events", "", _string),
     Option("busy-reply-threshold", 5000, _int_range(0, 2**62), aliases=("lua-time-limit",)),

@@ -19,6 +19,7 @@ AUTH_NO_PASSWORD = ("ERR AUTH <password> called without any password configured 
                     "Are you sure your configuration is correct?")
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
 READONLY = "READONLY You can't write against a read only replica."
+REDIRECT = "REDIRECT {}"
 MULTI_NESTED = "ERR MULTI calls can not be nested"
 EXEC_WITHOUT_MULTI = "ERR EXEC without MULTI"
 DISCARD_WITHOUT_MULTI = "ERR DISCARD without MULTI"
@@ -41,6 +42,7 @@ OFFSET_OUT_OF_RANGE = "ERR offset is out of range"
 SAME_OBJECT = "ERR source and destination objects are the same"
 TIMEOUT_NOT_FLOAT = "ERR timeout is not a float or out of range"
 NUMKEYS_ZERO = "ERR numkeys should be greater than 0"
+MSETEX_BAD_NUMKEYS = "ERR invalid numkeys value or out of range"
 COUNT_ZERO = "ERR count should be greater than 0"
 VALUE_OUT_OF_RANGE_POSITIVE = "ERR value is out of range, must be positive"
 CLUSTERDOWN_DURABILITY = ("CLUSTERDOWN The durability buffer is full: the journal is more than {} ms behind; "
@@ -105,6 +107,7 @@ HLL_INVALID = "INVALIDOBJ Corrupted HLL object detected"
 # -- generic leftovers / introspection (SORT DUMP RESTORE WAIT OBJECT SLOWLOG LATENCY) --
 SUBCOMMAND_SYNTAX = "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP."
 SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
+COMMANDLOG_TYPE = "ERR type should be one of the following: slow, large-request, large-reply"
 LATENCY_NO_SAMPLES = "ERR No samples available for event '{}'"
 OBJECT_IDLETIME_LFU = ("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when "
                        "switching between policies at runtime LRU and LFU data will take some time to adjust.")

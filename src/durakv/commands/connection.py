@@ -319,6 +319,16 @@ def client_no_evict(ctx, args):
     return OK
 
 
+@command("client|capa")
+def client_capa(ctx, args):
+    """CLIENT CAPA capability [...]: `redirect` is the one Valkey knows (a replica then answers -REDIRECT
+    host:port to its primary); others are accepted and ignored, as Valkey does."""
+    for capability in args[2:]:
+        if capability.lower() == b"redirect":
+            ctx.client.capa_redirect = True
+    return OK
+
+
 @command("client|no-touch")
 def client_no_touch(ctx, args):
     # reads by this client leave LRU/LFU access untouched (except TOUCH)

@@ -1,4 +1,6 @@
-"""Introspection: OBJECT, MEMORY, SLOWLOG, LATENCY, and the slow log / latency monitor behind them.
+"""Introspection: OBJECT, MEMORY, SLOWLOG, COMMANDLOG, LATENCY, and the command logs / latency monitor behind
+them (COMMANDLOG's slow log is the one SLOWLOG serves, as in Valkey 9; its large-request and large-reply logs
+are fed by the pipeline and by the connection, which alone knows a reply's encoded size).
 
 The pipeline times every command; when one takes at least `Monitors.threshold_us` (the smaller of
 `slowlog-log-slower-than` and `latency-monitor-threshold`, both followed live through CONFIG SET) it
@@ -36,28 +38,47 @@ SLOWLOG_ENTRY_MAX_STRING = 128
 LATENCY_TS_LEN = 160
 _NEVER = 1 << 62
 _REDACTED = b"(redacted)"
+# Valkey 9's commandlog-* options (the slow ones answer to their slowlog-* names too) -> Monitors attribute
+_LOG_CONFIGS = {"commandlog-execution-slower-than": "slowlog_slower_than",
+                "commandlog-slow-execution-max-len": "slowlog_max_len",
+                "commandlog-request-larger-than": "request_larger_than",
+                "commandlog-large-request-max-len": "large_request_max_len",
+                "commandlog-reply-larger-than": "reply_larger_than",
+                "commandlog-large-reply-max-len": "large_reply_max_len"}
 
 
 class Monitors:
-    """Slow log entries and latency time series of one server (held by its pipeline)."""
+    """The command logs (slow, large-request, large-reply: Valkey 9's COMMANDLOG, whose slow log SLOWLOG also
+    serves) and the latency time series of one server (held by its pipeline)."""
 
     __slots__ = ("slowlog", "slowlog_next_id", "slowlog_slower_than", "slowlog_max_len",
+                 "large_request", "large_request_next_id", "request_larger_than", "large_request_max_len",
+                 "large_reply", "large_reply_next_id", "reply_larger_than", "large_reply_max_len", "reply_limit",
                  "latency_threshold_ms", "latency_events", "threshold_us", "config", "encoding_rules")
 
     def __init__(self, keyspace=None, config=None):
-        self.slowlog = deque()          # newest first: (id, unix_s, usec, argv, addr, name)
+        # each log newest first: (id, unix_s, value, argv, addr, name), value in usec or bytes by log
+        self.slowlog = deque()
         self.slowlog_next_id = 0
         self.slowlog_slower_than = 10000
         self.slowlog_max_len = 128
+        self.large_request = deque()
+        self.large_request_next_id = 0
+        self.request_larger_than = 1024 * 1024
+        self.large_request_max_len = 128
+        self.large_reply = deque()
+        self.large_reply_next_id = 0
+        self.reply_larger_than = 1024 * 1024
+        self.large_reply_max_len = 128
         self.latency_threshold_ms = 0
         self.latency_events = {}        # event -> LatencySeries
         self.config = config
+        self.encoding_rules = None
         if config is not None:
-            self.slowlog_slower_than = config["slowlog-log-slower-than"]
-            self.slowlog_max_len = config["slowlog-max-len"]
+            for name in _LOG_CONFIGS:
+                self._on_config_set(name, config[name], startup=True)
             self.latency_threshold_ms = config.get("latency-monitor-threshold", 0)
             config.listeners.append(self._on_config_set)
-        self.encoding_rules = None
         if keyspace is not None:
             keyspace.latency_monitor = self
             # OBJECT ENCODING's thresholds follow the same config (keyspace/encoding.py).
@@ -66,19 +87,20 @@ class Monitors:
                 self.encoding_rules.load(config.__getitem__)
         self._recompute()
 
-    def _on_config_set(self, name, value):
+    def _on_config_set(self, name, value, startup=False):
         if self.encoding_rules is not None and self.encoding_rules.set(name, value):
             return
-        if name == "slowlog-log-slower-than":
-            self.slowlog_slower_than = value
-        elif name == "slowlog-max-len":
-            self.slowlog_max_len = value
-            self._trim()
+        attr = _LOG_CONFIGS.get(name)
+        if attr is not None:
+            setattr(self, attr, value)
+            if attr.endswith("max_len"):
+                self._trim()
         elif name == "latency-monitor-threshold":
             self.latency_threshold_ms = value
         else:
             return
-        self._recompute()
+        if not startup:
+            self._recompute()
 
     def _recompute(self):
         t = _NEVER
@@ -87,11 +109,15 @@ class Monitors:
         if self.latency_threshold_ms > 0:
             t = min(t, self.latency_threshold_ms * 1000)
         self.threshold_us = t
+        # the reply size past which the connection reports a reply to record_reply (never while it is off)
+        self.reply_limit = (self.reply_larger_than if self.reply_larger_than >= 0 and self.large_reply_max_len > 0
+                            else _NEVER)
 
     def _trim(self):
-        log = self.slowlog
-        while len(log) > self.slowlog_max_len:
-            log.pop()
+        for log, max_len in ((self.slowlog, self.slowlog_max_len), (self.large_request, self.large_request_max_len),
+                             (self.large_reply, self.large_reply_max_len)):
+            while len(log) > max_len:
+                log.pop()
 
     def record(self, session, cmd, args, usec):
         """A command took usec >= threshold_us: the slow log and latency monitor decide what to keep."""
@@ -104,6 +130,33 @@ class Monitors:
         self.slowlog.appendleft((self.slowlog_next_id, int(time.time()), usec, _slowlog_argv(cmd, args),
                                  _addr(session), getattr(session, "name", b"") or b""))
         self.slowlog_next_id += 1
+        self._trim()
+
+    def record_request(self, session, cmd, args):
+        """The large-request log: a command whose request, as RESP, is larger than commandlog-request-larger-than
+        bytes (Valkey counts the bytes it read for the command; a client sends commands as RESP arrays)."""
+        limit = self.request_larger_than
+        if limit < 0 or self.large_request_max_len == 0 or "skip_slowlog" in cmd.flags:
+            return
+        size = sum(map(len, args))
+        if size + 15 * len(args) + 13 <= limit:
+            return    # cannot pass it even with the longest headers ("$N\r\n...\r\n" each, "*N\r\n")
+        size += len(b"*%d\r\n" % len(args)) + sum(len(b"$%d\r\n\r\n" % len(a)) for a in args)
+        if size > limit:
+            self.large_request.appendleft((self.large_request_next_id, int(time.time()), size,
+                                           _slowlog_argv(cmd, args), _addr(session),
+                                           getattr(session, "name", b"") or b""))
+            self.large_request_next_id += 1
+            self._trim()
+
+    def record_reply(self, session, cmd, args, size):
+        """The large-reply log: the connection calls this for a reply of more than commandlog-reply-larger-than
+        bytes, once it is encoded."""
+        if self.large_reply_max_len == 0 or "skip_slowlog" in cmd.flags:
+            return
+        self.large_reply.appendleft((self.large_reply_next_id, int(time.time()), size, _slowlog_argv(cmd, args),
+                                     _addr(session), getattr(session, "name", b"") or b""))
+        self.large_reply_next_id += 1
         self._trim()
 
     def add_sample_if_needed(self, event, ms):
@@ -265,6 +318,59 @@ def slowlog_help(ctx, args):
         "    Return the length of the slowlog.",
         "RESET",
         "    Reset the slowlog.",
+    ])
+
+
+# -- COMMANDLOG (Valkey 9) -------------------------------------------------------------------------
+
+_COMMANDLOG_TYPES = {b"slow": "slowlog", b"large-request": "large_request", b"large-reply": "large_reply"}
+
+
+def _commandlog(ctx, raw_type):
+    attr = _COMMANDLOG_TYPES.get(raw_type.lower())
+    if attr is None:
+        raise CommandError(messages.COMMANDLOG_TYPE)
+    return getattr(_monitors(ctx), attr)
+
+
+@command("commandlog|get")
+def commandlog_get(ctx, args):
+    count = parse_int(args[2], messages.SLOWLOG_COUNT)   # the count is checked before the type, as Valkey
+    if count < -1:
+        raise CommandError(messages.SLOWLOG_COUNT)
+    log = _commandlog(ctx, args[3])
+    if count == -1 or count > len(log):
+        count = len(log)
+    return [[eid, at, value, list(argv), addr, name] for eid, at, value, argv, addr, name in islice(log, count)]
+
+
+@command("commandlog|len")
+def commandlog_len(ctx, args):
+    return len(_commandlog(ctx, args[2]))
+
+
+@command("commandlog|reset")
+def commandlog_reset(ctx, args):
+    _commandlog(ctx, args[2]).clear()   # the ids go on from where they were, as SLOWLOG RESET's
+    return OK
+
+
+@command("commandlog|help")
+def commandlog_help(ctx, args):
+    return _help(args, [
+        "GET <count> <type>",
+        "    Return top <count> entries of the specified <type> from the commandlog (-1 mean all).",
+        "    Entries are made of:",
+        "    id, timestamp,",
+        "        time in microseconds for type of slow,",
+        "        or size in bytes for type of large-request,",
+        "        or size in bytes for type of large-reply",
+        "    arguments array, client IP and port,",
+        "    client name",
+        "LEN <type>",
+        "    Return the length of the specified type of commandlog.",
+        "RESET <type>",
+        "    Reset the specified type of commandlog.",
     ])
 
 

@@ -70,7 +70,7 @@ def walk(specs, args):
             if numkeys is None or numkeys < 0:
                 return None
             first += k["firstkey"]
-            last = first + numkeys - 1
+            last = first + (numkeys - 1) * step   # MSETEX's key-value pairs: numkeys keys, `step` apart
         else:
             return None
         if last >= argc or last < first or first >= argc:

@@ -238,6 +238,9 @@ class Pipeline:
                 # client only once its command is processed, and a postponed client is blocked)
                 return (POSTPONE if text is POSTPONE else self._rejected(session, cmd, text)), 0, cmd
         reply, effects, touched = self.call(session, cmd, args)
+        if self.stats_enabled:
+            # COMMANDLOG large-request: a client's own commands only (not those EXEC or a script runs), as Valkey
+            self.monitors.record_request(session, cmd, args)
         ticket = 0
         dur = self.durability
         if effects:
@@ -350,6 +353,16 @@ class Pipeline:
             text = router.check(session, cmd, args, queue, run)
             if text is not None:
                 return Redirection(text)
+        if session.capa_redirect and run is None and self._gate is not None and not session.from_primary:
+            # CLIENT CAPA redirect on a REPLICAOF replica: its data commands go to the primary, as Valkey's
+            # processCommand answers them right after the cluster redirection (a shard member's gate names no
+            # primary address: it answers as before)
+            target = getattr(self._gate, "redirect_to", None)
+            if target is not None:
+                reads = (queue is not None and any(c.readonly for c, _ in queue)) if cmd.fullname == "exec" \
+                    else cmd.readonly
+                if write or (reads and not session.readonly_mode):
+                    return messages.REDIRECT.format(target)
         # A script that already wrote cannot be failed halfway by server state (SCRIPT_WRITE_DIRTY).
         wrote = run is not None and run.wrote
         if self._maxmemory and not wrote and not session.from_primary:

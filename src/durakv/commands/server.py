@@ -10,6 +10,7 @@ from ..keyspace.db import estimate_key
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
 from . import registry
 from . import keyspecs
+from .acl_universe import CATEGORIES, effective_categories
 from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .registry import command
@@ -340,9 +341,13 @@ def legacy_range(cmd):
 def command_info(cmd):
     (first, last, step), movable = legacy_range(cmd)
     flags = [f for f in _FLAG_ORDER if f in cmd.flags or (f == "movablekeys" and movable)]
-    # Flags and categories are status replies in Valkey (redis-cli asserts on that).
+    # Flags and categories are status replies in Valkey (redis-cli asserts on that). The categories are the
+    # declared ones plus those the flags imply (@write, @fast or @slow, ...), in the order of Valkey's category
+    # table, as addReplyCommandCategories lists them.
+    cats = effective_categories({"acl": cmd.acl, "flags": cmd.flags})
     return [cmd.fullname.encode(), cmd.arity, RespSet(flags), first, last, step,
-            RespSet("@" + a for a in cmd.acl), RespSet(),
+            RespSet("@" + c for c in CATEGORIES if c in cats),
+            RespSet(t.encode() for t in cmd.spec.get("tips", ())),
             [_key_spec_reply(s) for s in cmd.key_specs],
             [command_info(s) for s in cmd.subcommands.values() if s.handler is not None]]
 

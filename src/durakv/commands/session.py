@@ -13,7 +13,8 @@ class Session:
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
                  "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls",
                  "reply_off", "reply_skip", "commands_processed", "net_in", "net_out", "repl_rdb_only",
-                 "repl_rdb_data", "repl_rdb_functions", "from_primary", "repl_listening_port", "decoded")
+                 "repl_rdb_data", "repl_rdb_functions", "from_primary", "repl_listening_port", "decoded",
+                 "capa_redirect")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -49,6 +50,7 @@ class Session:
         self.monitor = False
         self.special = False
         self.no_touch = False
+        self.capa_redirect = False  # CLIENT CAPA redirect: a replica answers -REDIRECT to its primary
         self.asking = False        # ASKING: the next command may touch a slot this node is importing
         self.tls = False           # the connection is TLS: cluster redirections name tls-ports
         # The ACL user (acl_user.User) the client runs as; None is the default user (`user` is its name).

@@ -2,8 +2,9 @@
 
 Effects: relative expiry becomes absolute (SET/SETEX/PSETEX -> SET k v PXAT ms, GETEX -> PEXPIREAT),
 an expiry already in the past becomes DEL, INCRBYFLOAT -> SET k <result> KEEPTTL (replicas and
-recovery never redo float arithmetic), SETNX/GETSET -> SET, MSETNX -> MSET, GETDEL -> DEL; the other
-writes are deterministic and propagate themselves.
+recovery never redo float arithmetic), SETNX/GETSET -> SET, MSETNX -> MSET, GETDEL/DELIFEQ -> DEL, MSETEX ->
+one SET k v PXAT ms (or KEEPTTL) per key, or MSET without an expiry; the other writes are deterministic and
+propagate themselves.
 """
 
 from .. import messages
@@ -16,6 +17,7 @@ from .numeric import format_long_double_human, parse_long_double, round_long_dou
 from .registry import command
 
 PROTO_MAX_BULK_LEN = 512 * 1024 * 1024  # Valkey's default proto-max-bulk-len
+_INT_MAX = (1 << 31) - 1                # MSETEX's numkeys is a C int
 
 # Option flags of SET / GETEX (parseExtendedStringArgumentsOrReply).
 _NX, _XX, _GET, _KEEPTTL, _PERSIST = 1, 2, 4, 8, 16
@@ -173,6 +175,19 @@ def getdel(ctx, args):
     return old
 
 
+@command("delifeq")
+def delifeq(ctx, args):
+    """DELIFEQ key value (Valkey 9.0): 1 if the key held exactly value and is gone, else 0; WRONGTYPE for a key
+    that is not a string."""
+    key = args[1]
+    value = ctx.lookup_string(key)
+    if value is None or value != args[2]:
+        return 0
+    ctx.delete(key)
+    ctx.propagate(b"DEL", key)
+    return 1
+
+
 @command("getex")
 def getex(ctx, args):
     flags, expire_flag, expire_arg = _parse_string_options(args, 2, False)
@@ -225,6 +240,50 @@ def msetnx(ctx, args):
     for i in range(1, len(args), 2):
         store(args[i], args[i + 1])
     ctx.propagate(b"MSET", *args[1:])
+    return 1
+
+
+@command("msetex")
+def msetex(ctx, args):
+    """MSETEX numkeys key value [key value ...] [NX | XX] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]
+    (Valkey 9.1): sets every pair or none; 1 if set, 0 if NX/XX was not met by every key. Checks in Valkey's
+    order: numkeys, the pairs it names, the options, the expire value, then the keys."""
+    try:
+        numkeys = parse_int(args[1])
+    except CommandError:
+        numkeys = 0
+    if not 1 <= numkeys <= _INT_MAX:
+        raise CommandError(messages.MSETEX_BAD_NUMKEYS)
+    end = 2 + 2 * numkeys
+    if end > len(args):
+        raise syntax_error()
+    flags, expire_flag, expire_arg = _parse_string_options(args, end, True)
+    if flags & _GET:
+        raise syntax_error()   # SET's GET is not one of MSETEX's options
+    expire_at = None
+    if expire_arg is not None:
+        # a time already past is stored as it is (Valkey 9.1 has no checkAlreadyExpired here): the keys then
+        # expire as any key does, lazily or actively, with their "expired" events and DEL effects
+        expire_at = _expire_at_ms(ctx, expire_arg, expire_flag, "msetex")[0]
+    if flags & (_NX | _XX):
+        want = not flags & _NX
+        lookup = ctx.lookup
+        for i in range(2, end, 2):
+            if (lookup(args[i]) is not None) is not want:
+                return 0
+    keep_ttl = bool(flags & _KEEPTTL)
+    store = ctx.store
+    for i in range(2, end, 2):
+        key, value = args[i], args[i + 1]
+        store(key, value, keep_ttl=keep_ttl)
+        if expire_at is not None:
+            ctx.set_expire(key, expire_at)
+            # the absolute time, as SET's EX/PX: a replay or a replica gets the same deadline
+            ctx.propagate(b"SET", key, value, b"PXAT", b"%d" % expire_at)
+        elif keep_ttl:
+            ctx.propagate(b"SET", key, value, b"KEEPTTL")
+    if expire_at is None and not keep_ttl:
+        ctx.propagate(b"MSET", *args[2:end])
     return 1
 
 

@@ -165,6 +165,7 @@ class Connection(asyncio.Protocol):
         hooks.current = self
         self.in_batch = True
         size = 0
+        monitors = pipeline.monitors
         try:
             for i, args in enumerate(commands):
                 if not session.authenticated:
@@ -218,6 +219,9 @@ class Connection(asyncio.Protocol):
                         server.log_exception(cmd.fullname if cmd else "?", exc)
                         data = b"-ERR internal error encoding the reply\r\n"
                     size += len(data)
+                if len(data) > monitors.reply_limit and cmd is not None:
+                    # COMMANDLOG large-reply: the reply's encoded size, known only here
+                    monitors.record_reply(session, cmd, args, len(data))
                 if session.reply_off or session.reply_skip:   # CLIENT REPLY OFF / SKIP
                     data = session.mute_reply(data)
                 if ticket:

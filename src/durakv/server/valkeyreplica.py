@@ -66,6 +66,11 @@ class ValkeyReplicaLink:
     def is_replica(self) -> bool:
         return True
 
+    @property
+    def redirect_to(self) -> str:
+        """Where a client with CLIENT CAPA redirect is sent (-REDIRECT host:port)."""
+        return "%s:%d" % (self.host, self.port)
+
     def serving_error(self, write):
         if self.state != "connected" and not self.server.config["replica-serve-stale-data"]:
             return messages.MASTERDOWN_STALE
