@@ -106,6 +106,17 @@ def wait_new_primary(cluster, old_name, timeout_s=30.0):
     raise TimeoutError(f"no new primary within {timeout_s}s")
 
 
+def terminate(proc):
+    """Stops a process this test run started, by its pid: SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
 class ServerProcess:
     """A durakv server subprocess. start() returns once it answers PING."""
 
@@ -155,13 +166,7 @@ class ServerProcess:
     def stop(self):
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        terminate(self.proc)
         if getattr(self, "log", None):
             self.log.close()
 
@@ -245,13 +250,8 @@ class OracleServer:
         return valkey.Valkey(host="127.0.0.1", port=self.port, protocol=protocol, **kw)
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            terminate(self.proc)
 
 
 @pytest.fixture(scope="session")
