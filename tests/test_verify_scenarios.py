@@ -236,22 +236,13 @@ def test_the_checkers_catch_acknowledgement_before_commit(tmp_path):
         assert res.status == sc.FAILED
         assert res.report.data["runs"][0]["lost"] > 0, "a kill of the primary must lose writes acked early"
         assert "acknowledged write(s) lost" in res.reasons[0]
-        # A plain kill loses only what was acknowledged in the last commit's few milliseconds, which a 160 ops/s
-        # history may not read back (one run in several passed the check). The fault here stalls every commit
-        # first (all NATS servers stopped) for 1 s while the primary goes on acknowledging, then kills it and
-        # lets NATS go on: a replica takes over without those writes (but for the few appends already in NATS's
-        # socket buffer) and reads go back in time.
-        # Whether a run's losses reach the checker still depends on timing (a key written again before it is
-        # read hides its loss; the stalled writer may fail its writes instead of acknowledging them): about one
-        # run in eight showed none. Up to three runs: the checker must reject one of them.
+        # A kill loses only what was acknowledged in the last commit's few milliseconds, and a 160 ops/s
+        # history does not always read one of those writes back before a newer write hides it: about one run
+        # in six passed the check on a loaded machine. Up to three runs (fresh keys each): the checker must
+        # reject one of them.
         for _attempt in range(3):
-            cluster = env.cluster.reload()
-            nats = " ".join(str(n.pid) for n in cluster.nats)
-            victim = cluster.primary(0)
-            env.fault_cmd = (f"kill -STOP {nats}; sleep 1; kill -KILL {victim.pid}; kill -CONT {nats}; "
-                             f"{sys.executable} -m durakv cluster start-node --dir {cluster.dir} --node {victim.name}")
-            lin = sc.linearizable(env, faults=("fault-cmd",), clients=4, keys=8, rate_per_client=40,
-                                  warmup_s=1.0, after_s=2.0)
+            lin = sc.linearizable(env, faults=("kill", "kill"), clients=4, keys=3, rate_per_client=40,
+                                  warmup_s=1.0, gap_s=1.0, after_s=1.0, fault_s=1.0)
             if lin.status == sc.FAILED:
                 break
             env.healthy()
