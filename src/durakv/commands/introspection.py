@@ -54,6 +54,7 @@ class Monitors:
     __slots__ = ("slowlog", "slowlog_next_id", "slowlog_slower_than", "slowlog_max_len",
                  "large_request", "large_request_next_id", "request_larger_than", "large_request_max_len",
                  "large_reply", "large_reply_next_id", "reply_larger_than", "large_reply_max_len", "reply_limit",
+                 "request_limit",
                  "latency_threshold_ms", "latency_events", "threshold_us", "config", "encoding_rules")
 
     def __init__(self, keyspace=None, config=None):
@@ -112,6 +113,9 @@ class Monitors:
         # the reply size past which the connection reports a reply to record_reply (never while it is off)
         self.reply_limit = (self.reply_larger_than if self.reply_larger_than >= 0 and self.large_reply_max_len > 0
                             else _NEVER)
+        # likewise the request size past which the pipeline calls record_request
+        self.request_limit = (self.request_larger_than if self.request_larger_than >= 0
+                              and self.large_request_max_len > 0 else _NEVER)
 
     def _trim(self):
         for log, max_len in ((self.slowlog, self.slowlog_max_len), (self.large_request, self.large_request_max_len),
@@ -134,15 +138,12 @@ class Monitors:
 
     def record_request(self, session, cmd, args):
         """The large-request log: a command whose request, as RESP, is larger than commandlog-request-larger-than
-        bytes (Valkey counts the bytes it read for the command; a client sends commands as RESP arrays)."""
-        limit = self.request_larger_than
-        if limit < 0 or self.large_request_max_len == 0 or "skip_slowlog" in cmd.flags:
+        bytes (Valkey counts the bytes it read for the command; a client sends commands as RESP arrays). The
+        pipeline calls it only for a request that may be (request_limit), so the common one costs no call."""
+        if "skip_slowlog" in cmd.flags:
             return
-        size = sum(map(len, args))
-        if size + 15 * len(args) + 13 <= limit:
-            return    # cannot pass it even with the longest headers ("$N\r\n...\r\n" each, "*N\r\n")
-        size += len(b"*%d\r\n" % len(args)) + sum(len(b"$%d\r\n\r\n" % len(a)) for a in args)
-        if size > limit:
+        size = sum(map(len, args)) + len(b"*%d\r\n" % len(args)) + sum(len(b"$%d\r\n\r\n" % len(a)) for a in args)
+        if size > self.request_limit:
             self.large_request.appendleft((self.large_request_next_id, int(time.time()), size,
                                            _slowlog_argv(cmd, args), _addr(session),
                                            getattr(session, "name", b"") or b""))

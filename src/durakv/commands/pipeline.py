@@ -238,8 +238,9 @@ class Pipeline:
                 # client only once its command is processed, and a postponed client is blocked)
                 return (POSTPONE if text is POSTPONE else self._rejected(session, cmd, text)), 0, cmd
         reply, effects, touched = self.call(session, cmd, args)
-        if self.stats_enabled:
-            # COMMANDLOG large-request: a client's own commands only (not those EXEC or a script runs), as Valkey
+        # COMMANDLOG large-request: a client's own commands only (not those EXEC or a script runs), as Valkey.
+        # The bound: the arguments plus the longest headers RESP can give them ("$N\r\n...\r\n", "*N\r\n").
+        if self.stats_enabled and sum(map(len, args)) + 15 * len(args) + 13 > self.monitors.request_limit:
             self.monitors.record_request(session, cmd, args)
         ticket = 0
         dur = self.durability
