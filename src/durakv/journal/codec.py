@@ -32,7 +32,19 @@ def effect_pieces(effects) -> list:
 def encode_effects(effects) -> bytes:
     """One journal payload for effects [(db_id, argv)]: SELECT of the first effect's db, then the commands,
     with a SELECT wherever the db changes."""
+    if _compiled_encode is not None:
+        return _compiled_encode(effects)
     return b"".join(effect_pieces(effects))
+
+
+_compiled_encode = None
+
+
+def use_compiled(encode):
+    """Installs the compiled core's encode_effects (fastpath.install), which this module's Python is the
+    reference of; None goes back to the Python."""
+    global _compiled_encode
+    _compiled_encode = encode
 
 
 LARGE_ARG_BYTES = 64 * 1024
