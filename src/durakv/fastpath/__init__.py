@@ -42,15 +42,17 @@ def install():
 
 # Fast commands: the names the compiled batch loop runs (each must be in the command table).
 FAST_COMMANDS = ("ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby", "decrby", "del", "unlink",
-                 "exists", "ttl", "pttl")
+                 "exists", "ttl", "pttl", "hget", "hset", "lpush", "rpush", "lpop", "rpop", "sadd")
 
 
 def batch_core(pipeline, durability, hooks):
     """The compiled batch loop over one server's pipeline, or None without the compiled core."""
     if core is None:
         return None
+    import collections
     from ..commands import registry
     from ..commands.pipeline import STRING_KEY_COST
+    from ..keyspace.db import estimate_key
     install()
     commands = {}
     for name in FAST_COMMANDS:
@@ -58,4 +60,4 @@ def batch_core(pipeline, durability, hooks):
         if cmd is not None and not cmd.subcommands:
             commands[name] = cmd
     return core.Core(pipeline, pipeline.keyspace, durability, pipeline.monitors, hooks, pipeline.perf_counter,
-                     commands, STRING_KEY_COST)
+                     commands, STRING_KEY_COST, estimate_key, collections.deque)

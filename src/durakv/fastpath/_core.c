@@ -283,9 +283,12 @@ static PyObject *fast_encode_effects(PyObject *self, PyObject *effects) {
 /* The batch loop                                                                                        */
 
 enum { C_PING, C_ECHO, C_GET, C_SET, C_MGET, C_MSET, C_INCR, C_DECR, C_INCRBY, C_DECRBY, C_DEL, C_UNLINK,
-       C_EXISTS, C_TTL, C_PTTL, NCMD };
+       C_EXISTS, C_TTL, C_PTTL, C_HGET, C_HSET, C_LPUSH, C_RPUSH, C_LPOP, C_RPOP, C_SADD, NCMD };
 static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby",
-                                      "decrby", "del", "unlink", "exists", "ttl", "pttl"};
+                                      "decrby", "del", "unlink", "exists", "ttl", "pttl", "hget", "hset", "lpush",
+                                      "rpush", "lpop", "rpop", "sadd"};
+/* the table's arity of each (a wrong count is answered by the Python path) */
+static const int ARITY[NCMD] = {-1, 2, 2, -3, -2, -3, 2, 2, 3, 3, -2, -2, -2, 2, 2, 3, -4, -3, -3, -2, -2, -3};
 
 /* interned attribute names */
 static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer, *s_watchers,
@@ -296,13 +299,16 @@ static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer,
     *s_held, *s_hold, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_read_ticket, *s_last_write_index,
-    *s_clock_ms, *s_set_expire, *s_fast_runs, *s_fast_commands, *s_access, *s_needs_touched;
+    *s_clock_ms, *s_set_expire, *s_fast_runs, *s_fast_commands, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
+    *s_handler, *s_failed_calls, *s_effects, *s_touched, *s_touched_exact, *s_reading;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
 
 typedef struct {
     PyObject_HEAD
     PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter;
+    PyObject *estimate_key;   /* keyspace.db.estimate_key: a collection's sampled size, as call() measures it */
+    PyObject *deque_type;     /* collections.deque */
     PyObject *cmds[NCMD];
     long long key_cost;       /* estimate_key(k, v) - len(k) - len(v) for a string value */
     long long fast_runs;      /* batches that ran at least one command here */
@@ -312,17 +318,21 @@ typedef struct {
 static void core_dealloc(Core *self) {
     Py_XDECREF(self->pipeline); Py_XDECREF(self->keyspace); Py_XDECREF(self->durability);
     Py_XDECREF(self->monitors); Py_XDECREF(self->hooks); Py_XDECREF(self->perf_counter);
+    Py_XDECREF(self->estimate_key); Py_XDECREF(self->deque_type);
     for (int i = 0; i < NCMD; i++) Py_XDECREF(self->cmds[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Core(pipeline, keyspace, durability, monitors, hooks, perf_counter, commands: {name: Command}, key_cost) */
+/* Core(pipeline, keyspace, durability, monitors, hooks, perf_counter, commands: {name: Command}, key_cost,
+ *      estimate_key, deque) */
 static int core_init(Core *self, PyObject *args, PyObject *kw) {
-    PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter, *commands;
+    PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter, *commands, *estimate_key, *dq;
     long long key_cost;
-    if (!PyArg_ParseTuple(args, "OOOOOOO!L", &pipeline, &keyspace, &durability, &monitors, &hooks,
-                          &perf_counter, &PyDict_Type, &commands, &key_cost))
+    if (!PyArg_ParseTuple(args, "OOOOOOO!LOO", &pipeline, &keyspace, &durability, &monitors, &hooks,
+                          &perf_counter, &PyDict_Type, &commands, &key_cost, &estimate_key, &dq))
         return -1;
+    Py_INCREF(estimate_key); self->estimate_key = estimate_key;
+    Py_INCREF(dq); self->deque_type = dq;
     Py_INCREF(pipeline); self->pipeline = pipeline;
     Py_INCREF(keyspace); self->keyspace = keyspace;
     Py_INCREF(durability); self->durability = durability;
@@ -357,7 +367,22 @@ static int cmd_id(PyObject *name) {
         if (n == 6 && !memcmp(low, "exists", 6)) return C_EXISTS;
         break;
     case 'g': if (n == 3 && !memcmp(low, "get", 3)) return C_GET; break;
-    case 's': if (n == 3 && !memcmp(low, "set", 3)) return C_SET; break;
+    case 's':
+        if (n == 3 && !memcmp(low, "set", 3)) return C_SET;
+        if (n == 4 && !memcmp(low, "sadd", 4)) return C_SADD;
+        break;
+    case 'h':
+        if (n == 4 && !memcmp(low, "hget", 4)) return C_HGET;
+        if (n == 4 && !memcmp(low, "hset", 4)) return C_HSET;
+        break;
+    case 'l':
+        if (n == 5 && !memcmp(low, "lpush", 5)) return C_LPUSH;
+        if (n == 4 && !memcmp(low, "lpop", 4)) return C_LPOP;
+        break;
+    case 'r':
+        if (n == 5 && !memcmp(low, "rpush", 5)) return C_RPUSH;
+        if (n == 4 && !memcmp(low, "rpop", 4)) return C_RPOP;
+        break;
     case 'm':
         if (n == 4 && !memcmp(low, "mget", 4)) return C_MGET;
         if (n == 4 && !memcmp(low, "mset", 4)) return C_MSET;
@@ -420,7 +445,7 @@ static int attr_add(PyObject *o, PyObject *name, long long delta) {
 /* What one run() keeps while it goes. */
 typedef struct {
     Core *core;
-    PyObject *session, *outbox, *ready, *held, *db, *data, *expires, *enc, *access;
+    PyObject *session, *ctx, *outbox, *ready, *held, *db, *data, *expires, *enc, *access;
     PyObject *cur_args;       /* the request being run (borrowed): a held reply counts its bytes */
     Py_ssize_t reply_len;     /* its reply's encoded size (the large-reply log) */
     int resp3;
@@ -617,6 +642,112 @@ static int upper_is(PyObject *arg, const char *word) {
         if (c != word[i]) return 0;
     }
     return 1;
+}
+
+/* estimate_key(key, value) as call() measures a key before and after a write: 0 for none, -1 on error. */
+static long long key_size(Run *r, PyObject *key, PyObject *value) {
+    if (value == NULL) return 0;
+    if (PyBytes_CheckExact(value)) return string_cost(r, key, value);
+    PyObject *n = PyObject_CallFunctionObjArgs(r->core->estimate_key, key, value, NULL);
+    if (n == NULL) return -1;
+    long long size = PyLong_AsLongLong(n);
+    Py_DECREF(n);
+    return size;
+}
+
+static int clear_flag(PyObject *o, PyObject *name) {
+    return PyObject_SetAttr(o, name, Py_False);
+}
+
+/* A write on one key (args[1]) whose body is the command's own Python handler (commands/hashes.py,
+ * lists.py, sets.py): call()'s steps around it here, the handler's semantics there. The caller checked the
+ * key's type and the arguments, so the handler cannot refuse. */
+static int run_handler(Run *r, PyObject *args, PyObject *cmd, PyObject *value) {
+    PyObject *key = PyList_GET_ITEM(args, 1);
+    long long before = key_size(r, key, value);
+    if (before < 0) return -1;
+    PyObject *handler = PyObject_GetAttr(cmd, s_handler);
+    if (handler == NULL) return -1;
+    PyObject *reply = PyObject_CallFunctionObjArgs(handler, r->ctx, args, NULL);
+    Py_DECREF(handler);
+    Buf b = {0};
+    int rc = 0;
+    if (reply == NULL) {
+        /* as call(): a CommandError is the reply (counted as failed), any other exception an internal error */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyObject *text = ev ? PyObject_GetAttrString(ev, "text") : NULL;
+        if (text == NULL) {
+            PyErr_Clear();
+            PyObject *name = PyObject_GetAttrString(cmd, "fullname");
+            text = PyUnicode_FromFormat("ERR internal error in '%S': %S", name ? name : Py_None, ev ? ev : Py_None);
+            Py_XDECREF(name);
+        }
+        Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+        if (text == NULL) return -1;
+        PyObject *res = PyObject_CallMethod(r->core->pipeline, "count_error", "O", text);
+        Py_XDECREF(res);
+        if (res == NULL || attr_add(cmd, s_failed_calls, 1) < 0) { Py_DECREF(text); return -1; }
+        const char *t = PyUnicode_AsUTF8(text);
+        rc = t == NULL ? -1 : (buf_put(&b, "-", 1) < 0 || buf_put(&b, t, strlen(t)) < 0 || buf_put(&b, "\r\n", 2) < 0);
+        Py_DECREF(text);
+        if (rc) { PyMem_Free(b.data); return -1; }
+    } else if (PyLong_CheckExact(reply)) {
+        long long v = PyLong_AsLongLong(reply);
+        char tmp[32];
+        int k = snprintf(tmp, sizeof tmp, ":%lld\r\n", v);
+        rc = buf_put(&b, tmp, k);
+    } else if (PyBytes_CheckExact(reply)) {
+        rc = buf_bulk(&b, reply);
+        r->size += PyBytes_GET_SIZE(reply);
+    } else if (reply == Py_None) {
+        rc = buf_null(&b, r->resp3);
+    } else {
+        PyErr_Format(PyExc_TypeError, "fast path: unexpected reply %R", reply);
+        rc = -1;
+    }
+    Py_XDECREF(reply);
+    if (rc < 0) { PyMem_Free(b.data); return -1; }
+    long long after = key_size(r, key, PyDict_GetItemWithError(r->data, key));
+    if (after < 0 && PyErr_Occurred()) { PyMem_Free(b.data); return -1; }
+    r->used_delta += after - before;
+    long long ticket = 0;
+    PyObject *effects = PyObject_GetAttr(r->ctx, s_effects);
+    if (effects == NULL || !PyList_Check(effects)) { Py_XDECREF(effects); PyMem_Free(b.data); return -1; }
+    if (PyList_GET_SIZE(effects)) {
+        PyObject *fresh = PyList_New(0);
+        rc = fresh == NULL || PyObject_SetAttr(r->ctx, s_effects, fresh) < 0;
+        Py_XDECREF(fresh);
+        PyObject *touched = rc ? NULL : PyObject_GetAttr(r->ctx, s_touched);
+        int exact = touched ? attr_true(r->ctx, s_touched_exact) : -1;
+        if (exact < 0) rc = 1;
+        else if (exact) rc = clear_flag(r->ctx, s_touched_exact) < 0;
+        else if (touched != Py_None && r->needs_touched) {
+            PyObject *mine = make_touched(r, args, 1, 1, 1);
+            rc = mine == NULL || _PyList_Extend((PyListObject *)touched, mine) == NULL;
+            if (!rc) Py_DECREF(Py_None);   /* _PyList_Extend's result */
+            Py_XDECREF(mine);
+        }
+        if (!rc && (touched == Py_None || PyObject_IsTrue(touched))) {
+            PyObject *next = PyList_New(0);
+            rc = next == NULL || PyObject_SetAttr(r->ctx, s_touched, next) < 0;
+            Py_XDECREF(next);
+        }
+        if (!rc) {
+            r->changes += PyList_GET_SIZE(effects);
+            ticket = r->journal ? submit(r, effects, touched) : 0;
+            if (ticket < 0) rc = 1;
+        }
+        Py_XDECREF(touched);
+    } else {
+        ticket = read_ticket(r, args, 1, 1, 1);
+        rc = ticket < 0;
+    }
+    Py_DECREF(effects);
+    if (!rc) rc = emit(r, b.data, b.len, ticket) < 0;
+    PyMem_Free(b.data);
+    return rc ? -1 : 1;
 }
 
 /* The steps of one command. Returns 1 when it ran (reply emitted), 0 when the Python path must run it
@@ -900,6 +1031,42 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         int m = snprintf(tmp, sizeof tmp, ":%lld\r\n", count);
         return emit(r, tmp, m, ticket) < 0 ? -1 : 1;
     }
+    case C_HGET: {
+        PyObject *key = PyList_GET_ITEM(args, 1);
+        PyObject *h = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        if (h != NULL && !PyDict_CheckExact(h)) return 0;
+        PyObject *v = NULL;
+        if (h == NULL) r->misses++;
+        else {
+            r->hits++;
+            v = PyDict_GetItemWithError(h, PyList_GET_ITEM(args, 2));
+            if (v == NULL && PyErr_Occurred()) return -1;
+            if (v != NULL && !PyBytes_CheckExact(v)) v = NULL;
+        }
+        ticket = read_ticket(r, args, 1, 1, 1);
+        if (ticket < 0) return -1;
+        Buf b = {0};
+        int rc = v == NULL ? buf_null(&b, r->resp3) : buf_bulk(&b, v);
+        if (rc == 0) rc = emit(r, b.data, b.len, ticket);
+        PyMem_Free(b.data);
+        if (v != NULL) r->size += PyBytes_GET_SIZE(v);
+        return rc < 0 ? -1 : 1;
+    }
+    case C_HSET: case C_LPUSH: case C_RPUSH: case C_LPOP: case C_RPOP: case C_SADD: {
+        if (id == C_HSET && argc % 2) return 0;                      /* wrong arity: the Python path */
+        if ((id == C_LPOP || id == C_RPOP) && argc != 2) return 0;   /* the COUNT form */
+        PyObject *key = PyList_GET_ITEM(args, 1);
+        PyObject *v = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        if (v != NULL) {
+            int right = id == C_HSET ? PyDict_CheckExact(v)
+                        : id == C_SADD ? PySet_CheckExact(v)
+                        : (PyObject *)Py_TYPE(v) == r->core->deque_type;
+            if (!right) return 0;                                     /* WRONGTYPE */
+        }
+        return run_handler(r, args, cmd, v);
+    }
     case C_TTL: case C_PTTL: {
         PyObject *key = PyList_GET_ITEM(args, 1);
         PyObject *v = look(r, key, &stop);
@@ -994,7 +1161,7 @@ static int run_finish(Run *r, double end) {
 }
 
 static void run_release(Run *r) {
-    Py_XDECREF(r->session); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
+    Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
     Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc); Py_XDECREF(r->access);
     PyMem_Free(r->out.data);
 }
@@ -1040,13 +1207,16 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
     r.resp3 = attr_ll(r.session, s_resp) == 3;
     r.db_id = attr_ll(r.session, s_db_id);
     if (PyErr_Occurred()) goto error;
-    {
-        PyObject *dbs = PyObject_GetAttr(self->keyspace, s_dbs);
-        if (dbs == NULL) goto error;
-        r.db = PySequence_GetItem(dbs, (Py_ssize_t)r.db_id);
-        Py_DECREF(dbs);
-    }
+    r.ctx = PyObject_GetAttr(r.session, s_ctx);
+    if (r.ctx == NULL) goto error;
+    if (r.ctx == Py_None) { status = 1; goto done_early; }
+    r.db = PyObject_GetAttr(r.ctx, s_db);     /* the database call() runs in: the context's */
     if (r.db == NULL) goto error;
+    if (attr_ll(r.db, s_id) != r.db_id) {     /* (never apart for a client; if they were, the Python path) */
+        if (PyErr_Occurred()) goto error;
+        status = 1;
+        goto done_early;
+    }
     {
         int slots_none = attr_is_none(r.db, s_slots);
         if (slots_none < 0) goto error;
@@ -1097,8 +1267,7 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
             if (!PyBytes_CheckExact(PyList_GET_ITEM(args, j))) break;
         if (j < argc) break;
         /* arity (the table's: a wrong count is answered by the Python path) */
-        static const int arity[NCMD] = {-1, 2, 2, -3, -2, -3, 2, 2, 3, 3, -2, -2, -2, 2, 2};
-        int a = arity[id];
+        int a = ARITY[id];
         if ((a > 0 && argc != a) || (a < 0 && argc < -a)) break;
         if (id == C_PING && argc > 2) break;
         r.cur_args = args;
@@ -1233,6 +1402,9 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_read_ticket, "read_ticket"); INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms"); INTERN(s_set_expire, "set_expire"); INTERN(s_fast_runs, "fast_runs");
     INTERN(s_fast_commands, "fast_commands"); INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
+    INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler"); INTERN(s_failed_calls, "failed_calls");
+    INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
+    INTERN(s_reading, "reading");
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
     b_SET = PyBytes_FromString("SET"); b_PXAT = PyBytes_FromString("PXAT");
