@@ -37,7 +37,7 @@ def install():
     from ..journal import codec
     from ..protocol import parser
     parser.use_compiled(core.parse)
-    codec.use_compiled(core.encode_effects)
+    codec.use_compiled(core.encode_effects, core.effects_size)
 
 
 # Fast commands: the names the compiled batch loop runs (each must be in the command table).

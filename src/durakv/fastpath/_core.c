@@ -271,6 +271,65 @@ error:
     return -1;
 }
 
+static Py_ssize_t digits_of(Py_ssize_t n) {
+    Py_ssize_t d = 1;
+    while (n >= 10) { n /= 10; d++; }
+    return d;
+}
+
+/* effects_size(effects, db) -> (bytes, db): what encode_effects adds for effects to a batch whose last
+ * effect was in database db (None: a new batch), and the database it ends in (codec.effects_size). */
+static PyObject *fast_effects_size(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "effects_size(effects, db)");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(argv[0], "effects must be a sequence");
+    if (seq == NULL) return NULL;
+    PyObject *db = argv[1];
+    Py_INCREF(db);
+    long long size = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = items[i];
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) {
+            PyErr_SetString(PyExc_TypeError, "an effect is a (db_id, argv) tuple");
+            goto error;
+        }
+        PyObject *edb = PyTuple_GET_ITEM(e, 0);
+        int same = db != Py_None && PyObject_RichCompareBool(edb, db, Py_EQ);
+        if (same < 0) goto error;
+        if (!same) {
+            Py_ssize_t id = PyLong_AsSsize_t(edb);
+            if (id == -1 && PyErr_Occurred()) goto error;
+            Py_ssize_t d = digits_of(id);
+            size += 4 + 12 + 1 + digits_of(d) + 2 + d + 2;   /* *2 $6 SELECT $d id */
+            Py_INCREF(edb);
+            Py_SETREF(db, edb);
+        }
+        PyObject *args = PySequence_Fast(PyTuple_GET_ITEM(e, 1), "an effect's argv must be a sequence");
+        if (args == NULL) goto error;
+        Py_ssize_t argc = PySequence_Fast_GET_SIZE(args);
+        PyObject **a = PySequence_Fast_ITEMS(args);
+        size += 3 + digits_of(argc);
+        for (Py_ssize_t k = 0; k < argc; k++) {
+            Py_ssize_t la = PyObject_Length(a[k]);
+            if (la < 0) { Py_DECREF(args); goto error; }
+            size += 5 + digits_of(la) + la;
+        }
+        Py_DECREF(args);
+    }
+    Py_DECREF(seq);
+    PyObject *out = Py_BuildValue("(LO)", size, db);
+    Py_DECREF(db);
+    return out;
+error:
+    Py_DECREF(seq);
+    Py_DECREF(db);
+    return NULL;
+}
+
 static PyObject *fast_encode_effects(PyObject *self, PyObject *effects) {
     Buf b = {0};
     if (encode_effects_into(&b, effects) < 0) { PyMem_Free(b.data); return NULL; }
@@ -1371,6 +1430,8 @@ static PyMethodDef module_methods[] = {
     {"parse", (PyCFunction)(void (*)(void))fast_parse, METH_FASTCALL,
      "parse(buf, pos, end, commands, max_bulk_len) -> pos"},
     {"encode_effects", (PyCFunction)fast_encode_effects, METH_O, "encode_effects(effects) -> bytes"},
+    {"effects_size", (PyCFunction)(void (*)(void))fast_effects_size, METH_FASTCALL,
+     "effects_size(effects, db) -> (bytes, db)"},
     {NULL}
 };
 
