@@ -18,9 +18,10 @@ if os.environ.get("DURAKV_PURE_PYTHON", "") not in ("1", "true", "yes"):
         from . import _core as core
         NAME = "compiled"
         REASON = ""
-    except ImportError as exc:   # no C compiler at install time: pip built the package without it
+    except ImportError:   # no C compiler at install time: pip built the package without it
         core = None
-        REASON = "the compiled core was not built (%s); reinstall with a C compiler for it" % exc
+        REASON = ("the compiled core (durakv/fastpath/_core.c) was not built at install time; install gcc and the "
+                  "Python headers, then reinstall durakv, for the compiled one")
 
 
 def warn_if_missing():
