@@ -462,20 +462,26 @@ def test_parse_redis_benchmark_csv():
 
 
 def test_targets_check_and_table_format():
-    def row(target, wl, ops, set_p99=1.0, get_p50=0.2):
+    def row(target, wl, ops, set_p99=1.0, get_p50=0.2, cpu=10.0):
         return {"target": target, "workload": wl, "workload_label": wl, "ops": ops * 10, "ops_per_sec": ops,
-                "commands": {"SET": {"p50": 0.1, "p99": set_p99}, "GET": {"p50": get_p50, "p99": 0.5}},
-                "errors": 0, "cpu_us_per_op": 10.0}
+                "commands": {"SET": {"p50": 0.1, "p99": set_p99, "ops_per_sec": ops},
+                             "GET": {"p50": get_p50, "p99": 0.5, "ops_per_sec": ops * 2}},
+                "errors": 0, "cpu_us_per_op": cpu}
     result = {"reference": "redis", "options": {"duration": 10, "data_size": 256, "keys": 100000,
                                                 "driver": "builtin"},
               "machine": {"pinning": "server pinned to CPU 0"}, "memory": [], "notes": [],
               "rows": [row("redis", "closed", 100), row("durakv-none", "closed", 90),
                        row("redis-aof", "closed", 10, set_p99=8.0), row("durakv-sync", "closed", 20, set_p99=2.0),
-                       row("durakv-none", "fixed", 50, get_p50=0.2), row("durakv-sync", "fixed", 50, get_p50=0.3)]}
+                       row("durakv-none", "fixed", 50, get_p50=0.2), row("durakv-sync", "fixed", 50, get_p50=0.3),
+                       row("redis", "pipeline", 100, cpu=1.0), row("durakv-none", "pipeline", 50, cpu=2.5)]}
     checks = {t["target"]: t for t in check_targets(result)}
-    assert checks["durakv none vs redis: ops/s closed loop"]["ratio"] == 0.9
-    assert checks["durakv none vs redis: ops/s closed loop"]["met"] is True
-    assert checks["durakv sync vs redis appendfsync always: ops/s closed loop"]["met"] is True
+    assert checks["durakv none vs redis: SET ops/s closed loop"]["ratio"] == 0.9
+    assert checks["durakv none vs redis: SET ops/s closed loop"]["met"] is True
+    assert checks["durakv none vs redis: GET ops/s pipeline 16"]["ratio"] == 0.5
+    assert checks["durakv none vs redis: GET ops/s pipeline 16"]["met"] is False
+    assert checks["durakv none vs redis: server CPU per op, pipeline 16"]["ratio"] == 2.5
+    assert checks["durakv none vs redis: server CPU per op, pipeline 16"]["met"] is False
+    assert checks["durakv sync vs redis appendfsync always: SET ops/s closed loop"]["met"] is True
     assert checks["durakv sync vs redis appendfsync always: SET p99 closed loop"]["ratio"] == 0.25
     assert checks["durakv GET p50 at fixed rate: sync vs none"]["met"] is False
     result["targets"] = list(checks.values())

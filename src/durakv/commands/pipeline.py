@@ -91,9 +91,12 @@ def _admission_input(name):
 
     def set(self, value):
         setattr(self, private, value)
-        self._admit_always = bool(self._acl is not None or self._router is not None or self._gate is not None
-                                  or self._maxmemory or self._busy is not None or self._pause is not None
-                                  or self._loading or self._min_replicas_to_write or self._locks)
+        # _admit_rest: what admission checks besides the cluster router and the role gate (the compiled core
+        # does those two itself for a primary serving its own slots: fastpath/_core.c, cluster_admits)
+        self._admit_rest = bool(self._acl is not None or self._maxmemory or self._busy is not None
+                                or self._pause is not None or self._loading or self._min_replicas_to_write
+                                or self._locks)
+        self._admit_always = self._admit_rest or self._router is not None or self._gate is not None
     return property(get, set)
 
 
@@ -149,7 +152,7 @@ class Pipeline:
         self._gate = self._router = self._acl = self._busy = self._pause = None
         self._loading = False
         self._maxmemory = 0
-        self._admit_always = False
+        self._admit_always = self._admit_rest = False
         self._min_replicas_to_write = 0
         self._locks = 0              # commands working off the loop with their keys locked (off_loop)
         self.key_locks = {}          # key -> how many of them lock it

@@ -54,6 +54,31 @@ static int string2ll(const char *s, Py_ssize_t n, long long *out) {
     return 1;
 }
 
+/* CRC16/XMODEM of the cluster's key slots (routing/slots.py key_slot: hash tags included). */
+static uint16_t crc16_table[256];
+
+static void init_crc16(void) {
+    for (int i = 0; i < 256; i++) {
+        uint16_t c = (uint16_t)(i << 8);
+        for (int k = 0; k < 8; k++) c = (c & 0x8000) ? (uint16_t)((c << 1) ^ 0x1021) : (uint16_t)(c << 1);
+        crc16_table[i] = c;
+    }
+}
+
+static int key_slot(const char *s, Py_ssize_t n) {
+    const char *open = memchr(s, '{', n);
+    if (open != NULL) {
+        const char *close = memchr(open + 1, '}', n - (open + 1 - s));
+        if (close != NULL && close > open + 1) {
+            s = open + 1;
+            n = close - s;
+        }
+    }
+    uint16_t crc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) crc = (uint16_t)((crc << 8) ^ crc16_table[((crc >> 8) ^ (unsigned char)s[i]) & 0xff]);
+    return crc & 16383;
+}
+
 static inline double monotonic_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -359,7 +384,9 @@ static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_read_ticket, *s_last_write_index,
     *s_clock_ms, *s_set_expire, *s_fast_runs, *s_fast_commands, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
-    *s_handler, *s_failed_calls, *s_effects, *s_touched, *s_touched_exact, *s_reading;
+    *s_handler, *s_failed_calls, *s_admit_rest, *s__gate, *s__router, *s_lease_valid_until_ms,
+    *s_role, *s_checks_stale, *s__lease_lapsed, *s_holding, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
+    *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_reading;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
 
@@ -516,6 +543,9 @@ typedef struct {
     long long hits, misses, used_delta, changes, commands;
     long long calls[NCMD], usec[NCMD];
     PyObject *last_cmd;       /* borrowed */
+    PyObject *gate;           /* a shard member's gate (lease): checked per keyed command; NULL elsewhere */
+    PyObject *slot_codes;     /* the cluster router's per-slot codes (routing/decide.py _fast); NULL elsewhere */
+    PyObject *slots;          /* the database's SlotIndex (cluster mode), kept on every insert and delete */
     Buf out;                  /* replies that may leave with this batch, not handed to the outbox yet */
     Py_ssize_t size;          /* reply bytes since the last flush (connection.OUTPUT_FLUSH_BYTES) */
 } Run;
@@ -668,7 +698,16 @@ static PyObject *look(Run *r, PyObject *key, int *stop) {
 }
 
 /* store(): data[key] = value, its encoding note dropped, its TTL too unless keep_ttl. */
+static int slots_call(Run *r, PyObject *name, PyObject *key) {
+    if (r->slots == NULL) return 0;
+    PyObject *res = PyObject_CallMethodObjArgs(r->slots, name, key, NULL);
+    if (res == NULL) return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
 static int store(Run *r, PyObject *key, PyObject *value, int keep_ttl) {
+    if (r->slots != NULL && slots_call(r, s_add, key) < 0) return -1;
     if (PyDict_SetItem(r->data, key, value) < 0) return -1;
     if (PyDict_GET_SIZE(r->enc) && PyDict_DelItem(r->enc, key) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
@@ -1052,7 +1091,10 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
             PyObject *key = PyList_GET_ITEM(args, i);
             PyObject *v = PyDict_GetItemWithError(r->data, key);
             if (v == NULL) continue;
-            if (PyDict_DelItem(r->data, key) < 0 || PyList_Append(argv, key) < 0) { Py_DECREF(argv); return -1; }
+            if (PyDict_DelItem(r->data, key) < 0 || PyList_Append(argv, key) < 0 || slots_call(r, s_discard, key) < 0) {
+                Py_DECREF(argv);
+                return -1;
+            }
             PyObject *dicts[3] = {r->expires, r->access, r->enc};
             for (int d = 0; d < 3; d++) {
                 if (PyDict_GET_SIZE(dicts[d]) && PyDict_DelItem(dicts[d], key) < 0) {
@@ -1153,6 +1195,80 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
     return 0;
 }
 
+/* A shard member (cluster mode): the gate and the router are the pipeline's admission inputs, and the core checks
+ * them itself only in the state where their answer is "serve" for a key of a slot this primary owns and nothing
+ * moves: a primary (no hand-over holding commands, its lease not lapsed), the router's per-slot code SERVE, no
+ * key on its way to another shard. Anything else, including a REPLICAOF link's gate, is the pipeline's.
+ * 1: may run here, 0: not, -1: error. */
+static int cluster_entry(Run *r, PyObject *session) {
+    PyObject *p = r->core->pipeline;
+    PyObject *gate = PyObject_GetAttr(p, s__gate);
+    if (gate == NULL) return -1;
+    if (gate != Py_None) {
+        r->gate = gate;
+        int ok = PyObject_HasAttr(gate, s_lease_valid_until_ms);
+        if (!ok) return 0;
+        PyObject *role = PyObject_GetAttr(gate, s_role);
+        if (role == NULL) return -1;
+        ok = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "primary") == 0;
+        Py_DECREF(role);
+        if (!ok) return 0;
+        int t;
+        if ((t = attr_true(gate, s_checks_stale)) != 0) return t < 0 ? -1 : 0;
+        if ((t = attr_true(gate, s__lease_lapsed)) != 0) return t < 0 ? -1 : 0;
+        PyObject *holding = PyObject_GetAttr(gate, s_holding);
+        if (holding == NULL) { PyErr_Clear(); holding = Py_None; Py_INCREF(holding); }
+        t = PyObject_IsTrue(holding);
+        Py_DECREF(holding);
+        if (t != 0) return t < 0 ? -1 : 0;
+        if ((t = attr_true(session, s_capa_redirect)) != 0) return t < 0 ? -1 : 0;
+        if ((t = attr_true(session, s_from_primary)) != 0) return t < 0 ? -1 : 0;
+    } else {
+        Py_DECREF(gate);
+    }
+    PyObject *routing = PyObject_GetAttr(p, s__router);
+    if (routing == NULL) return -1;
+    if (routing == Py_None) { Py_DECREF(routing); return 1; }
+    int t = attr_true(routing, s_moving);
+    PyObject *router = t == 0 ? PyObject_GetAttr(routing, s_router) : NULL;
+    Py_DECREF(routing);
+    if (t != 0) return t < 0 ? -1 : 0;
+    if (router == NULL) return -1;
+    if (router == Py_None) { Py_DECREF(router); return 0; }   /* CLUSTERDOWN: the pipeline answers */
+    PyObject *codes = PyObject_GetAttr(router, s__fast);
+    Py_DECREF(router);
+    if (codes == NULL) return -1;
+    if (!PyBytes_CheckExact(codes) || PyBytes_GET_SIZE(codes) != 16384) { Py_DECREF(codes); return 0; }
+    r->slot_codes = codes;
+    return 1;
+}
+
+#define CODE_SERVE 1   /* routing/decide.py _SERVE: this node serves the slot's reads and writes */
+
+/* Admission of one keyed command on a shard member (keys args[first], args[first + step], ... args[last]):
+ * the lease by this node's clock now, and every key in one slot this node serves. 1, 0 (the pipeline's), -1. */
+static int cluster_admits(Run *r, PyObject *args, Py_ssize_t first, Py_ssize_t step, Py_ssize_t last) {
+    if (r->gate != NULL) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;   /* replication/clock.py */
+        long long until = attr_ll(r->gate, s_lease_valid_until_ms);
+        if (until == -1 && PyErr_Occurred()) return -1;
+        if (now_ms > until) return 0;   /* lapsed: the gate refuses it and logs why */
+    }
+    if (r->slot_codes != NULL && last >= first) {
+        const unsigned char *codes = (const unsigned char *)PyBytes_AS_STRING(r->slot_codes);
+        PyObject *k = PyList_GET_ITEM(args, first);
+        int slot = key_slot(PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k));
+        if (codes[slot] != CODE_SERVE) return 0;
+        for (Py_ssize_t i = first + step; i <= last; i += step) {
+            k = PyList_GET_ITEM(args, i);
+            if (key_slot(PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)) != slot) return 0;   /* CROSSSLOT */
+        }
+    }
+    return 1;
+}
+
 /* The state that sends every request through the Python pipeline (admission, an observer, WATCH, a session
  * in MULTI or subscribed, CLIENT REPLY, ...): 1 if none of it holds, 0 if some does, -1 on error. */
 static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
@@ -1170,7 +1286,7 @@ static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
     NEED_NONE(session, s_decoded);
     NEED_FALSE(session, s_close_after_reply);
     PyObject *p = c->pipeline;
-    NEED_FALSE(p, s_admit_always);
+    NEED_FALSE(p, s_admit_rest);   /* the router and the gate are checked in cluster_entry / cluster_admits */
     NEED_NONE(p, s_observer);
     NEED_FALSE(p, s_watchers);
     NEED_TRUE(p, s_stats_enabled);
@@ -1221,6 +1337,7 @@ static int run_finish(Run *r, double end) {
 
 static void run_release(Run *r) {
     Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
+    Py_XDECREF(r->gate); Py_XDECREF(r->slot_codes); Py_XDECREF(r->slots);
     Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc); Py_XDECREF(r->access);
     PyMem_Free(r->out.data);
 }
@@ -1277,9 +1394,13 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
         goto done_early;
     }
     {
-        int slots_none = attr_is_none(r.db, s_slots);
-        if (slots_none < 0) goto error;
-        if (!slots_none) { status = 1; goto done_early; }   /* a cluster node: its slot index is kept there */
+        int t = cluster_entry(&r, r.session);
+        if (t < 0) goto error;
+        if (t == 0) { status = 1; goto done_early; }
+        PyObject *slots = PyObject_GetAttr(r.db, s_slots);
+        if (slots == NULL) goto error;
+        if (slots == Py_None) Py_DECREF(slots);
+        else r.slots = slots;
     }
     r.data = PyObject_GetAttr(r.db, s_data);
     r.expires = PyObject_GetAttr(r.db, s_expires);
@@ -1329,6 +1450,18 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
         int a = ARITY[id];
         if ((a > 0 && argc != a) || (a < 0 && argc < -a)) break;
         if (id == C_PING && argc > 2) break;
+        if (r.gate != NULL || r.slot_codes != NULL) {
+            if (id == C_PING || id == C_ECHO) {
+                /* keyless: neither the router nor (checks_stale false) the gate looks at them */
+            } else {
+                Py_ssize_t step = id == C_MSET ? 2 : 1;
+                Py_ssize_t last = (id == C_MGET || id == C_MSET || id == C_DEL || id == C_UNLINK || id == C_EXISTS)
+                                  ? argc - step : 1;
+                int ok = cluster_admits(&r, args, 1, step, last);
+                if (ok < 0) goto error_counted;
+                if (ok == 0) break;
+            }
+        }
         r.cur_args = args;
         r.reply_len = 0;
         int rc = run_one(&r, id, args, cmd);
@@ -1463,7 +1596,12 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_read_ticket, "read_ticket"); INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms"); INTERN(s_set_expire, "set_expire"); INTERN(s_fast_runs, "fast_runs");
     INTERN(s_fast_commands, "fast_commands"); INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
-    INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler"); INTERN(s_failed_calls, "failed_calls");
+    INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler"); INTERN(s_admit_rest, "_admit_rest"); INTERN(s__gate, "_gate");
+    INTERN(s__router, "_router"); INTERN(s_lease_valid_until_ms, "lease_valid_until_ms"); INTERN(s_role, "role");
+    INTERN(s_checks_stale, "checks_stale"); INTERN(s__lease_lapsed, "_lease_lapsed"); INTERN(s_holding, "holding");
+    INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary"); INTERN(s_moving, "moving");
+    INTERN(s_router, "router"); INTERN(s__fast, "_fast"); INTERN(s_add, "add"); INTERN(s_discard, "discard");
+    init_crc16(); INTERN(s_failed_calls, "failed_calls");
     INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
     INTERN(s_reading, "reading");
     one = PyLong_FromLong(1);
