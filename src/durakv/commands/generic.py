@@ -71,11 +71,14 @@ def _lookup_by_pattern(ctx, compiled, element):
     if compiled is _ELEMENT:
         return element
     prefix, suffix, field = compiled
-    value = ctx.keyspace.lookup(ctx.db, prefix + element + suffix)
+    key = prefix + element + suffix
+    value = ctx.keyspace.lookup(ctx.db, key)
     if value is None:
         return None
     if field is not None:
-        return value.get(field) if type(value) is dict else None
+        if type(value) is not dict or (ctx.db.hexpires and ctx.keyspace.field_expired(ctx.db, key, field)):
+            return None
+        return value.get(field)
     return value if type(value) is bytes else None
 
 
