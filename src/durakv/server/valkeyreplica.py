@@ -191,7 +191,8 @@ class ValkeyReplicaLink:
             raise LinkError("applying %r failed: %s" % (argv[0], reply.text))
 
     def _load(self, rdb: bytes):
-        databases, libraries = rdbvalue.load_rdb_file(rdb, self.server.keyspace.clock_ms)
+        field_ttls = {}
+        databases, libraries = rdbvalue.load_rdb_file(rdb, self.server.keyspace.clock_ms, field_ttls)
         self._apply([b"FLUSHALL"])
         self._apply([b"FUNCTION", b"FLUSH"])
         for code in libraries:
@@ -199,8 +200,8 @@ class ValkeyReplicaLink:
         for db_id, items in sorted(databases.items()):
             self._apply([b"SELECT", b"%d" % db_id])
             for key, value, expire_at_ms in items:
-                self._apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0), rdbvalue.dump(value), b"REPLACE",
-                             b"ABSTTL"])
+                self._apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0),
+                             rdbvalue.dump(value, field_ttls.get((db_id, key))), b"REPLACE", b"ABSTTL"])
         self._apply([b"SELECT", b"0"])
 
     async def _stream(self, reader, writer):
