@@ -489,6 +489,42 @@ def test_dump_restore_with_valkey(pair):
     assert vk.restore("plain", 0, dk.dump("plain")) and vk.hgetall("plain") == {b"a": b"1"}
 
 
+# -- the command table ---------------------------------------------------------------------------------------
+
+HFE_COMMANDS = ("hexpire", "hpexpire", "hexpireat", "hpexpireat", "httl", "hpttl", "hexpiretime", "hpexpiretime",
+                "hpersist", "hgetex", "hsetex", "hgetdel")
+
+
+def _no_prose(docs):
+    if isinstance(docs, dict):
+        return {k: _no_prose(v) for k, v in docs.items() if k not in (b"summary", b"complexity", b"history")}
+    if isinstance(docs, list):
+        return [_no_prose(d) for d in docs]
+    return docs
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_command_info_docs_and_getkeys_are_valkey_91s(shared_server, valkey91, protocol):
+    """Arity, flags, ACL categories, key specs and the argument grammar (facts dumped from the 9.1.2 binary)."""
+    from test_valkey91_commands import _facts, _info, answer
+    with shared_server.client(protocol=protocol) as ours, valkey91.client(protocol=protocol) as theirs:
+        for name in HFE_COMMANDS:
+            assert _info(ours, name) == _info(theirs, name), name
+            if protocol == 3:   # maps: the prose (summary, complexity) can be left out
+                assert _facts(answer(ours, "COMMAND", "DOCS", name)) == \
+                    _facts(answer(theirs, "COMMAND", "DOCS", name)), name
+        # an argument's `since` is part of its docs (HPEXPIRE's condition: 9.0.0), of 8.0's commands too
+        if protocol == 3:
+            assert _no_prose(answer(ours, "COMMAND", "DOCS", "bitcount")) == \
+                _no_prose(answer(theirs, "COMMAND", "DOCS", "bitcount"))
+        for args in (("HEXPIRE", "k", "1", "FIELDS", "1", "f"), ("HSETEX", "k", "FIELDS", "1", "f", "v"),
+                     ("HGETDEL", "k", "FIELDS", "1", "f"), ("HTTL", "k", "FIELDS", "1", "f")):
+            assert answer(ours, "COMMAND", "GETKEYSANDFLAGS", *args) == \
+                answer(theirs, "COMMAND", "GETKEYSANDFLAGS", *args), args
+        assert sorted(answer(ours, "COMMAND", "LIST", "FILTERBY", "ACLCAT", "hash")) == \
+            sorted(answer(theirs, "COMMAND", "LIST", "FILTERBY", "ACLCAT", "hash"))
+
+
 # -- keyspace events --------------------------------------------------------------------------------------
 
 class Events:

@@ -369,6 +369,8 @@ def _args_doc(arguments):
             d[b"key_spec_index"] = a["key_spec_index"]
         if "token" in a:
             d[b"token"] = a["token"].upper().encode()  # Valkey's generator upper-cases tokens
+        if "since" in a:
+            d[b"since"] = a["since"].encode()          # the release that added the argument (commandAddReplyArg)
         flags = [f for f in ("optional", "multiple", "multiple_token") if a.get(f)]
         if flags:
             d[b"flags"] = RespSet(flags)
