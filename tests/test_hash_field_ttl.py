@@ -706,6 +706,21 @@ def test_effects_replay_to_the_same_state():
     assert (0, (b"HSETEX", b"g", b"KEEPTTL", b"FIELDS", b"1", b"f", b"2.5")) in d.effects
 
 
+def test_field_heap_drops_stale_entries():
+    """A field TTL rewritten over and over leaves stale heap entries; the expire cycle rebuilds the heap once they
+    outnumber the live TTLs, even while none is due."""
+    d = Direct()
+    d("HSET", "h", "a", "1", "b", "2")
+    db = d.db()
+    for i in range(10000):
+        db.set_field_expire(b"h", b"a", FAR + i)
+    d("HPEXPIREAT", "h", FAR, "FIELDS", 1, "b")
+    assert len(db.hexpiry_heap) == 10001
+    d.ks.active_expire_cycle(25.0, time.perf_counter)
+    assert sorted(db.hexpiry_heap) == [(FAR, b"h", b"b"), (FAR + 9999, b"h", b"a")]
+    assert d("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b") == [FAR + 9999, FAR]
+
+
 def test_snapshot_keeps_field_ttls(tmp_path):
     d = Direct()
     fields = []

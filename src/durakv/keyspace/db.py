@@ -95,7 +95,7 @@ class Db:
     """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
 
     __slots__ = ("id", "data", "expires", "access", "expiry_heap", "_sample", "_sample_misses",
-                 "avg_ttl_ms", "enc", "slots", "hexpires", "hexpiry_heap")
+                 "avg_ttl_ms", "enc", "slots", "hexpires", "hexpiry_heap", "hexpiry_mark")
 
     def __init__(self, db_id: int):
         self.id = db_id
@@ -115,6 +115,7 @@ class Db:
         # (expire_at_ms, key, field) for active expiry, checked against `hexpires` on pop
         self.hexpires = {}
         self.hexpiry_heap = []
+        self.hexpiry_mark = 4096   # the heap is checked for stale entries once it is twice this long
 
     def __len__(self):
         return len(self.data)
@@ -397,10 +398,18 @@ class Keyspace:
                 break
         for key, fields in due.items():
             self.expire_fields(db, key, fields)
-        if len(heap) > 4096 and len(heap) > 4 * sum(len(t) for t in hexpires.values()):
-            db.hexpiry_heap = [(at, k, f) for k, t in hexpires.items() for f, at in t.items()]
-            heapq.heapify(db.hexpiry_heap)
         return n
+
+    @staticmethod
+    def _compact_field_heap(db: Db):
+        """Keeps the field heap from growing with stale entries when field TTLs are rewritten often: measured
+        only when it doubled since the last look, so the live TTLs are not counted every cycle."""
+        if len(db.hexpiry_heap) > 2 * db.hexpiry_mark:
+            hexpires = db.hexpires
+            if len(db.hexpiry_heap) > 2 * sum(len(t) for t in hexpires.values()):
+                db.hexpiry_heap = [(at, k, f) for k, t in hexpires.items() for f, at in t.items()]
+                heapq.heapify(db.hexpiry_heap)
+            db.hexpiry_mark = max(4096, len(db.hexpiry_heap))
 
     def active_expire_cycle(self, budget_ms: float, perf_counter) -> int:
         started = perf_counter()
@@ -429,8 +438,10 @@ class Keyspace:
                 removed += 1
                 if removed % 64 == 0 and perf_counter() > deadline:
                     return removed
-            if db.hexpiry_heap and db.hexpiry_heap[0][0] <= now:
-                removed += self._active_expire_fields(db, now, deadline, perf_counter)
+            if db.hexpiry_heap:
+                if db.hexpiry_heap[0][0] <= now:
+                    removed += self._active_expire_fields(db, now, deadline, perf_counter)
+                self._compact_field_heap(db)
             # Keep the heap from growing with stale entries when TTLs are rewritten often.
             if len(heap) > 2 * len(db.expires) + 1024:
                 db.expiry_heap = [(at, k) for k, at in db.expires.items()]
