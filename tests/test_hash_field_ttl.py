@@ -872,3 +872,47 @@ def test_replica_of_valkey91_primary(server_factory, valkey91):
         vk.flushall()
         c.close()
         vk.close()
+
+
+def test_valkey91_replica_loads_durakvs_rdb_with_field_ttls(server_factory, valkey91):
+    """The Valkey 9.1.2 binary as a replica of durakv: the full sync's RDB file (VALKEY080, with RDB_TYPE_HASH_2)
+    loads there with every field TTL. (Only the full sync: Valkey 9.1 drops the link right after it with "Master
+    using the inline protocol", with or without field TTLs; a matter of durakv's SYNC feed, not of this format.)"""
+    srv = server_factory()
+    c = srv.client()
+    c.hset("h", mapping={"a": "1", "b": "2"})
+    c.execute_command("HPEXPIREAT", "h", FAR, "FIELDS", 1, "a")
+    c.execute_command("HSETEX", "s", "PXAT", FAR + 5, "FIELDS", 2, "x", "1", "y", "2")
+    c.set("plain", "v")
+    vk = valkey91.client()
+    try:
+        assert vk.execute_command("REPLICAOF", "127.0.0.1", srv.port) == b"OK"
+        wait_until(lambda: vk.get("plain") == b"v", 30, what="the full sync")
+        assert vk.execute_command("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b") == [FAR, -1]
+        assert vk.execute_command("HPEXPIRETIME", "s", "FIELDS", 2, "x", "y") == [FAR + 5, FAR + 5]
+        assert vk.hgetall("h") == {b"a": b"1", b"b": b"2"} and vk.hgetall("s") == {b"x": b"1", b"y": b"2"}
+    finally:
+        vk.execute_command("REPLICAOF", "NO", "ONE")
+        vk.flushall()
+        vk.close()
+
+
+def test_migrate_to_valkey91_keeps_field_ttls(shared_server, valkey91):
+    dk = shared_server.client()
+    vk = valkey91.client()
+    dk.flushall()
+    vk.flushall()
+    try:
+        dk.hset("h", mapping={"a": "1", "b": "2"})
+        dk.execute_command("HPEXPIREAT", "h", FAR, "FIELDS", 1, "b")
+        assert dk.execute_command("MIGRATE", "127.0.0.1", valkey91.port, "h", 0, 5000) == b"OK"
+        assert dk.exists("h") == 0
+        assert vk.execute_command("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b") == [-1, FAR]
+        assert vk.execute_command("MIGRATE", "127.0.0.1", shared_server.port, "h", 0, 5000) == b"OK"
+        assert dk.execute_command("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b") == [-1, FAR]
+        assert dk.hgetall("h") == {b"a": b"1", b"b": b"2"}
+    finally:
+        dk.flushall()
+        vk.flushall()
+        dk.close()
+        vk.close()
