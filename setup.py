@@ -1,7 +1,16 @@
-"""The one compiled part the package builds: keyspace/_crc64.c. It is optional: where no C compiler is found the
-build goes on without it and durakv uses the pure-Python crc64 (keyspace/rdbvalue.py) it mirrors."""
+"""The compiled parts the package builds, both optional: where no C compiler is found the build goes on without
+them (pip prints the compiler's failure as a warning) and durakv runs their pure-Python references.
+
+- keyspace/_crc64.c: the CRC-64 of DUMP payloads and RDB files (keyspace/rdbvalue.py's crc64 is the reference)
+- fastpath/_core.c: the request parser's fast path, the per-read batch loop of the commands on plain strings,
+  reply and effect encoding (commands/pipeline.py, server/connection.py and journal/codec.py are the reference;
+  docs/architecture.md, "The compiled core")
+"""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("durakv.keyspace._crc64", ["src/durakv/keyspace/_crc64.c"], optional=True,
-                             extra_compile_args=["-O3"])])
+setup(ext_modules=[
+    Extension("durakv.keyspace._crc64", ["src/durakv/keyspace/_crc64.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("durakv.fastpath._core", ["src/durakv/fastpath/_core.c"], optional=True,
+              extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"]),
+])

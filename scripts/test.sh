@@ -18,3 +18,11 @@ pip install -q -e ".[test]"
 # workers, 9 min 40 s with two, on this 2-core machine, 2026-12-02); each worker takes its own port slice
 # (tests/conftest.py free_port) and its own tmp dirs. DURAKV_TEST_WORKERS=0 runs it in one process.
 python -m pytest -q -n "${DURAKV_TEST_WORKERS:-3}" "$@"
+# The pure-Python core (the reference the compiled one is proven against, and what runs where no C compiler was
+# found at install time): the protocol, keyspace and command tests once more with it.
+if python -c "import durakv.fastpath as f; raise SystemExit(f.core is None)"; then
+  DURAKV_PURE_PYTHON=1 python -m pytest -q -n "${DURAKV_TEST_WORKERS:-3}" \
+    tests/test_protocol.py tests/test_protocol_fuzz.py tests/test_protocol_limits.py tests/test_strings.py \
+    tests/test_keys.py tests/test_generic.py tests/test_pipeline.py tests/test_hashes.py tests/test_lists.py \
+    tests/test_sets.py tests/test_zsets.py tests/test_commit_path.py tests/test_sync_reads.py
+fi

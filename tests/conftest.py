@@ -13,6 +13,12 @@ import time
 import pytest
 import valkey
 
+from durakv import fastpath
+
+# In-process tests (the parser, the codec) run the core the servers run: the compiled one unless
+# DURAKV_PURE_PYTHON=1 (CI runs the protocol, keyspace and command tests once more that way).
+fastpath.install()
+
 # NATS cluster fixtures (nats_cluster, local_cluster, module_nats) for the multi-AZ tests.
 pytest_plugins = ["nats_fixtures", "nats_procs_fixture"]
 

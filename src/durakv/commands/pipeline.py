@@ -56,7 +56,7 @@ from .introspection import Monitors
 log = logging.getLogger("durakv.commands")
 
 # estimate_key(k, v) for a string value, inlined on the write path: this constant + len(k) + len(v).
-_STRING_KEY_COST = estimate_key_overhead(b"")
+STRING_KEY_COST = _STRING_KEY_COST = estimate_key_overhead(b"")
 _EXACT_CACHE_MAX = 4096   # distinct spellings of command names remembered (an attacker can send many)
 
 

@@ -38,7 +38,7 @@ import logging
 import time
 
 from .. import messages
-from ..journal.codec import effect_pieces, encode_effects, encode_parts, encoded_len, select_len
+from ..journal.codec import effect_pieces, effects_size, encode_effects, encode_parts
 
 log = logging.getLogger("durakv.durability")
 
@@ -140,13 +140,7 @@ class WriteTracker:
         return getattr(self.journal, "max_entry_bytes", 0) or 0
 
     def _size_of(self, effects, db):
-        size = 0
-        for db_id, argv in effects:
-            if db_id != db:
-                size += select_len(db_id)
-                db = db_id
-            size += encoded_len(argv)
-        return size, db
+        return effects_size(effects, db)
 
     def submit(self, effects, touched) -> int:
         """Adds a command's effects to the open batch, with the keys they touched (touched: [(db_id, key)],

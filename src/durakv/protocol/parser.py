@@ -56,6 +56,16 @@ _BULK_STEP = [n + len(b"$%d\r\n" % n) + 2 for n in range(10000)]
 _BULK_OVERHEAD = [len(b"$%d\r\n" % i) + 2 for i in range(10000)]
 
 
+_compiled_parse = None
+
+
+def use_compiled(parse):
+    """Installs the compiled core's parse(buf, pos, end, commands, max_bulk_len) -> pos (fastpath.install): the
+    complete canonical multibulk requests of buf[pos:end]; None goes back to hiredis alone."""
+    global _compiled_parse
+    _compiled_parse = parse
+
+
 def request_len(cmd) -> int:
     """Bytes of a canonically encoded multibulk request (a list of bytes)."""
     n = len(b"*%d\r\n" % len(cmd))
@@ -262,7 +272,14 @@ class RequestParser:
 
     def _fast(self, buf, pos, end, commands):
         """Parses the complete requests of buf[pos:end] it can verify with hiredis; returns the offset of
-        the first byte it did not vouch for (the exact parser continues there)."""
+        the first byte it did not vouch for (the exact parser continues there). The compiled core's parse
+        takes the complete canonical requests first; what it leaves (an incomplete request at the end of the
+        read, anything it cannot vouch for) goes on here as before."""
+        cparse = _compiled_parse
+        if cparse is not None:
+            pos = cparse(buf, pos, end, commands, self.max_bulk_len)
+            if pos >= end:
+                return pos
         stop = end if end - pos <= self._window else pos + self._window
         if stop - pos <= _SMALL:
             i = buf[pos:stop].translate(_AGGREGATE_DIGITS).find(b"*0000000")

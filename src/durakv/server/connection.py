@@ -166,8 +166,30 @@ class Connection(asyncio.Protocol):
         self.in_batch = True
         size = 0
         monitors = pipeline.monitors
+        fast = server.fast          # the compiled batch loop (fastpath/_core.c), None for the pure-Python core
+        count = len(commands)
+        i = 0
         try:
-            for i, args in enumerate(commands):
+            while i < count:
+                if fast is not None:
+                    # Runs commands[i:] while they are fast commands in a state that needs nothing else; the
+                    # first one it leaves (or all of the rest, status 1) goes through the pipeline below.
+                    i, status = fast.run(self, commands, i)
+                    if status == 2:           # its replies passed OUTPUT_FLUSH_BYTES: as below
+                        size = 0
+                        outbox.flush()
+                        if self.paused and i < count:
+                            self.output_parked = True
+                            self._park(commands, i, error)
+                            error = None
+                            break
+                        continue
+                    if status == 1:
+                        fast = None
+                    if i >= count:
+                        break
+                args = commands[i]
+                i += 1
                 if not session.authenticated:
                     # Valkey's tighter limits before AUTH, checked per request as it comes up (an AUTH
                     # earlier in the same read lifts them for the requests after it).
@@ -176,7 +198,7 @@ class Connection(asyncio.Protocol):
                         error = limit
                         break
                 if len(args) > 3 and len(args[3]) >= RESTORE_OFF_LOOP_BYTES and self._decode_first(args):
-                    self._park(commands, i, error)   # the RESTORE itself runs first once decoded
+                    self._park(commands, i - 1, error)   # the RESTORE itself runs first once decoded
                     error = None
                     break
                 reply, ticket, cmd = process(session, args)
@@ -197,18 +219,18 @@ class Connection(asyncio.Protocol):
                     data = b":%d\r\n" % reply
                 elif t is Blocked:
                     server.blocking.block(self, reply, cmd, args)  # its reply is a Deferred in the outbox
-                    self._park(commands, i + 1, error)
+                    self._park(commands, i, error)
                     error = None
                     break
                 elif t is Postponed:
                     server.blocking.postpone(self, args)
-                    self._park(commands, i + 1, error)
+                    self._park(commands, i, error)
                     error = None
                     break
                 elif t is Deferred:
                     outbox.hold_deferred(reply)
                     if self.blocked is not None:  # a script past busy-reply-threshold parked us
-                        self._park(commands, i + 1, error)
+                        self._park(commands, i, error)
                         error = None
                         break
                     continue
@@ -238,9 +260,9 @@ class Connection(asyncio.Protocol):
                 if size > OUTPUT_FLUSH_BYTES:
                     size = 0
                     outbox.flush()
-                    if self.paused and i + 1 < len(commands):
+                    if self.paused and i < count:
                         self.output_parked = True
-                        self._park(commands, i + 1, error)
+                        self._park(commands, i, error)
                         error = None
                         break
         finally:

@@ -6,6 +6,7 @@ import resource
 import sys
 import time
 
+from .. import fastpath
 from ..scripting import runner as _scripting
 
 # Valkey's default sections, in its order, then durakv's own.
@@ -32,6 +33,10 @@ def _section_server(srv):
         "configured_hz": cfg["hz"], "lru_clock": int(time.time()) & 0xFFFFFF,
         "executable": os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "",
         "config_file": cfg.config_file or "", "io_threads_active": 0,
+        # which core runs the per-read batch loop (fastpath/): compiled, or python (not built, or
+        # DURAKV_PURE_PYTHON=1), and how many commands the compiled one ran
+        "durakv_core": fastpath.NAME,
+        "durakv_core_commands": srv.fast.stats()["fast_commands"] if srv.fast is not None else 0,
     })
     return f
 

@@ -12,6 +12,7 @@ import time
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__
 from ..commands import load_all
+from .. import fastpath
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
@@ -147,6 +148,8 @@ class Server:
         self._off_loop_pool = None         # worker threads of MIGRATE and large DUMP/RESTORE (off_loop_pool)
         self.valkey_link = None            # REPLICAOF: the replication link with a Valkey primary
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
+        # The compiled batch loop (fastpath/_core.c) or None: connections run fast commands through it
+        self.fast = fastpath.batch_core(self.pipeline, self.durability, self.hooks)
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
         self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
@@ -376,9 +379,10 @@ class Server:
         await self._listen(ready=False)
         await self.cluster_node.start()
         self.loading = False
-        log.info("durakv %s ready: port %s, tls-port %s, durability %s (%s), dir %s", __version__,
+        log.info("durakv %s ready: port %s, tls-port %s, durability %s (%s), dir %s, core %s", __version__,
                  self.config["port"], self.config["tls-port"], self.effective_durability(),
-                 "primary" if self.cluster_node.role == "primary" else "replica", self.dir)
+                 "primary" if self.cluster_node.role == "primary" else "replica", self.dir, fastpath.NAME)
+        fastpath.warn_if_missing()
         self._start_cron_and_signals()
 
     def _journal_failed(self, first, exc):
@@ -530,8 +534,9 @@ class Server:
                     raise
                 self.listeners.append(srv)
         if ready:
-            log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s", __version__, port,
-                     cfg["tls-port"], self.effective_durability(), self.dir)
+            log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s, core %s", __version__, port,
+                     cfg["tls-port"], self.effective_durability(), self.dir, fastpath.NAME)
+            fastpath.warn_if_missing()
 
     def _tls_context(self):
         cfg = self.config

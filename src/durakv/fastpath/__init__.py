@@ -1,0 +1,64 @@
+"""The compiled core (fastpath/_core.c), or None where it is not built or DURAKV_PURE_PYTHON=1 asks for the
+pure-Python modules, which are the reference semantics and the fallback.
+
+`core` is the extension module or None; `NAME` says which runs ("compiled" or "python"), as `INFO server`'s
+`durakv_core` and the server's start-up log line report it.
+"""
+
+import logging
+import os
+
+log = logging.getLogger("durakv.fastpath")
+
+core = None
+NAME = "python"
+REASON = "DURAKV_PURE_PYTHON=1"
+if os.environ.get("DURAKV_PURE_PYTHON", "") not in ("1", "true", "yes"):
+    try:
+        from . import _core as core
+        NAME = "compiled"
+        REASON = ""
+    except ImportError:   # no C compiler at install time: pip built the package without it
+        core = None
+        REASON = ("the compiled core (durakv/fastpath/_core.c) was not built at install time; install gcc and the "
+                  "Python headers, then reinstall durakv, for the compiled one")
+
+
+def warn_if_missing():
+    """One warning at server start when the compiled core was expected but is not there."""
+    if core is None and REASON != "DURAKV_PURE_PYTHON=1":
+        log.warning("durakv runs its pure-Python core: %s", REASON)
+
+
+def install():
+    """Puts the compiled parser and effect encoder in place (the protocol and journal layers cannot import this
+    one: it hands them in). Idempotent; a no-op without the compiled core."""
+    if core is None:
+        return
+    from ..journal import codec
+    from ..protocol import parser
+    parser.use_compiled(core.parse)
+    codec.use_compiled(core.encode_effects, core.effects_size)
+
+
+# Fast commands: the names the compiled batch loop runs (each must be in the command table).
+FAST_COMMANDS = ("ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby", "decrby", "del", "unlink",
+                 "exists", "ttl", "pttl", "hget", "hset", "lpush", "rpush", "lpop", "rpop", "sadd")
+
+
+def batch_core(pipeline, durability, hooks):
+    """The compiled batch loop over one server's pipeline, or None without the compiled core."""
+    if core is None:
+        return None
+    import collections
+    from ..commands import registry
+    from ..commands.pipeline import STRING_KEY_COST
+    from ..keyspace.db import estimate_key
+    install()
+    commands = {}
+    for name in FAST_COMMANDS:
+        cmd = registry.lookup((name.encode(),))
+        if cmd is not None and not cmd.subcommands:
+            commands[name] = cmd
+    return core.Core(pipeline, pipeline.keyspace, durability, pipeline.monitors, hooks, pipeline.perf_counter,
+                     commands, STRING_KEY_COST, estimate_key, collections.deque)

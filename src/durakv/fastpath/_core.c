@@ -1,0 +1,1480 @@
+/* durakv's compiled core: the per-read batch loop for requests that need nothing but the keyspace's dicts.
+ *
+ * The Python modules are the reference semantics (commands/pipeline.py's process + call, the handlers of
+ * commands/strings.py and commands/keys.py, server/connection.py's _process, journal/codec.py). This file
+ * runs the same steps for a small set of commands on plain strings and gives up, before changing anything,
+ * wherever the Python path would do something else: an expired key (lazy expiry and its effects), a value of
+ * another type, an argument that makes an error reply, a session or server state that admission, an observer
+ * or WATCH must see. A command it gives up on runs through the pipeline as if the core did not exist, so
+ * every rule still lives in one place; tests/test_fastpath_differential.py proves the two agree.
+ *
+ * What it owns:
+ *   parse(buf, pos, end, commands, max_bulk_len) -> pos
+ *       the complete canonical multibulk requests of buf[pos:end] as lists of bytes (protocol/parser.py's
+ *       fast path: it stops at the first byte it cannot vouch for and the exact parser goes on there)
+ *   Core(...).run(conn, commands, start) -> (next, status)
+ *       runs commands[start:] while they are fast commands, with their accounting, effects (to durability)
+ *       and replies (to the connection's outbox), in request order
+ *   encode_effects(effects) -> bytes
+ *       one journal payload for [(db_id, argv)] (journal/codec.py's encode_effects)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_MULTIBULK (1024 * 1024)
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Numbers                                                                                              */
+
+/* util.c string2ll: an optional '-', digits without a leading zero ('0' alone), within int64. */
+static int string2ll(const char *s, Py_ssize_t n, long long *out) {
+    if (n == 0 || n > 20) return 0;
+    if (n == 1 && s[0] == '0') { *out = 0; return 1; }
+    int neg = 0;
+    Py_ssize_t i = 0;
+    if (s[0] == '-') { neg = 1; i = 1; if (n == 1) return 0; }
+    if (s[i] < '1' || s[i] > '9') return 0;
+    unsigned long long v = 0;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < '0' || c > '9') return 0;
+        if (v > (ULLONG_MAX - (c - '0')) / 10) return 0;
+        v = v * 10 + (c - '0');
+    }
+    if (neg) {
+        if (v > (unsigned long long)LLONG_MAX + 1) return 0;
+        *out = (long long)(0 - v);
+    } else {
+        if (v > (unsigned long long)LLONG_MAX) return 0;
+        *out = (long long)v;
+    }
+    return 1;
+}
+
+static inline double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* The request parser's fast path                                                                        */
+
+/* A canonical decimal header number ending in CRLF at p (within end): its value, or -1 if the line is not
+ * canonical ([1-9][0-9]* or, where zero_ok, "0"), too long, or not complete; *after is set past the CRLF. */
+static long long header_number(const unsigned char *p, const unsigned char *end, int zero_ok,
+                               const unsigned char **after) {
+    const unsigned char *q = p;
+    long long v = 0;
+    int digits = 0;
+    if (q >= end) return -1;
+    if (*q == '0') {
+        if (!zero_ok) return -1;
+        q++;
+        digits = 1;
+    } else {
+        while (q < end && *q >= '0' && *q <= '9') {
+            if (++digits > 18) return -1;
+            v = v * 10 + (*q - '0');
+            q++;
+        }
+        if (digits == 0 || *p == '0') return -1;
+    }
+    if (q + 1 >= end || q[0] != '\r' || q[1] != '\n') return -1;
+    *after = q + 2;
+    return v;
+}
+
+/* The end of the canonical request starting at p, or NULL if it is not complete, not canonical, or over a
+ * limit (then the exact parser decides: it answers the error or keeps the partial request). */
+static const unsigned char *scan_request(const unsigned char *p, const unsigned char *end,
+                                         long long max_bulk, long long *argc) {
+    const unsigned char *q;
+    if (p >= end || *p != '*') return NULL;
+    long long n = header_number(p + 1, end, 0, &q);
+    if (n < 1 || n > MAX_MULTIBULK) return NULL;
+    for (long long i = 0; i < n; i++) {
+        if (q >= end || *q != '$') return NULL;
+        long long len = header_number(q + 1, end, 1, &q);
+        if (len < 0 || len > max_bulk) return NULL;
+        if (end - q < len + 2) return NULL;
+        q += len + 2;   /* the two bytes after a payload are not checked: networking.c skips them too */
+    }
+    *argc = n;
+    return q;
+}
+
+static PyObject *fast_parse(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "parse(buf, pos, end, commands, max_bulk_len)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(argv[1]);
+    Py_ssize_t endpos = PyLong_AsSsize_t(argv[2]);
+    long long max_bulk = PyLong_AsLongLong(argv[4]);
+    PyObject *commands = argv[3];
+    if (PyErr_Occurred() || !PyList_Check(commands)) {
+        PyBuffer_Release(&view);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "commands must be a list");
+        return NULL;
+    }
+    if (endpos > view.len) endpos = view.len;
+    const unsigned char *base = (const unsigned char *)view.buf;
+    const unsigned char *p = base + pos, *end = base + endpos;
+    while (p < end) {
+        long long argc;
+        const unsigned char *next = scan_request(p, end, max_bulk, &argc);
+        if (next == NULL) break;
+        PyObject *cmd = PyList_New((Py_ssize_t)argc);
+        if (cmd == NULL) goto error;
+        const unsigned char *q;
+        header_number(p + 1, end, 0, &q);
+        for (long long i = 0; i < argc; i++) {
+            long long len = header_number(q + 1, end, 1, &q);
+            PyObject *arg = PyBytes_FromStringAndSize((const char *)q, (Py_ssize_t)len);
+            if (arg == NULL) { Py_DECREF(cmd); goto error; }
+            PyList_SET_ITEM(cmd, (Py_ssize_t)i, arg);
+            q += len + 2;
+        }
+        int rc = PyList_Append(commands, cmd);
+        Py_DECREF(cmd);
+        if (rc < 0) goto error;
+        p = next;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(p - base);
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Output buffer                                                                                         */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t more) {
+    if (b->len + more <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + more) cap *= 2;
+    char *d = PyMem_Realloc(b->data, cap);
+    if (d == NULL) { PyErr_NoMemory(); return -1; }
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const char *s, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+static int buf_header(Buf *b, char type, long long n) {
+    char tmp[32];
+    int k = snprintf(tmp, sizeof tmp, "%c%lld\r\n", type, n);
+    return buf_put(b, tmp, k);
+}
+
+static int buf_bulk(Buf *b, PyObject *value) {
+    Py_ssize_t n = PyBytes_GET_SIZE(value);
+    if (buf_header(b, '$', n) < 0) return -1;
+    if (buf_reserve(b, n + 2) < 0) return -1;
+    memcpy(b->data + b->len, PyBytes_AS_STRING(value), n);
+    b->data[b->len + n] = '\r';
+    b->data[b->len + n + 1] = '\n';
+    b->len += n + 2;
+    return 0;
+}
+
+static int buf_null(Buf *b, int resp3) {
+    return resp3 ? buf_put(b, "_\r\n", 3) : buf_put(b, "$-1\r\n", 5);
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Effect encoding (journal/codec.py)                                                                    */
+
+static int encode_command_into(Buf *b, PyObject *argv) {
+    PyObject *seq = PySequence_Fast(argv, "an effect's argv must be a sequence");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (buf_header(b, '*', n) < 0) goto error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = items[i];
+        if (PyBytes_Check(a)) {
+            if (buf_bulk(b, a) < 0) goto error;
+        } else {
+            Py_buffer v;
+            PyObject *owned = NULL;
+            if (PyObject_CheckBuffer(a)) {
+                if (PyObject_GetBuffer(a, &v, PyBUF_SIMPLE) < 0) goto error;
+            } else {
+                /* str(a).encode(): what codec._extend_command does with an argument of another type */
+                PyObject *s = PyObject_Str(a);
+                if (s == NULL) goto error;
+                owned = PyUnicode_AsUTF8String(s);
+                Py_DECREF(s);
+                if (owned == NULL) goto error;
+                if (PyObject_GetBuffer(owned, &v, PyBUF_SIMPLE) < 0) { Py_DECREF(owned); goto error; }
+            }
+            int rc = buf_header(b, '$', v.len) < 0 || buf_put(b, v.buf, v.len) < 0 || buf_put(b, "\r\n", 2) < 0;
+            PyBuffer_Release(&v);
+            Py_XDECREF(owned);
+            if (rc) goto error;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+error:
+    Py_DECREF(seq);
+    return -1;
+}
+
+static int encode_effects_into(Buf *b, PyObject *effects) {
+    PyObject *seq = PySequence_Fast(effects, "effects must be a sequence");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    long long current = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = items[i];
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) {
+            PyErr_SetString(PyExc_TypeError, "an effect is a (db_id, argv) tuple");
+            goto error;
+        }
+        long long db = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 0));
+        if (db == -1 && PyErr_Occurred()) goto error;
+        if (db != current) {
+            char num[24];
+            int k = snprintf(num, sizeof num, "%lld", db);
+            char tmp[64];
+            int m = snprintf(tmp, sizeof tmp, "*2\r\n$6\r\nSELECT\r\n$%d\r\n%s\r\n", k, num);
+            if (buf_put(b, tmp, m) < 0) goto error;
+            current = db;
+        }
+        if (encode_command_into(b, PyTuple_GET_ITEM(e, 1)) < 0) goto error;
+    }
+    Py_DECREF(seq);
+    return 0;
+error:
+    Py_DECREF(seq);
+    return -1;
+}
+
+static Py_ssize_t digits_of(Py_ssize_t n) {
+    Py_ssize_t d = 1;
+    while (n >= 10) { n /= 10; d++; }
+    return d;
+}
+
+/* effects_size(effects, db) -> (bytes, db): what encode_effects adds for effects to a batch whose last
+ * effect was in database db (None: a new batch), and the database it ends in (codec.effects_size). */
+static PyObject *fast_effects_size(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "effects_size(effects, db)");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(argv[0], "effects must be a sequence");
+    if (seq == NULL) return NULL;
+    PyObject *db = argv[1];
+    Py_INCREF(db);
+    long long size = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = items[i];
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) {
+            PyErr_SetString(PyExc_TypeError, "an effect is a (db_id, argv) tuple");
+            goto error;
+        }
+        PyObject *edb = PyTuple_GET_ITEM(e, 0);
+        int same = db != Py_None && PyObject_RichCompareBool(edb, db, Py_EQ);
+        if (same < 0) goto error;
+        if (!same) {
+            Py_ssize_t id = PyLong_AsSsize_t(edb);
+            if (id == -1 && PyErr_Occurred()) goto error;
+            Py_ssize_t d = digits_of(id);
+            size += 4 + 12 + 1 + digits_of(d) + 2 + d + 2;   /* *2 $6 SELECT $d id */
+            Py_INCREF(edb);
+            Py_SETREF(db, edb);
+        }
+        PyObject *args = PySequence_Fast(PyTuple_GET_ITEM(e, 1), "an effect's argv must be a sequence");
+        if (args == NULL) goto error;
+        Py_ssize_t argc = PySequence_Fast_GET_SIZE(args);
+        PyObject **a = PySequence_Fast_ITEMS(args);
+        size += 3 + digits_of(argc);
+        for (Py_ssize_t k = 0; k < argc; k++) {
+            Py_ssize_t la = PyObject_Length(a[k]);
+            if (la < 0) { Py_DECREF(args); goto error; }
+            size += 5 + digits_of(la) + la;
+        }
+        Py_DECREF(args);
+    }
+    Py_DECREF(seq);
+    PyObject *out = Py_BuildValue("(LO)", size, db);
+    Py_DECREF(db);
+    return out;
+error:
+    Py_DECREF(seq);
+    Py_DECREF(db);
+    return NULL;
+}
+
+static PyObject *fast_encode_effects(PyObject *self, PyObject *effects) {
+    Buf b = {0};
+    if (encode_effects_into(&b, effects) < 0) { PyMem_Free(b.data); return NULL; }
+    PyObject *out = PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
+    PyMem_Free(b.data);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* The batch loop                                                                                        */
+
+enum { C_PING, C_ECHO, C_GET, C_SET, C_MGET, C_MSET, C_INCR, C_DECR, C_INCRBY, C_DECRBY, C_DEL, C_UNLINK,
+       C_EXISTS, C_TTL, C_PTTL, C_HGET, C_HSET, C_LPUSH, C_RPUSH, C_LPOP, C_RPOP, C_SADD, NCMD };
+static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby",
+                                      "decrby", "del", "unlink", "exists", "ttl", "pttl", "hget", "hset", "lpush",
+                                      "rpush", "lpop", "rpop", "sadd"};
+/* the table's arity of each (a wrong count is answered by the Python path) */
+static const int ARITY[NCMD] = {-1, 2, 2, -3, -2, -3, 2, 2, 3, 3, -2, -2, -2, 2, 2, 3, -4, -3, -3, -2, -2, -3};
+
+/* interned attribute names */
+static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer, *s_watchers,
+    *s_stats_enabled, *s_perf_counter, *s_mark, *s_refusing, *s_tracker, *s_feeds, *s_authenticated,
+    *s_in_multi, *s_special, *s_reply_off, *s_reply_skip, *s_asking, *s_decoded, *s_close_after_reply, *s_resp,
+    *s_db_id, *s_track_access, *s_expire_enabled, *s_hide_expired, *s_deleted_by_server, *s_dbs, *s_data,
+    *s_expires, *s_enc, *s_slots, *s_own_feed, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
+    *s_held, *s_hold, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
+    *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
+    *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_read_ticket, *s_last_write_index,
+    *s_clock_ms, *s_set_expire, *s_fast_runs, *s_fast_commands, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
+    *s_handler, *s_failed_calls, *s_effects, *s_touched, *s_touched_exact, *s_reading;
+static PyObject *one;
+static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter;
+    PyObject *estimate_key;   /* keyspace.db.estimate_key: a collection's sampled size, as call() measures it */
+    PyObject *deque_type;     /* collections.deque */
+    PyObject *cmds[NCMD];
+    long long key_cost;       /* estimate_key(k, v) - len(k) - len(v) for a string value */
+    long long fast_runs;      /* batches that ran at least one command here */
+    long long fast_commands;  /* commands run here */
+} Core;
+
+static void core_dealloc(Core *self) {
+    Py_XDECREF(self->pipeline); Py_XDECREF(self->keyspace); Py_XDECREF(self->durability);
+    Py_XDECREF(self->monitors); Py_XDECREF(self->hooks); Py_XDECREF(self->perf_counter);
+    Py_XDECREF(self->estimate_key); Py_XDECREF(self->deque_type);
+    for (int i = 0; i < NCMD; i++) Py_XDECREF(self->cmds[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Core(pipeline, keyspace, durability, monitors, hooks, perf_counter, commands: {name: Command}, key_cost,
+ *      estimate_key, deque) */
+static int core_init(Core *self, PyObject *args, PyObject *kw) {
+    PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter, *commands, *estimate_key, *dq;
+    long long key_cost;
+    if (!PyArg_ParseTuple(args, "OOOOOOO!LOO", &pipeline, &keyspace, &durability, &monitors, &hooks,
+                          &perf_counter, &PyDict_Type, &commands, &key_cost, &estimate_key, &dq))
+        return -1;
+    Py_INCREF(estimate_key); self->estimate_key = estimate_key;
+    Py_INCREF(dq); self->deque_type = dq;
+    Py_INCREF(pipeline); self->pipeline = pipeline;
+    Py_INCREF(keyspace); self->keyspace = keyspace;
+    Py_INCREF(durability); self->durability = durability;
+    Py_INCREF(monitors); self->monitors = monitors;
+    Py_INCREF(hooks); self->hooks = hooks;
+    Py_INCREF(perf_counter); self->perf_counter = perf_counter;
+    self->key_cost = key_cost;
+    for (int i = 0; i < NCMD; i++) {
+        PyObject *c = PyDict_GetItemString(commands, CMD_NAMES[i]);   /* borrowed */
+        Py_XINCREF(c);
+        self->cmds[i] = c;    /* NULL: not in the table, never run here */
+    }
+    return 0;
+}
+
+static int cmd_id(PyObject *name) {
+    Py_ssize_t n = PyBytes_GET_SIZE(name);
+    if (n < 3 || n > 6) return -1;
+    char low[8];
+    const char *s = PyBytes_AS_STRING(name);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = s[i];
+        low[i] = (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c;
+    }
+    switch (low[0]) {
+    case 'p':
+        if (n == 4 && !memcmp(low, "ping", 4)) return C_PING;
+        if (n == 4 && !memcmp(low, "pttl", 4)) return C_PTTL;
+        break;
+    case 'e':
+        if (n == 4 && !memcmp(low, "echo", 4)) return C_ECHO;
+        if (n == 6 && !memcmp(low, "exists", 6)) return C_EXISTS;
+        break;
+    case 'g': if (n == 3 && !memcmp(low, "get", 3)) return C_GET; break;
+    case 's':
+        if (n == 3 && !memcmp(low, "set", 3)) return C_SET;
+        if (n == 4 && !memcmp(low, "sadd", 4)) return C_SADD;
+        break;
+    case 'h':
+        if (n == 4 && !memcmp(low, "hget", 4)) return C_HGET;
+        if (n == 4 && !memcmp(low, "hset", 4)) return C_HSET;
+        break;
+    case 'l':
+        if (n == 5 && !memcmp(low, "lpush", 5)) return C_LPUSH;
+        if (n == 4 && !memcmp(low, "lpop", 4)) return C_LPOP;
+        break;
+    case 'r':
+        if (n == 5 && !memcmp(low, "rpush", 5)) return C_RPUSH;
+        if (n == 4 && !memcmp(low, "rpop", 4)) return C_RPOP;
+        break;
+    case 'm':
+        if (n == 4 && !memcmp(low, "mget", 4)) return C_MGET;
+        if (n == 4 && !memcmp(low, "mset", 4)) return C_MSET;
+        break;
+    case 'i':
+        if (n == 4 && !memcmp(low, "incr", 4)) return C_INCR;
+        if (n == 6 && !memcmp(low, "incrby", 6)) return C_INCRBY;
+        break;
+    case 'd':
+        if (n == 4 && !memcmp(low, "decr", 4)) return C_DECR;
+        if (n == 6 && !memcmp(low, "decrby", 6)) return C_DECRBY;
+        if (n == 3 && !memcmp(low, "del", 3)) return C_DEL;
+        break;
+    case 'u': if (n == 6 && !memcmp(low, "unlink", 6)) return C_UNLINK; break;
+    case 't': if (n == 3 && !memcmp(low, "ttl", 3)) return C_TTL; break;
+    }
+    return -1;
+}
+
+/* Truthiness of an attribute: 1, 0, or -1 with an exception set. */
+static int attr_true(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int attr_is_none(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    int r = v == Py_None;
+    Py_DECREF(v);
+    return r;
+}
+
+static long long attr_ll(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    long long r = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int attr_add(PyObject *o, PyObject *name, long long delta) {
+    if (!delta) return 0;
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    PyObject *d = PyLong_FromLongLong(delta);
+    if (d == NULL) { Py_DECREF(v); return -1; }
+    PyObject *s = PyNumber_Add(v, d);
+    Py_DECREF(v);
+    Py_DECREF(d);
+    if (s == NULL) return -1;
+    int rc = PyObject_SetAttr(o, name, s);
+    Py_DECREF(s);
+    return rc;
+}
+
+/* What one run() keeps while it goes. */
+typedef struct {
+    Core *core;
+    PyObject *session, *ctx, *outbox, *ready, *held, *db, *data, *expires, *enc, *access;
+    PyObject *cur_args;       /* the request being run (borrowed): a held reply counts its bytes */
+    Py_ssize_t reply_len;     /* its reply's encoded size (the large-reply log) */
+    int resp3;
+    int needs_touched;        /* durability wants the keys each write touched (a journal is attached) */
+    long long db_id;
+    int journal;              /* durability.submit is not the no-op of durability none */
+    long long now_ms;         /* keyspace.clock_ms(), read once when first needed (-1: not yet) */
+    long long threshold_us, request_limit, reply_limit;
+    long long hits, misses, used_delta, changes, commands;
+    long long calls[NCMD], usec[NCMD];
+    PyObject *last_cmd;       /* borrowed */
+    Buf out;                  /* replies that may leave with this batch, not handed to the outbox yet */
+    Py_ssize_t size;          /* reply bytes since the last flush (connection.OUTPUT_FLUSH_BYTES) */
+} Run;
+
+static long long run_now(Run *r) {
+    if (r->now_ms < 0) {
+        PyObject *v = PyObject_CallMethodNoArgs(r->core->keyspace, s_clock_ms);
+        if (v == NULL) return -1;
+        r->now_ms = PyLong_AsLongLong(v);
+        Py_DECREF(v);
+        if (r->now_ms < 0 && PyErr_Occurred()) return -1;
+    }
+    return r->now_ms;
+}
+
+/* 1 if key has an expiry that has passed (the Python path must run: it deletes the key and journals it),
+ * 0 if not, -1 on error. */
+static int expired(Run *r, PyObject *key) {
+    if (PyDict_GET_SIZE(r->expires) == 0) return 0;
+    PyObject *at = PyDict_GetItemWithError(r->expires, key);
+    if (at == NULL) return PyErr_Occurred() ? -1 : 0;
+    long long now = run_now(r);
+    if (now < 0 && PyErr_Occurred()) return -1;
+    long long when = PyLong_AsLongLong(at);
+    if (when == -1 && PyErr_Occurred()) return -1;
+    return when <= now;
+}
+
+/* The ready bytes go to the outbox's ready list (nothing is held before them). */
+static int flush_out(Run *r) {
+    if (r->out.len == 0) return 0;
+    PyObject *chunk = PyBytes_FromStringAndSize(r->out.data, r->out.len);
+    if (chunk == NULL) return -1;
+    r->out.len = 0;
+    int rc = PyList_Append(r->ready, chunk);
+    Py_DECREF(chunk);
+    return rc;
+}
+
+/* One reply, encoded in tmp, with its ticket: as connection._process gives it to the outbox. */
+static long long args_bytes(PyObject *args);
+
+static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
+    r->reply_len = n;
+    if (ticket == 0 && PyList_GET_SIZE(r->held) == 0)
+        return buf_put(&r->out, data, n);
+    long long carried = args_bytes(r->cur_args);
+    if (flush_out(r) < 0) return -1;
+    PyObject *bytes = PyBytes_FromStringAndSize(data, n);
+    if (bytes == NULL) return -1;
+    PyObject *res;
+    if (ticket)
+        res = PyObject_CallMethod(r->outbox, "hold", "LOL", ticket, bytes, carried);
+    else
+        res = PyObject_CallMethod(r->outbox, "hold", "LO", ticket, bytes);
+    Py_DECREF(bytes);
+    if (res == NULL) return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+static long long args_bytes(PyObject *args) {
+    long long n = 0;
+    Py_ssize_t argc = PyList_GET_SIZE(args);
+    for (Py_ssize_t i = 0; i < argc; i++) n += PyBytes_GET_SIZE(PyList_GET_ITEM(args, i));
+    return n;
+}
+
+/* durability.submit(effects, touched) and the session's last write: the reply's ticket, or -1. */
+static long long submit(Run *r, PyObject *effects, PyObject *touched) {
+    PyObject *t = PyObject_CallMethodObjArgs(r->core->durability, s_submit, effects, touched, NULL);
+    if (t == NULL) return -1;
+    long long ticket = PyLong_AsLongLong(t);
+    Py_DECREF(t);
+    if (ticket == -1 && PyErr_Occurred()) return -1;
+    PyObject *assigned = PyObject_GetAttr(r->core->durability, s_assigned);
+    if (assigned == NULL) return -1;
+    int rc = PyObject_SetAttr(r->session, s_last_write_index, assigned);
+    Py_DECREF(assigned);
+    return rc < 0 ? -1 : ticket;
+}
+
+/* A command that changed nothing while writes are uncommitted: pipeline._read_ticket for keyed commands. */
+static long long read_ticket(Run *r, PyObject *args, Py_ssize_t first, Py_ssize_t step, Py_ssize_t last) {
+    if (!r->journal) return 0;
+    PyObject *dur = r->core->durability;
+    long long assigned = attr_ll(dur, s_assigned);
+    long long committed = attr_ll(dur, s_committed);
+    if (PyErr_Occurred()) return -1;
+    if (assigned <= committed) return 0;
+    int pending = attr_true(dur, s_pending);
+    if (pending <= 0) return pending;
+    PyObject *keys = PyList_New(0);
+    if (keys == NULL) return -1;
+    for (Py_ssize_t i = first; i <= last; i += step)
+        if (PyList_Append(keys, PyList_GET_ITEM(args, i)) < 0) { Py_DECREF(keys); return -1; }
+    PyObject *t = PyObject_CallMethod(dur, "read_ticket", "LO", r->db_id, keys);
+    Py_DECREF(keys);
+    if (t == NULL) return -1;
+    long long ticket = PyLong_AsLongLong(t);
+    Py_DECREF(t);
+    return ticket;
+}
+
+static PyObject *make_touched(Run *r, PyObject *args, Py_ssize_t first, Py_ssize_t step, Py_ssize_t last) {
+    PyObject *touched = PyList_New(0);
+    if (touched == NULL || !r->needs_touched) return touched;
+    PyObject *db = PyLong_FromLongLong(r->db_id);
+    if (db == NULL) { Py_DECREF(touched); return NULL; }
+    for (Py_ssize_t i = first; i <= last; i += step) {
+        PyObject *dk = PyTuple_Pack(2, db, PyList_GET_ITEM(args, i));
+        if (dk == NULL || PyList_Append(touched, dk) < 0) {
+            Py_XDECREF(dk); Py_DECREF(db); Py_DECREF(touched); return NULL;
+        }
+        Py_DECREF(dk);
+    }
+    Py_DECREF(db);
+    return touched;
+}
+
+/* One effect (db_id, argv) in a new list, submitted with touched; returns the ticket or -1. */
+static long long submit_one(Run *r, PyObject *argv, PyObject *touched) {
+    r->changes += 1;
+    if (!r->journal) return 0;
+    PyObject *db = PyLong_FromLongLong(r->db_id);
+    if (db == NULL) return -1;
+    PyObject *effect = PyTuple_Pack(2, db, argv);
+    Py_DECREF(db);
+    if (effect == NULL) return -1;
+    PyObject *effects = PyList_New(1);
+    if (effects == NULL) { Py_DECREF(effect); return -1; }
+    PyList_SET_ITEM(effects, 0, effect);
+    long long ticket = submit(r, effects, touched);
+    Py_DECREF(effects);
+    return ticket;
+}
+
+static inline long long string_cost(Run *r, PyObject *key, PyObject *value) {
+    return r->core->key_cost + PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(value);
+}
+
+/* The live value of key for this command, borrowed: NULL with *stop set when the Python path must run
+ * (the key expired), NULL without for a missing key. */
+static PyObject *look(Run *r, PyObject *key, int *stop) {
+    PyObject *v = PyDict_GetItemWithError(r->data, key);
+    if (v == NULL) return NULL;
+    int e = expired(r, key);
+    if (e != 0) { *stop = e < 0 ? -1 : 1; return NULL; }
+    return v;
+}
+
+/* store(): data[key] = value, its encoding note dropped, its TTL too unless keep_ttl. */
+static int store(Run *r, PyObject *key, PyObject *value, int keep_ttl) {
+    if (PyDict_SetItem(r->data, key, value) < 0) return -1;
+    if (PyDict_GET_SIZE(r->enc) && PyDict_DelItem(r->enc, key) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
+        PyErr_Clear();
+    }
+    if (!keep_ttl && PyDict_GET_SIZE(r->expires) && PyDict_DelItem(r->expires, key) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
+        PyErr_Clear();
+    }
+    return 0;
+}
+
+#define F_NX 1
+#define F_XX 2
+#define F_GET 4
+#define F_KEEPTTL 8
+#define F_EX 32
+#define F_PX 64
+#define F_EXAT 128
+#define F_PXAT 256
+#define F_ANY_EXPIRE (F_EX | F_PX | F_EXAT | F_PXAT)
+
+static int upper_is(PyObject *arg, const char *word) {
+    Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    if ((size_t)n != strlen(word)) return 0;
+    const char *s = PyBytes_AS_STRING(arg);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c >= 'a' && c <= 'z') c -= 32;
+        if (c != word[i]) return 0;
+    }
+    return 1;
+}
+
+/* estimate_key(key, value) as call() measures a key before and after a write: 0 for none, -1 on error. */
+static long long key_size(Run *r, PyObject *key, PyObject *value) {
+    if (value == NULL) return 0;
+    if (PyBytes_CheckExact(value)) return string_cost(r, key, value);
+    PyObject *n = PyObject_CallFunctionObjArgs(r->core->estimate_key, key, value, NULL);
+    if (n == NULL) return -1;
+    long long size = PyLong_AsLongLong(n);
+    Py_DECREF(n);
+    return size;
+}
+
+static int clear_flag(PyObject *o, PyObject *name) {
+    return PyObject_SetAttr(o, name, Py_False);
+}
+
+/* A write on one key (args[1]) whose body is the command's own Python handler (commands/hashes.py,
+ * lists.py, sets.py): call()'s steps around it here, the handler's semantics there. The caller checked the
+ * key's type and the arguments, so the handler cannot refuse. */
+static int run_handler(Run *r, PyObject *args, PyObject *cmd, PyObject *value) {
+    PyObject *key = PyList_GET_ITEM(args, 1);
+    long long before = key_size(r, key, value);
+    if (before < 0) return -1;
+    PyObject *handler = PyObject_GetAttr(cmd, s_handler);
+    if (handler == NULL) return -1;
+    PyObject *reply = PyObject_CallFunctionObjArgs(handler, r->ctx, args, NULL);
+    Py_DECREF(handler);
+    Buf b = {0};
+    int rc = 0;
+    if (reply == NULL) {
+        /* as call(): a CommandError is the reply (counted as failed), any other exception an internal error */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyObject *text = ev ? PyObject_GetAttrString(ev, "text") : NULL;
+        if (text == NULL) {
+            PyErr_Clear();
+            PyObject *name = PyObject_GetAttrString(cmd, "fullname");
+            text = PyUnicode_FromFormat("ERR internal error in '%S': %S", name ? name : Py_None, ev ? ev : Py_None);
+            Py_XDECREF(name);
+        }
+        Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+        if (text == NULL) return -1;
+        PyObject *res = PyObject_CallMethod(r->core->pipeline, "count_error", "O", text);
+        Py_XDECREF(res);
+        if (res == NULL || attr_add(cmd, s_failed_calls, 1) < 0) { Py_DECREF(text); return -1; }
+        const char *t = PyUnicode_AsUTF8(text);
+        rc = t == NULL ? -1 : (buf_put(&b, "-", 1) < 0 || buf_put(&b, t, strlen(t)) < 0 || buf_put(&b, "\r\n", 2) < 0);
+        Py_DECREF(text);
+        if (rc) { PyMem_Free(b.data); return -1; }
+    } else if (PyLong_CheckExact(reply)) {
+        long long v = PyLong_AsLongLong(reply);
+        char tmp[32];
+        int k = snprintf(tmp, sizeof tmp, ":%lld\r\n", v);
+        rc = buf_put(&b, tmp, k);
+    } else if (PyBytes_CheckExact(reply)) {
+        rc = buf_bulk(&b, reply);
+        r->size += PyBytes_GET_SIZE(reply);
+    } else if (reply == Py_None) {
+        rc = buf_null(&b, r->resp3);
+    } else {
+        PyErr_Format(PyExc_TypeError, "fast path: unexpected reply %R", reply);
+        rc = -1;
+    }
+    Py_XDECREF(reply);
+    if (rc < 0) { PyMem_Free(b.data); return -1; }
+    long long after = key_size(r, key, PyDict_GetItemWithError(r->data, key));
+    if (after < 0 && PyErr_Occurred()) { PyMem_Free(b.data); return -1; }
+    r->used_delta += after - before;
+    long long ticket = 0;
+    PyObject *effects = PyObject_GetAttr(r->ctx, s_effects);
+    if (effects == NULL || !PyList_Check(effects)) { Py_XDECREF(effects); PyMem_Free(b.data); return -1; }
+    if (PyList_GET_SIZE(effects)) {
+        PyObject *fresh = PyList_New(0);
+        rc = fresh == NULL || PyObject_SetAttr(r->ctx, s_effects, fresh) < 0;
+        Py_XDECREF(fresh);
+        PyObject *touched = rc ? NULL : PyObject_GetAttr(r->ctx, s_touched);
+        int exact = touched ? attr_true(r->ctx, s_touched_exact) : -1;
+        if (exact < 0) rc = 1;
+        else if (exact) rc = clear_flag(r->ctx, s_touched_exact) < 0;
+        else if (touched != Py_None && r->needs_touched) {
+            PyObject *mine = make_touched(r, args, 1, 1, 1);
+            rc = mine == NULL || _PyList_Extend((PyListObject *)touched, mine) == NULL;
+            if (!rc) Py_DECREF(Py_None);   /* _PyList_Extend's result */
+            Py_XDECREF(mine);
+        }
+        if (!rc && (touched == Py_None || PyObject_IsTrue(touched))) {
+            PyObject *next = PyList_New(0);
+            rc = next == NULL || PyObject_SetAttr(r->ctx, s_touched, next) < 0;
+            Py_XDECREF(next);
+        }
+        if (!rc) {
+            r->changes += PyList_GET_SIZE(effects);
+            ticket = r->journal ? submit(r, effects, touched) : 0;
+            if (ticket < 0) rc = 1;
+        }
+        Py_XDECREF(touched);
+    } else {
+        ticket = read_ticket(r, args, 1, 1, 1);
+        rc = ticket < 0;
+    }
+    Py_DECREF(effects);
+    if (!rc) rc = emit(r, b.data, b.len, ticket) < 0;
+    PyMem_Free(b.data);
+    return rc ? -1 : 1;
+}
+
+/* The steps of one command. Returns 1 when it ran (reply emitted), 0 when the Python path must run it
+ * (nothing was changed), -1 on a Python error. */
+static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
+    Py_ssize_t argc = PyList_GET_SIZE(args);
+    char tmp[64];
+    int stop = 0;
+    long long ticket = 0;
+    switch (id) {
+    case C_PING:
+        if (argc == 1) return emit(r, "+PONG\r\n", 7, 0) < 0 ? -1 : 1;
+        /* fall through: PING msg answers msg */
+    case C_ECHO: {
+        PyObject *msg = PyList_GET_ITEM(args, 1);
+        if (PyList_GET_SIZE(r->held) == 0) {
+            Py_ssize_t before = r->out.len;
+            if (buf_bulk(&r->out, msg) < 0) return -1;
+            r->reply_len = r->out.len - before;
+        } else {
+            Buf b = {0};
+            if (buf_bulk(&b, msg) < 0 || emit(r, b.data, b.len, 0) < 0) { PyMem_Free(b.data); return -1; }
+            PyMem_Free(b.data);
+        }
+        r->size += PyBytes_GET_SIZE(msg);
+        return 1;
+    }
+    case C_GET: {
+        PyObject *key = PyList_GET_ITEM(args, 1);
+        PyObject *v = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        if (v != NULL && !PyBytes_CheckExact(v)) return 0;   /* WRONGTYPE: the Python path answers it */
+        if (v == NULL) r->misses++; else r->hits++;
+        ticket = read_ticket(r, args, 1, 1, 1);
+        if (ticket < 0) return -1;
+        Buf b = {0};
+        Buf *dst = (ticket == 0 && PyList_GET_SIZE(r->held) == 0) ? &r->out : &b;
+        Py_ssize_t before = dst->len;
+        int rc = v == NULL ? buf_null(dst, r->resp3) : buf_bulk(dst, v);
+        if (rc == 0 && dst == &b) rc = emit(r, b.data, b.len, ticket);
+        else r->reply_len = dst->len - before;
+        PyMem_Free(b.data);
+        if (rc < 0) return -1;
+        if (v != NULL) r->size += PyBytes_GET_SIZE(v);
+        return 1;
+    }
+    case C_SET: {
+        PyObject *key = PyList_GET_ITEM(args, 1), *value = PyList_GET_ITEM(args, 2);
+        int flags = 0, expire_flag = 0;
+        PyObject *expire_arg = NULL;
+        for (Py_ssize_t i = 3; i < argc; i++) {
+            PyObject *opt = PyList_GET_ITEM(args, i);
+            if (upper_is(opt, "NX") && !(flags & F_XX)) flags |= F_NX;
+            else if (upper_is(opt, "XX") && !(flags & F_NX)) flags |= F_XX;
+            else if (upper_is(opt, "GET")) flags |= F_GET;
+            else if (upper_is(opt, "KEEPTTL") && !(flags & F_ANY_EXPIRE)) flags |= F_KEEPTTL;
+            else {
+                int bit = upper_is(opt, "EX") ? F_EX : upper_is(opt, "PX") ? F_PX : upper_is(opt, "EXAT") ? F_EXAT
+                          : upper_is(opt, "PXAT") ? F_PXAT : 0;
+                if (!bit || i + 1 >= argc || (flags & F_KEEPTTL) || (flags & (F_ANY_EXPIRE & ~bit))) return 0;
+                flags |= bit;
+                expire_flag = bit;
+                expire_arg = PyList_GET_ITEM(args, ++i);
+            }
+        }
+        long long expire_at = 0;
+        if (expire_arg != NULL) {
+            long long ms;
+            if (!string2ll(PyBytes_AS_STRING(expire_arg), PyBytes_GET_SIZE(expire_arg), &ms)) return 0;
+            int seconds = expire_flag & (F_EX | F_EXAT);
+            if (ms <= 0 || (seconds && ms > LLONG_MAX / 1000)) return 0;
+            if (seconds) ms *= 1000;
+            long long now = run_now(r);
+            if (now < 0 && PyErr_Occurred()) return -1;
+            if (expire_flag & (F_EX | F_PX)) {
+                if (ms > LLONG_MAX - now) return 0;
+                ms += now;
+            } else if (ms <= now) {
+                return 0;   /* already expired: the Python path deletes the key */
+            }
+            expire_at = ms;
+        }
+        PyObject *old = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        if (old != NULL && !PyBytes_CheckExact(old)) return 0;   /* WRONGTYPE with GET; another type's size */
+        int found = old != NULL;
+        if (((flags & F_NX) && found) || ((flags & F_XX) && !found)) {
+            ticket = read_ticket(r, args, 1, 1, 1);
+            if (ticket < 0) return -1;
+            Buf b = {0};
+            int rc = ((flags & F_GET) && found) ? buf_bulk(&b, old) : buf_null(&b, r->resp3);
+            if (rc == 0) rc = emit(r, b.data, b.len, ticket);
+            PyMem_Free(b.data);
+            return rc < 0 ? -1 : 1;
+        }
+        Py_XINCREF(old);   /* the reply of SET ... GET outlives the store */
+        long long before = found ? string_cost(r, key, old) : 0;
+        if (store(r, key, value, flags & F_KEEPTTL) < 0) { Py_XDECREF(old); return -1; }
+        PyObject *argv;
+        if (expire_arg != NULL) {
+            PyObject *res = PyObject_CallMethod(r->db, "set_expire", "OL", key, expire_at);
+            if (res == NULL) { Py_XDECREF(old); return -1; }
+            Py_DECREF(res);
+            if (expire_flag == F_PXAT) {
+                argv = PyList_AsTuple(args);
+            } else {
+                int k = snprintf(tmp, sizeof tmp, "%lld", expire_at);
+                PyObject *at = PyBytes_FromStringAndSize(tmp, k);
+                argv = at ? PyTuple_Pack(5, b_SET, key, value, b_PXAT, at) : NULL;
+                Py_XDECREF(at);
+            }
+        } else if (flags & F_KEEPTTL) {
+            argv = PyTuple_Pack(4, b_SET, key, value, b_KEEPTTL);
+        } else {
+            argv = PyTuple_Pack(3, b_SET, key, value);
+        }
+        if (argv == NULL) { Py_XDECREF(old); return -1; }
+        r->used_delta += string_cost(r, key, value) - before;
+        PyObject *touched = make_touched(r, args, 1, 1, 1);
+        ticket = touched ? submit_one(r, argv, touched) : -1;
+        Py_XDECREF(touched);
+        Py_DECREF(argv);
+        if (ticket < 0) { Py_XDECREF(old); return -1; }
+        int rc;
+        if (flags & F_GET) {
+            Buf b = {0};
+            rc = found ? buf_bulk(&b, old) : buf_null(&b, r->resp3);
+            if (rc == 0) rc = emit(r, b.data, b.len, ticket);
+            PyMem_Free(b.data);
+        } else {
+            rc = emit(r, "+OK\r\n", 5, ticket);
+        }
+        Py_XDECREF(old);
+        return rc < 0 ? -1 : 1;
+    }
+    case C_MGET: {
+        for (Py_ssize_t i = 1; i < argc; i++) {
+            int e = PyDict_GET_SIZE(r->expires) ? expired(r, PyList_GET_ITEM(args, i)) : 0;
+            if (e) return e < 0 ? -1 : 0;
+        }
+        ticket = read_ticket(r, args, 1, 1, argc - 1);
+        if (ticket < 0) return -1;
+        Buf b = {0};
+        int rc = buf_header(&b, '*', argc - 1);
+        for (Py_ssize_t i = 1; i < argc && rc == 0; i++) {
+            PyObject *v = PyDict_GetItemWithError(r->data, PyList_GET_ITEM(args, i));
+            if (v == NULL && PyErr_Occurred()) rc = -1;
+            else if (v == NULL) { r->misses++; rc = buf_null(&b, r->resp3); }
+            else {
+                r->hits++;
+                if (PyBytes_CheckExact(v)) { rc = buf_bulk(&b, v); r->size += PyBytes_GET_SIZE(v); }
+                else rc = buf_null(&b, r->resp3);
+            }
+        }
+        if (rc == 0) rc = emit(r, b.data, b.len, ticket);
+        PyMem_Free(b.data);
+        return rc < 0 ? -1 : 1;
+    }
+    case C_MSET: {
+        if (argc % 2 == 0) return 0;
+        for (Py_ssize_t i = 1; i < argc; i += 2) {
+            PyObject *key = PyList_GET_ITEM(args, i);
+            PyObject *old = look(r, key, &stop);
+            if (stop) return stop < 0 ? -1 : 0;
+            if (old != NULL && !PyBytes_CheckExact(old)) return 0;
+        }
+        /* before/after per key as call() measures them (a key named twice counts twice, as there) */
+        long long before = 0, after = 0;
+        for (Py_ssize_t i = 1; i < argc; i += 2) {
+            PyObject *key = PyList_GET_ITEM(args, i);
+            PyObject *old = PyDict_GetItemWithError(r->data, key);
+            if (old != NULL) before += string_cost(r, key, old);
+        }
+        for (Py_ssize_t i = 1; i < argc; i += 2)
+            if (store(r, PyList_GET_ITEM(args, i), PyList_GET_ITEM(args, i + 1), 0) < 0) return -1;
+        for (Py_ssize_t i = 1; i < argc; i += 2) {
+            PyObject *key = PyList_GET_ITEM(args, i);
+            after += string_cost(r, key, PyDict_GetItem(r->data, key));
+        }
+        r->used_delta += after - before;
+        PyObject *argv = PyList_AsTuple(args);
+        PyObject *touched = argv ? make_touched(r, args, 1, 2, argc - 2) : NULL;
+        ticket = touched ? submit_one(r, argv, touched) : -1;
+        Py_XDECREF(touched);
+        Py_XDECREF(argv);
+        if (ticket < 0) return -1;
+        return emit(r, "+OK\r\n", 5, ticket) < 0 ? -1 : 1;
+    }
+    case C_INCR: case C_DECR: case C_INCRBY: case C_DECRBY: {
+        PyObject *key = PyList_GET_ITEM(args, 1);
+        long long delta = id == C_INCR ? 1 : id == C_DECR ? -1 : 0;
+        if (id == C_INCRBY || id == C_DECRBY) {
+            PyObject *d = PyList_GET_ITEM(args, 2);
+            if (!string2ll(PyBytes_AS_STRING(d), PyBytes_GET_SIZE(d), &delta)) return 0;
+            if (id == C_DECRBY) {
+                if (delta == LLONG_MIN) return 0;
+                delta = -delta;
+            }
+        }
+        PyObject *old = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        long long current = 0;
+        if (old != NULL) {
+            if (!PyBytes_CheckExact(old)) return 0;
+            if (!string2ll(PyBytes_AS_STRING(old), PyBytes_GET_SIZE(old), &current)) return 0;
+        }
+        long long result;
+        if (__builtin_add_overflow(current, delta, &result)) return 0;
+        int k = snprintf(tmp, sizeof tmp, "%lld", result);
+        PyObject *value = PyBytes_FromStringAndSize(tmp, k);
+        if (value == NULL) return -1;
+        long long before = old != NULL ? string_cost(r, key, old) : 0;
+        if (store(r, key, value, 1) < 0) { Py_DECREF(value); return -1; }
+        r->used_delta += string_cost(r, key, value) - before;
+        Py_DECREF(value);
+        PyObject *argv = PyList_AsTuple(args);
+        PyObject *touched = argv ? make_touched(r, args, 1, 1, 1) : NULL;
+        ticket = touched ? submit_one(r, argv, touched) : -1;
+        Py_XDECREF(touched);
+        Py_XDECREF(argv);
+        if (ticket < 0) return -1;
+        int m = snprintf(tmp, sizeof tmp, ":%lld\r\n", result);
+        return emit(r, tmp, m, ticket) < 0 ? -1 : 1;
+    }
+    case C_DEL: case C_UNLINK: {
+        for (Py_ssize_t i = 1; i < argc; i++) {
+            PyObject *key = PyList_GET_ITEM(args, i);
+            PyObject *v = look(r, key, &stop);
+            if (stop) return stop < 0 ? -1 : 0;
+            if (v != NULL && !PyBytes_CheckExact(v)) return 0;   /* another type's size: Python estimates it */
+        }
+        PyObject *argv = PyList_New(1);
+        if (argv == NULL) return -1;
+        Py_INCREF(b_DEL);
+        PyList_SET_ITEM(argv, 0, b_DEL);
+        long long before = 0;
+        for (Py_ssize_t i = 1; i < argc; i++) {
+            PyObject *key = PyList_GET_ITEM(args, i);
+            PyObject *v = PyDict_GetItemWithError(r->data, key);
+            if (v != NULL) before += string_cost(r, key, v);
+        }
+        for (Py_ssize_t i = 1; i < argc; i++) {
+            PyObject *key = PyList_GET_ITEM(args, i);
+            PyObject *v = PyDict_GetItemWithError(r->data, key);
+            if (v == NULL) continue;
+            if (PyDict_DelItem(r->data, key) < 0 || PyList_Append(argv, key) < 0) { Py_DECREF(argv); return -1; }
+            PyObject *dicts[3] = {r->expires, r->access, r->enc};
+            for (int d = 0; d < 3; d++) {
+                if (PyDict_GET_SIZE(dicts[d]) && PyDict_DelItem(dicts[d], key) < 0) {
+                    if (!PyErr_ExceptionMatches(PyExc_KeyError)) { Py_DECREF(argv); return -1; }
+                    PyErr_Clear();
+                }
+            }
+        }
+        Py_ssize_t removed = PyList_GET_SIZE(argv) - 1;
+        r->used_delta -= before;
+        if (removed) {
+            PyObject *tuple = PyList_AsTuple(argv);
+            PyObject *touched = tuple ? make_touched(r, args, 1, 1, argc - 1) : NULL;
+            ticket = touched ? submit_one(r, tuple, touched) : -1;
+            Py_XDECREF(touched);
+            Py_XDECREF(tuple);
+        } else {
+            ticket = read_ticket(r, args, 1, 1, argc - 1);
+        }
+        Py_DECREF(argv);
+        if (ticket < 0) return -1;
+        int m = snprintf(tmp, sizeof tmp, ":%zd\r\n", removed);
+        return emit(r, tmp, m, ticket) < 0 ? -1 : 1;
+    }
+    case C_EXISTS: {
+        long long count = 0;
+        for (Py_ssize_t i = 1; i < argc; i++) {
+            PyObject *key = PyList_GET_ITEM(args, i);
+            PyObject *v = look(r, key, &stop);
+            if (stop) return stop < 0 ? -1 : 0;
+            if (v != NULL) count++;
+        }
+        ticket = read_ticket(r, args, 1, 1, argc - 1);
+        if (ticket < 0) return -1;
+        int m = snprintf(tmp, sizeof tmp, ":%lld\r\n", count);
+        return emit(r, tmp, m, ticket) < 0 ? -1 : 1;
+    }
+    case C_HGET: {
+        PyObject *key = PyList_GET_ITEM(args, 1);
+        PyObject *h = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        if (h != NULL && !PyDict_CheckExact(h)) return 0;
+        PyObject *v = NULL;
+        if (h == NULL) r->misses++;
+        else {
+            r->hits++;
+            v = PyDict_GetItemWithError(h, PyList_GET_ITEM(args, 2));
+            if (v == NULL && PyErr_Occurred()) return -1;
+            if (v != NULL && !PyBytes_CheckExact(v)) v = NULL;
+        }
+        ticket = read_ticket(r, args, 1, 1, 1);
+        if (ticket < 0) return -1;
+        Buf b = {0};
+        int rc = v == NULL ? buf_null(&b, r->resp3) : buf_bulk(&b, v);
+        if (rc == 0) rc = emit(r, b.data, b.len, ticket);
+        PyMem_Free(b.data);
+        if (v != NULL) r->size += PyBytes_GET_SIZE(v);
+        return rc < 0 ? -1 : 1;
+    }
+    case C_HSET: case C_LPUSH: case C_RPUSH: case C_LPOP: case C_RPOP: case C_SADD: {
+        if (id == C_HSET && argc % 2) return 0;                      /* wrong arity: the Python path */
+        if ((id == C_LPOP || id == C_RPOP) && argc != 2) return 0;   /* the COUNT form */
+        PyObject *key = PyList_GET_ITEM(args, 1);
+        PyObject *v = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        if (v != NULL) {
+            int right = id == C_HSET ? PyDict_CheckExact(v)
+                        : id == C_SADD ? PySet_CheckExact(v)
+                        : (PyObject *)Py_TYPE(v) == r->core->deque_type;
+            if (!right) return 0;                                     /* WRONGTYPE */
+        }
+        return run_handler(r, args, cmd, v);
+    }
+    case C_TTL: case C_PTTL: {
+        PyObject *key = PyList_GET_ITEM(args, 1);
+        PyObject *v = look(r, key, &stop);
+        if (stop) return stop < 0 ? -1 : 0;
+        long long ttl;
+        if (v == NULL) ttl = -2;
+        else {
+            PyObject *at = PyDict_GET_SIZE(r->expires) ? PyDict_GetItemWithError(r->expires, key) : NULL;
+            if (at == NULL && PyErr_Occurred()) return -1;
+            if (at == NULL) ttl = -1;
+            else {
+                long long now = run_now(r);
+                if (now < 0 && PyErr_Occurred()) return -1;
+                ttl = PyLong_AsLongLong(at) - now;
+                if (ttl < 0) ttl = 0;
+                if (id == C_TTL) ttl = (ttl + 500) / 1000;
+            }
+        }
+        ticket = read_ticket(r, args, 1, 1, 1);
+        if (ticket < 0) return -1;
+        int m = snprintf(tmp, sizeof tmp, ":%lld\r\n", ttl);
+        return emit(r, tmp, m, ticket) < 0 ? -1 : 1;
+    }
+    }
+    return 0;
+}
+
+/* The state that sends every request through the Python pipeline (admission, an observer, WATCH, a session
+ * in MULTI or subscribed, CLIENT REPLY, ...): 1 if none of it holds, 0 if some does, -1 on error. */
+static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
+    int t;
+#define NEED_FALSE(o, n) do { t = attr_true(o, n); if (t != 0) return t < 0 ? -1 : 0; } while (0)
+#define NEED_TRUE(o, n) do { t = attr_true(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
+#define NEED_NONE(o, n) do { t = attr_is_none(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
+    NEED_FALSE(conn, s_closing);
+    NEED_TRUE(session, s_authenticated);
+    NEED_FALSE(session, s_in_multi);
+    NEED_FALSE(session, s_special);
+    NEED_FALSE(session, s_reply_off);
+    NEED_FALSE(session, s_reply_skip);
+    NEED_FALSE(session, s_asking);
+    NEED_NONE(session, s_decoded);
+    NEED_FALSE(session, s_close_after_reply);
+    PyObject *p = c->pipeline;
+    NEED_FALSE(p, s_admit_always);
+    NEED_NONE(p, s_observer);
+    NEED_FALSE(p, s_watchers);
+    NEED_TRUE(p, s_stats_enabled);
+    PyObject *pc = PyObject_GetAttr(p, s_perf_counter);
+    if (pc == NULL) return -1;
+    t = pc == c->perf_counter;   /* an injected clock: the Python path times with it */
+    Py_DECREF(pc);
+    if (!t) return 0;
+    NEED_FALSE(c->durability, s_refusing);
+    PyObject *ks = c->keyspace;
+    NEED_NONE(ks, s_track_access);
+    NEED_TRUE(ks, s_expire_enabled);
+    NEED_FALSE(ks, s_hide_expired);
+    NEED_FALSE(ks, s_deleted_by_server);
+    NEED_FALSE(c->hooks, s_own_feed);
+    return 1;
+#undef NEED_FALSE
+#undef NEED_TRUE
+#undef NEED_NONE
+}
+
+/* Writes back what a run counted (the Python objects hold every counter; the run only batches the adds). */
+static int run_finish(Run *r, double end) {
+    Core *c = r->core;
+    int rc = 0;
+    if (flush_out(r) < 0) rc = -1;
+    PyObject *mark = PyFloat_FromDouble(end);
+    if (mark == NULL || PyObject_SetAttr(c->pipeline, s_mark, mark) < 0) rc = -1;
+    Py_XDECREF(mark);
+    for (int i = 0; i < NCMD; i++) {
+        if (!r->calls[i]) continue;
+        if (attr_add(c->cmds[i], s_calls, r->calls[i]) < 0 || attr_add(c->cmds[i], s_usec, r->usec[i]) < 0)
+            rc = -1;
+    }
+    if (attr_add(c->pipeline, s_total_commands, r->commands) < 0
+        || attr_add(r->session, s_commands_processed, r->commands) < 0
+        || attr_add(c->keyspace, s_hits, r->hits) < 0 || attr_add(c->keyspace, s_misses, r->misses) < 0
+        || attr_add(c->keyspace, s_used_bytes, r->used_delta) < 0
+        || attr_add(c->keyspace, s_changes, r->changes) < 0)
+        rc = -1;
+    if (r->last_cmd != NULL && PyObject_SetAttr(r->session, s_last_cmd, r->last_cmd) < 0) rc = -1;
+    if (r->commands) {
+        c->fast_runs++;
+        c->fast_commands += r->commands;
+    }
+    return rc;
+}
+
+static void run_release(Run *r) {
+    Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
+    Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc); Py_XDECREF(r->access);
+    PyMem_Free(r->out.data);
+}
+
+#define OUTPUT_FLUSH_BYTES (1 << 20)
+
+/* run(conn, commands, start) -> (next, status): status 0 = commands[next] is for the Python path (or next is
+ * the end), 1 = the session or server state needs the Python path for the rest of this batch, 2 = replies
+ * passed connection.OUTPUT_FLUSH_BYTES after commands[next - 1]: the caller flushes (and parks if the client
+ * is not reading). */
+static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "run(conn, commands: list, start)");
+        return NULL;
+    }
+    PyObject *conn = argv[0], *commands = argv[1];
+    Py_ssize_t i = PyLong_AsSsize_t(argv[2]);
+    if (i < 0 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(commands);
+    if (i < n) {   /* the next request is not a fast command: leave at once, before any of the checks */
+        PyObject *first = PyList_GET_ITEM(commands, i);
+        if (!PyList_CheckExact(first) || PyList_GET_SIZE(first) == 0 || !PyBytes_CheckExact(PyList_GET_ITEM(first, 0))
+            || cmd_id(PyList_GET_ITEM(first, 0)) < 0)
+            return Py_BuildValue("(ni)", i, 0);
+    }
+    Run r;
+    memset(&r, 0, sizeof r);
+    r.core = self;
+    r.now_ms = -1;
+    int status = 0;
+    double start, end;
+    r.session = PyObject_GetAttr(conn, s_session);
+    if (r.session == NULL) return NULL;
+    int ok = fast_allowed(self, conn, r.session);
+    if (ok <= 0) {
+        Py_DECREF(r.session);
+        return ok < 0 ? NULL : Py_BuildValue("(ni)", i, 1);
+    }
+    r.outbox = PyObject_GetAttr(conn, s_outbox);
+    r.ready = r.outbox ? PyObject_GetAttr(r.outbox, s_ready) : NULL;
+    r.held = r.outbox ? PyObject_GetAttr(r.outbox, s_held) : NULL;
+    if (r.ready == NULL || r.held == NULL || !PyList_Check(r.ready) || !PyList_Check(r.held)) goto error;
+    r.resp3 = attr_ll(r.session, s_resp) == 3;
+    r.db_id = attr_ll(r.session, s_db_id);
+    if (PyErr_Occurred()) goto error;
+    r.ctx = PyObject_GetAttr(r.session, s_ctx);
+    if (r.ctx == NULL) goto error;
+    if (r.ctx == Py_None) { status = 1; goto done_early; }
+    r.db = PyObject_GetAttr(r.ctx, s_db);     /* the database call() runs in: the context's */
+    if (r.db == NULL) goto error;
+    if (attr_ll(r.db, s_id) != r.db_id) {     /* (never apart for a client; if they were, the Python path) */
+        if (PyErr_Occurred()) goto error;
+        status = 1;
+        goto done_early;
+    }
+    {
+        int slots_none = attr_is_none(r.db, s_slots);
+        if (slots_none < 0) goto error;
+        if (!slots_none) { status = 1; goto done_early; }   /* a cluster node: its slot index is kept there */
+    }
+    r.data = PyObject_GetAttr(r.db, s_data);
+    r.expires = PyObject_GetAttr(r.db, s_expires);
+    r.enc = PyObject_GetAttr(r.db, s_enc);
+    r.access = PyObject_GetAttr(r.db, s_access);
+    if (r.data == NULL || r.expires == NULL || r.enc == NULL || r.access == NULL) goto error;
+    if (!PyDict_CheckExact(r.data) || !PyDict_CheckExact(r.expires) || !PyDict_CheckExact(r.enc)
+        || !PyDict_CheckExact(r.access)) {
+        status = 1;
+        goto done_early;
+    }
+    {
+        PyObject *dur = self->durability;
+        int no_tracker = attr_is_none(dur, s_tracker);
+        int feeds = attr_true(dur, s_feeds);
+        r.needs_touched = attr_true(dur, s_needs_touched);
+        if (no_tracker < 0 || feeds < 0 || r.needs_touched < 0) goto error;
+        r.journal = !no_tracker || feeds;
+    }
+    r.threshold_us = attr_ll(self->monitors, s_threshold_us);
+    r.request_limit = attr_ll(self->monitors, s_request_limit);
+    r.reply_limit = attr_ll(self->monitors, s_reply_limit);
+    if (PyErr_Occurred()) goto error;
+    {
+        PyObject *m = PyObject_GetAttr(self->pipeline, s_mark);
+        if (m == NULL) goto error;
+        start = PyFloat_AsDouble(m);
+        Py_DECREF(m);
+        if (start == -1.0 && PyErr_Occurred()) goto error;
+    }
+    end = start;
+    for (; i < n; i++) {
+        PyObject *args = PyList_GET_ITEM(commands, i);
+        if (!PyList_CheckExact(args) || PyList_GET_SIZE(args) == 0) break;
+        PyObject *name = PyList_GET_ITEM(args, 0);
+        if (!PyBytes_CheckExact(name)) break;
+        int id = cmd_id(name);
+        if (id < 0) break;
+        PyObject *cmd = self->cmds[id];
+        if (cmd == NULL) break;
+        Py_ssize_t argc = PyList_GET_SIZE(args);
+        Py_ssize_t j;
+        for (j = 1; j < argc; j++)
+            if (!PyBytes_CheckExact(PyList_GET_ITEM(args, j))) break;
+        if (j < argc) break;
+        /* arity (the table's: a wrong count is answered by the Python path) */
+        int a = ARITY[id];
+        if ((a > 0 && argc != a) || (a < 0 && argc < -a)) break;
+        if (id == C_PING && argc > 2) break;
+        r.cur_args = args;
+        r.reply_len = 0;
+        int rc = run_one(&r, id, args, cmd);
+        if (rc < 0) goto error_counted;
+        if (rc == 0) break;
+        if (r.reply_len > r.reply_limit) {   /* COMMANDLOG large-reply, as connection._process checks it */
+            PyObject *nn = PyLong_FromSsize_t(r.reply_len);
+            PyObject *res = nn ? PyObject_CallMethodObjArgs(self->monitors, s_record_reply, r.session, cmd, args,
+                                                            nn, NULL) : NULL;
+            Py_XDECREF(nn);
+            if (res == NULL) goto error_counted;
+            Py_DECREF(res);
+        }
+        end = monotonic_s();
+        long long usec = (long long)((end - start) * 1e6);
+        start = end;
+        r.calls[id]++;
+        r.usec[id] += usec;
+        r.commands++;
+        r.last_cmd = cmd;
+        {   /* LATENCY HISTOGRAM: bucket usec.bit_length() */
+            int bucket = 0;
+            for (unsigned long long u = (unsigned long long)usec; u; u >>= 1) bucket++;
+            PyObject *lat = PyObject_GetAttr(cmd, s_latency);
+            if (lat == NULL) goto error_counted;
+            if (PyList_Check(lat) && bucket < PyList_GET_SIZE(lat)) {
+                PyObject *old = PyList_GET_ITEM(lat, bucket);
+                PyObject *inc = PyNumber_Add(old, one);
+                if (inc == NULL) { Py_DECREF(lat); goto error_counted; }
+                PyList_SetItem(lat, bucket, inc);
+            }
+            Py_DECREF(lat);
+        }
+        if (usec >= r.threshold_us) {
+            int skip = attr_true(cmd, s_skip_slowlog);
+            if (skip < 0) goto error_counted;
+            if (!skip) {
+                PyObject *us = PyLong_FromLongLong(usec);
+                PyObject *res = us ? PyObject_CallMethodObjArgs(self->monitors, s_record, r.session, cmd, args,
+                                                                us, NULL) : NULL;
+                Py_XDECREF(us);
+                if (res == NULL) goto error_counted;
+                Py_DECREF(res);
+            }
+        }
+        if (args_bytes(args) + 15 * argc + 13 > r.request_limit) {
+            PyObject *res = PyObject_CallMethodObjArgs(self->monitors, s_record_request, r.session, cmd, args,
+                                                       NULL);
+            if (res == NULL) goto error_counted;
+            Py_DECREF(res);
+        }
+        if (r.size > OUTPUT_FLUSH_BYTES) {
+            i++;
+            status = 2;
+            break;
+        }
+    }
+    if (run_finish(&r, end) < 0) goto error;
+    run_release(&r);
+    return Py_BuildValue("(ni)", i, status);
+done_early:
+    run_release(&r);
+    return Py_BuildValue("(ni)", i, status);
+error_counted:
+    {   /* keep what already ran counted, then raise */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        run_finish(&r, end);
+        PyErr_Restore(et, ev, tb);
+    }
+error:
+    run_release(&r);
+    return NULL;
+}
+
+static PyObject *core_stats(Core *self, PyObject *unused) {
+    return Py_BuildValue("{sLsL}", "fast_runs", self->fast_runs, "fast_commands", self->fast_commands);
+}
+
+static PyMethodDef core_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))core_run, METH_FASTCALL, "run(conn, commands, start) -> (next, status)"},
+    {"stats", (PyCFunction)core_stats, METH_NOARGS, "batches and commands run by the core"},
+    {NULL}
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "durakv.fastpath._core.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The compiled batch loop over one server's pipeline, keyspace and durability.",
+    .tp_methods = core_methods,
+    .tp_init = (initproc)core_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyMethodDef module_methods[] = {
+    {"parse", (PyCFunction)(void (*)(void))fast_parse, METH_FASTCALL,
+     "parse(buf, pos, end, commands, max_bulk_len) -> pos"},
+    {"encode_effects", (PyCFunction)fast_encode_effects, METH_O, "encode_effects(effects) -> bytes"},
+    {"effects_size", (PyCFunction)(void (*)(void))fast_effects_size, METH_FASTCALL,
+     "effects_size(effects, db) -> (bytes, db)"},
+    {NULL}
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_core", "durakv's compiled core", -1,
+                                       module_methods};
+
+#define INTERN(var, text) do { var = PyUnicode_InternFromString(text); if (var == NULL) return NULL; } while (0)
+
+PyMODINIT_FUNC PyInit__core(void) {
+    INTERN(s_session, "session"); INTERN(s_outbox, "outbox"); INTERN(s_closing, "closing");
+    INTERN(s_admit_always, "_admit_always"); INTERN(s_observer, "observer"); INTERN(s_watchers, "watchers");
+    INTERN(s_stats_enabled, "stats_enabled"); INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "_mark");
+    INTERN(s_refusing, "refusing"); INTERN(s_tracker, "tracker"); INTERN(s_feeds, "feeds");
+    INTERN(s_authenticated, "authenticated"); INTERN(s_in_multi, "in_multi"); INTERN(s_special, "special");
+    INTERN(s_reply_off, "reply_off"); INTERN(s_reply_skip, "reply_skip"); INTERN(s_asking, "asking");
+    INTERN(s_decoded, "decoded"); INTERN(s_close_after_reply, "close_after_reply"); INTERN(s_resp, "resp");
+    INTERN(s_db_id, "db_id"); INTERN(s_track_access, "track_access"); INTERN(s_expire_enabled, "expire_enabled");
+    INTERN(s_hide_expired, "hide_expired"); INTERN(s_deleted_by_server, "deleted_by_server");
+    INTERN(s_dbs, "dbs"); INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_enc, "enc");
+    INTERN(s_slots, "slots"); INTERN(s_own_feed, "own_feed"); INTERN(s_threshold_us, "threshold_us");
+    INTERN(s_request_limit, "request_limit"); INTERN(s_reply_limit, "reply_limit"); INTERN(s_ready, "ready");
+    INTERN(s_held, "held"); INTERN(s_hold, "hold"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");
+    INTERN(s_latency, "latency"); INTERN(s_skip_slowlog, "skip_slowlog"); INTERN(s_record, "record");
+    INTERN(s_record_request, "record_request"); INTERN(s_record_reply, "record_reply");
+    INTERN(s_total_commands, "total_commands"); INTERN(s_commands_processed, "commands_processed");
+    INTERN(s_last_cmd, "last_cmd"); INTERN(s_hits, "hits"); INTERN(s_misses, "misses");
+    INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
+    INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
+    INTERN(s_read_ticket, "read_ticket"); INTERN(s_last_write_index, "last_write_index");
+    INTERN(s_clock_ms, "clock_ms"); INTERN(s_set_expire, "set_expire"); INTERN(s_fast_runs, "fast_runs");
+    INTERN(s_fast_commands, "fast_commands"); INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
+    INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler"); INTERN(s_failed_calls, "failed_calls");
+    INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
+    INTERN(s_reading, "reading");
+    one = PyLong_FromLong(1);
+    if (one == NULL) return NULL;
+    b_SET = PyBytes_FromString("SET"); b_PXAT = PyBytes_FromString("PXAT");
+    b_KEEPTTL = PyBytes_FromString("KEEPTTL"); b_DEL = PyBytes_FromString("DEL");
+    if (!b_SET || !b_PXAT || !b_KEEPTTL || !b_DEL) return NULL;
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) return NULL;
+    return m;
+}

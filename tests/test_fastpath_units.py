@@ -1,0 +1,84 @@
+"""The compiled core's pure functions against their Python references: the request parser's fast path
+(protocol/parser.py), the effect encoder and the batch-size count (journal/codec.py)."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durakv import fastpath
+from durakv.journal import codec
+from durakv.protocol import parser as parser_mod
+from durakv.protocol.parser import RequestParser
+
+pytestmark = pytest.mark.skipif(fastpath.core is None, reason="needs the compiled core (pip install with gcc)")
+
+core = fastpath.core
+argv = st.lists(st.binary(max_size=40), min_size=1, max_size=6)
+effects = st.lists(st.tuples(st.sampled_from([0, 1, 9, 10, 15, 63, 64, 100]), argv.map(tuple)), min_size=1,
+                   max_size=5)
+
+
+@given(effects)
+def test_encode_effects_is_the_python_encoding(effs):
+    assert core.encode_effects(effs) == b"".join(codec.effect_pieces(effs))
+
+
+@given(effects, st.sampled_from([None, 0, 1, 64]))
+def test_effects_size_is_the_python_count(effs, db):
+    saved = codec._compiled_size
+    codec._compiled_size = None
+    try:
+        want = codec.effects_size(effs, db)
+    finally:
+        codec._compiled_size = saved
+    assert core.effects_size(effs, db) == want
+    assert core.effects_size(effs, None)[0] == len(core.encode_effects(effs))
+
+
+def _canonical(cmd):
+    return b"*%d\r\n" % len(cmd) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in cmd)
+
+
+# Bytes a client may send: canonical requests, and the damage the exact parser must judge (the compiled parse
+# must stop there, before it, never take it).
+pieces = st.one_of(
+    argv.map(_canonical),
+    st.sampled_from([b"*0\r\n", b"*-1\r\n", b"*01\r\n$1\r\na\r\n", b"*1\r\n$01\r\na\r\n", b"*1\r\n$-1\r\n",
+                     b"*1\r\n$+1\r\na\r\n", b"*1\r\n:1\r\n", b"PING\r\n", b"*1\r\n$3\r\nab", b"*2\r\n$1\r\na\r\n",
+                     b"*1\r\n$4\r\nabcdXY", b"*1\r", b"*", b"*1\r\n$2\r\nab\r\n", b"*3000000\r\n",
+                     b"*1\r\n$99999999999\r\n", b"\r\n", b"*1\n$1\na\n"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(pieces, max_size=6), st.integers(1, 64))
+def test_parser_with_the_compiled_fast_path_reads_what_the_python_one_reads(chunks, cut):
+    """The same stream, fed in the same slices, through a parser using the compiled fast path and one using
+    hiredis alone: the same requests and the same error, read for read."""
+    data = b"".join(chunks)
+    slices = [data[i:i + cut] for i in range(0, len(data), cut)] or [b""]
+    saved = parser_mod._compiled_parse
+    try:
+        results = []
+        for parse in (core.parse, None):
+            parser_mod.use_compiled(parse)
+            p = RequestParser(max_bulk_len=1000)
+            out = []
+            for s in slices:
+                commands, error = p.feed(s)
+                out.append((commands, error))
+                if error is not None:
+                    break
+            results.append(out)
+    finally:
+        parser_mod.use_compiled(saved)
+    assert results[0] == results[1]
+
+
+def test_compiled_parse_stops_at_what_it_cannot_vouch_for():
+    buf = _canonical([b"SET", b"k", b"v"]) + b"*1\r\n$01\r\na\r\n"
+    commands = []
+    assert core.parse(buf, 0, len(buf), commands, 1000) == len(_canonical([b"SET", b"k", b"v"]))
+    assert commands == [[b"SET", b"k", b"v"]]
+    big = _canonical([b"SET", b"k", b"x" * 20])
+    assert core.parse(big, 0, len(big), [], 10) == 0      # over proto-max-bulk-len: the exact parser refuses it
