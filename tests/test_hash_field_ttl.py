@@ -916,3 +916,27 @@ def test_migrate_to_valkey91_keeps_field_ttls(shared_server, valkey91):
         vk.flushall()
         dk.close()
         vk.close()
+
+
+def test_fast_commands_see_field_ttls(r):
+    """HGET, DEL and SET, which the compiled core runs itself (fastpath/_core.c), on a database with field TTLs:
+    HGET skips a field whose TTL passed, DEL and SET drop the key's field TTLs (a hash later copied to that name
+    does not get them back)."""
+    r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+    try:
+        r.hset("h", mapping={"a": "1", "b": "2"})
+        r.execute_command("HPEXPIRE", "h", 1, "FIELDS", 1, "a")
+        _wait_hidden([r], "h", ["a"])
+        assert r.hget("h", "a") is None and r.hget("h", "b") == b"2"
+        r.hset("x", "f", "1")
+        r.execute_command("HEXPIRE", "x", 100, "FIELDS", 1, "f")
+        assert r.delete("x") == 1
+        r.hset("src", "f", "1")
+        assert r.copy("src", "x")
+        assert r.execute_command("HTTL", "x", "FIELDS", 1, "f") == [-1]
+        r.hset("y", "f", "1")
+        r.execute_command("HEXPIRE", "y", 100, "FIELDS", 1, "f")
+        assert r.set("y", "s")
+        assert r.info("keyspace")["db0"]["keys_with_volatile_items"] == 1     # h's stored expired field
+    finally:
+        r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1")

@@ -356,6 +356,7 @@ class Keyspace:
         keys, and the hash is not deleted in between)."""
         h = db.data.get(key)
         if type(h) is not dict:
+            db.hexpires.pop(key, None)   # TTLs left behind by a path that replaced the hash: nothing to expire
             return
         before = 0 if silent else estimate_key(key, h)
         removed = []
