@@ -80,6 +80,8 @@ def _argument(flat):
         a["key_spec_index"] = d["key_spec_index"]
     if "token" in d:
         a["token"] = d["token"].decode()
+    if "since" in d:
+        a["since"] = d["since"].decode()
     for f in d.get("flags", ()):
         a[f.decode()] = True
     if "arguments" in d:

@@ -14,7 +14,7 @@ import pprint
 import sys
 
 ARG_FIELDS = ("name", "type", "token", "optional", "multiple", "multiple_token",
-              "key_spec_index", "display_text", "value")
+              "key_spec_index", "display_text", "value", "since")
 
 
 def clean_args(args):

@@ -230,7 +230,7 @@ def valkey91_binary():
 
 class OracleServer:
     """A real valkey-server 9.1.2 on a free loopback port, with no persistence: the reference durakv's replies
-    are compared with at test time."""
+    are compared with at test time. DEBUG is allowed from loopback (DEBUG SET-ACTIVE-EXPIRE)."""
 
     def __init__(self, binary, data_dir):
         self.binary = binary
@@ -241,7 +241,7 @@ class OracleServer:
     def start(self):
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.data_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             "--dir", self.data_dir, "--enable-debug-command", "local"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
         def ready():
             if self.proc.poll() is not None:

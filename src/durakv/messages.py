@@ -90,6 +90,8 @@ NOSCORES_ONLY_ZSCAN = "ERR NOSCORES option can only be used in ZSCAN"
 DECREMENT_OVERFLOW = "ERR decrement would overflow"
 GT_LT_INCOMPATIBLE = "ERR GT and LT options at the same time are not compatible"
 UNSUPPORTED_OPTION = "ERR Unsupported option {}"
+# hash field expiration (Valkey 9: HEXPIRE, HSETEX, HGETEX, HGETDEL, HPERSIST)
+NUMFIELDS_MISMATCH = "ERR numfields should be greater than 0 and match the provided number of fields"
 # -- bitmaps / HyperLogLog / LCS --
 BIT_OFFSET = "ERR bit offset is not an integer or out of range"
 BIT_VALUE = "ERR bit is not an integer or out of range"

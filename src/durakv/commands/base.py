@@ -90,7 +90,20 @@ class Context:
         return self.lookup_type(key, bytes)
 
     def lookup_hash(self, key):
+        """The stored hash at key (for writers: fields whose TTL passed are still in it), None, WRONGTYPE."""
         return self.lookup_type(key, dict)
+
+    def read_hash(self, key):
+        """The hash at key as readers see it: without fields whose TTL passed (keyspace.live_hash)."""
+        h = self.keyspace.lookup(self.db, key)
+        if h is None:
+            return None
+        if type(h) is not dict:
+            raise WrongType()
+        db = self.db
+        if db.hexpires and key in db.hexpires:
+            return self.keyspace.live_hash(db, key, h)
+        return h
 
     def lookup_list(self, key):
         return self.lookup_type(key, deque)
@@ -118,6 +131,8 @@ class Context:
             db.enc.pop(key, None)  # a new value starts from its own encoding (keyspace/encoding.py)
         if not keep_ttl and db.expires:
             db.expires.pop(key, None)
+        if db.hexpires:
+            db.hexpires.pop(key, None)   # a new value: the old hash's field TTLs go with it
 
     def delete(self, key) -> bool:
         return self.keyspace.delete(self.db, key)

@@ -71,11 +71,14 @@ def _lookup_by_pattern(ctx, compiled, element):
     if compiled is _ELEMENT:
         return element
     prefix, suffix, field = compiled
-    value = ctx.keyspace.lookup(ctx.db, prefix + element + suffix)
+    key = prefix + element + suffix
+    value = ctx.keyspace.lookup(ctx.db, key)
     if value is None:
         return None
     if field is not None:
-        return value.get(field) if type(value) is dict else None
+        if type(value) is not dict or (ctx.db.hexpires and ctx.keyspace.field_expired(ctx.db, key, field)):
+            return None
+        return value.get(field)
     return value if type(value) is bytes else None
 
 
@@ -287,9 +290,18 @@ class _BadData(Exception):
     pass
 
 
-def dump_payload(value) -> bytes:
+class WithFieldTTLs:
+    """A decoded hash payload that carries field TTLs (RDB_TYPE_HASH_2): the value and {field: expire_at_ms}."""
+    __slots__ = ("value", "field_ttls")
+
+    def __init__(self, value, field_ttls):
+        self.value = value
+        self.field_ttls = field_ttls
+
+
+def dump_payload(value, field_ttls=None) -> bytes:
     try:
-        return rdbvalue.dump(value)
+        return rdbvalue.dump(value, field_ttls)
     except rdbvalue.RdbError as exc:       # an empty collection: Valkey never stores one either
         raise TypeError(str(exc)) from None
 
@@ -319,13 +331,14 @@ def _split(buf, pos, end, count, lengths):
 
 
 def load_payload(payload: bytes, clock_ms=None):
-    """The value a verified payload holds (clock_ms: "now" for a stream's consumers). Raises _BadData when
-    its body is malformed."""
+    """The value a verified payload holds (clock_ms: "now" for a stream's consumers), a WithFieldTTLs for a
+    hash with field TTLs. Raises _BadData when its body is malformed."""
     if not _legacy_payload(payload):
         try:
-            return rdbvalue.load(payload, clock_ms)
+            value, field_ttls = rdbvalue.load_with_field_ttls(payload, clock_ms)
         except rdbvalue.RdbError:
             raise _BadData() from None
+        return WithFieldTTLs(value, field_ttls) if field_ttls else value
     end = len(payload) - _FOOTER.size
     tag = payload[0]
     if tag == _TAG_STRING:
@@ -438,9 +451,12 @@ def dump(ctx, args):
     value = ctx.lookup(args[1])
     if value is None:
         return None
+    key = args[1]
+    field_ttls = ctx.db.hexpires.get(key) if ctx.db.hexpires else None
+    if field_ttls is not None:
+        field_ttls = dict(field_ttls)
     if dump_off_loop(value):
         # the key stays locked (its value unchanged) while a worker encodes it; the reply is a Deferred
-        key = args[1]
 
         def dumped(fctx, result):
             if isinstance(result, RuntimeError):
@@ -448,12 +464,12 @@ def dump(ctx, args):
                 # path past admission could do that (the lock holds every client's write back); encoded here
                 # as it is now
                 now = fctx.lookup(key)
-                return dump_payload(now) if now is not None else None
+                return dump_payload(now, fctx.db.hexpires.get(key)) if now is not None else None
             return _result(fctx, result)
-        deferred = ctx.pipeline.off_loop(ctx, args, (key,), lambda: dump_payload(value), dumped)
+        deferred = ctx.pipeline.off_loop(ctx, args, (key,), lambda: dump_payload(value, field_ttls), dumped)
         if deferred is not None:
             return deferred
-    return dump_payload(value)
+    return dump_payload(value, field_ttls)
 
 
 def decode_payload(payload, clock_ms):
@@ -504,6 +520,9 @@ def restore(ctx, args):
         value = decode_payload(payload, ctx.keyspace.clock_ms)
     if isinstance(value, Exception):
         raise value
+    field_ttls = None
+    if type(value) is WithFieldTTLs:
+        value, field_ttls = value.value, value.field_ttls
 
     deleted = ctx.delete(key) if replace else False
     now = ctx.now_ms()
@@ -515,6 +534,9 @@ def restore(ctx, args):
             ctx.propagate(b"UNLINK" if ctx.keyspace.unlink_server_del else b"DEL", key)   # lazyfree-lazy-server-del
         return OK
     ctx.store(key, value)
+    if field_ttls:
+        ctx.db.field_ttls_into(key, field_ttls)
+        ctx.db.enc[key] = encoding.HASHTABLE   # RDB_TYPE_HASH_2 loads as a hashtable
     if ttl:
         ctx.set_expire(key, ttl)
         if not absttl:
@@ -577,7 +599,7 @@ def migrate(ctx, args):
         timeout_ms = 1000
     port = atoi(args[2])
     now = ctx.now_ms()
-    entries = []                        # (key, ttl_ms, value) of the keys present
+    entries = []                        # (key, ttl_ms, value, field TTLs) of the keys present
     for key in dict.fromkeys(args[first_key:first_key + num_keys]):
         value = ctx.lookup(key)
         if value is None:
@@ -586,7 +608,8 @@ def migrate(ctx, args):
         ttl_ms = 0
         if expire_at_ms is not None:
             ttl_ms = max(expire_at_ms - now, 1)
-        entries.append((key, ttl_ms, value))
+        field_ttls = ctx.db.hexpires.get(key)
+        entries.append((key, ttl_ms, value, dict(field_ttls) if field_ttls else None))
     if not entries:
         return _NOKEY
     name = b"RESTORE-ASKING" if ctx.port.cluster.routing() is not None else b"RESTORE"
@@ -597,8 +620,8 @@ def migrate(ctx, args):
     def work():
         # the values are those of the keys now: the keys stay locked until finish
         commands = []
-        for key, ttl_ms, value in entries:
-            cmd = [name, key, b"%d" % ttl_ms, dump_payload(value)]
+        for key, ttl_ms, value, field_ttls in entries:
+            cmd = [name, key, b"%d" % ttl_ms, dump_payload(value, field_ttls)]
             if replace:
                 cmd.append(b"REPLACE")
             commands.append(cmd)

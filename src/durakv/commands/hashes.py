@@ -2,6 +2,13 @@
 
 Effects: HSET/HMSET/HSETNX/HDEL/HINCRBY are deterministic and propagate themselves; HINCRBYFLOAT
 propagates `HSET key field <result>` so replicas and recovery never redo float arithmetic.
+
+Field TTLs (commands/hash_ttl.py) keep a field whose TTL passed in the dict until active expiry removes it:
+readers skip such a field (ctx.read_hash, _get), HLEN counts it (as Valkey's does), a write treats it as
+absent. Where a write's own effect would replay differently on a node where that field has not expired
+(replay and replicas expire nothing), the effect says what happened: HSETNX or HINCRBY of an expired field
+-> `HSET key field value`, HINCRBYFLOAT of a field that keeps its TTL -> `HSETEX key KEEPTTL FIELDS 1 field
+value`; HDEL names only the fields it deleted. HSET clears the TTL of the fields it sets.
 """
 
 from itertools import islice
@@ -24,9 +31,12 @@ def hset(ctx, args):
     key = args[1]
     h = ctx.lookup_hash(key)
     new_key = h is None
+    revived = 0
     if new_key:
         h = {}
         ctx.store(key, h)
+    elif ctx.db.hexpires and key in ctx.db.hexpires:
+        revived = _clear_ttls(ctx, key, args[2::2])
     before = len(h)
     if n == 4:
         h[args[2]] = args[3]
@@ -35,7 +45,32 @@ def hset(ctx, args):
         h.update(zip(it, it))
     written(ctx, key, h, args[2:], new_key)
     ctx.propagate_args(args)
-    return len(h) - before
+    return len(h) - before + revived
+
+
+def _clear_ttls(ctx, key, fields) -> int:
+    """HSET's fields lose their TTL; returns how many distinct ones had expired (they count as new)."""
+    db = ctx.db
+    ks = ctx.keyspace
+    revived = 0
+    for f in set(fields) if len(fields) > 1 else fields:
+        if ks.field_expired(db, key, f):
+            revived += 1
+        db.clear_field_expire(key, f)
+    return revived
+
+
+def _expired(ctx, key, field) -> bool:
+    db = ctx.db
+    return bool(db.hexpires) and ctx.keyspace.field_expired(db, key, field)
+
+
+def _get(ctx, key, h, field):
+    """The value of a live field of h (at key), or None."""
+    value = h.get(field)
+    if value is not None and ctx.db.hexpires and ctx.keyspace.field_expired(ctx.db, key, field):
+        return None
+    return value
 
 
 def written(ctx, key, h, argv_values, new_key=False):
@@ -58,7 +93,15 @@ def hsetnx(ctx, args):
         h = {field: args[3]}
         ctx.store(key, h)
     elif field in h:
-        return 0
+        if not _expired(ctx, key, field):
+            return 0
+        # an expired field is set as a new one, without its TTL: replay, where it has not expired, would
+        # see HSETNX fail
+        h[field] = args[3]
+        ctx.db.clear_field_expire(key, field)
+        written(ctx, key, h, args[2:4])
+        ctx.propagate(b"HSET", key, field, args[3])
+        return 1
     else:
         h[field] = args[3]
     written(ctx, key, h, args[2:4], new_key)
@@ -69,14 +112,21 @@ def hsetnx(ctx, args):
 @command("hget")
 def hget(ctx, args):
     h = ctx.lookup_hash(args[1])
-    return None if h is None else h.get(args[2])
+    if h is None:
+        return None
+    if ctx.db.hexpires:
+        return _get(ctx, args[1], h, args[2])
+    return h.get(args[2])
 
 
 @command("hmget")
 def hmget(ctx, args):
-    h = ctx.lookup_hash(args[1])
+    key = args[1]
+    h = ctx.lookup_hash(key)
     if h is None:
         return [None] * (len(args) - 2)
+    if ctx.db.hexpires and key in ctx.db.hexpires:
+        return [_get(ctx, key, h, f) for f in args[2:]]
     get = h.get
     return [get(f) for f in args[2:]]
 
@@ -87,6 +137,22 @@ def hdel(ctx, args):
     h = ctx.lookup_hash(key)
     if h is None:
         return 0
+    db = ctx.db
+    if db.hexpires and key in db.hexpires:
+        # a field whose TTL passed is not deleted (Valkey's HDEL does not find it): the effect names the
+        # fields that went, which replay, where nothing has expired, deletes the same
+        gone = []
+        for field in args[2:]:
+            if field in h and not ctx.keyspace.field_expired(db, key, field):
+                del h[field]
+                db.clear_field_expire(key, field)
+                gone.append(field)
+                if not h:
+                    break
+        if gone:
+            ctx.delete_if_empty(key, h)
+            ctx.propagate(b"HDEL", key, *gone)
+        return len(gone)
     deleted = 0
     for field in args[2:]:
         if h.pop(field, None) is not None:
@@ -101,6 +167,7 @@ def hdel(ctx, args):
 
 @command("hlen")
 def hlen(ctx, args):
+    # Valkey's hashTypeLength: fields whose TTL passed count until active expiry removes them
     h = ctx.lookup_hash(args[1])
     return 0 if h is None else len(h)
 
@@ -110,31 +177,31 @@ def hstrlen(ctx, args):
     h = ctx.lookup_hash(args[1])
     if h is None:
         return 0
-    value = h.get(args[2])
+    value = _get(ctx, args[1], h, args[2])
     return 0 if value is None else len(value)
 
 
 @command("hexists")
 def hexists(ctx, args):
     h = ctx.lookup_hash(args[1])
-    return 1 if h is not None and args[2] in h else 0
+    return 1 if h is not None and args[2] in h and not _expired(ctx, args[1], args[2]) else 0
 
 
 @command("hkeys")
 def hkeys(ctx, args):
-    h = ctx.lookup_hash(args[1])
+    h = ctx.read_hash(args[1])
     return [] if h is None else list(h)
 
 
 @command("hvals")
 def hvals(ctx, args):
-    h = ctx.lookup_hash(args[1])
+    h = ctx.read_hash(args[1])
     return [] if h is None else list(h.values())
 
 
 @command("hgetall")
 def hgetall(ctx, args):
-    h = ctx.lookup_hash(args[1])
+    h = ctx.read_hash(args[1])
     # A copy: inside MULTI the reply is encoded after later commands may have changed the hash.
     return {} if h is None else dict(h)
 
@@ -145,6 +212,9 @@ def hincrby(ctx, args):
     key, field = args[1], args[2]
     h = ctx.lookup_hash(key)
     old = None if h is None else h.get(field)
+    expired = old is not None and _expired(ctx, key, field)
+    if expired:
+        old = None
     value = 0 if old is None else parse_int(old, messages.HASH_VALUE_NOT_INTEGER)
     value += incr
     if not INT64_MIN <= value <= INT64_MAX:
@@ -155,7 +225,12 @@ def hincrby(ctx, args):
         ctx.store(key, h)
     h[field] = b"%d" % value
     written(ctx, key, h, (field, h[field]), new_key)
-    ctx.propagate_args(args)
+    if expired:
+        # counted from 0 and without its old TTL: replay, where the field has not expired, must not add
+        ctx.db.clear_field_expire(key, field)
+        ctx.propagate(b"HSET", key, field, h[field])
+    else:
+        ctx.propagate_args(args)   # a live field keeps its TTL (hincrbyCommand), here and on replay
     return value
 
 
@@ -169,6 +244,13 @@ def hincrbyfloat(ctx, args):
     key, field = args[1], args[2]
     h = ctx.lookup_hash(key)
     old = None if h is None else h.get(field)
+    keeps_ttl = False
+    if old is not None and ctx.db.hexpires and key in ctx.db.hexpires:
+        if _expired(ctx, key, field):
+            old = None
+            ctx.db.clear_field_expire(key, field)   # a new field, without the old TTL
+        else:
+            keeps_ttl = field in ctx.db.hexpires[key]
     if old is None:
         value = incr
     else:
@@ -187,7 +269,11 @@ def hincrbyfloat(ctx, args):
         ctx.store(key, h)
     h[field] = text
     written(ctx, key, h, (field, text), new_key)
-    ctx.propagate(b"HSET", key, field, text)
+    if keeps_ttl:
+        # HSET would drop the field's TTL on replay; HSETEX KEEPTTL sets the value and keeps it
+        ctx.propagate(b"HSETEX", key, b"KEEPTTL", b"FIELDS", b"1", field, text)
+    else:
+        ctx.propagate(b"HSET", key, field, text)
     return text
 
 
@@ -195,9 +281,11 @@ def hincrbyfloat(ctx, args):
 def hrandfield(ctx, args):
     n = len(args)
     if n == 2:
-        h = ctx.lookup_hash(args[1])
+        h = ctx.read_hash(args[1])
         if h is None:
             return None
+        if not h:
+            return None    # only fields whose TTL passed: Valkey finds none to return
         return next(islice(h, ctx.keyspace.rng.randrange(len(h)), None))
     count = parse_int(args[2])
     if count < -INT64_MAX:
@@ -209,8 +297,8 @@ def hrandfield(ctx, args):
         withvalues = True
         if not -(INT64_MAX // 2) <= count <= INT64_MAX // 2:
             raise CommandError(messages.VALUE_OUT_OF_RANGE)
-    h = ctx.lookup_hash(args[1])
-    if h is None or count == 0:
+    h = ctx.read_hash(args[1])
+    if h is None or count == 0 or not h:
         return []
     rng = ctx.keyspace.rng
     size = len(h)

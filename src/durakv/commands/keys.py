@@ -142,10 +142,13 @@ def _rename(ctx, src, dst, nx):
         ctx.delete(dst)
     expire = ctx.ttl_ms(src)
     enc = ctx.db.enc.get(src)  # the value keeps its encoding under its new name
+    field_ttls = ctx.db.hexpires.get(src)   # and a hash its field TTLs
     ctx.delete(src)
     ctx.store(dst, value)
     if enc is not None:
         ctx.db.enc[dst] = enc
+    if field_ttls is not None:
+        ctx.db.field_ttls_into(dst, field_ttls)
     if expire is not None:
         ctx.set_expire(dst, expire)
     ctx.propagate(b"RENAME", src, dst)
@@ -187,6 +190,9 @@ def copy(ctx, args):
     enc = src_db.enc.get(key)  # Valkey's COPY duplicates the object, encoding included
     if enc is not None:
         dst_db.enc[newkey] = enc
+    field_ttls = src_db.hexpires.get(key)   # and a hash's field TTLs (hashTypeDup)
+    if field_ttls is not None:
+        dst_db.field_ttls_into(newkey, field_ttls)
     if expire is not None:
         dst_db.set_expire(newkey, expire)
     if dst_db is not src_db:
@@ -215,12 +221,15 @@ def move(ctx, args):
         return 0
     expire = src_db.expires.get(key)
     enc = src_db.enc.get(key)
+    field_ttls = src_db.hexpires.get(key)
     ctx.delete(key)
     if dst_db.slots is not None:
         dst_db.slots.add(key)
     dst_db.data[key] = value
     if enc is not None:
         dst_db.enc[key] = enc
+    if field_ttls is not None:
+        dst_db.field_ttls_into(key, field_ttls)
     if expire is not None:
         dst_db.set_expire(key, expire)
     ks.used_bytes += estimate_key(key, value)  # the pipeline saw it leave the source db

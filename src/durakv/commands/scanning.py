@@ -19,6 +19,11 @@ def scan_collection(ctx, args, typ):
     match = opts.match
     if match is not None:
         items = [item for item in items if match(item)]
+    if typ is dict and items and ctx.db.hexpires and args[1] in ctx.db.hexpires:
+        gone = ctx.keyspace.expired_fields_of(ctx.db, args[1])
+        if gone:
+            gone = set(gone)
+            items = [f for f in items if f not in gone]   # fields whose TTL passed are not returned
     if typ is dict and not opts.only_keys:
         flat = []
         for field in items:

@@ -369,6 +369,8 @@ def _args_doc(arguments):
             d[b"key_spec_index"] = a["key_spec_index"]
         if "token" in a:
             d[b"token"] = a["token"].upper().encode()  # Valkey's generator upper-cases tokens
+        if "since" in a:
+            d[b"since"] = a["since"].encode()          # the release that added the argument (commandAddReplyArg)
         flags = [f for f in ("optional", "multiple", "multiple_token") if a.get(f)]
         if flags:
             d[b"flags"] = RespSet(flags)
@@ -521,7 +523,8 @@ def swapdb(ctx, args):
         da, db_ = dbs[a], dbs[b]
         ctx.pipeline.touch_db_watched(da, db_)
         ctx.pipeline.touch_db_watched(db_, da)
-        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses", "enc", "slots"):
+        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses", "enc", "slots",
+                      "hexpires", "hexpiry_heap", "hexpiry_mark"):
             va, vb = getattr(da, field), getattr(db_, field)
             setattr(da, field, vb)
             setattr(db_, field, va)

@@ -379,7 +379,7 @@ static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer,
     *s_stats_enabled, *s_perf_counter, *s_mark, *s_refusing, *s_tracker, *s_feeds, *s_authenticated,
     *s_in_multi, *s_special, *s_reply_off, *s_reply_skip, *s_asking, *s_decoded, *s_close_after_reply, *s_resp,
     *s_db_id, *s_track_access, *s_expire_enabled, *s_hide_expired, *s_deleted_by_server, *s_dbs, *s_data,
-    *s_expires, *s_enc, *s_slots, *s_own_feed, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
+    *s_expires, *s_hexpires, *s_enc, *s_slots, *s_own_feed, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
     *s_held, *s_hold, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_read_ticket, *s_last_write_index,
@@ -1402,6 +1402,14 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
         if (slots == Py_None) Py_DECREF(slots);
         else r.slots = slots;
     }
+    {   /* hash field TTLs in this db (HEXPIRE & co.): HGET must skip expired fields and DEL/SET drop the key's
+           TTLs (keyspace/db.py), so the Python path runs; no fast command creates one */
+        PyObject *hx = PyObject_GetAttr(r.db, s_hexpires);
+        if (hx == NULL) goto error;
+        int some = !PyDict_CheckExact(hx) || PyDict_GET_SIZE(hx) != 0;
+        Py_DECREF(hx);
+        if (some) { status = 1; goto done_early; }
+    }
     r.data = PyObject_GetAttr(r.db, s_data);
     r.expires = PyObject_GetAttr(r.db, s_expires);
     r.enc = PyObject_GetAttr(r.db, s_enc);
@@ -1583,7 +1591,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_decoded, "decoded"); INTERN(s_close_after_reply, "close_after_reply"); INTERN(s_resp, "resp");
     INTERN(s_db_id, "db_id"); INTERN(s_track_access, "track_access"); INTERN(s_expire_enabled, "expire_enabled");
     INTERN(s_hide_expired, "hide_expired"); INTERN(s_deleted_by_server, "deleted_by_server");
-    INTERN(s_dbs, "dbs"); INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_enc, "enc");
+    INTERN(s_dbs, "dbs"); INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires"); INTERN(s_enc, "enc");
     INTERN(s_slots, "slots"); INTERN(s_own_feed, "own_feed"); INTERN(s_threshold_us, "threshold_us");
     INTERN(s_request_limit, "request_limit"); INTERN(s_reply_limit, "reply_limit"); INTERN(s_ready, "ready");
     INTERN(s_held, "held"); INTERN(s_hold, "hold"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");

@@ -70,11 +70,32 @@ class ServerDeletion(tuple):
     those apart and at once, never inside a command's MULTI/EXEC: the replication stream keeps them apart."""
     __slots__ = ()
 
+
+class FieldsExpired(tuple):
+    """The `reason` of a deleted_by_server entry (db_id, key, reason) for hash fields the server removed
+    because their TTL passed: the fields, in order. Its effect is `HDEL key field ...`. `silent` entries are
+    expired fields a write replaces (HSETEX ... KEEPTTL): journaled so that replay does not keep their old
+    TTL, with no keyspace event (Valkey overwrites such a field in place and tells nobody). `key_deleted`:
+    the hash had no field left and is gone."""
+    __slots__ = ()
+    silent = False
+    key_deleted = False
+
+
+class _SilentFieldsExpired(FieldsExpired):
+    __slots__ = ()
+    silent = True
+
+
+class _LastFieldsExpired(FieldsExpired):
+    __slots__ = ()
+    key_deleted = True
+
 class Db:
     """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
 
     __slots__ = ("id", "data", "expires", "access", "expiry_heap", "_sample", "_sample_misses",
-                 "avg_ttl_ms", "enc", "slots")
+                 "avg_ttl_ms", "enc", "slots", "hexpires", "hexpiry_heap", "hexpiry_mark")
 
     def __init__(self, db_id: int):
         self.id = db_id
@@ -89,6 +110,12 @@ class Db:
         # keyspace.slotindex.SlotIndex of the keys per cluster slot, kept by store()/delete()/clear() once
         # Keyspace.index_slots() turned it on (cluster mode: what slot migration reads); None otherwise
         self.slots = None
+        # Hash field TTLs (Valkey 9's HEXPIRE ...): key -> {field: expire_at_ms} for the hashes that have
+        # some, beside the plain dict value (which every hash read uses as is), and a heap of
+        # (expire_at_ms, key, field) for active expiry, checked against `hexpires` on pop
+        self.hexpires = {}
+        self.hexpiry_heap = []
+        self.hexpiry_mark = 4096   # the heap is checked for stale entries once it is twice this long
 
     def __len__(self):
         return len(self.data)
@@ -96,6 +123,29 @@ class Db:
     def set_expire(self, key: bytes, expire_at_ms: int):
         self.expires[key] = expire_at_ms
         heapq.heappush(self.expiry_heap, (expire_at_ms, key))
+
+    def set_field_expire(self, key: bytes, field: bytes, expire_at_ms: int):
+        ttls = self.hexpires.get(key)
+        if ttls is None:
+            ttls = self.hexpires[key] = {}
+        ttls[field] = expire_at_ms
+        heapq.heappush(self.hexpiry_heap, (expire_at_ms, key, field))
+
+    def clear_field_expire(self, key: bytes, field: bytes) -> bool:
+        """Drops field's TTL; True if it had one."""
+        ttls = self.hexpires.get(key)
+        if ttls is None or ttls.pop(field, None) is None:
+            return False
+        if not ttls:
+            del self.hexpires[key]
+        return True
+
+    def field_ttls_into(self, key: bytes, ttls):
+        """Gives key the field TTLs {field: expire_at_ms} (a copy), replacing any it had (RENAME, COPY, MOVE,
+        RESTORE)."""
+        self.hexpires.pop(key, None)
+        for field, at in ttls.items():
+            self.set_field_expire(key, field, at)
 
     def random_keys(self, count: int, rng: random.Random, from_expires=False):
         """Up to `count` random live keys (may repeat), O(1) amortized: samples a snapshot of the
@@ -133,6 +183,8 @@ class Db:
         self.access.clear()
         self.expiry_heap.clear()
         self.enc.clear()
+        self.hexpires.clear()
+        self.hexpiry_heap.clear()
         self._sample = []
 
 
@@ -160,6 +212,7 @@ class Keyspace:
         self.hits = 0
         self.misses = 0
         self.expired_keys = 0
+        self.expired_fields = 0      # hash fields removed because their TTL passed (INFO expired_fields)
         self.evicted_keys = 0
         self.changes = 0             # effects recorded (Valkey's server.dirty)
         self.changes_saved = 0       # changes when the last successful snapshot started
@@ -234,10 +287,15 @@ class Keyspace:
             db.access.pop(key, None)
         if db.enc:
             db.enc.pop(key, None)
+        if db.hexpires:
+            db.hexpires.pop(key, None)
         return True
 
-    def deletion_effect(self, key: bytes, reason: str):
-        """The effect of a deletion the server made on its own: UNLINK or DEL as Valkey's propagateDeletion."""
+    def deletion_effect(self, key: bytes, reason):
+        """The effect of a deletion the server made on its own: UNLINK or DEL as Valkey's propagateDeletion,
+        HDEL for expired hash fields."""
+        if type(reason) in _FIELD_REASONS:
+            return ServerDeletion((b"HDEL", key) + tuple(reason))
         unlink = self.unlink_expired if reason == "expired" else self.unlink_evicted
         return ServerDeletion((b"UNLINK" if unlink else b"DEL", key))
 
@@ -256,6 +314,103 @@ class Keyspace:
         else:
             self.evicted_keys += 1
         self.deleted_by_server.append((db.id, key, reason))
+
+    # -- hash field expiry ----------------------------------------------------------------------
+    # A field whose TTL passed stays in the hash's dict until active expiry removes it (Valkey 9 does the same:
+    # reads skip it, HLEN still counts it, the key exists while it holds only such fields); the readers go
+    # through live_hash / field_expired. While time does not pass for keys (replay, a replica applying its
+    # primary's effects) no field is expired; a replica's readers still do not see them (hide_expired).
+
+    def expired_fields_of(self, db: Db, key: bytes, now_ms=None):
+        """The fields of hash key whose TTL has passed (still stored), in no particular order."""
+        ttls = db.hexpires.get(key)
+        if ttls is None or not (self.expire_enabled or self.hide_expired):
+            return ()
+        now = self.clock_ms() if now_ms is None else now_ms
+        return [f for f, at in ttls.items() if at <= now]
+
+    def live_hash(self, db: Db, key: bytes, h):
+        """The hash h (at key) as a reader sees it: h itself, or a filtered copy when some of its fields
+        have expired."""
+        if not db.hexpires or key not in db.hexpires:
+            return h
+        gone = self.expired_fields_of(db, key)
+        if not gone:
+            return h
+        gone = set(gone)
+        return {f: v for f, v in h.items() if f not in gone}
+
+    def field_expired(self, db: Db, key: bytes, field: bytes, now_ms=None) -> bool:
+        ttls = db.hexpires.get(key) if db.hexpires else None
+        if ttls is None:
+            return False
+        at = ttls.get(field)
+        if at is None or not (self.expire_enabled or self.hide_expired):
+            return False
+        return at <= (self.clock_ms() if now_ms is None else now_ms)
+
+    def expire_fields(self, db: Db, key: bytes, fields, silent=False):
+        """Removes expired fields of hash key as the server's own deletion: reported in deleted_by_server
+        (its effect HDEL key field ...). Active expiry deletes the key once no field is left and accounts
+        the memory; `silent` is a write that is about to set those fields again (the pipeline measures its
+        keys, and the hash is not deleted in between)."""
+        h = db.data.get(key)
+        if type(h) is not dict:
+            db.hexpires.pop(key, None)   # TTLs left behind by a path that replaced the hash: nothing to expire
+            return
+        before = 0 if silent else estimate_key(key, h)
+        removed = []
+        for f in fields:
+            if f in h:
+                del h[f]
+                removed.append(f)
+            db.clear_field_expire(key, f)
+        if not removed:
+            return
+        if silent:
+            reason = _SilentFieldsExpired(removed)
+        else:
+            self.expired_fields += len(removed)
+            if h:
+                self.used_bytes += estimate_key(key, h) - before
+                reason = FieldsExpired(removed)
+            else:
+                self.used_bytes -= before
+                self.delete(db, key)
+                reason = _LastFieldsExpired(removed)
+        self.deleted_by_server.append((db.id, key, reason))
+
+    def _active_expire_fields(self, db: Db, now: int, deadline: float, perf_counter) -> int:
+        heap = db.hexpiry_heap
+        due = {}
+        n = 0
+        hexpires = db.hexpires
+        while heap and heap[0][0] <= now:
+            at, key, field = heapq.heappop(heap)
+            ttls = hexpires.get(key)
+            if ttls is None or ttls.get(field) != at:
+                continue  # stale: TTL changed, field or key gone
+            fields = due.get(key)
+            if fields is None:
+                fields = due[key] = []
+            fields.append(field)
+            n += 1
+            if n % 64 == 0 and perf_counter() > deadline:
+                break
+        for key, fields in due.items():
+            self.expire_fields(db, key, fields)
+        return n
+
+    @staticmethod
+    def _compact_field_heap(db: Db):
+        """Keeps the field heap from growing with stale entries when field TTLs are rewritten often: measured
+        only when it doubled since the last look, so the live TTLs are not counted every cycle."""
+        if len(db.hexpiry_heap) > 2 * db.hexpiry_mark:
+            hexpires = db.hexpires
+            if len(db.hexpiry_heap) > 2 * sum(len(t) for t in hexpires.values()):
+                db.hexpiry_heap = [(at, k, f) for k, t in hexpires.items() for f, at in t.items()]
+                heapq.heapify(db.hexpiry_heap)
+            db.hexpiry_mark = max(4096, len(db.hexpiry_heap))
 
     def active_expire_cycle(self, budget_ms: float, perf_counter) -> int:
         started = perf_counter()
@@ -284,6 +439,10 @@ class Keyspace:
                 removed += 1
                 if removed % 64 == 0 and perf_counter() > deadline:
                     return removed
+            if db.hexpiry_heap:
+                if db.hexpiry_heap[0][0] <= now:
+                    removed += self._active_expire_fields(db, now, deadline, perf_counter)
+                self._compact_field_heap(db)
             # Keep the heap from growing with stale entries when TTLs are rewritten often.
             if len(heap) > 2 * len(db.expires) + 1024:
                 db.expiry_heap = [(at, k) for k, at in db.expires.items()]
@@ -348,3 +507,6 @@ class Keyspace:
         db, key = best
         self.server_delete(db, key, "evicted")
         return db.id, key
+
+
+_FIELD_REASONS = frozenset((FieldsExpired, _SilentFieldsExpired, _LastFieldsExpired))

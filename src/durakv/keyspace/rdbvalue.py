@@ -6,7 +6,8 @@ to 11: dumps of Redis 2.x to 7.x and of Valkey 7.2 / 8.0). `dump` writes RDB ver
 that exist there, so Redis 7.0 and every Valkey accept it. The formats are those of Valkey's rdb.c,
 listpack.c, ziplist.c, intset.c, zipmap.c and t_stream.c.
 
-Values are durakv's: bytes, deque of bytes, set of bytes, dict bytes -> bytes, ZSet, Stream.
+Values are durakv's: bytes, deque of bytes, set of bytes, dict bytes -> bytes, ZSet, Stream. A hash with
+field TTLs (Valkey 9) is RDB_TYPE_HASH_2 in RDB version 80: dump(value, field_ttls), load_with_field_ttls.
 
 Streams: a loaded stream gets durakv's node model from the payload's listpacks (one node per listpack,
 its tombstones counted), so that XADD node splits, approximate trimming and XINFO's radix-tree-keys go on
@@ -30,12 +31,22 @@ class RdbError(ValueError):
 
 RDB_VERSION_WRITTEN = 10  # the newest version Redis 7.0 restores; Valkey 7.2 and 8.0 do too
 RDB_VERSION_MAX = 11      # the newest version Valkey 8.0 restores (verifyDumpPayload)
+# Valkey 9.0's RDB version (rdb.h: 12-79 are left to Redis' formats): a hash with field TTLs is written as
+# RDB_TYPE_HASH_2 in it, a payload or file with such a hash carries it (a file with the VALKEY magic)
+RDB_VERSION_FIELD_TTL = 80
+
+
+def _version_read(version: int) -> bool:
+    """The RDB versions this reader takes: Redis' and Valkey's up to 11, and Valkey 9.0's 80."""
+    return 1 <= version <= RDB_VERSION_MAX or version == RDB_VERSION_FIELD_TTL
 
 # Object types (rdb.h).
 T_STRING, T_LIST, T_SET, T_ZSET, T_HASH, T_ZSET_2, T_MODULE_PRE_GA, T_MODULE_2 = range(8)
 T_HASH_ZIPMAP, T_LIST_ZIPLIST, T_SET_INTSET, T_ZSET_ZIPLIST, T_HASH_ZIPLIST = 9, 10, 11, 12, 13
 T_LIST_QUICKLIST, T_STREAM_LISTPACKS, T_HASH_LISTPACK, T_ZSET_LISTPACK = 14, 15, 16, 17
 T_LIST_QUICKLIST_2, T_STREAM_LISTPACKS_2, T_SET_LISTPACK, T_STREAM_LISTPACKS_3 = 18, 19, 20, 21
+T_HASH_2 = 22   # Valkey 9.0: a hash whose entries are field, value, expire time (ms, int64 LE; -1: none)
+_NO_EXPIRY = -1
 
 ENC_INT8, ENC_INT16, ENC_INT32, ENC_LZF = 0, 1, 2, 3
 QL_PLAIN, QL_PACKED = 1, 2
@@ -504,6 +515,26 @@ _LOADERS = {
 _STREAM_TYPES = (T_STREAM_LISTPACKS, T_STREAM_LISTPACKS_2, T_STREAM_LISTPACKS_3)
 
 
+def _load_hash_2(r):
+    """RDB_TYPE_HASH_2 (rdbLoadObject): (the hash, {field: expire_at_ms} of the fields that have one). Fields
+    whose time has passed are kept, as Valkey's RESTORE keeps them (active expiry removes them later)."""
+    n = r.length()
+    h = {}
+    ttls = {}
+    for _ in range(n):
+        field = _as_bytes(r.string())
+        value = _as_bytes(r.string())
+        at = int.from_bytes(r.take(8), "little", signed=True)
+        if field in h:
+            raise RdbError("duplicate hash fields")
+        h[field] = value
+        if at != _NO_EXPIRY:
+            if at < 0:
+                raise RdbError("bad hash field expire time")
+            ttls[field] = at
+    return _nonempty(h, "hash"), ttls
+
+
 # -- streams -------------------------------------------------------------------------------------------
 
 def _load_stream_node(s, master, blob, prev_id):
@@ -746,7 +777,7 @@ def _dump_list(items):
     return _len(len(nodes)) + b"".join(nodes)
 
 
-def _dump_body(value):
+def _dump_body(value, field_ttls=None):
     if isinstance(value, (bytes, bytearray, memoryview)):
         return T_STRING, _string(bytes(value))
     if isinstance(value, Stream):
@@ -758,6 +789,10 @@ def _dump_body(value):
     if isinstance(value, (set, frozenset)):
         return T_SET, _len(len(value)) + b"".join(map(_string, value))
     if isinstance(value, dict):
+        if field_ttls:
+            get = field_ttls.get
+            return T_HASH_2, _len(len(value)) + b"".join(
+                _string(f) + _string(v) + struct.pack("<q", get(f, _NO_EXPIRY)) for f, v in value.items())
         return T_HASH, _len(len(value)) + b"".join(_string(f) + _string(v) for f, v in value.items())
     if isinstance(value, ZSet):
         # Highest score first, as Valkey writes it: its loader then inserts every member at the head.
@@ -768,18 +803,22 @@ def _dump_body(value):
 
 # -- the payload -------------------------------------------------------------------------------------
 
-def dump(value) -> bytes:
-    """The DUMP payload of a durakv value (RDB version 10)."""
-    rdbtype, body = _dump_body(value)
-    payload = bytes((rdbtype,)) + body + RDB_VERSION_WRITTEN.to_bytes(2, "little")
+def dump(value, field_ttls=None) -> bytes:
+    """The DUMP payload of a durakv value (RDB version 10); of a hash with field TTLs ({field: expire_at_ms}),
+    Valkey 9's RDB_TYPE_HASH_2 in RDB version 80."""
+    rdbtype, body = _dump_body(value, field_ttls)
+    version = RDB_VERSION_FIELD_TTL if rdbtype == T_HASH_2 else RDB_VERSION_WRITTEN
+    payload = bytes((rdbtype,)) + body + version.to_bytes(2, "little")
     return payload + crc64(payload).to_bytes(8, "little")
 
 
 def rdb_file(databases, libraries=(), aux=()) -> bytes:
     """A whole RDB file (version 10, as rdbSaveRio lays it out): aux fields, function libraries (their
     code), then per database SELECTDB, RESIZEDB and its keys (an expire time first where there is one),
-    EOF and the CRC-64 of everything before it. databases: (db_id, [(key, value, expire_at_ms | None)])."""
-    out = [b"REDIS%04d" % RDB_VERSION_WRITTEN]
+    EOF and the CRC-64 of everything before it. databases: (db_id, [(key, value, expire_at_ms | None)
+    [, field_ttls]]); when a hash has field TTLs the file is Valkey 9's (VALKEY080) and holds RDB_TYPE_HASH_2."""
+    with_ttls = any(len(item) > 3 and item[3] for _db, items in databases for item in items)
+    out = [b"VALKEY%03d" % RDB_VERSION_FIELD_TTL if with_ttls else b"REDIS%04d" % RDB_VERSION_WRITTEN]
     for name, value in aux:
         out.append(b"\xfa" + _string(name) + _string(value))
     for code in libraries:
@@ -788,11 +827,12 @@ def rdb_file(databases, libraries=(), aux=()) -> bytes:
         if not items:
             continue
         out.append(b"\xfe" + _len(db_id) + b"\xfb" + _len(len(items))
-                   + _len(sum(1 for _k, _v, at in items if at is not None)))
-        for key, value, expire_at_ms in items:
+                   + _len(sum(1 for item in items if item[2] is not None)))
+        for item in items:
+            key, value, expire_at_ms = item[:3]
             if expire_at_ms is not None:
                 out.append(b"\xfc" + struct.pack("<q", expire_at_ms))
-            rdbtype, body = _dump_body(value)
+            rdbtype, body = _dump_body(value, item[3] if len(item) > 3 else None)
             out.append(bytes((rdbtype,)) + _string(key) + body)
     out.append(b"\xff")
     data = b"".join(out)
@@ -800,6 +840,19 @@ def rdb_file(databases, libraries=(), aux=()) -> bytes:
 
 
 def _load_object(r, rdbtype, clock_ms):
+    if rdbtype == T_HASH_2:
+        raise RdbError("a hash with field TTLs where they cannot be kept")
+    return _load_object_ttls(r, rdbtype, clock_ms)[0]
+
+
+def _load_object_ttls(r, rdbtype, clock_ms):
+    """(value, {field: expire_at_ms} for a hash with field TTLs, else None)."""
+    if rdbtype == T_HASH_2:
+        return _load_hash_2(r)
+    return _load_one(r, rdbtype, clock_ms), None
+
+
+def _load_one(r, rdbtype, clock_ms):
     if rdbtype in _STREAM_TYPES:
         return _load_stream(r, rdbtype, clock_ms)
     if rdbtype in _LOADERS:
@@ -809,16 +862,25 @@ def _load_object(r, rdbtype, clock_ms):
     raise RdbError("unknown RDB object type %d" % rdbtype)
 
 
-def load_rdb_file(data, clock_ms=None):
-    """An RDB file (rdbLoadRio: what a primary sends to a replica, what SAVE writes), RDB versions up to 11.
-    Returns ({db_id: [(key, value, expire_at_ms | None), ...]}, [function library code, ...]). The trailing
+def load_rdb_file(data, clock_ms=None, field_ttls=None):
+    """An RDB file (rdbLoadRio: what a primary sends to a replica, what SAVE writes), RDB versions up to 11
+    (REDIS magic) and Valkey 9.0's 80 (VALKEY magic). Returns ({db_id: [(key, value, expire_at_ms | None),
+    ...]}, [function library code, ...]); the field TTLs of hashes that have some go into the dict
+    field_ttls ({(db_id, key): {field: expire_at_ms}}), and without one such a hash is an error. The trailing
     CRC-64 is checked unless it is 0 (rdbchecksum no). Raises RdbError when the file is malformed or holds
     what durakv has not (module values and module aux data)."""
     data = bytes(data)
-    if len(data) < 9 or data[:5] != b"REDIS" or not data[5:9].isdigit():
+    if len(data) >= 9 and data[:5] == b"REDIS" and data[5:9].isdigit():
+        version = int(data[5:9])
+        if version > RDB_VERSION_MAX:
+            raise RdbError("RDB version %d is not supported" % version)
+    elif len(data) >= 9 and data[:6] == b"VALKEY" and data[6:9].isdigit():
+        version = int(data[6:9])
+        if version != RDB_VERSION_FIELD_TTL:
+            raise RdbError("RDB version %d is not supported" % version)
+    else:
         raise RdbError("not an RDB file")
-    version = int(data[5:9])
-    if version < 1 or version > RDB_VERSION_MAX:
+    if version < 1:
         raise RdbError("RDB version %d is not supported" % version)
     r = _Reader(data, len(data))
     r.pos = 9
@@ -854,7 +916,12 @@ def load_rdb_file(data, clock_ms=None):
             raise RdbError("pre-GA functions and module aux data are not supported")
         else:
             key = bytes(r.string())
-            value = _load_object(r, op, clock_ms)
+            if field_ttls is None:
+                value = _load_object(r, op, clock_ms)
+            else:
+                value, ttls = _load_object_ttls(r, op, clock_ms)
+                if ttls:
+                    field_ttls[(db_id, key)] = ttls
             databases.setdefault(db_id, []).append((key, value, expire_at_ms))
             expire_at_ms = None
 
@@ -863,20 +930,29 @@ def verify(payload) -> bool:
     """verifyDumpPayload: a footer with an RDB version this server reads and a matching CRC-64."""
     if len(payload) < 10:
         return False
-    if int.from_bytes(payload[-10:-8], "little") > RDB_VERSION_MAX:
+    if not _version_read(int.from_bytes(payload[-10:-8], "little")):
         return False
     return crc64(payload[:-8]) == int.from_bytes(payload[-8:], "little")
 
 
 def load(payload, clock_ms=None):
-    """The value of a payload that passed verify() (the CRC is not checked again). clock_ms is the time
+    """load_with_field_ttls without the field TTLs (a hash that has some is an RdbError)."""
+    value, ttls = load_with_field_ttls(payload, clock_ms)
+    if ttls:
+        raise RdbError("a hash with field TTLs where they cannot be kept")
+    return value
+
+
+def load_with_field_ttls(payload, clock_ms=None):
+    """(value, {field: expire_at_ms} or None) of a payload that passed verify() (the CRC is not checked
+    again); the TTLs are a Valkey 9 hash's (RDB_TYPE_HASH_2). clock_ms is the time
     a loaded stream consumer is created at before its stored seen-time replaces it (rdb.c does the same).
     Raises RdbError when the payload is malformed or holds a type durakv has not (modules)."""
     payload = bytes(payload)
-    if len(payload) < 10 or int.from_bytes(payload[-10:-8], "little") > RDB_VERSION_MAX:
+    if len(payload) < 10 or not _version_read(int.from_bytes(payload[-10:-8], "little")):
         raise RdbError("payload without a valid footer")
     r = _Reader(payload, len(payload) - 10)
-    value = _load_object(r, r.byte(), clock_ms)
+    value, ttls = _load_object_ttls(r, r.byte(), clock_ms)
     if r.pos != r.end:
         raise RdbError("trailing bytes after the value")
-    return value
+    return value, ttls

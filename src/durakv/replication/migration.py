@@ -304,7 +304,8 @@ class SlotMigrator:
                     batch.replies += 2
                 else:
                     out.append(encode_command((b"RESTORE-ASKING", key, b"0" if at_ms is None else b"%d" % at_ms,
-                                               dump_payload(value), b"REPLACE", b"ABSTTL")))
+                                               dump_payload(value, db.hexpires.get(key)), b"REPLACE",
+                                               b"ABSTTL")))
                     batch.replies += 1
                 batch.sent.append(key)
             if batch.sent:

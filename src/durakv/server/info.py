@@ -94,7 +94,7 @@ def _section_stats(srv):
     return {"total_connections_received": srv.total_connections, "total_commands_processed": d.total_commands,
             "instantaneous_ops_per_sec": srv.instantaneous_ops(), "total_net_input_bytes": srv.net_input_bytes,
             "total_net_output_bytes": srv.net_output_bytes, "rejected_connections": srv.rejected_connections,
-            "expired_keys": ks.expired_keys, "evicted_keys": ks.evicted_keys,
+            "expired_keys": ks.expired_keys, "expired_fields": ks.expired_fields, "evicted_keys": ks.evicted_keys,
             "evicted_scripts": _scripting.evicted_scripts(srv),
             "keyspace_hits": ks.hits, "keyspace_misses": ks.misses,
             "pubsub_channels": len(srv.pubsub.channels), "pubsub_patterns": len(srv.pubsub.patterns),
@@ -178,7 +178,8 @@ def _section_keyspace(srv):
     out = {}
     for db in srv.keyspace.dbs:
         if db.data:
-            out["db%d" % db.id] = "keys=%d,expires=%d,avg_ttl=0" % (len(db.data), len(db.expires))
+            out["db%d" % db.id] = "keys=%d,expires=%d,avg_ttl=0,keys_with_volatile_items=%d" % (
+                len(db.data), len(db.expires), len(db.hexpires))
     return out
 
 

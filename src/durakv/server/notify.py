@@ -24,7 +24,7 @@ import time
 
 from ..commands import registry
 from ..commands.introspection import redacted_positions
-from ..keyspace.db import ServerDeletion
+from ..keyspace.db import FieldsExpired, ServerDeletion
 from ..protocol.resp import Push, Raw
 
 # notify-keyspace-events classes (server.h)
@@ -88,6 +88,8 @@ _SIMPLE = {
     b"rpushx": (LIST, b"rpush"), b"linsert": (LIST, b"linsert"), b"lset": (LIST, b"lset"),
     b"hsetnx": (HASH, b"hset"), b"hmset": (HASH, b"hset"), b"hincrby": (HASH, b"hincrby"),
     b"hincrbyfloat": (HASH, b"hincrbyfloat"), b"sadd": (SET, b"sadd"),
+    b"hpexpireat": (HASH, b"hexpire"), b"hexpireat": (HASH, b"hexpire"), b"hpexpire": (HASH, b"hexpire"),
+    b"hexpire": (HASH, b"hexpire"), b"hpersist": (HASH, b"hpersist"),
     b"sinterstore": (SET, b"sinterstore"), b"sunionstore": (SET, b"sunionstore"),
     b"sdiffstore": (SET, b"sdiffstore"), b"zunionstore": (ZSET, b"zunionstore"),
     b"zinterstore": (ZSET, b"zinterstore"), b"zdiffstore": (ZSET, b"zdiffstore"),
@@ -106,6 +108,10 @@ _NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish"}
 _SET_ORIGIN = {"incrbyfloat": b"incrbyfloat"}
 _ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpopmax", "bzpopmax": b"zpopmax"}
 _EXPIRE_OPTS = {b"ex", b"px", b"exat", b"pxat"}
+# commands whose HDEL effect removes fields they expired at once (a TTL in the past): "hexpired"
+_HEXPIRED_ORIGIN = {"hexpire", "hpexpire", "hexpireat", "hpexpireat", "hgetex", "hsetex"}
+# what HSET / HSETEX is called when another command was rewritten into it
+_HSET_ORIGIN = {"hincrbyfloat": b"hincrbyfloat", "hincrby": b"hincrby"}
 
 _CLIENT_FAMILY = {"client"}
 _RO_SCRIPTS = {"eval_ro", "evalsha_ro", "fcall_ro"}
@@ -543,6 +549,18 @@ class Hooks:
     # -- keyspace notifications -------------------------------------------------------------------
     def _on_server_delete(self, item):
         db_id, key, reason = item
+        if isinstance(reason, FieldsExpired):
+            # hash fields whose TTL passed: "hexpired", then "del" when the hash went with them; the
+            # ones a write replaces (silent) change nothing a client could see
+            if reason.silent:
+                return
+            if self.tracking.clients:
+                self._tracking_server_deleted.add((db_id, key))
+            if self.notify_flags:
+                self._publish(HASH, b"hexpired", db_id, key)
+                if reason.key_deleted:
+                    self._publish(G, b"del", db_id, key)
+            return
         if self.tracking.clients:
             # The server's deletion, not the client's (signalModifiedKey(NULL, ...)): NOLOOP does not hide it
             self._tracking_server_deleted.add((db_id, key))
@@ -640,6 +658,11 @@ def _events(name, argv, db_id, origin, args):
         cls, event = remover
         if name == b"srem" and origin == "spop":
             event = b"spop"
+        elif name == b"hdel" and origin in _HEXPIRED_ORIGIN:
+            if origin == "hsetex":   # set with a TTL in the past, then expired at once
+                return [(HASH, b"hset", db_id, argv[1], False), (HASH, b"hexpire", db_id, argv[1], False),
+                        (HASH, b"hexpired", db_id, argv[1], True)]
+            event = b"hexpired"
         elif name == b"zrem" and origin is not None:
             if origin in _ZPOP_ORIGIN:
                 event = _ZPOP_ORIGIN[origin]
@@ -664,8 +687,13 @@ def _events(name, argv, db_id, origin, args):
             return out
         return [(G, b"del", db_id, k, False) for k in argv[1:]]
     if name == b"hset":
-        event = b"hincrbyfloat" if origin == "hincrbyfloat" else b"hset"
-        return [(HASH, event, db_id, argv[1], False)]
+        return [(HASH, _HSET_ORIGIN.get(origin, b"hset"), db_id, argv[1], False)]
+    if name == b"hsetex":
+        # HSETEX key [PXAT ms | KEEPTTL] FIELDS n field value ...: "hset", then "hexpire" when it set a TTL
+        out = [(HASH, _HSET_ORIGIN.get(origin, b"hset"), db_id, argv[1], False)]
+        if len(argv) > 2 and argv[2].lower() in _EXPIRE_OPTS:
+            out.append((HASH, b"hexpire", db_id, argv[1], False))
+        return out
     if name == b"zadd":
         incr = origin == "zincrby" or (origin == "zadd" and args is not None
                                        and any(a.lower() == b"incr" for a in args[2:]))

@@ -43,7 +43,8 @@ def dataset_rdb(keyspace, data=True, functions=True) -> bytes:
             at = expires.get(key) if expires else None
             if at is not None and at <= now_ms:
                 continue
-            items.append((key, value, at))
+            field_ttls = db.hexpires.get(key) if db.hexpires else None
+            items.append((key, value, at, field_ttls) if field_ttls else (key, value, at))
         databases.append((db.id, items))
     funcs = getattr(keyspace, "functions", None)
     libraries = ([lib.code for lib in get_functions(keyspace).ctx.libraries.values()]

@@ -2,7 +2,7 @@
 replication protocol, e.g. to move a dataset from Valkey or ElastiCache into durakv without downtime.
 
 The link (replicationSetPrimary / syncWithPrimary / readSyncBulkPayload in Valkey's replication.c):
-PING, AUTH with primaryuser / primaryauth if set, REPLCONF listening-port and capa eof psync2, PSYNC ? -1
+PING, AUTH with primaryuser / primaryauth if set, REPLCONF listening-port, capa eof psync2 and version, PSYNC ? -1
 (a full resynchronization every time: durakv keeps no replication backlog), the RDB payload (sized, or
 diskless with an EOF mark) read by keyspace/rdbvalue.py, then the command stream. What the primary sends is
 run through the pipeline on one session marked `from_primary` (the only one a replica accepts writes from), so
@@ -30,6 +30,8 @@ from ..protocol.resp import ErrorReply, encode_command
 log = logging.getLogger("durakv.replicaof")
 
 CONNECT_TIMEOUT_S = 5.0
+# REPLCONF VERSION: the Valkey release whose RDB format (version 80: RDB_TYPE_HASH_2) rdbvalue reads
+REPLICA_RDB_VERSION_OF = b"9.0.0"
 RETRY_S = 1.0
 ACK_INTERVAL_S = 1.0
 EOF_MARK_BYTES = 40
@@ -135,6 +137,10 @@ class ValkeyReplicaLink:
                 raise LinkError("AUTH refused: %s" % answer.decode("utf-8", "replace"))
         await call(b"REPLCONF", b"listening-port", b"%d" % (cfg["port"] or cfg["tls-port"]))
         await call(b"REPLCONF", b"capa", b"eof", b"capa", b"psync2")
+        # Valkey 9 sends a replica the newest RDB version its version reads, else RDB 11, where a hash with
+        # field TTLs cannot be written (the sync fails). This loader reads Valkey 9.0's RDB 80; a primary that
+        # has no REPLCONF VERSION (Redis, Valkey 8) answers an error, which changes nothing.
+        await call(b"REPLCONF", b"version", REPLICA_RDB_VERSION_OF)
         answer = await call(b"PSYNC", b"?", b"-1")
         if not answer.startswith(b"+FULLRESYNC"):
             raise LinkError("PSYNC answered %s" % answer.decode("utf-8", "replace"))
@@ -191,7 +197,8 @@ class ValkeyReplicaLink:
             raise LinkError("applying %r failed: %s" % (argv[0], reply.text))
 
     def _load(self, rdb: bytes):
-        databases, libraries = rdbvalue.load_rdb_file(rdb, self.server.keyspace.clock_ms)
+        field_ttls = {}
+        databases, libraries = rdbvalue.load_rdb_file(rdb, self.server.keyspace.clock_ms, field_ttls)
         self._apply([b"FLUSHALL"])
         self._apply([b"FUNCTION", b"FLUSH"])
         for code in libraries:
@@ -199,8 +206,8 @@ class ValkeyReplicaLink:
         for db_id, items in sorted(databases.items()):
             self._apply([b"SELECT", b"%d" % db_id])
             for key, value, expire_at_ms in items:
-                self._apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0), rdbvalue.dump(value), b"REPLACE",
-                             b"ABSTTL"])
+                self._apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0),
+                             rdbvalue.dump(value, field_ttls.get((db_id, key))), b"REPLACE", b"ABSTTL"])
         self._apply([b"SELECT", b"0"])
 
     async def _stream(self, reader, writer):

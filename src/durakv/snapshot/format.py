@@ -7,7 +7,8 @@
     body     RESP-encoded commands: first `FUNCTION LOAD code` per function library (in db 0), then
              per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
              (collections in chunks of <= 512 elements) or, for a stream, XADD / XGROUP / XCLAIM / XSETID
-             (Stream.rebuild_commands), then `PEXPIREAT key ms` when the key has a TTL
+             (Stream.rebuild_commands), then `HPEXPIREAT key ms FIELDS n field ...` for a hash's field
+             TTLs and `PEXPIREAT key ms` when the key has a TTL
     trailer  magic b"DKVSEND\\n" | commands u64 | crc u32 (CRC32C of every byte before it)
 
 little-endian. Version 1 files (the header without flags) are still read. The body goes through the same
@@ -112,6 +113,9 @@ def iter_commands(keyspace):
                         argv.append(f)
                         argv.append(v)
                     yield db.id, argv
+                field_ttls = db.hexpires.get(key) if db.hexpires else None
+                if field_ttls:
+                    yield from _field_ttl_commands(db.id, key, field_ttls)
             elif t is set:
                 items = list(value)
                 for i in range(0, len(items), CHUNK):
@@ -133,6 +137,17 @@ def iter_commands(keyspace):
                 at = expires.get(key)
                 if at is not None:
                     yield db.id, (b"PEXPIREAT", key, b"%d" % at)
+
+
+def _field_ttl_commands(db_id, key, field_ttls):
+    """HPEXPIREAT key ms FIELDS n field ... for a hash's field TTLs, one per expire time (in chunks)."""
+    by_time = {}
+    for field, at in field_ttls.items():
+        by_time.setdefault(at, []).append(field)
+    for at, fields in by_time.items():
+        for i in range(0, len(fields), CHUNK):
+            part = fields[i:i + CHUNK]
+            yield db_id, (b"HPEXPIREAT", key, b"%d" % at, b"FIELDS", b"%d" % len(part), *part)
 
 
 def write_snapshot_file(path, keyspace, index: int, created_ms=None, journal_follows=False) -> dict:
