@@ -135,6 +135,19 @@ class RequestParser:
         """Returns (commands, error_text). On error, the commands before it are still returned and the
         parser must not be fed again."""
         commands = []
+        cparse = _compiled_parse
+        if (cparse is not None and self._carry_args is None and self._tail is None and self._buf is None
+                and self._args is None and data[:1] == b"*"
+                and (self._authenticated if self._auth is None else self._auth.authenticated)):
+            # At a request boundary with nothing pending: the compiled parse takes the read's complete canonical
+            # requests; whatever it leaves goes on below as if it were the whole read (the state is the same)
+            end = len(data)
+            pos = cparse(data, 0, end, commands, self.max_bulk_len)
+            if pos == end:
+                self._partial = None
+                return commands, None
+            if pos:
+                data = data[pos:]
         try:
             source = self._auth
             auth = self._authenticated if source is None else source.authenticated

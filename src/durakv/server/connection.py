@@ -151,6 +151,24 @@ class Connection(asyncio.Protocol):
 
     def _process(self, commands, error):
         server = self.server
+        fast = server.fast
+        start = 0
+        if fast is not None:
+            # The compiled core first: a read of fast commands ends here, with one flush (the loop below,
+            # from where the core stopped, is the same steps for everything else)
+            session = self.session
+            session.last_interaction_ms = server.now_ms = server.clock_ms()
+            server.pipeline.mark()
+            start, status = fast.run(self, commands, 0)
+            if start >= len(commands) and error is None:
+                self.outbox.flush()
+                return
+            if status == 1:
+                fast = None
+        self._run_batch(commands, error, start, fast)
+
+    def _run_batch(self, commands, error, i, fast):
+        server = self.server
         pipeline = server.pipeline
         process = pipeline.process
         session = self.session
@@ -166,9 +184,9 @@ class Connection(asyncio.Protocol):
         self.in_batch = True
         size = 0
         monitors = pipeline.monitors
-        fast = server.fast          # the compiled batch loop (fastpath/_core.c), None for the pure-Python core
+        # fast: the compiled batch loop (fastpath/_core.c), None for the pure-Python core or once it said that
+        # this batch's state needs the pipeline; i: the first command not run yet
         count = len(commands)
-        i = 0
         try:
             while i < count:
                 if fast is not None:
