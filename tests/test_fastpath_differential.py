@@ -76,8 +76,8 @@ def commands(draw):
                                      [b"sadd", draw(key), b"m"]]))
     elif kind == 12:   # expiry set by commands the core does not run
         args = draw(st.sampled_from([[b"expire", draw(key), b"1000"], [b"pexpireat", draw(key), b"1"],
-                                     [b"persist", draw(key)], [b"pexpire", draw(key), b"1"],
-                                     [b"hexpire", draw(key), b"1000", b"FIELDS", b"1", b"f"],
+                                     [b"persist", draw(key)], [b"pexpire", draw(key), b"0"],
+                                     [b"hpexpireat", draw(key), b"4102444800000", b"FIELDS", b"1", b"f"],
                                      [b"hpexpireat", draw(key), b"1", b"FIELDS", b"1", b"f"]]))
     elif kind == 13:
         args = [b"append", draw(key), draw(value)]

@@ -1075,7 +1075,6 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
             PyObject *key = PyList_GET_ITEM(args, i);
             PyObject *v = look(r, key, &stop);
             if (stop) return stop < 0 ? -1 : 0;
-            if (v != NULL && !PyBytes_CheckExact(v)) return 0;   /* another type's size: Python estimates it */
         }
         PyObject *argv = PyList_New(1);
         if (argv == NULL) return -1;
@@ -1085,7 +1084,9 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         for (Py_ssize_t i = 1; i < argc; i++) {
             PyObject *key = PyList_GET_ITEM(args, i);
             PyObject *v = PyDict_GetItemWithError(r->data, key);
-            if (v != NULL) before += string_cost(r, key, v);
+            long long size = key_size(r, key, v);   /* another type's: the Python estimator's, as call()'s */
+            if (size < 0) { Py_DECREF(argv); return -1; }
+            before += size;
         }
         for (Py_ssize_t i = 1; i < argc; i++) {
             PyObject *key = PyList_GET_ITEM(args, i);
