@@ -79,3 +79,39 @@ def test_exec_rejected_counts_as_execabort_in_errorstats(both):
     assert ours == theirs == {"errorstat_EXECABORT": {"count": 2}}
     ours, theirs = (c.info("commandstats")["cmdstat_exec"] for c in both)
     assert ours["rejected_calls"] == theirs["rejected_calls"] == 2
+
+
+# -- a -0 score ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_minus_zero_score_in_a_listpack_reads_back_as_zero(shared_server, valkey91, protocol):
+    with shared_server.client(protocol=protocol) as ours, valkey91.client(protocol=protocol) as theirs:
+        for c in (ours, theirs):
+            c.flushall()
+        commands = (["ZADD", "z", "-0.0", "m"], ["ZSCORE", "z", "m"], ["ZMSCORE", "z", "m"],
+                    ["ZRANGE", "z", "0", "-1", "WITHSCORES"], ["ZSCAN", "z", "0"],
+                    ["ZADD", "z", "INCR", "-0", "n"],        # the reply is the sum, -0; what is kept is 0
+                    ["ZSCORE", "z", "n"], ["ZADD", "src", "0", "x"],
+                    ["ZUNIONSTORE", "dst", "1", "src", "WEIGHTS", "-1"], ["ZSCORE", "dst", "x"])
+        proto = [["HELLO", "3"]] if protocol == 3 else []
+        ours_out, theirs_out = (replies(c.connection_pool.connection_kwargs["port"], *proto, *commands)[len(proto):]
+                                for c in (ours, theirs))
+        assert ours_out == theirs_out
+        assert b"-0" not in ours_out[1] and b"-0" in ours_out[5]
+
+
+def test_a_skiplist_keeps_the_sign_of_a_zero_score(both):
+    try:
+        for c in both:
+            c.config_set("zset-max-listpack-entries", 0)
+        out = same_replies(both, ["ZADD", "z", "-0.0", "m"], ["OBJECT", "ENCODING", "z"], ["ZSCORE", "z", "m"])
+        assert out[1:] == [b"$8\r\nskiplist\r\n", b"$2\r\n-0\r\n"]
+        for c in both:
+            c.config_set("zset-max-listpack-entries", 128)
+        # ZRANGESTORE into a small set converts it to a listpack: the sign is lost there
+        out = same_replies(both, ["ZRANGESTORE", "d", "z", "0", "-1"], ["OBJECT", "ENCODING", "d"],
+                           ["ZSCORE", "d", "m"])
+        assert out[1:] == [b"$8\r\nlistpack\r\n", b"$1\r\n0\r\n"]
+    finally:
+        for c in both:
+            c.config_set("zset-max-listpack-entries", 128)
