@@ -115,3 +115,20 @@ def test_a_skiplist_keeps_the_sign_of_a_zero_score(both):
     finally:
         for c in both:
             c.config_set("zset-max-listpack-entries", 128)
+
+
+# -- INFO memory --------------------------------------------------------------------------------------
+
+def _section_fields(client, section):
+    text = raw(client, "INFO", section).decode()
+    return [line.split(":", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_info_memory_ends_with_the_lazyfree_fields(both):
+    ours, theirs = (_section_fields(c, "memory") for c in both)
+    assert ours[-2:] == theirs[-2:] == ["lazyfree_pending_objects", "lazyfreed_objects"]
+    r = both[0]
+    r.sadd("big", *range(1000))
+    r.unlink("big")
+    info = r.info("memory")
+    assert info["lazyfree_pending_objects"] == 0 and info["lazyfreed_objects"] == 0   # freed at once
