@@ -132,3 +132,75 @@ def test_info_memory_ends_with_the_lazyfree_fields(both):
     r.unlink("big")
     info = r.info("memory")
     assert info["lazyfree_pending_objects"] == 0 and info["lazyfreed_objects"] == 0   # freed at once
+
+
+# -- OBJECT IDLETIME ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def policy(both):
+    """set(name): maxmemory-policy name on both servers, noeviction again afterwards."""
+    def set_(name):
+        for c in both:
+            c.config_set("maxmemory-policy", name)
+    yield set_
+    set_("noeviction")
+
+
+@pytest.mark.parametrize("name", ["noeviction", "volatile-lru", "volatile-ttl"])
+def test_object_idletime_is_tracked_under_every_non_lfu_policy(both, policy, name):
+    policy(name)
+    for c in both:
+        c.set("a", "1")
+        c.rpush("l", "x")
+        c.set("read", "1")
+        c.copy("a", "a2")
+    time.sleep(2.2)
+    for c in both:
+        c.get("read")
+    # whole seconds of an LRU clock the cron ticks (10 times a second): 2.2 s reads 2 or 3 (more on a loaded
+    # machine), a key just read 0 or 1
+    for c in both:
+        idle = [c.object("idletime", k) for k in ("a", "l", "a2", "read")]
+        assert all(2 <= i <= 5 for i in idle[:3]) and idle[3] <= 1, idle
+    for port in ports(both):   # CLIENT NO-TOUCH: a GET leaves it alone, OBJECT IDLETIME still answers it
+        out = replies(port, ["CLIENT", "NO-TOUCH", "on"], ["GET", "a"], ["OBJECT", "IDLETIME", "a"])
+        assert out[:2] == [b"+OK\r\n", b"$1\r\n1\r\n"] and 2 <= int(out[2][1:]) <= 5, out
+    # RESTORE ... IDLETIME sets it under any non-LFU policy (objectSetLRUOrLFU)
+    for port, c in zip(ports(both), both):
+        out = replies(port, ["RESTORE", "r", "0", c.dump("a"), "IDLETIME", "1000"], ["OBJECT", "IDLETIME", "r"])
+        assert out == [b"+OK\r\n", b":1000\r\n"]
+
+
+def test_the_compiled_core_keeps_access_times_as_the_python_path(r):
+    """GET, MGET, HGET, INCR, SET and MSET run in fastpath/_core.c: each stamps the key's access time as
+    Keyspace.lookup / Context.store do; EXISTS and TTL do not (they peek); a CLIENT NO-TOUCH session's GET does
+    not either."""
+    assert r.info("server")["durakv_core"] == "compiled"
+    keys = ("get", "mget", "hget", "incr", "set", "mset", "exists", "ttl", "notouch", "idle")
+    for k in keys:
+        r.set(k, "1") if k != "hget" else r.hset(k, "f", "v")
+    time.sleep(2.2)
+    ran = r.info("server")["durakv_core_commands"]
+    r.get("get")
+    r.mget("mget")
+    r.hget("hget", "f")
+    r.incr("incr")
+    r.set("set", "2")
+    r.mset({"mset": "2"})
+    r.exists("exists")
+    r.ttl("ttl")
+    port = r.connection_pool.connection_kwargs["port"]
+    assert replies(port, ["CLIENT", "NO-TOUCH", "on"], ["GET", "notouch"]) == [b"+OK\r\n", b"$1\r\n1\r\n"]
+    assert r.info("server")["durakv_core_commands"] >= ran + 8        # they ran on the compiled core
+    idle = {k: r.object("idletime", k) for k in keys}
+    assert [k for k in keys if idle[k] <= 1] == ["get", "mget", "hget", "incr", "set", "mset"], idle
+    assert all(2 <= idle[k] <= 5 for k in ("exists", "ttl", "notouch", "idle")), idle
+
+
+def test_object_idletime_under_an_lfu_policy_is_an_error(both, policy):
+    for c in both:
+        c.set("a", "1")
+    policy("allkeys-lfu")
+    out = same_replies(both, ["OBJECT", "IDLETIME", "a"], ["OBJECT", "IDLETIME", "missing"])
+    assert out[0].startswith(b"-ERR An LFU maxmemory policy is selected, idle time not tracked.")
+    assert out[1] == b"$-1\r\n"
