@@ -204,3 +204,32 @@ def test_object_idletime_under_an_lfu_policy_is_an_error(both, policy):
     out = same_replies(both, ["OBJECT", "IDLETIME", "a"], ["OBJECT", "IDLETIME", "missing"])
     assert out[0].startswith(b"-ERR An LFU maxmemory policy is selected, idle time not tracked.")
     assert out[1] == b"$-1\r\n"
+
+
+# -- the Lua VM's figure ------------------------------------------------------------------------------
+
+VM_FIELDS = ("used_memory_lua", "used_memory_vm_eval", "used_memory_vm_functions")
+
+
+def test_lua_vm_memory_is_the_vms_own_before_and_after_a_script(server_factory, valkey91):
+    """Valkey's VMs exist from start-up: ~30 KB each before any script and after a small one. durakv's prelude
+    (its sandbox and API, C code in Valkey) is not counted: before, a fresh VM's figure; after, scripts move it."""
+    srv = server_factory()
+    c = srv.client()
+    with valkey91.client() as oracle:
+        theirs = oracle.info("memory")
+        before = c.info("memory")
+        for f in VM_FIELDS:
+            assert 0 < before[f] < 2 * theirs[f], (f, before[f], theirs[f])
+        assert before["used_memory_vm_total"] == before["used_memory_vm_eval"] + before["used_memory_vm_functions"]
+        assert c.eval("return 1", 0) == oracle.eval("return 1", 0) == 1
+        after = c.info("memory")
+        assert 0 < after["used_memory_lua"] < 2 * oracle.info("memory")["used_memory_lua"]
+        assert after["used_memory_lua"] == after["used_memory_vm_eval"]
+    # what scripts make the VM hold shows
+    for i in range(50):     # each cached script keeps its 2 KB constant in the VM
+        assert c.eval("return '%s%d'" % ("x" * 2000, i), 0).endswith(b"%d" % i)
+    grown = c.info("memory")["used_memory_lua"]
+    assert grown > after["used_memory_lua"] + 50_000, (grown, after["used_memory_lua"])
+    assert c.script_flush()
+    assert c.info("memory")["used_memory_lua"] == before["used_memory_lua"]   # a new VM, as Valkey's reset
