@@ -233,3 +233,36 @@ def test_lua_vm_memory_is_the_vms_own_before_and_after_a_script(server_factory, 
     assert grown > after["used_memory_lua"] + 50_000, (grown, after["used_memory_lua"])
     assert c.script_flush()
     assert c.info("memory")["used_memory_lua"] == before["used_memory_lua"]   # a new VM, as Valkey's reset
+
+
+# -- INFO stats eventloop_* -----------------------------------------------------------------------------
+
+EVENTLOOP = ["eventloop_cycles", "eventloop_duration_sum", "eventloop_duration_cmd_sum",
+             "instantaneous_eventloop_cycles_per_sec", "instantaneous_eventloop_duration_usec"]
+
+
+def test_eventloop_fields_in_valkeys_section_and_order_and_they_move(both):
+    ours, theirs = (_section_fields(c, "stats") for c in both)
+    for fields in (ours, theirs):    # in Stats, one block, in Valkey's order
+        start = fields.index(EVENTLOOP[0])
+        assert fields[start:start + len(EVENTLOOP)] == EVENTLOOP
+    # Valkey's fields around the block, where durakv has them, are on the same sides
+    start = ours.index(EVENTLOOP[0])
+    around = [f for f in theirs if f in ours and f not in EVENTLOOP]
+    for f in around:
+        assert (ours.index(f) < start) == (theirs.index(f) < theirs.index(EVENTLOOP[0])), f
+    for section in ("memory", "server", "clients", "persistence", "replication", "cpu"):
+        for c in both:
+            assert not [f for f in _section_fields(c, section) if f in EVENTLOOP], section
+    r = both[0]
+    first = r.info("stats")
+    for i in range(100):
+        r.set("k%d" % i, i)
+    r.execute_command("DEBUG", "SLEEP", "0.05")
+    wait_until(lambda: r.info("stats")["instantaneous_eventloop_cycles_per_sec"] > 0, 10,
+               what="the instantaneous figures sampled")
+    second = r.info("stats")
+    assert second["eventloop_cycles"] >= first["eventloop_cycles"] + 100
+    assert second["eventloop_duration_sum"] >= first["eventloop_duration_sum"] + 50_000
+    assert second["eventloop_duration_cmd_sum"] >= first["eventloop_duration_cmd_sum"] + 50_000
+    assert second["instantaneous_eventloop_duration_usec"] > 0
