@@ -235,6 +235,20 @@ def test_lua_vm_memory_is_the_vms_own_before_and_after_a_script(server_factory, 
     assert c.info("memory")["used_memory_lua"] == before["used_memory_lua"]   # a new VM, as Valkey's reset
 
 
+def test_eval_does_not_leak_in_the_lua_stack(r, valkey91):
+    """Valkey's scripting unit: 10000 EVALs of one script leave used_memory_lua under 100 KB."""
+    with valkey91.client() as oracle:
+        for c in (r, oracle):
+            c.script_flush()
+            c.set("x", 0)
+            pipe = c.pipeline(transaction=False)
+            for _ in range(10000):
+                pipe.eval("return redis.call('incr', KEYS[1])", 1, "x")
+            pipe.execute()
+            assert c.get("x") == b"10000"
+            assert c.info("memory")["used_memory_lua"] < 100 * 1024
+
+
 # -- INFO stats eventloop_* -----------------------------------------------------------------------------
 
 EVENTLOOP = ["eventloop_cycles", "eventloop_duration_sum", "eventloop_duration_cmd_sum",
