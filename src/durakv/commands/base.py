@@ -127,6 +127,7 @@ class Context:
         if db.slots is not None:
             db.slots.add(key)
         db.data[key] = value
+        self.keyspace.created(db, key)
         if db.enc:
             db.enc.pop(key, None)  # a new value starts from its own encoding (keyspace/encoding.py)
         if not keep_ttl and db.expires:

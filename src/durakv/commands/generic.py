@@ -657,7 +657,7 @@ def _migrate_finish(ctx, keys, copy, exchanged):
 
 
 def _set_lru_lfu(ctx, key, idletime, freq):
-    """objectSetLRUOrLFU: IDLETIME under an LRU policy, FREQ under an LFU policy; otherwise ignored."""
+    """objectSetLRUOrLFU: FREQ under an LFU policy, IDLETIME under any other; otherwise ignored."""
     ks = ctx.keyspace
     if ks.track_access == "lfu" and freq is not None:
         minutes = (ks.clock_ms() // 60000) & 0xFFFF

@@ -12,8 +12,8 @@ None of these commands writes the dataset, so none propagates anything.
 OBJECT ENCODING reports the encoding Valkey would use for the value as it is now, from its content and
 Valkey's default thresholds (Valkey's encodings also depend on history: an APPENDed string is always
 raw, a list that grew past the listpack limit stays a quicklist until it halves; durakv keeps no such
-history). OBJECT IDLETIME is exact only while access is tracked (an LRU maxmemory policy); otherwise
-durakv keeps no access times and answers 0.
+history). OBJECT IDLETIME answers from the key's access time, kept (as Valkey keeps every object's LRU clock,
+to the second) under any maxmemory policy but an LFU one, where it is an error.
 """
 
 import sys

@@ -187,6 +187,7 @@ def copy(ctx, args):
     if dst_db.slots is not None:
         dst_db.slots.add(newkey)
     dst_db.data[newkey] = new
+    ks.created(dst_db, newkey)
     enc = src_db.enc.get(key)  # Valkey's COPY duplicates the object, encoding included
     if enc is not None:
         dst_db.enc[newkey] = enc
@@ -226,6 +227,7 @@ def move(ctx, args):
     if dst_db.slots is not None:
         dst_db.slots.add(key)
     dst_db.data[key] = value
+    ks.created(dst_db, key)
     if enc is not None:
         dst_db.enc[key] = enc
     if field_ttls is not None:

@@ -541,18 +541,19 @@ class Pipeline:
         return self.port.replication.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
 
     def reject(self, session, cmd, text):
-        """rejectCommand: flags a transaction being queued, counts, and answers the error (EXECABORT with
-        the reason when EXEC itself is rejected)."""
+        """rejectCommand: flags a transaction being queued, counts, and answers the error. EXEC itself rejected
+        answers EXECABORT with the reason, inside MULTI or not (execCommandAbort); a reason Valkey composes
+        without a code (arity, pubsub context) carries none there, where a reply gets its `ERR `."""
         if session.in_multi:
             session.multi_error = True
         if cmd is not None:
             cmd.rejected_calls += 1
-        self.count_error(text)
-        if cmd is not None and cmd.fullname == "exec" and session.in_multi:
+        if cmd is not None and cmd.fullname == "exec":
             self.discard(session)
-            if type(text) is Redirection:
-                return ErrorReply(text)   # clusterRedirectClient answers EXEC with the redirection itself
-            return ErrorReply(messages.EXECABORT_BECAUSE.format(text))
+            # clusterRedirectClient answers EXEC with the redirection itself
+            if type(text) is not Redirection:
+                text = messages.EXECABORT_BECAUSE.format(text[4:] if text.startswith("ERR ") else text)
+        self.count_error(text)
         return ErrorReply(text)
 
     def count_error(self, text):

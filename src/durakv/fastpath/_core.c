@@ -386,7 +386,7 @@ static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer,
     *s_clock_ms, *s_set_expire, *s_fast_runs, *s_fast_commands, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
     *s_handler, *s_failed_calls, *s_admit_rest, *s__gate, *s__router, *s_lease_valid_until_ms,
     *s_role, *s_checks_stale, *s__lease_lapsed, *s_holding, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
-    *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_reading;
+    *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_reading, *s_lru_stamp, *s_no_touch;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
 
@@ -532,6 +532,7 @@ static int attr_add(PyObject *o, PyObject *name, long long delta) {
 typedef struct {
     Core *core;
     PyObject *session, *ctx, *outbox, *ready, *held, *db, *data, *expires, *enc, *access;
+    PyObject *lru_stamp;      /* keyspace.lru_stamp, what a lookup or a store puts in access[key]; NULL: none */
     PyObject *cur_args;       /* the request being run (borrowed): a held reply counts its bytes */
     Py_ssize_t reply_len;     /* its reply's encoded size (the large-reply log) */
     int resp3;
@@ -687,8 +688,15 @@ static inline long long string_cost(Run *r, PyObject *key, PyObject *value) {
     return r->core->key_cost + PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(value);
 }
 
+/* Keyspace.lookup's and Context.store's access time: access[key] = the LRU clock (keyspace.lru_stamp), when
+ * it is kept and the session is not CLIENT NO-TOUCH. */
+static inline int touch(Run *r, PyObject *key) {
+    return r->lru_stamp == NULL ? 0 : PyDict_SetItem(r->access, key, r->lru_stamp);
+}
+
 /* The live value of key for this command, borrowed: NULL with *stop set when the Python path must run
- * (the key expired), NULL without for a missing key. */
+ * (the key expired), NULL without for a missing key. It does not touch the key: a command whose Python
+ * handler looks it up (not peeks) calls touch() on a hit. */
 static PyObject *look(Run *r, PyObject *key, int *stop) {
     PyObject *v = PyDict_GetItemWithError(r->data, key);
     if (v == NULL) return NULL;
@@ -708,7 +716,7 @@ static int slots_call(Run *r, PyObject *name, PyObject *key) {
 
 static int store(Run *r, PyObject *key, PyObject *value, int keep_ttl) {
     if (r->slots != NULL && slots_call(r, s_add, key) < 0) return -1;
-    if (PyDict_SetItem(r->data, key, value) < 0) return -1;
+    if (PyDict_SetItem(r->data, key, value) < 0 || touch(r, key) < 0) return -1;
     if (PyDict_GET_SIZE(r->enc) && PyDict_DelItem(r->enc, key) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
         PyErr_Clear();
@@ -878,7 +886,11 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         PyObject *v = look(r, key, &stop);
         if (stop) return stop < 0 ? -1 : 0;
         if (v != NULL && !PyBytes_CheckExact(v)) return 0;   /* WRONGTYPE: the Python path answers it */
-        if (v == NULL) r->misses++; else r->hits++;
+        if (v == NULL) r->misses++;
+        else {
+            r->hits++;
+            if (touch(r, key) < 0) return -1;
+        }
         ticket = read_ticket(r, args, 1, 1, 1);
         if (ticket < 0) return -1;
         Buf b = {0};
@@ -996,6 +1008,8 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
             else if (v == NULL) { r->misses++; rc = buf_null(&b, r->resp3); }
             else {
                 r->hits++;
+                rc = touch(r, PyList_GET_ITEM(args, i));
+                if (rc < 0) break;
                 if (PyBytes_CheckExact(v)) { rc = buf_bulk(&b, v); r->size += PyBytes_GET_SIZE(v); }
                 else rc = buf_null(&b, r->resp3);
             }
@@ -1142,6 +1156,7 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         if (h == NULL) r->misses++;
         else {
             r->hits++;
+            if (touch(r, key) < 0) return -1;
             v = PyDict_GetItemWithError(h, PyList_GET_ITEM(args, 2));
             if (v == NULL && PyErr_Occurred()) return -1;
             if (v != NULL && !PyBytes_CheckExact(v)) v = NULL;
@@ -1277,6 +1292,7 @@ static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
 #define NEED_FALSE(o, n) do { t = attr_true(o, n); if (t != 0) return t < 0 ? -1 : 0; } while (0)
 #define NEED_TRUE(o, n) do { t = attr_true(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
 #define NEED_NONE(o, n) do { t = attr_is_none(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
+#define NEED_FALSE_NONE(o, n) do { t = attr_is_none(o, n); if (t != 0) return t < 0 ? -1 : 0; } while (0)
     NEED_FALSE(conn, s_closing);
     NEED_TRUE(session, s_authenticated);
     NEED_FALSE(session, s_in_multi);
@@ -1298,7 +1314,11 @@ static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
     if (!t) return 0;
     NEED_FALSE(c->durability, s_refusing);
     PyObject *ks = c->keyspace;
-    NEED_NONE(ks, s_track_access);
+    /* access times: none kept, or the LRU clock stamped as Keyspace.lookup does (touch); an LFU counter
+     * (or a clock not ticked yet) is the Python path's */
+    t = attr_is_none(ks, s_track_access);
+    if (t < 0) return -1;
+    if (!t) NEED_FALSE_NONE(ks, s_lru_stamp);
     NEED_TRUE(ks, s_expire_enabled);
     NEED_FALSE(ks, s_hide_expired);
     NEED_FALSE(ks, s_deleted_by_server);
@@ -1307,6 +1327,7 @@ static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
 #undef NEED_FALSE
 #undef NEED_TRUE
 #undef NEED_NONE
+#undef NEED_FALSE_NONE
 }
 
 /* Writes back what a run counted (the Python objects hold every counter; the run only batches the adds). */
@@ -1340,6 +1361,7 @@ static void run_release(Run *r) {
     Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
     Py_XDECREF(r->gate); Py_XDECREF(r->slot_codes); Py_XDECREF(r->slots);
     Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc); Py_XDECREF(r->access);
+    Py_XDECREF(r->lru_stamp);
     PyMem_Free(r->out.data);
 }
 
@@ -1420,6 +1442,15 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
         || !PyDict_CheckExact(r.access)) {
         status = 1;
         goto done_early;
+    }
+    {
+        int no_touch = attr_true(r.session, s_no_touch);   /* CLIENT NO-TOUCH: lookups leave access times */
+        if (no_touch < 0) goto error;
+        if (!no_touch) {
+            r.lru_stamp = PyObject_GetAttr(self->keyspace, s_lru_stamp);
+            if (r.lru_stamp == NULL) goto error;
+            if (r.lru_stamp == Py_None) Py_CLEAR(r.lru_stamp);
+        }
     }
     {
         PyObject *dur = self->durability;
@@ -1611,6 +1642,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary"); INTERN(s_moving, "moving");
     INTERN(s_router, "router"); INTERN(s__fast, "_fast"); INTERN(s_add, "add"); INTERN(s_discard, "discard");
     init_crc16(); INTERN(s_failed_calls, "failed_calls");
+    INTERN(s_lru_stamp, "lru_stamp"); INTERN(s_no_touch, "no_touch");
     INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
     INTERN(s_reading, "reading");
     one = PyLong_FromLong(1);

@@ -216,7 +216,15 @@ class Keyspace:
         self.evicted_keys = 0
         self.changes = 0             # effects recorded (Valkey's server.dirty)
         self.changes_saved = 0       # changes when the last successful snapshot started
-        self.track_access = None     # None | 'lru' | 'lfu'
+        # The LRU clock (s), refreshed by the server's cron as serverCron refreshes Valkey's server.lruclock:
+        # an access stores it (one int object shared by the keys of a tick) instead of reading the clock;
+        # None (no cron: tests of this module) reads the clock at each access. `lru_stamp` is it while access
+        # times are kept (track_access 'lru'), else None: the one test lookup() makes.
+        self.lru_second = None
+        self.lru_stamp = None
+        # 'lru': access times, kept as Valkey keeps every object's LRU clock unless the policy is LFU; 'lfu';
+        # None only while a command must leave them alone (CLIENT NO-TOUCH)
+        self.track_access = "lru"
         self.lfu_log_factor = 10
         # lazyfree-lazy-expire / -eviction: the server's own deletions are written (and propagated) as UNLINK
         self.unlink_expired = True
@@ -258,7 +266,10 @@ class Keyspace:
                 if self.reading:
                     self.misses += 1
                 return None  # a replica: the key is gone for readers; the primary's DEL will remove it
-        if self.track_access is not None:
+        stamp = self.lru_stamp
+        if stamp is not None:
+            db.access[key] = stamp
+        elif self._track is not None:
             self._touch(db, key)
         if self.reading:
             self.hits += 1
@@ -450,11 +461,27 @@ class Keyspace:
         return removed
 
     # -- access tracking for LRU/LFU eviction --------------------------------------------------
+    @property
+    def track_access(self):
+        return self._track
+
+    @track_access.setter
+    def track_access(self, value):
+        self._track = value
+        self.lru_stamp = self.lru_second if value == "lru" else None
+
+    def lru_tick(self):
+        """The cron's refresh of the LRU clock."""
+        self.lru_second = self.clock_ms() // 1000
+        if self._track == "lru":
+            self.lru_stamp = self.lru_second
+
     def _touch(self, db: Db, key: bytes):
-        now = self.clock_ms()
-        if self.track_access == "lru":
-            db.access[key] = now // 1000
+        if self._track == "lru":
+            second = self.lru_second
+            db.access[key] = second if second is not None else self.clock_ms() // 1000
             return
+        now = self.clock_ms()
         packed = db.access.get(key)
         minutes = (now // 60000) & 0xFFFF
         if packed is None:
@@ -470,11 +497,20 @@ class Keyspace:
                 counter += 1
         db.access[key] = (minutes << 8) | counter
 
+    def created(self, db: Db, key: bytes):
+        """A value was just stored at key: a new object's LRU clock is now (createObject). An LFU counter
+        starts at LFU_INIT_VAL without an entry (lfu_counter)."""
+        stamp = self.lru_stamp
+        if stamp is not None:
+            db.access[key] = stamp
+        elif self._track == "lru":
+            self._touch(db, key)
+
     def idle_ms(self, db: Db, key: bytes) -> int:
         last = db.access.get(key)
-        if last is None or self.track_access != "lru":
+        if last is None or self._track == "lfu":    # (None: CLIENT NO-TOUCH, which still reads them)
             return 0
-        return max(0, self.clock_ms() - last * 1000)
+        return max(0, (self.clock_ms() // 1000 - last) * 1000)   # whole LRU clock units, as estimateObjectIdleTime
 
     def lfu_counter(self, db: Db, key: bytes) -> int:
         packed = db.access.get(key)

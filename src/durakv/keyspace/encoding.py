@@ -272,13 +272,17 @@ def zset_added(rules, db, key, z, members=(), size_hint=0, new_key=False):
     if (size_hint > rules.zset_entries or longest > rules.zset_value or len(z) > rules.zset_entries
             or cur is SKIPLIST):
         enc[key] = SKIPLIST
-    elif cur is not LISTPACK:
-        enc[key] = LISTPACK
+    else:
+        if cur is not LISTPACK:
+            enc[key] = LISTPACK
+        z.unsign_zeros(members)    # zzlInsertAt writes a -0 score as the integer 0
 
 
 def zset_stored(rules, db, key, z):
     """ZRANGESTORE / ZUNIONSTORE / ... / GEO*STORE targets: zsetConvertToListpackIfNeeded."""
-    db.enc[key] = zset_content_encoding(rules, z)
+    enc = db.enc[key] = zset_content_encoding(rules, z)
+    if enc is LISTPACK:
+        z.unsign_zeros(list(z.scores))
 
 
 # -- lists ------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Sorted set: a dict member->score plus a sorted list of (score, member) for ranges and ranks."""
 
 from bisect import bisect_left, bisect_right, insort
+from math import copysign
 from operator import itemgetter
 
 _member_of = itemgetter(1)
@@ -45,6 +46,16 @@ class ZSet:
 
     def score(self, member):
         return self.scores.get(member)
+
+    def unsign_zeros(self, members):
+        """Scores -0 of these members become 0: what a listpack keeps (it writes a score as text, and "-0" as
+        the integer 0); a skiplist keeps the sign. Only the score's sign changes, never the order."""
+        scores, order = self.scores, self.order
+        for member in members:
+            s = scores.get(member)
+            if s == 0.0 and copysign(1.0, s) < 0:
+                scores[member] = 0.0
+                order[bisect_left(order, (0.0, member))] = (0.0, member)
 
     def rank(self, member):
         score = self.scores.get(member)

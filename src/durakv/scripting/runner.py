@@ -32,6 +32,7 @@ import time
 
 from .. import messages
 from ..protocol.resp import Deferred, ErrorReply
+from .lua import bare_vm_bytes
 
 log = logging.getLogger("durakv.script")
 
@@ -345,13 +346,21 @@ def _human(n):
     return "%dB" % n
 
 
+def _vm_memory(engine, idle) -> int:
+    """A VM's figure (LuaEngine.own_memory), a fresh one's before it exists; while a script runs, the last one
+    measured (a Lua state is never entered from outside a running script)."""
+    if engine is None:
+        return bare_vm_bytes()
+    return engine.own_memory() if idle else engine.last_own_memory
+
+
 def info_memory(server) -> dict:
     """The scripting fields of INFO memory (Lua VM and script cache sizes, script/function counts)."""
     state = getattr(server.pipeline, "scripting", None)
     funcs = getattr(server.keyspace, "functions", None)
     idle = state is None or state.current is None     # never enter a Lua state a script is running in
-    vm_eval = state.engine.memory() if (state is not None and state.engine is not None and idle) else 0
-    vm_functions = funcs._engine.memory() if (funcs is not None and funcs._engine is not None and idle) else 0
+    vm_eval = _vm_memory(state.engine if state is not None else None, idle)
+    vm_functions = _vm_memory(funcs._engine if funcs is not None else None, idle)
     scripts = state.scripts if state is not None else {}
     scripts_eval = sum(len(s.body) + 40 for s in scripts.values())
     libs = funcs.ctx.libraries if funcs is not None else {}

@@ -75,7 +75,11 @@ def _section_memory(srv):
             "mem_fragmentation_ratio": round(rss / used, 2) if used else 0, "mem_allocator": "pymalloc",
             "mem_clients_slaves": 0, "mem_clients_normal": clients_normal,
             "total_system_memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            **_scripting.info_memory(srv)}
+            **_scripting.info_memory(srv),
+            # The section's last two, as in Valkey. durakv has no lazy-free thread: UNLINK, FLUSHALL ASYNC and
+            # the lazyfree-lazy-* deletions free their values at once (Python's reference counting), so nothing
+            # is ever pending and no object is freed in the background.
+            "lazyfree_pending_objects": 0, "lazyfreed_objects": 0}
 
 
 def _section_persistence(srv):

@@ -186,8 +186,8 @@ class Server:
             d.maxmemory = value
         elif name == "maxmemory-policy":
             d.maxmemory_policy = value
-            self.keyspace.track_access = "lru" if value.endswith("lru") else (
-                "lfu" if value.endswith("lfu") else None)
+            # Valkey keeps every object's LRU clock unless the policy is LFU (OBJECT IDLETIME answers from it)
+            self.keyspace.track_access = "lfu" if value.endswith("lfu") else "lru"
         elif name == "maxmemory-samples":
             d.maxmemory_samples = value
         elif name == "min-replicas-to-write":
@@ -565,6 +565,7 @@ class Server:
 
     def cron_tick(self):
         ks = self.keyspace
+        ks.lru_tick()
         if self.active_expire_enabled:
             ks.active_expire_cycle(25.0, time.perf_counter)
         if ks.deleted_by_server:

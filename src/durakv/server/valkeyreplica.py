@@ -11,12 +11,19 @@ loses nothing it had applied. The replica answers REPLCONF GETACK and sends REPL
 second, so the primary keeps it online. On any error the link is dropped and tried again after a second, with
 a full resynchronization; REPLICAOF NO ONE stops it and the server is a primary again with the data it has.
 
+An ACK names only what the journal holds: the offset up to which every write applied is committed (with a
+journal, in sync or async mode; without one, what was applied). So a WAIT on the primary counts this replica
+only for writes a kill -9 of it would keep. A GETACK answered short of the offset applied then is answered
+again as commits catch up, so such a WAIT returns as soon as the journal has the writes, not at the next
+periodic ACK.
+
 While it is a replica: writes from clients answer -READONLY; with replica-serve-stale-data no, commands
 without the `stale` flag answer -MASTERDOWN while the link is not up; keys are not expired here (the
 primary's DELs remove them, as on a Valkey replica).
 """
 
 import asyncio
+import collections
 import logging
 import time
 
@@ -51,7 +58,11 @@ class ValkeyReplicaLink:
         self.host = host
         self.port = port
         self.state = "connect"          # connect, connecting, sync, connected (ROLE's words)
-        self.offset = 0                 # replication offset applied (REPLCONF ACK)
+        self.offset = 0                 # replication offset applied
+        self.durable_offset = 0         # the offset up to which the writes applied are committed (REPLCONF ACK)
+        self._marks = collections.deque()   # (journal index, offset): offsets waiting for that index's commit
+        self._owed = 0                  # a GETACK was answered short of this offset: ACK again on commits
+        self._ack_writer = None         # the link's writer while it streams
         self.replid = "?"
         self.last_io_s = time.monotonic()
         self.sync_started_s = 0.0
@@ -148,17 +159,26 @@ class ValkeyReplicaLink:
         self.state = "sync"
         self.sync_started_s = time.monotonic()
         rdb = await self._read_payload(reader)
+        self._marks.clear()
+        self.durable_offset, self._owed = 0, 0
         self._load(rdb)
-        self.replid, self.offset = replid.decode(), int(offset)
+        self.replid = replid.decode()
+        self._applied_to(int(offset))     # the stream's start counts once the loaded data is committed
         self.full_syncs += 1
         self.state = "connected"
         log.info("replica of %s:%d: full sync of %d bytes in %.2fs; streaming from offset %d", self.host,
                  self.port, len(rdb), time.monotonic() - self.sync_started_s, self.offset)
+        durability = self.server.durability
+        self._ack_writer = writer
+        durability.commit_listeners.append(self._on_commit)
         acks = self.server.loop.create_task(self._ack_loop(writer))
         try:
             await self._stream(reader, writer)
         finally:
             acks.cancel()
+            self._ack_writer = None
+            if self._on_commit in durability.commit_listeners:
+                durability.commit_listeners.remove(self._on_commit)
 
     async def _read_payload(self, reader) -> bytes:
         while True:
@@ -227,13 +247,48 @@ class ValkeyReplicaLink:
                 log.debug("from the primary: %r", argv[:3])
                 name = argv[0].lower()
                 if name == b"replconf" and len(argv) > 1 and argv[1].lower() == b"getack":
-                    writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.offset]))
+                    self._ack(writer)
+                    if self.durable_offset < self.offset:
+                        self._owed = self.offset
                 elif name != b"ping":
                     self._apply(argv)
-                self.offset += len(encode_command(argv))   # the primary sends canonical multibulk
+                # the primary sends canonical multibulk
+                self._applied_to(self.offset + len(encode_command(argv)))
+
+    # -- acknowledgements: committed offsets only ---------------------------------------------------------
+    def _applied_to(self, offset):
+        """Everything up to `offset` is applied: durable at once when nothing issued to the journal is
+        uncommitted, else once the newest entry issued so far commits."""
+        self.offset = offset
+        durability = self.server.durability
+        pending = durability.assigned
+        if pending <= durability.committed:
+            self._marks.clear()
+            self.durable_offset = offset
+            return
+        marks = self._marks
+        if marks and marks[-1][0] == pending:
+            marks[-1] = (pending, offset)
+        else:
+            marks.append((pending, offset))
+
+    def _on_commit(self, index):
+        """A commit listener (Durability.on_commit) while the link streams."""
+        marks = self._marks
+        advanced = False
+        while marks and marks[0][0] <= index:
+            self.durable_offset = marks.popleft()[1]
+            advanced = True
+        if advanced and self._owed and self._ack_writer is not None:
+            self._ack(self._ack_writer)
+            if self.durable_offset >= self._owed:
+                self._owed = 0
+
+    def _ack(self, writer):
+        writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.durable_offset]))
 
     async def _ack_loop(self, writer):
         # the first ACK at once: a primary that sent the RDB diskless streams commands only after it
         while True:
-            writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.offset]))
+            self._ack(writer)
             await asyncio.sleep(ACK_INTERVAL_S)
