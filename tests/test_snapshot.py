@@ -126,7 +126,8 @@ def test_snapshot_round_trip_of_every_type(tmp_path):
     assert load_snapshot(path, ks, apply_fn) == 7
     assert_same_state(ks, live.ks)
     zs = ks.dbs[0].data[b"zset"].scores
-    assert math.copysign(1, zs[b"odd-2"]) == -1.0   # -0.0 kept its sign
+    # a -0 score is kept as the set holds it (a small set, listpack-encoded as in Valkey, holds 0: fixes20)
+    assert math.copysign(1, zs[b"odd-2"]) == math.copysign(1, live.ks.dbs[0].data[b"zset"].scores[b"odd-2"])
     assert zs[b"odd-4"] == 1e-300 and zs[b"odd-0"] == math.inf and zs[b"odd-6"] == 5e-324
     assert ks.dbs[0].expires[b"list"] == FUTURE + 1
     assert ks.dbs[15].expires == {b"db15:set": FUTURE + 99}
