@@ -91,7 +91,7 @@ def cluster_myshardid(ctx, args):
 
 @command("cluster|keyslot")
 def cluster_keyslot(ctx, args):
-    _cluster(ctx)
+    # answered outside cluster mode too: Valkey 9.1 computes a key's slot without a cluster
     return key_slot(args[2])
 
 
@@ -117,6 +117,8 @@ def cluster_links(ctx, args):
 
 @command("cluster|failover")
 def cluster_failover(ctx, args):
+    if ctx.port.cluster.routing() is None and ctx.port.cluster.node_id() is None:
+        raise CommandError(messages.CLUSTER_DISABLED)     # before the arguments, as clusterCommand checks
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"FORCE", b"TAKEOVER")):
         raise syntax_error()
     return ctx.port.cluster.request_failover()
@@ -124,9 +126,9 @@ def cluster_failover(ctx, args):
 
 @command("cluster|reset")
 def cluster_reset(ctx, args):
+    _cluster(ctx)
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"HARD", b"SOFT")):
         raise syntax_error()
-    _cluster(ctx)
     # A node forgets its cluster view in Valkey; here the view is the coordination store's, not the node's.
     raise CommandError(messages.CLUSTER_RESET_UNSUPPORTED)
 

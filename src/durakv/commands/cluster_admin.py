@@ -13,7 +13,7 @@ from ..keyspace.db import type_name
 from ..keyspace.scan import parse_scan_options
 from ..protocol.resp import OK
 from ..routing import key_slot
-from .base import syntax_error
+from .base import parse_int, syntax_error
 from .cluster import _cluster
 from .registry import command
 
@@ -171,7 +171,7 @@ def _cursor(slot: int, fingerprint: bytes) -> bytes:
 def clusterscan(ctx, args):
     """Valkey 9.1's cluster-wide SCAN. The cursor names a slot (in a hash tag, so a client routes it): a fresh
     '0' answers the cursor of the first slot (or SLOT's) and no keys; a slot's cursor scans this node's slots from
-    it upwards, each slot whole, until COUNT keys were found, and answers the cursor of the next slot that holds
+    it upwards, each slot whole, until COUNT keys were looked at, and answers the cursor of the next slot that holds
     keys here, or of the next slot another shard owns, or '0' when none is left."""
     routing, topology = _cluster(ctx)
     only = None
@@ -196,14 +196,17 @@ def clusterscan(ctx, args):
     mine = _my_slots(routing)
     last = start if only is not None else SLOTS - 1
     found = []
+    visited = 0             # COUNT bounds the keys looked at, as SCAN's does, not those MATCH/TYPE let through
     slot = start
     while slot <= last:
         if slot in mine:
-            if len(found) >= opts.count:
+            if visited >= opts.count:
                 if _slot_count(db, slot):
                     return [_cursor(slot, _fingerprint(topology)), found]
             else:
-                for key in list(_slot_keys(db, slot)):
+                keys = list(_slot_keys(db, slot))
+                visited += len(keys)
+                for key in keys:
                     if db.expires and key in db.expires and ks.is_expired(db, key):
                         ks.server_delete(db, key, "expired")
                         continue
@@ -329,13 +332,24 @@ def cluster_flushslots(ctx, args):
 
 @command("cluster|setslot")
 def cluster_setslot(ctx, args):
-    _routing, topology = _cluster(ctx)
-    _slot(args[2])
+    routing, topology = _cluster(ctx)
+    slot = _slot(args[2])
     action = args[3].upper()
-    if action in (b"IMPORTING", b"MIGRATING", b"NODE") and len(args) in (5, 7):
+    n = len(args)
+    if action in (b"IMPORTING", b"MIGRATING") and n >= 5:
+        mine = slot in _my_slots(routing)
+        if action == b"MIGRATING" and not mine:
+            raise CommandError(messages.SETSLOT_NOT_OWNER.format(slot))
+        if action == b"IMPORTING" and mine:
+            raise CommandError(messages.SETSLOT_ALREADY_OWNER.format(slot))
+        if topology.nodes.get(args[4].decode("utf-8", "replace")) is None:
+            raise CommandError(messages.SETSLOT_UNKNOWN_NODE.format(args[4].decode("utf-8", "replace")))
+    elif action == b"NODE" and n >= 5:
         _node(topology, args[4])
-    elif not (action == b"STABLE" and len(args) in (4, 6)):
+    elif action != b"STABLE":
         raise CommandError(messages.SETSLOT_BAD_ACTION)
+    if n >= 6 and args[n - 2].upper() == b"TIMEOUT":
+        parse_int(args[n - 1], messages.TIMEOUT_NOT_INTEGER)
     _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
 
 
