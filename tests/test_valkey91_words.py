@@ -383,3 +383,47 @@ def test_valkey912_replica_follows_durakv_over_psync(server_factory, valkey91):
         vk.flushall()
         vk.close()
         c.close()
+
+
+def _entries(reply):
+    return [dict(zip(e[::2], e[1::2])) for e in reply]
+
+
+def test_getslotmigrations_lists_a_reshard_in_progress(local_cluster):
+    """A slot marked as moving (what `durakv cluster reshard` does) is listed on the source's primary as an
+    EXPORT and on the target's as an IMPORT, with Valkey 9.1's fields, until it is handed over."""
+    from nats_fixtures import mark_migration
+    from durakv.routing import key_slot
+    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    src, dst = cluster.primary(0), cluster.primary(1)
+    tag = next(t for t in (f"{{gm{i}}}" for i in range(100)) if key_slot(t.encode()) < 8192)
+    slot = key_slot(tag.encode())
+    with valkey.Valkey(port=src.port) as c:
+        for start in range(0, 6000, 500):
+            c.mset({f"{tag}{i}": "x" * 1000 for i in range(start, start + 500)})
+    with valkey.Valkey(port=src.port) as s, valkey.Valkey(port=dst.port) as d:
+        src_id, dst_id = raw(s, "CLUSTER", "MYID"), raw(d, "CLUSTER", "MYID")
+        assert raw(s, "CLUSTER", "GETSLOTMIGRATIONS") == [] == raw(d, "CLUSTER", "GETSLOTMIGRATIONS")
+        mark_migration(cluster, [slot], "0", "1")
+        seen = {}
+
+        def listed():
+            for name, c in (("export", s), ("import", d)):
+                got = _entries(raw(c, "CLUSTER", "GETSLOTMIGRATIONS"))
+                if got:
+                    seen.setdefault(name, got)
+            return len(seen) == 2
+        wait_until(listed, 60, interval_s=0.005, what="the move listed on both primaries")
+        (export,), (imp,) = seen["export"], seen["import"]
+        assert list(export) == [b"name", b"operation", b"slot_ranges", b"target_node", b"source_node",
+                                b"create_time", b"last_update_time", b"last_ack_time", b"state", b"message",
+                                b"cow_size", b"remaining_repl_size"]
+        assert export[b"operation"] == b"EXPORT" and imp[b"operation"] == b"IMPORT"
+        for e in (export, imp):
+            assert e[b"slot_ranges"] == b"%d-%d" % (slot, slot)
+            assert (e[b"source_node"], e[b"target_node"]) == (src_id, dst_id)
+            assert len(e[b"name"]) == 40 and int(e[b"name"], 16) >= 0
+        assert export[b"name"] == imp[b"name"]
+        wait_until(lambda: raw(s, "CLUSTER", "GETSLOTMIGRATIONS") == [] == raw(d, "CLUSTER", "GETSLOTMIGRATIONS"),
+                   60, what="the move finished")
+        assert d.dbsize() == 6000

@@ -237,10 +237,17 @@ def cluster_count_failure_reports(ctx, args):
     return 0
 
 
+_SEEN = {}   # (source shard, target shard, ranges) -> when this process first saw the move (Valkey: in memory too)
+
+
 @command("cluster|getslotmigrations")
 def cluster_getslotmigrations(ctx, args):
     """The slot moves of the topology that involve this node's shard (replication/migration.py does them), one
-    entry per (source, target) pair, with the fields Valkey's entries start with."""
+    entry per (source, target) pair, with Valkey 9.1's fields. A move durakv makes copies a slot's keys through
+    the target's journal: Valkey's nearest state is `snapshotting` (export) / `receiving-snapshot` (import).
+    Moves are in the topology until done, so a finished one is not listed (Valkey keeps a log of them)."""
+    import hashlib
+    import time
     routing, topology = _cluster(ctx)
     mine = routing.router.my_shard if routing.router is not None else None
     if mine is None:
@@ -250,6 +257,7 @@ def cluster_getslotmigrations(ctx, args):
         src, dst = topology.migrating[slot]
         if mine.id in (src, dst):
             pairs.setdefault((src, dst), []).append(slot)
+    now = int(time.time())
     out = []
     for (src, dst), slots in pairs.items():
         ranges = []
@@ -258,15 +266,28 @@ def cluster_getslotmigrations(ctx, args):
                 ranges[-1][1] = s
             else:
                 ranges.append([s, s])
+        text = b" ".join(b"%d-%d" % (a, b) for a, b in ranges)
+        seen = _SEEN.setdefault((src, dst, text), now)
         source = topology.shard_by_id[src].primary.id if src in topology.shard_by_id else src
         target = topology.shard_by_id[dst].primary.id if dst in topology.shard_by_id else dst
+        export = src == mine.id
         out.append({
-            b"name": ("%s-%s" % (src, dst)).encode(),
-            b"operation": b"EXPORT" if src == mine.id else b"IMPORT",
-            b"slot_ranges": b" ".join(b"%d-%d" % (a, b) for a, b in ranges),
+            b"name": hashlib.sha1(b"%s %s %s" % (src.encode(), dst.encode(), text)).hexdigest().encode(),
+            b"operation": b"EXPORT" if export else b"IMPORT",
+            b"slot_ranges": text,
             b"target_node": target.encode(),
             b"source_node": source.encode(),
+            b"create_time": seen,
+            b"last_update_time": now,
+            b"last_ack_time": now,
+            b"state": b"snapshotting" if export else b"receiving-snapshot",
+            b"message": b"",
+            b"cow_size": 0,
+            b"remaining_repl_size": 0,
         })
+    live = {(src, dst, e[b"slot_ranges"]) for (src, dst), e in zip(pairs, out)}
+    for k in [k for k in _SEEN if k not in live and (k[0] == mine.id or k[1] == mine.id)]:
+        del _SEEN[k]
     return out
 
 
