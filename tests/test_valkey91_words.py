@@ -427,3 +427,36 @@ def test_getslotmigrations_lists_a_reshard_in_progress(local_cluster):
         wait_until(lambda: raw(s, "CLUSTER", "GETSLOTMIGRATIONS") == [] == raw(d, "CLUSTER", "GETSLOTMIGRATIONS"),
                    60, what="the move finished")
         assert d.dbsize() == 6000
+
+
+def test_clusterscan_across_two_shards(local_cluster):
+    """Following each cursor to the owner of the slot its tag names (as a cluster client routes it) visits every
+    key of both shards once and ends with "0"."""
+    from durakv.routing import key_slot
+    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    ports = [cluster.primary(0).port, cluster.primary(1).port]
+    clients = [valkey.Valkey(port=p) for p in ports]
+    try:
+        owners = {}
+        for start, end, primary, *_ in raw(clients[0], "CLUSTER", "SLOTS"):
+            for slot in range(start, end + 1):
+                owners[slot] = ports.index(primary[1])
+        keys = [b"key:%d" % i for i in range(300)]
+        for k in keys:
+            clients[owners[key_slot(k)]].set(k, "v")
+        assert {owners[key_slot(k)] for k in keys} == {0, 1}
+        for count in ("7", "100"):
+            cursor, seen, calls, nodes = b"0", [], 0, set()
+            while True:
+                node = owners[key_slot(cursor)]      # "0" too: the cursor is routed as a key is
+                nodes.add(node)
+                cursor, page = raw(clients[node], "CLUSTERSCAN", cursor, "COUNT", count)
+                seen += page
+                calls += 1
+                assert calls < 2000
+                if cursor == b"0":
+                    break
+            assert sorted(seen) == sorted(keys) and nodes == {0, 1}, count
+    finally:
+        for c in clients:
+            c.close()
