@@ -876,8 +876,7 @@ def test_replica_of_valkey91_primary(server_factory, valkey91):
 
 def test_valkey91_replica_loads_durakvs_rdb_with_field_ttls(server_factory, valkey91):
     """The Valkey 9.1.2 binary as a replica of durakv: the full sync's RDB file (VALKEY080, with RDB_TYPE_HASH_2)
-    loads there with every field TTL. (Only the full sync: Valkey 9.1 drops the link right after it with "Master
-    using the inline protocol", with or without field TTLs; a matter of durakv's SYNC feed, not of this format.)"""
+    loads there with every field TTL (the stream after it: tests/test_valkey91_words.py)."""
     srv = server_factory()
     c = srv.client()
     c.hset("h", mapping={"a": "1", "b": "2"})

@@ -251,6 +251,46 @@ NOREPLICAS = "NOREPLICAS Not enough good replicas to write."
 CLUSTER_RESET_UNSUPPORTED = ("ERR CLUSTER RESET is not supported: durakv nodes take the topology from the "
                              "coordination store (durakv cluster remove-shard / stop-node)")
 CLUSTER_INVALID_SLOT = "ERR Invalid slot"
+# -- Valkey 9.1's cluster words (cluster.c, cluster_legacy.c, cluster_slot_stats.c, cluster_migrateslots.c) --
+CLUSTER_BAD_SLOT = "ERR Invalid or out of range slot"
+CLUSTER_RANGE_START_GT_END = "ERR start slot number {} is greater than end slot number {}"
+SLOT_STATS_START_GT_END = "ERR Start slot number {} is greater than end slot number {}"
+SLOT_STATS_BAD_METRIC = "ERR Unrecognized sort metric for ORDERBY."
+SLOT_STATS_BAD_LIMIT = "ERR Limit has to lie in between 1 and 16384 (maximum number of slots)."
+SLOT_STATS_REPEATED = "ERR Multiple filters of the same type are disallowed."
+SETSLOT_NOT_OWNER = "ERR I'm not the owner of hash slot {}"
+SETSLOT_ALREADY_OWNER = "ERR I'm already the owner of hash slot {}"
+SETSLOT_UNKNOWN_NODE = "ERR I don't know about node {}"
+SETSLOT_BAD_ACTION = "ERR Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP"
+CLUSTER_FORGET_MYSELF = "ERR I tried hard but I can't forget myself..."
+CLUSTER_MEET_BAD_PORT = "ERR Invalid base port specified: {}"
+CLUSTER_MEET_BAD_BUS_PORT = "ERR Invalid bus port specified: {}"
+CLUSTER_BAD_CONFIG_EPOCH = "ERR Invalid config epoch specified: {}"
+MIGRATESLOTS_NO_END = "ERR No end slot for final slot range"
+MIGRATESLOTS_BAD_NODE = "ERR Invalid node name: {}"
+MIGRATESLOTS_START_GT_END = "ERR Start slot number {} is greater than end slot number {}."
+CLUSTERSCAN_BAD_CURSOR = "ERR Invalid cursor"
+CLUSTERSCAN_SLOT_MISMATCH = "ERR Cursor slot mismatch with SLOT argument"
+# durakv's refusals: the topology lives in the coordination store, changed by `durakv cluster ...`
+CLUSTER_TOPOLOGY_UNSUPPORTED = ("ERR CLUSTER {} is not supported: {}")
+CLUSTER_SLOTS_IN_STORE = "slots are assigned in the coordination store; use durakv cluster reshard"
+CLUSTER_NODES_IN_STORE = ("nodes join and leave through the coordination store; use durakv cluster start-node / "
+                          "remove-shard")
+CLUSTER_ROLES_IN_STORE = ("a node's shard and role come from the coordination store; use durakv cluster "
+                          "start-node / failover")
+CLUSTER_CONFIG_IN_STORE = "the topology is kept in the coordination store, not in a nodes.conf"
+CLUSTER_EPOCHS_IN_STORE = ("config epochs are set by compare-and-set on the coordination store's topology; use "
+                           "durakv cluster reshard / failover")
+CLUSTER_MIGRATION_IN_STORE = ("slot migrations are driven by the coordination store's topology; use durakv "
+                              "cluster reshard")
+# FAILOVER (replication.c failoverCommand)
+FAILOVER_NO_REPLICAS = "ERR FAILOVER requires connected replicas."
+FAILOVER_IN_CLUSTER = "ERR FAILOVER not allowed in cluster mode. Use CLUSTER FAILOVER command instead."
+FAILOVER_ON_REPLICA = "ERR FAILOVER is not valid when server is a replica."
+FAILOVER_NOT_IN_PROGRESS = "ERR No failover in progress."
+FAILOVER_BAD_TIMEOUT = "ERR FAILOVER timeout must be greater than 0"
+# CLIENT IMPORT-SOURCE (networking.c)
+NOT_IMPORT_MODE = "ERR Server is not in import mode"
 CLUSTER_INVALID_SLOT_OR_COUNT = "ERR Invalid slot or number of keys"
 CLUSTER_NO_ID = "ERR No ID yet"
 CLUSTER_NO_SHARD_ID = "ERR No shard ID yet"

@@ -91,7 +91,7 @@ def cluster_myshardid(ctx, args):
 
 @command("cluster|keyslot")
 def cluster_keyslot(ctx, args):
-    _cluster(ctx)
+    # answered outside cluster mode too: Valkey 9.1 computes a key's slot without a cluster
     return key_slot(args[2])
 
 
@@ -117,6 +117,8 @@ def cluster_links(ctx, args):
 
 @command("cluster|failover")
 def cluster_failover(ctx, args):
+    if ctx.port.cluster.routing() is None and ctx.port.cluster.node_id() is None:
+        raise CommandError(messages.CLUSTER_DISABLED)     # before the arguments, as clusterCommand checks
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"FORCE", b"TAKEOVER")):
         raise syntax_error()
     return ctx.port.cluster.request_failover()
@@ -124,14 +126,14 @@ def cluster_failover(ctx, args):
 
 @command("cluster|reset")
 def cluster_reset(ctx, args):
+    _cluster(ctx)
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"HARD", b"SOFT")):
         raise syntax_error()
-    _cluster(ctx)
     # A node forgets its cluster view in Valkey; here the view is the coordination store's, not the node's.
     raise CommandError(messages.CLUSTER_RESET_UNSUPPORTED)
 
 
-# Valkey's clusterCommandHelp + clusterCommandExtendedHelp, for the subcommands durakv has
+# Valkey 9.1.2's clusterCommandHelp + clusterCommandExtendedHelp (every subcommand has a handler here)
 _CLUSTER_HELP = [
     "COUNTKEYSINSLOT <slot>",
     "    Return the number of keys in <slot>.",
@@ -153,15 +155,50 @@ _CLUSTER_HELP = [
     "SLOTS",
     "    Return information about slots range mappings. Each range is made of:",
     "    start, end, primary and replicas IP addresses, ports and ids",
+    "SLOT-STATS",
+    "    Return an array of slot usage statistics for slots assigned to the current node.",
     "SHARDS",
     "    Return information about slot range mappings and the nodes associated with them.",
+    "ADDSLOTS <slot> [<slot> ...]",
+    "    Assign slots to current node.",
+    "ADDSLOTSRANGE <start slot> <end slot> [<start slot> <end slot> ...]",
+    "    Assign slots which are between <start-slot> and <end-slot> to current node.",
+    "BUMPEPOCH",
+    "    Advance the cluster config epoch.",
+    "COUNT-FAILURE-REPORTS <node-id>",
+    "    Return number of failure reports for <node-id>.",
+    "DELSLOTS <slot> [<slot> ...]",
+    "    Delete slots information from current node.",
+    "DELSLOTSRANGE <start slot> <end slot> [<start slot> <end slot> ...]",
+    "    Delete slots information which are between <start-slot> and <end-slot> from current node.",
     "FAILOVER [FORCE|TAKEOVER]",
     "    Promote current replica node to being a master.",
+    "FORGET <node-id>",
+    "    Remove a node from the cluster.",
+    "FLUSHSLOTS",
+    "    Delete current node own slots information.",
+    "MEET <ip> <port> [<bus-port>]",
+    "    Connect nodes into a working cluster.",
+    "REPLICATE <node-id>",
+    "    Configure current node as replica to <node-id>.",
     "RESET [HARD|SOFT]",
     "    Reset current node (default: soft).",
+    "SET-CONFIG-EPOCH <epoch>",
+    "    Set config epoch of current node.",
+    "SETSLOT <slot> (IMPORTING <node-id>|MIGRATING <node-id>|STABLE|NODE <node-id>)",
+    "    Set slot state.",
+    "SAVECONFIG",
+    "    Force saving cluster configuration on disk.",
     "LINKS",
     "    Return information about all network links between this node and its peers.",
     "    Output format is an array where each array element is a map containing attributes of a link",
+    ("MIGRATESLOTS SLOTSRANGE start-slot end-slot [start-slot end-slot ...] NODE node-id "
+     "[SLOTSRANGE start-slot end-slot [start-slot end-slot ...] NODE node-id ...]"),
+    "    Migrate the specified slot ranges from this node to the specified node.",
+    "CANCELSLOTMIGRATIONS ALL",
+    "    Cancel all migrations.",
+    "GETSLOTMIGRATIONS",
+    "    Get information about ongoing and recently finished slot imports and exports.",
 ]
 
 

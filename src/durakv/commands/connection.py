@@ -329,6 +329,16 @@ def client_capa(ctx, args):
     return OK
 
 
+@command("client|import-source")
+def client_import_source(ctx, args):
+    """Valkey 9.1: in import-mode a client marked as an import source may read and write keys whose TTL passed
+    (a migration tool copying data in). durakv has no import mode, so ON answers what Valkey answers with
+    import-mode no; OFF clears nothing and is OK, as in Valkey."""
+    if args[2].lower() == b"off":
+        return OK
+    raise CommandError(messages.NOT_IMPORT_MODE)
+
+
 @command("client|no-touch")
 def client_no_touch(ctx, args):
     # reads by this client leave LRU/LFU access untouched (except TOUCH)

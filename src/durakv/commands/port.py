@@ -175,10 +175,14 @@ class Replication:
         """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""
         raise CommandError("ERR REPLICAOF needs a server process")
 
-    def attach_stream(self, session):
+    def attach_stream(self, session, preamble=b""):
         """SYNC: from now on this client receives every write's effects as commands (Valkey's replication
-        stream); returns the payload to answer with (an empty RDB)."""
+        stream); returns the payload to answer with (`preamble`, then the RDB)."""
         needs_server("SYNC")
+
+    def full_resync_id(self):
+        """PSYNC: (replid, offset) of the +FULLRESYNC answer."""
+        needs_server("PSYNC")
 
     def replication_index(self, index) -> int:
         """The journal position replicas report for the client's write `index`, or 0 while it is not committed.

@@ -147,12 +147,59 @@ def sync(ctx, args):
     return ctx.port.replication.attach_stream(ctx.client)
 
 
+@command("psync")
+def psync(ctx, args):
+    """A replica that asks to continue (PSYNC replid offset) gets what Valkey's primary gives one that cannot:
+    +FULLRESYNC <replid> <offset>, then the RDB file and the stream SYNC gives (durakv keeps no backlog)."""
+    parse_int(args[2])      # Valkey reads the offset as a long long first
+    replid, offset = ctx.port.replication.full_resync_id()
+    return ctx.port.replication.attach_stream(ctx.client, preamble=b"+FULLRESYNC %s %d\r\n" % (replid, offset))
+
+
+@command("failover")
+def failover(ctx, args):
+    """failoverCommand's grammar and checks. A standalone durakv has no replica it could hand the primary role
+    to (SYNC clients follow a stream; they do not take over), so past the argument checks the answer is the one
+    Valkey gives with no replica connected; a JetStream shard's failover is `CLUSTER FAILOVER` on a replica."""
+    if ctx.port.cluster.routing() is not None:
+        raise CommandError(messages.FAILOVER_IN_CLUSTER)
+    n = len(args)
+    if n == 2 and args[1].lower() == b"abort":
+        raise CommandError(messages.FAILOVER_NOT_IN_PROGRESS)
+    timeout_ms, force, host = 0, False, None
+    j = 1
+    while j < n:
+        opt = args[j].lower()
+        if opt == b"timeout" and j + 1 < n and timeout_ms == 0:
+            timeout_ms = parse_int(args[j + 1])
+            if timeout_ms <= 0:
+                raise CommandError(messages.FAILOVER_BAD_TIMEOUT)
+            j += 2
+        elif opt == b"to" and j + 2 < n and host is None:
+            parse_int(args[j + 2])
+            host = args[j + 1]
+            j += 3
+        elif opt == b"force" and not force:
+            force = True
+            j += 1
+        else:
+            raise syntax_error()
+    if ctx.port.replication.status()["role"] == "replica":
+        raise CommandError(messages.FAILOVER_ON_REPLICA)
+    raise CommandError(messages.FAILOVER_NO_REPLICAS)
+
+
 @command("replconf")
 def replconf(ctx, args):
     """replconfCommand's options for what a SYNC client gets (redis-cli --rdb / --functions-rdb use them);
     ack/getack belong to Valkey-protocol replicas, which durakv does not have (its replicas follow the
     journal)."""
     n = len(args)
+    opt = args[1].lower()
+    if opt in (b"ack", b"fack"):
+        # a replica's offset report (a Valkey replica of durakv sends one a second): Valkey's primary never
+        # answers it, and a reply would land in the replica's stream (it drops the link: "inline protocol")
+        return NO_REPLY
     if n % 2 == 0:
         raise syntax_error()
     s = ctx.client

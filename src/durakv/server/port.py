@@ -238,7 +238,15 @@ class ServerReplication(_Served, Replication):
                                "shard's journal")
         return srv.replicaof(host, port)
 
-    def attach_stream(self, session):
+    def full_resync_id(self):
+        """(replid, offset) a PSYNC replica is told to start from: the id INFO replication shows as master_replid
+        and the stream's own byte offset, which starts at 0 for each replica (ReplicaFeed.offset)."""
+        srv = self.server
+        node = srv.cluster_node
+        replid = node.replication_id if node is not None else srv.run_id
+        return replid.encode(), 0
+
+    def attach_stream(self, session, preamble=b""):
         from .replfeed import FORK_MIN_KEYS, ReplicaFeed, dataset_rdb, export_rdb_forked
         conn = self._conn(session)
         if conn is None:
@@ -259,7 +267,8 @@ class ServerReplication(_Served, Replication):
                     return failure_reason(t.failed) if t.failed is not None else "the journal failed meanwhile"
                 return None
             reply = export_rdb_forked(server.loop, ks, server.dir, data=data, functions=functions,
-                                      ticket=durability.export_ticket(), still_valid=still_valid)
+                                      ticket=durability.export_ticket(), still_valid=still_valid,
+                                      preamble=preamble)
 
             def exported(d=reply):
                 if type(d.reply) is ErrorReply and conn.replica_feed is not None:
@@ -270,7 +279,7 @@ class ServerReplication(_Served, Replication):
             reply.listen(exported)
         else:
             rdb = dataset_rdb(ks, data=data, functions=functions)
-            reply = Raw(b"$%d\r\n" % len(rdb) + rdb)
+            reply = Raw(preamble + b"$%d\r\n" % len(rdb) + rdb)
         if session.repl_rdb_only:
             session.close_after_reply = True     # an RDB-only client is done once it has the file
         elif conn.replica_feed is None:

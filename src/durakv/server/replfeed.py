@@ -60,10 +60,12 @@ FORK_MIN_KEYS = 10000   # below this many keys building the file in the loop tak
 RDB_EXPORT_FAILED = "ERR the RDB export's child process failed (exit status {})"
 
 
-def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket=0, still_valid=None) -> Deferred:
+def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket=0, still_valid=None,
+                      preamble=b"") -> Deferred:
     """The RDB of memory as it is now, built in a forked child. The Deferred resolves, on the loop, with the
     encoded bulk reply and `ticket` (what must commit before it leaves), or with an error if the child failed
-    or `still_valid()` says the writes the file holds can no longer commit (the journal failed meanwhile)."""
+    or `still_valid()` says the writes the file holds can no longer commit (the journal failed meanwhile).
+    `preamble` goes out before the file (PSYNC's +FULLRESYNC line)."""
     done = Deferred()
     fd, path = tempfile.mkstemp(prefix="temp-sync-%d-" % os.getpid(), suffix=".rdb", dir=tmp_dir)
     pid = os.fork()
@@ -104,7 +106,7 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
             with open(path, "rb") as f:
                 rdb = f.read()
             log.info("Background RDB transfer terminated with success")
-            done.resolve(Raw(b"$%d\r\n" % len(rdb) + rdb), ticket)
+            done.resolve(Raw(preamble + b"$%d\r\n" % len(rdb) + rdb), ticket)
         finally:
             os.unlink(path)
     loop.add_reader(pidfd, child_exited)

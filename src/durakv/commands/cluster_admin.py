@@ -1,0 +1,481 @@
+"""Valkey 9.1's cluster words durakv had no handler for: CLUSTER SLOT-STATS, CLUSTERSCAN, COUNT-FAILURE-REPORTS,
+GETSLOTMIGRATIONS and FLUSHSLOT answer from this node's data and the routing snapshot; the words that change a
+node's view of the topology (ADDSLOTS ... SYNCSLOTS) check their arguments as Valkey does and then refuse, naming
+the durakv way: the topology is the coordination store's, changed by compare-and-set (`durakv cluster ...`), never
+by one node's gossip.
+
+Replies and error texts are Valkey 9.1.2's (tests/test_valkey91_words.py compares them with the binary).
+"""
+
+from .. import messages
+from ..errors import CommandError
+from ..keyspace.db import type_name
+from ..keyspace.scan import parse_scan_options
+from ..protocol.resp import OK
+from ..routing import key_slot
+from .base import parse_int, syntax_error
+from .cluster import _cluster
+from .registry import command
+
+SLOTS = 16384
+
+
+def _slot(arg: bytes) -> int:
+    """getSlotOrReply: a strict integer in 0..16383, else Valkey's one error for both."""
+    try:
+        if len(arg) > 20 or arg != b"%d" % int(arg):
+            raise ValueError
+        slot = int(arg)
+    except ValueError:
+        raise CommandError(messages.CLUSTER_BAD_SLOT) from None
+    if not 0 <= slot < SLOTS:
+        raise CommandError(messages.CLUSTER_BAD_SLOT)
+    return slot
+
+
+def _subcommand_syntax(args):
+    return CommandError(messages.SUBCOMMAND_SYNTAX.format(args[1].decode("utf-8", "replace"), "CLUSTER"))
+
+
+def _refuse(args, why):
+    raise CommandError(messages.CLUSTER_TOPOLOGY_UNSUPPORTED.format(args[1].decode("utf-8", "replace").upper(), why))
+
+
+def _node(topology, arg: bytes):
+    node = topology.nodes.get(arg.decode("utf-8", "replace"))
+    if node is None:
+        raise CommandError(messages.CLUSTER_UNKNOWN_NODE.format(arg.decode("utf-8", "replace")))
+    return node
+
+
+def _my_slots(routing):
+    """The slots this node's shard owns, as a set."""
+    mine = routing.router.my_shard if routing.router is not None else None
+    out = set()
+    for start, end in (mine.slots if mine is not None else ()):
+        out.update(range(start, end + 1))
+    return out
+
+
+def _slot_keys(db, slot):
+    """The keys of `slot` in database 0, from the slot index a cluster node keeps (or a scan without one)."""
+    if db.slots is not None:
+        return db.slots.keys(slot)
+    return [k for k in db.data if key_slot(k) == slot]
+
+
+def _slot_count(db, slot):
+    if db.slots is not None:
+        return db.slots.count(slot)
+    return sum(1 for k in db.data if key_slot(k) == slot)
+
+
+# ---- CLUSTER SLOT-STATS ------------------------------------------------------------------------------------------
+
+@command("cluster|slot-stats")
+def cluster_slot_stats(ctx, args):
+    """clusterSlotStatsCommand with cluster-slot-stats-enabled no (Valkey's default): key-count only. durakv
+    keeps no per-slot CPU or network counters, so it shows what Valkey shows when it does not collect them."""
+    routing, _topology = _cluster(ctx)
+    n = len(args)
+    kind = args[2].upper()
+    if kind == b"SLOTSRANGE" and n == 5:
+        start, end = _slot(args[3]), _slot(args[4])
+        if start > end:
+            raise CommandError(messages.SLOT_STATS_START_GT_END.format(start, end))
+        mine = _my_slots(routing)
+        slots = [s for s in range(start, end + 1) if s in mine]
+    elif kind == b"ORDERBY" and n >= 4:
+        if args[3].lower() != b"key-count":
+            raise CommandError(messages.SLOT_STATS_BAD_METRIC)
+        limit, desc, seen_limit, seen_order = 16384, True, False, False
+        i = 4
+        while i < n:
+            opt = args[i].upper()
+            if opt == b"LIMIT" and i + 1 < n:
+                if seen_limit:
+                    raise CommandError(messages.SLOT_STATS_REPEATED)
+                seen_limit = True
+                try:
+                    limit = int(args[i + 1])
+                except ValueError:
+                    raise CommandError(messages.NOT_INTEGER) from None
+                if not 1 <= limit <= SLOTS:
+                    raise CommandError(messages.SLOT_STATS_BAD_LIMIT)
+                i += 2
+            elif opt in (b"ASC", b"DESC"):
+                if seen_order:
+                    raise CommandError(messages.SLOT_STATS_REPEATED)
+                seen_order, desc = True, opt == b"DESC"
+                i += 1
+            else:
+                raise syntax_error()
+        db = ctx.keyspace.dbs[0]
+        counted = sorted(((_slot_count(db, s), s) for s in _my_slots(routing)),
+                         key=(lambda cs: (-cs[0], cs[1])) if desc else (lambda cs: (cs[0], cs[1])))
+        slots = [s for _c, s in counted[:limit]]
+    else:
+        raise _subcommand_syntax(args)
+    db = ctx.keyspace.dbs[0]
+    return [[s, {b"key-count": _slot_count(db, s)}] for s in slots]
+
+
+# ---- CLUSTERSCAN -------------------------------------------------------------------------------------------------
+
+_TAGS = None
+_ALPHABET = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _slot_tag(slot: int) -> bytes:
+    """A short hash tag whose CRC16 is `slot` (a cursor carries its slot in a tag, so a cluster client sends the
+    next call to the slot's owner as it would a key). Built once: every slot has a tag of at most 3 characters."""
+    global _TAGS
+    if _TAGS is None:
+        tags = [None] * SLOTS
+        left = SLOTS
+        for a in _ALPHABET:
+            for b in _ALPHABET:
+                for c in _ALPHABET:
+                    t = bytes((a, b, c))
+                    s = key_slot(t)
+                    if tags[s] is None:
+                        tags[s] = t
+                        left -= 1
+                if left == 0:
+                    break
+            if left == 0:
+                break
+        _TAGS = tags
+    return _TAGS[slot]
+
+
+def _parse_cluster_cursor(cursor: bytes):
+    """'0' (start) -> None, or (fingerprint, slot) from '<fingerprint>-{tag}-<n>', Valkey's cursor shape."""
+    if cursor == b"0":
+        return None
+    parts = cursor.rsplit(b"-", 1)
+    if len(parts) != 2 or not parts[1].isdigit():
+        raise CommandError(messages.CLUSTERSCAN_BAD_CURSOR)
+    head = parts[0]
+    dash = head.find(b"-")
+    if dash < 0:
+        raise CommandError(messages.CLUSTERSCAN_BAD_CURSOR)
+    return head[:dash], key_slot(head[dash + 1:])
+
+
+def _cursor(slot: int, fingerprint: bytes) -> bytes:
+    return b"%s-{%s}-%d" % (fingerprint, _slot_tag(slot), slot)
+
+
+@command("clusterscan")
+def clusterscan(ctx, args):
+    """Valkey 9.1's cluster-wide SCAN. The cursor names a slot (in a hash tag, so a client routes it): a fresh
+    '0' answers the cursor of the first slot (or SLOT's) and no keys; a slot's cursor scans this node's slots from
+    it upwards, each slot whole, until COUNT keys were looked at, and answers the cursor of the next slot that holds
+    keys here, or of the next slot another shard owns, or '0' when none is left."""
+    routing, topology = _cluster(ctx)
+    only = None
+    rest = []
+    i, n = 2, len(args)
+    while i < n:
+        if args[i].lower() == b"slot" and i + 1 < n:
+            only = _slot(args[i + 1])
+            i += 2
+        else:
+            rest.append(args[i])
+            i += 1
+    opts = parse_scan_options([b""] + rest, 1, "db")
+    parsed = _parse_cluster_cursor(args[1])
+    if parsed is None:
+        return [b"0-{%s}-0" % _slot_tag(only if only is not None else 0), []]
+    _fp, start = parsed
+    if only is not None and only != start:
+        raise CommandError(messages.CLUSTERSCAN_SLOT_MISMATCH)
+    db = ctx.keyspace.dbs[0]
+    ks = ctx.keyspace
+    mine = _my_slots(routing)
+    last = start if only is not None else SLOTS - 1
+    found = []
+    visited = 0             # COUNT bounds the keys looked at, as SCAN's does, not those MATCH/TYPE let through
+    slot = start
+    while slot <= last:
+        if slot in mine:
+            if visited >= opts.count:
+                if _slot_count(db, slot):
+                    return [_cursor(slot, _fingerprint(topology)), found]
+            else:
+                keys = list(_slot_keys(db, slot))
+                visited += len(keys)
+                for key in keys:
+                    if db.expires and key in db.expires and ks.is_expired(db, key):
+                        ks.server_delete(db, key, "expired")
+                        continue
+                    if opts.type is not None and type_name(db.data[key]) != opts.type:
+                        continue
+                    if opts.match is not None and not opts.match(key):
+                        continue
+                    found.append(key)
+        elif topology.shard_by_slot[slot] is not None:
+            return [_cursor(slot, b"0"), found]     # another shard's: its owner scans it from the start
+        slot += 1
+    return [b"0", found]
+
+
+def _fingerprint(topology) -> bytes:
+    """The cursor's first part: the topology's epoch, so a cursor says which topology issued it."""
+    return b"%d" % (topology.current_epoch + 1)
+
+
+# ---- COUNT-FAILURE-REPORTS / GETSLOTMIGRATIONS / FLUSHSLOT -----------------------------------------------------------
+
+@command("cluster|count-failure-reports")
+def cluster_count_failure_reports(ctx, args):
+    """Failure detection is the failover controller's (leases in the coordination store), not gossip: no node
+    ever files a failure report, so a known node has none."""
+    _routing, topology = _cluster(ctx)
+    _node(topology, args[2])
+    return 0
+
+
+_SEEN = {}   # (source shard, target shard, ranges) -> when this process first saw the move (Valkey: in memory too)
+
+
+@command("cluster|getslotmigrations")
+def cluster_getslotmigrations(ctx, args):
+    """The slot moves of the topology that involve this node's shard (replication/migration.py does them), one
+    entry per (source, target) pair, with Valkey 9.1's fields. A move durakv makes copies a slot's keys through
+    the target's journal: Valkey's nearest state is `snapshotting` (export) / `receiving-snapshot` (import).
+    Moves are in the topology until done, so a finished one is not listed (Valkey keeps a log of them)."""
+    import hashlib
+    import time
+    routing, topology = _cluster(ctx)
+    mine = routing.router.my_shard if routing.router is not None else None
+    if mine is None:
+        return []
+    pairs = {}
+    for slot in sorted(topology.migrating):
+        src, dst = topology.migrating[slot]
+        if mine.id in (src, dst):
+            pairs.setdefault((src, dst), []).append(slot)
+    now = int(time.time())
+    out = []
+    for (src, dst), slots in pairs.items():
+        ranges = []
+        for s in slots:
+            if ranges and ranges[-1][1] == s - 1:
+                ranges[-1][1] = s
+            else:
+                ranges.append([s, s])
+        text = b" ".join(b"%d-%d" % (a, b) for a, b in ranges)
+        seen = _SEEN.setdefault((src, dst, text), now)
+        source = topology.shard_by_id[src].primary.id if src in topology.shard_by_id else src
+        target = topology.shard_by_id[dst].primary.id if dst in topology.shard_by_id else dst
+        export = src == mine.id
+        out.append({
+            b"name": hashlib.sha1(b"%s %s %s" % (src.encode(), dst.encode(), text)).hexdigest().encode(),
+            b"operation": b"EXPORT" if export else b"IMPORT",
+            b"slot_ranges": text,
+            b"target_node": target.encode(),
+            b"source_node": source.encode(),
+            b"create_time": seen,
+            b"last_update_time": now,
+            b"last_ack_time": now,
+            b"state": b"snapshotting" if export else b"receiving-snapshot",
+            b"message": b"",
+            b"cow_size": 0,
+            b"remaining_repl_size": 0,
+        })
+    live = {(src, dst, e[b"slot_ranges"]) for (src, dst), e in zip(pairs, out)}
+    for k in [k for k in _SEEN if k not in live and (k[0] == mine.id or k[1] == mine.id)]:
+        del _SEEN[k]
+    return out
+
+
+@command("cluster|flushslot")
+def cluster_flushslot(ctx, args):
+    """Deletes the keys of a slot through the write path: one DEL of them, journaled and replicated as any."""
+    _cluster(ctx)
+    slot = _slot(args[2])
+    if len(args) > 4:
+        raise _subcommand_syntax(args)
+    if len(args) == 4 and args[3].upper() not in (b"ASYNC", b"SYNC"):
+        raise syntax_error()
+    db = ctx.db
+    keys = list(_slot_keys(db, slot))
+    for key in keys:
+        ctx.delete(key)
+    if keys:
+        ctx.propagate(b"DEL", *keys)
+    return OK
+
+
+# ---- refusals ------------------------------------------------------------------------------------------------------
+
+def _check_ranges(args, start, error_text):
+    if (len(args) - start) % 2:
+        raise CommandError(messages.WRONG_ARITY.format(("cluster|" + args[1].decode("utf-8", "replace")).lower()))
+    for j in range(start, len(args), 2):
+        a, b = _slot(args[j]), _slot(args[j + 1])
+        if a > b:
+            raise CommandError(error_text.format(a, b))
+
+
+@command("cluster|addslots")
+def cluster_addslots(ctx, args):
+    _cluster(ctx)
+    for a in args[2:]:
+        _slot(a)
+    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+
+
+@command("cluster|delslots")
+def cluster_delslots(ctx, args):
+    return cluster_addslots(ctx, args)
+
+
+@command("cluster|addslotsrange")
+def cluster_addslotsrange(ctx, args):
+    _cluster(ctx)
+    _check_ranges(args, 2, messages.CLUSTER_RANGE_START_GT_END)
+    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+
+
+@command("cluster|delslotsrange")
+def cluster_delslotsrange(ctx, args):
+    return cluster_addslotsrange(ctx, args)
+
+
+@command("cluster|flushslots")
+def cluster_flushslots(ctx, args):
+    _cluster(ctx)
+    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+
+
+@command("cluster|setslot")
+def cluster_setslot(ctx, args):
+    routing, topology = _cluster(ctx)
+    slot = _slot(args[2])
+    action = args[3].upper()
+    n = len(args)
+    if action in (b"IMPORTING", b"MIGRATING") and n >= 5:
+        mine = slot in _my_slots(routing)
+        if action == b"MIGRATING" and not mine:
+            raise CommandError(messages.SETSLOT_NOT_OWNER.format(slot))
+        if action == b"IMPORTING" and mine:
+            raise CommandError(messages.SETSLOT_ALREADY_OWNER.format(slot))
+        if topology.nodes.get(args[4].decode("utf-8", "replace")) is None:
+            raise CommandError(messages.SETSLOT_UNKNOWN_NODE.format(args[4].decode("utf-8", "replace")))
+    elif action == b"NODE" and n >= 5:
+        _node(topology, args[4])
+    elif action != b"STABLE":
+        raise CommandError(messages.SETSLOT_BAD_ACTION)
+    if n >= 6 and args[n - 2].upper() == b"TIMEOUT":
+        parse_int(args[n - 1], messages.TIMEOUT_NOT_INTEGER)
+    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+
+
+@command("cluster|forget")
+def cluster_forget(ctx, args):
+    routing, topology = _cluster(ctx)
+    node = _node(topology, args[2])
+    if node.id == routing.myself_id:
+        raise CommandError(messages.CLUSTER_FORGET_MYSELF)
+    _refuse(args, messages.CLUSTER_NODES_IN_STORE)
+
+
+def _port(arg: bytes, text: str):
+    try:
+        if arg != b"%d" % int(arg):
+            raise ValueError
+        value = int(arg)
+    except ValueError:
+        raise CommandError(text.format(arg.decode("utf-8", "replace"))) from None
+    return value
+
+
+@command("cluster|meet")
+def cluster_meet(ctx, args):
+    _cluster(ctx)
+    if len(args) > 5:
+        raise _subcommand_syntax(args)
+    _port(args[3], messages.CLUSTER_MEET_BAD_PORT)
+    if len(args) == 5:
+        _port(args[4], messages.CLUSTER_MEET_BAD_BUS_PORT)
+    _refuse(args, messages.CLUSTER_NODES_IN_STORE)
+
+
+@command("cluster|replicate")
+def cluster_replicate(ctx, args):
+    _routing, topology = _cluster(ctx)
+    if len(args) == 4:
+        if args[2].upper() != b"NO" or args[3].upper() != b"ONE":
+            raise _subcommand_syntax(args)
+    elif len(args) == 3:
+        _node(topology, args[2])
+    else:
+        raise _subcommand_syntax(args)
+    _refuse(args, messages.CLUSTER_ROLES_IN_STORE)
+
+
+@command("cluster|saveconfig")
+def cluster_saveconfig(ctx, args):
+    _cluster(ctx)
+    _refuse(args, messages.CLUSTER_CONFIG_IN_STORE)
+
+
+@command("cluster|set-config-epoch")
+def cluster_set_config_epoch(ctx, args):
+    _cluster(ctx)
+    try:
+        if len(args[2]) > 20 or args[2] != b"%d" % int(args[2]):
+            raise ValueError
+        epoch = int(args[2])
+    except ValueError:
+        raise CommandError(messages.NOT_INTEGER) from None
+    if epoch < 0:
+        raise CommandError(messages.CLUSTER_BAD_CONFIG_EPOCH.format(epoch))
+    _refuse(args, messages.CLUSTER_EPOCHS_IN_STORE)
+
+
+@command("cluster|bumpepoch")
+def cluster_bumpepoch(ctx, args):
+    _cluster(ctx)
+    _refuse(args, messages.CLUSTER_EPOCHS_IN_STORE)
+
+
+@command("cluster|migrateslots")
+def cluster_migrateslots(ctx, args):
+    """Valkey's grammar: (SLOTSRANGE start end [start end ...] NODE node-id)+, then the refusal."""
+    _cluster(ctx)
+    i, n = 2, len(args)
+    while i < n:
+        if args[i].upper() != b"SLOTSRANGE":
+            raise syntax_error()
+        i += 1
+        while i < n and args[i].upper() != b"NODE":
+            if i + 1 >= n or args[i + 1].upper() == b"NODE":
+                raise CommandError(messages.MIGRATESLOTS_NO_END)
+            a, b = _slot(args[i]), _slot(args[i + 1])
+            if a > b:
+                raise CommandError(messages.MIGRATESLOTS_START_GT_END.format(a, b))
+            i += 2
+        if i + 1 >= n:
+            raise syntax_error()
+        name = args[i + 1]
+        if len(name) != 40 or any(c not in b"0123456789abcdef" for c in name):
+            raise CommandError(messages.MIGRATESLOTS_BAD_NODE.format(name.decode("utf-8", "replace")))
+        i += 2
+    _refuse(args, messages.CLUSTER_MIGRATION_IN_STORE)
+
+
+@command("cluster|cancelslotmigrations")
+def cluster_cancelslotmigrations(ctx, args):
+    _cluster(ctx)
+    _refuse(args, messages.CLUSTER_MIGRATION_IN_STORE)
+
+
+@command("cluster|syncslots")
+def cluster_syncslots(ctx, args):
+    """The node-to-node half of Valkey's atomic slot migration; durakv's moves go through the target's journal."""
+    _cluster(ctx)
+    _refuse(args, messages.CLUSTER_MIGRATION_IN_STORE)
