@@ -112,7 +112,7 @@ def test_object_refcount(rr):
 def test_object_idletime_and_freq_policies(restore_config):
     r = restore_config
     r.set("k", "v")
-    assert r.execute_command("OBJECT", "IDLETIME", "k") == 0
+    assert r.execute_command("OBJECT", "IDLETIME", "k") in (0, 1)   # the LRU clock may turn a second meanwhile
     assert r.execute_command("OBJECT", "IDLETIME", "missing") is None
     assert _err(r.execute_command, "OBJECT", "FREQ", "k") == (
         "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching "

@@ -510,7 +510,11 @@ class Keyspace:
         last = db.access.get(key)
         if last is None or self._track == "lfu":    # (None: CLIENT NO-TOUCH, which still reads them)
             return 0
-        return max(0, (self.clock_ms() // 1000 - last) * 1000)   # whole LRU clock units, as estimateObjectIdleTime
+        # whole LRU clock units, as estimateObjectIdleTime, and against the same clock the stamp came from (the
+        # cron's LRU_CLOCK, as Valkey at hz >= 1): the exact time would count a just-stamped key a second idle
+        # as soon as the second turned and the cron had not ticked yet
+        now_s = self.lru_second if self.lru_second is not None else self.clock_ms() // 1000
+        return max(0, (now_s - last) * 1000)
 
     def lfu_counter(self, db: Db, key: bytes) -> int:
         packed = db.access.get(key)
