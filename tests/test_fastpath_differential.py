@@ -10,6 +10,7 @@ both journals hold, decoded; relative expiry times within a tolerance), the dirt
 dataset's memory estimate, and the keyspace itself (TYPE, DUMP and PTTL of every key).
 """
 
+import re
 import socket
 
 import pytest
@@ -252,3 +253,62 @@ def test_core_runs_the_fast_commands(peers):
                    [b"HSET", b"h", b"f", b"v"], [b"HGET", b"h", b"f"], [b"RPUSH", b"l", b"a"], [b"LPOP", b"l"],
                    [b"SADD", b"s", b"m"]])
     assert count() - before == 9
+
+
+_INLINE_SAFE = re.compile(rb"[A-Za-z0-9:{}_.+-]+")   # what an inline request carries as is (no quotes, spaces)
+
+
+def _net(peer):
+    stats = peer.info("stats")
+    return {k: int(stats[k]) for k in ("total_net_input_bytes", "total_net_output_bytes",
+                                       "total_commands_processed")}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(seq=st.lists(commands(), min_size=1, max_size=12), cuts=st.lists(st.integers(1, 400), max_size=6),
+       inline=st.lists(st.booleans(), min_size=12, max_size=12))
+def test_read_callback_equals_python_reads(peers, seq, cuts, inline):
+    """The compiled read callback (Core.received) against Connection._read: the same bytes, cut into reads at
+    random places (a request split across reads goes on in the Python parser from where the compiled parse
+    stopped), some requests inline (the Python parser's from the start): the same replies and the same
+    network and command counters."""
+    stream = b"".join(b" ".join(c) + b"\r\n" if inline[i] and all(_INLINE_SAFE.fullmatch(a) for a in c)
+                      else encode_command(c) for i, c in enumerate(seq))
+    chunks, at = [], 0
+    for n in cuts:
+        if at + n >= len(stream):
+            break
+        chunks.append(stream[at:at + n])
+        at += n
+    chunks.append(stream[at:])
+    for p in peers:
+        p.send([[b"flushall"], [b"config", b"resetstat"]])
+    before = [_net(p) for p in peers]
+    replies = []
+    for p in peers:
+        p.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for chunk in chunks:
+            p.sock.sendall(chunk)
+        replies.append([read_reply(p.file) for _ in seq])
+    for cmd, a, b in zip(seq, *replies):
+        assert _same_reply(a, b, cmd), (cmd, a, b, chunks)
+    after = [_net(p) for p in peers]
+    delta = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
+    # the output count also holds the first INFO's reply, whose figures differ: each counts at least the replies
+    sent = sum(map(len, replies[0]))
+    for d in delta:
+        assert d.pop("total_net_output_bytes") >= sent, (delta, sent)
+    assert delta[0] == delta[1], (delta, chunks)
+
+
+def test_read_callback_times_event_loop_turns(peers):
+    """The compiled turn marker (begin_turn / end_turn) keeps INFO's eventloop figures as LoopStats does."""
+    compiled, pure = peers
+    for p in peers:
+        p.call(b"config", b"resetstat")
+        for _ in range(20):
+            p.call(b"ping")
+        stats = p.info("stats")
+        assert int(stats["eventloop_cycles"]) >= 20, stats
+        assert int(stats["eventloop_duration_sum"]) > 0, stats

@@ -132,6 +132,12 @@ class NoDurability:
 
 
 class Pipeline:
+    # What the compiled core reads or counts per batch (fastpath/_core.c reads a slot at its offset);
+    # everything else stays in the instance dict.
+    __slots__ = ("_admit_rest", "_admit_always", "observer", "watchers", "stats_enabled", "perf_counter", "_mark",
+                 "total_commands", "_gate", "_router",
+                 "__dict__", "__weakref__")
+
     gate = _admission_input("gate")
     router = _admission_input("router")
     acl = _admission_input("acl")

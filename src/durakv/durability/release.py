@@ -41,6 +41,10 @@ def _no_refusal():
 
 
 class Durability:
+    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict
+    __slots__ = ("refusing", "tracker", "feeds", "needs_touched", "assigned", "committed", "pending",
+                 "__dict__", "__weakref__")
+
     # What the pipeline calls on every command, bound to the current policy's functions by _use (instance
     # attributes, so no extra call layer): submit(effects, touched) -> ticket, read_ticket(db_id, keys) ->
     # ticket, barrier_ticket() -> ticket, refuse_writes() -> error text or None.

@@ -20,6 +20,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "structmember.h"
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -132,6 +134,9 @@ static const unsigned char *scan_request(const unsigned char *p, const unsigned 
     return q;
 }
 
+static Py_ssize_t parse_into(const unsigned char *base, Py_ssize_t pos, Py_ssize_t endpos, PyObject *commands,
+                             long long max_bulk);
+
 static PyObject *fast_parse(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "parse(buf, pos, end, commands, max_bulk_len)");
@@ -149,7 +154,14 @@ static PyObject *fast_parse(PyObject *self, PyObject *const *argv, Py_ssize_t na
         return NULL;
     }
     if (endpos > view.len) endpos = view.len;
-    const unsigned char *base = (const unsigned char *)view.buf;
+    Py_ssize_t at = parse_into((const unsigned char *)view.buf, pos, endpos, commands, max_bulk);
+    PyBuffer_Release(&view);
+    return at < 0 ? NULL : PyLong_FromSsize_t(at);
+}
+
+/* parse()'s loop: the index after the last complete canonical request, or -1 with an exception set. */
+static Py_ssize_t parse_into(const unsigned char *base, Py_ssize_t pos, Py_ssize_t endpos, PyObject *commands,
+                             long long max_bulk) {
     const unsigned char *p = base + pos, *end = base + endpos;
     while (p < end) {
         long long argc;
@@ -171,11 +183,9 @@ static PyObject *fast_parse(PyObject *self, PyObject *const *argv, Py_ssize_t na
         if (rc < 0) goto error;
         p = next;
     }
-    PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(p - base);
+    return p - base;
 error:
-    PyBuffer_Release(&view);
-    return NULL;
+    return -1;
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -387,6 +397,13 @@ static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer,
     *s_handler, *s_failed_calls, *s_admit_rest, *s__gate, *s__router, *s_lease_valid_until_ms,
     *s_role, *s_checks_stale, *s__lease_lapsed, *s_holding, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
     *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_reading, *s_lru_stamp, *s_no_touch;
+static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, *s__tail, *s__buf, *s__args, *s__auth,
+    *s__partial, *s_max_bulk_len, *s_net_in, *s_net_out, *s_net_input_bytes, *s_reads_processed,
+    *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
+    *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
+    *s_write, *s_feed_rest, *s_flush;
+static PyObject *s_loop, *s__turn_started, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
+static PyObject *s_obuf_normal_limited;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
 
@@ -396,6 +413,7 @@ typedef struct {
     PyObject *estimate_key;   /* keyspace.db.estimate_key: a collection's sampled size, as call() measures it */
     PyObject *deque_type;     /* collections.deque */
     PyObject *cmds[NCMD];
+    PyObject *end_turn;       /* this core's end_turn, bound: what begin_turn schedules */
     long long key_cost;       /* estimate_key(k, v) - len(k) - len(v) for a string value */
     long long fast_runs;      /* batches that ran at least one command here */
     long long fast_commands;  /* commands run here */
@@ -406,6 +424,7 @@ static void core_dealloc(Core *self) {
     Py_XDECREF(self->monitors); Py_XDECREF(self->hooks); Py_XDECREF(self->perf_counter);
     Py_XDECREF(self->estimate_key); Py_XDECREF(self->deque_type);
     for (int i = 0; i < NCMD; i++) Py_XDECREF(self->cmds[i]);
+    Py_XDECREF(self->end_turn);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -431,7 +450,10 @@ static int core_init(Core *self, PyObject *args, PyObject *kw) {
         Py_XINCREF(c);
         self->cmds[i] = c;    /* NULL: not in the table, never run here */
     }
-    return 0;
+    Py_CLEAR(self->end_turn);
+    self->end_turn = PyObject_GetAttrString((PyObject *)self, "end_turn");   /* (a cycle: the core lives as
+                                                                                 long as its server) */
+    return self->end_turn == NULL ? -1 : 0;
 }
 
 static int cmd_id(PyObject *name) {
@@ -488,9 +510,73 @@ static int cmd_id(PyObject *name) {
     return -1;
 }
 
+/* ---------------------------------------------------------------------------------------------------- */
+/* Attributes                                                                                           */
+
+/* The state the core reads per batch lives in Python objects (the pipeline, the keyspace, durability, the
+ * session ...). A generic getattr costs a type lookup and a dict or descriptor call each time (about 150
+ * instructions; some 60 of them per batch were 40% of an unpipelined SET's instructions), so the attributes
+ * those classes declare in __slots__ are read at their offset: a cache of (name, type) -> the member's offset,
+ * valid while the type's version tag is (CPython retags a type whenever its dict changes, and never reuses a
+ * tag), so an attribute redefined on the class, a subclass or a plain-dict attribute take the generic path. */
+typedef struct { PyObject *name; PyTypeObject *type; unsigned int tag; Py_ssize_t off; } SlotEntry;
+#define SLOT_SETS_BITS 11                       /* 2048 sets of two: the ~80 (name, type) pairs never evict */
+static SlotEntry slot_cache[1 << SLOT_SETS_BITS][2];
+
+static inline __attribute__((always_inline)) Py_ssize_t slot_offset(PyObject *o, PyObject *name) {
+    PyTypeObject *t = Py_TYPE(o);
+    uint64_t h = ((uint64_t)(uintptr_t)name * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(uintptr_t)t * 0xC2B2AE3D27D4EB4FULL);
+    SlotEntry *set = slot_cache[h >> (64 - SLOT_SETS_BITS)];
+    for (int w = 0; w < 2; w++) {
+        SlotEntry *e = &set[w];
+        if (e->name == name && e->type == t && e->tag == t->tp_version_tag
+            && (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+            return e->off;
+    }
+    Py_ssize_t off = 0;
+    PyObject *d = _PyType_Lookup(t, name);   /* borrowed; assigns the type a version tag */
+    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) off = m->offset;
+    }
+    if (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
+        SlotEntry *e = set[0].name == NULL || (set[0].name == name && set[0].type == t) ? &set[0] : &set[1];
+        if (e == &set[1] && set[1].name != NULL && !(set[1].name == name && set[1].type == t)) {
+            set[1] = set[0];     /* both taken by others: the newest goes first, the older second */
+            e = &set[0];
+        }
+        e->name = name; e->type = t; e->tag = t->tp_version_tag; e->off = off;
+    }
+    return off;
+}
+
+/* getattr(o, name), a new reference */
+static inline PyObject *ga(PyObject *o, PyObject *name) {
+    Py_ssize_t off = slot_offset(o, name);
+    if (off) {
+        PyObject *v = *(PyObject **)((char *)o + off);
+        if (v != NULL) { Py_INCREF(v); return v; }
+    }
+    return PyObject_GetAttr(o, name);   /* (an unset slot raises its AttributeError here) */
+}
+
+/* setattr(o, name, v) */
+static int sa(PyObject *o, PyObject *name, PyObject *v) {
+    Py_ssize_t off = slot_offset(o, name);
+    if (off) {
+        PyObject **p = (PyObject **)((char *)o + off);
+        PyObject *old = *p;
+        Py_INCREF(v);
+        *p = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(o, name, v);
+}
+
 /* Truthiness of an attribute: 1, 0, or -1 with an exception set. */
 static int attr_true(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
+    PyObject *v = ga(o, name);
     if (v == NULL) return -1;
     int r = PyObject_IsTrue(v);
     Py_DECREF(v);
@@ -498,7 +584,7 @@ static int attr_true(PyObject *o, PyObject *name) {
 }
 
 static int attr_is_none(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
+    PyObject *v = ga(o, name);
     if (v == NULL) return -1;
     int r = v == Py_None;
     Py_DECREF(v);
@@ -506,7 +592,7 @@ static int attr_is_none(PyObject *o, PyObject *name) {
 }
 
 static long long attr_ll(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
+    PyObject *v = ga(o, name);
     if (v == NULL) return -1;
     long long r = PyLong_AsLongLong(v);
     Py_DECREF(v);
@@ -515,7 +601,24 @@ static long long attr_ll(PyObject *o, PyObject *name) {
 
 static int attr_add(PyObject *o, PyObject *name, long long delta) {
     if (!delta) return 0;
-    PyObject *v = PyObject_GetAttr(o, name);
+    Py_ssize_t off = slot_offset(o, name);
+    if (off) {   /* an int in a slot: replaced in place, without the generic number protocol */
+        PyObject **p = (PyObject **)((char *)o + off);
+        PyObject *old = *p;
+        if (old != NULL && PyLong_CheckExact(old)) {
+            int overflow;
+            long long x = PyLong_AsLongLongAndOverflow(old, &overflow);
+            if (!overflow && !(delta > 0 && x > LLONG_MAX - delta) && !(delta < 0 && x < LLONG_MIN - delta)) {
+                PyObject *sum = PyLong_FromLongLong(x + delta);
+                if (sum == NULL) return -1;
+                *p = sum;
+                Py_DECREF(old);
+                return 0;
+            }
+            if (overflow == 0 && x == -1 && PyErr_Occurred()) return -1;
+        }
+    }
+    PyObject *v = ga(o, name);
     if (v == NULL) return -1;
     PyObject *d = PyLong_FromLongLong(delta);
     if (d == NULL) { Py_DECREF(v); return -1; }
@@ -523,7 +626,7 @@ static int attr_add(PyObject *o, PyObject *name, long long delta) {
     Py_DECREF(v);
     Py_DECREF(d);
     if (s == NULL) return -1;
-    int rc = PyObject_SetAttr(o, name, s);
+    int rc = sa(o, name, s);
     Py_DECREF(s);
     return rc;
 }
@@ -622,9 +725,9 @@ static long long submit(Run *r, PyObject *effects, PyObject *touched) {
     long long ticket = PyLong_AsLongLong(t);
     Py_DECREF(t);
     if (ticket == -1 && PyErr_Occurred()) return -1;
-    PyObject *assigned = PyObject_GetAttr(r->core->durability, s_assigned);
+    PyObject *assigned = ga(r->core->durability, s_assigned);
     if (assigned == NULL) return -1;
-    int rc = PyObject_SetAttr(r->session, s_last_write_index, assigned);
+    int rc = sa(r->session, s_last_write_index, assigned);
     Py_DECREF(assigned);
     return rc < 0 ? -1 : ticket;
 }
@@ -762,7 +865,7 @@ static long long key_size(Run *r, PyObject *key, PyObject *value) {
 }
 
 static int clear_flag(PyObject *o, PyObject *name) {
-    return PyObject_SetAttr(o, name, Py_False);
+    return sa(o, name, Py_False);
 }
 
 /* A write on one key (args[1]) whose body is the command's own Python handler (commands/hashes.py,
@@ -772,7 +875,7 @@ static int run_handler(Run *r, PyObject *args, PyObject *cmd, PyObject *value) {
     PyObject *key = PyList_GET_ITEM(args, 1);
     long long before = key_size(r, key, value);
     if (before < 0) return -1;
-    PyObject *handler = PyObject_GetAttr(cmd, s_handler);
+    PyObject *handler = ga(cmd, s_handler);
     if (handler == NULL) return -1;
     PyObject *reply = PyObject_CallFunctionObjArgs(handler, r->ctx, args, NULL);
     Py_DECREF(handler);
@@ -819,13 +922,13 @@ static int run_handler(Run *r, PyObject *args, PyObject *cmd, PyObject *value) {
     if (after < 0 && PyErr_Occurred()) { PyMem_Free(b.data); return -1; }
     r->used_delta += after - before;
     long long ticket = 0;
-    PyObject *effects = PyObject_GetAttr(r->ctx, s_effects);
+    PyObject *effects = ga(r->ctx, s_effects);
     if (effects == NULL || !PyList_Check(effects)) { Py_XDECREF(effects); PyMem_Free(b.data); return -1; }
     if (PyList_GET_SIZE(effects)) {
         PyObject *fresh = PyList_New(0);
-        rc = fresh == NULL || PyObject_SetAttr(r->ctx, s_effects, fresh) < 0;
+        rc = fresh == NULL || sa(r->ctx, s_effects, fresh) < 0;
         Py_XDECREF(fresh);
-        PyObject *touched = rc ? NULL : PyObject_GetAttr(r->ctx, s_touched);
+        PyObject *touched = rc ? NULL : ga(r->ctx, s_touched);
         int exact = touched ? attr_true(r->ctx, s_touched_exact) : -1;
         if (exact < 0) rc = 1;
         else if (exact) rc = clear_flag(r->ctx, s_touched_exact) < 0;
@@ -837,7 +940,7 @@ static int run_handler(Run *r, PyObject *args, PyObject *cmd, PyObject *value) {
         }
         if (!rc && (touched == Py_None || PyObject_IsTrue(touched))) {
             PyObject *next = PyList_New(0);
-            rc = next == NULL || PyObject_SetAttr(r->ctx, s_touched, next) < 0;
+            rc = next == NULL || sa(r->ctx, s_touched, next) < 0;
             Py_XDECREF(next);
         }
         if (!rc) {
@@ -1218,13 +1321,13 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
  * 1: may run here, 0: not, -1: error. */
 static int cluster_entry(Run *r, PyObject *session) {
     PyObject *p = r->core->pipeline;
-    PyObject *gate = PyObject_GetAttr(p, s__gate);
+    PyObject *gate = ga(p, s__gate);
     if (gate == NULL) return -1;
     if (gate != Py_None) {
         r->gate = gate;
         int ok = PyObject_HasAttr(gate, s_lease_valid_until_ms);
         if (!ok) return 0;
-        PyObject *role = PyObject_GetAttr(gate, s_role);
+        PyObject *role = ga(gate, s_role);
         if (role == NULL) return -1;
         ok = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "primary") == 0;
         Py_DECREF(role);
@@ -1232,7 +1335,7 @@ static int cluster_entry(Run *r, PyObject *session) {
         int t;
         if ((t = attr_true(gate, s_checks_stale)) != 0) return t < 0 ? -1 : 0;
         if ((t = attr_true(gate, s__lease_lapsed)) != 0) return t < 0 ? -1 : 0;
-        PyObject *holding = PyObject_GetAttr(gate, s_holding);
+        PyObject *holding = ga(gate, s_holding);
         if (holding == NULL) { PyErr_Clear(); holding = Py_None; Py_INCREF(holding); }
         t = PyObject_IsTrue(holding);
         Py_DECREF(holding);
@@ -1242,16 +1345,16 @@ static int cluster_entry(Run *r, PyObject *session) {
     } else {
         Py_DECREF(gate);
     }
-    PyObject *routing = PyObject_GetAttr(p, s__router);
+    PyObject *routing = ga(p, s__router);
     if (routing == NULL) return -1;
     if (routing == Py_None) { Py_DECREF(routing); return 1; }
     int t = attr_true(routing, s_moving);
-    PyObject *router = t == 0 ? PyObject_GetAttr(routing, s_router) : NULL;
+    PyObject *router = t == 0 ? ga(routing, s_router) : NULL;
     Py_DECREF(routing);
     if (t != 0) return t < 0 ? -1 : 0;
     if (router == NULL) return -1;
     if (router == Py_None) { Py_DECREF(router); return 0; }   /* CLUSTERDOWN: the pipeline answers */
-    PyObject *codes = PyObject_GetAttr(router, s__fast);
+    PyObject *codes = ga(router, s__fast);
     Py_DECREF(router);
     if (codes == NULL) return -1;
     if (!PyBytes_CheckExact(codes) || PyBytes_GET_SIZE(codes) != 16384) { Py_DECREF(codes); return 0; }
@@ -1307,7 +1410,7 @@ static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
     NEED_NONE(p, s_observer);
     NEED_FALSE(p, s_watchers);
     NEED_TRUE(p, s_stats_enabled);
-    PyObject *pc = PyObject_GetAttr(p, s_perf_counter);
+    PyObject *pc = ga(p, s_perf_counter);
     if (pc == NULL) return -1;
     t = pc == c->perf_counter;   /* an injected clock: the Python path times with it */
     Py_DECREF(pc);
@@ -1336,7 +1439,7 @@ static int run_finish(Run *r, double end) {
     int rc = 0;
     if (flush_out(r) < 0) rc = -1;
     PyObject *mark = PyFloat_FromDouble(end);
-    if (mark == NULL || PyObject_SetAttr(c->pipeline, s_mark, mark) < 0) rc = -1;
+    if (mark == NULL || sa(c->pipeline, s_mark, mark) < 0) rc = -1;
     Py_XDECREF(mark);
     for (int i = 0; i < NCMD; i++) {
         if (!r->calls[i]) continue;
@@ -1349,7 +1452,7 @@ static int run_finish(Run *r, double end) {
         || attr_add(c->keyspace, s_used_bytes, r->used_delta) < 0
         || attr_add(c->keyspace, s_changes, r->changes) < 0)
         rc = -1;
-    if (r->last_cmd != NULL && PyObject_SetAttr(r->session, s_last_cmd, r->last_cmd) < 0) rc = -1;
+    if (r->last_cmd != NULL && sa(r->session, s_last_cmd, r->last_cmd) < 0) rc = -1;
     if (r->commands) {
         c->fast_runs++;
         c->fast_commands += r->commands;
@@ -1367,24 +1470,15 @@ static void run_release(Run *r) {
 
 #define OUTPUT_FLUSH_BYTES (1 << 20)
 
-/* run(conn, commands, start) -> (next, status): status 0 = commands[next] is for the Python path (or next is
- * the end), 1 = the session or server state needs the Python path for the rest of this batch, 2 = replies
- * passed connection.OUTPUT_FLUSH_BYTES after commands[next - 1]: the caller flushes (and parks if the client
- * is not reading). */
-static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyList_Check(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "run(conn, commands: list, start)");
-        return NULL;
-    }
-    PyObject *conn = argv[0], *commands = argv[1];
-    Py_ssize_t i = PyLong_AsSsize_t(argv[2]);
-    if (i < 0 && PyErr_Occurred()) return NULL;
+/* core_run's body: the next index (its status in *status), or -1 with an exception set. */
+static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_ssize_t i, int *status_out) {
     Py_ssize_t n = PyList_GET_SIZE(commands);
+    *status_out = 0;
     if (i < n) {   /* the next request is not a fast command: leave at once, before any of the checks */
         PyObject *first = PyList_GET_ITEM(commands, i);
         if (!PyList_CheckExact(first) || PyList_GET_SIZE(first) == 0 || !PyBytes_CheckExact(PyList_GET_ITEM(first, 0))
             || cmd_id(PyList_GET_ITEM(first, 0)) < 0)
-            return Py_BuildValue("(ni)", i, 0);
+            return i;
     }
     Run r;
     memset(&r, 0, sizeof r);
@@ -1392,24 +1486,25 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
     r.now_ms = -1;
     int status = 0;
     double start, end;
-    r.session = PyObject_GetAttr(conn, s_session);
-    if (r.session == NULL) return NULL;
+    r.session = ga(conn, s_session);
+    if (r.session == NULL) return -1;
     int ok = fast_allowed(self, conn, r.session);
     if (ok <= 0) {
         Py_DECREF(r.session);
-        return ok < 0 ? NULL : Py_BuildValue("(ni)", i, 1);
+        *status_out = 1;
+        return ok < 0 ? -1 : i;
     }
-    r.outbox = PyObject_GetAttr(conn, s_outbox);
-    r.ready = r.outbox ? PyObject_GetAttr(r.outbox, s_ready) : NULL;
-    r.held = r.outbox ? PyObject_GetAttr(r.outbox, s_held) : NULL;
+    r.outbox = ga(conn, s_outbox);
+    r.ready = r.outbox ? ga(r.outbox, s_ready) : NULL;
+    r.held = r.outbox ? ga(r.outbox, s_held) : NULL;
     if (r.ready == NULL || r.held == NULL || !PyList_Check(r.ready) || !PyList_Check(r.held)) goto error;
     r.resp3 = attr_ll(r.session, s_resp) == 3;
     r.db_id = attr_ll(r.session, s_db_id);
     if (PyErr_Occurred()) goto error;
-    r.ctx = PyObject_GetAttr(r.session, s_ctx);
+    r.ctx = ga(r.session, s_ctx);
     if (r.ctx == NULL) goto error;
     if (r.ctx == Py_None) { status = 1; goto done_early; }
-    r.db = PyObject_GetAttr(r.ctx, s_db);     /* the database call() runs in: the context's */
+    r.db = ga(r.ctx, s_db);     /* the database call() runs in: the context's */
     if (r.db == NULL) goto error;
     if (attr_ll(r.db, s_id) != r.db_id) {     /* (never apart for a client; if they were, the Python path) */
         if (PyErr_Occurred()) goto error;
@@ -1420,23 +1515,23 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
         int t = cluster_entry(&r, r.session);
         if (t < 0) goto error;
         if (t == 0) { status = 1; goto done_early; }
-        PyObject *slots = PyObject_GetAttr(r.db, s_slots);
+        PyObject *slots = ga(r.db, s_slots);
         if (slots == NULL) goto error;
         if (slots == Py_None) Py_DECREF(slots);
         else r.slots = slots;
     }
     {   /* hash field TTLs in this db (HEXPIRE & co.): HGET must skip expired fields and DEL/SET drop the key's
            TTLs (keyspace/db.py), so the Python path runs; no fast command creates one */
-        PyObject *hx = PyObject_GetAttr(r.db, s_hexpires);
+        PyObject *hx = ga(r.db, s_hexpires);
         if (hx == NULL) goto error;
         int some = !PyDict_CheckExact(hx) || PyDict_GET_SIZE(hx) != 0;
         Py_DECREF(hx);
         if (some) { status = 1; goto done_early; }
     }
-    r.data = PyObject_GetAttr(r.db, s_data);
-    r.expires = PyObject_GetAttr(r.db, s_expires);
-    r.enc = PyObject_GetAttr(r.db, s_enc);
-    r.access = PyObject_GetAttr(r.db, s_access);
+    r.data = ga(r.db, s_data);
+    r.expires = ga(r.db, s_expires);
+    r.enc = ga(r.db, s_enc);
+    r.access = ga(r.db, s_access);
     if (r.data == NULL || r.expires == NULL || r.enc == NULL || r.access == NULL) goto error;
     if (!PyDict_CheckExact(r.data) || !PyDict_CheckExact(r.expires) || !PyDict_CheckExact(r.enc)
         || !PyDict_CheckExact(r.access)) {
@@ -1447,7 +1542,7 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
         int no_touch = attr_true(r.session, s_no_touch);   /* CLIENT NO-TOUCH: lookups leave access times */
         if (no_touch < 0) goto error;
         if (!no_touch) {
-            r.lru_stamp = PyObject_GetAttr(self->keyspace, s_lru_stamp);
+            r.lru_stamp = ga(self->keyspace, s_lru_stamp);
             if (r.lru_stamp == NULL) goto error;
             if (r.lru_stamp == Py_None) Py_CLEAR(r.lru_stamp);
         }
@@ -1465,7 +1560,7 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
     r.reply_limit = attr_ll(self->monitors, s_reply_limit);
     if (PyErr_Occurred()) goto error;
     {
-        PyObject *m = PyObject_GetAttr(self->pipeline, s_mark);
+        PyObject *m = ga(self->pipeline, s_mark);
         if (m == NULL) goto error;
         start = PyFloat_AsDouble(m);
         Py_DECREF(m);
@@ -1525,7 +1620,7 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
         {   /* LATENCY HISTOGRAM: bucket usec.bit_length() */
             int bucket = 0;
             for (unsigned long long u = (unsigned long long)usec; u; u >>= 1) bucket++;
-            PyObject *lat = PyObject_GetAttr(cmd, s_latency);
+            PyObject *lat = ga(cmd, s_latency);
             if (lat == NULL) goto error_counted;
             if (PyList_Check(lat) && bucket < PyList_GET_SIZE(lat)) {
                 PyObject *old = PyList_GET_ITEM(lat, bucket);
@@ -1561,10 +1656,12 @@ static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
     }
     if (run_finish(&r, end) < 0) goto error;
     run_release(&r);
-    return Py_BuildValue("(ni)", i, status);
+    *status_out = status;
+    return i;
 done_early:
     run_release(&r);
-    return Py_BuildValue("(ni)", i, status);
+    *status_out = status;
+    return i;
 error_counted:
     {   /* keep what already ran counted, then raise */
         PyObject *et, *ev, *tb;
@@ -1574,6 +1671,278 @@ error_counted:
     }
 error:
     run_release(&r);
+    return -1;
+}
+
+/* run(conn, commands, start) -> (next, status): status 0 = commands[next] is for the Python path (or next is
+ * the end), 1 = the session or server state needs the Python path for the rest of this batch, 2 = replies
+ * passed connection.OUTPUT_FLUSH_BYTES after commands[next - 1]: the caller flushes (and parks if the client
+ * is not reading). */
+static PyObject *core_run(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "run(conn, commands: list, start)");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(argv[2]);
+    if (i < 0 && PyErr_Occurred()) return NULL;
+    int status;
+    Py_ssize_t next = run_batch(self, argv[0], argv[1], i, &status);
+    if (next < 0) return NULL;
+    return Py_BuildValue("(ni)", next, status);
+}
+
+static inline double realtime_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+/* 1 if each of o's attributes `names` is None, 0 if one is not, -1 on error. */
+static int all_none(PyObject *o, PyObject **names[], int count) {
+    for (int k = 0; k < count; k++) {
+        int t = attr_is_none(o, *names[k]);
+        if (t != 1) return t;
+    }
+    return 1;
+}
+
+/* Outbox.flush with Connection._write as its write, for a connection whose server has no client output limits
+ * (otherwise, and for an outbox that writes elsewhere, the Python flush runs): 0 or -1. */
+static int flush_conn(PyObject *conn, PyObject *session, PyObject *server, PyObject *outbox) {
+    PyObject *ready = ga(outbox, s_ready);
+    if (ready == NULL) return -1;
+    int rc = 0;
+    if (!PyList_CheckExact(ready)) goto python;
+    if (PyList_GET_SIZE(ready) == 0) { Py_DECREF(ready); return 0; }
+    /* Connection._write checks this client's output limits when some apply to it */
+    int t = attr_true(server, s_obuf_limited);
+    if (t == 1) {
+        t = attr_true(server, s_obuf_normal_limited);
+        if (t == 0) t = attr_true(session, s_special);
+    }
+    if (t != 0) { if (t < 0) rc = -1; else goto python; goto out; }
+    t = attr_true(outbox, s_closed);
+    if (t != 0) { if (t < 0) rc = -1; else goto python; goto out; }
+    PyObject *transport = ga(conn, s_transport);
+    if (transport == NULL) { rc = -1; goto out; }
+    if (transport == Py_None) { Py_DECREF(transport); goto python; }
+    PyObject *closing = PyObject_CallMethodNoArgs(transport, s_is_closing);
+    t = closing == NULL ? -1 : PyObject_IsTrue(closing);
+    Py_XDECREF(closing);
+    if (t != 0) { Py_DECREF(transport); if (t < 0) rc = -1; else goto python; goto out; }
+    PyObject *data;
+    if (PyList_GET_SIZE(ready) == 1) {
+        data = PyList_GET_ITEM(ready, 0);
+        Py_INCREF(data);
+    } else {
+        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+        data = empty ? _PyBytes_Join(empty, ready) : NULL;
+        Py_XDECREF(empty);
+    }
+    if (data == NULL) { Py_DECREF(transport); rc = -1; goto out; }
+    PyObject *res = PyObject_CallMethodOneArg(transport, s_write, data);
+    Py_DECREF(transport);
+    Py_ssize_t n = PyBytes_Check(data) ? PyBytes_GET_SIZE(data) : 0;
+    Py_DECREF(data);
+    if (res == NULL) { rc = -1; goto out; }
+    Py_DECREF(res);
+    if (attr_add(session, s_net_out, n) < 0 || attr_add(server, s_net_output_bytes, n) < 0
+        || attr_add(server, s_writes_processed, 1) < 0)
+        rc = -1;
+    if (PyList_SetSlice(ready, 0, PY_SSIZE_T_MAX, NULL) < 0) rc = -1;
+out:
+    Py_DECREF(ready);
+    return rc;
+python:
+    Py_DECREF(ready);
+    {
+        PyObject *r2 = PyObject_CallMethodNoArgs(outbox, s_flush);
+        if (r2 == NULL) return -1;
+        Py_DECREF(r2);
+    }
+    return 0;
+}
+
+/* LoopStats.begin and ._end (server/loopstats.py, the reference) for a read: the Python pair costs two frames
+ * and a perf_counter call per event-loop turn, as much as the whole of an unpipelined GET. Same fields, same
+ * clock (time.perf_counter is CLOCK_MONOTONIC), same call_soon; an injected clock takes the Python pair. */
+static int begin_turn(Core *self, PyObject *ls) {
+    int t = attr_true(ls, s_open);
+    if (t != 0) return t < 0 ? -1 : 0;
+    PyObject *loop = ga(ls, s_loop);
+    if (loop == NULL) return -1;
+    if (loop == Py_None) { Py_DECREF(loop); return 0; }
+    PyObject *pc = ga(ls, s_perf_counter);
+    if (pc == NULL) { Py_DECREF(loop); return -1; }
+    int own = pc == self->perf_counter && self->end_turn != NULL;
+    Py_DECREF(pc);
+    PyObject *res;
+    if (!own) {
+        res = PyObject_CallMethodNoArgs(ls, s_begin);
+    } else {
+        PyObject *started = PyFloat_FromDouble(monotonic_s());
+        if (started == NULL || sa(ls, s_open, Py_True) < 0 || sa(ls, s__turn_started, started) < 0) {
+            Py_XDECREF(started); Py_DECREF(loop); return -1;
+        }
+        Py_DECREF(started);
+        res = PyObject_CallMethodObjArgs(loop, s_call_soon, self->end_turn, ls, NULL);
+    }
+    Py_DECREF(loop);
+    if (res == NULL) return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+static int float_attr_add(PyObject *o, PyObject *name, double delta, int as_max) {
+    PyObject *v = ga(o, name);
+    if (v == NULL) return -1;
+    double x = PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    if (x == -1.0 && PyErr_Occurred()) return -1;
+    if (as_max && delta <= x) return 0;
+    PyObject *nv = PyFloat_FromDouble(as_max ? delta : x + delta);
+    if (nv == NULL) return -1;
+    int rc = sa(o, name, nv);
+    Py_DECREF(nv);
+    return rc;
+}
+
+/* end_turn(loop_stats): LoopStats._end, scheduled by begin_turn */
+static PyObject *core_end_turn(Core *self, PyObject *ls) {
+    PyObject *v = ga(ls, s__turn_started);
+    if (v == NULL) return NULL;
+    double took = monotonic_s() - PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    if (PyErr_Occurred()) return NULL;
+    if (sa(ls, s_open, Py_False) < 0 || attr_add(ls, s_cycles, 1) < 0
+        || float_attr_add(ls, s_duration_s, took, 0) < 0 || float_attr_add(ls, s_longest_stall_s, took, 1) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* received(conn, data): Connection.data_received with the compiled core (server/connection.py sets it per
+ * connection). The steps of Connection._read, _process and the outbox's flush for a read that starts at a request
+ * boundary of an authenticated session with nothing parked: the counters, the turn's start (loopstats), the
+ * compiled parse of the read's complete requests, the batch loop, one write. Whatever else the read holds (a
+ * partial request, a non-canonical one) goes on in the parser's Python steps from where the compiled parse
+ * stopped; a request the core does not run goes on in _run_batch from there; any other state is _read's from
+ * the start, before anything was changed. One read then costs no Python frame at all. */
+static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "received(conn, data)");
+        return NULL;
+    }
+    PyObject *conn = argv[0], *data = argv[1];
+    PyObject *session = NULL, *server = NULL, *parser = NULL, *commands = NULL, *res = NULL, *o = NULL;
+    int t;
+    if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) == 0 || PyBytes_AS_STRING(data)[0] != '*')
+        goto python;
+    if ((t = attr_true(conn, s_closing)) != 0) { if (t < 0) return NULL; goto python; }
+    if ((t = attr_is_none(conn, s_backlog)) != 1) { if (t < 0) return NULL; goto python; }
+    parser = ga(conn, s_parser);
+    session = parser ? ga(conn, s_session) : NULL;
+    if (session == NULL) goto error;
+    /* RequestParser.feed's test for its compiled step: at a request boundary, nothing pending, following the
+     * session's authentication (which is true) */
+    o = ga(parser, s__auth);
+    if (o == NULL) goto error;
+    t = o == session;
+    Py_CLEAR(o);
+    if (!t) goto python_decref;
+    if ((t = attr_true(session, s_authenticated)) != 1) { if (t < 0) goto error; goto python_decref; }
+    {
+        PyObject **pending[4] = {&s__carry_args, &s__tail, &s__buf, &s__args};
+        if ((t = all_none(parser, pending, 4)) != 1) { if (t < 0) goto error; goto python_decref; }
+    }
+    server = ga(conn, s_server);
+    if (server == NULL) goto error;
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    /* _read's counters and the turn's start */
+    if (attr_add(session, s_net_in, n) < 0 || attr_add(server, s_net_input_bytes, n) < 0
+        || attr_add(server, s_reads_processed, 1) < 0)
+        goto error;
+    o = ga(server, s_loop_stats);
+    if (o == NULL) goto error;
+    t = begin_turn(self, o);
+    Py_CLEAR(o);
+    if (t < 0) goto error;
+    long long max_bulk = attr_ll(parser, s_max_bulk_len);
+    if (max_bulk == -1 && PyErr_Occurred()) goto error;
+    commands = PyList_New(0);
+    if (commands == NULL) goto error;
+    Py_ssize_t pos = parse_into((const unsigned char *)PyBytes_AS_STRING(data), 0, n, commands, max_bulk);
+    if (pos < 0) goto error;
+    if (pos != n) {
+        /* the parser's Python steps from pos, then _process (nothing is parked: tested above) */
+        PyObject *at = PyLong_FromSsize_t(pos);
+        PyObject *fed = at ? PyObject_CallMethodObjArgs(parser, s_feed_rest, data, at, commands, NULL) : NULL;
+        Py_XDECREF(at);
+        if (fed == NULL) goto error;
+        if (!PyTuple_Check(fed) || PyTuple_GET_SIZE(fed) != 2) {
+            Py_DECREF(fed);
+            PyErr_SetString(PyExc_TypeError, "feed_rest() must return (commands, error)");
+            goto error;
+        }
+        res = PyObject_CallMethodObjArgs(conn, s__process, PyTuple_GET_ITEM(fed, 0), PyTuple_GET_ITEM(fed, 1), NULL);
+        Py_DECREF(fed);
+        if (res == NULL) goto error;
+        goto done;
+    }
+    if (sa(parser, s__partial, Py_None) < 0) goto error;
+    /* _process: one clock read for the batch (idle times), the pipeline's mark, the batch loop */
+    {
+        PyObject *clock = ga(server, s_clock_ms);
+        PyObject *wall = clock ? ga(server, s_wall_clock_ms) : NULL;
+        if (wall == NULL) { Py_XDECREF(clock); goto error; }
+        PyObject *now = clock == wall ? PyLong_FromLongLong((long long)realtime_ms()) : PyObject_CallNoArgs(clock);
+        Py_DECREF(clock);
+        Py_DECREF(wall);
+        if (now == NULL) goto error;
+        t = sa(session, s_last_interaction_ms, now) < 0 || sa(server, s_now_ms, now) < 0;
+        Py_DECREF(now);
+        if (t) goto error;
+        PyObject *pc = ga(self->pipeline, s_perf_counter);
+        if (pc == NULL) goto error;
+        if (pc == self->perf_counter) {   /* time.perf_counter is CLOCK_MONOTONIC, as monotonic_s */
+            PyObject *mark = PyFloat_FromDouble(monotonic_s());
+            t = mark == NULL || sa(self->pipeline, s_mark, mark) < 0;
+            Py_XDECREF(mark);
+        } else {
+            PyObject *m = PyObject_CallMethod(self->pipeline, "mark", NULL);
+            t = m == NULL;
+            Py_XDECREF(m);
+        }
+        Py_DECREF(pc);
+        if (t) goto error;
+    }
+    int status;
+    Py_ssize_t next = run_batch(self, conn, commands, 0, &status);
+    if (next < 0) goto error;
+    if (next >= PyList_GET_SIZE(commands)) {
+        PyObject *outbox = ga(conn, s_outbox);
+        if (outbox == NULL) goto error;
+        t = flush_conn(conn, session, server, outbox);
+        Py_DECREF(outbox);
+        if (t < 0) goto error;
+    } else {
+        PyObject *at = PyLong_FromSsize_t(next);
+        if (at == NULL) goto error;
+        res = PyObject_CallMethodObjArgs(conn, s__run_batch, commands, Py_None, at,
+                                         status == 1 ? Py_None : (PyObject *)self, NULL);
+        Py_DECREF(at);
+        if (res == NULL) goto error;
+    }
+done:
+    Py_XDECREF(res);
+    Py_XDECREF(commands); Py_XDECREF(server); Py_XDECREF(session); Py_XDECREF(parser);
+    Py_RETURN_NONE;
+python_decref:
+    Py_XDECREF(session); Py_XDECREF(parser);
+python:
+    return PyObject_CallMethodOneArg(conn, s__read, data);
+error:
+    Py_XDECREF(o);
+    Py_XDECREF(commands); Py_XDECREF(server); Py_XDECREF(session); Py_XDECREF(parser);
     return NULL;
 }
 
@@ -1583,6 +1952,9 @@ static PyObject *core_stats(Core *self, PyObject *unused) {
 
 static PyMethodDef core_methods[] = {
     {"run", (PyCFunction)(void (*)(void))core_run, METH_FASTCALL, "run(conn, commands, start) -> (next, status)"},
+    {"end_turn", (PyCFunction)core_end_turn, METH_O, "end_turn(loop_stats): LoopStats._end"},
+    {"received", (PyCFunction)(void (*)(void))core_received, METH_FASTCALL,
+     "received(conn, data): Connection.data_received's steps for a read"},
     {"stats", (PyCFunction)core_stats, METH_NOARGS, "batches and commands run by the core"},
     {NULL}
 };
@@ -1621,9 +1993,10 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_authenticated, "authenticated"); INTERN(s_in_multi, "in_multi"); INTERN(s_special, "special");
     INTERN(s_reply_off, "reply_off"); INTERN(s_reply_skip, "reply_skip"); INTERN(s_asking, "asking");
     INTERN(s_decoded, "decoded"); INTERN(s_close_after_reply, "close_after_reply"); INTERN(s_resp, "resp");
-    INTERN(s_db_id, "db_id"); INTERN(s_track_access, "track_access"); INTERN(s_expire_enabled, "expire_enabled");
+    INTERN(s_db_id, "db_id"); INTERN(s_track_access, "_track"); INTERN(s_expire_enabled, "expire_enabled");
     INTERN(s_hide_expired, "hide_expired"); INTERN(s_deleted_by_server, "deleted_by_server");
-    INTERN(s_dbs, "dbs"); INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires"); INTERN(s_enc, "enc");
+    INTERN(s_dbs, "dbs"); INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires");
+    INTERN(s_enc, "enc");
     INTERN(s_slots, "slots"); INTERN(s_own_feed, "own_feed"); INTERN(s_threshold_us, "threshold_us");
     INTERN(s_request_limit, "request_limit"); INTERN(s_reply_limit, "reply_limit"); INTERN(s_ready, "ready");
     INTERN(s_held, "held"); INTERN(s_hold, "hold"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");
@@ -1636,7 +2009,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_read_ticket, "read_ticket"); INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms"); INTERN(s_set_expire, "set_expire"); INTERN(s_fast_runs, "fast_runs");
     INTERN(s_fast_commands, "fast_commands"); INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
-    INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler"); INTERN(s_admit_rest, "_admit_rest"); INTERN(s__gate, "_gate");
+    INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler");
+    INTERN(s_admit_rest, "_admit_rest"); INTERN(s__gate, "_gate");
     INTERN(s__router, "_router"); INTERN(s_lease_valid_until_ms, "lease_valid_until_ms"); INTERN(s_role, "role");
     INTERN(s_checks_stale, "checks_stale"); INTERN(s__lease_lapsed, "_lease_lapsed"); INTERN(s_holding, "holding");
     INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary"); INTERN(s_moving, "moving");
@@ -1645,6 +2019,21 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_lru_stamp, "lru_stamp"); INTERN(s_no_touch, "no_touch");
     INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
     INTERN(s_reading, "reading");
+    INTERN(s_server, "server"); INTERN(s_parser, "parser"); INTERN(s_backlog, "backlog");
+    INTERN(s_transport, "transport"); INTERN(s__carry_args, "_carry_args"); INTERN(s__tail, "_tail");
+    INTERN(s__buf, "_buf"); INTERN(s__args, "_args"); INTERN(s__auth, "_auth"); INTERN(s__partial, "_partial");
+    INTERN(s_max_bulk_len, "max_bulk_len"); INTERN(s_net_in, "net_in"); INTERN(s_net_out, "net_out");
+    INTERN(s_net_input_bytes, "net_input_bytes"); INTERN(s_reads_processed, "reads_processed");
+    INTERN(s_net_output_bytes, "net_output_bytes"); INTERN(s_writes_processed, "writes_processed");
+    INTERN(s_loop_stats, "loop_stats"); INTERN(s_open, "open"); INTERN(s_begin, "begin");
+    INTERN(s_wall_clock_ms, "wall_clock_ms"); INTERN(s_now_ms, "now_ms");
+    INTERN(s_last_interaction_ms, "last_interaction_ms"); INTERN(s_obuf_limited, "obuf_limited");
+    INTERN(s_closed, "closed"); INTERN(s__read, "_read"); INTERN(s__process, "_process");
+    INTERN(s__run_batch, "_run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
+    INTERN(s_feed_rest, "feed_rest"); INTERN(s_flush, "flush");
+    INTERN(s_loop, "loop"); INTERN(s__turn_started, "_turn_started"); INTERN(s_call_soon, "call_soon");
+    INTERN(s_cycles, "cycles"); INTERN(s_duration_s, "duration_s"); INTERN(s_longest_stall_s, "longest_stall_s");
+    INTERN(s_obuf_normal_limited, "obuf_normal_limited");
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
     b_SET = PyBytes_FromString("SET"); b_PXAT = PyBytes_FromString("PXAT");

@@ -196,6 +196,11 @@ class Keyspace:
     Keys deleted by lazy/active expiry or eviction are reported in `deleted_by_server` as (db, key)
     so the caller can turn them into DEL effects for the journal.
     """
+    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict
+    __slots__ = ("_track", "lru_stamp", "expire_enabled", "hide_expired", "deleted_by_server", "hits", "misses",
+                 "used_bytes", "changes",
+                 "__dict__", "__weakref__")
+
 
     def __init__(self, num_dbs: int = 16, clock_ms=None, rng=None):
         import time

@@ -148,6 +148,14 @@ class RequestParser:
                 return commands, None
             if pos:
                 data = data[pos:]
+        return self._feed(data, commands)
+
+    def feed_rest(self, data, pos, commands):
+        """feed() after the compiled read callback parsed data[:pos] into commands itself (fastpath/_core.c
+        received: the same test of the state, the same compiled parse)."""
+        return self._feed(data[pos:] if pos else data, commands)
+
+    def _feed(self, data, commands):
         try:
             source = self._auth
             auth = self._authenticated if source is None else source.authenticated

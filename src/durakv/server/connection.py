@@ -9,6 +9,7 @@ written with one transport.write.
 
 import asyncio
 import collections
+import functools
 import logging
 
 from .. import messages
@@ -31,6 +32,10 @@ _RESTORES = (b"restore", b"restore-asking")
 
 
 class Connection(asyncio.Protocol):
+    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict
+    __slots__ = ("session", "outbox", "closing", "server", "parser", "backlog", "transport",
+                 "__dict__", "__weakref__")
+
     def __init__(self, server, tls=False):
         self.server = server
         self.tls = tls
@@ -56,6 +61,10 @@ class Connection(asyncio.Protocol):
         self.tracking = None
         self.replica_feed = None            # SYNC: Valkey's replication stream (server/replfeed.py)
         self.no_evict = False
+        if server.fast is not None:
+            # The compiled read callback (fastpath/_core.c received): this class's _read, _process and flush
+            # for a read of complete fast requests; anything else it hands to them before changing anything.
+            self.data_received = functools.partial(server.fast.received, self)
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport):
@@ -122,7 +131,7 @@ class Connection(asyncio.Protocol):
             self.reading_paused = False
             transport.resume_reading()
 
-    def data_received(self, data):
+    def _read(self, data):
         if self.closing:
             return
         n = len(data)
@@ -139,6 +148,8 @@ class Connection(asyncio.Protocol):
                 self.backlog_error = error
             return
         self._process(commands, error)
+
+    data_received = _read
 
     def resume(self):
         """Runs the commands that waited while this connection was parked (blocked or paused)."""

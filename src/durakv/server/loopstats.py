@@ -35,6 +35,11 @@ def _monotonic_ms() -> int:
 
 
 class LoopStats:
+    # begin() and _end() have a compiled twin for socket reads (fastpath/_core.c begin_turn, end_turn), which
+    # reads and writes these at their offsets
+    __slots__ = ("open", "loop", "perf_counter", "_turn_started", "cycles", "duration_s", "longest_stall_s",
+                 "__dict__", "__weakref__")
+
     def __init__(self, perf_counter=time.perf_counter):
         self.perf_counter = perf_counter
         self.loop = None

@@ -336,6 +336,10 @@ class Hooks:
     """The pipeline's observer while anything needs it (pipeline.observer is None otherwise): MONITOR,
     keyspace notifications, CLIENT TRACKING, NO-TOUCH and clients blocked on keys. Its methods run inside
     every call() (plain commands, EXEC's commands, a script's commands, blocked retries, replica apply)."""
+    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict
+    __slots__ = ("own_feed", "current",
+                 "__dict__", "__weakref__")
+
 
     def __init__(self, server):
         self.server = server

@@ -90,6 +90,11 @@ class Server:
     """Everything one node holds: the keyspace, the pipeline commands run through, durability, the
     listeners and timers. Command handlers reach it only through its port (server/port.py)."""
 
+    # read or counted per socket read by the compiled read callback at their offsets (fastpath/_core.c)
+    __slots__ = ("net_input_bytes", "reads_processed", "net_output_bytes", "writes_processed", "loop_stats",
+                 "clock_ms", "wall_clock_ms", "now_ms", "obuf_limited", "obuf_normal_limited", "fast",
+                 "__dict__", "__weakref__")
+
     @property
     def loading(self) -> bool:
         """Loading the dataset (start-up, a journal reload): INFO says so and data commands answer -LOADING."""
@@ -103,7 +108,10 @@ class Server:
     def __init__(self, config, clock_ms=None):
         load_all()
         self.config = config
-        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        # the wall clock unless one is injected: the compiled read callback reads it itself while
+        # clock_ms is this one
+        self.wall_clock_ms = lambda: int(time.time() * 1000)
+        self.clock_ms = clock_ms or self.wall_clock_ms
         self.keyspace = Keyspace(config["databases"], clock_ms=self.clock_ms)
         self.port = ServerPort(self)
         self.pipeline = Pipeline(self.keyspace, port=self.port, config=config)
