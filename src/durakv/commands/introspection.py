@@ -129,7 +129,7 @@ class Monitors:
         if threshold and usec // 1000 >= threshold:
             self.add_sample("fast-command" if "fast" in cmd.flags else "command", usec // 1000)
         if (self.slowlog_slower_than < 0 or self.slowlog_max_len == 0 or usec < self.slowlog_slower_than
-                or "skip_slowlog" in cmd.flags):
+                or cmd.skip_slowlog):
             return
         self.slowlog.appendleft((self.slowlog_next_id, int(time.time()), usec, _slowlog_argv(cmd, args),
                                  _addr(session), getattr(session, "name", b"") or b""))
@@ -140,7 +140,7 @@ class Monitors:
         """The large-request log: a command whose request, as RESP, is larger than commandlog-request-larger-than
         bytes (Valkey counts the bytes it read for the command; a client sends commands as RESP arrays). The
         pipeline calls it only for a request that may be (request_limit), so the common one costs no call."""
-        if "skip_slowlog" in cmd.flags:
+        if cmd.skip_slowlog:
             return
         size = sum(map(len, args)) + len(b"*%d\r\n" % len(args)) + sum(len(b"$%d\r\n\r\n" % len(a)) for a in args)
         if size > self.request_limit:
@@ -153,7 +153,7 @@ class Monitors:
     def record_reply(self, session, cmd, args, size):
         """The large-reply log: the connection calls this for a reply of more than commandlog-reply-larger-than
         bytes, once it is encoded."""
-        if self.large_reply_max_len == 0 or "skip_slowlog" in cmd.flags:
+        if self.large_reply_max_len == 0 or cmd.skip_slowlog:
             return
         self.large_reply.appendleft((self.large_reply_next_id, int(time.time()), size, _slowlog_argv(cmd, args),
                                      _addr(session), getattr(session, "name", b"") or b""))

@@ -137,7 +137,8 @@ def _migrate(args):
 
 
 def _georadius(args):
-    """georadiusGetKeys: the key, and the last STORE / STOREDIST destination that has an argument."""
+    """georadiusGetKeys: the key (read), and the last STORE / STOREDIST destination that has an argument
+    (overwritten). Valkey 9 marks the STORE specs variable_flags, so this is what answers, flags included."""
     stored = None
     c = ArgCursor(args, 5)
     while c:
@@ -145,9 +146,9 @@ def _georadius(args):
         if (a == b"store" or a == b"storedist") and c.left():
             stored = c.pos
             c.skip()
-    out = [(1, NO_FLAGS)]
+    out = [(1, RO_ACCESS)]
     if stored is not None:
-        out.append((stored, NO_FLAGS))
+        out.append((stored, OW_UPDATE))
     return out
 
 

@@ -56,7 +56,9 @@ class Command:
         self.may_replicate = self.write or "may_replicate" in f
         self.allow_busy = "allow_busy" in f
         self.skip_monitor = "skip_monitor" in f or self.admin
-        self.skip_slowlog = "skip_slowlog" in f
+        # Valkey 9's CMD_SKIP_COMMANDLOG (8.0's skip_slowlog): kept out of every command log. The attribute keeps
+        # its old name, which the compiled core (fastpath/_core.c) reads.
+        self.skip_slowlog = "skip_commandlog" in f
         top = self.fullname.split("|")[0]
         # EXEC and scripts run other commands through the pipeline: their keys, effects and checks are
         # those of the commands they run.

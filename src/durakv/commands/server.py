@@ -345,7 +345,9 @@ def _key_spec_reply(spec):
                                              b"keystep": k["step"]}}
     else:
         fkr = {b"type": b"unknown", b"spec": {}}
-    return {b"flags": key_flags_reply(spec["flags"]), b"begin_search": bsr, b"find_keys": fkr}
+    out = {b"notes": b""} if "notes" in spec else {}   # Valkey's note is prose: its place, not its text
+    out.update({b"flags": key_flags_reply(spec["flags"]), b"begin_search": bsr, b"find_keys": fkr})
+    return out
 
 
 def legacy_range(cmd):
@@ -395,18 +397,20 @@ def command_info(cmd):
     return [cmd.fullname.encode(), cmd.arity, RespSet(flags), first, last, step,
             RespSet("@" + c for c in CATEGORIES if c in cats),
             RespSet(t.encode() for t in cmd.spec.get("tips", ())),
-            [_key_spec_reply(s) for s in cmd.key_specs],
+            RespSet(_key_spec_reply(s) for s in cmd.key_specs),   # a set in RESP3, as addReplyCommandKeySpecs
             [command_info(s) for s in cmd.subcommands.values() if s.handler is not None]]
 
 
-# addReplyFlagsForCommand's table, in its order; the flags it hides on purpose (may_replicate, sentinel,
+# addReplyFlagsForCommand's table (Valkey 9), in its order; the flags it hides on purpose (may_replicate, sentinel,
 # only_sentinel, protected, touches_arbitrary_keys) are not in it.
 _FLAG_ORDER = ("write", "readonly", "denyoom", "module", "admin", "pubsub", "noscript", "blocking", "loading",
-               "stale", "skip_monitor", "skip_slowlog", "asking", "fast", "no_auth", "no_mandatory_keys",
+               "stale", "skip_monitor", "skip_commandlog", "asking", "fast", "no_auth", "no_mandatory_keys",
                "no_async_loading", "no_multi", "movablekeys", "allow_busy")
 
 
 def _args_doc(arguments):
+    """addReplyCommandArgList: each argument's fields in Valkey's order; free text (an argument's summary) is
+    carried as an empty string where Valkey has one."""
     out = []
     for a in arguments:
         d = {b"name": a["name"].encode(), b"type": a["type"].encode()}
@@ -416,8 +420,12 @@ def _args_doc(arguments):
             d[b"key_spec_index"] = a["key_spec_index"]
         if "token" in a:
             d[b"token"] = a["token"].upper().encode()  # Valkey's generator upper-cases tokens
+        if "summary" in a:
+            d[b"summary"] = a["summary"].encode()
         if "since" in a:
             d[b"since"] = a["since"].encode()          # the release that added the argument (commandAddReplyArg)
+        if "deprecated_since" in a:
+            d[b"deprecated_since"] = a["deprecated_since"].encode()
         flags = [f for f in ("optional", "multiple", "multiple_token") if a.get(f)]
         if flags:
             d[b"flags"] = RespSet(flags)
@@ -428,10 +436,20 @@ def _args_doc(arguments):
 
 
 def command_doc(cmd):
+    """addReplyCommandDocs: Valkey's fields in its order. durakv carries facts, not Valkey's texts: the summary,
+    the complexity and each history entry's change are empty strings (present where Valkey's are)."""
     spec = cmd.spec
     d = {b"summary": b"", b"since": spec.get("since", "").encode(), b"group": spec.get("group", "").encode()}
+    if "complexity" in spec:
+        d[b"complexity"] = spec["complexity"].encode()
     if spec.get("doc_flags"):
         d[b"doc_flags"] = RespSet(spec["doc_flags"])
+    for field in ("deprecated_since", "replaced_by"):
+        if field in spec:
+            d[field.encode()] = spec[field].encode()
+    if "history" in spec:
+        # a set of [version, change] in RESP3, as addReplyCommandHistory
+        d[b"history"] = RespSet([version.encode(), change.encode()] for version, change in spec["history"])
     if spec.get("arguments"):
         d[b"arguments"] = _args_doc(spec["arguments"])
     subs = {s.fullname.encode(): command_doc(s) for s in cmd.subcommands.values() if s.handler is not None}
