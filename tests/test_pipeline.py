@@ -362,7 +362,7 @@ def test_nested_multi_and_watch_inside_multi_abort_exec(inproc):
     raw.send_command("MULTI")
     with pytest.raises(valkey.exceptions.ResponseError) as e:
         raw.read_response()
-    assert str(e.value) == "Command not allowed inside a transaction"
+    assert str(e.value) == "Command 'multi' not allowed inside a transaction"
     raw.send_command("SET", "k", "v")
     assert raw.read_response() == b"QUEUED"
     raw.send_command("EXEC")

@@ -318,7 +318,7 @@ class Pipeline:
         runs now (EXEC, DISCARD, MULTI's own family). Queued commands pass admission now, as in Valkey, and
         EXEC passes it again with the flags of everything it queued."""
         if cmd.no_multi:
-            return self._rejected(session, cmd, messages.NOT_ALLOWED_IN_MULTI)
+            return self._rejected(session, cmd, messages.NOT_ALLOWED_IN_MULTI.format(cmd.fullname))
         queue = None
         if cmd.fullname == "exec":
             write, denyoom, may_replicate = session.multi_write, session.multi_denyoom, session.multi_may_replicate

@@ -19,6 +19,7 @@ from ..scripting.runner import (ALLOW_OOM, EVAL_COMPAT, FLAG_NAMES, NO_CLUSTER, 
 from . import registry
 from .args import ArgCursor
 from .base import parse_int
+from .introspection import subcommand_syntax_error
 from .registry import command
 from .session import Session
 
@@ -285,6 +286,11 @@ def script_kill(ctx, args):
 
 @command("script|debug")
 def script_debug(ctx, args):
+    """SCRIPT DEBUG mode [engine] (Valkey 9.1: the engine, 'lua' by default, is looked up before the mode)."""
+    if len(args) > 4:
+        raise subcommand_syntax_error(args)
+    if len(args) == 4 and args[3].lower() != b"lua":
+        raise CommandError(messages.SCRIPT_DEBUG_NO_ENGINE.format(args[3].decode("utf-8", "replace")))
     mode = args[2].upper()
     if mode == b"NO":
         return OK
@@ -294,8 +300,9 @@ def script_debug(ctx, args):
 
 
 _SCRIPT_HELP = [
-    "DEBUG (YES|SYNC|NO)",
-    "    Set the debug mode for subsequent scripts executed.",
+    "DEBUG (YES|SYNC|NO) [<engine_name>]",
+    "    Set the debug mode for subsequent scripts executed of the specified engine.",
+    "    Default engine name: 'lua'",
     "EXISTS <sha1> [<sha1> ...]",
     "    Return information about the existence of the scripts in the script cache.",
     "FLUSH [ASYNC|SYNC]",
