@@ -40,6 +40,62 @@ def _read_reply(f):
     return line
 
 
+def _read_typed(f):
+    """One reply as a tree that keeps every RESP type: bulk strings as bytes, integers as int, arrays as lists,
+    and every other type tagged: ("+", text), ("-", text), ("~", [..]) a set, ("%", [[k, v], ..]) a map,
+    (",", text) a double, ("#", bool), ("_",) RESP3's null, ("$-1",) / ("*-1",) RESP2's null bulk / array."""
+    line = f.readline()
+    t, body = line[:1], line[1:-2]
+    if t in (b"+", b"-", b",", b"("):
+        return (t.decode(), body)
+    if t == b":":
+        return int(body)
+    if t == b"#":
+        return ("#", body == b"t")
+    if t == b"_":
+        return ("_",)
+    if t in (b"$", b"=", b"!"):
+        n = int(body)
+        if n < 0:
+            return ("$-1",)
+        data = f.read(n + 2)[:-2]
+        return data if t == b"$" else (t.decode(), data)
+    if t in (b"*", b"~", b">", b"%", b"|"):
+        n = int(body)
+        if n < 0:
+            return ("*-1",)
+        if t in (b"%", b"|"):
+            return (t.decode(), [[_read_typed(f), _read_typed(f)] for _ in range(n)])
+        items = [_read_typed(f) for _ in range(n)]
+        return items if t == b"*" else (t.decode(), items)
+    raise ValueError(f"not a RESP reply: {line!r}")
+
+
+class TypedConnection:
+    """One socket to a server, in RESP2 or (after HELLO 3) RESP3; call() returns the reply as _read_typed's
+    tree, so two servers' replies compare on their RESP types too (a status is not a bulk, a set not an array)."""
+
+    def __init__(self, port, protocol=2, host="127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.f = self.sock.makefile("rb")
+        if protocol == 3:
+            self.call("HELLO", "3")
+
+    def call(self, *args):
+        self.sock.sendall(_encode(args))
+        return _read_typed(self.f)
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def wire(client, *args):
     """The exact bytes of the reply to one command, sent with the client's protocol."""
     kw = client.connection_pool.connection_kwargs
