@@ -312,6 +312,9 @@ OPTIONS = [
     Option("notify-keyspace-events", "", _string),
     Option("busy-reply-threshold", 5000, _int_range(0, 2**62), aliases=("lua-time-limit",)),
     Option("cluster-enabled", False, _bool, mutable=False),
+    # Valkey 9's numbered databases in cluster mode: a cluster node has this many (SELECT 0..n-1) and ignores
+    # `databases`; see Config.database_count
+    Option("cluster-databases", 1, _int_range(1, 2**31 - 1), mutable=False),
     Option("journal-nats-tls-ca-file", "", _string, mutable=False,
            help="durakv: the CA that NATS servers' certificates are verified with (tls:// servers)"),
     Option("cluster-require-full-coverage", True, _bool),
@@ -426,6 +429,11 @@ class Config:
     def get(self, name, default=None):
         opt = BY_NAME.get(name)
         return self.values[opt.name] if opt else default
+
+    def database_count(self) -> int:
+        """How many numbered databases this node has: `cluster-databases` in cluster mode (Valkey 9 ignores
+        `databases` there), `databases` otherwise."""
+        return self.values["cluster-databases" if self.values["cluster-enabled"] else "databases"]
 
     def _lookup(self, name: str, startup: bool, text=None):
         opt = BY_NAME.get(name.lower())

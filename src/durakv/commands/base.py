@@ -158,6 +158,12 @@ class Context:
         self._flush_server_deletes()
         self.effects.append((self.db.id, argv))
 
+    def propagate_in(self, db_id, *argv):
+        """Record one effect in database db_id (a command that changes other databases than the current one:
+        CLUSTER FLUSHSLOT)."""
+        self._flush_server_deletes()
+        self.effects.append((db_id, argv))
+
     def propagate_args(self, args):
         self._flush_server_deletes()
         self.effects.append((self.db.id, tuple(args)))

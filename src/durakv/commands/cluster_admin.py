@@ -9,7 +9,7 @@ Replies and error texts are Valkey 9.1.2's (tests/test_valkey91_words.py compare
 
 from .. import messages
 from ..errors import CommandError
-from ..keyspace.db import type_name
+from ..keyspace.db import estimate_key, type_name
 from ..keyspace.scan import parse_scan_options
 from ..protocol.resp import OK
 from ..routing import key_slot
@@ -58,7 +58,7 @@ def _my_slots(routing):
 
 
 def _slot_keys(db, slot):
-    """The keys of `slot` in database 0, from the slot index a cluster node keeps (or a scan without one)."""
+    """The keys of `slot` in database `db`, from the slot index a cluster node keeps (or a scan without one)."""
     if db.slots is not None:
         return db.slots.keys(slot)
     return [k for k in db.data if key_slot(k) == slot]
@@ -68,6 +68,12 @@ def _slot_count(db, slot):
     if db.slots is not None:
         return db.slots.count(slot)
     return sum(1 for k in db.data if key_slot(k) == slot)
+
+
+def _slot_count_all(dbs, slot):
+    """A slot's keys in every database: what SLOT-STATS' key-count counts (Valkey 9.1 sums the databases,
+    whichever one the client selected)."""
+    return sum(_slot_count(db, slot) for db in dbs)
 
 
 # ---- CLUSTER SLOT-STATS ------------------------------------------------------------------------------------------
@@ -110,14 +116,14 @@ def cluster_slot_stats(ctx, args):
                 i += 1
             else:
                 raise syntax_error()
-        db = ctx.keyspace.dbs[0]
-        counted = sorted(((_slot_count(db, s), s) for s in _my_slots(routing)),
+        dbs = ctx.keyspace.dbs
+        counted = sorted(((_slot_count_all(dbs, s), s) for s in _my_slots(routing)),
                          key=(lambda cs: (-cs[0], cs[1])) if desc else (lambda cs: (cs[0], cs[1])))
         slots = [s for _c, s in counted[:limit]]
     else:
         raise _subcommand_syntax(args)
-    db = ctx.keyspace.dbs[0]
-    return [[s, {b"key-count": _slot_count(db, s)}] for s in slots]
+    dbs = ctx.keyspace.dbs
+    return [[s, {b"key-count": _slot_count_all(dbs, s)}] for s in slots]
 
 
 # ---- CLUSTERSCAN -------------------------------------------------------------------------------------------------
@@ -191,7 +197,7 @@ def clusterscan(ctx, args):
     _fp, start = parsed
     if only is not None and only != start:
         raise CommandError(messages.CLUSTERSCAN_SLOT_MISMATCH)
-    db = ctx.keyspace.dbs[0]
+    db = ctx.db              # the selected database's keys, as Valkey 9.1 scans them
     ks = ctx.keyspace
     mine = _my_slots(routing)
     last = start if only is not None else SLOTS - 1
@@ -293,19 +299,26 @@ def cluster_getslotmigrations(ctx, args):
 
 @command("cluster|flushslot")
 def cluster_flushslot(ctx, args):
-    """Deletes the keys of a slot through the write path: one DEL of them, journaled and replicated as any."""
+    """Deletes the keys of a slot in every database (Valkey 9.1 does, whichever one is selected) through the write
+    path: one DEL per database that had some, journaled and replicated as any."""
     _cluster(ctx)
     slot = _slot(args[2])
     if len(args) > 4:
         raise _subcommand_syntax(args)
     if len(args) == 4 and args[3].upper() not in (b"ASYNC", b"SYNC"):
         raise syntax_error()
-    db = ctx.db
-    keys = list(_slot_keys(db, slot))
-    for key in keys:
-        ctx.delete(key)
-    if keys:
-        ctx.propagate(b"DEL", *keys)
+    ks = ctx.keyspace
+    for db in ks.dbs:
+        keys = list(_slot_keys(db, slot))
+        if not keys:
+            continue
+        freed = 0
+        for key in keys:
+            freed += estimate_key(key, db.data[key])
+            ks.delete(db, key)
+            ctx.touch(db.id, key)
+        ks.used_bytes -= freed   # keyless: the pipeline measures no key of this command
+        ctx.propagate_in(db.id, b"DEL", *keys)
     return OK
 
 

@@ -96,9 +96,7 @@ def hello(ctx, args):
 @command("select")
 def select(ctx, args):
     n = parse_int(args[1])
-    if n != 0 and ctx.port.cluster.routing() is not None:
-        raise CommandError(messages.SELECT_IN_CLUSTER)
-    dbs = ctx.keyspace.dbs
+    dbs = ctx.keyspace.dbs   # a cluster node has cluster-databases of them (Valkey 9), any other `databases`
     if not 0 <= n < len(dbs):
         raise CommandError(messages.DB_INDEX_OUT_OF_RANGE)
     ctx.client.db_id = n

@@ -170,8 +170,6 @@ def copy(ctx, args):
         else:
             raise syntax_error()
     key, newkey = args[1], args[2]
-    if (src_db.id != 0 or dst_db.id != 0) and ctx.port.cluster.routing() is not None:
-        raise CommandError(messages.COPY_DB_IN_CLUSTER)
     if dst_db is src_db and key == newkey:
         raise CommandError(messages.SAME_OBJECT)
     value = ctx.lookup(key)
@@ -207,8 +205,6 @@ def copy(ctx, args):
 
 @command("move")
 def move(ctx, args):
-    if ctx.port.cluster.routing() is not None:
-        raise CommandError(messages.MOVE_IN_CLUSTER)
     ks = ctx.keyspace
     key = args[1]
     src_db = ctx.db

@@ -240,12 +240,12 @@ class Keyspace:
         self.encoding_rules = EncodingRules()  # list/hash/set/zset encoding thresholds (CONFIG)
 
     def index_slots(self, slot_of):
-        """Keeps database 0's keys indexed by cluster slot from now on (the only database of a cluster node):
-        slot migration then lists a slot's keys without scanning the keyspace."""
-        db = self.dbs[0]
-        if db.slots is None:
-            db.slots = SlotIndex(slot_of)
-            db.slots.rebuild(db.data)
+        """Keeps every database's keys indexed by cluster slot from now on (a cluster node: cluster-databases of
+        them): slot migration then lists a slot's keys of each database without scanning the keyspace."""
+        for db in self.dbs:
+            if db.slots is None:
+                db.slots = SlotIndex(slot_of)
+                db.slots.rebuild(db.data)
 
     # -- expiry -----------------------------------------------------------------------------
     def is_expired(self, db: Db, key: bytes, now_ms=None) -> bool:

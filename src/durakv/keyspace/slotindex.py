@@ -1,8 +1,8 @@
 """Which keys of a database hash to each cluster slot: what slot migration reads (Valkey keeps one dict per slot,
 kvstore; here an index beside `Db.data`).
 
-Wired in by `Keyspace.index_slots(slot_of)` (a cluster node turns it on for database 0 at start, before it loads
-anything): every key that enters `Db.data` goes through `ContextBase.store` (or COPY/MOVE's own insert), every key
+Wired in by `Keyspace.index_slots(slot_of)` (a cluster node turns it on for every database at start, before it
+loads anything): every key that enters `Db.data` goes through `ContextBase.store` (or COPY/MOVE's own insert), every key
 that leaves through `Keyspace.delete`, and `Db.clear` empties both; each of those keeps the index exact. The slot
 function is injected (routing.slots.key_slot) because keyspace imports nothing above it.
 """

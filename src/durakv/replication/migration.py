@@ -22,7 +22,10 @@ cluster reshard`); the source shard's primary does the moving, so the work survi
    does not, and WAITAOF is the barrier that makes "acknowledged" mean "in the target's journal" in both; then
    deletes the moved keys through the pipeline (one DEL per slot, journaled like any write) and unlocks them
    once that DEL is committed.
-3. A slot with no key left (its last DEL committed) is handed to the target in the topology by compare-and-set
+   A slot's keys are those of every database (cluster-databases, Valkey 9): a batch holds keys of one
+   database; the target connection is switched to it with `SELECT n` first (in the same write), and the local
+   DEL runs in the same database, so a key of db n arrives in db n.
+3. A slot with no key left in any database (its last DEL committed) is handed to the target in the topology by compare-and-set
    without waiting for the other migrating slots: the slots emptied within HANDOVER_S (or HANDOVER_SLOTS of
    them) go together in one compare-and-set, and every node applies the new topology.
 
@@ -76,6 +79,7 @@ class _RespConnection:
         self.reader = reader
         self.writer = writer
         self.parser = hiredis.Reader()
+        self.db_id = 0          # the database the target runs this connection's commands in (SELECT)
 
     @classmethod
     async def open(cls, host, port, tls_ctx, timeout_s):
@@ -110,13 +114,14 @@ class _RespConnection:
 class _Batch:
     """Keys of one or more slots (one target) on their way: locked from read to committed DEL."""
 
-    __slots__ = ("keys", "slots", "sent", "replies")
+    __slots__ = ("db_id", "keys", "slots", "sent", "replies")
 
-    def __init__(self, keys, slots):
+    def __init__(self, db_id, keys, slots):
+        self.db_id = db_id      # the database all its keys are in (here and on the target)
         self.keys = keys        # every key locked for this batch
         self.slots = slots      # slot -> [keys of the batch in it]
         self.sent = []          # keys whose copy went out
-        self.replies = 0        # replies expected (ASKING + SET or RESTORE-ASKING per key, then WAITAOF)
+        self.replies = 0        # replies expected ([SELECT,] ASKING + SET or RESTORE-ASKING per key, WAITAOF)
 
 
 class SlotMigrator:
@@ -167,27 +172,34 @@ class SlotMigrator:
             if not moved:
                 await asyncio.sleep(IDLE_S)
 
-    def _slot_index(self):
-        """Database 0's slot index, checked against the keyspace: a size mismatch would mean a write path that
-        bypassed it (a bug), and a slot must never be handed over with a key left behind, so it is rebuilt."""
-        db = self.server.keyspace.dbs[0]
-        if db.slots is None:
-            self.server.keyspace.index_slots(key_slot)
-        elif len(db.slots) != len(db.data):
-            log.error("the slot index holds %d keys, the keyspace %d: rebuilding it", len(db.slots), len(db.data))
-            db.slots.rebuild(db.data)
-        return db.slots
+    def _slot_indexes(self):
+        """Every database's slot index, each checked against its keyspace: a size mismatch would mean a write
+        path that bypassed it (a bug), and a slot must never be handed over with a key left behind, so it is
+        rebuilt. [(db, index)]"""
+        ks = self.server.keyspace
+        if any(db.slots is None for db in ks.dbs):
+            ks.index_slots(key_slot)
+        for db in ks.dbs:
+            if len(db.slots) != len(db.data):
+                log.error("db %d: the slot index holds %d keys, the keyspace %d: rebuilding it", db.id,
+                          len(db.slots), len(db.data))
+                db.slots.rebuild(db.data)
+        return [(db, db.slots) for db in ks.dbs]
+
+    def _slot_count(self, slot) -> int:
+        """The keys a slot still has here, in every database."""
+        return sum(db.slots.count(slot) for db in self.server.keyspace.dbs if db.slots is not None)
 
     async def _round(self, topology, outgoing) -> int:
         """One pass over the outgoing slots, in slot order and grouped by target: their keys move in pipelined
         batches; a slot found empty joins the hand-over queue. Returns the keys moved."""
-        index = self._slot_index()
+        indexes = self._slot_indexes()
         routing = self.server.cluster_routing
         by_target = {}
         for slot in sorted(outgoing):
             if slot in self._pending:
                 continue
-            if index.count(slot) == 0:
+            if self._slot_count(slot) == 0:
                 self._queue_handover(slot, outgoing[slot])
                 continue
             by_target.setdefault(outgoing[slot], []).append(slot)
@@ -197,7 +209,7 @@ class SlotMigrator:
             conn = await self._connect(target)
             in_flight = collections.deque()   # batches sent, replies not read yet (oldest first)
             try:
-                for batch in self._batches(index, slots):
+                for batch in self._batches(indexes, slots):
                     await self._read_and_send(conn, batch)
                     in_flight.append(batch)
                     # WINDOW batches on the wire keep the target busy while this node reads the next one
@@ -216,25 +228,29 @@ class SlotMigrator:
         await self._handover_if_due(outgoing, force=True)
         return moved
 
-    def _batches(self, index, slots):
-        """Batches of the slots' keys (consecutive slots share a batch). Each slot's key list is taken once,
-        when the pass reaches it: no key of a migrating slot is created here, so the list holds every key the
-        slot has; a key gone since (moved, deleted, expired) is passed over."""
-        keys, by_slot, size = [], {}, 0
-        data = self.server.keyspace.dbs[0].data
-        for slot in slots:
-            for k in index.keys(slot):
-                v = data.get(k)
-                if v is None:
-                    continue
-                keys.append(k)
-                by_slot.setdefault(slot, []).append(k)
-                size += len(v) if type(v) is bytes else 64
-                if len(keys) >= BATCH_KEYS or size >= BATCH_BYTES:
-                    yield _Batch(keys, by_slot)
-                    keys, by_slot, size = [], {}, 0
-        if keys:
-            yield _Batch(keys, by_slot)
+    def _batches(self, indexes, slots):
+        """Batches of the slots' keys, database by database (consecutive slots of one database share a batch).
+        Each slot's key list is taken once, when the pass reaches it: no key of a migrating slot is created
+        here, so the list holds every key the slot has; a key gone since (moved, deleted, expired) is passed
+        over."""
+        for db, index in indexes:
+            if not len(index):
+                continue
+            keys, by_slot, size = [], {}, 0
+            data = db.data
+            for slot in slots:
+                for k in index.keys(slot):
+                    v = data.get(k)
+                    if v is None:
+                        continue
+                    keys.append(k)
+                    by_slot.setdefault(slot, []).append(k)
+                    size += len(v) if type(v) is bytes else 64
+                    if len(keys) >= BATCH_KEYS or size >= BATCH_BYTES:
+                        yield _Batch(db.id, keys, by_slot)
+                        keys, by_slot, size = [], {}, 0
+            if keys:
+                yield _Batch(db.id, keys, by_slot)
 
     async def _connect(self, target):
         if self._target is not None and self._target[0] == target.id:
@@ -254,6 +270,13 @@ class SlotMigrator:
         if self._target is not None:
             self._target[1].close()
             self._target = None
+
+    def _use_db(self, db_id):
+        """The migrator's own session runs its next commands (DEL, EXISTS) in database db_id."""
+        session = self.session
+        if session.db_id != db_id:
+            session.db_id = db_id
+            session.ctx.db = self.server.keyspace.dbs[db_id]
 
     def _local(self, *args):
         pipeline = self.server.pipeline
@@ -275,12 +298,17 @@ class SlotMigrator:
         try:
             # A write to one of them the source took before the lock may still be uncommitted (sync mode):
             # what goes to the target must be what this shard's journal holds.
-            ticket = self.server.durability.read_ticket(0, batch.keys)
+            ticket = self.server.durability.read_ticket(batch.db_id, batch.keys)
             if ticket:
                 await self._committed(ticket)
             out = []
             ks = self.server.keyspace
-            db = ks.dbs[0]
+            db = ks.dbs[batch.db_id]
+            self._use_db(batch.db_id)
+            if conn.db_id != batch.db_id:
+                # the target runs what follows in the same database (its reply, +OK, is checked with the rest)
+                out.append(encode_command((b"SELECT", b"%d" % batch.db_id)))
+                batch.replies += 1
             expires = db.expires
             for key in batch.keys:
                 # The value and its absolute expiry are read together, with no await and one clock reading
@@ -312,6 +340,9 @@ class SlotMigrator:
                 out.append(encode_command((b"WAITAOF", b"1", b"0", b"%d" % COMMIT_WAIT_MS)))
                 batch.replies += 1
                 conn.send(b"".join(out))
+                conn.db_id = batch.db_id
+            else:
+                batch.replies = 0   # nothing sent (every key gone): no SELECT either
         except BaseException:
             routing.moving.difference_update(batch.keys)
             raise
@@ -334,12 +365,13 @@ class SlotMigrator:
                 raise MigrationError("the target did not commit the batch within %d ms (WAITAOF: %r)"
                                      % (COMMIT_WAIT_MS, barrier))
             sent = set(batch.sent)
-            data = self.server.keyspace.dbs[0].data
+            data = self.server.keyspace.dbs[batch.db_id].data
+            self._use_db(batch.db_id)
             ticket = 0
             for slot, keys in batch.slots.items():
                 # only keys still here: one that expired meanwhile is gone (and a DEL naming a missing key of a
                 # migrating slot next to present ones would be refused with -TRYAGAIN)
-                present = [k for k in keys if k in sent and k in data and self._exists(k)]
+                present = [k for k in keys if k in sent and k in data and self._exists(batch.db_id, k)]
                 if not present:
                     continue
                 reply, t = self._local(b"DEL", *present)
@@ -359,14 +391,13 @@ class SlotMigrator:
             if unlock:
                 routing.moving.difference_update(batch.keys)
 
-    def _exists(self, key):
+    def _exists(self, db_id, key):
         ks = self.server.keyspace
-        return not ks.is_expired(ks.dbs[0], key)
+        return not ks.is_expired(ks.dbs[db_id], key)
 
     def _queue_emptied(self, batch, outgoing):
-        index = self.server.keyspace.dbs[0].slots
         for slot in batch.slots:
-            if index.count(slot) == 0 and slot in outgoing:
+            if slot in outgoing and self._slot_count(slot) == 0:
                 self._queue_handover(slot, outgoing[slot])
 
     def _queue_handover(self, slot, target_id):
@@ -383,8 +414,8 @@ class SlotMigrator:
         # crash before would bring them back on this shard after the slot was handed over).
         if self._last_del_ticket:
             await self._committed(self._last_del_ticket)
-        index = self._slot_index()
-        slots = {s: t for s, t in self._pending.items() if index.count(s) == 0}
+        self._slot_indexes()
+        slots = {s: t for s, t in self._pending.items() if self._slot_count(s) == 0}
         self._pending.clear()
         if slots:
             await self._finish_slots(slots)

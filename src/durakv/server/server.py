@@ -112,7 +112,7 @@ class Server:
         # clock_ms is this one
         self.wall_clock_ms = lambda: int(time.time() * 1000)
         self.clock_ms = clock_ms or self.wall_clock_ms
-        self.keyspace = Keyspace(config["databases"], clock_ms=self.clock_ms)
+        self.keyspace = Keyspace(config.database_count(), clock_ms=self.clock_ms)
         self.port = ServerPort(self)
         self.pipeline = Pipeline(self.keyspace, port=self.port, config=config)
         self.durability = Durability()
@@ -639,7 +639,7 @@ class Server:
                 await self.journal.rotate()
                 upto = self.journal.commit_index
                 if upto > self.last_snapshot_index:
-                    adopted = await build_snapshot(self.dir, upto, databases=self.config["databases"])
+                    adopted = await build_snapshot(self.dir, upto, databases=self.config.database_count())
                     await self.journal.truncate_before(adopted.journal_from)  # keep what the older snapshot needs
                     self.last_snapshot_index = upto
                 self.snapshot_journal_bytes = self.journal.bytes_size
