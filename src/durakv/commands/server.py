@@ -94,6 +94,7 @@ def config_resetstat(ctx, args):
             c.latency = [0] * 64
     ctx.port.admin.reset_stats()
     ctx.keyspace.expired_keys = ctx.keyspace.evicted_keys = 0
+    ctx.keyspace.expired_time_cap_reached = ctx.keyspace.dump_payload_sanitizations = 0
     return OK
 
 
@@ -153,7 +154,8 @@ def psync(ctx, args):
     +FULLRESYNC <replid> <offset>, then the RDB file and the stream SYNC gives (durakv keeps no backlog)."""
     parse_int(args[2])      # Valkey reads the offset as a long long first
     replid, offset = ctx.port.replication.full_resync_id()
-    return ctx.port.replication.attach_stream(ctx.client, preamble=b"+FULLRESYNC %s %d\r\n" % (replid, offset))
+    return ctx.port.replication.attach_stream(ctx.client, preamble=b"+FULLRESYNC %s %d\r\n" % (replid, offset),
+                                              partial_asked=not args[1].startswith(b"?"))
 
 
 @command("failover")
@@ -289,6 +291,7 @@ def bgsave(ctx, args):
         raise syntax_error()
     if port.persistence.snapshot_in_progress():
         if len(args) == 2:
+            port.persistence.schedule_snapshot()
             return "Background saving scheduled"
         raise CommandError(messages.SAVE_IN_PROGRESS)
     port.persistence.start_snapshot()
@@ -300,6 +303,7 @@ def bgrewriteaof(ctx, args):
     # Valkey compacts its AOF; durakv's journal is compacted by a snapshot (the journal before it is dropped)
     port = ctx.port
     if port.persistence.snapshot_in_progress():
+        port.persistence.schedule_snapshot()    # the build under way holds less than what was asked for
         return "Background append only file rewriting scheduled"
     port.persistence.start_snapshot()
     return "Background append only file rewriting started"

@@ -217,6 +217,8 @@ class Keyspace:
         self.hits = 0
         self.misses = 0
         self.expired_keys = 0
+        self.expired_time_cap_reached = 0   # active expiry cycles cut by their time budget (INFO stats)
+        self.dump_payload_sanitizations = 0  # RESTORE payloads decoded (each one checked whole: INFO stats)
         self.expired_fields = 0      # hash fields removed because their TTL passed (INFO expired_fields)
         self.evicted_keys = 0
         self.changes = 0             # effects recorded (Valkey's server.dirty)
@@ -454,6 +456,7 @@ class Keyspace:
                 self.server_delete(db, key, "expired")
                 removed += 1
                 if removed % 64 == 0 and perf_counter() > deadline:
+                    self.expired_time_cap_reached += 1
                     return removed
             if db.hexpiry_heap:
                 if db.hexpiry_heap[0][0] <= now:

@@ -4,6 +4,7 @@ import os
 import platform
 import resource
 import sys
+import threading
 import time
 
 from .. import fastpath
@@ -12,7 +13,10 @@ from ..scripting import runner as _scripting
 # Valkey's default sections, in its order, then durakv's own.
 DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
                     "errorstats", "cluster", "keyspace", "durability"]
-ALL_SECTIONS = DEFAULT_SECTIONS[:7] + ["commandstats"] + DEFAULT_SECTIONS[7:]
+# Valkey's INFO ALL order: ... cpu, commandstats, errorstats, latencystats, cluster, keyspace
+ALL_SECTIONS = DEFAULT_SECTIONS[:7] + ["commandstats", "errorstats", "latencystats"] + DEFAULT_SECTIONS[8:]
+# latency-tracking-info-percentiles' default
+LATENCY_PERCENTILES = (50.0, 99.0, 99.9)
 
 
 def _section_server(srv):
@@ -67,15 +71,35 @@ def _section_memory(srv):
     srv.peak_memory = peak
     maxmem = srv.config["maxmemory"]
     clients_normal = sum(c.output_memory() for c in srv.clients.values())
+    dataset = srv.keyspace.used_bytes - srv.keyspace.baseline_bytes
+    scripting = _scripting.info_memory(srv)
+    # CPython's allocators (pymalloc, glibc malloc) report no active / resident figures, so these follow
+    # Valkey's own rule for an allocator without them (its libc build, server.c cronUpdateMemoryStats):
+    # allocated is used_memory, resident is the RSS less the Lua VM's memory, active is resident.
+    allocated = used
+    resident = max(0, rss - scripting["used_memory_vm_eval"])
+    active = resident
     return {"used_memory": used, "used_memory_human": _human(used), "used_memory_rss": rss,
             "used_memory_rss_human": _human(rss), "used_memory_peak": peak, "used_memory_peak_human": _human(peak),
-            "used_memory_dataset": srv.keyspace.used_bytes - srv.keyspace.baseline_bytes,
+            # used_memory is the baseline plus the dataset's estimate (keyspace/db.py): the rest is overhead
+            "used_memory_overhead": used - dataset,
             "used_memory_startup": srv.keyspace.baseline_bytes,
+            "used_memory_dataset": dataset,
+            "allocator_allocated": allocated, "allocator_active": active, "allocator_resident": resident,
+            "allocator_frag_ratio": "%.2f" % (active / allocated if allocated else 0),
+            "allocator_frag_bytes": active - allocated,
+            "allocator_rss_ratio": "%.2f" % (resident / active if active else 0),
+            "allocator_rss_bytes": resident - active,
+            "rss_overhead_ratio": "%.2f" % (rss / resident if resident else 0), "rss_overhead_bytes": rss - resident,
             "maxmemory": maxmem, "maxmemory_human": _human(maxmem), "maxmemory_policy": srv.config["maxmemory-policy"],
-            "mem_fragmentation_ratio": round(rss / used, 2) if used else 0, "mem_allocator": "pymalloc",
+            "mem_fragmentation_ratio": round(rss / used, 2) if used else 0,
+            "mem_fragmentation_bytes": rss - used,
+            # eviction weighs used_memory itself (commands/pipeline.py), and client buffers are outside it
+            "mem_not_counted_for_evict": 0,
+            "mem_allocator": "pymalloc",
             "mem_clients_slaves": 0, "mem_clients_normal": clients_normal,
             "total_system_memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            **_scripting.info_memory(srv),
+            **scripting,
             # The section's last two, as in Valkey. durakv has no lazy-free thread: UNLINK, FLUSHALL ASYNC and
             # the lazyfree-lazy-* deletions free their values at once (Python's reference counting), so nothing
             # is ever pending and no object is freed in the background.
@@ -84,12 +108,24 @@ def _section_memory(srv):
 
 def _section_persistence(srv):
     t = srv.durability.tracker
+    building = srv.snapshot_in_progress is not None
+    current = int(time.monotonic() - srv.snapshot_started) if building and srv.snapshot_started else -1
+    # A snapshot is both durakv's BGSAVE and its BGREWRITEAOF (it compacts the journal), so the rdb_ and aof_
+    # fields describe the same builds. It is built by a separate process that reads the snapshot and journal
+    # files (snapshot/adopt.py), not by a fork of this one: nothing is copied on write (aof_last_cow_size).
     return {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
             "rdb_changes_since_last_save": srv.keyspace.changes - srv.keyspace.changes_saved,
-            "rdb_bgsave_in_progress": int(srv.snapshot_in_progress is not None),
+            "rdb_bgsave_in_progress": int(building),
             "rdb_last_save_time": srv.lastsave, "rdb_last_bgsave_status": srv.last_bgsave_status,
-            "aof_enabled": int(t is not None and t.mode != "none"), "aof_rewrite_in_progress": 0,
-            "aof_last_write_status": "ok" if t is None or t.failed is None else "err"}
+            "rdb_last_bgsave_time_sec": srv.last_snapshot_seconds, "rdb_current_bgsave_time_sec": current,
+            "aof_enabled": int(t is not None and t.mode != "none"), "aof_rewrite_in_progress": int(building),
+            "aof_rewrite_scheduled": int(srv.snapshot_scheduled),
+            "aof_last_rewrite_time_sec": srv.last_snapshot_seconds, "aof_current_rewrite_time_sec": current,
+            "aof_last_bgrewrite_status": srv.last_bgsave_status,
+            "aof_last_write_status": "ok" if t is None or t.failed is None else "err",
+            "aof_last_cow_size": 0,
+            # durakv loads no modules (MODULE LOAD is refused), so no module child ever runs
+            "module_fork_in_progress": 0, "module_fork_last_cow_size": 0}
 
 
 def _section_stats(srv):
@@ -98,18 +134,28 @@ def _section_stats(srv):
     return {"total_connections_received": srv.total_connections, "total_commands_processed": d.total_commands,
             "instantaneous_ops_per_sec": srv.instantaneous_ops(), "total_net_input_bytes": srv.net_input_bytes,
             "total_net_output_bytes": srv.net_output_bytes, "rejected_connections": srv.rejected_connections,
-            "expired_keys": ks.expired_keys, "expired_fields": ks.expired_fields, "evicted_keys": ks.evicted_keys,
+            "sync_full": srv.sync_full,
+            "sync_partial_ok": 0,    # no backlog: a PSYNC that asks to continue always gets a full resync
+            "sync_partial_err": srv.sync_partial_err,
+            "expired_keys": ks.expired_keys, "expired_fields": ks.expired_fields,
+            "expired_time_cap_reached_count": ks.expired_time_cap_reached, "evicted_keys": ks.evicted_keys,
             "evicted_scripts": _scripting.evicted_scripts(srv),
             "keyspace_hits": ks.hits, "keyspace_misses": ks.misses,
+            "latest_fork_usec": srv.latest_fork_usec, "total_forks": srv.total_forks,
             "pubsub_channels": len(srv.pubsub.channels), "pubsub_patterns": len(srv.pubsub.patterns),
             "pubsubshard_channels": len(srv.pubsub.shard),
             "migrate_cached_sockets": len(srv.migrate_sockets.cache),
             "tracking_total_keys": len(srv.hooks.tracking.table),
             "tracking_total_items": sum(len(v) for v in srv.hooks.tracking.table.values()),
             "tracking_total_prefixes": len(srv.hooks.tracking.prefixes),
+            # a replica never takes a write of its own (it applies its primary's), so it tracks no expiry of one
+            "slave_expires_tracked_keys": 0,
+            "dump_payload_sanitizations": ks.dump_payload_sanitizations,
             "total_error_replies": d.total_errors,
             "unexpected_error_replies": 0,      # Valkey: errors replaying an AOF or a primary's stream
             "total_reads_processed": srv.reads_processed, "total_writes_processed": srv.writes_processed,
+            # every socket read and write happens on the event loop's thread: none on an I/O thread
+            "io_threaded_reads_processed": 0, "io_threaded_writes_processed": 0,
             "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors,
             **srv.loop_stats.info_fields(_commands_usec()),
             **srv.acl.info_fields()}
@@ -130,7 +176,7 @@ def _section_replication(srv):
         fields.update(link.info_fields())
         fields.update({"connected_slaves": 0, "master_failover_state": "no-failover", "master_replid": link.replid,
                        "master_replid2": "0" * 40, "master_repl_offset": link.offset, "second_repl_offset": -1,
-                       "repl_backlog_active": 0})
+                       **_no_backlog(srv)})
         return fields
     node = getattr(srv, "cluster_node", None)
     if node is not None:
@@ -144,8 +190,11 @@ def _section_replication(srv):
                 host, port, applied, _peer_lag_s(node, host, port))
         fields.update({"master_failover_state": "no-failover", "master_replid": node.replication_id,
                        "master_replid2": "0" * 40, "master_repl_offset": r["offset"], "second_repl_offset": -1,
-                       "repl_backlog_active": 1, "repl_backlog_first_byte_offset":
-                       node.journal.first_index if node.journal is not None else 0})
+                       "repl_backlog_active": 1,
+                       # the shard's journal is the backlog a replica catches up from: what it holds now
+                       "repl_backlog_size": node.journal.bytes_size if node.journal is not None else 0,
+                       "repl_backlog_first_byte_offset": node.journal.first_index if node.journal is not None else 0,
+                       "repl_backlog_histlen": node.journal.bytes_size if node.journal is not None else 0})
         if node.role != "replica":
             fields.update(node.info_fields())
         return fields
@@ -157,8 +206,14 @@ def _section_replication(srv):
         fields["slave%d" % i] = "ip=%s,port=%d,state=online,offset=%d,lag=0" % (
             ip, conn.session.repl_listening_port, conn.replica_feed.offset)
     fields.update({"master_failover_state": "no-failover", "master_replid": srv.run_id,
-                   "master_repl_offset": offset, "second_repl_offset": -1, "repl_backlog_active": 0})
+                   "master_repl_offset": offset, "second_repl_offset": -1, **_no_backlog(srv)})
     return fields
+
+
+def _no_backlog(srv):
+    """No backlog is kept (a SYNC/PSYNC gets the whole dataset): Valkey's fields before its first replica."""
+    return {"repl_backlog_active": 0, "repl_backlog_size": srv.config["repl-backlog-size"],
+            "repl_backlog_first_byte_offset": 0, "repl_backlog_histlen": 0}
 
 
 def _peer_lag_s(node, host, port) -> int:
@@ -174,8 +229,12 @@ def _peer_lag_s(node, host, port) -> int:
 def _section_cpu(srv):
     ru = resource.getrusage(resource.RUSAGE_SELF)
     ch = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"used_cpu_sys": "%.6f" % ru.ru_stime, "used_cpu_user": "%.6f" % ru.ru_utime,
-            "used_cpu_sys_children": "%.6f" % ch.ru_stime, "used_cpu_user_children": "%.6f" % ch.ru_utime}
+    fields = {"used_cpu_sys": "%.6f" % ru.ru_stime, "used_cpu_user": "%.6f" % ru.ru_utime,
+              "used_cpu_sys_children": "%.6f" % ch.ru_stime, "used_cpu_user_children": "%.6f" % ch.ru_utime}
+    if threading.current_thread() is threading.main_thread():   # the event loop's thread: INFO runs on it
+        th = resource.getrusage(resource.RUSAGE_THREAD)
+        fields.update(used_cpu_sys_main_thread="%.6f" % th.ru_stime, used_cpu_user_main_thread="%.6f" % th.ru_utime)
+    return fields
 
 
 def _section_keyspace(srv):
@@ -255,6 +314,31 @@ def _section_commandstats(srv):
 
 
 
+def _percentile_usec(buckets, total, pct) -> int:
+    """The upper bound (µs) of the LATENCY HISTOGRAM bucket (powers of two, which the compiled core fills
+    too) that holds the pct-th percentile call: Valkey's hdr_value_at_percentile at that resolution."""
+    want = max(1, int(pct / 100 * total + 0.5))      # hdr_value_at_percentile's count
+    seen = 0
+    for b, n in enumerate(buckets):
+        seen += n
+        if seen >= want:
+            return 1 << b
+    return 1 << (len(buckets) - 1)
+
+
+def _section_latencystats(srv):
+    from ..commands import registry
+    out = {}
+    for cmd in registry.TABLE.values():
+        for c in [cmd] + list(cmd.subcommands.values()):
+            buckets = c.latency
+            total = sum(buckets)
+            if total:
+                out["latency_percentiles_usec_" + c.fullname] = ",".join(
+                    "p%s=%.3f" % (("%g" % p), _percentile_usec(buckets, total, p)) for p in LATENCY_PERCENTILES)
+    return out
+
+
 def _section_errorstats(srv):
     return {"errorstat_" + k: "count=%d" % v for k, v in srv.pipeline.error_counts.items()}
 
@@ -263,7 +347,7 @@ _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _
              "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
              "cpu": _section_cpu, "keyspace": _section_keyspace, "durability": _section_durability,
              "commandstats": _section_commandstats, "errorstats": _section_errorstats,
-             "cluster": _section_cluster}
+             "cluster": _section_cluster, "latencystats": _section_latencystats}
 
 
 def render_info(srv, requested):

@@ -181,6 +181,7 @@ class ServerAdmin(_Served, Admin):
         srv.total_connections = srv.rejected_connections = 0
         srv.net_input_bytes = srv.net_output_bytes = srv.reads_processed = srv.writes_processed = 0
         srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
+        srv.sync_full = srv.sync_partial_err = srv.total_forks = 0
         srv.loop_stats.reset()
         srv.acl.reset_stats()
 
@@ -207,6 +208,9 @@ class ServerPersistence(_Served, Persistence):
 
     def start_snapshot(self):
         return self.server.start_snapshot()
+
+    def schedule_snapshot(self):
+        self.server.schedule_snapshot()
 
     def debug_reload(self, save=True, flush=True, merge=False):
         return self.server.debug_reload(save, flush, merge)
@@ -246,12 +250,14 @@ class ServerReplication(_Served, Replication):
         replid = node.replication_id if node is not None else srv.run_id
         return replid.encode(), 0
 
-    def attach_stream(self, session, preamble=b""):
+    def attach_stream(self, session, preamble=b"", partial_asked=False):
         from .replfeed import FORK_MIN_KEYS, ReplicaFeed, dataset_rdb, export_rdb_forked
         conn = self._conn(session)
         if conn is None:
             raise CommandError("ERR SYNC needs a client connection")
         server = self.server
+        server.sync_full += 1                 # every SYNC / PSYNC is answered with the whole dataset
+        server.sync_partial_err += partial_asked
         ks = server.keyspace
         data, functions = session.repl_rdb_data, session.repl_rdb_functions
         if data and sum(len(db.data) for db in ks.dbs) >= FORK_MIN_KEYS:
@@ -268,7 +274,7 @@ class ServerReplication(_Served, Replication):
                 return None
             reply = export_rdb_forked(server.loop, ks, server.dir, data=data, functions=functions,
                                       ticket=durability.export_ticket(), still_valid=still_valid,
-                                      preamble=preamble)
+                                      preamble=preamble, forked=server.note_fork)
 
             def exported(d=reply):
                 if type(d.reply) is ErrorReply and conn.replica_feed is not None:

@@ -61,13 +61,15 @@ RDB_EXPORT_FAILED = "ERR the RDB export's child process failed (exit status {})"
 
 
 def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket=0, still_valid=None,
-                      preamble=b"") -> Deferred:
+                      preamble=b"", forked=None) -> Deferred:
     """The RDB of memory as it is now, built in a forked child. The Deferred resolves, on the loop, with the
     encoded bulk reply and `ticket` (what must commit before it leaves), or with an error if the child failed
     or `still_valid()` says the writes the file holds can no longer commit (the journal failed meanwhile).
-    `preamble` goes out before the file (PSYNC's +FULLRESYNC line)."""
+    `preamble` goes out before the file (PSYNC's +FULLRESYNC line); `forked(usec)` is told how long the fork
+    took (INFO stats latest_fork_usec)."""
     done = Deferred()
     fd, path = tempfile.mkstemp(prefix="temp-sync-%d-" % os.getpid(), suffix=".rdb", dir=tmp_dir)
+    fork_started = time.perf_counter()
     pid = os.fork()
     if pid == 0:
         # The child: a copy of memory at the fork. Nothing but the file: no logging, no journal, no loop; the
@@ -85,6 +87,8 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
             status = 0
         finally:
             os._exit(status)
+    if forked is not None:
+        forked(int((time.perf_counter() - fork_started) * 1e6))
     os.close(fd)
     log.info("Background RDB transfer started by pid %d", pid)
     pidfd = os.pidfd_open(pid)

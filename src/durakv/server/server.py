@@ -136,6 +136,17 @@ class Server:
         self.last_bgsave_status = "ok"
         self.snapshot_in_progress = None   # Future while a snapshot is being built
         self.snapshot_journal_bytes = 0    # journal bytes at the last snapshot
+        # INFO persistence's rdb_/aof_ timings: a snapshot is durakv's BGSAVE and its BGREWRITEAOF (the journal
+        # before it is dropped), so both report the same builds
+        self.snapshot_started = None       # monotonic s of the build under way
+        self.last_snapshot_seconds = -1    # how long the last one took (-1: none yet, as Valkey)
+        self.snapshot_scheduled = False    # BGREWRITEAOF / BGSAVE SCHEDULE during a build: one more after it
+        # INFO stats: SYNC / PSYNC answers (every one is a full resync: durakv keeps no backlog) and the forks
+        # of large SYNC exports (server/replfeed.py)
+        self.sync_full = 0
+        self.sync_partial_err = 0
+        self.total_forks = 0
+        self.latest_fork_usec = 0
         self.loading = False
         self.shutdown_event = None
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
@@ -626,8 +637,26 @@ class Server:
         if self.snapshot_in_progress is not None:
             return self.snapshot_in_progress
         d = self.snapshot_in_progress = Deferred()
+        self.snapshot_started = time.monotonic()
         self.loop.create_task(self._snapshot(d))
         return d
+
+    def schedule_snapshot(self):
+        """BGREWRITEAOF (or BGSAVE SCHEDULE) while a snapshot is being built: another starts when it ends, so
+        the journal written meanwhile is compacted too (Valkey's aof_rewrite_scheduled)."""
+        self.snapshot_scheduled = True
+
+    def note_fork(self, usec):
+        self.total_forks += 1
+        self.latest_fork_usec = usec
+
+    def _snapshot_done(self):
+        self.last_snapshot_seconds = int(time.monotonic() - self.snapshot_started)
+        self.snapshot_started = None
+        self.snapshot_in_progress = None
+        if self.snapshot_scheduled:
+            self.snapshot_scheduled = False
+            self.start_snapshot()
 
     async def _snapshot(self, fut):
         changes_before = self.keyspace.changes  # what this snapshot will hold (rdb_changes_since_last_save)
@@ -646,12 +675,12 @@ class Server:
             self.lastsave = int(time.time())
             self.last_bgsave_status = "ok"
             self.keyspace.changes_saved = changes_before
-            self.snapshot_in_progress = None
+            self._snapshot_done()
             fut.resolve("OK")
         except Exception as exc:  # noqa: BLE001
             log.error("snapshot failed: %s", exc)
             self.last_bgsave_status = "err"
-            self.snapshot_in_progress = None
+            self._snapshot_done()
             fut.resolve(ErrorReply("ERR snapshot failed: %s" % exc))
 
     async def _cluster_snapshot(self, d):
