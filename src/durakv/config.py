@@ -274,6 +274,9 @@ OPTIONS = [
     Option("client-held-replies-limit", 32 * 1024 * 1024, _memory,
            help="durakv: bytes of replies one client may have waiting for their journal commit (sync); past "
                 "it the server stops reading that client's requests until commits catch up"),
+    Option("metrics-port", 0, _int_range(0, 65535), mutable=False,
+           help="durakv: serve durakv's own metrics in Prometheus text format on this port (HTTP /metrics, on "
+                "the first bind address); 0: off"),
     Option("tls-port", 0, _int_range(0, 65535), mutable=False),
     Option("tls-cert-file", "", _string, mutable=False),
     Option("tls-key-file", "", _string, mutable=False),

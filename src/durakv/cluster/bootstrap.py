@@ -30,8 +30,9 @@ log = logging.getLogger("durakv.cluster")
 
 
 def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, journal_backend, extra=(),
-                cluster_mode=True, tls=None):
-    """The command line of one node. tls ({"cert", "key", "ca"}): clients only over TLS (on `port`), NATS too."""
+                cluster_mode=True, tls=None, metrics_port=0):
+    """The command line of one node. tls ({"cert", "key", "ca"}): clients only over TLS (on `port`), NATS too;
+    metrics_port: its own Prometheus metrics (server/metrics.py), 0 for none."""
     if tls:
         ports = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", tls["cert"], "--tls-key-file",
                  tls["key"], "--tls-ca-cert-file", tls["ca"], "--tls-auth-clients", "no",
@@ -42,7 +43,8 @@ def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, jo
         "--bind", "127.0.0.1", "--dir", node_dir, "--journal-backend", journal_backend,
         "--journal-nats-servers", nats_servers, "--shard", str(shard), "--availability-zone", az,
         "--node-id", node_id, "--durability", durability,
-        "--cluster-enabled", "yes" if cluster_mode else "no"] + list(extra)
+        "--cluster-enabled", "yes" if cluster_mode else "no"] + (
+        ["--metrics-port", str(metrics_port)] if metrics_port else []) + list(extra)
 
 
 PORT_ATTEMPTS = 3
@@ -143,6 +145,8 @@ class Bootstrap:
                 raise ClusterError(f"port(s) {busy} already in use")
         else:
             durakv_ports = free_ports(n_durakv, exclude=set(nats.ports))
+        # each node's --metrics-port (free ones; a clash at bind time moves it as it moves the client port)
+        metrics_ports = free_ports(n_durakv, exclude=set(nats.ports) | set(durakv_ports))
         manifest = {"version": MANIFEST_VERSION, "dir": dir, "created": time.time(),
                     "options": {"shards": shards, "replicas": replicas, "durability": durability,
                                 "base_port": base_port, "journal_backend": journal_backend,
@@ -200,10 +204,11 @@ class Bootstrap:
                 os.makedirs(node_dir, exist_ok=True)
                 argv = durakv_argv(durakv_ports[k], node_dir, cluster.node_nats_servers(az), shard, az, node_id,
                                    durability, journal_backend, extra_server_args, cluster_mode=cluster_mode,
-                                   tls=certs)
+                                   tls=certs, metrics_port=metrics_ports[k])
                 manifest["processes"].append({
                     "kind": "durakv", "name": name, "node_id": node_id, "shard": shard, "index": i, "az": az,
-                    "ports": {"client": durakv_ports[k]}, "pid": None, "start_time": None, "dir": node_dir,
+                    "ports": {"client": durakv_ports[k], "metrics": metrics_ports[k]}, "pid": None,
+                    "start_time": None, "dir": node_dir,
                     "log": os.path.join(dir, "logs", f"{name}.log"), "argv": argv,
                     "tls_ca": certs["ca"] if certs else None})
                 shard_nodes[-1].append((node_id, durakv_ports[k]))
@@ -243,12 +248,15 @@ class Bootstrap:
 
     def _move_port(self, p):
         taken = {port for q in self.processes for port in q.ports.values()}
-        new = free_ports(1, exclude=taken)[0]
+        new, new_metrics = free_ports(2, exclude=taken)
         old = p.port
         argv = p.entry["argv"]
         flag = "--tls-port" if "--tls-port" in argv else "--port"
         argv[argv.index(flag) + 1] = str(new)
         p.entry["ports"]["client"] = new
+        if "metrics" in p.ports and "--metrics-port" in argv:   # it may have been the port that clashed
+            argv[argv.index("--metrics-port") + 1] = str(new_metrics)
+            p.entry["ports"]["metrics"] = new_metrics
         if self.options.get("cluster_mode"):
             tls = flag == "--tls-port"
 

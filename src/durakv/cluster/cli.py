@@ -83,8 +83,18 @@ def _cmd_up(args):
             print(f"shard {shard}: primary {p.name} ({p.az}) at 127.0.0.1:{p.port}")
     if cluster.options.get("cluster_mode"):
         print(client_lines(cluster))
+    print(metrics_lines(cluster))
     print(f"manifest: {cluster.dir}/manifest.json   stop with: durakv cluster down --dir {args.dir}")
     return 0
+
+
+def metrics_lines(cluster) -> str:
+    """Each node's own metrics (Prometheus text format, server/metrics.py), one URL a line."""
+    lines = ["metrics (Prometheus):"]
+    for p in cluster.processes:
+        if p.kind == "durakv" and p.ports.get("metrics"):
+            lines.append(f"  {p.name} ({p.az}): http://127.0.0.1:{p.ports['metrics']}/metrics")
+    return "\n".join(lines)
 
 
 def client_lines(cluster) -> str:

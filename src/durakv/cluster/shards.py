@@ -27,7 +27,8 @@ class ShardMembership:
         replicas = opts["replicas"] if replicas is None else replicas
         shard = max(self.shards) + 1
         certs = self.manifest.get("tls")
-        ports = free_ports(1 + replicas, exclude={port for p in self.processes for port in p.ports.values()})
+        ports = free_ports(2 * (1 + replicas), exclude={port for p in self.processes for port in p.ports.values()})
+        metrics_ports = ports[1 + replicas:]     # each node's --metrics-port
         procs, members = [], []
         for i in range(1 + replicas):
             az = AZS[i % len(AZS)]
@@ -36,9 +37,10 @@ class ShardMembership:
             node_dir = os.path.join(self.dir, "nodes", name)
             os.makedirs(node_dir, exist_ok=True)
             argv = durakv_argv(ports[i], node_dir, self.node_nats_servers(az), shard, az, node_id,
-                               opts["durability"], opts["journal_backend"], cluster_mode=True, tls=certs)
+                               opts["durability"], opts["journal_backend"], cluster_mode=True, tls=certs,
+                               metrics_port=metrics_ports[i])
             entry = {"kind": "durakv", "name": name, "node_id": node_id, "shard": shard, "index": i, "az": az,
-                     "ports": {"client": ports[i]}, "pid": None, "start_time": None, "dir": node_dir,
+                     "ports": {"client": ports[i], "metrics": metrics_ports[i]}, "pid": None, "start_time": None, "dir": node_dir,
                      "log": os.path.join(self.dir, "logs", f"{name}.log"), "argv": argv,
                      "tls_ca": certs["ca"] if certs else None}
             self.manifest["processes"].append(entry)

@@ -29,7 +29,7 @@ import itertools
 
 from .. import messages
 from ..protocol.resp import Deferred
-from .tracker import WriteTracker, failure_reason
+from .tracker import COMMIT_LATENCY_BOUNDS, Buckets, WriteTracker, failure_reason
 
 
 def _no_ticket(*_args):
@@ -60,6 +60,7 @@ class Durability:
         self.needs_touched = False   # a journal is attached: the keys each write touched are wanted
         self.refusing = False      # writes must ask refuse_writes() (async buffer, failed journal)
         self.waiting = set()       # outboxes holding a reply for a commit
+        self.commit_latency = Buckets(COMMIT_LATENCY_BOUNDS)   # every tracker's entries (the metrics port)
         self.commit_listeners = []  # fn(index) after each commit (snapshots, stats)
         self.failure_listeners = []  # fn(first_index, exc) after the journal failed to persist from first_index
         self._commit_waiters = []   # heap of (index, seq, fn, failed or None): WAITAOF and the like
@@ -83,8 +84,9 @@ class Durability:
         if mode not in ("sync", "async"):
             raise ValueError("a journal runs in sync or async mode")
         self.journal = journal
-        self._use(WriteTracker(journal, self, mode=mode, buffer_ms=buffer_ms, loop=self.loop,
-                               clock_ms=self.clock_ms))
+        tracker = WriteTracker(journal, self, mode=mode, buffer_ms=buffer_ms, loop=self.loop, clock_ms=self.clock_ms)
+        tracker.commit_latency = self.commit_latency
+        self._use(tracker)
 
     def detach(self):
         """No journal from now on (a replica, or a primary handing over). Replies already committed leave;

@@ -47,6 +47,38 @@ RETRY_MAX_S = 5.0
 ACK_BEFORE_COMMIT_DELAY_S = 0.2   # debug-ack-before-commit: how late each batch is appended
 
 
+class Buckets:
+    """Counts of observed seconds per upper bound (a Prometheus histogram's buckets, not cumulative), their
+    sum and count: plain ints and floats kept by the event loop, copied whole by whoever publishes them."""
+
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds):
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)    # the last one: above every bound (+Inf)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, seconds):
+        i = 0
+        bounds = self.bounds
+        while i < len(bounds) and seconds > bounds[i]:
+            i += 1
+        self.counts[i] += 1
+        self.sum += seconds
+        self.count += 1
+
+    def copy(self):
+        """(bounds, counts, sum, count) as they are now."""
+        return self.bounds, list(self.counts), self.sum, self.count
+
+
+# A journal entry's commit latency (handed to the journal -> acknowledged): a local fsync is sub-millisecond
+# to a few ms, a JetStream append over three AZs a few ms to tens.
+COMMIT_LATENCY_BOUNDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                         2.5, 5.0, 10.0)
+
+
 class WriteTracker:
     def __init__(self, journal, owner, mode="sync", buffer_ms=10000, loop=None, clock_ms=None):
         self.journal = journal
@@ -63,7 +95,9 @@ class WriteTracker:
         self._batch_index = 0               # 0 = no open batch
         self._batch_bytes = 0               # encoded size of the open batch so far
         self._batch_db = None               # database of its last effect (a change costs a SELECT)
-        self._sent_ms = collections.deque()  # (index, ms) of appends handed to the journal, oldest first
+        self._sent_ms = collections.deque()  # (index, ms, perf_counter s) of appends handed to the journal,
+        # oldest first
+        self.commit_latency = None     # Buckets of each entry's commit latency (Durability's: kept across trackers)
         self._journal_delta = 0             # journal index - tracker index of the newest acknowledged batch
         self._delta_changes = []            # [(first tracker index, delta)] where that difference grew
         self._inner_parts = set()           # indices of parts before a command's last part: never a commit point
@@ -282,7 +316,7 @@ class WriteTracker:
         """Hands entry `index` to the journal (its position is fixed by this call: journal contract)."""
         self.appended_bytes += len(payload)
         self._in_flight += 1
-        self._sent_ms.append((index, self.clock_ms()))
+        self._sent_ms.append((index, self.clock_ms(), time.perf_counter()))
         if self.stall_ms and self._stall_handle is None:
             self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)
         generation = self._generation
@@ -339,6 +373,11 @@ class WriteTracker:
             self._fail(index, exc)
             return
         sent = self._sent_ms
+        latency = self.commit_latency
+        if latency is not None and sent and sent[0][0] <= index:
+            now = time.perf_counter()
+            while sent and sent[0][0] <= index:
+                latency.observe(now - sent.popleft()[2])
         while sent and sent[0][0] <= index:
             sent.popleft()
         if type(where) is int and where - index != self._journal_delta:

@@ -23,11 +23,16 @@ import collections
 import logging
 import time
 
+from ..durability.tracker import Buckets
+
 log = logging.getLogger("durakv.server")
 
 BEAT_S = 0.1               # the heartbeat's period
 STALL_LOG_MS = 1000        # a heartbeat later than this is logged (rate-limited)
 SAMPLES = 16               # Valkey's STATS_METRIC_SAMPLES
+# How late each heartbeat fired (the metrics port's durakv_event_loop_stall_seconds): on time is well under a
+# millisecond; a lease is at risk past lease-renew-max-loop-stall-ms (seconds).
+STALL_BOUNDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 def _monotonic_ms() -> int:
@@ -53,6 +58,7 @@ class LoopStats:
         self._samples = collections.deque(maxlen=SAMPLES)   # (monotonic s, cycles, duration_s)
         self._last_stall_log = 0.0
         self.stalls_logged = 0
+        self.stall = Buckets(STALL_BOUNDS)
 
     def start(self, loop):
         self.loop = loop
@@ -81,6 +87,7 @@ class LoopStats:
     def _beat(self):
         now = time.monotonic()
         late = now - self._beat_due
+        self.stall.observe(max(0.0, late))
         self.beat_ms = int(now * 1000)
         if late > self.longest_stall_s:
             self.longest_stall_s = late

@@ -172,6 +172,7 @@ class Server:
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
         self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
+        self.metrics = None                # --metrics-port: durakv's own Prometheus metrics (server/metrics.py)
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
@@ -552,6 +553,10 @@ class Server:
                         continue
                     raise
                 self.listeners.append(srv)
+        if cfg["metrics-port"] and self.metrics is None:
+            from .metrics import Metrics
+            self.metrics = Metrics(self)
+            self.metrics.start(hosts[0] if hosts else "127.0.0.1", cfg["metrics-port"])
         if ready:
             log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s, core %s", __version__, port,
                      cfg["tls-port"], self.effective_durability(), self.dir, fastpath.NAME)
@@ -595,6 +600,8 @@ class Server:
         while len(self.ops_samples) > 16:
             self.ops_samples.pop(0)
         self.loop_stats.sample()
+        if self.metrics is not None:
+            self.metrics.publish()
         if self.migrate_sockets.cache:
             self.migrate_sockets.close_idle()
         timeout = self.config["timeout"]
@@ -744,6 +751,8 @@ class Server:
             timer.cancel()
         for srv in self.listeners:
             srv.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         await self.durability.drain(timeout_s=10)
         for conn in list(self.clients.values()):
             conn.close()
