@@ -127,7 +127,8 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
         ("durakv", "0-0", "az1"), ("durakv", "0-1", "az2"), ("durakv", "0-2", "az3"),
         ("durakv", "1-0", "az1"), ("durakv", "1-1", "az2"), ("durakv", "1-2", "az3")]
     ports = [port for p in procs for port in p["ports"].values()]
-    assert len(ports) == len(set(ports)) == 3 * 3 + 6
+    assert len(ports) == len(set(ports)) == 3 * 3 + 6 * 2   # each durakv node: client and metrics port
+    assert all(p["ports"]["metrics"] for p in procs if p["kind"] == "durakv")
     nats_urls = [f"nats://127.0.0.1:{p['ports']['client']}" for p in procs if p["kind"] == "nats"]
     assert m["nats_servers"] == ",".join(nats_urls)
     for p in procs:
@@ -146,7 +147,8 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
         assert flags == {"--port": str(p["ports"]["client"]), "--bind": "127.0.0.1", "--dir": p["dir"],
                          "--journal-backend": "local", "--journal-nats-servers": m["nats_servers"],
                          "--shard": str(p["shard"]), "--availability-zone": p["az"], "--node-id": p["node_id"],
-                         "--durability": "sync", "--cluster-enabled": "no"}
+                         "--durability": "sync", "--cluster-enabled": "no",
+                         "--metrics-port": str(p["ports"]["metrics"])}
         assert len(p["node_id"]) == 40 and int(p["node_id"], 16) >= 0   # Valkey-style node ids
         assert p["dir"] == os.path.join(c.dir, "nodes", p["name"])
         assert p["log"] == os.path.join(c.dir, "logs", p["name"] + ".log")

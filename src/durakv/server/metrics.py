@@ -42,10 +42,20 @@ class Metrics:
         self.thread = None
         self._epoch_seen = None     # the first epoch this process saw: failovers count the terms after it
         self._failovers = 0
+        self.failed = 0             # snapshots that raised (the previous one stays published)
 
     # -- the loop's side -----------------------------------------------------------------------------------
     def publish(self):
-        """Called by the cron on the loop: replaces the published snapshot with one of now."""
+        """Called by the cron on the loop: replaces the published snapshot with one of now. A failure keeps
+        the previous snapshot and never stops the cron's other work (logged once)."""
+        try:
+            self.snapshot = self._take()
+        except Exception:  # noqa: BLE001
+            if not self.failed:
+                log.exception("the metrics snapshot failed; the metrics port serves the last good one")
+            self.failed += 1
+
+    def _take(self):
         srv = self.server
         s = Snapshot()
         durability = srv.durability
@@ -92,7 +102,7 @@ class Metrics:
                 routing = srv.cluster_routing
                 s.migration = (migrator.moved_keys, migrator.moved_slots, migrator.batches,
                                len(routing.moving) if routing is not None else 0)
-        self.snapshot = s
+        return s
 
     # -- the HTTP thread -----------------------------------------------------------------------------------
     def start(self, host, port):
@@ -172,7 +182,8 @@ class Collector:
             yield role
         yield from gauge("durakv_epoch", "The shard's epoch as this node knows it (a failover starts the next)",
                          s.epoch)
-        yield from counter("durakv_failovers_seen", "Failovers (new epochs) this node has seen since it started",
+        yield from counter("durakv_failovers_seen", "Failovers (epochs begun after the first one this node knew) "
+                           "this node has seen since it started",
                            s.failovers)
         yield from gauge("durakv_lease_held", "1 while this node holds its shard's lease", s.lease_held)
         yield from gauge("durakv_lease_remaining_seconds", "Time left on this primary's lease by its own clock",
