@@ -72,6 +72,7 @@ def test_cluster_failover_moves_epoch_and_failover_counter(local_cluster):
         assert value(s, "durakv_lease_held") == 0
         assert "durakv_lease_remaining_seconds" not in s
         assert "durakv_replica_apply_lag_seconds" in s
+        assert "durakv_commit_latency_seconds_count" not in s            # a replica journals nothing itself
     epoch0 = value(primary_before, "durakv_epoch")
 
     cluster.kill(old.name)
@@ -80,8 +81,11 @@ def test_cluster_failover_moves_epoch_and_failover_counter(local_cluster):
 
     def moved():
         s = scrape(new.ports["metrics"])
-        return s if (value(s, "durakv_role", role="primary") == 1 and value(s, "durakv_epoch") > epoch0) else None
+        return s if (value(s, "durakv_role", role="primary") == 1 and value(s, "durakv_epoch") > epoch0
+                     and s.get("durakv_commit_latency_seconds_count")) else None   # a published snapshot may
+    # predate the wait_new_primary probe's write by one cron tick
     after = wait_until(moved, 30, what="the new primary's metrics to show the failover")
     assert value(after, "durakv_failovers_seen_total") >= value(before, "durakv_failovers_seen_total") + 1
     assert value(after, "durakv_lease_held") == 1
     assert "durakv_replica_apply_lag_seconds" not in after
+    assert value(after, "durakv_commit_latency_seconds_count") > 0     # the probe's write, at least

@@ -10,8 +10,8 @@ one cron tick old. (Observing prometheus_client's own Histogram on the loop woul
 commit, a lock the scrape thread also holds while it reads.)
 
 A fact that a node in its role does not have is left out, not published as 0: replica apply lag only on a
-replica, lease remaining only on a primary of a shard, durability lag only where writes are journaled here,
-slot migration only on a node that has migrated slots.
+replica, lease remaining only on a primary of a shard, durability lag, journal errors and commit latency only
+where writes are journaled here, slot migration only on a node that has migrated slots.
 """
 
 import logging
@@ -71,12 +71,12 @@ class Metrics:
             j = node.journal if node is not None and node.journal is not None else srv.journal
             s.retries = t.retries + (getattr(j, "retries", 0) if j is not None else 0)
             s.journal_commit_index = t.committed
+            s.commit_latency = durability.commit_latency.copy()
         held = held_bytes = 0
         for box in durability.waiting:
             held += len(box.held)
             held_bytes += box.held_bytes
         s.held_replies, s.held_bytes = held, held_bytes
-        s.commit_latency = durability.commit_latency.copy()
         s.stall = srv.loop_stats.stall.copy()
         if node is not None:
             s.role = node.role
