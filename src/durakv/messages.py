@@ -270,6 +270,21 @@ CLUSTER_BAD_CONFIG_EPOCH = "ERR Invalid config epoch specified: {}"
 MIGRATESLOTS_NO_END = "ERR No end slot for final slot range"
 MIGRATESLOTS_BAD_NODE = "ERR Invalid node name: {}"
 MIGRATESLOTS_START_GT_END = "ERR Start slot number {} is greater than end slot number {}."
+MIGRATESLOTS_NOT_PRIMARY = "ERR Slot migration can only be used on primary nodes."
+MIGRATESLOTS_NO_RANGES = "ERR No slot ranges specified"
+MIGRATESLOTS_UNSERVED_SLOT = "ERR Slot {} has no node served."
+MIGRATESLOTS_SPANS_SHARDS = "ERR Requested slots span multiple shards"
+MIGRATESLOTS_RANGE_OVERLAP = "ERR Slot range {}-{} overlaps with previous range {}-{}."
+MIGRATESLOTS_NOT_SERVED = "ERR Slots are not served by this node."
+MIGRATESLOTS_ALREADY = "ERR I am already migrating slot {}."
+MIGRATESLOTS_GROUPS_OVERLAP = "ERR Slot ranges in migrations overlap"
+MIGRATESLOTS_UNKNOWN_NODE = "ERR Unknown node name: {}"
+MIGRATESLOTS_TO_MYSELF = "ERR Target node can not be this node."
+NO_SLOT_MIGRATIONS = "ERR No migrations ongoing"
+ADDSLOTS_BUSY = "ERR Slot {} is already busy"
+DELSLOTS_UNASSIGNED = "ERR Slot {} is already unassigned"
+ADDSLOTS_TWICE = "ERR Slot {} specified multiple times"
+FLUSHSLOTS_NOT_EMPTY = "ERR DB must be empty to perform CLUSTER FLUSHSLOTS."
 CLUSTERSCAN_BAD_CURSOR = "ERR Invalid cursor"
 CLUSTERSCAN_SLOT_MISMATCH = "ERR Cursor slot mismatch with SLOT argument"
 # durakv's refusals: the topology lives in the coordination store, changed by `durakv cluster ...`
@@ -284,6 +299,20 @@ CLUSTER_EPOCHS_IN_STORE = ("config epochs are set by compare-and-set on the coor
                            "durakv cluster reshard / failover")
 CLUSTER_MIGRATION_IN_STORE = ("slot migrations are driven by the coordination store's topology; use durakv "
                               "cluster reshard")
+# durakv's own, for the slot words it carries out on the stored topology (compare-and-set, cluster/reshard.py)
+MIGRATESLOTS_TARGET_REPLICA = ("ERR Target node {} is a replica: name the primary of the shard the slots "
+                               "should move to")
+CLUSTER_CHANGE_FAILED = "ERR {}"
+CLUSTER_TOPOLOGY_FIXED = ("this node's topology is its own (a one-node cluster on the local journal has no "
+                          "coordination store to change)")
+CLUSTER_SLOT_OTHER_SHARD = ("ERR Slot {} is owned by shard {}: send CLUSTER DELSLOTS to one of that shard's "
+                            "nodes")
+CLUSTER_MANUAL_MIGRATION = ("durakv moves a slot's keys itself (through the target's journal), so the manual "
+                            "MIGRATING/IMPORTING/STABLE states have nothing to mean; use CLUSTER MIGRATESLOTS "
+                            "or CLUSTER SETSLOT <slot> NODE <node-id>")
+CLUSTER_SYNCSLOTS_INTERNAL = ("SYNCSLOTS is the protocol between two Valkey nodes of an atomic slot "
+                              "migration; durakv's nodes move keys through the target's journal instead "
+                              "(CLUSTER MIGRATESLOTS starts one)")
 # FAILOVER (replication.c failoverCommand)
 FAILOVER_NO_REPLICAS = "ERR FAILOVER requires connected replicas."
 FAILOVER_IN_CLUSTER = "ERR FAILOVER not allowed in cluster mode. Use CLUSTER FAILOVER command instead."

@@ -50,23 +50,83 @@ def plan_rebalance(topology) -> list:
     return [(sorted(slots), src, dst) for (src, dst), slots in moves.items()]
 
 
-async def mark_migrations(store, moves):
-    """Writes the migrations into the topology, retrying the compare-and-set on races."""
+async def change_topology(store, change):
+    """The one compare-and-set path of every slot change: reads the topology, applies change(topology) (which
+    returns the next one, or raises ReshardError when the change no longer applies), writes it conditional on the
+    revision read, and retries on races (a failover's promotion, another shard's hand-over). Returns the new
+    revision."""
     for _ in range(50):
         topology, revision = await store.get_topology()
         if topology is None:
             raise ReshardError("no topology in the coordination store (is this a cluster-mode cluster?)")
+        updated = change(topology)
+        try:
+            return await store.put_topology(updated, revision)
+        except Exception:  # noqa: BLE001 - a concurrent change (a failover's promotion): read again
+            await asyncio.sleep(0.05)
+    raise ReshardError("the topology kept changing; try again")
+
+
+async def mark_migrations(store, moves, fresh_only=False):
+    """Writes the migrations into the topology, retrying the compare-and-set on races. fresh_only: a slot
+    already migrating is an error (CLUSTER MIGRATESLOTS), not redirected to the new target."""
+    def change(topology):
         for slots, src, dst in moves:
             for s in slots:
                 owner = topology.shard_by_slot[s]
                 if owner is None or owner.id != src:
                     raise ReshardError("slot %d is not owned by shard %s" % (s, topology.shard_by_id[src].name))
+                if fresh_only and s in topology.migrating:
+                    raise ReshardError("slot %d is already migrating" % s)
             topology = topology.with_migration(slots, dst)
-        try:
-            return await store.put_topology(topology, revision)
-        except Exception:  # noqa: BLE001 - a concurrent change (a failover's promotion): read again
-            await asyncio.sleep(0.05)
-    raise ReshardError("the topology kept changing; try again")
+        return topology
+    return await change_topology(store, change)
+
+
+async def unmark_migrations(store, slots, source, target):
+    """Reshard's abort path: the migration marks of `slots` (source -> target) are removed, the source keeps
+    them. Only for slots none of whose keys is on the target (the caller knows: replication/migration.py's
+    cancel); a slot no longer migrating that way is left alone. Returns (new revision, the slots unmarked),
+    (0, []) when none was."""
+    unmarked = []
+
+    def change(topology):
+        unmarked[:] = [s for s in slots if topology.migrating.get(s) == (source, target)]
+        if not unmarked:
+            raise _NothingToDo
+        return topology.without_migration(unmarked)
+    try:
+        return await change_topology(store, change), list(unmarked)
+    except _NothingToDo:
+        return 0, []
+
+
+async def assign_slots(store, slots, shard_id):
+    """CLUSTER ADDSLOTS / SETSLOT NODE on an unowned slot: slots nobody owns become shard_id's."""
+    def change(topology):
+        for s in slots:
+            owner = topology.shard_by_slot[s]
+            if owner is not None:
+                raise ReshardError("slot %d is already owned by shard %s" % (s, owner.name))
+        return topology.with_slots_assigned(slots, shard_id)
+    return await change_topology(store, change)
+
+
+async def unassign_slots(store, slots, shard_id):
+    """CLUSTER DELSLOTS / FLUSHSLOTS: shard_id's slots (not migrating) become nobody's."""
+    def change(topology):
+        for s in slots:
+            owner = topology.shard_by_slot[s]
+            if owner is None or owner.id != shard_id:
+                raise ReshardError("slot %d is not owned by shard %s" % (s, topology.shard_by_id[shard_id].name))
+            if s in topology.migrating:
+                raise ReshardError("slot %d is migrating" % s)
+        return topology.with_slots_unassigned(slots)
+    return await change_topology(store, change)
+
+
+class _NothingToDo(Exception):
+    pass
 
 
 def _migrated_keys(topology, source_ids, tls_ca=None) -> int:

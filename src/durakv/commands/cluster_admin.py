@@ -1,10 +1,13 @@
 """Valkey 9.1's cluster words durakv had no handler for: CLUSTER SLOT-STATS, CLUSTERSCAN, COUNT-FAILURE-REPORTS,
-GETSLOTMIGRATIONS and FLUSHSLOT answer from this node's data and the routing snapshot; the words that change a
-node's view of the topology (ADDSLOTS ... SYNCSLOTS) check their arguments as Valkey does and then refuse, naming
-the durakv way: the topology is the coordination store's, changed by compare-and-set (`durakv cluster ...`), never
-by one node's gossip.
+GETSLOTMIGRATIONS and FLUSHSLOT answer from this node's data, the routing snapshot and its migration log; the slot
+words that can mean a change of the coordination store's topology (ADDSLOTS, ADDSLOTSRANGE, DELSLOTS,
+DELSLOTSRANGE, FLUSHSLOTS, SETSLOT NODE, MIGRATESLOTS, CANCELSLOTMIGRATIONS) check their arguments as Valkey does
+and then make it by compare-and-set, the path `durakv cluster reshard` takes; the words that would change
+membership, roles, epochs or a nodes.conf (MEET, FORGET, REPLICATE, SAVECONFIG, SET-CONFIG-EPOCH, BUMPEPOCH), the
+manual SETSLOT states and SYNCSLOTS check their arguments and refuse, naming the reason and the durakv way.
 
-Replies and error texts are Valkey 9.1.2's (tests/test_valkey91_words.py compares them with the binary).
+Replies and error texts are Valkey 9.1.2's (tests/test_valkey91_words.py, tests/test_cluster_slot_migration_words.py
+compare them with the binary).
 """
 
 from .. import messages
@@ -243,58 +246,12 @@ def cluster_count_failure_reports(ctx, args):
     return 0
 
 
-_SEEN = {}   # (source shard, target shard, ranges) -> when this process first saw the move (Valkey: in memory too)
-
-
 @command("cluster|getslotmigrations")
 def cluster_getslotmigrations(ctx, args):
-    """The slot moves of the topology that involve this node's shard (replication/migration.py does them), one
-    entry per (source, target) pair, with Valkey 9.1's fields. A move durakv makes copies a slot's keys through
-    the target's journal: Valkey's nearest state is `snapshotting` (export) / `receiving-snapshot` (import).
-    Moves are in the topology until done, so a finished one is not listed (Valkey keeps a log of them)."""
-    import hashlib
-    import time
-    routing, topology = _cluster(ctx)
-    mine = routing.router.my_shard if routing.router is not None else None
-    if mine is None:
-        return []
-    pairs = {}
-    for slot in sorted(topology.migrating):
-        src, dst = topology.migrating[slot]
-        if mine.id in (src, dst):
-            pairs.setdefault((src, dst), []).append(slot)
-    now = int(time.time())
-    out = []
-    for (src, dst), slots in pairs.items():
-        ranges = []
-        for s in slots:
-            if ranges and ranges[-1][1] == s - 1:
-                ranges[-1][1] = s
-            else:
-                ranges.append([s, s])
-        text = b" ".join(b"%d-%d" % (a, b) for a, b in ranges)
-        seen = _SEEN.setdefault((src, dst, text), now)
-        source = topology.shard_by_id[src].primary.id if src in topology.shard_by_id else src
-        target = topology.shard_by_id[dst].primary.id if dst in topology.shard_by_id else dst
-        export = src == mine.id
-        out.append({
-            b"name": hashlib.sha1(b"%s %s %s" % (src.encode(), dst.encode(), text)).hexdigest().encode(),
-            b"operation": b"EXPORT" if export else b"IMPORT",
-            b"slot_ranges": text,
-            b"target_node": target.encode(),
-            b"source_node": source.encode(),
-            b"create_time": seen,
-            b"last_update_time": now,
-            b"last_ack_time": now,
-            b"state": b"snapshotting" if export else b"receiving-snapshot",
-            b"message": b"",
-            b"cow_size": 0,
-            b"remaining_repl_size": 0,
-        })
-    live = {(src, dst, e[b"slot_ranges"]) for (src, dst), e in zip(pairs, out)}
-    for k in [k for k in _SEEN if k not in live and (k[0] == mine.id or k[1] == mine.id)]:
-        del _SEEN[k]
-    return out
+    """The node's log of slot moves that involve its shard (routing/migrations.py, fed by every topology it
+    installs), newest first, with Valkey 9.1's fields and states."""
+    routing, _topology = _cluster(ctx)
+    return routing.migrations.entries()
 
 
 @command("cluster|flushslot")
@@ -322,50 +279,102 @@ def cluster_flushslot(ctx, args):
     return OK
 
 
-# ---- refusals ------------------------------------------------------------------------------------------------------
+# ---- the slot words on the stored topology --------------------------------------------------------------------
+# Carried out by compare-and-set on the coordination store's topology (cluster/reshard.py, the path `durakv cluster
+# reshard` takes), after Valkey's own argument checks; a one-node cluster on the local journal has no store and
+# refuses them. The words that would change membership, roles, epochs or a nodes.conf refuse, naming the durakv way.
 
 def _check_ranges(args, start, error_text):
     if (len(args) - start) % 2:
         raise CommandError(messages.WRONG_ARITY.format(("cluster|" + args[1].decode("utf-8", "replace")).lower()))
+    slots = []
     for j in range(start, len(args), 2):
         a, b = _slot(args[j]), _slot(args[j + 1])
         if a > b:
             raise CommandError(error_text.format(a, b))
+        slots.append((a, b))
+    return slots
+
+
+def _slot_list(topology, ranges, delete):
+    """clusterAddSlots / clusterDelSlots's checks: each slot owned (DEL) or unowned (ADD), and named once."""
+    seen = set()
+    out = []
+    for a, b in ranges:
+        for s in range(a, b + 1):
+            owner = topology.shard_by_slot[s]
+            if delete and owner is None:
+                raise CommandError(messages.DELSLOTS_UNASSIGNED.format(s))
+            if not delete and owner is not None:
+                raise CommandError(messages.ADDSLOTS_BUSY.format(s))
+            if s in seen:
+                raise CommandError(messages.ADDSLOTS_TWICE.format(s))
+            seen.add(s)
+            out.append(s)
+    return out
+
+
+def _my_shard(routing, args):
+    mine = routing.router.my_shard if routing.router is not None else None
+    if mine is None:
+        _refuse(args, messages.CLUSTER_ROLES_IN_STORE)
+    return mine
+
+
+def _change_slots(ctx, args, ranges, delete):
+    routing, topology = _cluster(ctx)
+    name = args[1].decode("utf-8", "replace").upper()
+    slots = _slot_list(topology, ranges, delete)
+    mine = _my_shard(routing, args)
+    if delete:
+        for s in slots:
+            if topology.shard_by_slot[s].id != mine.id:
+                raise CommandError(messages.CLUSTER_SLOT_OTHER_SHARD.format(s, topology.shard_by_slot[s].name))
+        return ctx.port.cluster.unassign_slots(name, slots, mine.id)
+    return ctx.port.cluster.assign_slots(name, slots, mine.id)
 
 
 @command("cluster|addslots")
 def cluster_addslots(ctx, args):
+    """Slots nobody owns become this node's shard's."""
     _cluster(ctx)
-    for a in args[2:]:
-        _slot(a)
-    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+    return _change_slots(ctx, args, [(s, s) for s in (_slot(a) for a in args[2:])], delete=False)
 
 
 @command("cluster|delslots")
 def cluster_delslots(ctx, args):
-    return cluster_addslots(ctx, args)
+    """This node's shard's slots become nobody's (their keys stay, unserved, as in Valkey)."""
+    _cluster(ctx)
+    return _change_slots(ctx, args, [(s, s) for s in (_slot(a) for a in args[2:])], delete=True)
 
 
 @command("cluster|addslotsrange")
 def cluster_addslotsrange(ctx, args):
     _cluster(ctx)
-    _check_ranges(args, 2, messages.CLUSTER_RANGE_START_GT_END)
-    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+    return _change_slots(ctx, args, _check_ranges(args, 2, messages.CLUSTER_RANGE_START_GT_END), delete=False)
 
 
 @command("cluster|delslotsrange")
 def cluster_delslotsrange(ctx, args):
-    return cluster_addslotsrange(ctx, args)
+    _cluster(ctx)
+    return _change_slots(ctx, args, _check_ranges(args, 2, messages.CLUSTER_RANGE_START_GT_END), delete=True)
 
 
 @command("cluster|flushslots")
 def cluster_flushslots(ctx, args):
-    _cluster(ctx)
-    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+    """Every slot of this node's shard becomes nobody's, only while database 0 here is empty (Valkey's rule)."""
+    routing, _topology = _cluster(ctx)
+    if len(ctx.keyspace.dbs[0].data):
+        raise CommandError(messages.FLUSHSLOTS_NOT_EMPTY)
+    mine = _my_shard(routing, args)
+    return ctx.port.cluster.unassign_slots("FLUSHSLOTS", sorted(_my_slots(routing)), mine.id)
 
 
 @command("cluster|setslot")
 def cluster_setslot(ctx, args):
+    """SETSLOT <slot> NODE <id>: an unowned slot becomes id's shard's; one another shard owns is moved there
+    (a reshard of that slot, answered once it is id's shard's). IMPORTING/MIGRATING/STABLE refuse: durakv moves
+    a slot's keys itself."""
     routing, topology = _cluster(ctx)
     slot = _slot(args[2])
     action = args[3].upper()
@@ -379,13 +388,120 @@ def cluster_setslot(ctx, args):
         if topology.nodes.get(args[4].decode("utf-8", "replace")) is None:
             raise CommandError(messages.SETSLOT_UNKNOWN_NODE.format(args[4].decode("utf-8", "replace")))
     elif action == b"NODE" and n >= 5:
-        _node(topology, args[4])
+        node = _node(topology, args[4])
     elif action != b"STABLE":
         raise CommandError(messages.SETSLOT_BAD_ACTION)
     if n >= 6 and args[n - 2].upper() == b"TIMEOUT":
         parse_int(args[n - 1], messages.TIMEOUT_NOT_INTEGER)
-    _refuse(args, messages.CLUSTER_SLOTS_IN_STORE)
+    if action != b"NODE":
+        _refuse(args, messages.CLUSTER_MANUAL_MIGRATION)
+    if node.role != "primary":
+        raise CommandError(messages.CLUSTER_NOT_A_MASTER)
+    owner = topology.shard_by_slot[slot]
+    if owner is None:
+        return ctx.port.cluster.assign_slots("SETSLOT", [slot], node.shard_id)
+    if owner.id == node.shard_id:
+        return OK
+    return ctx.port.cluster.hand_over_slot(slot, node.shard_id)
 
+
+# ---- atomic slot migration words (Valkey 9.1, cluster_migrateslots.c) ------------------------------------------
+
+def _is_integer(arg: bytes) -> bool:
+    """getLongLongFromObject's test: what parseSlotRangesOrReply takes for the next slot of a range."""
+    try:
+        return arg == b"%d" % int(arg)
+    except ValueError:
+        return False
+
+
+@command("cluster|migrateslots")
+def cluster_migrateslots(ctx, args):
+    """clusterCommandMigrateSlots: (SLOTSRANGE start end [start end ...] NODE node-id)+, checked as Valkey does,
+    then one compare-and-set marks every group's slots as moving from this node's shard to the shard the named
+    node is the primary of; this shard's primary moves their keys (replication/migration.py) and hands each
+    slot over. +OK once the marks are stored and installed here (GETSLOTMIGRATIONS then lists the moves)."""
+    routing, topology = _cluster(ctx)
+    me = topology.nodes.get(routing.myself_id)
+    if me is None or me.role != "primary":
+        raise CommandError(messages.MIGRATESLOTS_NOT_PRIMARY)
+    mine = routing.router.my_shard
+    i, n = 2, len(args)
+    groups = []
+    while i < n:
+        if args[i].upper() != b"SLOTSRANGE":
+            raise syntax_error()
+        i += 1
+        ranges, owner = [], None
+        while i < n and _is_integer(args[i]):
+            a = _slot(args[i])
+            if i + 1 >= n:
+                raise CommandError(messages.MIGRATESLOTS_NO_END)
+            b = _slot(args[i + 1])
+            if a > b:
+                raise CommandError(messages.MIGRATESLOTS_START_GT_END.format(a, b))
+            for s in range(a, b + 1):
+                shard = topology.shard_by_slot[s]
+                if shard is None:
+                    raise CommandError(messages.MIGRATESLOTS_UNSERVED_SLOT.format(s))
+                if owner is None:
+                    owner = shard
+                elif owner.id != shard.id:
+                    raise CommandError(messages.MIGRATESLOTS_SPANS_SHARDS)
+            for c, d in ranges:
+                if a <= d and c <= b:
+                    raise CommandError(messages.MIGRATESLOTS_RANGE_OVERLAP.format(a, b, c, d))
+            ranges.append((a, b))
+            i += 2
+        if not ranges:
+            raise CommandError(messages.MIGRATESLOTS_NO_RANGES)
+        if owner.id != mine.id:
+            raise CommandError(messages.MIGRATESLOTS_NOT_SERVED)
+        slots = [s for a, b in ranges for s in range(a, b + 1)]
+        for s in slots:
+            if topology.migrating.get(s, (None,))[0] == mine.id:
+                raise CommandError(messages.MIGRATESLOTS_ALREADY.format(s))
+        if any(set(slots) & set(other) for other, _dst in groups):
+            raise CommandError(messages.MIGRATESLOTS_GROUPS_OVERLAP)
+        if i + 1 >= n or args[i].upper() != b"NODE":
+            raise syntax_error()
+        name = args[i + 1].decode("utf-8", "replace")
+        if len(args[i + 1]) != 40:
+            raise CommandError(messages.MIGRATESLOTS_BAD_NODE.format(name))
+        target = topology.nodes.get(name)
+        if target is None:
+            raise CommandError(messages.MIGRATESLOTS_UNKNOWN_NODE.format(name))
+        if target.id == routing.myself_id:
+            raise CommandError(messages.MIGRATESLOTS_TO_MYSELF)
+        if target.role != "primary":
+            raise CommandError(messages.MIGRATESLOTS_TARGET_REPLICA.format(name))
+        groups.append((slots, target.shard_id))
+        i += 2
+    return ctx.port.cluster.migrate_slots(groups)
+
+
+@command("cluster|cancelslotmigrations")
+def cluster_cancelslotmigrations(ctx, args):
+    """Cancels every move out of this node's shard, slot by slot (replication/migration.py's cancel): a slot
+    none of whose keys has reached the target stays here, one whose keys had started to move finishes moving, so
+    every key keeps exactly one owner. +OK once the marks are removed and installed here."""
+    routing, topology = _cluster(ctx)
+    me = topology.nodes.get(routing.myself_id)
+    mine = routing.router.my_shard
+    if (me is None or me.role != "primary" or mine is None
+            or not any(src == mine.id for src, _dst in topology.migrating.values())):
+        raise CommandError(messages.NO_SLOT_MIGRATIONS)
+    return ctx.port.cluster.cancel_slot_migrations()
+
+
+@command("cluster|syncslots")
+def cluster_syncslots(ctx, args):
+    """The node-to-node half of Valkey's atomic slot migration; durakv's moves go through the target's journal."""
+    _cluster(ctx)
+    _refuse(args, messages.CLUSTER_SYNCSLOTS_INTERNAL)
+
+
+# ---- refusals ------------------------------------------------------------------------------------------------------
 
 @command("cluster|forget")
 def cluster_forget(ctx, args):
@@ -454,41 +570,3 @@ def cluster_set_config_epoch(ctx, args):
 def cluster_bumpepoch(ctx, args):
     _cluster(ctx)
     _refuse(args, messages.CLUSTER_EPOCHS_IN_STORE)
-
-
-@command("cluster|migrateslots")
-def cluster_migrateslots(ctx, args):
-    """Valkey's grammar: (SLOTSRANGE start end [start end ...] NODE node-id)+, then the refusal."""
-    _cluster(ctx)
-    i, n = 2, len(args)
-    while i < n:
-        if args[i].upper() != b"SLOTSRANGE":
-            raise syntax_error()
-        i += 1
-        while i < n and args[i].upper() != b"NODE":
-            if i + 1 >= n or args[i + 1].upper() == b"NODE":
-                raise CommandError(messages.MIGRATESLOTS_NO_END)
-            a, b = _slot(args[i]), _slot(args[i + 1])
-            if a > b:
-                raise CommandError(messages.MIGRATESLOTS_START_GT_END.format(a, b))
-            i += 2
-        if i + 1 >= n:
-            raise syntax_error()
-        name = args[i + 1]
-        if len(name) != 40 or any(c not in b"0123456789abcdef" for c in name):
-            raise CommandError(messages.MIGRATESLOTS_BAD_NODE.format(name.decode("utf-8", "replace")))
-        i += 2
-    _refuse(args, messages.CLUSTER_MIGRATION_IN_STORE)
-
-
-@command("cluster|cancelslotmigrations")
-def cluster_cancelslotmigrations(ctx, args):
-    _cluster(ctx)
-    _refuse(args, messages.CLUSTER_MIGRATION_IN_STORE)
-
-
-@command("cluster|syncslots")
-def cluster_syncslots(ctx, args):
-    """The node-to-node half of Valkey's atomic slot migration; durakv's moves go through the target's journal."""
-    _cluster(ctx)
-    _refuse(args, messages.CLUSTER_MIGRATION_IN_STORE)

@@ -217,6 +217,29 @@ class Cluster:
     def request_failover(self):
         raise CommandError("ERR This instance has cluster support disabled")
 
+    # The slot words carried out on the coordination store's topology (compare-and-set, cluster/reshard.py).
+    # Each answers a Deferred: +OK once the change is stored and installed on this node, or the error.
+    def migrate_slots(self, moves):
+        """CLUSTER MIGRATESLOTS: moves = [(slots, target shard id)] out of this node's shard."""
+        raise CommandError("ERR This instance has cluster support disabled")
+
+    def cancel_slot_migrations(self):
+        """CLUSTER CANCELSLOTMIGRATIONS: every move out of this node's shard, slot by slot."""
+        raise CommandError("ERR This instance has cluster support disabled")
+
+    def assign_slots(self, name, slots, shard_id):
+        """CLUSTER ADDSLOTS(RANGE) / SETSLOT NODE of unowned slots: they become shard_id's."""
+        raise CommandError("ERR This instance has cluster support disabled")
+
+    def unassign_slots(self, name, slots, shard_id):
+        """CLUSTER DELSLOTS(RANGE) / FLUSHSLOTS: shard_id's slots become nobody's."""
+        raise CommandError("ERR This instance has cluster support disabled")
+
+    def hand_over_slot(self, slot, shard_id):
+        """CLUSTER SETSLOT slot NODE id of a slot another shard owns: its keys move there (a reshard of one
+        slot); answered once the slot is shard_id's."""
+        raise CommandError("ERR This instance has cluster support disabled")
+
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
         """Blocks the calling thread (a worker's, or the loop's in MULTI and scripts) sending AUTH (auth: its
         arguments, or None), SELECT dbid (unless the cached connection to host:port has it selected) and

@@ -36,6 +36,15 @@ value and nothing is applied twice (the target's copy received no writes: client
 source). If the target dies, its committed RESTOREs are in its journal; the others are sent again (REPLACE
 makes that idempotent). If the reshard command dies, the topology still says what migrates (the marks) and
 the nodes finish it.
+
+Cancelling (CLUSTER CANCELSLOTMIGRATIONS, `cancel()` below) works slot by slot, so that every key ends in
+exactly one shard and every slot has one owner that holds all its keys: the slots to cancel are held (no new
+batch takes them), the batches on the wire finish, then a slot none of whose keys was ever sent and of which the
+target holds no key (CLUSTER COUNTKEYSINSLOT there: clients sent on with -ASK create keys on the target) loses its
+mark by compare-and-set and stays here; every other slot finishes its move. A client that was sent on with -ASK
+just before and reaches the target after that count finds the target no longer importing the slot once it has
+installed the new topology; what it wrote before that install is caught by the target, which marks such a slot
+as migrating to itself again (replication/topology_sync.py), so the move of that slot completes instead.
 """
 
 import asyncio
@@ -142,6 +151,9 @@ class SlotMigrator:
         self._pending = {}             # slot -> target shard id: emptied, waiting to be handed over
         self._pending_since = 0.0
         self._last_del_ticket = 0      # the newest DEL of moved keys: committed before any hand-over
+        self.touched = set()           # slots some batch of which was sent (or was about to be): keys may be there
+        self.held = {}                 # slot -> topology revision: cancelled, not moved until that one is installed
+        self._in_flight = collections.Counter()   # slot -> batches of it read and not finished yet
 
     def start(self):
         if self._task is None or self._task.done():
@@ -158,6 +170,7 @@ class SlotMigrator:
     async def _run(self):
         while self.node.role == "primary":
             topology, outgoing = self._outgoing()
+            self._release_held(outgoing)
             if not outgoing:
                 self._pending.clear()
                 self._close_target()
@@ -197,7 +210,7 @@ class SlotMigrator:
         routing = self.server.cluster_routing
         by_target = {}
         for slot in sorted(outgoing):
-            if slot in self._pending:
+            if slot in self._pending or slot in self.held:
                 continue
             if self._slot_count(slot) == 0:
                 self._queue_handover(slot, outgoing[slot])
@@ -210,20 +223,22 @@ class SlotMigrator:
             in_flight = collections.deque()   # batches sent, replies not read yet (oldest first)
             try:
                 for batch in self._batches(indexes, slots):
-                    await self._read_and_send(conn, batch)
+                    self._in_flight.update(list(batch.slots))
                     in_flight.append(batch)
+                    await self._read_and_send(conn, batch)
                     # WINDOW batches on the wire keep the target busy while this node reads the next one
                     while len(in_flight) >= WINDOW:
                         moved += await self._finish(conn, in_flight[0], outgoing)
-                        in_flight.popleft()
+                        self._in_flight.subtract(list(in_flight.popleft().slots))
                     await self._handover_if_due(outgoing)
                 while in_flight:
                     moved += await self._finish(conn, in_flight[0], outgoing)
-                    in_flight.popleft()
+                    self._in_flight.subtract(list(in_flight.popleft().slots))
             except BaseException:
                 # a batch sent but not finished keeps no lock: its keys are still here and will be sent again
                 for batch in in_flight:
                     routing.moving.difference_update(batch.keys)
+                    self._in_flight.subtract(list(batch.slots))
                 raise
         await self._handover_if_due(outgoing, force=True)
         return moved
@@ -239,6 +254,9 @@ class SlotMigrator:
             keys, by_slot, size = [], {}, 0
             data = db.data
             for slot in slots:
+                if slot in self.held:
+                    continue        # cancelled while this pass ran
+                self.touched.add(slot)
                 for k in index.keys(slot):
                     v = data.get(k)
                     if v is None:
@@ -256,15 +274,16 @@ class SlotMigrator:
         if self._target is not None and self._target[0] == target.id:
             return self._target[1]
         self._close_target()
-        cfg = self.server.config
-        if target.port:
-            host, port, ctx = target.ip, target.port, None
-        else:
-            host, port = target.ip, target.tls_port
-            ctx = ssl.create_default_context(cafile=cfg["tls-ca-cert-file"] or None)
-        conn = await _RespConnection.open(host, port, ctx, timeout_s=5.0)
+        conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
         self._target = (target.id, conn)
         return conn
+
+    def _address(self, target):
+        """(host, port, TLS context or None) of a target primary: its plain port, else its TLS port."""
+        if target.port:
+            return target.ip, target.port, None
+        ctx = ssl.create_default_context(cafile=self.server.config["tls-ca-cert-file"] or None)
+        return target.ip, target.tls_port, ctx
 
     def _close_target(self):
         if self._target is not None:
@@ -380,6 +399,10 @@ class SlotMigrator:
                 ticket = max(ticket, t)
             self.batches += 1
             self.moved_keys += len(batch.sent)
+            for slot in batch.slots:
+                if slot in outgoing:
+                    routing.migrations.acked(outgoing[slot], int(time.time()))
+                    break
             keys = batch.keys
             if ticket:
                 self._last_del_ticket = max(self._last_del_ticket, ticket)
@@ -447,3 +470,59 @@ class SlotMigrator:
                 log.info("%d slot(s) moved to shard %s", len(moved), topology.shard_by_id[target].name)
             return
         raise MigrationError("the topology kept changing; %d slot(s) not handed over yet" % len(slots))
+
+    # -- cancelling ------------------------------------------------------------------------------------------
+    def _release_held(self, outgoing):
+        """A cancelled slot is held until the topology without its mark is installed here (then it is not
+        outgoing any more); one still marked after that was marked again, and moves."""
+        if not self.held:
+            return
+        revision = self.server.cluster_routing.revision
+        for slot in [s for s, rev in self.held.items() if rev is not None and rev <= revision]:
+            del self.held[slot]
+
+    async def cancel(self, slots):
+        """Cancels the move of `slots` (this shard's, migrating): returns (kept, finishing, revision), the slots
+        that stay here, those whose keys had started to move and finish moving (see the module's text), and the
+        topology revision that unmarked the kept ones (0: none)."""
+        from ..cluster.reshard import unmark_migrations
+        topology, outgoing = self._outgoing()
+        slots = [s for s in slots if s in outgoing]
+        for s in slots:
+            self.held[s] = None
+        try:
+            deadline = time.monotonic() + REPLY_TIMEOUT_S
+            while any(self._in_flight[s] > 0 for s in slots):
+                if time.monotonic() > deadline:
+                    raise MigrationError("batches of the slots to cancel did not finish")
+                await asyncio.sleep(0.01)
+            candidates = [s for s in slots if s not in self.touched]
+            by_target = {}
+            for s in candidates:
+                by_target.setdefault(outgoing[s], []).append(s)
+            mine = self.server.cluster_routing.router.my_shard.id
+            kept, revision = [], 0
+            for target_id, group in by_target.items():
+                empty = await self._empty_on_target(topology.shard_by_id[target_id].primary, group)
+                if empty:
+                    rev, unmarked = await unmark_migrations(self.node.store, empty, mine, target_id)
+                    kept.extend(unmarked)
+                    revision = max(revision, rev)
+            for s in kept:
+                self.held[s] = revision
+            return sorted(kept), sorted(set(slots) - set(kept)), revision
+        finally:
+            for s in slots:
+                if self.held.get(s, 0) is None:
+                    del self.held[s]
+
+    async def _empty_on_target(self, target, slots):
+        """The slots of which the target primary holds no key (CLUSTER COUNTKEYSINSLOT there)."""
+        conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
+        try:
+            for s in slots:
+                conn.send(encode_command((b"CLUSTER", b"COUNTKEYSINSLOT", b"%d" % s)))
+            counts = await conn.replies(len(slots))
+        finally:
+            conn.close()
+        return [s for s, n in zip(slots, counts) if n == 0]

@@ -24,8 +24,40 @@ class TopologySyncMixin:
             if self._topology_task is None:
                 self._topology_task = self.server.loop.create_task(self._publish_promotion())
             return
+        previous = self.routing.topology
         self.routing.install(topology, revision)
         self._migrate_if_needed()
+        self._reclaim_stranded(previous, topology)
+
+    def _reclaim_stranded(self, previous, topology):
+        """A cancelled move (replication/migration.py's cancel) leaves a slot with its source only if the target
+        held none of its keys when the source counted; a client sent here with -ASK may have written one after
+        that count and before this node installed the topology without the mark. Such a slot is marked as
+        migrating here again (compare-and-set), so it completes its move and its keys have one owner again."""
+        if self.role != "primary" or previous is None or not previous.migrating:
+            return
+        me = topology.nodes.get(self.node_id)
+        if me is None:
+            return
+        dbs = [db for db in self.server.keyspace.dbs if db.slots is not None]
+        stranded = {}
+        for slot, (src, dst) in previous.migrating.items():
+            owner = topology.shard_by_slot[slot]
+            if (dst == me.shard_id and slot not in topology.migrating and owner is not None and owner.id == src
+                    and any(db.slots.count(slot) for db in dbs)):
+                stranded.setdefault(src, []).append(slot)
+        if stranded:
+            self.server.loop.create_task(self._mark_again(stranded, me.shard_id))
+
+    async def _mark_again(self, stranded, mine):
+        from ..cluster.reshard import mark_migrations
+        moves = [(slots, src, mine) for src, slots in stranded.items()]
+        try:
+            await mark_migrations(self.store, moves, fresh_only=True)
+            log.warning("slot(s) %s held keys here after their move was cancelled: moving them here after all",
+                        sorted(s for slots, _src, _dst in moves for s in slots))
+        except Exception as exc:  # noqa: BLE001 - owned elsewhere meanwhile, or marked again already
+            log.warning("re-marking slot(s) with keys here after a cancelled move failed: %r", exc)
 
     def _migrate_if_needed(self):
         """A primary whose shard has slots migrating out moves their keys (replication/migration.py)."""

@@ -346,6 +346,17 @@ class Topology:
         migrating = {s: m for s, m in self.migrating.items() if s not in moved}
         return self._rebuild(shards, current_epoch=epoch, migrating=migrating)
 
+    def with_slots_unassigned(self, slots):
+        """`slots` belong to no shard any more (CLUSTER DELSLOTS): a slot still migrating cannot be."""
+        gone = set(slots)
+        for s in gone:
+            _check_slot(s, "slot")
+            if s in self.migrating:
+                raise TopologyError("slot %d is migrating" % s)
+        shards = [replace(sh, slots=ranges_of(set(_slots_in(sh.slots)) - gone)) if sh.slots else sh
+                  for sh in self.shards]
+        return self._rebuild(shards)
+
 
 # ---- ids and ports ---------------------------------------------------------------------------------------------
 

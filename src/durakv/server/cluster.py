@@ -8,9 +8,11 @@ or Valkey's redirection text (-MOVED, -ASK, -CROSSSLOT, -TRYAGAIN, -CLUSTERDOWN)
 """
 
 import logging
+import time
 
 from .. import messages
 from ..routing import Node, Router, Shard, Topology, key_slot
+from ..routing.migrations import MigrationLog
 from ..routing.topology import bus_port_of, node_id_for
 from ..routing.slots import SLOTS
 from ..scripting.runner import ALLOW_CROSS_SLOT
@@ -40,6 +42,8 @@ class ClusterRouting:
         self.router = None
         self.moving = set()             # keys being moved to another shard right now: writes get -TRYAGAIN
         self.migrator_session = None    # ... except the mover's own (replication/migration.py)
+        self.migrations = MigrationLog()  # what CLUSTER GETSLOTMIGRATIONS lists, fed by every install
+        self._waiters = []              # [(test, fn)]: fn() once test(installed topology) holds
 
     def install(self, topology, revision=0):
         """Use a new topology from now on (one atomic swap: requests in flight finish with the old one)."""
@@ -51,6 +55,24 @@ class ClusterRouting:
                              endpoint=cfg["cluster-preferred-endpoint-type"])
         self.topology = topology
         self.revision = revision
+        mine = self.router.my_shard
+        self.migrations.observe(topology, revision, int(time.time()), mine.id if mine is not None else None)
+        if self._waiters:
+            waiting = self._waiters
+            self._waiters = []
+            for test, fn in waiting:
+                self.when(test, fn)
+
+    def when(self, test, fn):
+        """fn() once test(topology) holds for the installed topology (at once if it does now)."""
+        if self.topology is not None and test(self.topology):
+            fn()
+        else:
+            self._waiters.append((test, fn))
+
+    def when_installed(self, revision, fn):
+        """fn() once a topology of `revision` or later is installed here (at once if one is)."""
+        self.when(lambda _t: self.revision >= revision, fn)
 
     def _exists_in(self, db):
         ks = self.server.keyspace

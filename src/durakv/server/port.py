@@ -6,10 +6,11 @@ reachable from commands/. The methods that touch connections take the client's S
 
 import logging
 
+from .. import messages
 from ..commands.port import Admin, Clients, Cluster, Faults, OffLoop, Persistence, Port, PubSub, Replication
 from ..durability.tracker import failure_reason
 from ..errors import CommandError
-from ..protocol.resp import Deferred, ErrorReply, Raw
+from ..protocol.resp import OK, Deferred, ErrorReply, Raw
 from .migrate import MigrateError
 
 log = logging.getLogger("durakv.server")
@@ -349,6 +350,77 @@ class ServerCluster(_Served, Cluster):
             d.resolve(ErrorReply("ERR failover request failed: %s" % exc) if exc is not None else "OK")
         task.add_done_callback(done)
         return d
+
+    # -- slot words on the stored topology -------------------------------------------------------------------
+    def _store_node(self, name):
+        node = self.server.cluster_node
+        if node is None or node.store is None or self.server.cluster_routing is None:
+            raise CommandError(messages.CLUSTER_TOPOLOGY_UNSUPPORTED.format(name, messages.CLUSTER_TOPOLOGY_FIXED))
+        return node
+
+    def _run_change(self, coro, done=None):
+        """A Deferred resolved when `coro` ends: by done(result, deferred) (which resolves it), or with +OK once
+        the topology revision it returns is installed here; a failure is answered as its error."""
+        d = Deferred()
+        routing = self.server.cluster_routing
+
+        def finished(task):
+            exc = task.exception()
+            if exc is not None:
+                d.resolve(ErrorReply(messages.CLUSTER_CHANGE_FAILED.format(exc)))
+            elif done is not None:
+                done(task.result(), d)
+            else:
+                routing.when_installed(task.result() or 0, lambda: d.resolve(OK))
+        self.server.loop.create_task(coro).add_done_callback(finished)
+        return d
+
+    def migrate_slots(self, moves):
+        from ..cluster.reshard import mark_migrations
+        node = self._store_node("MIGRATESLOTS")
+        mine = self.server.cluster_routing.router.my_shard.id
+        return self._run_change(mark_migrations(node.store, [(slots, mine, dst) for slots, dst in moves],
+                                                fresh_only=True))
+
+    def cancel_slot_migrations(self):
+        node = self._store_node("CANCELSLOTMIGRATIONS")
+        routing = self.server.cluster_routing
+        mine = routing.router.my_shard.id
+        slots = [s for s, (src, _dst) in routing.topology.migrating.items() if src == mine]
+        node._migrate_if_needed()
+        if node.migrator is None:
+            raise CommandError(messages.NO_SLOT_MIGRATIONS)
+
+        async def cancel():
+            kept, finishing, revision = await node.migrator.cancel(slots)
+            log.info("slot migrations cancelled: %d slot(s) stay, %d had started to move and finish moving",
+                     len(kept), len(finishing))
+            return revision
+        return self._run_change(cancel())
+
+    def assign_slots(self, name, slots, shard_id):
+        from ..cluster.reshard import assign_slots
+        return self._run_change(assign_slots(self._store_node(name).store, slots, shard_id))
+
+    def unassign_slots(self, name, slots, shard_id):
+        from ..cluster.reshard import unassign_slots
+        return self._run_change(unassign_slots(self._store_node(name).store, slots, shard_id))
+
+    def hand_over_slot(self, slot, shard_id):
+        from ..cluster.reshard import mark_migrations
+        node = self._store_node("SETSLOT")
+        routing = self.server.cluster_routing
+
+        def owned(_revision, d):
+            routing.when(lambda t: t.shard_by_slot[slot] is not None and t.shard_by_slot[slot].id == shard_id,
+                         lambda: d.resolve(OK))
+        topology = routing.topology
+        if topology.migrating.get(slot, (None, None))[1] == shard_id:
+            d = Deferred()
+            owned(0, d)
+            return d
+        source = topology.shard_by_slot[slot].id
+        return self._run_change(mark_migrations(node.store, [([slot], source, shard_id)], fresh_only=True), owned)
 
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
         try:
