@@ -265,7 +265,9 @@ def test_slot_words_error_texts_and_topology_changes(local_cluster, valkey_pair)
         key = next(f"{{s{i}}}" for i in range(100000) if key_slot(f"{{s{i}}}".encode()) == 8191)
         assert d.set(key, "moves with its slot")
         assert raw(s, "CLUSTER", "SETSLOT", "8191", "NODE", ids["ours"][0]) == b"OK"   # a reshard of one slot
-        assert (0, 8191, ids["ours"][0]) in _owners(d.connection_pool.connection_kwargs["port"])
+        assert (0, 8191, ids["ours"][0]) in _owners(s.connection_pool.connection_kwargs["port"])
+        wait_until(lambda: (0, 8191, ids["ours"][0]) in _owners(d.connection_pool.connection_kwargs["port"]), 10,
+                   what="the other shard installing the hand-over")
         assert s.get(key) == b"moves with its slot" and raw(d, "CLUSTER", "COUNTKEYSINSLOT", "8191") == 0
         for args, why in ((("SETSLOT", "8191", "STABLE"), "MIGRATESLOTS"),
                           (("MEET", "127.0.0.1", "7000"), "durakv cluster start-node"),
