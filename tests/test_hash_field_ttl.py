@@ -143,7 +143,8 @@ SCRIPTS = {
         HEXPIRE h 50 NX XX FIELDS 1 a
         HEXPIRE h 50 GT LT FIELDS 1 a
         HEXPIRE h 50 NX NX FIELDS 1 a
-        HEXPIRE h 50 GT XX FIELDS 1 a
+        HEXPIRE h 40 GT XX FIELDS 1 a
+        HEXPIRE h 200 GT XX FIELDS 1 a
         HEXPIRE h 50 foo FIELDS 1 a
         HEXPIRE h -1 FIELDS 1 a
         HPEXPIRE h -5 FIELDS 1 a

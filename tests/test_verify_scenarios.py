@@ -233,7 +233,7 @@ def test_the_checkers_catch_acknowledgement_before_commit(tmp_path):
     with sc.Env.start_own(durability="sync", tls=False, server_args=["--debug-ack-before-commit", "yes"],
                           env={"DURAKV_TEST_UNSAFE": "1"}, say=quiet, parent=str(tmp_path)) as env:
         res = sc.acked_writes(env, fault="kill", runs=1, writers=3, fault_s=1.0, **SHORT)
-        assert res.status == sc.FAILED
+        assert res.status == sc.FAILED, res.report.data["runs"]
         assert res.report.data["runs"][0]["lost"] > 0, "a kill of the primary must lose writes acked early"
         assert "acknowledged write(s) lost" in res.reasons[0]
         # A kill loses only what was acknowledged in the last commit's few milliseconds, and a 160 ops/s

@@ -44,7 +44,9 @@ log = logging.getLogger("durakv.durability")
 
 RETRY_MIN_S = 0.1    # first retry of a failed journal; doubling up to
 RETRY_MAX_S = 5.0
-ACK_BEFORE_COMMIT_DELAY_S = 0.2   # debug-ack-before-commit: how late each batch is appended
+# debug-ack-before-commit: how late each batch is appended. Long enough that a kill always finds acknowledged
+# writes unappended even when a loaded machine stalls the writers for a few hundred milliseconds.
+ACK_BEFORE_COMMIT_DELAY_S = 0.5
 
 
 class Buckets:
