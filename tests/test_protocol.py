@@ -388,12 +388,15 @@ def test_format_double_round_trips():
     assert format_double(3.0) == b"3"
 
 
-def test_string2d_and_strtod_follow_valkeys_rules():
-    from durakv.protocol.numbers import string2d, strtod
-    assert string2d(b"1.5") == 1.5 and string2d(b"-0x1p3") == -8.0 and string2d(b"inf") == math.inf
-    for bad in (b"", b" 1", b"1 ", b"1_0", b"nan", b"1e400", b"1e-400", b"abc", b"0x1p99999"):
+def test_string2d_and_valkey_strtod_follow_valkeys_rules():
+    from durakv.protocol.numbers import string2d, valkey_strtod
+    assert string2d(b"1.5") == 1.5 and string2d(b"+1.5") == 1.5 and string2d(b"inf") == math.inf
+    for bad in (b"", b" 1", b"1 ", b"1_0", b"nan", b"1e400", b"1e-400", b"abc", b"0x1p99999", b"-0x1p3", b"1e"):
         assert string2d(bad) is None, bad
-    assert string2d(b"0") == 0.0 and string2d(b"0e5") == 0.0
-    assert strtod(b"  1.5") == 1.5 and strtod(b"1e400") == math.inf and strtod(b"0x1p3") == 8.0
-    for bad in (b"", b"   ", b"1.5 ", b"1_0", b"x", b"0x1p99999"):
-        assert strtod(bad) is None, bad
+    assert string2d(b"0") == 0.0 and string2d(b"0e5") == 0.0 and string2d(b"1e-310") == 1e-310
+    # Valkey 9's fast_float reader: decimal only, the whole string, overflow to inf (callers check ERANGE)
+    assert valkey_strtod(b"1.5") == 1.5 and valkey_strtod(b"1e400") == math.inf and valkey_strtod(b"5.") == 5.0
+    assert valkey_strtod(b"-Infinity") == -math.inf and valkey_strtod(b".5") == 0.5
+    assert valkey_strtod(b"nan") != valkey_strtod(b"nan")
+    for bad in (b"", b"   ", b"  1.5", b"1.5 ", b"1_0", b"x", b"0x1p3", b".", b"1e", b"+-1", b"infx"):
+        assert valkey_strtod(bad) is None, bad

@@ -171,10 +171,11 @@ def test_getex_errors(r):
         assert error_of(r, "GETEX", "k", opt, -1) == "ERR invalid expire time in 'getex' command"
         assert error_of(r, "GETEX", "k", opt, "x") == messages.NOT_INTEGER
     assert r.ttl("k") == -1
-    # A missing key answers nil before the expire value is validated; a wrong type errors first.
-    assert r.execute_command("GETEX", "missing", "EX", 0) is None
+    # Valkey 9.1 validates the expire time before it looks the key up (8.0 answered nil / WRONGTYPE first)
+    assert error_of(r, "GETEX", "missing", "EX", 0) == "ERR invalid expire time in 'getex' command"
     r.rpush("list", "a")
-    assert error_of(r, "GETEX", "list", "EX", 0) == messages.WRONGTYPE
+    assert error_of(r, "GETEX", "list", "EX", 0) == "ERR invalid expire time in 'getex' command"
+    assert error_of(r, "GETEX", "list", "EX", 1) == messages.WRONGTYPE
 
 
 def test_mget_mset_msetnx(rr):

@@ -21,7 +21,6 @@ wrote before (journals may hold RESTORE effects with it):
             (only XADD XGROUP XCLAIM XTRIM XDEL XSETID on that key are accepted)
 """
 
-import math
 import struct
 from collections import deque
 from itertools import islice
@@ -34,7 +33,7 @@ from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace import rdbvalue
 from ..keyspace.stream import Stream
-from ..protocol.numbers import strtod
+from ..protocol.numbers import string2d
 from ..protocol.resp import OK, ErrorReply, Raw
 from . import acl_check, acl_keys, registry
 from .acl import users_of
@@ -82,28 +81,11 @@ def _lookup_by_pattern(ctx, compiled, element):
     return value if type(value) is bytes else None
 
 
-_SPACES = b" \t\n\v\f\r"
-_MIN_NORMAL = 2.2250738585072014e-308
-
-
 def sort_score(text: bytes):
-    """strtod() as SORT uses it: the whole string must parse (leading spaces allowed, trailing not; an empty
-    string is 0), no NaN, no overflow or underflow (ERANGE). None when it cannot be converted."""
-    if not text:
-        return 0.0
-    value = strtod(text)
-    if value is None or value != value:
-        return None
-    body = text.lstrip(_SPACES)
-    if body[:1] in (b"+", b"-"):
-        body = body[1:]
-    if math.isinf(value):
-        return value if body.lower() in (b"inf", b"infinity") else None  # else it overflowed
-    if value == 0.0:
-        is_hex = body[:2].lower() == b"0x"
-        mantissa = body[2:].lower().split(b"p")[0] if is_hex else body.lower().split(b"e")[0]
-        return None if mantissa.strip(b"0.") else value  # a non-zero number that underflowed
-    return None if abs(value) < _MIN_NORMAL else value
+    """A SORT weight as Valkey 9 reads it (valkey_strtod consuming the whole string, then errno and NaN
+    checked): string2d's rules, so no leading space, no hex float, an empty string refused. None when it
+    cannot be converted."""
+    return string2d(text)
 
 
 def _full_key_access(ctx, args) -> bool:

@@ -53,9 +53,11 @@ def _unix_time_ms(value: bytes, basetime: int, unit: int, name: str) -> int:
     return when + basetime
 
 
-def _already_expired(ctx, when: int) -> bool:
-    """checkAlreadyExpired: never while replaying or following a primary (time does not pass there)."""
-    return ctx.keyspace.expire_enabled and when <= ctx.now_ms()
+def _already_expired(ctx, when: int, now_ms: int) -> bool:
+    """checkAlreadyExpired: never while replaying or following a primary (time does not pass there). now_ms:
+    the time a relative TTL was counted from (Valkey's command time snapshot): read again, a 1 ms TTL could
+    be past already when a millisecond ticks during the command."""
+    return ctx.keyspace.expire_enabled and when <= now_ms
 
 
 def _live(ctx, key, h, field) -> bool:
@@ -111,42 +113,40 @@ def _hexpire(ctx, args, relative: bool, unit: int, name: str):
     start = fi + 2 if fi is not None else len(args)
     if num == 0 or num != len(args) - start:
         raise _numfields_error()
-    when = _unix_time_ms(args[2], ctx.now_ms() if relative else 0, unit, name)
+    now_ms = ctx.now_ms()
+    when = _unix_time_ms(args[2], now_ms if relative else 0, unit, name)
     key = args[1]
     h = ctx.lookup_hash(key)
     fields = args[start:]
     out = []
-    if _already_expired(ctx, when):
-        deleted = []
-        for f in fields:
-            if h is not None and _live(ctx, key, h, f):
-                del h[f]
-                ctx.db.clear_field_expire(key, f)
-                deleted.append(f)
-                out.append(_EXPIRE_ASAP)
-            else:
-                out.append(_NOT_EXIST)
-        if deleted:
-            ctx.keyspace.expired_fields += len(deleted)   # counted as active expiry counts them
-            if not h:
-                ctx.delete(key)
-            ctx.propagate(b"HDEL", key, *deleted)
-        return out
+    expired = _already_expired(ctx, when, now_ms)
     updated = []
+    deleted = []
     for f in fields:
-        if not _live(ctx, key, h, f):
+        if h is None or not _live(ctx, key, h, f):
             out.append(_NOT_EXIST)
             continue
-        if flags:
+        if flags:   # the condition first, even for a time already past (Valkey 9's hashTypeSetExpire)
             current = _ttl_of(ctx, key, f)
             if (flags & _NX and current is not None) or (flags & _XX and current is None) \
                     or (flags & _GT and (current is None or when <= current)) \
                     or (flags & _LT and current is not None and when >= current):
                 out.append(_FAILED_CONDITION)
                 continue
-        _set_field_ttl(ctx, key, f, when)
-        updated.append(f)
-        out.append(_SUCCESSFUL)
+        if expired:
+            del h[f]
+            ctx.db.clear_field_expire(key, f)
+            deleted.append(f)
+            out.append(_EXPIRE_ASAP)
+        else:
+            _set_field_ttl(ctx, key, f, when)
+            updated.append(f)
+            out.append(_SUCCESSFUL)
+    if deleted:
+        ctx.keyspace.expired_fields += len(deleted)   # counted as active expiry counts them
+        if not h:
+            ctx.delete(key)
+        ctx.propagate(b"HDEL", key, *deleted)
     if updated:
         ctx.propagate(b"HPEXPIREAT", key, b"%d" % when, b"FIELDS", b"%d" % len(updated), *updated)
     return out
@@ -323,9 +323,9 @@ def _ex_fields(args, tokens, pairs: bool):
     return flags, unit_flag, value, start
 
 
-def _when(ctx, unit_flag, value, name):
+def _when(ctx, unit_flag, value, name, now_ms):
     relative, unit = _UNITS[unit_flag]
-    return _unix_time_ms(value, ctx.now_ms() if relative else 0, unit, name)
+    return _unix_time_ms(value, now_ms if relative else 0, unit, name)
 
 
 @command("hgetex")
@@ -337,8 +337,9 @@ def hgetex(ctx, args):
     when = None
     expire_now = False
     if unit_flag:
-        when = _when(ctx, unit_flag, value, "hgetex")
-        expire_now = _already_expired(ctx, when)
+        now_ms = ctx.now_ms()
+        when = _when(ctx, unit_flag, value, "hgetex", now_ms)
+        expire_now = _already_expired(ctx, when, now_ms)
     out = []
     changed = []
     db = ctx.db
@@ -377,8 +378,9 @@ def hsetex(ctx, args):
     if (flags & _KNX and h is not None) or (flags & _KXX and h is None):
         return 0
     when = None
+    now_ms = ctx.now_ms()
     if unit_flag and not flags & _KEEPTTL:
-        when = _when(ctx, unit_flag, value, "hsetex")
+        when = _when(ctx, unit_flag, value, "hsetex", now_ms)
     pairs = args[start:]
     fields = pairs[0::2]
     if flags & (_FNX | _FXX):
@@ -391,7 +393,7 @@ def hsetex(ctx, args):
             return 0
     db = ctx.db
     ks = ctx.keyspace
-    if when is not None and _already_expired(ctx, when):
+    if when is not None and _already_expired(ctx, when, now_ms):
         # Valkey 9.1 sets the fields with that TTL and expires them at once ("hset", "hexpire", "hexpired",
         # "del" when the hash is gone, even one made for this): none of them is left, whatever they were
         named = list(dict.fromkeys(fields))

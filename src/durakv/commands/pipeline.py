@@ -69,8 +69,23 @@ class Postponed:
 POSTPONE = Postponed()
 
 
-def _arg_preview(args):
-    return " ".join("'%s'" % a[:128].decode("utf-8", "replace") for a in args[1:])
+def _c_string(arg: bytes, limit: int) -> bytes:
+    """`%.*s` of an argument in Valkey's error texts: up to its first NUL byte, at most limit bytes."""
+    nul = arg.find(b"\0")
+    return arg[:limit if nul < 0 else min(nul, limit)]
+
+
+def _unknown_command(args) -> str:
+    """processCommand's text for an unknown command: its name, then each argument quoted and followed by a
+    space, cut once the preview reaches 128 bytes (the last one cut to fit). The bytes are kept as sent
+    (surrogateescape; the encoder writes them back)."""
+    preview = b""
+    for a in args[1:]:
+        if len(preview) >= 128:
+            break
+        preview += b"'%s' " % _c_string(a, 128 - len(preview))
+    return messages.UNKNOWN_COMMAND.format(_c_string(args[0], 128).decode("utf-8", "surrogateescape"),
+                                           preview.decode("utf-8", "surrogateescape"))
 
 
 def _merge_touched(into, more):
@@ -202,8 +217,7 @@ class Pipeline:
         if cmd is None:
             cmd = registry.lookup((name,))
             if cmd is None:
-                return None, messages.UNKNOWN_COMMAND.format(name[:128].decode("utf-8", "replace"),
-                                                             _arg_preview(args))
+                return None, _unknown_command(args)
             if len(self._exact) < _EXACT_CACHE_MAX:
                 self._exact[name] = cmd
                 if not cmd.subcommands:
@@ -213,8 +227,8 @@ class Pipeline:
                 return cmd, messages.WRONG_ARITY.format(cmd.name)
             sub = registry.lookup(args)
             if sub is None:
-                return cmd, messages.UNKNOWN_SUBCOMMAND.format(args[1][:128].decode("utf-8", "replace"),
-                                                               cmd.name.upper())
+                sub_name = _c_string(args[1], 128).decode("utf-8", "surrogateescape")
+                return cmd, messages.UNKNOWN_SUBCOMMAND.format(sub_name, cmd.name.upper())
             cmd = sub
         arity = cmd.arity
         n = len(args)

@@ -22,25 +22,31 @@ _INT_MAX = (1 << 31) - 1                # MSETEX's numkeys is a C int
 # Option flags of SET / GETEX (parseExtendedStringArgumentsOrReply).
 _NX, _XX, _GET, _KEEPTTL, _PERSIST = 1, 2, 4, 8, 16
 _EX, _PX, _EXAT, _PXAT = 32, 64, 128, 256
+_IFEQ = 512
 _ANY_EXPIRE = _EX | _PX | _EXAT | _PXAT
 _EXPIRE_OPTS = {b"EX": _EX, b"PX": _PX, b"EXAT": _EXAT, b"PXAT": _PXAT}
 
 
-def _parse_string_options(args, start, is_set):
-    """(flags, expire_flag, expire_arg) as Valkey's parser: options may repeat (the last expire
-    value wins) but conflicting ones are a syntax error; values are validated later."""
+def _parse_string_options(args, start, is_set, ifeq=False):
+    """(flags, expire_flag, expire_arg, IFEQ's comparison value) as Valkey's parser: options may repeat (the
+    last expire value wins) but conflicting ones are a syntax error; values are validated later. `ifeq`: SET,
+    whose IFEQ (Valkey 8.1) excludes NX, XX and a second IFEQ."""
     if len(args) <= start:
-        return 0, 0, None   # the commonest SET of all has no options: no cursor to build
+        return 0, 0, None, None   # the commonest SET of all has no options: no cursor to build
     flags = 0
     expire_arg = None
     expire_flag = 0
+    compare = None
     c = ArgCursor(args, start)
     while c:
         opt = c.next_upper()
-        if opt == b"NX" and is_set and not flags & _XX:
+        if opt == b"NX" and is_set and not flags & (_XX | _IFEQ):
             flags |= _NX
-        elif opt == b"XX" and is_set and not flags & _NX:
+        elif opt == b"XX" and is_set and not flags & (_NX | _IFEQ):
             flags |= _XX
+        elif opt == b"IFEQ" and ifeq and c.left() and not flags & (_NX | _XX | _IFEQ):
+            flags |= _IFEQ
+            compare = c.next()
         elif opt == b"GET" and is_set:
             flags |= _GET
         elif opt == b"KEEPTTL" and is_set and not flags & (_PERSIST | _ANY_EXPIRE):
@@ -55,7 +61,7 @@ def _parse_string_options(args, start, is_set):
             flags |= bit
             expire_flag = bit
             expire_arg = c.next()
-    return flags, expire_flag, expire_arg
+    return flags, expire_flag, expire_arg, compare
 
 
 def _expire_at_ms(ctx, raw, expire_flag, name):
@@ -99,14 +105,15 @@ def get(ctx, args):
 
 @command("set")
 def set_(ctx, args):
-    flags, expire_flag, expire_arg = _parse_string_options(args, 3, True)
-    # an absolute time in ms already: Valkey propagates the command as it came (its spelling, its options)
-    verbatim = args if expire_flag == _PXAT else None
-    return _set(ctx, args[1], args[2], flags, expire_flag, expire_arg, "set", verbatim)
+    flags, expire_flag, expire_arg, compare = _parse_string_options(args, 3, True, ifeq=True)
+    # an absolute time in ms already: Valkey propagates the command as it came (its spelling, its options),
+    # but for IFEQ, a condition decided here (the effect is the plain SET it came to)
+    verbatim = args if expire_flag == _PXAT and not flags & _IFEQ else None
+    return _set(ctx, args[1], args[2], flags, expire_flag, expire_arg, "set", verbatim, compare)
 
 
-def _set(ctx, key, value, flags, expire_flag, expire_arg, name, verbatim=None):
-    """setGenericCommand: returns OK / None (NX|XX not met), or the old value with GET."""
+def _set(ctx, key, value, flags, expire_flag, expire_arg, name, verbatim=None, compare=None):
+    """setGenericCommand: returns OK / None (NX|XX|IFEQ not met), or the old value with GET."""
     expire_at = None
     if expire_arg is not None:
         expire_at, expired = _expire_at_ms(ctx, expire_arg, expire_flag, name)
@@ -117,6 +124,8 @@ def _set(ctx, key, value, flags, expire_flag, expire_arg, name, verbatim=None):
     else:
         found = ctx.lookup(key) is not None
     if (flags & _NX and found) or (flags & _XX and not found):
+        return old if get_old else None
+    if flags & _IFEQ and (old if get_old else ctx.lookup_string(key)) != compare:   # WRONGTYPE, then equal?
         return old if get_old else None
     if expire_at is not None and expired:
         if found:
@@ -190,13 +199,14 @@ def delifeq(ctx, args):
 
 @command("getex")
 def getex(ctx, args):
-    flags, expire_flag, expire_arg = _parse_string_options(args, 2, False)
+    flags, expire_flag, expire_arg, _ = _parse_string_options(args, 2, False)
+    if expire_arg is not None:   # Valkey 9 checks the time before it looks the key up (or at its type)
+        when, expired = _expire_at_ms(ctx, expire_arg, expire_flag, "getex")
     key = args[1]
     value = ctx.lookup_string(key)
     if value is None:
         return None
     if expire_arg is not None:
-        when, expired = _expire_at_ms(ctx, expire_arg, expire_flag, "getex")
         if expired:
             _delete_expired(ctx, key)
         else:
@@ -257,7 +267,7 @@ def msetex(ctx, args):
     end = 2 + 2 * numkeys
     if end > len(args):
         raise syntax_error()
-    flags, expire_flag, expire_arg = _parse_string_options(args, end, True)
+    flags, expire_flag, expire_arg, _ = _parse_string_options(args, end, True)
     if flags & _GET:
         raise syntax_error()   # SET's GET is not one of MSETEX's options
     expire_at = None

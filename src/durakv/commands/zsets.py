@@ -13,7 +13,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import ZSet, encoding
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
-from ..protocol.numbers import string2d, strtod
+from ..protocol.numbers import string2d, valkey_strtod
 from ..protocol.resp import NullArray, format_double
 from .args import ArgCursor
 from .base import normalize_range, parse_int, syntax_error, wrong_arity
@@ -23,7 +23,7 @@ from .registry import command
 _INF = math.inf
 
 
-# -- number parsing (protocol/numbers.py: Valkey's string2d, and strtod for range bounds) ----------------------
+# -- number parsing (protocol/numbers.py: Valkey's string2d, and valkey_strtod for range bounds) ---------------
 
 def parse_score(value: bytes, message=messages.NOT_FLOAT) -> float:
     """A score argument: Valkey's string2d, or the error `message`."""
@@ -46,7 +46,7 @@ def _parse_score_bound(arg: bytes):
     text = arg[1:] if excl else arg
     if not text:
         return 0.0, excl  # strtod of "" converts nothing and stops at the terminator
-    f = strtod(text)
+    f = valkey_strtod(text)
     if f is None or f != f:
         raise CommandError(messages.MIN_MAX_NOT_FLOAT)
     return f, excl

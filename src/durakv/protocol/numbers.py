@@ -1,9 +1,11 @@
 """Valkey's rules for numbers written as strings: integers (util.c `string2ll`: the one copy the request
 parser, the keyspace (encodings, RDB payloads, SCAN cursors) and the commands (argument parsing, ACL key
-extraction) use) and doubles (`string2d`, and C's `strtod` consuming a whole string, as zslParseRange and SORT
-call it). Long doubles (`string2ld`: INCRBYFLOAT, timeouts) are commands/numeric.py's parse_long_double."""
+extraction) use) and doubles (`string2d`, and Valkey 9's `valkey_strtod` consuming a whole string, as
+zslParseRange calls it). Long doubles (`string2ld`: INCRBYFLOAT, timeouts) are commands/numeric.py's
+parse_long_double."""
 
 import math
+import re
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -29,41 +31,29 @@ def string2ll(s: bytes):
     return v if v >= INT64_MIN else None
 
 
-_SPACE = b" \t\n\v\f\r"
 _NONZERO_DIGITS = frozenset(b"123456789")
+_DECIMAL = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+_WORDS = (b"inf", b"infinity", b"nan")
 
 
-def strtod(text: bytes):
-    """What C strtod makes of text if it consumes all of it (leading spaces allowed, trailing ones not; hex
-    floats, 'inf', 'infinity' and 'nan' as strtod reads them), else None. No range check: callers that care
-    about ERANGE (SORT) check it themselves."""
-    t = text.lstrip(_SPACE)
-    if not t or b"_" in t or t[-1] in _SPACE:
-        return None
-    try:
-        return float(t)
-    except ValueError:
-        pass
-    body = t[1:] if t[:1] in (b"+", b"-") else t
-    if body[:2].lower() == b"0x":
-        try:
-            return float.fromhex(t.decode("ascii"))
-        except (ValueError, OverflowError, UnicodeDecodeError):
+def valkey_strtod(text: bytes):
+    """What Valkey 9's valkey_strtod (ffc.h, the C port of fast_float, general format with a leading '+'
+    allowed) makes of text if it consumes all of it, else None: decimal only (no hex floats, unlike C's
+    strtod), no leading or trailing space, 'inf', 'infinity' and 'nan' in any case. Overflow gives +-inf and
+    underflow 0 (callers that care about ERANGE check the text, as string2d does)."""
+    if _DECIMAL.match(text) is None:
+        body = text[1:] if text[:1] in (b"+", b"-") else text
+        if body.lower() not in _WORDS:
             return None
-    return None
+    return float(text)
 
 
 def string2d(value: bytes):
-    """Valkey's string2d: the double `value` spells (no leading or trailing space, the whole string, no NaN,
-    no overflow to infinity or underflow to zero: ERANGE), else None."""
-    if not value or value[0] in _SPACE or value[-1] in _SPACE or b"_" in value:
+    """Valkey's string2d: the double `value` spells through valkey_strtod (the whole string, no NaN, no
+    overflow to infinity or underflow to zero: ERANGE), else None."""
+    f = valkey_strtod(value)
+    if f is None:
         return None
-    try:
-        f = float(value)
-    except ValueError:
-        f = strtod(value)  # hex floats
-        if f is None:
-            return None
     if f - f == 0.0 and f != 0.0:
         return f  # finite, non-zero: the common case
     if f != f:
@@ -72,9 +62,7 @@ def string2d(value: bytes):
         if value.lstrip(b"+-").lower() not in (b"inf", b"infinity"):
             return None  # ERANGE overflow
     else:  # zero
-        mantissa = value.lower()
-        if not mantissa.lstrip(b"+-").startswith(b"0x"):
-            mantissa = mantissa.split(b"e", 1)[0]
-            if any(c in _NONZERO_DIGITS for c in mantissa):
-                return None  # ERANGE underflow to zero
+        mantissa = value.lower().split(b"e", 1)[0]
+        if any(c in _NONZERO_DIGITS for c in mantissa):
+            return None  # ERANGE underflow to zero
     return f

@@ -202,7 +202,8 @@ def _encode(value, resp3, w):
     elif t is str:
         w(b"+%s\r\n" % value.encode())
     elif t is ErrorReply:
-        w(b"-%s\r\n" % value.text.encode().replace(b"\r", b" ").replace(b"\n", b" "))
+        # surrogateescape: the bytes of a client's argument quoted in an error text, as it sent them
+        w(b"-%s\r\n" % value.text.encode("utf-8", "surrogateescape").replace(b"\r", b" ").replace(b"\n", b" "))
     elif t is float:
         text = format_double(value)
         if resp3:
