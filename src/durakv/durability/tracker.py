@@ -47,6 +47,14 @@ RETRY_MAX_S = 5.0
 # debug-ack-before-commit: how late each batch is appended. Long enough that a kill always finds acknowledged
 # writes unappended even when a loaded machine stalls the writers for a few hundred milliseconds.
 ACK_BEFORE_COMMIT_DELAY_S = 0.5
+# Group commit with one append in flight (the local journal): when an append completes, the batch gathered
+# meanwhile holds only the writers the previous commit did not answer; the ones it just answered come back
+# one round trip later. Waiting for them (at most this long, and half the commit's own time) makes one fsync
+# of both groups instead of two alternating half-size ones, as redis-server's appendfsync always gets by
+# fsyncing once per event-loop iteration. The same when the first of a commit's answered writers opens the
+# next batch. Polled each loop iteration (call_soon), not a timer: the loop's
+# timers count whole milliseconds.
+COALESCE_MAX_S = 0.0005
 
 
 class Buckets:
@@ -97,6 +105,16 @@ class WriteTracker:
         self._batch_index = 0               # 0 = no open batch
         self._batch_bytes = 0               # encoded size of the open batch so far
         self._batch_db = None               # database of its last effect (a change costs a SELECT)
+        self._last_batch_effects = 0        # effects of the batch appended last
+        self._coalesce_handle = None        # the poll of a batch waiting for answered writers (COALESCE_MAX_S)
+        self._coalesce_target = 0           # ... the number of effects that closes it sooner
+        self._coalesce_until = 0.0          # ... and its deadline (perf_counter s)
+        self._answered = 0                  # effects of the last completed append,
+        self._answered_s = 0.0              # ... when it completed (perf_counter s),
+        self._commit_s = 0.0                # ... and how long it took
+        self._sent_s = 0.0                  # when the newest append was handed over (clock_s)
+        self.coalesced_batches = 0          # batches that waited so (INFO durability)
+        self.clock_s = time.perf_counter    # the group commit's clock (tests inject one)
         self._sent_ms = collections.deque()  # (index, ms, perf_counter s) of appends handed to the journal,
         # oldest first
         self.commit_latency = None     # Buckets of each entry's commit latency (Durability's: kept across trackers)
@@ -203,6 +221,8 @@ class WriteTracker:
             if not index:
                 index = self._open_batch()
             self._batch.extend(effects)
+        if self._coalesce_handle is not None and len(self._batch) >= self._coalesce_target:
+            self._close_batch()    # the writers the last commit answered are back: one fsync for all
         if touched is None:
             self.barrier = index
         elif touched:
@@ -257,13 +277,36 @@ class WriteTracker:
         self._batch_index = 0
         self._batch_bytes = 0
         self._batch_db = None
+        self._last_batch_effects = len(effects)
+        if self._coalesce_handle is not None:
+            self._coalesce_handle.cancel()
+            self._coalesce_handle = None
         return index, encode_effects(effects)
+
+    def _coalesce(self, target):
+        """The open batch waits until it holds `target` effects or a deadline after the last commit."""
+        self._coalesce_target = target
+        self._coalesce_until = self._answered_s + min(COALESCE_MAX_S, self._commit_s / 2)
+        self.coalesced_batches += 1
+        self._coalesce_handle = self.loop.call_soon(self._close_coalesced)
+
+    def _close_coalesced(self):
+        if self.clock_s() < self._coalesce_until:
+            self._coalesce_handle = self.loop.call_soon(self._close_coalesced)   # one more loop iteration
+            return
+        self._coalesce_handle = None
+        if self.failed is None:
+            self._close_batch()
 
     def _open_batch(self):
         index = self._batch_index = self._issue()
         if self.ack_before_commit:
             # The broken mode (tests only) also appends late, so that a crash always loses acknowledged writes
             self.loop.call_later(ACK_BEFORE_COMMIT_DELAY_S, self._close_batch)
+        elif (self._answered > 1 and self.max_in_flight == 1 and not self._in_flight
+              and self.clock_s() - self._answered_s < self._commit_s):
+            # the first writer back from a commit that answered several: wait for the others (COALESCE_MAX_S)
+            self._coalesce(self._answered)
         else:
             self.loop.call_soon(self._close_batch)
         return index
@@ -319,6 +362,7 @@ class WriteTracker:
         self.appended_bytes += len(payload)
         self._in_flight += 1
         self._sent_ms.append((index, self.clock_ms(), time.perf_counter()))
+        self._sent_s = self.clock_s()
         if self.stall_ms and self._stall_handle is None:
             self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)
         generation = self._generation
@@ -375,6 +419,7 @@ class WriteTracker:
             self._fail(index, exc)
             return
         sent = self._sent_ms
+        commit_s = self.clock_s() - self._sent_s if sent else 0.0
         latency = self.commit_latency
         if latency is not None and sent and sent[0][0] <= index:
             now = time.perf_counter()
@@ -390,8 +435,14 @@ class WriteTracker:
             # Not a whole command yet: the commit index (what snapshots and replies go by) waits for its last part.
             self._inner_parts.discard(index)
             return
+        answered = self._last_batch_effects
+        self._answered, self._answered_s, self._commit_s = answered, self.clock_s(), commit_s
         if self._batch_index and self.failed is None and (not self.ack_before_commit or self._late_batch_due()):
-            self._close_batch()  # what gathered during the append leaves now, not an iteration later
+            if self.max_in_flight == 1 and not self.ack_before_commit and answered:
+                # the writers just answered are likely to write again: wait for them (COALESCE_MAX_S)
+                self._coalesce(len(self._batch) + answered)
+            else:
+                self._close_batch()  # what gathered during the append leaves now, not an iteration later
         if index <= self.committed:
             return
         self.committed = index
@@ -422,6 +473,9 @@ class WriteTracker:
         self._batch_index = 0
         self._batch_bytes = 0
         self._batch_db = None
+        if self._coalesce_handle is not None:
+            self._coalesce_handle.cancel()
+            self._coalesce_handle = None
         self._sent_ms.clear()
         self._inner_parts.clear()
         self.assigned = self.committed     # the journal gives the failed indices again (its contract)

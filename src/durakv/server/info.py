@@ -291,6 +291,7 @@ def _section_durability(srv):
             "journal_append_stalls": t.stalls if t else 0,
             "journal_max_entry_bytes": (getattr(j, "max_entry_bytes", 0) or 0) if j is not None else 0,
             "journal_sealed_batches": t.sealed_batches if t else 0,
+            "journal_coalesced_batches": t.coalesced_batches if t else 0,
             "journal_part_entries": t.part_entries if t else 0,
             "journal_appends_in_flight": t.in_flight if t else 0,
             "journal_max_appends_in_flight": t.max_in_flight if t else 0,
