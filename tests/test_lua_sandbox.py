@@ -392,7 +392,7 @@ SANDBOX = [
     ('return redis.REDIS_VERSION_NUM',
      459268),
     ('return server.VALKEY_VERSION',
-     b'8.0.1'),
+     b'9.1.2'),
     ('return server.SERVER_NAME',
      b'valkey'),
     ('return redis.breakpoint()',

@@ -414,3 +414,29 @@ def test_msetex_ttls_and_delifeq_deletes_survive_a_restart(server_factory):
     assert before["gone"] == (None, -2) and before["past"] == (None, -2) and before["plain"] == (b"e", -1)
     assert before["at"] == (b"d", 4102444800000) and before["ttl-kept"][0] == b"new"
     c.close()
+
+
+# -- LOLWUT -------------------------------------------------------------------------------------------
+
+def test_lolwut_draws_valkey_91s_julia_set_and_texts(both):
+    """Valkey 9.1.2's LOLWUT (lolwut9: a Julia set in C floats) for given constants, its limits and errors,
+    and the other versions' trailing texts (their art is random)."""
+    for args in (["8", "4", "0.3", "0.5"], ["30", "12", "0.285", "0.01"], ["10", "6", "-0.8", "0.156"],
+                 ["16", "9", "0.99", "-0.12"], ["7", "3", "-1", "-1"], ["0", "-3", "0.1", "0.1"],
+                 ["500", "500", "-0.4", "0.6"], ["80", "40", "-0.7269", "0.1889"], ["12", "5", "1e400", "0"],
+                 ["12", "5", "-inf", "0.5"], ["5", "5", "0", "0"], ["VERSION", "9", "20", "10", "0.355", "0.355"],
+                 ["VERSION", "90", "9", "4", "0.2", "0.6"]):
+        same(both, "LOLWUT", *args)
+    for bad in (["10"], ["10", "5", "0.1"], ["10", "5", "0.1", "0.2", "9"], ["x", "5"], ["10", "5", "x", "1"],
+                ["10", "5", "nan", "0"], ["VERSION", "9", "1"]):
+        assert same(both, "LOLWUT", *bad)[0] == "error", bad
+    for version in ("4", "7", "8", "10", "19"):
+        same(both, "LOLWUT", "VERSION", version)
+    ours, theirs = (answer(c, "LOLWUT") for c in both)   # random constants: the same shape and signature
+    assert ours.count(b"\n") == theirs.count(b"\n") == 42
+    assert ours.endswith(b"Don't forget to have fun! Valkey ver. 9.1.2\n") and theirs.endswith(
+        b"Don't forget to have fun! Valkey ver. 9.1.2\n")
+    for version in ("5", "6"):
+        ours, theirs = (answer(c, "LOLWUT", "VERSION", version, "10", "4") for c in both)
+        assert ours.rsplit(b"\n", 2)[1] == theirs.rsplit(b"\n", 2)[1], version
+        assert ours.endswith(b". Valkey ver. 9.1.2\n") and theirs.endswith(b". Valkey ver. 9.1.2\n")

@@ -261,19 +261,27 @@ def test_server_reads_config_from_stdin(tmp_path):
 
 
 def test_lolwut(rr):
-    assert rr.execute_command("LOLWUT") == b"Redis ver. 8.0.1\n"
+    # Valkey 9.1.2's texts (its Julia set and art are compared with the binary in test_valkey91_commands.py)
+    assert rr.execute_command("LOLWUT", "10", "5", "0.3", "0.5").endswith(
+        b"Ascii representation of Julia set with constant 0.30 + 0.50i\nDon't forget to have fun! Valkey ver. 9.1.2\n")
     art = rr.execute_command("LOLWUT", "VERSION", "5", "20", "4", "3")
     text = art.decode()
-    assert text.endswith("\nGeorg Nees - schotter, plotter on paper, 1968. Redis ver. 8.0.1\n")
+    assert text.endswith("\nGeorg Nees - schotter, plotter on paper, 1968. Valkey ver. 9.1.2\n")
     rows = text.split("\n")[:8]
     assert all(len(row) == 20 and all(0x2800 <= ord(ch) <= 0x28FF for ch in row) for row in rows)
     sky = rr.execute_command("LOLWUT", "VERSION", "6", "10", "4").decode()
-    assert sky.count("\n") == 6 and sky.endswith("Redis ver. 8.0.1\n") and sky.count("\033[0m") == 40
+    assert sky.count("\n") == 6 and sky.endswith("Valkey ver. 9.1.2\n") and sky.count("\033[0m") == 40
     assert error_of(rr, "LOLWUT", "VERSION", "x") == "ERR value is not an integer or out of range"
-    assert rr.execute_command("LOLWUT", "VERSION", "7") == b"Redis ver. 8.0.1\n"
+    assert rr.execute_command("LOLWUT", "VERSION", "7") == b"Valkey ver.9.1.2\n"
     # Out-of-range sizes are clamped as Valkey does (cols 1..1000, squares 1..200).
     tiny = rr.execute_command("LOLWUT", "VERSION", "5", "-5", "0", "0").decode()
-    assert tiny == "\u280b\n\nGeorg Nees - schotter, plotter on paper, 1968. Redis ver. 8.0.1\n"  # as Valkey
+    assert tiny == "\u280b\n\nGeorg Nees - schotter, plotter on paper, 1968. Valkey ver. 9.1.2\n"  # as Valkey
+    rr.config_set("extended-redis-compatibility", "yes")
+    try:
+        assert rr.execute_command("LOLWUT", "VERSION", "7") == b"Redis ver.7.2.4\n"
+        assert rr.execute_command("LOLWUT", "1", "1", "0", "0").endswith(b"fun! Redis ver. 7.2.4\n")
+    finally:
+        rr.config_set("extended-redis-compatibility", "no")
 
 
 def test_keyspace_notifications_for_stream_events(shared_server, r):
@@ -480,7 +488,7 @@ def test_extended_redis_compatibility(r):
     """other.tcl 'Extended Redis Compatibility config' (Valkey 8.0): HELLO and INFO name the server as Redis
     7.2 while it is on, as Valkey otherwise."""
     hello = wire(r, "HELLO", "3")
-    assert b"$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n8." in hello
+    assert b"$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n9.1.2" in hello
     info = raw(r, "INFO", "server")
     assert b"server_mode:" in info and b"redis_mode:" not in info
     r.config_set("extended-redis-compatibility", "yes")

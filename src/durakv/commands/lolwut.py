@@ -1,13 +1,19 @@
-"""LOLWUT [VERSION v] [args]: Valkey's lolwut.c, lolwut5.c and lolwut6.c.
+"""LOLWUT [VERSION v] [args]: Valkey 9.1's lolwut.c, lolwut5.c, lolwut6.c and lolwut9.c.
 
-Valkey 8.0.1 itself answers "Redis ver. 8.0.1" (its unstable-version art); VERSION 5 draws Georg Nees'
-Schotter in Braille characters, VERSION 6 a skyline in terminal colours, both with random jitter (Python's
-random here, C's rand() there) and with the same limits, layout and trailing text.
+Valkey 9.1.2 itself (and every VERSION whose first digit is 9) draws a Julia set in ASCII characters, in C
+floats (emulated here: each operation rounded to binary32, as gcc computes them without FMA contraction);
+VERSION 5 draws Georg Nees' Schotter in Braille characters, VERSION 6 a skyline in terminal colours, both with
+random jitter (Python's random here, C's rand() there) and with the same limits, layout and trailing text;
+any other version answers "Valkey ver.<version>". With extended-redis-compatibility the texts say Redis and
+its compatibility version.
 """
 
 import math
+import struct
 
-from .. import VALKEY_VERSION
+from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, messages
+from ..errors import CommandError
+from .numeric import parse_long_double
 from .base import parse_int
 from .introspection import _verbatim
 from .registry import command
@@ -135,13 +141,12 @@ _BRAILLE_MID = bytes(0xA0 | (b >> 6) for b in range(256))
 _BRAILLE_LOW = bytes(0x80 | (b & 0x3F) for b in range(256))
 
 
-def lolwut5(rng, args):
+def lolwut5(rng, args, signature):
     cols = parse_int(args[0]) if len(args) > 0 else 66
     per_row = parse_int(args[1]) if len(args) > 1 else 8
     per_col = parse_int(args[2]) if len(args) > 2 else 12
     canvas = _schotter(rng, _clamp(cols, 1, 1000), _clamp(per_row, 1, 200), _clamp(per_col, 1, 200))
-    return (_braille(canvas) + b"\nGeorg Nees - schotter, plotter on paper, 1968. Redis ver. "
-            + VALKEY_VERSION.encode() + b"\n")
+    return _braille(canvas) + b"\nGeorg Nees - schotter, plotter on paper, 1968. " + signature + b"\n"
 
 
 def _skyscraper(canvas, rng, xoff, width, height, windows, color):
@@ -192,7 +197,7 @@ def _skyline(canvas, rng):
 _COLOURS = {0: "0;30;40m", 1: "0;90;100m", 2: "0;37;47m", 3: "0;97;107m"}
 
 
-def lolwut6(rng, args):
+def lolwut6(rng, args, signature):
     cols = parse_int(args[0]) if len(args) > 0 else 80
     rows = parse_int(args[1]) if len(args) > 1 else 20
     canvas = _Canvas(_clamp(cols, 1, 1000), _clamp(rows, 1, 1000), 3)
@@ -202,7 +207,63 @@ def lolwut6(rng, args):
         lines.append("".join("\033[%s \033[0m" % _COLOURS.get(canvas.get(x, y), "0;30;40m")
                              for x in range(canvas.width)))
     return ("\n".join(lines) + "\nDedicated to the 8 bit game developers of past and present.\n"
-            "Original 8 bit image from Plaguemon by hikikomori. Redis ver. " + VALKEY_VERSION + "\n").encode()
+            "Original 8 bit image from Plaguemon by hikikomori. ").encode() + signature + b"\n"
+
+
+_F32 = struct.Struct("f")
+_JULIA_CHARS = b" .:-=+*%#&@"
+_JULIA_MAX_ITER = len(_JULIA_CHARS)            # sizeof(ascii_array) - 1: the C array's NUL is not drawn
+
+
+def _f32(v: float) -> float:
+    """v rounded to a C float (binary32; out of its range: +-inf)."""
+    return _F32.unpack(_F32.pack(v))[0]
+
+
+def _julia_iterations(x, y, julia_r, julia_i):
+    """lolwut9's juliaSetIteration, every operation in binary32 (a double holds a binary32 product or sum
+    exactly or rounds it once, so rounding each double result gives the float result)."""
+    f = _f32
+    for i in range(_JULIA_MAX_ITER):
+        x, y = f(f(f(x * x) - f(y * y)) + julia_r), f(f(f(2 * x) * y) + julia_i)
+        if f(f(x * x) + f(y * y)) > 4:
+            return i
+    return _JULIA_MAX_ITER - 1
+
+
+def _long_double_to_float(text: bytes) -> float:
+    value = parse_long_double(text)
+    if value is None:
+        raise CommandError(messages.NOT_FLOAT)
+    try:
+        return _f32(float(value))
+    except OverflowError:                      # a long double past a double's range: a float's inf too
+        return math.inf if value > 0 else -math.inf
+
+
+def lolwut9(rng, args, signature):
+    """LOLWUT [columns rows] [real imaginary]: the Julia set of the constant (random without one)."""
+    if len(args) in (1, 3) or len(args) > 4:
+        raise CommandError("ERR Syntax error. Use: LOLWUT [columns rows] [real imaginary]")
+    cols = parse_int(args[0]) if args else 80
+    rows = parse_int(args[1]) if len(args) > 1 else 40
+    cols, rows = _clamp(cols, 1, 160), _clamp(rows, 1, 80)
+    if len(args) == 4:
+        julia_r, julia_i = _long_double_to_float(args[2]), _long_double_to_float(args[3])
+    else:
+        julia_r = _f32(_f32(_f32(_f32(_rand(rng)) / _f32(_RAND_MAX)) * 2) - 1)
+        julia_i = _f32(_f32(_f32(_f32(_rand(rng)) / _f32(_RAND_MAX)) * 2) - 1)
+    out = bytearray()
+    # each character is the centre of its cell of the square [-2, 2] x [-2, 2], the first row at the top
+    # (imaginary part 2): the mapping Valkey 9.1.2 draws (compared with the binary in the tests)
+    for i in range(rows):
+        y = _f32(2.0 - _f32(_f32(4.0 * (2 * i + 1)) / (2 * rows)))
+        for j in range(cols):
+            x = _f32(_f32(_f32(4.0 * (2 * j + 1)) / (2 * cols)) - 2.0)
+            out.append(_JULIA_CHARS[_julia_iterations(x, y, julia_r, julia_i)])
+        out.append(10)
+    out += b"Ascii representation of Julia set with constant %.2f + %.2fi\n" % (julia_r, julia_i)
+    return bytes(out) + b"Don't forget to have fun! " + signature + b"\n"
 
 
 @command("lolwut")
@@ -212,12 +273,18 @@ def lolwut(ctx, args):
     if len(args) >= 3 and args[1].lower() == b"version":
         version = "%d.0.0" % (parse_int(args[2]) & 0xFFFFFFFF)
         rest = args[3:]
+    cfg = ctx.port.config
+    redis = cfg is not None and cfg["extended-redis-compatibility"]
+    name, number = ("Redis", REDIS_COMPAT_VERSION) if redis else ("Valkey", VALKEY_VERSION)
+    signature = ("%s ver. %s" % (name, number)).encode()
     major, _, minor = version.partition(".")
     rng = ctx.keyspace.rng
     if (major == "5" and not minor.startswith("9")) or (major == "4" and minor.startswith("9")):
-        text = lolwut5(rng, rest)
+        text = lolwut5(rng, rest, signature)
     elif (major == "6" and not minor.startswith("9")) or (major == "5" and minor.startswith("9")):
-        text = lolwut6(rng, rest)
+        text = lolwut6(rng, rest, signature)
+    elif version[0] == "9":
+        text = lolwut9(rng, rest, signature)
     else:
-        text = b"Redis ver. " + VALKEY_VERSION.encode() + b"\n"
+        text = ("%s ver.%s\n" % (name, number)).encode()    # the unstable version's art: no space
     return _verbatim(ctx, text)
