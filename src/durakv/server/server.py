@@ -535,7 +535,8 @@ class Server:
             for host in hosts:
                 try:
                     srv = await self.loop.create_server(lambda: Connection(self), host, port,
-                                                        backlog=cfg["tcp-backlog"], reuse_address=True)
+                                                        backlog=cfg["tcp-backlog"], reuse_address=True,
+                                                        start_serving=False)
                 except OSError as exc:
                     if len(hosts) > 1 and host in ("::1", "::"):
                         log.warning("could not bind %s:%d: %s", host, port, exc)
@@ -547,12 +548,18 @@ class Server:
             for host in hosts:
                 try:
                     srv = await self.loop.create_server(lambda: Connection(self, tls=True), host, cfg["tls-port"],
-                                                        ssl=ctx, backlog=cfg["tcp-backlog"], reuse_address=True)
+                                                        ssl=ctx, backlog=cfg["tcp-backlog"], reuse_address=True,
+                                                        start_serving=False)
                 except OSError:
                     if len(hosts) > 1 and host in ("::1", "::"):
                         continue
                     raise
                 self.listeners.append(srv)
+        # every port serves only once all listen: a client that reached the plain port (a readiness check)
+        # must find the TLS port there too, not refused while its certificate loads
+        for srv in self.listeners:
+            if not srv.is_serving():
+                await srv.start_serving()
         if cfg["metrics-port"] and self.metrics is None:
             from .metrics import Metrics
             self.metrics = Metrics(self)
