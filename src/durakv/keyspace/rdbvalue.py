@@ -956,3 +956,147 @@ def load_with_field_ttls(payload, clock_ms=None):
     if r.pos != r.end:
         raise RdbError("trailing bytes after the value")
     return value, ttls
+
+
+# -- streaming a file -------------------------------------------------------------------------------
+
+# What a streaming reader asks read() for beyond what it needs: enough that a file of small keys is read in
+# few calls, little enough that a large value is held about once (plus this) while its bytes arrive.
+STREAM_READ_AHEAD_BYTES = 64 * 1024
+STREAM_READ_MAX_BYTES = 1 << 20
+
+
+class _StreamReader(_Reader):
+    """A _Reader over bytes that arrive from read(n): the decoders run on it unchanged. buf holds the bytes
+    since the last mark() (one record's) and what was read ahead; mark() folds the consumed bytes into the
+    running CRC-64 of the file and drops them, so a record's bytes are held only while it is read."""
+
+    __slots__ = ("read", "crc")
+
+    def __init__(self, read):
+        super().__init__(bytearray(), 0)
+        self.read = read
+        self.crc = 0
+
+    def _fill(self, n):
+        buf = self.buf
+        while len(buf) - self.pos < n:
+            missing = n - (len(buf) - self.pos)
+            chunk = self.read(min(max(missing, STREAM_READ_AHEAD_BYTES), STREAM_READ_MAX_BYTES))
+            if not chunk:
+                raise RdbError("truncated RDB file")
+            buf += chunk
+        self.end = len(buf)
+
+    def take(self, n):
+        if self.pos + n > self.end:
+            self._fill(n)
+        p = self.pos
+        self.pos = p + n
+        # one copy, as bytes: a bytearray slice would be copied again by the decoders' bytes()
+        with memoryview(self.buf) as m:
+            return m[p:p + n].tobytes()
+
+    def byte(self):
+        if self.pos >= self.end:
+            self._fill(1)
+        self.pos += 1
+        return self.buf[self.pos - 1]
+
+    def mark(self):
+        """Folds the bytes consumed so far into the file's CRC-64 and forgets them."""
+        if self.pos:
+            with memoryview(self.buf) as m:
+                self.crc = crc64(m[:self.pos], self.crc)
+            del self.buf[:self.pos]
+            self.pos, self.end = 0, len(self.buf)
+
+    def payload(self, rdbtype, start, version):
+        """The DUMP payload of the object read from buf[start:pos]: its bytes as they are, not re-encoded."""
+        footer = version.to_bytes(2, "little")
+        head = bytes((rdbtype,))
+        with memoryview(self.buf) as m:
+            body = m[start:self.pos]
+            crc = crc64(footer, crc64(body, crc64(head)))
+            out = b"".join((head, body, footer, crc.to_bytes(8, "little")))
+            body.release()
+        return out
+
+
+def _rdb_header_version(header):
+    """The RDB version of a file's 9-byte header (REDIS0001..REDIS0011, VALKEY080); RdbError otherwise."""
+    if len(header) == 9 and header[:5] == b"REDIS" and header[5:9].isdigit():
+        version = int(header[5:9])
+        if not 1 <= version <= RDB_VERSION_MAX:
+            raise RdbError("RDB version %d is not supported" % version)
+        return version
+    if len(header) == 9 and header[:6] == b"VALKEY" and header[6:9].isdigit():
+        version = int(header[6:9])
+        if version != RDB_VERSION_FIELD_TTL:
+            raise RdbError("RDB version %d is not supported" % version)
+        return version
+    raise RdbError("not an RDB file")
+
+
+def iter_rdb(read, clock_ms=None):
+    """Records of an RDB stream, in file order, holding at most one value's bytes at a time. read(n) returns
+    up to n bytes (b"" at the end), like a file's read or a buffered socket's. Yields tuples:
+       ("aux", name: bytes, value: bytes)
+       ("db", db_id: int)               # SELECTDB
+       ("key", db_id: int, key: bytes, payload: bytes, expire_at_ms: int | None)
+       ("function", code: bytes)        # a FUNCTION2 library's code
+    payload is a DUMP payload of the value exactly as RESTORE takes it: the object's type byte and its bytes
+    as they stand in the file, then a 2-byte RDB version (the file's: its objects' encodings are that
+    version's, and durakv's RESTORE reads every version a file may have) and the CRC-64. Each object is
+    decoded once on the way (by load_rdb_file's decoders), so a malformed one is found here, not at RESTORE.
+    The file's trailing CRC-64 is checked incrementally at EOF (unless 0); raises RdbError on a malformed,
+    truncated, wrong-magic or unsupported file, like load_rdb_file."""
+    r = _StreamReader(read)
+    r._fill(9)
+    version = _rdb_header_version(bytes(r.buf[:9]))
+    r.pos = 9
+    db_id, expire_at_ms = 0, None
+    while True:
+        r.mark()
+        op = r.byte()
+        if op == 0xFF:                                       # EOF
+            if version >= 5:
+                r.mark()
+                stored = int.from_bytes(r.take(8), "little")
+                if stored and stored != r.crc:
+                    raise RdbError("RDB checksum mismatch")
+            return
+        if op == 0xFE:                                       # SELECTDB
+            db_id = r.length()
+            yield ("db", db_id)
+        elif op == 0xFB:                                     # RESIZEDB: sizes are hints
+            r.length()
+            r.length()
+        elif op == 0xFA:                                     # AUX field
+            name = bytes(r.string())
+            yield ("aux", name, bytes(r.string()))
+        elif op == 0xFC:                                     # EXPIRETIME_MS
+            expire_at_ms = r.millis()
+        elif op == 0xFD:                                     # EXPIRETIME (seconds, old files)
+            expire_at_ms = int.from_bytes(r.take(4), "little", signed=True) * 1000
+        elif op == 0xF8:                                     # IDLE (LRU): not kept
+            r.length()
+        elif op == 0xF9:                                     # FREQ (LFU): not kept
+            r.byte()
+        elif op == 0xF5:                                     # FUNCTION2: a library's code
+            yield ("function", bytes(r.string()))
+        elif op in (0xF6, 0xF7):
+            raise RdbError("pre-GA functions and module aux data are not supported")
+        else:
+            key = bytes(r.string())
+            start = r.pos
+            _load_object_ttls(r, op, clock_ms)   # for its boundaries and its checks; the value is not kept
+            payload = r.payload(op, start, version)
+            yield ("key", db_id, key, payload, expire_at_ms)
+            expire_at_ms = None
+
+
+def iter_rdb_file(path, clock_ms=None):
+    """iter_rdb over the file at path (unbuffered: the reader does its own read-ahead)."""
+    with open(path, "rb", buffering=0) as f:
+        yield from iter_rdb(f.read, clock_ms)
