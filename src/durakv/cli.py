@@ -110,10 +110,11 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
     parser.add_argument("command", nargs="?", default="server",
-                        choices=["server", "cluster", "bench", "chaos", "verify"],
+                        choices=["server", "cluster", "bench", "chaos", "verify", "import"],
                         help="server: start a node (default); cluster: a local multi-AZ cluster; "
                              "bench: load generator (bench compare: durakv vs redis/valkey); "
-                             "chaos: faults on a local cluster; verify: the seed's verification scenarios")
+                             "chaos: faults on a local cluster; verify: the seed's verification scenarios; "
+                             "import: an RDB file into a running server or cluster")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else run_server([])
@@ -132,6 +133,9 @@ def main(argv=None):
     if cmd == "verify":
         from .tools.verify.cli import main as verify_main
         return verify_main(rest)
+    if cmd == "import":
+        from .tools.migrate.cli import import_main
+        return import_main(rest)
     parser.error(f"unknown command {cmd!r}")
     return 2
 
