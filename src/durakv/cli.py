@@ -110,11 +110,12 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
     parser.add_argument("command", nargs="?", default="server",
-                        choices=["server", "cluster", "bench", "chaos", "verify", "import"],
+                        choices=["server", "cluster", "bench", "chaos", "verify", "import", "migrate"],
                         help="server: start a node (default); cluster: a local multi-AZ cluster; "
                              "bench: load generator (bench compare: durakv vs redis/valkey); "
                              "chaos: faults on a local cluster; verify: the seed's verification scenarios; "
-                             "import: an RDB file into a running server or cluster")
+                             "import: an RDB file into a running server or cluster; migrate: a running "
+                             "Valkey/Redis (or cluster) into durakv, online")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else run_server([])
@@ -136,6 +137,9 @@ def main(argv=None):
     if cmd == "import":
         from .tools.migrate.cli import import_main
         return import_main(rest)
+    if cmd == "migrate":
+        from .tools.migrate.cli import migrate_main
+        return migrate_main(rest)
     parser.error(f"unknown command {cmd!r}")
     return 2
 

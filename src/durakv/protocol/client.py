@@ -14,6 +14,7 @@ import hiredis
 from .resp import encode_command
 
 RECV_BYTES = 65536
+EOF_MARK_BYTES = 40          # the random mark that ends a diskless sync's payload (replication.c)
 
 
 class RespError(Exception):
@@ -108,6 +109,75 @@ class RespClient:
         del raw[:size]                       # what follows (a replica's command stream) is RESP again
         self._payload_size = None
         return payload
+
+    def read_line(self) -> bytes:
+        """The next simple-string reply read as a line, without the RESP reader: for PSYNC's +FULLRESYNC, after
+        which the payload follows on the same bytes (read_payload_into). Keep-alive newlines are skipped; an
+        error reply raises RespError."""
+        if self.reader.has_data():
+            raise RuntimeError("read_line with a reply unread")
+        raw = self._raw
+        while True:
+            while raw[:1] == b"\n":
+                del raw[:1]
+            nl = raw.find(b"\r\n")
+            if nl >= 0:
+                break
+            raw += self._recv()
+        line = bytes(raw[:nl])
+        del raw[:nl + 2]
+        if line[:1] == b"-":
+            raise RespError(line[1:].decode("utf-8", "replace"))
+        if line[:1] != b"+":
+            raise ConnectionError("not a simple string reply: %r" % line[:64])
+        return line[1:]
+
+    def read_payload_into(self, write) -> int:
+        """As read_payload, for a payload of any size: its bytes go to write(chunk) as they arrive, never all in
+        memory, whether sized (`$<len>`) or diskless (`$EOF:<40-byte mark>`, the bytes up to the mark, as a
+        primary sends them to a replica that announced `capa eof`). Returns the payload's size."""
+        if self.reader.has_data():
+            raise RuntimeError("read_payload_into with a reply unread")
+        raw = self._raw
+        while True:
+            while raw[:1] == b"\n":
+                del raw[:1]
+            nl = raw.find(b"\r\n")
+            if nl >= 0:
+                break
+            raw += self._recv()
+        header = bytes(raw[:nl])
+        del raw[:nl + 2]
+        if header[:1] == b"-":
+            raise RespError(header[1:].decode("utf-8", "replace"))
+        if header[:1] != b"$":
+            raise ConnectionError("not a bulk payload: %r" % header[:64])
+        if header.startswith(b"$EOF:"):
+            mark = header[5:]
+            if len(mark) != EOF_MARK_BYTES:
+                raise ConnectionError("bad EOF mark in %r" % header[:64])
+            size = 0
+            while True:
+                end = raw.find(mark)
+                if end >= 0:
+                    write(bytes(raw[:end]))
+                    del raw[:end + len(mark)]
+                    return size + end
+                keep = len(raw) - (len(mark) - 1)     # what cannot be the start of the mark
+                if keep > 0:
+                    write(bytes(raw[:keep]))
+                    size += keep
+                    del raw[:keep]
+                raw += self._recv()
+        left = size = int(header[1:])
+        while left:
+            if not raw:
+                raw += self._recv()
+            chunk = bytes(raw[:left])
+            del raw[:len(chunk)]
+            write(chunk)
+            left -= len(chunk)
+        return size
 
     # -- conveniences ----------------------------------------------------------------------------------------
     def ping(self) -> bool:

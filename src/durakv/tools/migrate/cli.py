@@ -1,10 +1,12 @@
-"""`durakv import FILE --target HOST:PORT [--tls ...] [--user U --password P] [--batch N]`."""
+"""`durakv import FILE --target HOST:PORT [...]` and `durakv migrate --source HOST:PORT --target HOST:PORT [...]`."""
 
 import argparse
 import ssl
 import sys
+import time
 
 from ...keyspace.rdbvalue import RdbError
+from ...protocol.client import RespError
 from .importer import import_rdb, progress_line
 from .target import BATCH_WRITES, Target, TargetError
 
@@ -16,16 +18,28 @@ def _address(text):
     return host.strip("[]"), int(port)
 
 
-def _ssl_context(args):
-    if not args.tls:
+def _ssl_context(args, prefix=""):
+    get = lambda name: getattr(args, prefix + name)   # noqa: E731
+    if not get("tls"):
         return None
-    ctx = ssl.create_default_context(cafile=args.tls_cacert or None)
-    if args.tls_skip_verify:
+    ctx = ssl.create_default_context(cafile=get("tls_cacert") or None)
+    if get("tls_skip_verify"):
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    if args.tls_cert:
-        ctx.load_cert_chain(args.tls_cert, args.tls_key or None)
+    if get("tls_cert"):
+        ctx.load_cert_chain(get("tls_cert"), get("tls_key") or None)
     return ctx
+
+
+def _connection_options(p, prefix="", who="the target"):
+    dash = prefix.replace("_", "-")
+    p.add_argument(f"--{dash}tls", action="store_true", help=f"TLS to {who}")
+    p.add_argument(f"--{dash}tls-cacert", default="")
+    p.add_argument(f"--{dash}tls-cert", default="")
+    p.add_argument(f"--{dash}tls-key", default="")
+    p.add_argument(f"--{dash}tls-skip-verify", action="store_true")
+    p.add_argument(f"--{dash}user", default=None)
+    p.add_argument(f"--{dash}password", default=None)
 
 
 def import_main(argv):
@@ -35,13 +49,7 @@ def import_main(argv):
         "TTL; function libraries loaded on every primary."))
     p.add_argument("file")
     p.add_argument("--target", required=True, type=_address, help="any node of the durakv cluster, or a server")
-    p.add_argument("--tls", action="store_true")
-    p.add_argument("--tls-cacert", default="")
-    p.add_argument("--tls-cert", default="")
-    p.add_argument("--tls-key", default="")
-    p.add_argument("--tls-skip-verify", action="store_true")
-    p.add_argument("--user", default=None)
-    p.add_argument("--password", default=None)
+    _connection_options(p)
     p.add_argument("--batch", type=int, default=BATCH_WRITES, help="writes per node per round trip")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     args = p.parse_args(argv)
@@ -66,4 +74,104 @@ def import_main(argv):
           f"({'cluster, %d primaries' % len(target.primaries()) if target.cluster else 'standalone'}) in "
           f"{counts.seconds:.2f} s: {counts.keys_per_s():,.0f} keys/s; {target.acknowledged:,} writes "
           f"acknowledged, {target.redirects} redirected, {target.retries} retries")
+    return 0
+
+
+def migrate_main(argv):
+    from .migrate import MigrateError, SourceLink, cutover, progress_line, source_primaries, verify
+    p = argparse.ArgumentParser(prog="durakv migrate", description=(
+        "Moves a running Valkey/Redis (a standalone server, or every primary of a cluster) into a running durakv "
+        "server or cluster online: a replica's full sync per source primary (the RDB streamed to a temporary "
+        "file and restored on the owning durakv primaries), then the replication stream forwarded write by "
+        "write, with REPLCONF ACK of what durakv acknowledged."))
+    p.add_argument("--source", required=True, type=_address, help="the Valkey/Redis server, or any cluster node")
+    p.add_argument("--target", required=True, type=_address, help="any node of the durakv cluster, or a server")
+    _connection_options(p, "source_", "the source")
+    _connection_options(p)
+    p.add_argument("--verify", action="store_true", help="compare per-slot key counts and every key's value")
+    p.add_argument("--verify-sample", type=int, default=None, metavar="N", help="compare N sampled keys' values")
+    p.add_argument("--cutover", action="store_true",
+                   help="after the full sync: pause the sources' writes, wait until the target has all, exit 0")
+    p.add_argument("--duration", type=float, default=None,
+                   help="without --cutover: stream for this many seconds, then stop (default: until Ctrl-C)")
+    p.add_argument("--tmp-dir", default=None, help="where the full syncs' RDB files are written while loaded")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    source_auth = (_ssl_context(args, "source_"), args.source_user, args.source_password)
+    target_kw = dict(ssl_context=_ssl_context(args), user=args.user, password=args.password)
+    started = time.monotonic()
+    try:
+        sources = source_primaries(args.source[0], args.source[1], *source_auth)
+        links = [SourceLink(addr, source_auth, (args.target[0], args.target[1], target_kw), args.tmp_dir)
+                 for addr in sources]
+    except (OSError, RespError) as exc:
+        print(f"durakv migrate: cannot reach the source {args.source[0]}:{args.source[1]}: {exc}", file=sys.stderr)
+        return 1
+    for link in links:
+        link.start()
+
+    def check():
+        for link in links:
+            if link.error is not None:
+                raise MigrateError(f"{link.name}: {link.error}")
+
+    def report():
+        if not args.quiet:
+            progress_line(links)
+
+    lags = None
+    try:
+        while not all(link.loaded_event.wait(0.5) for link in links):
+            report()
+        check()
+        loaded_s = time.monotonic() - started
+        keys = sum(link.loaded.keys for link in links)
+        report()
+        if not args.quiet:
+            sys.stderr.write("\n")
+        print(f"full sync: {keys:,} keys from {len(links)} source primar{'y' if len(links) == 1 else 'ies'} in "
+              f"{loaded_s:.2f} s ({keys / loaded_s if loaded_s else 0:,.0f} keys/s)", flush=True)
+        if args.cutover:
+            cut_started = time.monotonic()
+            lags = cutover(links, source_auth)
+            print(f"cut-over: source writes paused, lag at the pause {sum(lags.values()):,} bytes, every source "
+                  f"offset acknowledged by the target after {time.monotonic() - cut_started:.3f} s "
+                  f"({time.monotonic() - started:.2f} s since the start); clients may switch to "
+                  f"{args.target[0]}:{args.target[1]}", flush=True)
+        else:
+            until = None if args.duration is None else time.monotonic() + args.duration
+            while until is None or time.monotonic() < until:
+                check()
+                report()
+                time.sleep(0.5)
+        for link in links:
+            link.stop_event.set()
+        for link in links:
+            link.join(30)
+        check()
+    except KeyboardInterrupt:
+        for link in links:
+            link.stop_event.set()
+        print("\ndurakv migrate: interrupted", file=sys.stderr)
+        return 130
+    except (MigrateError, TargetError, RdbError, OSError, RespError) as exc:
+        print(f"\ndurakv migrate: stopped: {exc}", file=sys.stderr)
+        return 1
+    forwarded = sum(link.forwarded for link in links)
+    redirects = sum(link.target.redirects for link in links if link.target)
+    retries = sum(link.target.retries for link in links if link.target)
+    print(f"forwarded {forwarded:,} write(s) from the replication stream(s); {redirects} redirected, "
+          f"{retries} retries")
+    if args.verify or args.verify_sample is not None:
+        target = Target(args.target[0], args.target[1], **target_kw)
+        try:
+            dbs = sorted({0} | {db for link in links for db in (link.loaded.databases if link.loaded else ())})
+            problems = verify(sources, source_auth, target, dbs, args.verify_sample)
+        finally:
+            target.close()
+        if problems:
+            print("verify: %d difference(s): %s" % (len(problems), "; ".join(problems[:10])))
+            return 1
+        what = f"{args.verify_sample} sampled keys" if args.verify_sample is not None else "every key"
+        print(f"verify: per-slot key counts equal, {what} equal")
     return 0

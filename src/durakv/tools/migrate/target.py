@@ -111,13 +111,13 @@ class Target:
         """Queues args (a write of `key`, or of no key: sent to every primary) in database db."""
         if key is None:
             for addr in self.primaries():
-                self._queue(addr, db, args)
+                self._queue(addr, db, args, None)
             return
-        self._queue(self.slots.node_for(key_slot(key)), db, args)
+        self._queue(self.slots.node_for(key_slot(key)), db, args, key)
 
-    def _queue(self, addr, db, args):
+    def _queue(self, addr, db, args, key):
         batch = self.pending.setdefault(addr, [])
-        batch.append((db, args))
+        batch.append((db, args, key))
         size = self.pending_bytes.get(addr, 0) + sum(len(a) for a in args)
         self.pending_bytes[addr] = size
         if len(batch) >= self.batch_writes or size >= self.batch_bytes:
@@ -139,7 +139,7 @@ class Target:
             conn = self._connect(addr)
             commands, owners = [], []
             current = self.db_of[addr]
-            for i, (db, args) in enumerate(batch):
+            for i, (db, args, _key) in enumerate(batch):
                 if db != current:
                     commands.append(("SELECT", str(db)))
                     owners.append(None)
@@ -149,29 +149,30 @@ class Target:
             replies = conn.pipeline(commands)
             self.db_of[addr] = current
         except OSError:
-            # the node went away (a failover): every write of the batch goes again, to the slot's new owner
+            # the node went away (a failover): the batch goes again, each write to its slot's owner then (a
+            # write that had run before the drop runs twice: idempotent for RESTORE REPLACE and SET, not INCR)
             self._drop(addr)
-            self._backoff(batch, "the connection to %s:%d failed" % addr)
+            self._backoff([(db, args, key, addr) for db, args, key in batch],
+                          "the connection to %s:%d failed" % addr)
             return
         for reply, owner in zip(replies, owners):
             if owner is None:
                 if isinstance(reply, RespError):
                     raise TargetError(f"SELECT on {addr[0]}:{addr[1]}: {reply}")
                 continue
-            db, args = batch[owner]
+            db, args, key = batch[owner]
             if not isinstance(reply, RespError):
                 self.acknowledged += 1
                 continue
             text = str(reply)
             redirect = parse_redirect(text, addr[0])
-            if redirect is not None:
+            if redirect is not None and key is not None:
                 self.redirects += 1
-                redo.append((db, args))
+                redo.append((db, args, key, addr))
             elif text.split(" ", 1)[0] in RETRYABLE:
-                redo.append((db, args))
+                redo.append((db, args, key, addr))
             else:
-                key = args[1] if len(args) > 1 else b""
-                raise TargetError(f"{args[0]} {key!r} on {addr[0]}:{addr[1]}: {text}")
+                raise TargetError(f"{args[0]} {key or b''!r} on {addr[0]}:{addr[1]}: {text}")
         if redo:
             self._backoff(redo, "redirected or retryable replies")
         else:
@@ -199,6 +200,8 @@ class Target:
                 if time.monotonic() > deadline:
                     raise TargetError(f"{why}, and the target did not recover in {RETRY_DEADLINE_S:g} s: {exc}")
                 delay_s = min(delay_s * 2, RETRY_MAX_S)
-        for db, args in writes:
-            key = args[1] if len(args) > 1 else None
-            self.write(db, args, key)
+        for db, args, key, addr in writes:
+            if key is None:
+                self._queue(addr, db, args, None)     # a keyless write goes again to the node it was meant for
+            else:
+                self.write(db, args, key)

@@ -1,0 +1,158 @@
+"""`durakv migrate`: a running redis-server (standalone, and a 3-primary cluster) moved online into a
+2-shard durakv cluster while a client keeps writing; the cut-over pauses the source's writes and waits until
+durakv acknowledged all of them; every write the source acknowledged before the cut-over is on durakv, and
+--verify finds the same per-slot counts and values. Real processes, real sockets, bounded load."""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import valkey
+from valkey.cluster import ValkeyCluster
+
+from conftest import ROOT, cluster_port, wait_until
+
+
+class Writer(threading.Thread):
+    """Unique SETs, an INCR and DELs of prefilled keys against the source, every acknowledgement recorded with
+    its time; bounded in count and time."""
+
+    def __init__(self, make_client, max_writes=60000, max_s=90.0, rate_per_s=800):
+        super().__init__(daemon=True)
+        self.make_client = make_client
+        self.max_writes, self.max_s = max_writes, max_s
+        self.interval_s = 1.0 / rate_per_s       # paced: the load must last through the whole migration
+        self.acked = []                    # (monotonic s, key, value or None for a DEL)
+        self.stop = threading.Event()
+
+    def run(self):
+        client = self.make_client()
+        start = time.monotonic()
+        deadline = start + self.max_s
+        i = 0
+        while not self.stop.is_set() and i < self.max_writes and time.monotonic() < deadline:
+            ahead_s = start + i * self.interval_s - time.monotonic()
+            if ahead_s > 0:
+                time.sleep(ahead_s)
+            try:
+                if i % 10 == 5:
+                    client.delete(f"pre:{i}")
+                    self.acked.append((time.monotonic(), f"pre:{i}", None))
+                else:
+                    client.set(f"w:{i}", str(i))
+                    self.acked.append((time.monotonic(), f"w:{i}", str(i)))
+                client.incr("counter")
+            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+                return                        # the cut-over's pause, or the source going away
+            i += 1
+
+
+def migrate(*args, timeout_s=240):
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
+    return subprocess.run([sys.executable, "-m", "durakv", "migrate", *map(str, args), "--quiet"],
+                          capture_output=True, text=True, env=env, timeout=timeout_s)
+
+
+def forwarded(stdout):
+    """The count of writes the run forwarded from the replication stream(s) (after the full sync)."""
+    m = re.search(r"forwarded ([\d,]+) write", stdout)
+    assert m, stdout
+    return int(m.group(1).replace(",", ""))
+
+
+def check_acked(writer, cut_s, read):
+    """Every write acknowledged before cut_s is on the target (a DEL: the key is gone)."""
+    before = [(k, v) for t, k, v in writer.acked if t < cut_s]
+    assert len(before) > 100, "the load ran during the migration"
+    missing = [(k, v) for k, v in before if read(k) != (v.encode() if v is not None else None)]
+    assert not missing, f"{len(missing)} acknowledged write(s) missing, e.g. {missing[:3]}"
+    return len(before)
+
+
+def test_migrate_a_standalone_redis_under_load(redis_server, local_cluster, tmp_path):
+    port, src = redis_server()
+    p = src.pipeline(transaction=False)
+    for i in range(20000):
+        p.set(f"pre:{i}", "x" * 50)
+    for i in range(200):
+        p.hset(f"h:{i}", mapping={"a": i, "b": "y"})
+        p.zadd(f"z:{i}", {"m": i})
+        p.rpush(f"l:{i}", "a", "b")
+    p.set("ttl", "t", ex=3600)
+    p.execute()
+    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    writer = Writer(lambda: valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=3))
+    writer.start()
+    wait_until(lambda: len(writer.acked) > 50, 20, what="the load to start")
+    r = migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{cluster.primary(0).port}", "--cutover",
+                "--verify")
+    cut_s = time.monotonic()
+    writer.stop.set()
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "cut-over: source writes paused" in r.stdout and "clients may switch" in r.stdout
+    assert "verify: per-slot key counts equal, every key equal" in r.stdout, r.stdout
+    assert forwarded(r.stdout) > 0, "writes made during the migration came through the replication stream"
+    with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
+        n = check_acked(writer, cut_s, dk.get)
+        assert int(dk.get("counter")) >= n
+        assert dk.ttl("ttl") > 3000 and dk.hgetall("h:7") == {b"a": b"7", b"b": b"y"}
+    writer.join(10)
+
+
+def _redis_cluster(tmp_path, count=3):
+    """A redis-server cluster of `count` primaries on free ports (each port's bus port free too)."""
+    import shutil
+    procs, ports = [], []
+    for n in range(count):
+        port = cluster_port()
+        d = tmp_path / f"rc{n}"
+        d.mkdir()
+        procs.append(subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+                                       "--cluster-enabled", "yes", "--cluster-config-file", str(d / "nodes.conf"),
+                                       "--save", "", "--appendonly", "no", "--dir", str(d)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        ports.append(port)
+    for port in ports:
+        wait_until(lambda: valkey.Valkey(port=port).ping(), 10, what="redis-server cluster node")
+    subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
+                   check=True, capture_output=True, timeout=60)
+    wait_until(lambda: valkey.Valkey(port=ports[0]).cluster("info")["cluster_state"] == "ok", 30,
+               what="the redis cluster to be ok")
+    return procs, ports
+
+
+def test_migrate_a_three_primary_redis_cluster(local_cluster, tmp_path):
+    procs, ports = _redis_cluster(tmp_path)
+    try:
+        src = ValkeyCluster(host="127.0.0.1", port=ports[0])
+        wait_until(lambda: src.set("probe", "1"), 20, what="the cluster to take writes")
+        for i in range(3000):
+            src.set(f"k{i}", f"v{i}")
+        cluster = local_cluster(shards=2, replicas=0, durability="sync")
+        writer = Writer(lambda: ValkeyCluster(host="127.0.0.1", port=ports[1], socket_timeout=3), rate_per_s=300)
+        writer.start()
+        wait_until(lambda: len(writer.acked) > 50, 20, what="the load to start")
+        r = migrate("--source", f"127.0.0.1:{ports[2]}", "--target", f"127.0.0.1:{cluster.primary(1).port}",
+                    "--cutover", "--verify")
+        cut_s = time.monotonic()
+        writer.stop.set()
+        assert r.returncode == 0, r.stderr + r.stdout
+        assert "from 3 source primaries" in r.stdout, r.stdout
+        assert forwarded(r.stdout) > 0
+        assert "verify: per-slot key counts equal, every key equal" in r.stdout, r.stdout
+        with ValkeyCluster(host="127.0.0.1", port=cluster.primary(0).port) as dk:
+            check_acked(writer, cut_s, dk.get)
+            assert dk.get("k2999") == b"v2999"
+        writer.join(10)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_migrate_reports_an_unreachable_source(local_cluster):
+    r = migrate("--source", "127.0.0.1:1", "--target", "127.0.0.1:2")
+    assert r.returncode == 1 and "cannot reach the source 127.0.0.1:1" in r.stderr
