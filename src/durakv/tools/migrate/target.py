@@ -6,7 +6,12 @@ its key's slot, in batches per node. A write counts as done when its reply arriv
 `sync` mode a reply leaves only after the journal committed the write, so "acknowledged" means durable.
 MOVED / ASK (a reshard or a failover moved the slot) refresh the map and resend the write; TRYAGAIN, LOADING,
 CLUSTERDOWN and MASTERDOWN are retried with a bounded backoff; any other error reply fails the run
-(TargetError), naming the key and the error.
+(TargetError), naming the key and the error. A Transaction is sent as MULTI ... EXEC to one node and counts
+as one write, acknowledged when EXEC's reply holds no error.
+
+A dropped connection leaves the writes in flight on it unknown (run or not). RESTORE REPLACE runs the same
+twice, so the importer sends them again (resend_on_drop); a replication stream's INCR or APPEND does not, so
+`durakv migrate` asks for TargetLost instead and starts that source over with a full sync.
 """
 
 import time
@@ -27,16 +32,26 @@ class TargetError(Exception):
     """The target refused a write for good (an error reply that is not a redirect or a retryable state)."""
 
 
+class TargetLost(TargetError):
+    """A connection to a target node dropped with writes in flight (resend_on_drop off)."""
+
+
+class Transaction(tuple):
+    """The commands of one source transaction (argv tuples), sent as MULTI ... EXEC to the node of its key."""
+    __slots__ = ()
+
+
 class Target:
     """Connections to every primary of the target; write(db, args) queues, flush() sends and checks."""
 
     def __init__(self, host, port, ssl_context=None, user=None, password=None, timeout_s=30.0,
-                 batch_writes=BATCH_WRITES, batch_bytes=BATCH_BYTES):
+                 batch_writes=BATCH_WRITES, batch_bytes=BATCH_BYTES, resend_on_drop=True, seeds=()):
         self.host, self.port = host, port
         self.ssl_context = ssl_context
         self.user, self.password = user, password
         self.timeout_s = timeout_s
         self.batch_writes, self.batch_bytes = batch_writes, batch_bytes
+        self.resend_on_drop = resend_on_drop
         self.conns = {}                      # (host, port) -> RespClient
         self.db_of = {}                      # (host, port) -> the database its connection has selected
         self.pending = {}                    # (host, port) -> [(db, args)], not sent yet
@@ -45,7 +60,17 @@ class Target:
         self.redirects = 0
         self.retries = 0
         self._retry_until = None             # the deadline of the writes being retried (monotonic s)
-        seed = self._connect((host, port))
+        seed, last = None, None
+        for addr in [(host, port)] + [a for a in seeds if a != (host, port)]:
+            try:
+                seed = self._connect(addr)
+            except OSError as exc:        # the given node is down (a failover): another one known before
+                last = exc
+                continue
+            self.host, self.port = addr
+            break
+        if seed is None:
+            raise last
         info = seed.execute("INFO", "cluster").decode("utf-8", "replace")
         self.cluster = "cluster_enabled:1" in info
         self.databases = 16
@@ -118,7 +143,10 @@ class Target:
     def _queue(self, addr, db, args, key):
         batch = self.pending.setdefault(addr, [])
         batch.append((db, args, key))
-        size = self.pending_bytes.get(addr, 0) + sum(len(a) for a in args)
+        if isinstance(args, Transaction):
+            size = self.pending_bytes.get(addr, 0) + sum(len(a) for argv in args for a in argv)
+        else:
+            size = self.pending_bytes.get(addr, 0) + sum(len(a) for a in args)
         self.pending_bytes[addr] = size
         if len(batch) >= self.batch_writes or size >= self.batch_bytes:
             self._send(addr)
@@ -137,34 +165,61 @@ class Target:
         redo = []
         try:
             conn = self._connect(addr)
-            commands, owners = [], []
+            commands, owners = [], []          # owners: (what the reply answers, index in batch)
             current = self.db_of[addr]
             for i, (db, args, _key) in enumerate(batch):
                 if db != current:
                     commands.append(("SELECT", str(db)))
-                    owners.append(None)
+                    owners.append(("select", None))
                     current = db
-                commands.append(args)
-                owners.append(i)
+                if isinstance(args, Transaction):
+                    commands.append(("MULTI",))
+                    owners.append(("queued", i))
+                    commands.extend(args)
+                    owners.extend(("queued", i) for _ in args)
+                    commands.append(("EXEC",))
+                    owners.append(("exec", i))
+                else:
+                    commands.append(args)
+                    owners.append(("write", i))
             replies = conn.pipeline(commands)
             self.db_of[addr] = current
-        except OSError:
-            # the node went away (a failover): the batch goes again, each write to its slot's owner then (a
-            # write that had run before the drop runs twice: idempotent for RESTORE REPLACE and SET, not INCR)
+        except OSError as exc:
             self._drop(addr)
+            if not self.resend_on_drop:
+                raise TargetLost(f"the connection to {addr[0]}:{addr[1]} failed with {len(batch)} write(s) in "
+                                 f"flight: {exc}") from exc
+            # each write goes again to its slot's owner then (one that had run before the drop runs twice)
             self._backoff([(db, args, key, addr) for db, args, key in batch],
                           "the connection to %s:%d failed" % addr)
             return
-        for reply, owner in zip(replies, owners):
-            if owner is None:
+        queued_error = {}                      # batch index of a transaction -> its first refusal
+        for reply, (what, owner) in zip(replies, owners):
+            if what == "select":
                 if isinstance(reply, RespError):
                     raise TargetError(f"SELECT on {addr[0]}:{addr[1]}: {reply}")
                 continue
             db, args, key = batch[owner]
-            if not isinstance(reply, RespError):
+            if what == "queued":
+                if isinstance(reply, RespError):
+                    queued_error.setdefault(owner, str(reply))
+                continue
+            if what == "exec":
+                # a queued command's MOVED makes EXEC answer EXECABORT: the refusal that counts is the first
+                text = queued_error.get(owner) or (str(reply) if isinstance(reply, RespError) else None)
+                if text is None:
+                    failed = [r for r in reply if isinstance(r, RespError)] if isinstance(reply, list) else []
+                    if failed:
+                        raise TargetError(f"MULTI/EXEC of {len(args)} command(s) ({args[0][0]} {key or b''!r} "
+                                          f"...) on {addr[0]}:{addr[1]}: {failed[0]}")
+                    self.acknowledged += 1
+                    continue
+            elif not isinstance(reply, RespError):
                 self.acknowledged += 1
                 continue
-            text = str(reply)
+            else:
+                text = str(reply)
+            name = "MULTI/EXEC" if what == "exec" else args[0]
             redirect = parse_redirect(text, addr[0])
             if redirect is not None and key is not None:
                 self.redirects += 1
@@ -172,7 +227,7 @@ class Target:
             elif text.split(" ", 1)[0] in RETRYABLE:
                 redo.append((db, args, key, addr))
             else:
-                raise TargetError(f"{args[0]} {key or b''!r} on {addr[0]}:{addr[1]}: {text}")
+                raise TargetError(f"{name} {key or b''!r} on {addr[0]}:{addr[1]}: {text}")
         if redo:
             self._backoff(redo, "redirected or retryable replies")
         else:
