@@ -78,7 +78,7 @@ def import_main(argv):
 
 
 def migrate_main(argv):
-    from .migrate import MigrateError, SourceLink, cutover, progress_line, source_primaries, verify
+    from .migrate import MigrateError, OffsetPoller, SourceLink, cutover, progress_line, source_primaries, verify
     p = argparse.ArgumentParser(prog="durakv migrate", description=(
         "Moves a running Valkey/Redis (a standalone server, or every primary of a cluster) into a running durakv "
         "server or cluster online: a replica's full sync per source primary (the RDB streamed to a temporary "
@@ -93,7 +93,8 @@ def migrate_main(argv):
     p.add_argument("--cutover", action="store_true",
                    help="after the full sync: pause the sources' writes, wait until the target has all, exit 0")
     p.add_argument("--duration", type=float, default=None,
-                   help="without --cutover: stream for this many seconds, then stop (default: until Ctrl-C)")
+                   help="stream this many seconds after the full sync, then cut over (--cutover) or stop "
+                        "(default: cut over at once, or without --cutover stream until Ctrl-C)")
     p.add_argument("--tmp-dir", default=None, help="where the full syncs' RDB files are written while loaded")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -102,8 +103,10 @@ def migrate_main(argv):
     started = time.monotonic()
     try:
         sources = source_primaries(args.source[0], args.source[1], *source_auth)
-        links = [SourceLink(addr, source_auth, (args.target[0], args.target[1], target_kw), args.tmp_dir)
-                 for addr in sources]
+        seeds = [args.source] + [addr for addr, _slots in sources]
+        links = [SourceLink(addr, source_auth, (args.target[0], args.target[1], target_kw), args.tmp_dir,
+                            slots=slots, seeds=seeds)
+                 for addr, slots in sources]
     except (OSError, RespError) as exc:
         print(f"durakv migrate: cannot reach the source {args.source[0]}:{args.source[1]}: {exc}", file=sys.stderr)
         return 1
@@ -115,12 +118,20 @@ def migrate_main(argv):
             if link.error is not None:
                 raise MigrateError(f"{link.name}: {link.error}")
 
+    poller = OffsetPoller(source_auth)
+    last_poll = [0.0]
+
     def report():
+        # polled with --quiet too: the lag in seconds at the cut-over is measured from these samples
+        if time.monotonic() - last_poll[0] >= 1.0:
+            poller.poll(links)
+            last_poll[0] = time.monotonic()
         if not args.quiet:
             progress_line(links)
 
     lags = None
     try:
+        report()
         while not all(link.loaded_event.wait(0.5) for link in links):
             report()
         check()
@@ -131,15 +142,22 @@ def migrate_main(argv):
             sys.stderr.write("\n")
         print(f"full sync: {keys:,} keys from {len(links)} source primar{'y' if len(links) == 1 else 'ies'} in "
               f"{loaded_s:.2f} s ({keys / loaded_s if loaded_s else 0:,.0f} keys/s)", flush=True)
+        until = None if args.duration is None else time.monotonic() + args.duration
         if args.cutover:
+            while until is not None and time.monotonic() < until:
+                check()
+                report()
+                time.sleep(0.5)
+            check()
             cut_started = time.monotonic()
             lags = cutover(links, source_auth)
-            print(f"cut-over: source writes paused, lag at the pause {sum(lags.values()):,} bytes, every source "
-                  f"offset acknowledged by the target after {time.monotonic() - cut_started:.3f} s "
+            lag_bytes = sum(b for b, _s in lags.values())
+            lag_s = max(s for _b, s in lags.values())
+            print(f"cut-over: source writes paused, lag at the pause {lag_bytes:,} bytes ({lag_s:.3f} s), every "
+                  f"source offset acknowledged by the target after {time.monotonic() - cut_started:.3f} s "
                   f"({time.monotonic() - started:.2f} s since the start); clients may switch to "
                   f"{args.target[0]}:{args.target[1]}", flush=True)
         else:
-            until = None if args.duration is None else time.monotonic() + args.duration
             while until is None or time.monotonic() < until:
                 check()
                 report()
@@ -157,16 +175,25 @@ def migrate_main(argv):
     except (MigrateError, TargetError, RdbError, OSError, RespError) as exc:
         print(f"\ndurakv migrate: stopped: {exc}", file=sys.stderr)
         return 1
+    finally:
+        poller.close()
     forwarded = sum(link.forwarded for link in links)
     redirects = sum(link.target.redirects for link in links if link.target)
     retries = sum(link.target.retries for link in links if link.target)
+    split = sum(link.split_transactions for link in links)
     print(f"forwarded {forwarded:,} write(s) from the replication stream(s); {redirects} redirected, "
-          f"{retries} retries")
+          f"{retries} retries, {split} transaction(s) split over target slots")
+    for link in links:
+        if link.full_syncs > 1:
+            print(f"{link.label}: resumed {link.full_syncs - 1} time(s) with a full sync after: "
+                  + "; ".join(link.resync_reasons))
     if args.verify or args.verify_sample is not None:
-        target = Target(args.target[0], args.target[1], **target_kw)
+        # the node named on the command line may have failed over meanwhile: the links know the primaries now
+        known = [addr for link in links if link.target is not None for addr in link.target.primaries()]
+        target = Target(args.target[0], args.target[1], seeds=known, **target_kw)
         try:
-            dbs = sorted({0} | {db for link in links for db in (link.loaded.databases if link.loaded else ())})
-            problems = verify(sources, source_auth, target, dbs, args.verify_sample)
+            dbs = sorted({db for link in links for db in link.databases})
+            problems = verify([link.addr for link in links], source_auth, target, dbs, args.verify_sample)
         finally:
             target.close()
         if problems:

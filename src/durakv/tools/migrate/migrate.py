@@ -15,9 +15,13 @@ master_repl_offset is acknowledged by the target, and reports the lag it had; cl
 --verify compares the key count of every slot and the value (DUMP payloads decoded by keyspace/rdbvalue and
 compared re-encoded) of every key, or of --verify-sample N of them.
 
-MULTI/EXEC in the stream are forwarded as their commands (a transaction's keys may belong to different
-target shards); what a source's full resynchronization after a dropped link would need (dropping the
-target's keys of that source first) is not done: a dropped link ends the run with an error.
+A source transaction (MULTI ... EXEC in the stream: a client's, or a script's effects) is sent as one
+MULTI/EXEC to the node owning its keys; one whose keys span slots of a cluster target goes as its commands
+(a cluster takes one slot per transaction), and so do a standalone source's MSET/DEL of keys in several slots.
+
+A dropped link (the source failed over or restarted, or a target node went away with writes in flight, whose
+effect is then unknown) starts that source over: the target's keys of its slots are dropped and a new full
+sync loads them again, at most FULL_SYNCS_MAX times per source.
 """
 
 import os
@@ -35,19 +39,30 @@ from ...protocol.resp import encode_command
 from ...routing import SLOTS, key_slot
 from ..bench.slots import parse_cluster_slots
 from .importer import import_rdb
-from .target import Target, TargetError
+from .target import Target, TargetError, TargetLost, TargetUnavailable, Transaction
 
 ACK_INTERVAL_S = 1.0
 IDLE_READ_S = 0.05                 # a quiet stream: forward what was read after this long
-FORWARD_BATCH = 2000               # commands read before the target is flushed
+SOURCE_SILENCE_S = 60.0            # nothing from the source this long (it PINGs every 10 s): the link is dead
+FORWARD_BATCH = 2000               # commands read before the target is flushed ...
+FORWARD_WINDOW_S = 0.05            # ... or this long after the first: the acked offset (the lag) moves on
 CUTOVER_TIMEOUT_S = 60.0
 VERIFY_BATCH = 1000
 PAUSE_MS = 60_000                  # CLIENT PAUSE WRITE at the cut-over: longer than any wait for the last offset
-SKIP = {b"ping", b"multi", b"exec", b"select", b"replconf"}
+FULL_SYNCS_MAX = 8                 # a source's full syncs in one run (the first and the resumptions)
+RESUME_ATTEMPTS_MAX = 24           # tries to start a resumption (a target mid-failover refuses some)
+RESYNC_FIRST_S = 0.5               # the wait before a resumption, doubled each time up to RESYNC_MAX_S
+RESYNC_MAX_S = 5.0
+LAG_SAMPLES = 600                  # source offsets remembered for the lag in seconds (one per progress poll)
+SPLIT_PER_KEY = {b"mset": 2, b"msetnx": 2, b"del": 1, b"unlink": 1}   # name -> arguments per key
 
 
 class MigrateError(Exception):
     pass
+
+
+class LinkLost(MigrateError):
+    """The replication link or a target connection dropped: the source starts over with a full sync."""
 
 
 def _info(conn, section):
@@ -56,40 +71,72 @@ def _info(conn, section):
 
 
 def source_primaries(host, port, ssl_context=None, user=None, password=None):
-    """(host, port) of every primary of the source: the node itself, or every master of CLUSTER SLOTS."""
+    """[((host, port), slots)] of every primary of the source: the node itself (slots None: all of them), or
+    every master of CLUSTER SLOTS with the frozenset of its slots."""
     with _connect(host, port, ssl_context, user, password) as c:
         if _info(c, "cluster").get("cluster_enabled") != "1":
-            return [(host, port)]
+            return [((host, port), None)]
         ranges = parse_cluster_slots(c.execute("CLUSTER", "SLOTS"), host)
-    return sorted({addr for _first, _last, addr in ranges})
+    owned = {}
+    for first, last, addr in ranges:
+        owned.setdefault(addr, set()).update(range(first, last + 1))
+    return sorted((addr, frozenset(slots)) for addr, slots in owned.items())
+
+
+def _cluster_nodes(reply, default_host):
+    """Every node address (masters and replicas) in a CLUSTER SLOTS reply."""
+    out = []
+    for entry in reply or ():
+        for node in entry[2:]:
+            host = node[0].decode() if isinstance(node[0], bytes) else (node[0] or "")
+            out.append((host if host not in ("", "?") else default_host, int(node[1])))
+    return out
 
 
 def _connect(host, port, ssl_context, user, password, timeout_s=30.0):
     c = RespClient(host, port, timeout_s=timeout_s, ssl_context=ssl_context)
-    if password is not None:
-        c.execute(*(("AUTH", user, password) if user else ("AUTH", password)))
+    try:
+        if password is not None:
+            c.execute(*(("AUTH", user, password) if user else ("AUTH", password)))
+    except BaseException:
+        c.close()
+        raise
     return c
 
 
 class SourceLink(threading.Thread):
-    """One source primary followed as a replica, its writes forwarded to the target."""
+    """One source primary followed as a replica, its writes forwarded to the target. A dropped link (the source
+    failed over or restarted, or a target node went away with writes in flight) starts that source over: its
+    keys are dropped from the target and a new full sync loads them, up to FULL_SYNCS_MAX times."""
 
-    def __init__(self, addr, source_auth, target_args, tmp_dir):
+    def __init__(self, addr, source_auth, target_args, tmp_dir, slots=None, seeds=()):
         super().__init__(daemon=True, name=f"source {addr[0]}:{addr[1]}")
         self.addr = addr
+        self.slots = slots                      # the source slots this link carries; None: every slot
+        self.seeds = list(seeds)                # source nodes that can say who owns them after a failover
         self.source_auth = source_auth          # (ssl_context, user, password)
         self.target_args = target_args          # Target's (host, port, kwargs)
         self.tmp_dir = tmp_dir
-        self.state = "connecting"               # connecting, sync, loading, streaming, done, failed
+        self.state = "connecting"               # connecting, sync, loading, streaming, resync, done, failed
         self.error = None
         self.offset = 0                         # the replication offset of the last command read
         self.acked = 0                          # ... of the last one the target acknowledged
         self.rdb_bytes = 0
-        self.loaded = None                      # importer Counts of the full sync
+        self.loaded = None                      # importer Counts of the last full sync
+        self.full_syncs = 0
+        self.resync_reasons = []
+        self._syncs_at_last_reason = 0
         self.forwarded = 0
+        self.split_transactions = 0             # source transactions whose keys span target slots
+        self.databases = {0}                    # every database this source wrote to
         self.stop_event = threading.Event()
         self.loaded_event = threading.Event()
         self.target = None
+        self._samples = []                      # (monotonic s, source master_repl_offset), oldest first
+
+    @property
+    def label(self):
+        return f"{self.addr[0]}:{self.addr[1]}"
 
     def run(self):
         try:
@@ -102,9 +149,62 @@ class SourceLink(threading.Thread):
 
     def _run(self):
         commands.load_all()                     # the table that finds a forwarded command's keys
+        delay_s = RESYNC_FIRST_S
+        attempts = 0
+        while True:
+            try:
+                self._sync_and_stream()
+                return
+            except (LinkLost, OSError, TargetUnavailable) as exc:
+                if self.stop_event.is_set():
+                    return
+                attempts += 1
+                if not self.resync_reasons or self.full_syncs > self._syncs_at_last_reason:
+                    self.resync_reasons.append(str(exc))      # one reason per resumption, not per try
+                    self._syncs_at_last_reason = self.full_syncs
+                if self.full_syncs >= FULL_SYNCS_MAX or attempts >= RESUME_ATTEMPTS_MAX:
+                    raise MigrateError(f"the link dropped {len(self.resync_reasons)} time(s); gave up after "
+                                       f"{self.full_syncs} full syncs and {attempts} tries; last: {exc}") from exc
+                self.state = "resync"
+                if self.stop_event.wait(delay_s):
+                    return
+                delay_s = min(delay_s * 2, RESYNC_MAX_S)
+                self._find_primary()
+
+    def _find_primary(self):
+        """After a drop: the node that owns this link's slots now (a cluster source may have failed over)."""
+        if self.slots is None:
+            return
+        ssl_context, user, password = self.source_auth
+        for addr in [self.addr] + [a for a in self.seeds if a != self.addr]:
+            try:
+                with _connect(addr[0], addr[1], ssl_context, user, password, timeout_s=5.0) as c:
+                    reply = c.execute("CLUSTER", "SLOTS")
+            except (OSError, RespError):
+                continue
+            self.seeds = list(dict.fromkeys(self.seeds + _cluster_nodes(reply, addr[0])))
+            owned = {}
+            for first, last, owner in parse_cluster_slots(reply, addr[0]):
+                owned.setdefault(owner, set()).update(range(first, last + 1))
+            owner = next((o for o, slots in owned.items() if min(self.slots) in slots), None)
+            if owner is None:
+                continue
+            if frozenset(owned[owner]) != self.slots:
+                raise MigrateError(f"the source's slots moved while migrating ({len(self.slots)} slots were "
+                                   f"on {self.label}, {owner[0]}:{owner[1]} has {len(owned[owner])} now)")
+            self.addr = owner
+            self.name = f"source {owner[0]}:{owner[1]}"
+            return
+
+    def _sync_and_stream(self):
         ssl_context, user, password = self.source_auth
         host, port, kw = self.target_args
-        self.target = Target(host, port, **kw)
+        if self.target is not None:
+            self.target.close()
+        # the full sync's RESTORE REPLACE may go twice after a dropped connection; the stream's writes may not
+        seeds = self.target.primaries() if self.target is not None else ()
+        self.target = Target(host, port, seeds=seeds, **kw)
+        self.state = "connecting"
         conn = _connect(self.addr[0], self.addr[1], ssl_context, user, password, timeout_s=300.0)
         try:
             conn.execute("REPLCONF", "listening-port", str(conn.sock.getsockname()[1]))
@@ -114,8 +214,10 @@ class SourceLink(threading.Thread):
             words = answer.split()
             if not words or words[0] != b"FULLRESYNC":
                 raise MigrateError(f"PSYNC answered {answer!r}")
-            self.offset = self.acked = int(words[2])
+            offset = int(words[2])
+            self.full_syncs += 1
             self.state = "sync"
+            self.rdb_bytes = 0
             fd, path = tempfile.mkstemp(prefix="durakv-migrate-", suffix=".rdb", dir=self.tmp_dir)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -124,77 +226,179 @@ class SourceLink(threading.Thread):
                         self.rdb_bytes += len(chunk)
                     conn.read_payload_into(write)
                 self.state = "loading"
-                self.loaded = import_rdb(path, self.target)
+                if self.full_syncs > 1:
+                    self._drop_target_keys()
+                loaded = import_rdb(path, self.target)
             finally:
                 os.unlink(path)
+            self.loaded = loaded
+            self.databases |= loaded.databases
+            self.offset = self.acked = offset       # the target holds the source as of the RDB now
             self.loaded_event.set()
             self.state = "streaming"
+            self.target.resend_on_drop = False
             self._stream(conn)
+        except ConnectionError as exc:
+            raise LinkLost(f"the replication link from {self.label} dropped: {exc}") from exc
+        except TimeoutError as exc:
+            raise LinkLost(f"the replication link from {self.label} timed out: {exc}") from exc
+        except TargetLost as exc:
+            raise LinkLost(str(exc)) from exc
         finally:
             conn.close()
-            self.target.close()
+
+    def _drop_target_keys(self):
+        """Before a resumption's load: the target's keys of this source's slots, which the new RDB replaces
+        (a key the source deleted or let expire while the link was down must not stay)."""
+        target = self.target
+        for db in sorted(self.databases):
+            target.check_db(db)
+            for addr in target.primaries():
+                conn = target._connect(addr)
+                conn.execute("SELECT", str(db))
+                target.db_of[addr] = db
+                cursor = b"0"
+                while True:
+                    cursor, keys = conn.execute("SCAN", cursor, "COUNT", "1000")
+                    for k in keys:
+                        if self.slots is None or key_slot(k) in self.slots:
+                            target.write(db, ("DEL", k), k)
+                    if cursor == b"0":
+                        break
+            target.flush()
+
+    def note_source_offset(self, offset):
+        """The source's master_repl_offset now (polled by the progress line): the lag's clock."""
+        now = time.monotonic()
+        self._samples.append((now, offset))
+        if len(self._samples) > LAG_SAMPLES:
+            del self._samples[0]
+
+    def lag(self):
+        """(bytes, seconds) the target is behind the source: the last polled master_repl_offset minus the
+        acknowledged offset, and how long ago the source first had a byte the target has not acknowledged."""
+        if not self._samples:
+            return max(0, self.offset - self.acked), 0.0
+        acked = self.acked
+        lag_bytes = max(0, self._samples[-1][1] - acked)
+        first = next((t for t, off in self._samples if off > acked), None)
+        return lag_bytes, (time.monotonic() - first) if first is not None else 0.0
 
     def _stream(self, conn):
         conn.settimeout(IDLE_READ_S)
         db = 0
         last_ack = 0.0
+        last_data_s = time.monotonic()
+        tx = None                  # [(db, argv)] between MULTI and EXEC
+        done_offset = self.offset  # the offset after the last command outside an open transaction
         while not self.stop_event.is_set():
             ack_now = False
+            window_end = time.monotonic() + FORWARD_WINDOW_S
             for _ in range(FORWARD_BATCH):
+                if time.monotonic() >= window_end:
+                    break
                 try:
                     argv = conn.read()
-                except (TimeoutError, OSError) as exc:
-                    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-                        break
-                    raise MigrateError(f"the source closed the replication link: {exc}")
+                except TimeoutError:
+                    if time.monotonic() - last_data_s > SOURCE_SILENCE_S:
+                        raise LinkLost(f"nothing from {self.label} for {SOURCE_SILENCE_S:g} s")
+                    break
+                last_data_s = time.monotonic()
                 if isinstance(argv, RespError) or not isinstance(argv, list) or not argv:
                     raise MigrateError(f"unexpected data in the replication stream: {argv!r:.80}")
+                # the primary sends each command as the canonical multibulk encode_command writes, so its
+                # length is what the primary counted in its offset
                 self.offset += len(encode_command(argv))
                 name = argv[0].lower()
-                if name in SKIP:
-                    if name == b"select":
-                        db = int(argv[1])
-                        self.target.check_db(db)
-                    elif name == b"replconf" and len(argv) > 1 and argv[1].lower() == b"getack":
-                        ack_now = True
-                    continue
-                self._forward(db, argv)
+                if name == b"multi":
+                    tx = []
+                elif name == b"exec":
+                    if tx is not None:
+                        self._forward_transaction(tx)
+                    tx = None
+                elif name == b"select":
+                    db = int(argv[1])
+                    self.target.check_db(db)
+                    self.databases.add(db)
+                elif name == b"replconf":
+                    ack_now = ack_now or (len(argv) > 1 and argv[1].lower() == b"getack")
+                elif name == b"ping":
+                    pass
+                elif tx is not None:
+                    tx.append((db, argv))
+                else:
+                    self._forward(db, argv)
+                if tx is None:
+                    done_offset = self.offset
             self.target.flush()
-            self.acked = self.offset
+            self.acked = done_offset
             if ack_now or time.monotonic() - last_ack >= ACK_INTERVAL_S:
                 conn.settimeout(30.0)
                 conn.send("REPLCONF", "ACK", str(self.acked))
                 conn.settimeout(IDLE_READ_S)
                 last_ack = time.monotonic()
 
-    def _forward(self, db, argv):
+    def _keys(self, argv):
         cmd = registry.lookup(argv)
         if cmd is None:
             raise MigrateError(f"the source sent {argv[0]!r}, a command durakv does not have")
-        keys = cmd.keys(argv)
+        return cmd.keys(argv)
+
+    def _forward(self, db, argv):
+        keys = self._keys(argv)
         if keys:
             slots = {key_slot(k) for k in keys}
             if len(slots) > 1 and self.target.cluster:
-                raise MigrateError(f"{argv[0]!r} writes keys of {len(slots)} slots; the target cluster takes "
-                                   f"one slot per command")
-            self.target.write(db, tuple(argv), keys[0])
+                self._forward_split(db, argv, len(slots))
+            else:
+                self.target.write(db, tuple(argv), keys[0])
         else:
             self.target.write(db, tuple(argv))          # keyless (FLUSHALL, FUNCTION LOAD ...): every primary
         self.forwarded += 1
 
+    def _forward_split(self, db, argv, slot_count):
+        """A write of keys in several slots (a standalone source's MSET or DEL) into a cluster, which takes one
+        slot per command: the per-key writes it is made of, each to its owner. MSETNX becomes SETs: the
+        source propagates it only when it set every key."""
+        step = SPLIT_PER_KEY.get(argv[0].lower())
+        if step is None:
+            raise MigrateError(f"{argv[0]!r} writes keys of {slot_count} slots; the target cluster takes one slot "
+                               f"per command and durakv migrate cannot split this one")
+        verb = b"SET" if step == 2 else argv[0].upper()
+        for at in range(1, len(argv), step):
+            self.target.write(db, (verb, *argv[at:at + step]), argv[at])
+
+    def _forward_transaction(self, tx):
+        """A source transaction (MULTI ... EXEC, or a script's effects) as one MULTI/EXEC on the node that owns
+        its keys; one whose keys span slots of a cluster target (or whose commands change database) goes as
+        its separate commands, each atomic alone."""
+        if not tx:
+            return
+        dbs = {db for db, _ in tx}
+        keys = [k for _, argv in tx for k in self._keys(argv)]
+        slots = {key_slot(k) for k in keys}
+        if len(dbs) == 1 and (not self.target.cluster or len(slots) <= 1):
+            self.target.write(tx[0][0], Transaction(tuple(argv) for _, argv in tx), keys[0] if keys else None)
+            self.forwarded += len(tx)
+            return
+        self.split_transactions += 1
+        for db, argv in tx:
+            self._forward(db, argv)
+
 
 def cutover(links, source_auth, timeout_s=CUTOVER_TIMEOUT_S):
     """Pauses writes on every source primary and waits until the target acknowledged each one's offset.
-    Returns {addr: lag in bytes when the pause began}."""
+    Returns {link: (lag in bytes, lag in seconds) when the pause began}."""
     ssl_context, user, password = source_auth
     offsets, lags = {}, {}
     for link in links:
         with _connect(link.addr[0], link.addr[1], ssl_context, user, password) as c:
             c.execute("CLIENT", "PAUSE", str(PAUSE_MS), "WRITE")
-            offsets[link.addr] = int(_info(c, "replication")["master_repl_offset"])
-            lags[link.addr] = max(0, offsets[link.addr] - link.acked)
+            offsets[link] = int(_info(c, "replication")["master_repl_offset"])
+            link.note_source_offset(offsets[link])
+            lags[link] = link.lag()
     deadline = time.monotonic() + timeout_s
-    while any(link.acked < offsets[link.addr] for link in links):
+    while any(link.acked < offsets[link] for link in links):
         for link in links:
             if link.error is not None:
                 raise MigrateError(f"{link.name}: {link.error}")
@@ -202,6 +406,34 @@ def cutover(links, source_auth, timeout_s=CUTOVER_TIMEOUT_S):
             raise MigrateError("the target did not acknowledge the sources' last writes within %g s" % timeout_s)
         time.sleep(0.01)
     return lags
+
+
+class OffsetPoller:
+    """Each source primary's master_repl_offset (INFO replication) on a connection of its own, for the lag."""
+
+    def __init__(self, source_auth):
+        self.source_auth = source_auth
+        self.conns = {}
+
+    def poll(self, links):
+        ssl_context, user, password = self.source_auth
+        for link in links:
+            conn = self.conns.get(link.addr)
+            try:
+                if conn is None:
+                    conn = self.conns[link.addr] = _connect(link.addr[0], link.addr[1], ssl_context, user,
+                                                            password, timeout_s=2.0)
+                link.note_source_offset(int(_info(conn, "replication")["master_repl_offset"]))
+            except (OSError, RespError, KeyError, ValueError):
+                # a source that is down has no offset to show; its link resumes (or fails) on its own
+                self.conns.pop(link.addr, None)
+                if conn is not None:
+                    conn.close()
+
+    def close(self):
+        for conn in self.conns.values():
+            conn.close()
+        self.conns.clear()
 
 
 def _scan_keys(conn, db):
@@ -279,7 +511,9 @@ def progress_line(links, stream=sys.stderr):
     parts = []
     for link in links:
         loaded = link.loaded.keys if link.loaded else 0
-        parts.append(f"{link.addr[0]}:{link.addr[1]} {link.state} rdb {link.rdb_bytes:,} B, {loaded:,} keys, "
-                     f"{link.forwarded:,} cmds, lag {max(0, link.offset - link.acked):,} B")
+        lag_bytes, lag_s = link.lag()
+        resync = f", {link.full_syncs} full syncs" if link.full_syncs > 1 else ""
+        parts.append(f"{link.label} {link.state} rdb {link.rdb_bytes:,} B, {loaded:,} keys loaded, "
+                     f"{link.forwarded:,} cmds, lag {lag_bytes:,} B / {lag_s:.1f} s{resync}")
     stream.write("\rmigrate: " + " | ".join(parts) + "   ")
     stream.flush()

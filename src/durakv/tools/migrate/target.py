@@ -32,6 +32,10 @@ class TargetError(Exception):
     """The target refused a write for good (an error reply that is not a redirect or a retryable state)."""
 
 
+class TargetUnavailable(TargetError):
+    """No slot map to write by (no node answers CLUSTER SLOTS, or some slots have no primary: a failover)."""
+
+
 class TargetLost(TargetError):
     """A connection to a target node dropped with writes in flight (resend_on_drop off)."""
 
@@ -110,9 +114,9 @@ class Target:
                 continue
             self.slots = SlotMap(parse_cluster_slots(reply, addr[0]))
             if not self.slots.covered():
-                raise TargetError("the target cluster does not cover every slot (CLUSTER SLOTS)")
+                raise TargetUnavailable("the target cluster does not cover every slot (CLUSTER SLOTS)")
             return
-        raise TargetError(f"no node of the target answers CLUSTER SLOTS: {last}")
+        raise TargetUnavailable(f"no node of the target answers CLUSTER SLOTS: {last}")
 
     def _drop(self, addr):
         conn = self.conns.pop(addr, None)
