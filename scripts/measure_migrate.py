@@ -153,11 +153,12 @@ def measure_migrate(work, keys, rate_per_s, cluster):
         before = [(k, v) for ts, k, v in acked if ts < cut_s]
         lost = sum(1 for k, v in before if dk.get(k) != v)
         full = re.search(r"full sync: ([\d,]+) keys .* in ([\d.]+) s \(([\d,]+) keys/s\)", r.stdout)
-        cut = re.search(r"lag at the pause ([\d,]+) bytes, every source offset acknowledged by the target after "
-                        r"([\d.]+) s \(([\d.]+) s since the start\)", r.stdout)
+        cut = re.search(r"lag at the pause ([\d,]+) bytes \(([\d.]+) s\), every source offset acknowledged by the "
+                        r"target after ([\d.]+) s \(([\d.]+) s since the start\)", r.stdout)
         fwd = re.search(r"forwarded ([\d,]+) write", r.stdout)
         return {"keys": keys, "full_sync_keys_per_s": full.group(3), "full_sync_s": full.group(2),
-                "cutover_after_s": cut.group(3), "cutover_wait_s": cut.group(2), "lag_bytes": cut.group(1),
+                "cutover_after_s": cut.group(4), "cutover_wait_s": cut.group(3), "lag_bytes": cut.group(1),
+                "lag_s": cut.group(2),
                 "forwarded": fwd.group(1), "acked_before_cutover": len(before), "lost": lost,
                 "verify": "equal" if "verify: per-slot key counts equal" in r.stdout else "DIFFERENT"}
     finally:
@@ -183,7 +184,8 @@ def main():
         print(f"migrate: {mig['keys']:,} keys + SETs at {args.rate}/s from a standalone redis-server into {target}: "
               f"full sync {mig['full_sync_s']} s ({mig['full_sync_keys_per_s']} keys/s), cut-over after "
               f"{mig['cutover_after_s']} s (the last offsets acknowledged {mig['cutover_wait_s']} s after the pause), "
-              f"lag at the cut-over {mig['lag_bytes']} bytes, {mig['forwarded']} writes forwarded from the stream, "
+              f"lag at the cut-over {mig['lag_bytes']} bytes ({mig['lag_s']} s), {mig['forwarded']} writes forwarded "
+              f"from the stream, "
               f"{mig['acked_before_cutover']:,} writes acknowledged by the source before the cut-over, "
               f"{mig['lost']} lost, verify {mig['verify']}")
     finally:
