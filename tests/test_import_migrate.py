@@ -254,3 +254,97 @@ def test_migrate_resumes_after_a_target_primary_is_killed(redis_server, local_cl
     assert "verify: per-slot key counts equal, every key equal" in out, out
     with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
         assert writer.missing(cut_s, dk.get) == []
+
+
+def _redis_cluster_with_replicas(tmp_path, masters=3):
+    """A redis-server cluster of `masters` primaries with a replica each, on free ports (bus ports free too):
+    (procs, ports)."""
+    import shutil
+    from conftest import cluster_port
+    procs, ports = [], []
+    for n in range(2 * masters):
+        port = cluster_port()
+        d = tmp_path / f"rc{n}"
+        d.mkdir()
+        procs.append(subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+                                       "--cluster-enabled", "yes", "--cluster-config-file", str(d / "nodes.conf"),
+                                       "--save", "", "--appendonly", "no", "--dir", str(d),
+                                       "--repl-diskless-sync-delay", "0"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        ports.append(port)
+    try:
+        for port in ports:
+            wait_until(lambda: valkey.Valkey(port=port).ping(), 10, what="redis-server cluster node")
+        subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                        "--cluster-replicas", "1", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        wait_until(lambda: all(valkey.Valkey(port=p).cluster("info")["cluster_state"] == "ok" for p in ports), 30,
+                   what="the redis cluster to be ok")
+    except BaseException:
+        _stop(procs)
+        raise
+    return procs, ports
+
+
+def _stop(procs):
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(timeout=10)
+
+
+def _role(port):
+    with valkey.Valkey(port=port, socket_timeout=5) as c:
+        return c.info("replication")
+
+
+def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
+    from test_migrate_tool import Writer
+    procs, ports = _redis_cluster_with_replicas(tmp_path)
+    try:
+        masters = [p for p in ports if _role(p)["role"] == "master"]
+        assert len(masters) == 3
+        wait_until(lambda: all(_role(p).get("connected_slaves") == 1 for p in masters), 30,
+                   what="every redis master's replica")
+        src = ValkeyCluster(host="127.0.0.1", port=masters[0])
+        for i in range(3000):
+            src.set(f"k{i}", f"v{i}")
+        cluster = local_cluster(shards=2, replicas=0, durability="sync")
+        writer = Writer(lambda: ValkeyCluster(host="127.0.0.1", port=masters[1], socket_timeout=3), rate_per_s=200)
+        writer.start()
+        wait_until(lambda: len(writer.acked) > 50, 20, what="the load to start")
+        proc = start_migrate("--source", f"127.0.0.1:{masters[0]}", "--target",
+                             f"127.0.0.1:{cluster.primary(0).port}", "--duration", 25, "--cutover", "--verify")
+        try:
+            old = masters[2]
+            # durakv migrate is the master's second replica once it streams
+            wait_while_migrating(proc, lambda: _role(old).get("connected_slaves") == 2
+                                 and all(_role(old)[f"slave{i}"]["state"] == "online" for i in (0, 1)), 60,
+                                 what="the migration streaming from the master that fails over")
+            info = _role(old)
+            replica = next(int(info[f"slave{i}"]["port"]) for i in (0, 1)
+                           if any(int(info[f"slave{i}"]["port"]) == p for p in ports))
+            with valkey.Valkey(port=replica) as r:
+                assert r.execute_command("CLUSTER", "FAILOVER") == b"OK"
+            wait_while_migrating(proc, lambda: _role(replica)["role"] == "master" and _role(old)["role"] == "slave",
+                                 30, what="the source's planned failover")
+            # the tool found the new master of those slots and took a full sync from it
+            wait_while_migrating(proc, lambda: valkey.Valkey(port=replica).info("stats")["sync_full"] >= 1, 60,
+                                 what="a full sync from the new source master")
+            rc, out, err = finish(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        cut_s = time.monotonic()
+        writer.stop.set()
+        writer.join(10)
+        assert rc == 0, err + out
+        assert re.search(rf"127\.0\.0\.1:{replica}: resumed 1 time\(s\) with a full sync after", out), out
+        assert "from 3 source primaries" in out and "verify: per-slot key counts equal, every key equal" in out, out
+        with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
+            before = [(k, v) for t, k, v in writer.acked if t < cut_s]
+            assert len(before) > 100
+            assert [(k, v) for k, v in before if dk.get(k) != (v.encode() if v is not None else None)] == []
+            assert dk.get("k2999") == b"v2999"
+    finally:
+        _stop(procs)

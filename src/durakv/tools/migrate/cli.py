@@ -78,7 +78,8 @@ def import_main(argv):
 
 
 def migrate_main(argv):
-    from .migrate import MigrateError, OffsetPoller, SourceLink, cutover, progress_line, source_primaries, verify
+    from .migrate import (MigrateError, OffsetPoller, SourceLink, catch_up, cutover, progress_line,
+                          source_primaries, verify)
     p = argparse.ArgumentParser(prog="durakv migrate", description=(
         "Moves a running Valkey/Redis (a standalone server, or every primary of a cluster) into a running durakv "
         "server or cluster online: a replica's full sync per source primary (the RDB streamed to a temporary "
@@ -149,6 +150,7 @@ def migrate_main(argv):
                 report()
                 time.sleep(0.5)
             check()
+            catch_up(links, poller, report=report)
             cut_started = time.monotonic()
             lags = cutover(links, source_auth)
             lag_bytes = sum(b for b, _s in lags.values())

@@ -386,17 +386,67 @@ class SourceLink(threading.Thread):
             self._forward(db, argv)
 
 
+def _current_owners(links, source_auth):
+    """{link: (host, port) of the source primary that owns the link's slots now}: a cluster source that failed
+    over may still feed a link through its old primary (now a replica of the new one), which a pause of the
+    old one would not stop."""
+    ssl_context, user, password = source_auth
+    owners = {link: link.addr for link in links}
+    cluster_links = [link for link in links if link.slots is not None]
+    seeds = list(dict.fromkeys(a for link in cluster_links for a in [link.addr] + link.seeds))
+    for addr in seeds:
+        if not cluster_links:
+            break
+        try:
+            with _connect(addr[0], addr[1], ssl_context, user, password, timeout_s=5.0) as c:
+                ranges = parse_cluster_slots(c.execute("CLUSTER", "SLOTS"), addr[0])
+        except (OSError, RespError):
+            continue
+        for link in cluster_links:
+            first = min(link.slots)
+            owners[link] = next((o for lo, hi, o in ranges if lo <= first <= hi), link.addr)
+        break
+    return owners
+
+
+def catch_up(links, poller, timeout_s=CUTOVER_TIMEOUT_S, report=None):
+    """Streams until the target acknowledged every source's offset as it was when this began: what the source
+    wrote during the full sync is then forwarded before the cut-over pauses its clients, so the pause lasts
+    only as long as the writes of the catch-up itself take. Returns False if timeout_s passed first."""
+    poller.poll(links)
+    goals = {link: link._samples[-1][1] if link._samples else link.offset for link in links}
+    deadline = time.monotonic() + timeout_s
+    last_report = 0.0
+    while any(link.acked < goals[link] for link in links):
+        for link in links:
+            if link.error is not None:
+                raise MigrateError(f"{link.name}: {link.error}")
+        if time.monotonic() > deadline:
+            return False
+        if report is not None and time.monotonic() - last_report >= 0.5:
+            report()
+            last_report = time.monotonic()
+        time.sleep(0.01)
+    return True
+
+
 def cutover(links, source_auth, timeout_s=CUTOVER_TIMEOUT_S):
     """Pauses writes on every source primary and waits until the target acknowledged each one's offset.
     Returns {link: (lag in bytes, lag in seconds) when the pause began}."""
     ssl_context, user, password = source_auth
+    owners = _current_owners(links, source_auth)
     offsets, lags = {}, {}
-    for link in links:
-        with _connect(link.addr[0], link.addr[1], ssl_context, user, password) as c:
+    for addr in sorted(set(owners.values())):
+        with _connect(addr[0], addr[1], ssl_context, user, password) as c:
             c.execute("CLIENT", "PAUSE", str(PAUSE_MS), "WRITE")
+    for link in links:
+        addr = owners[link]
+        with _connect(addr[0], addr[1], ssl_context, user, password) as c:
+            # after the pause: nothing moves it on. A new primary continues its old primary's offsets (psync2),
+            # so a link still fed through the old one is compared with it just the same
             offsets[link] = int(_info(c, "replication")["master_repl_offset"])
-            link.note_source_offset(offsets[link])
-            lags[link] = link.lag()
+        link.note_source_offset(offsets[link])
+        lags[link] = link.lag()
     deadline = time.monotonic() + timeout_s
     while any(link.acked < offsets[link] for link in links):
         for link in links:
