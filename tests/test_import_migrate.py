@@ -348,3 +348,71 @@ def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
             assert dk.get("k2999") == b"v2999"
     finally:
         _stop(procs)
+
+
+def test_target_writer_retries_a_long_run_of_refusals_in_a_loop(monkeypatch):
+    """A node that answers TRYAGAIN 1,500 times in a row (a slot's move, a node loading) before it takes the
+    write: the writer resends until it is acknowledged, in a loop (once it recursed per retry and died with
+    RecursionError), and a node that never takes it fails the run at the deadline with the last refusal."""
+    import socket
+
+    from conftest import free_port
+    from durakv.tools.migrate import target as target_mod
+
+    refusals = {"left": 1500}
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def serve():
+        import hiredis
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            reader = hiredis.Reader()
+            with conn:
+                while not stop.is_set():
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    reader.feed(data)
+                    out = []
+                    while (cmd := reader.gets()) is not False:
+                        name = cmd[0].upper()
+                        if name == b"INFO":
+                            body = b"# Cluster\r\ncluster_enabled:0\r\n"
+                            out.append(b"$%d\r\n%s\r\n" % (len(body), body))
+                        elif refusals["left"] > 0:
+                            refusals["left"] -= 1
+                            out.append(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n")
+                        else:
+                            out.append(b"+OK\r\n")
+                    conn.sendall(b"".join(out))
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    monkeypatch.setattr(target_mod, "RETRY_FIRST_S", 0.0005)
+    monkeypatch.setattr(target_mod, "RETRY_MAX_S", 0.0005)
+    try:
+        t = target_mod.Target("127.0.0.1", port, batch_writes=1)
+        t.write(0, ("RESTORE", b"k", b"0", b"payload", b"REPLACE", b"ABSTTL"), b"k")
+        t.flush()
+        assert (t.acknowledged, t.retries, refusals["left"]) == (1, 1500, 0)
+        refusals["left"] = 10 ** 9
+        monkeypatch.setattr(target_mod, "RETRY_DEADLINE_S", 0.5)
+        t.write(0, ("RESTORE", b"k2", b"0", b"payload", b"REPLACE", b"ABSTTL"), b"k2")
+        try:
+            t.flush()
+        except target_mod.TargetError as exc:
+            assert "still failing after 0.5 s; last: RESTORE on 127.0.0.1" in str(exc)
+            assert "TRYAGAIN Multiple keys request" in str(exc)
+        else:
+            raise AssertionError("a write that is never taken must fail the run")
+        t.close()
+    finally:
+        stop.set()
+        server.join(5)
+        listener.close()

@@ -74,6 +74,8 @@ def import_main(argv):
           f"({'cluster, %d primaries' % len(target.primaries()) if target.cluster else 'standalone'}) in "
           f"{counts.seconds:.2f} s: {counts.keys_per_s():,.0f} keys/s; {target.acknowledged:,} writes "
           f"acknowledged, {target.redirects} redirected, {target.retries} retries")
+    if target.last_retry:
+        print(f"last retried reply: {target.last_retry}")
     return 0
 
 
@@ -185,6 +187,9 @@ def migrate_main(argv):
     split = sum(link.split_transactions for link in links)
     print(f"forwarded {forwarded:,} write(s) from the replication stream(s); {redirects} redirected, "
           f"{retries} retries, {split} transaction(s) split over target slots")
+    for link in links:
+        if link.target is not None and link.target.last_retry:
+            print(f"{link.label}: last retried reply: {link.target.last_retry}")
     for link in links:
         if link.full_syncs > 1:
             print(f"{link.label}: resumed {link.full_syncs - 1} time(s) with a full sync after: "

@@ -63,6 +63,8 @@ class Target:
         self.acknowledged = 0                # writes whose reply was not an error
         self.redirects = 0
         self.retries = 0
+        self.last_retry = None               # the last retryable refusal, for the report
+        self._retry_streak = 0               # backoffs since the last batch that went through: the delay grows
         self._retry_until = None             # the deadline of the writes being retried (monotonic s)
         seed, last = None, None
         for addr in [(host, port)] + [a for a in seeds if a != (host, port)]:
@@ -144,7 +146,7 @@ class Target:
             return
         self._queue(self.slots.node_for(key_slot(key)), db, args, key)
 
-    def _queue(self, addr, db, args, key):
+    def _queue(self, addr, db, args, key, send=True):
         batch = self.pending.setdefault(addr, [])
         batch.append((db, args, key))
         if isinstance(args, Transaction):
@@ -152,7 +154,7 @@ class Target:
         else:
             size = self.pending_bytes.get(addr, 0) + sum(len(a) for a in args)
         self.pending_bytes[addr] = size
-        if len(batch) >= self.batch_writes or size >= self.batch_bytes:
+        if send and (len(batch) >= self.batch_writes or size >= self.batch_bytes):
             self._send(addr)
 
     def flush(self):
@@ -229,6 +231,7 @@ class Target:
                 self.redirects += 1
                 redo.append((db, args, key, addr))
             elif text.split(" ", 1)[0] in RETRYABLE:
+                self.last_retry = f"{name} on {addr[0]}:{addr[1]}: {text}"
                 redo.append((db, args, key, addr))
             else:
                 raise TargetError(f"{name} {key or b''!r} on {addr[0]}:{addr[1]}: {text}")
@@ -236,18 +239,22 @@ class Target:
             self._backoff(redo, "redirected or retryable replies")
         else:
             self._retry_until = None
+            self._retry_streak = 0
 
     def _backoff(self, writes, why):
         """Writes that must go again (after a redirect, a failover or a retryable error): the slot map is
-        reloaded and each is queued to its owner, within RETRY_DEADLINE_S."""
+        reloaded and each is queued to its owner, within RETRY_DEADLINE_S. Only queued: flush() (or the next
+        full batch) sends them, so a run of refusals is a loop there and never a recursion here."""
         if self._retry_until is None:
             self._retry_until = time.monotonic() + RETRY_DEADLINE_S
         deadline = self._retry_until
-        delay_s = RETRY_FIRST_S
+        delay_s = min(RETRY_FIRST_S * (2 ** min(self._retry_streak, 16)), RETRY_MAX_S)
+        self._retry_streak += 1
         while True:
             self.retries += 1
             if time.monotonic() > deadline:
-                raise TargetError(f"{why}: still failing after {RETRY_DEADLINE_S:g} s")
+                raise TargetError(f"{why}: still failing after {RETRY_DEADLINE_S:g} s"
+                                  + (f"; last: {self.last_retry}" if self.last_retry else ""))
             time.sleep(delay_s)
             try:
                 if self.cluster:
@@ -261,6 +268,6 @@ class Target:
                 delay_s = min(delay_s * 2, RETRY_MAX_S)
         for db, args, key, addr in writes:
             if key is None:
-                self._queue(addr, db, args, None)     # a keyless write goes again to the node it was meant for
+                self._queue(addr, db, args, None, send=False)   # keyless: again to the node it was meant for
             else:
-                self.write(db, args, key)
+                self._queue(self.slots.node_for(key_slot(key)), db, args, key, send=False)
