@@ -83,7 +83,9 @@ def durakv_target(procs, work, cluster):
     if cluster:
         sys.path.insert(0, os.path.join(ROOT, "src"))
         from durakv.cluster.local import LocalCluster
-        lc = LocalCluster.up(os.path.join(work, "cluster"), shards=2, replicas=0, durability="sync", timeout_s=120)
+        # a directory of its own each time: the import's cluster left its journal and NATS data in the last one
+        lc = LocalCluster.up(tempfile.mkdtemp(prefix="cluster-", dir=work), shards=2, replicas=0, durability="sync",
+                             timeout_s=120)
         return lc.primary(0).port, lc
     port = free_port()
     d = os.path.join(work, f"durakv-{port}")
