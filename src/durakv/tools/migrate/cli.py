@@ -171,6 +171,8 @@ def migrate_main(argv):
             target.close()
         if problems:
             print("verify: %d difference(s): %s" % (len(problems), "; ".join(problems[:10])))
+            if not args.cutover:
+                print("verify: (without --cutover the sources kept taking writes after the streams stopped)")
             return 1
         what = f"{args.verify_sample} sampled keys" if args.verify_sample is not None else "every key"
         print(f"verify: per-slot key counts equal, {what} equal")
