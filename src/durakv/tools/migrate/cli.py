@@ -92,6 +92,8 @@ def migrate_main(argv):
     p.add_argument("--verify-sample", type=int, default=None, metavar="N", help="compare N sampled keys' values")
     p.add_argument("--cutover", action="store_true",
                    help="after the full sync: pause the sources' writes, wait until the target has all, exit 0")
+    p.add_argument("--cutover-after", type=float, default=0.0, metavar="S",
+                   help="with --cutover: stream for S seconds after the full sync before cutting over")
     p.add_argument("--duration", type=float, default=None,
                    help="without --cutover: stream for this many seconds, then stop (default: until Ctrl-C)")
     p.add_argument("--tmp-dir", default=None, help="where the full syncs' RDB files are written while loaded")
@@ -102,8 +104,9 @@ def migrate_main(argv):
     started = time.monotonic()
     try:
         sources = source_primaries(args.source[0], args.source[1], *source_auth)
-        links = [SourceLink(addr, source_auth, (args.target[0], args.target[1], target_kw), args.tmp_dir)
-                 for addr in sources]
+        links = [SourceLink(addr, source_auth, (args.target[0], args.target[1], target_kw), args.tmp_dir,
+                            slot_ranges=ranges, known_sources=list(sources))
+                 for addr, ranges in sorted(sources.items())]
     except (OSError, RespError) as exc:
         print(f"durakv migrate: cannot reach the source {args.source[0]}:{args.source[1]}: {exc}", file=sys.stderr)
         return 1
@@ -132,6 +135,11 @@ def migrate_main(argv):
         print(f"full sync: {keys:,} keys from {len(links)} source primar{'y' if len(links) == 1 else 'ies'} in "
               f"{loaded_s:.2f} s ({keys / loaded_s if loaded_s else 0:,.0f} keys/s)", flush=True)
         if args.cutover:
+            until = time.monotonic() + args.cutover_after
+            while time.monotonic() < until:
+                check()
+                report()
+                time.sleep(0.2)
             cut_started = time.monotonic()
             lags = cutover(links, source_auth)
             print(f"cut-over: source writes paused, lag at the pause {sum(lags.values()):,} bytes, every source "
@@ -160,13 +168,16 @@ def migrate_main(argv):
     forwarded = sum(link.forwarded for link in links)
     redirects = sum(link.target.redirects for link in links if link.target)
     retries = sum(link.target.retries for link in links if link.target)
+    resyncs = sum(link.resyncs for link in links)
+    stale = sum(link.stale_deleted for link in links)
     print(f"forwarded {forwarded:,} write(s) from the replication stream(s); {redirects} redirected, "
-          f"{retries} retries")
+          f"{retries} retries; {resyncs} resynchronization(s) after a dropped source link, {stale} stale key(s) "
+          f"removed")
     if args.verify or args.verify_sample is not None:
         target = Target(args.target[0], args.target[1], **target_kw)
         try:
             dbs = sorted({0} | {db for link in links for db in (link.loaded.databases if link.loaded else ())})
-            problems = verify(sources, source_auth, target, dbs, args.verify_sample)
+            problems = verify([link.addr for link in links], source_auth, target, dbs, args.verify_sample)
         finally:
             target.close()
         if problems:

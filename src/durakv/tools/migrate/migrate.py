@@ -15,9 +15,10 @@ master_repl_offset is acknowledged by the target, and reports the lag it had; cl
 --verify compares the key count of every slot and the value (DUMP payloads decoded by keyspace/rdbvalue and
 compared re-encoded) of every key, or of --verify-sample N of them.
 
-MULTI/EXEC in the stream are forwarded as their commands (a transaction's keys may belong to different
-target shards); what a source's full resynchronization after a dropped link would need (dropping the
-target's keys of that source first) is not done: a dropped link ends the run with an error.
+A dropped link (the source restarted, or a cluster source failed over) is synced again from scratch, from the
+node that serves the link's slots now; the target's keys of those slots that the new RDB lacks were deleted
+meanwhile and are deleted on the target too (it holds only what migrate wrote). MULTI/EXEC in the stream are
+forwarded as their commands (a transaction's keys may belong to different target shards).
 """
 
 import os
@@ -50,18 +51,43 @@ class MigrateError(Exception):
     pass
 
 
+class LinkLost(MigrateError):
+    """The replication link to a source dropped: the link syncs again from scratch (RESUME_*)."""
+
+
+RESUME_ATTEMPTS = 8                # full resynchronizations a link tries after its link dropped ...
+RESUME_DEADLINE_S = 180.0          # ... within this long
+RESUME_FIRST_S = 1.0
+
+
 def _info(conn, section):
     text = conn.execute("INFO", section).decode("utf-8", "replace")
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
 
 
 def source_primaries(host, port, ssl_context=None, user=None, password=None):
-    """(host, port) of every primary of the source: the node itself, or every master of CLUSTER SLOTS."""
+    """{(host, port): [(first, last) slot ranges] or None (a standalone server: every slot)} of the source."""
     with _connect(host, port, ssl_context, user, password) as c:
         if _info(c, "cluster").get("cluster_enabled") != "1":
-            return [(host, port)]
+            return {(host, port): None}
         ranges = parse_cluster_slots(c.execute("CLUSTER", "SLOTS"), host)
-    return sorted({addr for _first, _last, addr in ranges})
+    out = {}
+    for first, last, addr in ranges:
+        out.setdefault(addr, []).append((first, last))
+    return out
+
+
+def _owner_now(known, slot, ssl_context, user, password):
+    """The source node that serves `slot` now, asked of any node in `known` (after a source failover)."""
+    for addr in known:
+        try:
+            with _connect(addr[0], addr[1], ssl_context, user, password, timeout_s=5.0) as c:
+                for first, last, owner in parse_cluster_slots(c.execute("CLUSTER", "SLOTS"), addr[0]):
+                    if first <= slot <= last:
+                        return owner
+        except (OSError, RespError):
+            continue
+    return None
 
 
 def _connect(host, port, ssl_context, user, password, timeout_s=30.0):
@@ -74,9 +100,11 @@ def _connect(host, port, ssl_context, user, password, timeout_s=30.0):
 class SourceLink(threading.Thread):
     """One source primary followed as a replica, its writes forwarded to the target."""
 
-    def __init__(self, addr, source_auth, target_args, tmp_dir):
+    def __init__(self, addr, source_auth, target_args, tmp_dir, slot_ranges=None, known_sources=()):
         super().__init__(daemon=True, name=f"source {addr[0]}:{addr[1]}")
         self.addr = addr
+        self.slot_ranges = slot_ranges          # this source's slots (a cluster's primary), None: every slot
+        self.known_sources = list(known_sources) or [addr]
         self.source_auth = source_auth          # (ssl_context, user, password)
         self.target_args = target_args          # Target's (host, port, kwargs)
         self.tmp_dir = tmp_dir
@@ -87,6 +115,8 @@ class SourceLink(threading.Thread):
         self.rdb_bytes = 0
         self.loaded = None                      # importer Counts of the full sync
         self.forwarded = 0
+        self.resyncs = 0                        # full resynchronizations after a dropped link
+        self.stale_deleted = 0                  # target keys a resynchronization found gone from the source
         self.stop_event = threading.Event()
         self.loaded_event = threading.Event()
         self.target = None
@@ -102,9 +132,37 @@ class SourceLink(threading.Thread):
 
     def _run(self):
         commands.load_all()                     # the table that finds a forwarded command's keys
-        ssl_context, user, password = self.source_auth
         host, port, kw = self.target_args
         self.target = Target(host, port, **kw)
+        deadline = time.monotonic() + RESUME_DEADLINE_S
+        delay_s = RESUME_FIRST_S
+        try:
+            while True:
+                try:
+                    self._sync_and_stream()
+                    return
+                except (LinkLost, OSError) as exc:
+                    if self.stop_event.is_set():
+                        return
+                    if self.resyncs >= RESUME_ATTEMPTS or time.monotonic() > deadline:
+                        raise MigrateError(f"the link dropped ({exc}) and did not come back after "
+                                           f"{self.resyncs} resynchronization(s)") from exc
+                    self.state = "reconnecting"
+                    time.sleep(delay_s)
+                    delay_s = min(delay_s * 2, 10.0)
+                    self.resyncs += 1
+                    if self.slot_ranges:
+                        owner = _owner_now(self.known_sources + [self.addr], self.slot_ranges[0][0],
+                                           *self.source_auth)
+                        if owner is not None:
+                            self.addr = owner
+                            if owner not in self.known_sources:
+                                self.known_sources.append(owner)
+        finally:
+            self.target.close()
+
+    def _sync_and_stream(self):
+        ssl_context, user, password = self.source_auth
         conn = _connect(self.addr[0], self.addr[1], ssl_context, user, password, timeout_s=300.0)
         try:
             conn.execute("REPLCONF", "listening-port", str(conn.sock.getsockname()[1]))
@@ -124,15 +182,36 @@ class SourceLink(threading.Thread):
                         self.rdb_bytes += len(chunk)
                     conn.read_payload_into(write)
                 self.state = "loading"
-                self.loaded = import_rdb(path, self.target)
+                restored = set() if self.resyncs else None
+                loaded = import_rdb(path, self.target, restored=restored)
             finally:
                 os.unlink(path)
+            if restored is not None:
+                self._drop_stale(restored, loaded.databases)
+            else:
+                self.loaded = loaded
             self.loaded_event.set()
             self.state = "streaming"
             self._stream(conn)
         finally:
             conn.close()
-            self.target.close()
+
+    def _mine(self, slot):
+        return self.slot_ranges is None or any(a <= slot <= b for a, b in self.slot_ranges)
+
+    def _drop_stale(self, restored, databases):
+        """After a resynchronization: the target's keys of this source's slots that the new RDB does not hold
+        were deleted on the source while the link was down (the target holds only what migrate wrote)."""
+        target = self.target
+        for db in sorted(set(databases) | {0}):
+            for addr in target.primaries():
+                with _connect(addr[0], addr[1], target.ssl_context, target.user, target.password) as c:
+                    keys = _scan_keys(c, db)
+                for k in keys:
+                    if (db, k) not in restored and self._mine(key_slot(k)):
+                        target.write(db, ("DEL", k), k)
+                        self.stale_deleted += 1
+        target.flush()
 
     def _stream(self, conn):
         conn.settimeout(IDLE_READ_S)
@@ -146,7 +225,7 @@ class SourceLink(threading.Thread):
                 except (TimeoutError, OSError) as exc:
                     if isinstance(exc, TimeoutError) or "timed out" in str(exc):
                         break
-                    raise MigrateError(f"the source closed the replication link: {exc}")
+                    raise LinkLost(f"the source closed the replication link: {exc}") from exc
                 if isinstance(argv, RespError) or not isinstance(argv, list) or not argv:
                     raise MigrateError(f"unexpected data in the replication stream: {argv!r:.80}")
                 self.offset += len(encode_command(argv))
