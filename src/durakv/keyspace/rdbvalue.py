@@ -968,8 +968,9 @@ STREAM_READ_MAX_BYTES = 1 << 20
 
 class _StreamReader(_Reader):
     """A _Reader over bytes that arrive from read(n): the decoders run on it unchanged. buf holds the bytes
-    since the last mark() (one record's) and what was read ahead; mark() folds the consumed bytes into the
-    running CRC-64 of the file and drops them, so a record's bytes are held only while it is read."""
+    since the last mark() (the current record's, and up to STREAM_READ_AHEAD_BYTES of earlier ones) and what
+    was read ahead; mark() folds the consumed bytes into the running CRC-64 of the file and drops them, so a
+    large record's bytes are held only while it is read."""
 
     __slots__ = ("read", "crc")
 
@@ -1003,9 +1004,10 @@ class _StreamReader(_Reader):
         self.pos += 1
         return self.buf[self.pos - 1]
 
-    def mark(self):
-        """Folds the bytes consumed so far into the file's CRC-64 and forgets them."""
-        if self.pos:
+    def mark(self, everything=False):
+        """Folds the bytes consumed so far into the file's CRC-64 and forgets them: once they add up to the
+        read-ahead (dropping them moves what was read ahead, so not after every small record), or everything."""
+        if self.pos >= STREAM_READ_AHEAD_BYTES or (everything and self.pos):
             with memoryview(self.buf) as m:
                 self.crc = crc64(m[:self.pos], self.crc)
             del self.buf[:self.pos]
@@ -1013,14 +1015,19 @@ class _StreamReader(_Reader):
 
     def payload(self, rdbtype, start, version):
         """The DUMP payload of the object read from buf[start:pos]: its bytes as they are, not re-encoded."""
-        footer = version.to_bytes(2, "little")
-        head = bytes((rdbtype,))
+        head = _TYPE_BYTES[rdbtype]
+        footer = _VERSION_BYTES[version]
         with memoryview(self.buf) as m:
             body = m[start:self.pos]
-            crc = crc64(footer, crc64(body, crc64(head)))
+            crc = crc64(footer, crc64(body, _TYPE_BYTE_CRC[rdbtype]))
             out = b"".join((head, body, footer, crc.to_bytes(8, "little")))
             body.release()
         return out
+
+
+_TYPE_BYTES = [bytes((t,)) for t in range(256)]
+_TYPE_BYTE_CRC = [crc64(b) for b in _TYPE_BYTES]
+_VERSION_BYTES = {v: v.to_bytes(2, "little") for v in (*range(1, RDB_VERSION_MAX + 1), RDB_VERSION_FIELD_TTL)}
 
 
 def _rdb_header_version(header):
@@ -1061,7 +1068,7 @@ def iter_rdb(read, clock_ms=None):
         op = r.byte()
         if op == 0xFF:                                       # EOF
             if version >= 5:
-                r.mark()
+                r.mark(everything=True)
                 stored = int.from_bytes(r.take(8), "little")
                 if stored and stored != r.crc:
                     raise RdbError("RDB checksum mismatch")
