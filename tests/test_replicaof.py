@@ -278,3 +278,30 @@ def test_a_damaged_sync_clears_loading_and_removes_its_file(server_factory):
         assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
     finally:
         fake.stop()
+
+
+def test_replica_of_a_durakv_primary_through_its_forked_export(server_factory):
+    """durakv REPLICAOF durakv holding more than FORK_MIN_KEYS keys: the primary answers PSYNC with the file its
+    forked child wrote (+FULLRESYNC and the bulk header in it, sent from the mapped file as it is), the replica
+    streams it to its temporary file and loads it in slices, then follows the stream."""
+    from durakv.server.replfeed import FORK_MIN_KEYS
+    keys = 2 * FORK_MIN_KEYS
+    primary = server_factory("--durability", "sync")
+    p = primary.client()
+    assert p.execute_command("DEBUG", "POPULATE", keys) == b"OK"
+    p.set("ttl", "t", px=600_000)
+    p.hset("h", mapping={"a": "1", "b": "2"})
+    p.execute_command("HPEXPIRE", "h", 600_000, "FIELDS", 1, "a")
+    srv = server_factory("--durability", "sync")
+    c = srv.client()
+    assert c.execute_command("REPLICAOF", "127.0.0.1", primary.port) == b"OK"
+    wait_until(lambda: _linked(c), 60, what="the link to be up")
+    assert "Background RDB transfer started by pid" in primary.read_log()
+    assert c.dbsize() == keys + 2 and c.get(f"key:{keys - 1}") == f"value:{keys - 1}".encode()
+    assert 0 < c.pttl("ttl") <= 600_000
+    assert c.execute_command("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b")[1] == -1
+    assert c.execute_command("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b")[0] > 0
+    p.set("after", "1")
+    wait_until(lambda: c.get("after") == b"1", 30, what="the stream applied")
+    assert _temp_rdbs(srv) == []
+    assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
