@@ -131,6 +131,7 @@ def main():
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--durability", default="sync", choices=("sync", "async", "none"))
     ap.add_argument("--timeout-s", type=int, default=600, help="bound of each phase")
+    ap.add_argument("--server-src", help="run the server from this source tree (PYTHONPATH), e.g. a baseline's")
     ap.add_argument("--show-log", action="store_true", help="print the server's log lines about the sync")
     ap.add_argument("--py-spy-dump", action="store_true",
                     help="py-spy dump the server when a PING waits past %d ms (py-spy from PyPI; a dump pauses "
@@ -140,6 +141,10 @@ def main():
     if not redis_bin or not shutil.which("redis-cli"):
         sys.exit("needs redis-server and redis-cli (Debian's redis-server, redis-tools)")
     procs, logs, notable, dumps = [], [], [], []
+    server_env = dict(os.environ)
+    if opts.server_src:
+        server_env["PYTHONPATH"] = os.pathsep.join(filter(None, (opts.server_src, os.environ.get("PYTHONPATH"))))
+        server_env["PYTHONDONTWRITEBYTECODE"] = "1"
     rows = []
     with tempfile.TemporaryDirectory(prefix="measure-stalls-") as tmp:
         try:
@@ -153,7 +158,7 @@ def main():
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "durakv", "server", "--port", str(dport), "--bind", "127.0.0.1",
                  "--dir", os.path.join(tmp, "durakv"), "--durability", opts.durability],
-                stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+                stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True, env=server_env))
             primary = valkey.Valkey(host="127.0.0.1", port=rport, socket_timeout=opts.timeout_s)
             d = valkey.Valkey(host="127.0.0.1", port=dport, socket_timeout=opts.timeout_s)
             wait_until(primary.ping, READY_TIMEOUT_S, "redis-server")
