@@ -200,10 +200,14 @@ def test_a_large_full_sync_is_loaded_in_slices_while_clients_are_answered(server
 
 class _FakePrimary:
     """A primary on a loopback socket that sends one given RDB at the first full sync, then refuses every
-    later one: what a damaged transfer looks like to the replica, which a real server does not send."""
+    later one: what a damaged transfer looks like to the replica, which a real server does not send. With
+    piece_bytes it sends the RDB diskless (EOF:<mark>) in pieces of that size, the mark split over two."""
 
-    def __init__(self, rdb):
+    EOF_MARK = b"0123456789abcdefghij0123456789ABCDEFGHIJ"
+
+    def __init__(self, rdb, piece_bytes=None):
         self.rdb = rdb
+        self.piece_bytes = piece_bytes
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.syncs = 0
@@ -238,7 +242,17 @@ class _FakePrimary:
                         conn.sendall(b"+PONG\r\n")
                     elif name == b"PSYNC":
                         self.syncs += 1
-                        conn.sendall(b"+FULLRESYNC " + b"a" * 40 + b" 0\r\n$%d\r\n" % len(self.rdb) + self.rdb)
+                        if self.piece_bytes is None:
+                            conn.sendall(b"+FULLRESYNC " + b"a" * 40 + b" 0\r\n$%d\r\n" % len(self.rdb) + self.rdb)
+                            continue
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        conn.sendall(b"+FULLRESYNC " + b"a" * 40 + b" 0\r\n$EOF:" + self.EOF_MARK + b"\r\n")
+                        body = self.rdb + self.EOF_MARK
+                        # a piece boundary inside the mark: the replica must not take its first part for data
+                        cut = len(self.rdb) + len(self.EOF_MARK) // 2
+                        for part in (body[:cut], body[cut:]):
+                            for k in range(0, len(part), self.piece_bytes):
+                                conn.sendall(part[k:k + self.piece_bytes])
                     elif name == b"REPLCONF":
                         if argv[1].upper() != b"ACK":
                             conn.sendall(b"+OK\r\n")
@@ -305,3 +319,25 @@ def test_replica_of_a_durakv_primary_through_its_forked_export(server_factory):
     wait_until(lambda: c.get("after") == b"1", 30, what="the stream applied")
     assert _temp_rdbs(srv) == []
     assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+
+
+def test_a_diskless_sync_with_the_eof_mark_split_over_reads(server_factory):
+    """A diskless transfer (EOF:<40-byte mark>) whose bytes arrive in small pieces, the mark split in two: the
+    replica's file gets exactly the RDB (the mark held back until the bytes after it show the end) and every key
+    loads; the temporary file is removed once loaded."""
+    far_ms = 4_102_444_800_000
+    items = [(b"k%d" % i, b"v" * (i % 300) or b"e", far_ms + i if i % 10 == 0 else None) for i in range(3000)]
+    fake = _FakePrimary(rdbvalue.rdb_file([(0, items)]), piece_bytes=997)
+    try:
+        srv = server_factory("--durability", "sync")
+        c = srv.client()
+        assert c.execute_command("REPLICAOF", "127.0.0.1", fake.port) == b"OK"
+        wait_until(lambda: _linked(c), 30, what="the link to be up")
+        assert c.dbsize() == 3000 and fake.syncs == 1
+        assert c.get("k299") == b"v" * 299 and c.get("k300") == b"e"
+        assert c.execute_command("PEXPIRETIME", "k20") == far_ms + 20
+        assert c.execute_command("PEXPIRETIME", "k21") == -1
+        assert _temp_rdbs(srv) == []
+        assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    finally:
+        fake.stop()
