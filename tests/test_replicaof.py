@@ -324,20 +324,23 @@ def test_replica_of_a_durakv_primary_through_its_forked_export(server_factory):
 def test_a_diskless_sync_with_the_eof_mark_split_over_reads(server_factory):
     """A diskless transfer (EOF:<40-byte mark>) whose bytes arrive in small pieces, the mark split in two: the
     replica's file gets exactly the RDB (the mark held back until the bytes after it show the end) and every key
-    loads; the temporary file is removed once loaded."""
+    loads; the temporary file is removed once loaded, and so is one a killed server left behind."""
     far_ms = 4_102_444_800_000
     items = [(b"k%d" % i, b"v" * (i % 300) or b"e", far_ms + i if i % 10 == 0 else None) for i in range(3000)]
     fake = _FakePrimary(rdbvalue.rdb_file([(0, items)]), piece_bytes=997)
     try:
         srv = server_factory("--durability", "sync")
         c = srv.client()
+        stale = os.path.join(srv.data_dir, "temp-replicaof-1-left-by-a-killed-server.rdb")
+        with open(stale, "wb") as f:
+            f.write(b"REDIS0010")
         assert c.execute_command("REPLICAOF", "127.0.0.1", fake.port) == b"OK"
         wait_until(lambda: _linked(c), 30, what="the link to be up")
         assert c.dbsize() == 3000 and fake.syncs == 1
         assert c.get("k299") == b"v" * 299 and c.get("k300") == b"e"
         assert c.execute_command("PEXPIRETIME", "k20") == far_ms + 20
         assert c.execute_command("PEXPIRETIME", "k21") == -1
-        assert _temp_rdbs(srv) == []
+        assert _temp_rdbs(srv) == []          # the stale one too
         assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
     finally:
         fake.stop()

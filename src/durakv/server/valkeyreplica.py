@@ -53,6 +53,8 @@ EOF_MARK_BYTES = 40
 # The RDB's bytes are taken from the socket and written to the temporary file in pieces of this size.
 SYNC_READ_BYTES = 1 << 20
 SYNC_READ_TIMEOUT_S = 300
+# The temporary file of a full sync in the data dir: temp-replicaof-<pid>-<random>.rdb
+SYNC_FILE_PREFIX = "temp-replicaof-"
 # One slice of the load (keys applied between two yields to the loop): short enough that other clients are
 # answered within a few milliseconds, long enough that yielding costs little of the load's time.
 SLICE_MAX_KEYS = 1000
@@ -61,6 +63,17 @@ SLICE_MAX_MS = 5
 
 class LinkError(Exception):
     pass
+
+
+def _remove_stale_sync_files(data_dir):
+    """Removes the sync files a killed server left behind (this process' own are removed by their sync)."""
+    mine = "%s%d-" % (SYNC_FILE_PREFIX, os.getpid())
+    for name in os.listdir(data_dir):
+        if name.startswith(SYNC_FILE_PREFIX) and not name.startswith(mine):
+            try:
+                os.unlink(os.path.join(data_dir, name))
+            except OSError:
+                pass
 
 
 class ValkeyReplicaLink:
@@ -173,7 +186,9 @@ class ValkeyReplicaLink:
         _, replid, offset = answer.split(b" ")
         self.state = "sync"
         self.sync_started_s = time.monotonic()
-        fd, path = tempfile.mkstemp(prefix="temp-replicaof-", suffix=".rdb", dir=self.server.dir)
+        _remove_stale_sync_files(self.server.dir)
+        fd, path = tempfile.mkstemp(prefix="%s%d-" % (SYNC_FILE_PREFIX, os.getpid()), suffix=".rdb",
+                                    dir=self.server.dir)
         try:
             with open(fd, "wb") as f:
                 rdb_bytes = await self._read_payload(reader, f)
