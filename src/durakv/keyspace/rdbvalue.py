@@ -1074,6 +1074,7 @@ def iter_rdb(read, clock_ms=None):
     up to n bytes (b"" at the end), like a file's read or a buffered socket's. Yields tuples:
        ("aux", name: bytes, value: bytes)
        ("db", db_id: int)               # SELECTDB
+       ("resizedb", db_id: int, keys: int, expires: int)   # RESIZEDB: the sizes the saver had, a hint
        ("key", db_id: int, key: bytes, payload: bytes, expire_at_ms: int | None)
        ("function", code: bytes)        # a FUNCTION2 library's code
     payload is a DUMP payload of the value exactly as RESTORE takes it: the object's type byte and its bytes
@@ -1102,8 +1103,8 @@ def iter_rdb(read, clock_ms=None):
             db_id = r.length()
             yield ("db", db_id)
         elif op == 0xFB:                                     # RESIZEDB: sizes are hints
-            r.length()
-            r.length()
+            keys = r.length()
+            yield ("resizedb", db_id, keys, r.length())
         elif op == 0xFA:                                     # AUX field
             name = bytes(r.string())
             yield ("aux", name, bytes(r.string()))

@@ -37,7 +37,7 @@ import time
 
 import hiredis
 
-from .. import messages
+from .. import fastpath, messages
 from ..commands.session import Session
 from ..keyspace import rdbvalue
 from ..protocol.resp import ErrorReply, encode_command
@@ -298,6 +298,10 @@ class ValkeyReplicaLink:
                     in_slice += 1
                 elif kind == "function":
                     apply([b"FUNCTION", b"LOAD", b"REPLACE", rec[1]])
+                elif kind == "resizedb" and fastpath.core is not None and rec[1] < len(server.keyspace.dbs):
+                    # the dicts sized for the whole load first: no insert rebuilds one (a stall of its own)
+                    server.keyspace.dbs[rec[1]].reserve(rec[2], rec[3], fastpath.core.presized_dict)
+                    continue
                 else:
                     continue
                 if in_slice >= SLICE_MAX_KEYS or perf_counter() >= slice_end:
