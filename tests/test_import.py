@@ -152,3 +152,25 @@ def test_import_refuses_what_the_target_cannot_hold(redis_server, server_factory
     assert r.returncode == 1 and "RDB checksum mismatch" in r.stderr, r.stderr
     r = durakv_cli("import", path, "--target", "127.0.0.1:1", "--quiet")
     assert r.returncode == 1 and "cannot reach the target 127.0.0.1:1" in r.stderr
+
+
+def test_redis_cli_cluster_import_into_a_durakv_cluster(redis_server, local_cluster):
+    """`redis-cli --cluster import` (MIGRATE ... from a standalone redis-server to each slot's owner, after
+    reading the target's CLUSTER NODES) moves a dataset into a 2-shard durakv cluster."""
+    import subprocess
+    port, src = redis_server()
+    p = src.pipeline(transaction=False)
+    for i in range(500):
+        p.set(f"k{i}", f"v{i}")
+    p.hset("h", mapping={"a": 1})
+    p.zadd("z", {"m": 2})
+    p.set("ttl", "t", ex=3600)
+    p.execute()
+    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    r = subprocess.run(["redis-cli", "--cluster", "import", f"127.0.0.1:{cluster.primary(0).port}",
+                        "--cluster-from", f"127.0.0.1:{port}", "--cluster-copy"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    names = sorted(src.keys("*"))
+    with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
+        assert contents(dk, names) == contents(src, names)

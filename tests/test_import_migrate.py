@@ -154,7 +154,7 @@ def test_migrate_resumes_after_the_replication_link_drops(redis_server, local_cl
     writer.start()
     wait_until(lambda: len(writer.acked) > 20, 20, what="the load to start")
     proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{cluster.primary(0).port}",
-                         "--duration", 30, "--cutover", "--verify")
+                         "--cutover-after", 30, "--cutover", "--verify")
     try:
         for n in (1, 2):
             wait_while_migrating(proc, lambda: replica_online(src, n), 60, what=f"full sync {n} streaming")
@@ -187,7 +187,7 @@ def test_migrate_transactions_and_databases_into_a_standalone_durakv(redis_serve
     port, src = redis_server()
     src.set("before", "1")
     srv = server_factory("--durability", "sync")
-    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--duration", 4,
+    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--cutover-after", 4,
                          "--cutover", "--verify")
     try:
         wait_while_migrating(proc, lambda: replica_online(src, 1), 60, what="the migration streaming")
@@ -227,7 +227,7 @@ def test_migrate_resumes_after_a_target_primary_is_killed(redis_server, local_cl
     writer.start()
     wait_until(lambda: len(writer.acked) > 20, 20, what="the load to start")
     # the killed node is the one --target names: the resumption finds the cluster through the other primary
-    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{old.port}", "--duration", 40,
+    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{old.port}", "--cutover-after", 40,
                          "--cutover", "--verify")
     try:
         wait_while_migrating(proc, lambda: replica_online(src, 1), 60, what="the migration streaming")
@@ -313,7 +313,7 @@ def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
         writer.start()
         wait_until(lambda: len(writer.acked) > 50, 20, what="the load to start")
         proc = start_migrate("--source", f"127.0.0.1:{masters[0]}", "--target",
-                             f"127.0.0.1:{cluster.primary(0).port}", "--duration", 25, "--cutover", "--verify")
+                             f"127.0.0.1:{cluster.primary(0).port}", "--cutover-after", 25, "--cutover", "--verify")
         try:
             old = masters[2]
             # durakv migrate is the master's second replica once it streams

@@ -1,5 +1,5 @@
 """`durakv migrate`: a running redis-server (standalone, and a 3-primary cluster) moved online into a
-2-shard durakv cluster while a client keeps writing; the cut-over pauses the source's writes and waits until
+2-shard durakv cluster while a client keeps writing, also across a target failover and a source restart; the cut-over pauses the source's writes and waits until
 durakv acknowledged all of them; every write the source acknowledged before the cut-over is on durakv, and
 --verify finds the same per-slot counts and values. Real processes, real sockets, bounded load."""
 
@@ -159,3 +159,112 @@ def test_migrate_a_three_primary_redis_cluster(local_cluster, tmp_path):
 def test_migrate_reports_an_unreachable_source(local_cluster):
     r = migrate("--source", "127.0.0.1:1", "--target", "127.0.0.1:2")
     assert r.returncode == 1 and "cannot reach the source 127.0.0.1:1" in r.stderr
+
+
+def test_migrate_survives_a_target_primary_killed_mid_migration(redis_server, local_cluster, tmp_path):
+    """A durakv primary is killed while the migration streams into it: the writer reloads the slot map,
+    resends the unanswered batch to the promoted replica, and the cut-over and verify still find every
+    acknowledged write (SETs and DELs only: a resent batch may run twice, which they do not mind)."""
+    port, src = redis_server()
+    p = src.pipeline(transaction=False)
+    for i in range(20000):
+        p.set(f"pre:{i}", "x" * 50)
+    p.execute()
+    cluster = local_cluster(shards=2, replicas=1, durability="sync")
+
+    class SetsOnly(Writer):
+        def run(self):
+            client = self.make_client()
+            start = time.monotonic()
+            i = 0
+            while not self.stop.is_set() and i < self.max_writes and time.monotonic() - start < self.max_s:
+                ahead_s = start + i * self.interval_s - time.monotonic()
+                if ahead_s > 0:
+                    time.sleep(ahead_s)
+                try:
+                    client.set(f"w:{i}", str(i))
+                except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+                    return
+                self.acked.append((time.monotonic(), f"w:{i}", str(i)))
+                i += 1
+
+    writer = SetsOnly(lambda: valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=3), rate_per_s=500)
+    writer.start()
+    wait_until(lambda: len(writer.acked) > 50, 20, what="the load to start")
+    victim = cluster.primary(0)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
+    proc = subprocess.Popen([sys.executable, "-m", "durakv", "migrate", "--source", f"127.0.0.1:{port}", "--target",
+                             f"127.0.0.1:{cluster.primary(1).port}", "--cutover", "--verify", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        with valkey.Valkey(host="127.0.0.1", port=victim.port, socket_timeout=5) as v:
+            wait_until(lambda: v.dbsize() > 2000, 60, what="the load into the shard to be under way")
+        assert cluster.kill(victim.name)
+        out, err = proc.communicate(timeout=240)
+        cut_s = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    writer.stop.set()
+    assert proc.returncode == 0, err + out
+    assert "verify: per-slot key counts equal, every key equal" in out, out
+    assert " 0 retries" not in out, "the kill made the writer resend: " + out
+    with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
+        check_acked(writer, cut_s, dk.get)
+    writer.join(10)
+
+
+def test_migrate_resyncs_after_the_source_restarts(redis_server, local_cluster, tmp_path):
+    """The source is killed mid-stream and restarted from its AOF: the link syncs again from scratch, the
+    target's keys deleted on the source meanwhile are removed, and the cut-over and verify find the same
+    data; every write the source acknowledged (and kept) before the cut-over is on durakv."""
+    import shutil
+    data = tmp_path / "src"
+    data.mkdir()
+    port = cluster_port()
+    cmd = [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+           "yes", "--appendfsync", "always", "--dir", str(data)]
+    src_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    procs = [src_proc]
+    try:
+        src = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
+        wait_until(src.ping, 10, what="the source")
+        p = src.pipeline(transaction=False)
+        for i in range(5000):
+            p.set(f"pre:{i}", "x" * 20)
+        p.execute()
+        cluster = local_cluster(shards=2, replicas=0, durability="sync")
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
+        proc = subprocess.Popen([sys.executable, "-m", "durakv", "migrate", "--source", f"127.0.0.1:{port}",
+                                 "--target", f"127.0.0.1:{cluster.primary(0).port}", "--cutover", "--cutover-after",
+                                 "12", "--verify", "--quiet"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
+                src.set("streamed", "1")
+                wait_until(lambda: dk.get("streamed") == b"1", 60, what="the stream to reach durakv")
+                os.kill(src_proc.pid, 9)
+                src_proc.wait(10)
+                src_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                            start_new_session=True)
+                procs.append(src_proc)
+                src = valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10)
+                wait_until(src.ping, 20, what="the restarted source")
+                src.delete("pre:1", "pre:2")           # while the link is down: only a resync can tell
+                src.set("after", "restart")
+                out, err = proc.communicate(timeout=240)
+                assert proc.returncode == 0, err + out
+                assert "verify: per-slot key counts equal, every key equal" in out, out
+                m = re.search(r"(\d+) resynchronization\(s\) after a dropped source link, (\d+) stale key", out)
+                assert m and int(m.group(1)) >= 1 and int(m.group(2)) >= 2, out
+                assert dk.get("pre:1") is None and dk.get("after") == b"restart" and dk.get("pre:3") == b"x" * 20
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        for sp in procs:
+            if sp.poll() is None:
+                sp.terminate()
+                sp.wait(timeout=10)

@@ -50,6 +50,8 @@ def _check(records, data):
             current_db = rec[1]
         elif rec[0] == "function":
             functions.append(rec[1])
+        elif rec[0] == "resizedb":
+            assert rec[1] == current_db and rec[2] >= rec[3] >= 0
         else:
             assert rec[0] == "aux" and isinstance(rec[1], bytes) and isinstance(rec[2], bytes)
     assert got == keys
@@ -135,6 +137,12 @@ def test_redis_server_file_matches_load_rdb_file(redis_rdb, server_factory):
     assert {(0, b"s:int"), (0, b"s:compressible"), (0, b"l:big"), (0, b"set:intset"), (0, b"h:big"),
             (0, b"z:big"), (0, b"st"), (3, b"k3"), (9, b"h9")} <= names
     assert [r[1] for r in records if r[0] == "db"] == [0, 3, 9]
+    # RESIZEDB: each database's key and TTL counts as the saver had them (a full load presizes with them)
+    counts = {}
+    for db, key, _v, _t, exp in got:
+        keys, ttls = counts.get(db, (0, 0))
+        counts[db] = (keys + 1, ttls + (exp is not None))
+    assert {r[1]: (r[2], r[3]) for r in records if r[0] == "resizedb"} == counts
     expires = {key: exp for db, key, v, t, exp in got if exp is not None}
     assert expires.keys() == {b"s:ttl", b"h:big", b"t3", b"t9"}
     assert expires[b"t3"] == expires[b"t9"] == FAR_FUTURE_MS
@@ -241,3 +249,20 @@ def test_large_value_is_held_about_once(tmp_path):
         tracemalloc.stop()
     assert sizes == [1 + 2 + 10, 1 + 5 + value_bytes + 10]   # type, string header + bytes, version + CRC
     assert peak < 3 * value_bytes
+
+
+def test_a_database_is_presized_only_while_empty():
+    import sys
+    from durakv.fastpath import core
+    from durakv.keyspace.db import Db
+    if core is None:
+        presized = dict        # the pure-Python core: the same calls, no presizing
+    else:
+        presized = core.presized_dict
+    db = Db(0)
+    assert db.reserve(100_000, 10, presized)
+    if core is not None:
+        assert sys.getsizeof(db.data) > 100_000 * 8 and sys.getsizeof(db.access) > 100_000 * 8
+    db.data[b"k"] = b"v"
+    before = db.data
+    assert not db.reserve(10, 0, presized) and db.data is before and db.data[b"k"] == b"v"

@@ -3,12 +3,17 @@ Valkey's replication protocol: the full sync (RDB), then the command stream; wri
 READONLY; what it applied is journaled (a kill -9 and restart keep it); REPLICAOF NO ONE makes it a primary
 again. Before, REPLICAOF was an unknown command (Valkey's multi unit stopped there)."""
 
+import os
+import socket
+import threading
 import time
 
+import hiredis
 import pytest
 import valkey
 
 from conftest import OracleServer, valkey91_binary, wait_until
+from durakv.keyspace import rdbvalue
 
 
 @pytest.fixture
@@ -143,3 +148,199 @@ def test_replconf_ack_names_only_what_the_journal_committed(server_factory, any_
     assert time.monotonic() - started < 0.9         # the commit's ACK, not the next once-a-second one
     assert c.get("stalled") == b"1"
     writer.close()
+
+
+def _temp_rdbs(srv):
+    return [n for n in os.listdir(srv.data_dir) if n.startswith("temp-replicaof-")]
+
+
+def test_a_large_full_sync_is_loaded_in_slices_while_clients_are_answered(server_factory, redis_server):
+    """200,000 keys from a real redis-server: the RDB goes through a temporary file and is applied in slices, so
+    while it loads another client is answered at once: -LOADING (Valkey's text) to GET and PING, INFO with
+    loading:1. Afterwards every key is there with its TTL and the temporary file is gone."""
+    keys = 200_000
+    port, primary = redis_server("--repl-diskless-sync-delay", "0", "--enable-debug-command", "local")
+    assert primary.execute_command("DEBUG", "POPULATE", keys, "key", 100) == b"OK"
+    ttl_keys = [f"key:{i}" for i in range(0, keys, 100)]
+    pipe = primary.pipeline(transaction=False)
+    for k in ttl_keys:
+        pipe.pexpire(k, 600_000)
+    assert all(pipe.execute())
+    srv = server_factory("--durability", "sync")
+    c = srv.client()
+    watcher = srv.client(single_connection_client=True, socket_timeout=10)
+    assert c.execute_command("REPLICAOF", "127.0.0.1", port) == b"OK"
+    seen = {"loading": 0, "get_loading": 0, "ping_loading": 0}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _linked(c):
+        if watcher.info("persistence")["loading"] != 1:
+            continue
+        seen["loading"] += 1
+        for what, call in (("get_loading", lambda: watcher.get("key:1")), ("ping_loading", watcher.ping)):
+            try:
+                call()
+            except valkey.exceptions.BusyLoadingError as e:
+                assert str(e) == "Valkey is loading the dataset in memory"
+                seen[what] += 1
+    assert _linked(c), "the link did not come up in 120 s"
+    assert seen["loading"] and seen["get_loading"] and seen["ping_loading"], seen
+    assert watcher.info("persistence")["loading"] == 0
+    assert c.dbsize() == keys
+    assert c.get("key:12345") == primary.get("key:12345") and len(c.get("key:7")) == 100
+    pipe = c.pipeline(transaction=False)
+    for k in ttl_keys:
+        pipe.pttl(k)
+    assert all(0 < t <= 600_000 for t in pipe.execute())
+    assert c.pttl("key:1") == -1
+    assert _temp_rdbs(srv) == []
+    # the longest stall is reported (measured, not asserted: scripts/measure_stalls.py)
+    assert isinstance(c.info("stats")["eventloop_longest_stall_ms"], int)
+    watcher.close()
+
+
+class _FakePrimary:
+    """A primary on a loopback socket that sends one given RDB at the first full sync, then refuses every
+    later one: what a damaged transfer looks like to the replica, which a real server does not send. With
+    piece_bytes it sends the RDB diskless (EOF:<mark>) in pieces of that size, the mark split over two."""
+
+    EOF_MARK = b"0123456789abcdefghij0123456789ABCDEFGHIJ"
+
+    def __init__(self, rdb, piece_bytes=None):
+        self.rdb = rdb
+        self.piece_bytes = piece_bytes
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.syncs = 0
+        self.stopping = False
+        self.conns = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.conns.append(conn)
+            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+
+    def _session(self, conn):
+        parser = hiredis.Reader()
+        try:
+            while not self.stopping:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                parser.feed(data)
+                while (argv := parser.gets()) is not False:
+                    name = argv[0].upper()
+                    if name == b"PING" and self.syncs:
+                        conn.sendall(b"-ERR this fake primary syncs once\r\n")
+                    elif name == b"PING":
+                        conn.sendall(b"+PONG\r\n")
+                    elif name == b"PSYNC":
+                        self.syncs += 1
+                        if self.piece_bytes is None:
+                            conn.sendall(b"+FULLRESYNC " + b"a" * 40 + b" 0\r\n$%d\r\n" % len(self.rdb) + self.rdb)
+                            continue
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        conn.sendall(b"+FULLRESYNC " + b"a" * 40 + b" 0\r\n$EOF:" + self.EOF_MARK + b"\r\n")
+                        body = self.rdb + self.EOF_MARK
+                        # a piece boundary inside the mark: the replica must not take its first part for data
+                        cut = len(self.rdb) + len(self.EOF_MARK) // 2
+                        for part in (body[:cut], body[cut:]):
+                            for k in range(0, len(part), self.piece_bytes):
+                                conn.sendall(part[k:k + self.piece_bytes])
+                    elif name == b"REPLCONF":
+                        if argv[1].upper() != b"ACK":
+                            conn.sendall(b"+OK\r\n")
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.stopping = True
+        self.sock.close()
+        for conn in self.conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.thread.join(timeout=5)
+
+
+def test_a_damaged_sync_clears_loading_and_removes_its_file(server_factory):
+    """An RDB whose CRC-64 does not match (a byte flipped inside a value, so every key parses and is applied
+    first): the load fails at the file's end, the server leaves its loading state, the temporary file is
+    removed, and the link is tried again."""
+    items = [(b"k%d" % i, b"value-%d-" % i + b"x" * 200, None) for i in range(5000)]
+    rdb = bytearray(rdbvalue.rdb_file([(0, items)]))
+    rdb[rdb.find(b"value-4990-") + 3] ^= 0x01
+    fake = _FakePrimary(bytes(rdb))
+    try:
+        srv = server_factory("--durability", "sync")
+        c = srv.client()
+        assert c.execute_command("REPLICAOF", "127.0.0.1", fake.port) == b"OK"
+        wait_until(lambda: "RDB checksum mismatch" in srv.read_log(), 30, what="the load to fail")
+        wait_until(lambda: c.info("persistence")["loading"] == 0, 10, what="loading to be cleared")
+        assert _temp_rdbs(srv) == []
+        c.get("k1")             # answered: no -LOADING once the load failed
+        assert fake.syncs == 1 and not _linked(c)
+        assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    finally:
+        fake.stop()
+
+
+def test_replica_of_a_durakv_primary_through_its_forked_export(server_factory):
+    """durakv REPLICAOF durakv holding more than FORK_MIN_KEYS keys: the primary answers PSYNC with the file its
+    forked child wrote (+FULLRESYNC and the bulk header in it, sent from the mapped file as it is), the replica
+    streams it to its temporary file and loads it in slices, then follows the stream."""
+    from durakv.server.replfeed import FORK_MIN_KEYS
+    keys = 2 * FORK_MIN_KEYS
+    primary = server_factory("--durability", "sync")
+    p = primary.client()
+    assert p.execute_command("DEBUG", "POPULATE", keys) == b"OK"
+    p.set("ttl", "t", px=600_000)
+    p.hset("h", mapping={"a": "1", "b": "2"})
+    p.execute_command("HPEXPIRE", "h", 600_000, "FIELDS", 1, "a")
+    srv = server_factory("--durability", "sync")
+    c = srv.client()
+    assert c.execute_command("REPLICAOF", "127.0.0.1", primary.port) == b"OK"
+    wait_until(lambda: _linked(c), 60, what="the link to be up")
+    assert "Background RDB transfer started by pid" in primary.read_log()
+    assert c.dbsize() == keys + 2 and c.get(f"key:{keys - 1}") == f"value:{keys - 1}".encode()
+    assert 0 < c.pttl("ttl") <= 600_000
+    assert c.execute_command("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b")[1] == -1
+    assert c.execute_command("HPEXPIRETIME", "h", "FIELDS", 2, "a", "b")[0] > 0
+    p.set("after", "1")
+    wait_until(lambda: c.get("after") == b"1", 30, what="the stream applied")
+    assert _temp_rdbs(srv) == []
+    assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+
+
+def test_a_diskless_sync_with_the_eof_mark_split_over_reads(server_factory):
+    """A diskless transfer (EOF:<40-byte mark>) whose bytes arrive in small pieces, the mark split in two: the
+    replica's file gets exactly the RDB (the mark held back until the bytes after it show the end) and every key
+    loads; the temporary file is removed once loaded, and so is one a killed server left behind."""
+    far_ms = 4_102_444_800_000
+    items = [(b"k%d" % i, b"v" * (i % 300) or b"e", far_ms + i if i % 10 == 0 else None) for i in range(3000)]
+    fake = _FakePrimary(rdbvalue.rdb_file([(0, items)]), piece_bytes=997)
+    try:
+        srv = server_factory("--durability", "sync")
+        c = srv.client()
+        stale = os.path.join(srv.data_dir, "temp-replicaof-1-left-by-a-killed-server.rdb")
+        with open(stale, "wb") as f:
+            f.write(b"REDIS0010")
+        assert c.execute_command("REPLICAOF", "127.0.0.1", fake.port) == b"OK"
+        wait_until(lambda: _linked(c), 30, what="the link to be up")
+        assert c.dbsize() == 3000 and fake.syncs == 1
+        assert c.get("k299") == b"v" * 299 and c.get("k300") == b"e"
+        assert c.execute_command("PEXPIRETIME", "k20") == far_ms + 20
+        assert c.execute_command("PEXPIRETIME", "k21") == -1
+        assert _temp_rdbs(srv) == []          # the stale one too
+        assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    finally:
+        fake.stop()

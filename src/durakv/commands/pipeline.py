@@ -428,7 +428,8 @@ class Pipeline:
         if session.special:
             if session.subscribed and session.resp == 2 and cmd.fullname.split("|")[0] not in _PUBSUB_ALLOWED:
                 return messages.PUBSUB_CONTEXT.format(cmd.fullname)
-        if self._loading and not cmd.loading:
+        # (the REPLICAOF link's session is what loads the primary's dataset: server/valkeyreplica.py)
+        if self._loading and not cmd.loading and not session.from_primary:
             return messages.BUSY_LOADING
         busy = self._busy
         if busy is not None:

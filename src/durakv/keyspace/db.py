@@ -175,6 +175,17 @@ class Db:
                     self._sample_misses = 0
         return out
 
+    def reserve(self, keys: int, expires: int, presized):
+        """Room for `keys` keys (and `expires` TTLs) before a load that knows its size (an RDB's RESIZEDB), so
+        that no insert of the load rebuilds a dict at once: presized(n) makes an empty dict with room for n
+        (the compiled core's; CPython grows a dict by rebuilding it whole). Only an empty database is resized."""
+        if self.data or self.expires or self.access:
+            return False
+        self.data = presized(keys)
+        self.access = presized(keys)
+        self.expires = presized(expires)
+        return True
+
     def clear(self):
         self.data.clear()
         if self.slots is not None:

@@ -406,6 +406,25 @@ class _Reader:
             return lzf_decompress(self.take(compressed_len), out_len)
         raise RdbError("unknown string encoding %d" % n)
 
+    def skip_string(self):
+        """Steps over what string() would read, without decompressing it: where only its end matters."""
+        n, encoded = self.len_or_enc()
+        if not encoded:
+            self.skip(n)
+        elif n <= ENC_INT32:
+            self.skip(1 << n)
+        elif n == ENC_LZF:
+            compressed_len = self.length()
+            self.length()
+            self.skip(compressed_len)
+        else:
+            raise RdbError("unknown string encoding %d" % n)
+
+    def skip(self, n):
+        if self.pos + n > self.end:
+            raise RdbError("truncated payload")
+        self.pos += n
+
     def millis(self):
         return int.from_bytes(self.take(8), "little", signed=True)
 
@@ -968,8 +987,9 @@ STREAM_READ_MAX_BYTES = 1 << 20
 
 class _StreamReader(_Reader):
     """A _Reader over bytes that arrive from read(n): the decoders run on it unchanged. buf holds the bytes
-    since the last mark() (one record's) and what was read ahead; mark() folds the consumed bytes into the
-    running CRC-64 of the file and drops them, so a record's bytes are held only while it is read."""
+    since the last mark() (the current record's, and up to STREAM_READ_AHEAD_BYTES of earlier ones) and what
+    was read ahead; mark() folds the consumed bytes into the running CRC-64 of the file and drops them, so a
+    large record's bytes are held only while it is read."""
 
     __slots__ = ("read", "crc")
 
@@ -1003,9 +1023,15 @@ class _StreamReader(_Reader):
         self.pos += 1
         return self.buf[self.pos - 1]
 
-    def mark(self):
-        """Folds the bytes consumed so far into the file's CRC-64 and forgets them."""
-        if self.pos:
+    def skip(self, n):
+        if self.pos + n > self.end:
+            self._fill(n)
+        self.pos += n
+
+    def mark(self, everything=False):
+        """Folds the bytes consumed so far into the file's CRC-64 and forgets them: once they add up to the
+        read-ahead (dropping them moves what was read ahead, so not after every small record), or everything."""
+        if self.pos >= STREAM_READ_AHEAD_BYTES or (everything and self.pos):
             with memoryview(self.buf) as m:
                 self.crc = crc64(m[:self.pos], self.crc)
             del self.buf[:self.pos]
@@ -1013,14 +1039,19 @@ class _StreamReader(_Reader):
 
     def payload(self, rdbtype, start, version):
         """The DUMP payload of the object read from buf[start:pos]: its bytes as they are, not re-encoded."""
-        footer = version.to_bytes(2, "little")
-        head = bytes((rdbtype,))
+        head = _TYPE_BYTES[rdbtype]
+        footer = _VERSION_BYTES[version]
         with memoryview(self.buf) as m:
             body = m[start:self.pos]
-            crc = crc64(footer, crc64(body, crc64(head)))
+            crc = crc64(footer, crc64(body, _TYPE_BYTE_CRC[rdbtype]))
             out = b"".join((head, body, footer, crc.to_bytes(8, "little")))
             body.release()
         return out
+
+
+_TYPE_BYTES = [bytes((t,)) for t in range(256)]
+_TYPE_BYTE_CRC = [crc64(b) for b in _TYPE_BYTES]
+_VERSION_BYTES = {v: v.to_bytes(2, "little") for v in (*range(1, RDB_VERSION_MAX + 1), RDB_VERSION_FIELD_TTL)}
 
 
 def _rdb_header_version(header):
@@ -1043,12 +1074,14 @@ def iter_rdb(read, clock_ms=None):
     up to n bytes (b"" at the end), like a file's read or a buffered socket's. Yields tuples:
        ("aux", name: bytes, value: bytes)
        ("db", db_id: int)               # SELECTDB
+       ("resizedb", db_id: int, keys: int, expires: int)   # RESIZEDB: the sizes the saver had, a hint
        ("key", db_id: int, key: bytes, payload: bytes, expire_at_ms: int | None)
        ("function", code: bytes)        # a FUNCTION2 library's code
     payload is a DUMP payload of the value exactly as RESTORE takes it: the object's type byte and its bytes
     as they stand in the file, then a 2-byte RDB version (the file's: its objects' encodings are that
-    version's, and durakv's RESTORE reads every version a file may have) and the CRC-64. Each object is
-    decoded once on the way (by load_rdb_file's decoders), so a malformed one is found here, not at RESTORE.
+    version's, and durakv's RESTORE reads every version a file may have) and the CRC-64. Each object but a
+    string is decoded once on the way (by load_rdb_file's decoders), so a malformed one is found here, not at
+    RESTORE; a string is stepped over (its encoding's lengths checked, an LZF body not decompressed).
     The file's trailing CRC-64 is checked incrementally at EOF (unless 0); raises RdbError on a malformed,
     truncated, wrong-magic or unsupported file, like load_rdb_file."""
     r = _StreamReader(read)
@@ -1061,7 +1094,7 @@ def iter_rdb(read, clock_ms=None):
         op = r.byte()
         if op == 0xFF:                                       # EOF
             if version >= 5:
-                r.mark()
+                r.mark(everything=True)
                 stored = int.from_bytes(r.take(8), "little")
                 if stored and stored != r.crc:
                     raise RdbError("RDB checksum mismatch")
@@ -1070,8 +1103,8 @@ def iter_rdb(read, clock_ms=None):
             db_id = r.length()
             yield ("db", db_id)
         elif op == 0xFB:                                     # RESIZEDB: sizes are hints
-            r.length()
-            r.length()
+            keys = r.length()
+            yield ("resizedb", db_id, keys, r.length())
         elif op == 0xFA:                                     # AUX field
             name = bytes(r.string())
             yield ("aux", name, bytes(r.string()))
@@ -1090,7 +1123,12 @@ def iter_rdb(read, clock_ms=None):
         else:
             key = bytes(r.string())
             start = r.pos
-            _load_object_ttls(r, op, clock_ms)   # for its boundaries and its checks; the value is not kept
+            if op == T_STRING:
+                # RESTORE decodes it (and checks it) anyway: decompressing an LZF string twice (pure Python)
+                # cost a REPLICAOF load of redis-server's DEBUG POPULATE keys a third of its rate
+                r.skip_string()
+            else:
+                _load_object_ttls(r, op, clock_ms)   # for its boundaries and its checks; the value is not kept
             payload = r.payload(op, start, version)
             yield ("key", db_id, key, payload, expire_at_ms)
             expire_at_ms = None

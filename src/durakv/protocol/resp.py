@@ -9,6 +9,7 @@ Handlers return plain Python values; the connection encodes them for the client'
     RespSet      set (array in RESP2)     Push         push (array in RESP2)
     NullArray    *-1 in RESP2, _ in RESP3 ErrorReply   error
     Raw          bytes sent as they are
+    RawView      bytes sent as they are from a buffer, not copied (an mmap'd file: SYNC's RDB)
 """
 
 import math
@@ -27,6 +28,18 @@ class Push(list):
 class Raw(bytes):
     """Already-encoded reply bytes."""
     __slots__ = ()
+
+
+class RawView:
+    """Already-encoded reply bytes in a buffer (a memoryview of an mmap'd file): the connection hands the view
+    to the transport as it is, so a reply of a hundred megabytes costs the event loop no copy of it."""
+    __slots__ = ("view",)
+
+    def __init__(self, view):
+        self.view = view
+
+    def __len__(self):
+        return len(self.view)
 
 
 class _NullArray:
@@ -233,6 +246,8 @@ def _encode(value, resp3, w):
             w(b":1\r\n" if value else b":0\r\n")
     elif value is NullArray:
         w(b"_\r\n" if resp3 else b"*-1\r\n")
+    elif t is RawView:
+        w(value.view)
     elif isinstance(value, bytearray) or isinstance(value, memoryview):
         data = bytes(value)
         w(b"$%d\r\n%s\r\n" % (len(data), data))

@@ -18,7 +18,7 @@ from ..commands.generic import RESTORE_OFF_LOOP_BYTES, decode_payload
 from ..commands.pipeline import Postponed
 from ..commands.session import Session
 from ..protocol.parser import RequestParser, unauthenticated_limit
-from ..protocol.resp import Deferred, Raw, encode
+from ..protocol.resp import Deferred, Raw, RawView, encode
 from .port import OFF_LOOP_PARKED, client_line
 
 log = logging.getLogger("durakv.server")
@@ -386,6 +386,8 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
     def _encode(self, reply):
+        if type(reply) is RawView:
+            return reply.view    # written as it is: encode() would join it into a copy
         try:
             return encode(reply, self.session.resp == 3)
         except Exception as exc:  # noqa: BLE001

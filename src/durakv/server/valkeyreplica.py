@@ -4,7 +4,13 @@ replication protocol, e.g. to move a dataset from Valkey or ElastiCache into dur
 The link (replicationSetPrimary / syncWithPrimary / readSyncBulkPayload in Valkey's replication.c):
 PING, AUTH with primaryuser / primaryauth if set, REPLCONF listening-port, capa eof psync2 and version, PSYNC ? -1
 (a full resynchronization every time: durakv keeps no replication backlog), the RDB payload (sized, or
-diskless with an EOF mark) read by keyspace/rdbvalue.py, then the command stream. What the primary sends is
+diskless with an EOF mark), then the command stream.
+
+The full sync stays off the event loop's critical path: the RDB is streamed from the socket to a temporary file
+in the data dir (never whole in memory; removed afterwards, also on errors), then read back record by record
+(rdbvalue.iter_rdb_file) and applied in slices of at most SLICE_MAX_KEYS keys or SLICE_MAX_MS, yielding to the
+loop between slices. Meanwhile the server is loading (server.loading, as at start-up): other clients get
+-LOADING to data commands, INFO and the like answer. What the primary sends is
 run through the pipeline on one session marked `from_primary` (the only one a replica accepts writes from), so
 every key loaded and every command applied is journaled like a client's write: a kill -9 of a durakv replica
 loses nothing it had applied. The replica answers REPLCONF GETACK and sends REPLCONF ACK <offset> every
@@ -25,11 +31,13 @@ primary's DELs remove them, as on a Valkey replica).
 import asyncio
 import collections
 import logging
+import os
+import tempfile
 import time
 
 import hiredis
 
-from .. import messages
+from .. import fastpath, messages
 from ..commands.session import Session
 from ..keyspace import rdbvalue
 from ..protocol.resp import ErrorReply, encode_command
@@ -42,10 +50,30 @@ REPLICA_RDB_VERSION_OF = b"9.0.0"
 RETRY_S = 1.0
 ACK_INTERVAL_S = 1.0
 EOF_MARK_BYTES = 40
+# The RDB's bytes are taken from the socket and written to the temporary file in pieces of this size.
+SYNC_READ_BYTES = 1 << 20
+SYNC_READ_TIMEOUT_S = 300
+# The temporary file of a full sync in the data dir: temp-replicaof-<pid>-<random>.rdb
+SYNC_FILE_PREFIX = "temp-replicaof-"
+# One slice of the load (keys applied between two yields to the loop): short enough that other clients are
+# answered within a few milliseconds, long enough that yielding costs little of the load's time.
+SLICE_MAX_KEYS = 1000
+SLICE_MAX_MS = 5
 
 
 class LinkError(Exception):
     pass
+
+
+def _remove_stale_sync_files(data_dir):
+    """Removes the sync files a killed server left behind (this process' own are removed by their sync)."""
+    mine = "%s%d-" % (SYNC_FILE_PREFIX, os.getpid())
+    for name in os.listdir(data_dir):
+        if name.startswith(SYNC_FILE_PREFIX) and not name.startswith(mine):
+            try:
+                os.unlink(os.path.join(data_dir, name))
+            except OSError:
+                pass
 
 
 class ValkeyReplicaLink:
@@ -158,16 +186,24 @@ class ValkeyReplicaLink:
         _, replid, offset = answer.split(b" ")
         self.state = "sync"
         self.sync_started_s = time.monotonic()
-        rdb = await self._read_payload(reader)
-        self._marks.clear()
-        self.durable_offset, self._owed = 0, 0
-        self._load(rdb)
+        _remove_stale_sync_files(self.server.dir)
+        fd, path = tempfile.mkstemp(prefix="%s%d-" % (SYNC_FILE_PREFIX, os.getpid()), suffix=".rdb",
+                                    dir=self.server.dir)
+        try:
+            with open(fd, "wb") as f:
+                rdb_bytes = await self._read_payload(reader, f)
+            self._marks.clear()
+            self.durable_offset, self._owed = 0, 0
+            keys = await self._load(path)
+        finally:
+            os.unlink(path)
         self.replid = replid.decode()
         self._applied_to(int(offset))     # the stream's start counts once the loaded data is committed
         self.full_syncs += 1
         self.state = "connected"
-        log.info("replica of %s:%d: full sync of %d bytes in %.2fs; streaming from offset %d", self.host,
-                 self.port, len(rdb), time.monotonic() - self.sync_started_s, self.offset)
+        took_s = time.monotonic() - self.sync_started_s
+        log.info("replica of %s:%d: full sync of %d bytes, %d keys in %.2fs; streaming from offset %d", self.host,
+                 self.port, rdb_bytes, keys, took_s, self.offset)
         durability = self.server.durability
         self._ack_writer = writer
         durability.commit_listeners.append(self._on_commit)
@@ -180,9 +216,10 @@ class ValkeyReplicaLink:
             if self._on_commit in durability.commit_listeners:
                 durability.commit_listeners.remove(self._on_commit)
 
-    async def _read_payload(self, reader) -> bytes:
+    async def _read_payload(self, reader, f) -> int:
+        """Writes the primary's RDB to the file f; returns its size in bytes."""
         while True:
-            line = await asyncio.wait_for(reader.readline(), 300)
+            line = await asyncio.wait_for(reader.readline(), SYNC_READ_TIMEOUT_S)
             if not line:
                 raise EOFError("the primary closed the connection during the sync")
             self.last_io_s = time.monotonic()
@@ -194,18 +231,38 @@ class ValkeyReplicaLink:
                 raise LinkError("unexpected sync header %r" % line[:40])
             break
         header = line[1:].rstrip(b"\r\n")
+        written = 0
         if header.startswith(b"EOF:"):
+            # diskless: the size is not known; the payload ends with the 40-byte mark, held back until the
+            # next bytes show it was not the end
             mark = header[4:]
             if len(mark) != EOF_MARK_BYTES:
                 raise LinkError("bad EOF mark")
-            data = bytearray()
-            while not data.endswith(mark):
-                chunk = await asyncio.wait_for(reader.read(1 << 20), 300)
+            tail = b""
+            while True:
+                chunk = await asyncio.wait_for(reader.read(SYNC_READ_BYTES), SYNC_READ_TIMEOUT_S)
                 if not chunk:
                     raise EOFError("the primary closed the connection during the sync")
-                data += chunk
-            return bytes(data[:-EOF_MARK_BYTES])
-        return await asyncio.wait_for(reader.readexactly(int(header)), 300)
+                self.last_io_s = time.monotonic()
+                data = tail + chunk
+                done = data.endswith(mark)
+                f.write(data[:-EOF_MARK_BYTES])
+                written += max(0, len(data) - EOF_MARK_BYTES)
+                if done:
+                    return written
+                tail = data[-EOF_MARK_BYTES:]
+        if not header.isdigit():
+            raise LinkError("bad sync header %r" % line[:40])
+        remaining = int(header)
+        while remaining:
+            chunk = await asyncio.wait_for(reader.read(min(remaining, SYNC_READ_BYTES)), SYNC_READ_TIMEOUT_S)
+            if not chunk:
+                raise EOFError("the primary closed the connection during the sync")
+            self.last_io_s = time.monotonic()
+            f.write(chunk)
+            remaining -= len(chunk)
+            written += len(chunk)
+        return written
 
     def _apply(self, argv):
         """One command from the primary, through the pipeline as the primary's session (journaled)."""
@@ -216,19 +273,45 @@ class ValkeyReplicaLink:
             # a write that did not happen here would leave this replica behind for good: sync again
             raise LinkError("applying %r failed: %s" % (argv[0], reply.text))
 
-    def _load(self, rdb: bytes):
-        field_ttls = {}
-        databases, libraries = rdbvalue.load_rdb_file(rdb, self.server.keyspace.clock_ms, field_ttls)
-        self._apply([b"FLUSHALL"])
-        self._apply([b"FUNCTION", b"FLUSH"])
-        for code in libraries:
-            self._apply([b"FUNCTION", b"LOAD", b"REPLACE", code])
-        for db_id, items in sorted(databases.items()):
-            self._apply([b"SELECT", b"%d" % db_id])
-            for key, value, expire_at_ms in items:
-                self._apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0),
-                             rdbvalue.dump(value, field_ttls.get((db_id, key))), b"REPLACE", b"ABSTTL"])
-        self._apply([b"SELECT", b"0"])
+    async def _load(self, path) -> int:
+        """Replaces the dataset with the RDB file's, as the primary's session (journaled), in slices; returns
+        the number of keys. Each key is RESTOREd from its payload as the file has it (no decode and re-dump)."""
+        server = self.server
+        apply = self._apply
+        server.loading = True
+        try:
+            apply([b"FLUSHALL"])
+            apply([b"FUNCTION", b"FLUSH"])
+            selected, keys, in_slice = None, 0, 0
+            perf_counter = time.perf_counter
+            slice_s = SLICE_MAX_MS / 1000
+            slice_end = perf_counter() + slice_s
+            for rec in rdbvalue.iter_rdb_file(path, server.keyspace.clock_ms):
+                kind = rec[0]
+                if kind == "key":
+                    _, db_id, key, payload, expire_at_ms = rec
+                    if db_id != selected:
+                        apply([b"SELECT", b"%d" % db_id])
+                        selected = db_id
+                    apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0), payload, b"REPLACE", b"ABSTTL"])
+                    keys += 1
+                    in_slice += 1
+                elif kind == "function":
+                    apply([b"FUNCTION", b"LOAD", b"REPLACE", rec[1]])
+                elif kind == "resizedb" and fastpath.core is not None and rec[1] < len(server.keyspace.dbs):
+                    # the dicts sized for the whole load first: no insert rebuilds one (a stall of its own)
+                    server.keyspace.dbs[rec[1]].reserve(rec[2], rec[3], fastpath.core.presized_dict)
+                    continue
+                else:
+                    continue
+                if in_slice >= SLICE_MAX_KEYS or perf_counter() >= slice_end:
+                    await asyncio.sleep(0)
+                    in_slice = 0
+                    slice_end = perf_counter() + slice_s
+            apply([b"SELECT", b"0"])
+            return keys
+        finally:
+            server.loading = False
 
     async def _stream(self, reader, writer):
         parser = hiredis.Reader()

@@ -95,9 +95,10 @@ def migrate_main(argv):
     p.add_argument("--verify-sample", type=int, default=None, metavar="N", help="compare N sampled keys' values")
     p.add_argument("--cutover", action="store_true",
                    help="after the full sync: pause the sources' writes, wait until the target has all, exit 0")
+    p.add_argument("--cutover-after", type=float, default=0.0, metavar="S",
+                   help="with --cutover: stream for S seconds after the full sync before cutting over")
     p.add_argument("--duration", type=float, default=None,
-                   help="stream this many seconds after the full sync, then cut over (--cutover) or stop "
-                        "(default: cut over at once, or without --cutover stream until Ctrl-C)")
+                   help="without --cutover: stream for this many seconds, then stop (default: until Ctrl-C)")
     p.add_argument("--tmp-dir", default=None, help="where the full syncs' RDB files are written while loaded")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -145,9 +146,9 @@ def migrate_main(argv):
             sys.stderr.write("\n")
         print(f"full sync: {keys:,} keys from {len(links)} source primar{'y' if len(links) == 1 else 'ies'} in "
               f"{loaded_s:.2f} s ({keys / loaded_s if loaded_s else 0:,.0f} keys/s)", flush=True)
-        until = None if args.duration is None else time.monotonic() + args.duration
         if args.cutover:
-            while until is not None and time.monotonic() < until:
+            until = time.monotonic() + args.cutover_after
+            while time.monotonic() < until:
                 check()
                 report()
                 time.sleep(0.5)
@@ -162,6 +163,7 @@ def migrate_main(argv):
                   f"({time.monotonic() - started:.2f} s since the start); clients may switch to "
                   f"{args.target[0]}:{args.target[1]}", flush=True)
         else:
+            until = None if args.duration is None else time.monotonic() + args.duration
             while until is None or time.monotonic() < until:
                 check()
                 report()
@@ -182,11 +184,14 @@ def migrate_main(argv):
     finally:
         poller.close()
     forwarded = sum(link.forwarded for link in links)
-    redirects = sum(link.target.redirects for link in links if link.target)
-    retries = sum(link.target.retries for link in links if link.target)
+    redirects = sum(link.redirects for link in links)
+    retries = sum(link.retries for link in links)
+    resyncs = sum(link.resyncs for link in links)
+    stale = sum(link.stale_deleted for link in links)
     split = sum(link.split_transactions for link in links)
     print(f"forwarded {forwarded:,} write(s) from the replication stream(s); {redirects} redirected, "
-          f"{retries} retries, {split} transaction(s) split over target slots")
+          f"{retries} retries; {resyncs} resynchronization(s) after a dropped source link, {stale} stale key(s) "
+          f"removed; {split} transaction(s) split over target slots")
     for link in links:
         if link.target is not None and link.target.last_retry:
             print(f"{link.label}: last retried reply: {link.target.last_retry}")
@@ -205,6 +210,8 @@ def migrate_main(argv):
             target.close()
         if problems:
             print("verify: %d difference(s): %s" % (len(problems), "; ".join(problems[:10])))
+            if not args.cutover:
+                print("verify: (without --cutover the sources kept taking writes after the streams stopped)")
             return 1
         what = f"{args.verify_sample} sampled keys" if args.verify_sample is not None else "every key"
         print(f"verify: per-slot key counts equal, {what} equal")

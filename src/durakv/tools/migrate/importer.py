@@ -46,8 +46,9 @@ class _CountingFile:
         return data
 
 
-def import_rdb(path, target: Target, progress=None) -> Counts:
-    """Streams the RDB file at path into target; progress(counts, total_bytes) is called now and then."""
+def import_rdb(path, target: Target, progress=None, restored=None) -> Counts:
+    """Streams the RDB file at path into target; progress(counts, total_bytes) is called now and then;
+    `restored`, a set, gets every (db, key) written."""
     counts = Counts()
     total = os.path.getsize(path)
     last_report = 0.0
@@ -60,6 +61,8 @@ def import_rdb(path, target: Target, progress=None) -> Counts:
                 target.write(db, ("RESTORE", key, str(expire_at_ms or 0), payload, "REPLACE", "ABSTTL"), key)
                 counts.keys += 1
                 counts.databases.add(db)
+                if restored is not None:
+                    restored.add((db, key))
             elif kind == "function":
                 target.write(0, ("FUNCTION", "LOAD", "REPLACE", record[1]))
                 counts.functions += 1

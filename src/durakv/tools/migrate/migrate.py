@@ -124,6 +124,8 @@ class SourceLink(threading.Thread):
         self.rdb_bytes = 0
         self.loaded = None                      # importer Counts of the last full sync
         self.full_syncs = 0
+        self.stale_deleted = 0                  # target keys a resumption found gone from the source
+        self._redirects_before = self._retries_before = 0   # of the writers of earlier full syncs
         self.resync_reasons = []
         self._syncs_at_last_reason = 0
         self.forwarded = 0
@@ -133,6 +135,19 @@ class SourceLink(threading.Thread):
         self.loaded_event = threading.Event()
         self.target = None
         self._samples = []                      # (monotonic s, source master_repl_offset), oldest first
+
+    @property
+    def resyncs(self):
+        """Full syncs after a dropped link."""
+        return max(0, self.full_syncs - 1)
+
+    @property
+    def redirects(self):
+        return self._redirects_before + (self.target.redirects if self.target is not None else 0)
+
+    @property
+    def retries(self):
+        return self._retries_before + (self.target.retries if self.target is not None else 0)
 
     @property
     def label(self):
@@ -199,10 +214,14 @@ class SourceLink(threading.Thread):
     def _sync_and_stream(self):
         ssl_context, user, password = self.source_auth
         host, port, kw = self.target_args
+        seeds = ()
         if self.target is not None:
+            # a new writer: what the old one still had queued belongs to the stream the new RDB replaces
             self.target.close()
+            self._redirects_before += self.target.redirects
+            self._retries_before += self.target.retries
+            seeds = self.target.primaries()
         # the full sync's RESTORE REPLACE may go twice after a dropped connection; the stream's writes may not
-        seeds = self.target.primaries() if self.target is not None else ()
         self.target = Target(host, port, seeds=seeds, **kw)
         self.state = "connecting"
         conn = _connect(self.addr[0], self.addr[1], ssl_context, user, password, timeout_s=300.0)
@@ -226,11 +245,12 @@ class SourceLink(threading.Thread):
                         self.rdb_bytes += len(chunk)
                     conn.read_payload_into(write)
                 self.state = "loading"
-                if self.full_syncs > 1:
-                    self._drop_target_keys()
-                loaded = import_rdb(path, self.target)
+                restored = set() if self.full_syncs > 1 else None
+                loaded = import_rdb(path, self.target, restored=restored)
             finally:
                 os.unlink(path)
+            if restored is not None:
+                self._drop_stale(restored, loaded.databases)
             self.loaded = loaded
             self.databases |= loaded.databases
             self.offset = self.acked = offset       # the target holds the source as of the RDB now
@@ -247,11 +267,12 @@ class SourceLink(threading.Thread):
         finally:
             conn.close()
 
-    def _drop_target_keys(self):
-        """Before a resumption's load: the target's keys of this source's slots, which the new RDB replaces
-        (a key the source deleted or let expire while the link was down must not stay)."""
+    def _drop_stale(self, restored, databases):
+        """After a resumption's load: the target's keys of this source's slots that the new RDB does not hold.
+        The source deleted them (or let them expire) while the link was down, or a write whose reply a dead
+        target node never sent had created them; the target holds only what migrate wrote."""
         target = self.target
-        for db in sorted(self.databases):
+        for db in sorted(set(databases) | self.databases):
             target.check_db(db)
             for addr in target.primaries():
                 conn = target._connect(addr)
@@ -261,8 +282,9 @@ class SourceLink(threading.Thread):
                 while True:
                     cursor, keys = conn.execute("SCAN", cursor, "COUNT", "1000")
                     for k in keys:
-                        if self.slots is None or key_slot(k) in self.slots:
+                        if (db, k) not in restored and (self.slots is None or key_slot(k) in self.slots):
                             target.write(db, ("DEL", k), k)
+                            self.stale_deleted += 1
                     if cursor == b"0":
                         break
             target.flush()

@@ -193,6 +193,7 @@ class Target:
         except OSError as exc:
             self._drop(addr)
             if not self.resend_on_drop:
+                self.retries += 1             # the caller's full sync retries these writes
                 raise TargetLost(f"the connection to {addr[0]}:{addr[1]} failed with {len(batch)} write(s) in "
                                  f"flight: {exc}") from exc
             # each write goes again to its slot's owner then (one that had run before the drop runs twice)
