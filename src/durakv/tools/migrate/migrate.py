@@ -10,8 +10,10 @@ the target has acknowledged goes back as REPLCONF ACK (every second, and on GETA
 and INFO see what durakv holds. A durakv target in `sync` mode acknowledges a write only once it is
 committed, so "acknowledged" is durable.
 
-The cut-over (--cutover) pauses writes on every source primary (CLIENT PAUSE WRITE), waits until each one's
-master_repl_offset is acknowledged by the target, and reports the lag it had; clients may switch then.
+The cut-over (--cutover) first streams until the target acknowledged each source's offset as the catch-up
+found it (so the pause does not wait for what was written during the full sync), then pauses writes on every
+source primary (CLIENT PAUSE WRITE), waits until each one's master_repl_offset is acknowledged by the target,
+and reports the lag it had; clients may switch then.
 --verify compares the key count of every slot and the value (DUMP payloads decoded by keyspace/rdbvalue and
 compared re-encoded) of every key, or of --verify-sample N of them.
 
@@ -20,8 +22,8 @@ MULTI/EXEC to the node owning its keys; one whose keys span slots of a cluster t
 (a cluster takes one slot per transaction), and so do a standalone source's MSET/DEL of keys in several slots.
 
 A dropped link (the source failed over or restarted, or a target node went away with writes in flight, whose
-effect is then unknown) starts that source over: the target's keys of its slots are dropped and a new full
-sync loads them again, at most FULL_SYNCS_MAX times per source.
+effect is then unknown) starts that source over: a new full sync is loaded, then the target's keys of its
+slots that the new RDB lacks are deleted, at most FULL_SYNCS_MAX times per source.
 """
 
 import os
