@@ -416,3 +416,31 @@ def test_target_writer_retries_a_long_run_of_refusals_in_a_loop(monkeypatch):
         stop.set()
         server.join(5)
         listener.close()
+
+
+def test_a_long_full_sync_load_keeps_the_link(redis_server, server_factory):
+    """A disk-based full sync makes the replica online as soon as the RDB is sent, and the source drops a
+    replica that sends no REPLCONF ACK for repl-timeout: the load, longer than that here, sends keep-alive ACKs,
+    so the link holds (no resynchronization) and the stream's writes arrive."""
+    port, src = redis_server("--repl-diskless-sync", "no", "--repl-timeout", "2")
+    p = src.pipeline(transaction=False)
+    for i in range(300000):
+        p.set(f"k{i}", "v" * 20)
+    p.execute()
+    srv = server_factory("--durability", "sync")
+    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--cutover-after", 4,
+                         "--cutover", "--verify")
+    try:
+        wait_while_migrating(proc, lambda: replica_online(src, 1), 60, what="the RDB sent")
+        src.set("during", "load")
+        rc, out, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 0, err + out
+    m = re.search(r"full sync: 300,000 keys from 1 source primary in ([\d.]+) s", out)
+    assert m, out
+    assert "; 0 resynchronization(s) after a dropped source link" in out, out
+    assert "verify: per-slot key counts equal, every key equal" in out, out
+    assert srv.client().get("during") == b"load"

@@ -248,7 +248,7 @@ class SourceLink(threading.Thread):
                     conn.read_payload_into(write)
                 self.state = "loading"
                 restored = set() if self.full_syncs > 1 else None
-                loaded = import_rdb(path, self.target, restored=restored)
+                loaded = import_rdb(path, self.target, progress=self._keepalive(conn), restored=restored)
             finally:
                 os.unlink(path)
             if restored is not None:
@@ -268,6 +268,21 @@ class SourceLink(threading.Thread):
             raise LinkLost(str(exc)) from exc
         finally:
             conn.close()
+
+    @staticmethod
+    def _keepalive(conn):
+        """The importer's progress callback while the RDB loads: a source drops a replica that sent no
+        REPLCONF ACK for repl-timeout (60 s by default; once the RDB is sent after a disk-based sync, the
+        replica counts as online), and a large load takes longer. ACK 0 refreshes the source's clock without
+        claiming an offset (the source keeps the highest acknowledged), so WAIT still counts only what the
+        target holds."""
+        last = [time.monotonic()]
+
+        def tick(_counts, _total):
+            if time.monotonic() - last[0] >= ACK_INTERVAL_S:
+                conn.send("REPLCONF", "ACK", "0")
+                last[0] = time.monotonic()
+        return tick
 
     def _drop_stale(self, restored, databases):
         """After a resumption's load: the target's keys of this source's slots that the new RDB does not hold.
