@@ -97,7 +97,8 @@ def test_migrate_a_standalone_redis_under_load(redis_server, local_cluster, tmp_
     assert forwarded(r.stdout) > 0, "writes made during the migration came through the replication stream"
     with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
         n = check_acked(writer, cut_s, dk.get)
-        assert int(dk.get("counter")) >= n
+        # each acknowledged SET/DEL is followed by an INCR; the last one may have been held by the pause
+        assert int(dk.get("counter")) >= n - 1
         assert dk.ttl("ttl") > 3000 and dk.hgetall("h:7") == {b"a": b"7", b"b": b"y"}
     writer.join(10)
 
