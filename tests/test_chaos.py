@@ -5,6 +5,7 @@ and cut rule, the event log)."""
 
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -174,7 +175,9 @@ def test_status_and_down_see_a_node_restarted_by_hand(local_cluster):
         assert "is not the manifest's: started by hand" in r.stdout
         r = durakv_cli("cluster", "down", "--dir", d)
         assert r.returncode == 0, r.stderr
-        assert f"{victim.name} (pid {orphan.pid}, not in the manifest): terminated" in r.stdout
+        # found by its port and stopped: by SIGTERM, or by SIGKILL when a loaded machine kept it past the timeout
+        assert re.search(rf"{victim.name} \(pid {orphan.pid}, not in the manifest\): (terminated|killed)\n",
+                         r.stdout), r.stdout
         assert orphan.wait(10) is not None
         rows, _ = status_json(d)
         assert all(row["state"] == "dead" for row in rows.values())
