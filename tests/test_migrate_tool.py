@@ -47,8 +47,10 @@ class Writer(threading.Thread):
                     self.acked.append((time.monotonic(), f"w:{i}", str(i)))
                 client.incr("counter")
                 self.incrs.append(time.monotonic())
-            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
-                return                        # the cut-over's pause, or the source going away
+            except (valkey.exceptions.ValkeyError, valkey.exceptions.ValkeyClusterException):
+                # the cut-over's pause, or the source going away (a cluster client's retries end in
+                # ValkeyClusterException, which is no ValkeyError)
+                return
             i += 1
 
 
