@@ -174,6 +174,7 @@ def test_migrate_resumes_after_the_replication_link_drops(redis_server, local_cl
     assert re.search(r"127\.0\.0\.1:\d+: resumed 2 time\(s\) with a full sync after: the replication link from "
                      r"127\.0\.0\.1:\d+ dropped", out), out
     assert "clients may switch to" in out and "verify: per-slot key counts equal, every key equal" in out, out
+    assert "(per-slot counts: counted from SCAN of both)" in out, out       # a standalone source
     split = re.search(r"(\d+) transaction\(s\) split over target slots", out)
     assert split and int(split.group(1)) > 0, out        # the two-slot MULTI/EXECs went as their commands
     with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
@@ -379,6 +380,7 @@ def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
         assert rc == 0, err + out
         assert re.search(rf"127\.0\.0\.1:{replica}: resumed 1 time\(s\) with a full sync after", out), out
         assert "from 3 source primaries" in out and "verify: per-slot key counts equal, every key equal" in out, out
+        assert "(per-slot counts: CLUSTER COUNTKEYSINSLOT on both)" in out, out
         with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
             before = [(k, v) for t, k, v in writer.acked if t < cut_s]
             assert len(before) > 100

@@ -205,7 +205,10 @@ def migrate_main(argv):
         target = Target(args.target[0], args.target[1], seeds=known, **target_kw)
         try:
             dbs = sorted({db for link in links for db in link.databases})
-            problems = verify([link.addr for link in links], source_auth, target, dbs, args.verify_sample)
+            cluster_source = all(link.slots is not None for link in links)
+            source_slots = {link.addr: link.slots for link in links} if cluster_source else None
+            problems = verify([link.addr for link in links], source_auth, target, dbs, args.verify_sample,
+                              source_slots=source_slots)
         finally:
             target.close()
         if problems:
@@ -214,5 +217,6 @@ def migrate_main(argv):
                 print("verify: (without --cutover the sources kept taking writes after the streams stopped)")
             return 1
         what = f"{args.verify_sample} sampled keys" if args.verify_sample is not None else "every key"
-        print(f"verify: per-slot key counts equal, {what} equal")
+        how = ("CLUSTER COUNTKEYSINSLOT on both" if cluster_source and target.cluster else "counted from SCAN of both")
+        print(f"verify: per-slot key counts equal, {what} equal (per-slot counts: {how})")
     return 0

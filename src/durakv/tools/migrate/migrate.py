@@ -546,23 +546,44 @@ def _shown(payload):
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def verify(source_addrs, source_auth, target, dbs=(0,), sample=None, rng=None):
-    """Per-slot key counts and values compared; returns a list of differences (empty: the same)."""
+def _count_keys_in_slots(conn, slots, counts):
+    """counts[slot] = CLUSTER COUNTKEYSINSLOT slot for every slot given, pipelined."""
+    slots = sorted(slots)
+    for at in range(0, len(slots), VERIFY_BATCH):
+        part = slots[at:at + VERIFY_BATCH]
+        for slot, n in zip(part, conn.pipeline([("CLUSTER", "COUNTKEYSINSLOT", str(s)) for s in part])):
+            if isinstance(n, RespError):
+                raise n
+            counts[slot] = n
+
+
+def verify(source_addrs, source_auth, target, dbs=(0,), sample=None, rng=None, source_slots=None):
+    """Per-slot key counts and values compared; returns a list of differences (empty: the same).
+    source_slots, {addr: its slots} of a cluster source: with a cluster target too the counts are both sides'
+    CLUSTER COUNTKEYSINSLOT (no SCAN of the target), else both are counted from SCAN."""
     ssl_context, user, password = source_auth
     problems = []
+    by_slot_counts = source_slots is not None and target.cluster
     for db in dbs:
         src_slots, src_keys = [0] * SLOTS, []
         for addr in source_addrs:
             with _connect(addr[0], addr[1], ssl_context, user, password) as c:
                 keys = _scan_keys(c, db)
+                if by_slot_counts:
+                    _count_keys_in_slots(c, source_slots[addr], src_slots)
             src_keys.extend((addr, k) for k in keys)
-            for k in keys:
-                src_slots[key_slot(k)] += 1
+            if not by_slot_counts:
+                for k in keys:
+                    src_slots[key_slot(k)] += 1
         dst_slots = [0] * SLOTS
         for addr in target.primaries():
             with _connect(addr[0], addr[1], target.ssl_context, target.user, target.password) as c:
-                for k in _scan_keys(c, db):
-                    dst_slots[key_slot(k)] += 1
+                if by_slot_counts:
+                    _count_keys_in_slots(c, [s for s in range(SLOTS) if target.slots.node_for(s) == addr],
+                                         dst_slots)
+                else:
+                    for k in _scan_keys(c, db):
+                        dst_slots[key_slot(k)] += 1
         diff = [s for s in range(SLOTS) if src_slots[s] != dst_slots[s]]
         if diff:
             problems.append(f"db {db}: {len(diff)} slot(s) with other key counts, e.g. slot {diff[0]}: "
