@@ -81,41 +81,12 @@ class RespClient:
         self.send_many(commands)
         return [self.read() for _ in commands]
 
-    def read_payload(self) -> bytes:
-        """The bulk payload that answers SYNC (the RDB file): `$<len>\\r\\n` and len bytes with no CRLF after
-        them, after any keep-alive newlines. Only right after that command, with nothing else unread. A timeout
-        keeps what was read: call it again."""
+    def _raw_line(self, kind: bytes, caller: str) -> bytes:
+        """The next line read off the socket without the RESP reader (what follows it is not RESP: a SYNC's
+        payload), after any keep-alive newlines the server sends while it prepares it; it must start with
+        `kind`; an error reply raises RespError. A timeout consumes nothing: call again."""
         if self.reader.has_data():
-            raise RuntimeError("read_payload with a reply unread")
-        raw = self._raw
-        while self._payload_size is None:
-            while raw[:1] == b"\n":         # keep-alives while the server prepares the payload
-                del raw[:1]
-            nl = raw.find(b"\r\n")
-            if nl < 0:
-                raw += self._recv()
-                continue
-            header = bytes(raw[:nl])
-            del raw[:nl + 2]
-            if header[:1] == b"-":
-                raise RespError(header[1:].decode("utf-8", "replace"))
-            if header[:1] != b"$":
-                raise ConnectionError("not a bulk payload: %r" % header[:64])
-            self._payload_size = int(header[1:])
-        size = self._payload_size
-        while len(raw) < size:
-            raw += self._recv()
-        payload = bytes(raw[:size])
-        del raw[:size]                       # what follows (a replica's command stream) is RESP again
-        self._payload_size = None
-        return payload
-
-    def read_line(self) -> bytes:
-        """The next simple-string reply read as a line, without the RESP reader: for PSYNC's +FULLRESYNC, after
-        which the payload follows on the same bytes (read_payload_into). Keep-alive newlines are skipped; an
-        error reply raises RespError."""
-        if self.reader.has_data():
-            raise RuntimeError("read_line with a reply unread")
+            raise RuntimeError(f"{caller} with a reply unread")
         raw = self._raw
         while True:
             while raw[:1] == b"\n":
@@ -128,30 +99,37 @@ class RespClient:
         del raw[:nl + 2]
         if line[:1] == b"-":
             raise RespError(line[1:].decode("utf-8", "replace"))
-        if line[:1] != b"+":
-            raise ConnectionError("not a simple string reply: %r" % line[:64])
-        return line[1:]
+        if line[:1] != kind:
+            raise ConnectionError("unexpected reply %r where %r was due" % (line[:64], kind))
+        return line
+
+    def read_payload(self) -> bytes:
+        """The bulk payload that answers SYNC (the RDB file): `$<len>\\r\\n` and len bytes with no CRLF after
+        them, after any keep-alive newlines. Only right after that command, with nothing else unread. A timeout
+        keeps what was read: call it again."""
+        if self._payload_size is None:
+            self._payload_size = int(self._raw_line(b"$", "read_payload")[1:])
+        raw = self._raw
+        size = self._payload_size
+        while len(raw) < size:
+            raw += self._recv()
+        payload = bytes(raw[:size])
+        del raw[:size]                       # what follows (a replica's command stream) is RESP again
+        self._payload_size = None
+        return payload
+
+    def read_line(self) -> bytes:
+        """The next simple-string reply read as a line, without the RESP reader: for PSYNC's +FULLRESYNC, after
+        which the payload follows on the same bytes (read_payload_into). Keep-alive newlines are skipped; an
+        error reply raises RespError."""
+        return self._raw_line(b"+", "read_line")[1:]
 
     def read_payload_into(self, write) -> int:
         """As read_payload, for a payload of any size: its bytes go to write(chunk) as they arrive, never all in
         memory, whether sized (`$<len>`) or diskless (`$EOF:<40-byte mark>`, the bytes up to the mark, as a
         primary sends them to a replica that announced `capa eof`). Returns the payload's size."""
-        if self.reader.has_data():
-            raise RuntimeError("read_payload_into with a reply unread")
+        header = self._raw_line(b"$", "read_payload_into")
         raw = self._raw
-        while True:
-            while raw[:1] == b"\n":
-                del raw[:1]
-            nl = raw.find(b"\r\n")
-            if nl >= 0:
-                break
-            raw += self._recv()
-        header = bytes(raw[:nl])
-        del raw[:nl + 2]
-        if header[:1] == b"-":
-            raise RespError(header[1:].decode("utf-8", "replace"))
-        if header[:1] != b"$":
-            raise ConnectionError("not a bulk payload: %r" % header[:64])
         if header.startswith(b"$EOF:"):
             mark = header[5:]
             if len(mark) != EOF_MARK_BYTES:
