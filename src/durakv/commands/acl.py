@@ -12,7 +12,7 @@ from . import acl_check, acl_passwords, acl_universe
 from . import registry
 from .base import parse_int
 from .registry import command
-from .spec import SPEC
+from .specs import SPEC
 
 
 def users_of(ctx):

@@ -6,12 +6,12 @@ are the declared ones plus the implicit ones server.c's setImplicitACLCategories
 flags. Pure: computed once from the table at import.
 """
 
-from .spec import SPEC
+from .specs import MODULE_CATEGORIES, SPEC
 
 
 CATEGORIES = ("keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap",
               "hyperloglog", "geo", "stream", "pubsub", "admin", "fast", "slow", "blocking", "dangerous",
-              "connection", "transaction", "scripting")
+              "connection", "transaction", "scripting") + MODULE_CATEGORIES
 CATEGORY_SET = frozenset(CATEGORIES)
 
 

@@ -6,7 +6,7 @@ declaration overrides them, so COMMAND INFO/DOCS and key extraction always agree
 """
 
 from . import keyspecs
-from .spec import SPEC
+from .specs import SPEC
 
 
 class Command:

@@ -11,6 +11,7 @@ from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
 from . import registry
 from . import keyspecs
 from .acl_universe import CATEGORIES, effective_categories
+from .specs import MODULES
 from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .registry import command
@@ -631,8 +632,9 @@ def role(ctx, args):
 
 
 # -- MODULE ---------------------------------------------------------------------------------------
-# durakv loads no Valkey modules (they are C extensions of Valkey's own process): LIST is always empty and
-# LOAD fails the way a Valkey that cannot load the library does, with the reason in the server log.
+# durakv loads no Valkey modules (they are C extensions of Valkey's own process): LIST shows the valkey-bundle
+# modules durakv serves natively (commands/specs.py MODULES, as Valkey lists them), and LOAD fails the way a
+# Valkey that cannot load the library does, with the reason in the server log.
 
 @command("module|help")
 def module_help(ctx, args):
@@ -648,7 +650,8 @@ def module_help(ctx, args):
 
 @command("module|list")
 def module_list(ctx, args):
-    return []
+    return [{b"name": m["name"].encode(), b"ver": m["ver"], b"path": m["path"].encode(),
+             b"args": [a.encode() for a in m["args"]]} for m in MODULES]
 
 
 def _module_load(ctx, args):

@@ -1,0 +1,28 @@
+"""Every command's facts in one table: Valkey 9.1.2's own (spec.py, generated) plus the commands of the
+valkey-bundle modules durakv serves natively (one `spec_<module>.py` each, written from the module's own
+command table).
+
+A module file exports MODULE ({"name", "ver", "path", "args"}: its MODULE LIST entry, as Valkey shows the
+module), CATEGORIES (the ACL categories the module adds, as ValkeyModule_AddACLCategory does) and SPEC (its
+commands, in spec.py's shape). Adding a module is one import line below.
+"""
+
+from .spec import SPEC as VALKEY_SPEC
+
+_MODULE_FILES = ()   # e.g. (spec_json, spec_bloom): each module's facts, in MODULE LIST order
+
+
+def _merge():
+    spec = dict(VALKEY_SPEC)
+    modules, categories = [], []
+    for m in _MODULE_FILES:
+        for name, entry in m.SPEC.items():
+            if name in spec:
+                raise ValueError("module %s redefines command %s" % (m.MODULE["name"], name))
+            spec[name] = entry
+        modules.append(dict(m.MODULE))
+        categories.extend(c for c in m.CATEGORIES if c not in categories)
+    return spec, tuple(modules), tuple(categories)
+
+
+SPEC, MODULES, MODULE_CATEGORIES = _merge()
