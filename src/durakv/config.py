@@ -212,7 +212,9 @@ def _fmt(v):
 FIXED_AT_START = frozenset({"port", "bind", "dir", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
                             "tls-auth-clients", "availability-zone",
                             "journal-nats-tls-ca-file", "journal-backend", "journal-nats-servers",
-                            "journal-max-appends-in-flight", "shard", "node-id", "announce-ip",
+                            "journal-max-appends-in-flight", "shard", "node-id", "cluster-announce-ip",
+                            "cluster-announce-port", "cluster-announce-tls-port", "journal-nats-creds",
+                            "journal-nats-tls-cert-file", "journal-nats-tls-key-file",
                             "journal-segment-bytes", "journal-fsync", "debug-ack-before-commit"})
 
 
@@ -362,7 +364,17 @@ OPTIONS = [
     Option("durability", "sync", _enum("none", "async", "sync")),
     Option("durability-buffer-ms", 10000, _int_range(1, 2**31 - 1)),
     Option("journal-backend", "local", _enum("local", "jetstream"), mutable=False),
-    Option("journal-nats-servers", "nats://127.0.0.1:4222", _string, mutable=False),
+    Option("journal-nats-servers", "", _string, mutable=False,
+           help="durakv: the NATS servers of the jetstream journal, comma-separated; empty: the ones `durakv "
+                "cluster create` gave the node when it joined"),
+    Option("journal-nats-creds", "", _string, mutable=False,
+           help="durakv: a NATS credentials file the operator issued for this node ahead of time (`durakv cluster "
+                "issue-node`), with --shard; without it a node waits for `durakv cluster create` to assign it and "
+                "keeps the identity it was given in DIR/cluster"),
+    Option("journal-nats-tls-cert-file", "", _string, mutable=False,
+           help="durakv: the client certificate presented to NATS servers that verify clients (mutual TLS)"),
+    Option("journal-nats-tls-key-file", "", _string, mutable=False,
+           help="durakv: the key of journal-nats-tls-cert-file"),
     Option("journal-max-appends-in-flight", 8, _int_range(1, 32), mutable=False,
            help="durakv: JetStream journal appends sent before the first is acknowledged (each conditional on "
                 "the sequence the one before takes; 1 = one at a time). 32 is the bound fencing relies on "
@@ -385,7 +397,11 @@ OPTIONS = [
     Option("replica-max-lag-ms", 5000, _int_range(0, 2**31 - 1),
            help="durakv: a replica that has known for longer than this of journal entries it has not applied "
                 "answers reads with -MASTERDOWN until it catches up (0: never)"),
-    Option("announce-ip", "127.0.0.1", _string, mutable=False),
+    # Valkey's names for what a node tells clients and other nodes about itself (announce-ip is durakv's older
+    # name). Empty ip: the bind address if it is one, else 127.0.0.1; 0 ports: the ones it listens on.
+    Option("cluster-announce-ip", "", _string, mutable=False, aliases=("announce-ip",)),
+    Option("cluster-announce-port", 0, _int_range(0, 65535), mutable=False),
+    Option("cluster-announce-tls-port", 0, _int_range(0, 65535), mutable=False),
     Option("journal-segment-bytes", 64 * 1024 * 1024, _memory, mutable=False),
     Option("journal-fsync", True, _bool, mutable=False),
     Option("auto-snapshot-journal-bytes", 256 * 1024 * 1024, _memory),
@@ -432,6 +448,18 @@ class Config:
     def get(self, name, default=None):
         opt = BY_NAME.get(name)
         return self.values[opt.name] if opt else default
+
+    def announced(self):
+        """(ip, port, tls_port) this node tells clients and other nodes (Valkey's cluster-announce-*): the
+        announce ip, else the first bind address that is one host's, else 127.0.0.1; the announce ports, else
+        the ones it listens on."""
+        ip = self.values["cluster-announce-ip"]
+        if not ip:
+            binds = [b.lstrip("-") for b in self.values["bind"]] if isinstance(self.values["bind"], (list, tuple)) \
+                else str(self.values["bind"]).split()
+            ip = next((b for b in binds if b not in ("*", "0.0.0.0", "::", "::*", "")), "127.0.0.1")
+        return (ip, self.values["cluster-announce-port"] or self.values["port"],
+                self.values["cluster-announce-tls-port"] or self.values["tls-port"])
 
     def database_count(self) -> int:
         """How many numbered databases this node has: `cluster-databases` in cluster mode (Valkey 9 ignores

@@ -1,12 +1,13 @@
-"""Every command's facts in one table: Valkey 9.1.2's own (spec.py, generated) plus the commands of the
-valkey-bundle modules durakv serves natively (one `spec_<module>.py` each, written from the module's own
-command table).
+"""Every command's facts in one table: Valkey 9.1.2's own (spec.py, generated), durakv's own (spec_durakv.py:
+the cluster membership words of the operator's tools) and the commands of the valkey-bundle modules durakv
+serves natively (one `spec_<module>.py` each, written from the module's own command table).
 
 A module file exports MODULE ({"name", "ver", "path", "args"}: its MODULE LIST entry, as Valkey shows the
 module), CATEGORIES (the ACL categories the module adds, as ValkeyModule_AddACLCategory does) and SPEC (its
 commands, in spec.py's shape). Adding a module is one import line below.
 """
 
+from . import spec_durakv
 from .spec import SPEC as VALKEY_SPEC
 
 _MODULE_FILES = ()   # e.g. (spec_json, spec_bloom): each module's facts, in MODULE LIST order
@@ -14,6 +15,7 @@ _MODULE_FILES = ()   # e.g. (spec_json, spec_bloom): each module's facts, in MOD
 
 def _merge():
     spec = dict(VALKEY_SPEC)
+    spec.update(spec_durakv.SPEC)
     modules, categories = [], []
     for m in _MODULE_FILES:
         for name, entry in m.SPEC.items():

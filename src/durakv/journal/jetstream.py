@@ -98,9 +98,12 @@ def is_transient(exc) -> bool:
     return isinstance(exc, nats.js.errors.APIError) and getattr(exc, "code", None) == 503
 
 
-async def connect(servers, name="durakv", tls=None):
-    """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers). Its errors are
-    logged once per condition with a count (nats-py's default logs a traceback for every reconnect attempt)."""
+async def connect(servers, name="durakv", tls=None, creds=None, inbox_prefix=None):
+    """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers, with the client's
+    certificate when the servers verify clients; creds: the path of a NATS credentials file (a JWT and the
+    seed that signs the server's nonce); inbox_prefix: the reply subjects' prefix this identity may
+    subscribe to). Its errors are logged once per condition with a count (nats-py's default logs a traceback
+    for every reconnect attempt)."""
     import nats
     events = Recurring(logging.getLogger("durakv.nats"))
 
@@ -120,7 +123,9 @@ async def connect(servers, name="durakv", tls=None):
     nc = await nats.connect(servers=list(servers), name=name, max_reconnect_attempts=-1,
                             reconnect_time_wait=0.1, connect_timeout=2, allow_reconnect=True,
                             ping_interval=1, max_outstanding_pings=3, tls=tls, error_cb=error_cb,
-                            disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb)
+                            disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb,
+                            **({"user_credentials": creds} if creds else {}),
+                            **({"inbox_prefix": inbox_prefix} if inbox_prefix else {}))
     return nc
 
 
@@ -227,6 +232,23 @@ class JetStreamJournal(Journal):
                 last_exc = exc
                 await asyncio.sleep(0.2)
         raise TimeoutError("stream %s could not be created or found: %r" % (self.stream, last_exc))
+
+    async def wait_stream(self, timeout_s: float = 60.0):
+        """Waits until the shard's stream exists and answers (a node may not create it: the operator's `cluster
+        create` did). Raises TimeoutError naming the stream."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_exc = None
+        while loop.time() < deadline:
+            try:
+                return await self.js.stream_info(self.stream)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - not created yet, no leader yet, timeouts
+                last_exc = exc
+                await asyncio.sleep(0.2)
+        raise TimeoutError("stream %s is not there (was the shard created with `durakv cluster create` or "
+                           "`add-node`?): %r" % (self.stream, last_exc))
 
     async def refresh(self):
         info = await self.js.stream_info(self.stream)
