@@ -307,6 +307,8 @@ CLUSTER_TOPOLOGY_FIXED = ("this node's topology is its own (a one-node cluster o
                           "coordination store to change)")
 CLUSTER_SLOT_OTHER_SHARD = ("ERR Slot {} is owned by shard {}: send CLUSTER DELSLOTS to one of that shard's "
                             "nodes")
+REPLICA_APPLY_STOPPED = ("MASTERDOWN This replica stopped applying the shard's journal at {} (it serves no data "
+                         "until an operator deals with that entry)")
 JOIN_REFUSED = "ERR durakv: cannot join: {}"
 JOIN_NEEDS_JETSTREAM = ("ERR durakv: only a node started with --journal-backend jetstream can join a cluster (this one "
                         "keeps its journal on its own disk)")

@@ -55,12 +55,37 @@ class Lease:
 
     @classmethod
     def decode(cls, raw: bytes):
-        doc = json.loads(raw)
+        """The lease of a stored document, checked (InvalidLease with the reason): data from NATS is untrusted,
+        and a lease that does not decode is nobody's to serve by."""
+        if not isinstance(raw, (bytes, bytearray)) or len(raw) > 4096:
+            raise InvalidLease("the lease document is not text of at most 4096 bytes")
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidLease("the lease document is not JSON: %s" % exc) from None
+        if not isinstance(doc, dict):
+            raise InvalidLease("the lease document is not an object")
         # Fields a newer version may add are ignored, so mixed versions read each other's leases.
-        return cls(**{k: v for k, v in doc.items() if k in _LEASE_FIELDS})
+        try:
+            lease = cls(**{k: v for k, v in doc.items() if k in _LEASE_FIELDS})
+        except TypeError as exc:
+            raise InvalidLease("the lease document misses a field: %s" % exc) from None
+        for f in ("holder", "addr", "az", "handover_to"):
+            v = getattr(lease, f)
+            if not isinstance(v, str) or len(v) > 255:
+                raise InvalidLease("lease %s must be a string of at most 255 characters" % f)
+        for f in ("epoch", "expires_ms", "ttl_ms"):
+            v = getattr(lease, f)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2 ** 62:
+                raise InvalidLease("lease %s must be an integer in 0..2^62" % f)
+        return lease
 
 
 _LEASE_FIELDS = frozenset(Lease.__dataclass_fields__)
+
+
+class InvalidLease(ValueError):
+    """A stored lease that does not decode or validate."""
 
 
 class StaleRevision(Exception):

@@ -129,9 +129,17 @@ async def connect(servers, name="durakv", tls=None, creds=None, inbox_prefix=Non
     return nc
 
 
+MAX_EPOCH = 2 ** 62
+
+
 def _msg_entry(msg) -> Entry:
+    """The journal entry of a stream message. Its epoch header is untrusted input: one that is not a decimal
+    integer in 1..2^62 gives epoch -1, which every reader refuses (journal/base.py EpochFilter)."""
     headers = msg.headers or {}
-    epoch = int(headers.get(EPOCH_HEADER, "0"))
+    text = headers.get(EPOCH_HEADER, "")
+    epoch = int(text) if isinstance(text, str) and 0 < len(text) <= 19 and text.isascii() and text.isdigit() else -1
+    if epoch > MAX_EPOCH:
+        epoch = -1
     seq = msg.metadata.sequence.stream if hasattr(msg, "metadata") else msg.seq
     return Entry(seq, epoch, bytes(msg.data or b""))
 
@@ -168,8 +176,10 @@ class JetStreamJournal(Journal):
     """One shard's stream. `epoch` is the writer's epoch (set by the failover controller on promotion)."""
 
     def __init__(self, nc, shard: str, replicas: int = 3, epoch: int = 0, request_timeout_s: float = 5.0,
-                 max_appends_in_flight: int = DEFAULT_APPENDS_IN_FLIGHT):
-        """`nc` is a connected nats client, or a list of server URLs to connect to in open()."""
+                 max_appends_in_flight: int = DEFAULT_APPENDS_IN_FLIGHT, creds=None):
+        """`nc` is a connected nats client, or a list of server URLs to connect to in open() (with the NATS
+        credentials file `creds`)."""
+        self._creds = creds
         if not 1 <= max_appends_in_flight <= MAX_APPENDS_IN_FLIGHT:
             raise ValueError("max_appends_in_flight must be between 1 and %d" % MAX_APPENDS_IN_FLIGHT)
         self._servers = None
@@ -259,7 +269,7 @@ class JetStreamJournal(Journal):
 
     async def open(self, base_index: int = 0) -> None:
         if self.nc is None:
-            self.nc = await connect(self._servers)
+            self.nc = await connect(self._servers, creds=self._creds)
             self.js = self.nc.jetstream(timeout=self._request_timeout_s)
         await self.ensure_stream()
         info = await self.refresh()

@@ -43,6 +43,8 @@ class LeaseMixin:
         past due by its own clock, or writes during a planned hand-over; a replica too far behind the journal
         (replica-max-lag-ms), or cut off from it with replica-serve-stale-data no."""
         if self.role != "primary":
+            if self.apply_stopped is not None:
+                return messages.REPLICA_APPLY_STOPPED.format(self.apply_stopped)
             since = self._behind_since_ms
             if since:
                 behind_ms = monotonic_ms() - since

@@ -299,8 +299,27 @@ class SlotMigrator:
             return self._target[1]
         self._close_target()
         conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
+        try:
+            await self._authenticate(conn)
+        except BaseException:
+            conn.close()
+            raise
         self._target = (target.id, conn)
         return conn
+
+    async def _authenticate(self, conn):
+        """Nodes present the cluster's internal user to each other (the auth document: cluster/settings.py
+        AuthSettings), else Valkey's primaryuser/primaryauth of this node; a target that asks for no password
+        accepts AUTH-less connections, and one that refuses the credentials fails the round with its reason."""
+        auth = getattr(self.node, "auth", None)
+        cfg = self.server.config
+        user, password = ((auth.internal_user, auth.internal_password) if auth is not None and auth.internal_password
+                          else (cfg["primaryuser"], cfg["primaryauth"]))
+        if not password:
+            return
+        reply = await conn.call(*((b"AUTH", user.encode(), password.encode()) if user else (b"AUTH", password.encode())))
+        if isinstance(reply, hiredis.ReplyError):
+            raise MigrationError("the target refused this node's credentials: %s" % reply)
 
     def _address(self, target):
         """(host, port, TLS context or None) of a target primary: its plain port, else its TLS port."""
@@ -537,6 +556,7 @@ class SlotMigrator:
         """The slots of which the target primary holds no key (CLUSTER COUNTKEYSINSLOT there)."""
         conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
         try:
+            await self._authenticate(conn)
             for s in slots:
                 conn.send(encode_command((b"CLUSTER", b"COUNTKEYSINSLOT", b"%d" % s)))
             counts = await conn.replies(len(slots))

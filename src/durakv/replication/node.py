@@ -32,7 +32,7 @@ from ..journal.jetstream import JetStreamJournal, connect
 from ..logs import Recurring
 from .bus import BusMixin
 from .clock import monotonic_ms
-from .follow import FollowMixin
+from .follow import ApplyStopped, FollowMixin
 from .handover import HandoverMixin
 from .lease import LeaseMixin
 from .members import MembersMixin
@@ -101,6 +101,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self.follow_stall_ms = 0        # fault injection (DEBUG JOURNAL-FOLLOW-STALL): hold entries this long
         self._held_entries = None
         self._gap = None                # (first missing, first received) when the journal skipped entries
+        self.apply_stopped = None       # "entry N: why" once an entry could not be applied (fail closed)
         self.phase = "starting"         # starting, loading snapshot, replaying journal, following, primary
         self.peers = {}                 # node id -> PeerStatus of the shard's other nodes (their heartbeats)
         self._replica_waiters = []      # [index, numreplicas, fn]: WAIT on the primary
@@ -178,6 +179,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 await retry_transient("following the journal", lambda: self._follow_from(self.applied_index))
                 await self.catch_up(timeout_s=120)
                 break
+            except ApplyStopped:
+                break           # up, serving nothing, saying why (FollowMixin._stop_applying)
             except JournalTruncated as exc:
                 # A replica stored a newer snapshot and purged what this node still needed: start from it.
                 if attempt == 4:
@@ -201,7 +204,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                                      renewer=self.renewer)
         self._task = srv.loop.create_task(self._control_loop())
         self._snap_task = srv.loop.create_task(self._snapshot_loop())
-        self.phase = "following"
+        if self.apply_stopped is None:
+            self.phase = "following"
         keys = sum(len(db) for db in srv.keyspace.dbs)
         log.info("node %s (az %s) following shard %s at index %d: snapshot %.2fs (%d keys), journal %d..%d in %.2fs "
                  "(%d entries, +%d keys, %.0f entries/s)", self.node_id, self.az, self.shard, self.applied_index,
@@ -287,5 +291,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                            "slave_repl_offset": self.applied_index,
                            "replica_known_index": max(self.known_index, self.stream_last),
                            "replica_behind_ms": self.behind_ms(),
-                           "replica_serving_reads": int(self.serving_error(False) is None)})
+                           "replica_serving_reads": int(self.serving_error(False) is None),
+                           "replica_apply_stopped": self.apply_stopped or ""})
+            if self.apply_stopped is not None:
+                fields["master_link_status"] = "down"
         return fields
