@@ -303,7 +303,12 @@ OPTIONS = [
     Option("tls-key-file-pass", "", _string, sensitive=True),
     Option("primaryuser", "", _string, aliases=("masteruser",), sensitive=True),
     Option("primaryauth", "", _string, aliases=("masterauth",), sensitive=True),
-    Option("protected-mode", False, _bool),
+    # Valkey's safe defaults: with no password for the default user, only loopback clients are served; DEBUG and
+    # MODULE LOAD/UNLOAD are refused (`local`: from loopback connections only), and those two options are
+    # immutable, as in Valkey (CONFIG SET refuses them even to the value they have)
+    Option("protected-mode", True, _bool),
+    Option("enable-debug-command", "no", _enum("no", "yes", "local"), mutable=False),
+    Option("enable-module-command", "no", _enum("no", "yes", "local"), mutable=False),
     # Valkey 9's command logs; the slow one keeps its SLOWLOG names as aliases, as 9.x does
     Option("commandlog-execution-slower-than", 10000, _int_range(-1, 2**63 - 1), aliases=("slowlog-log-slower-than",)),
     Option("commandlog-slow-execution-max-len", 128, _int_range(0, 2**63 - 1), aliases=("slowlog-max-len",)),
