@@ -68,6 +68,13 @@ def run_server(argv):
         print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
         return 1
     _setup_logging(config)
+    if config.tls_needs_ca():
+        # as valkey-server: two log lines and exit code 1 (tls.c tlsConfigure, server.c initListeners)
+        from . import messages
+        log = logging.getLogger("durakv.server")
+        log.warning(messages.TLS_NO_CA)
+        log.warning(messages.TLS_CONFIGURE_FAILED)
+        return 1
     try:
         import uvloop
         uvloop.install() if hasattr(uvloop, "install") else None

@@ -12,7 +12,7 @@ import time
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__
 from ..commands import load_all
-from .. import fastpath
+from .. import fastpath, messages
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
@@ -571,13 +571,16 @@ class Server:
 
     def _tls_context(self):
         cfg = self.config
+        if cfg.tls_needs_ca():
+            # the command line refuses to start like this (cli.py); a server built in-process must not
+            # quietly ask no client for a certificate either
+            raise ConfigError(messages.TLS_NO_CA)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(cfg["tls-cert-file"], cfg["tls-key-file"])
-        if cfg["tls-ca-cert-file"]:
-            ctx.load_verify_locations(cfg["tls-ca-cert-file"])
-        mode = cfg["tls-auth-clients"]
+        ctx.load_cert_chain(cfg["tls-cert-file"], cfg["tls-key-file"], password=cfg["tls-key-file-pass"] or None)
+        if cfg["tls-ca-cert-file"] or cfg["tls-ca-cert-dir"]:
+            ctx.load_verify_locations(cafile=cfg["tls-ca-cert-file"] or None, capath=cfg["tls-ca-cert-dir"] or None)
         ctx.verify_mode = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL,
-                           "no": ssl.CERT_NONE}[mode] if cfg["tls-ca-cert-file"] else ssl.CERT_NONE
+                           "no": ssl.CERT_NONE}[cfg["tls-auth-clients"]]
         return ctx
 
     # -- housekeeping ---------------------------------------------------------------------------
