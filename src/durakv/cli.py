@@ -68,6 +68,10 @@ def run_server(argv):
         print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
         return 1
     _setup_logging(config)
+    # Valkey rewrites its process title; durakv keeps its command line but blanks the secrets in it, so that
+    # `ps` and /proc/PID/cmdline stop showing a --requirepass given there (server/proctitle.py)
+    from .server.proctitle import redact_process_secrets
+    redact_process_secrets()
     if config.tls_needs_ca():
         # as valkey-server: two log lines and exit code 1 (tls.c tlsConfigure, server.c initListeners)
         from . import messages
