@@ -27,6 +27,7 @@ from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
 from ..cluster.identity import persistent_node_id
+from ..cluster.tls import node_client_context
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology
 from ..routing import key_slot
@@ -163,7 +164,9 @@ class Server:
         self.pipeline.new_context(self._apply_session).replaying = True
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
         self.blocking = Blocking(self)     # clients blocked on keys or paused (server/blocking.py)
-        self.migrate_sockets = MigrateSockets()  # MIGRATE's cached connections to target instances
+        # MIGRATE's cached connections to target instances; over TLS from a cluster node that serves TLS
+        self.migrate_sockets = MigrateSockets(
+            (lambda: node_client_context(config)) if config["cluster-enabled"] and config["tls-port"] else None)
         self._off_loop_pool = None         # worker threads of MIGRATE and large DUMP/RESTORE (off_loop_pool)
         self.valkey_link = None            # REPLICAOF: the replication link with a Valkey primary
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
