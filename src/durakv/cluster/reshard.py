@@ -138,7 +138,9 @@ def _migrated_keys(topology, source_ids, tls_ca=None) -> int:
         primary = shard.primary if shard is not None else None
         if primary is None:
             continue
-        port, ca = (primary.port, None) if primary.port else (primary.tls_port, tls_ca)
+        # with the cluster's CA at hand the probe goes over TLS even where a plain port is open too
+        port, ca = (primary.tls_port, tls_ca) if primary.tls_port and (tls_ca or not primary.port) else \
+            (primary.port, None)
         try:
             with RespClient(primary.ip, port, timeout_s=2.0, tls_ca=ca) as c:
                 total += int(c.info("cluster").get("cluster", {}).get("durakv_migrated_keys", 0))
