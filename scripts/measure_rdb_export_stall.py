@@ -83,7 +83,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         ours = measure("durakv", lambda port: [sys.executable, "-m", "durakv", "server", "--port", str(port),
                                                "--bind", "127.0.0.1", "--dir", tmp, "--durability",
-                                               opts.durability], opts.keys, tmp)
+                                               opts.durability, "--enable-debug-command", "yes"], opts.keys, tmp)
         redis = shutil.which("valkey-server") or shutil.which("redis-server")
         if redis:
             theirs = measure(os.path.basename(redis), lambda port: [

@@ -117,7 +117,7 @@ class Server:
                    "--save", "", "--appendonly", "no", "--enable-debug-command", "yes"]
         else:
             cmd = [sys.executable, "-m", "durakv", "server", "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--dir", self.dir, "--durability", self.durability]
+                   "--dir", self.dir, "--durability", self.durability, "--enable-debug-command", "yes"]
         cmd += self.extra_args
         self.log = open(os.path.join(self.dir, "server.log"), "wb")
         env = dict(os.environ)

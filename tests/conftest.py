@@ -70,6 +70,11 @@ def durakv_cli(*args, timeout_s=180, env=None):
                           env=e, timeout=timeout_s)
 
 
+# What a test server (or a test cluster's nodes: local_cluster(extra_server_args=DEBUG_ARGS)) needs to accept
+# DEBUG, which durakv refuses by default as Valkey does (enable-debug-command no).
+DEBUG_ARGS = ("--enable-debug-command", "yes")
+
+
 def wait_until(predicate, timeout_s=10.0, interval_s=0.02, what="condition"):
     deadline = time.monotonic() + timeout_s
     last_exc = None
@@ -126,6 +131,8 @@ def terminate(proc):
 class ServerProcess:
     """A durakv server subprocess. start() returns once it answers PING."""
 
+    debug_args = DEBUG_ARGS     # () on an instance before start(): the server as a user starts it, DEBUG off
+
     def __init__(self, data_dir, port=None, args=(), env=None):
         self.data_dir = str(data_dir)
         self.port = port or free_port()
@@ -136,8 +143,10 @@ class ServerProcess:
 
     def start(self, wait=True, password=None):
         os.makedirs(self.data_dir, exist_ok=True)
+        # DEBUG on, as Valkey's own test suite runs its servers (enable-debug-command yes in its default.conf):
+        # the tests use it to stall the journal, pause the cron, populate; a test's own args come later and win
         cmd = [sys.executable, "-m", "durakv", "server", "--port", str(self.port), "--bind", "127.0.0.1",
-               "--dir", self.data_dir] + self.args
+               "--dir", self.data_dir] + list(self.debug_args) + self.args
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)

@@ -58,7 +58,7 @@ def server_on_full_disk(tmp_path):
     script = ("mount -t tmpfs -o size=3m tmpfs {mnt} && mkdir {data} && "
               "dd if=/dev/zero of={mnt}/filler bs=1k count=2048 2>/dev/null && "
               "exec {py} -m durakv server --port {port} --bind 127.0.0.1 --dir {data} --durability sync "
-              "--journal-segment-bytes 256kb").format(mnt=mnt, data=data, py=sys.executable, port=port)
+              "--journal-segment-bytes 256kb --enable-debug-command yes").format(mnt=mnt, data=data, py=sys.executable, port=port)
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(["unshare", "--mount", "sh", "-c", script], stdout=log, stderr=subprocess.STDOUT,

@@ -8,7 +8,7 @@ import time
 
 import valkey
 
-from conftest import wait_until
+from conftest import DEBUG_ARGS, wait_until
 from diskfull_util import server_on_full_disk
 from durakv.journal.codec import encode_effects
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST, EXPECTED_STREAM, stream_name, subject_name
@@ -106,7 +106,7 @@ def test_wait_counts_replicas_that_hold_the_write_after_old_epoch_entries(local_
     """The primary's writer steps over an older epoch's entry, so its own indices run one behind the stream's.
     main: WAIT compared the client's (tracker) index with the replicas' stream positions and counted replicas
     that did not have the write yet. Now WAIT's count never exceeds the replicas that serve the write."""
-    cluster = local_cluster(durability="sync")
+    cluster = local_cluster(durability="sync", extra_server_args=DEBUG_ARGS)
     primary = cluster.primary(0)
     replicas = cluster.replicas(0)
     assert len(replicas) == 2

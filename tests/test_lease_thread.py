@@ -10,7 +10,7 @@ import time
 import pytest
 import valkey
 
-from conftest import wait_get_refused, wait_new_primary, wait_until
+from conftest import DEBUG_ARGS, wait_get_refused, wait_new_primary, wait_until
 from nats_fixtures import run
 from durakv.cluster.store import Lease, NatsStore
 
@@ -164,7 +164,7 @@ def test_a_hung_event_loop_still_fails_over(local_cluster):
     lease to a replica, and re-executes as a replica when it wakes. (A replica takes over about 3 s into the
     sleep: 1 s of stall, then the 2 s lease; 15 s leaves a wide margin on a busy machine.)"""
     cluster = local_cluster(durability="sync", extra_server_args=[
-        "--lease-renew-max-loop-stall-ms", "1000", "--busy-reply-threshold", "100"])
+        "--lease-renew-max-loop-stall-ms", "1000", "--busy-reply-threshold", "100", *DEBUG_ARGS])
     old = cluster.primary(0)
     sleeper = threading.Thread(target=lambda: _debug_sleep(old.port, 15), daemon=True)
     sleeper.start()

@@ -34,6 +34,7 @@ MACHINES = (("a", "az1", "10.0.1.10"), ("b", "az2", "10.0.2.10"), ("c", "az3", "
 CLIENT_IP = "10.0.0.100"
 CLONE_NEWNET = 0x40000000
 REPLY_TIMEOUT_S = 60.0    # a write that has no reply by then has jammed the shard (issue 16 item 1)
+PASSWORD = "netns-test-password"   # the doc's $DURAKV_PASSWORD (protected mode refuses remote clients without one)
 
 
 # -- the doc ---------------------------------------------------------------------------------------------------
@@ -66,7 +67,8 @@ def durakv_argv(command, letter, az, ip, data_dir):
     words = shlex.split(command.replace("\\\n", " "))
     assert words[:2] == ["durakv", "server"], words
     out = [sys.executable, "-m", "durakv"] + words[1:]
-    swap = {"--availability-zone": az, "--node-id": f"0-{letter}", "--announce-ip": ip, "--dir": data_dir}
+    swap = {"--availability-zone": az, "--node-id": f"0-{letter}", "--announce-ip": ip, "--dir": data_dir,
+            "--requirepass": PASSWORD}
     for i, w in enumerate(out):
         if w in swap:
             out[i + 1] = swap[w]
@@ -236,7 +238,7 @@ def primary_of(addrs):
     masters = []
     for addr in addrs:
         try:
-            c = valkey.Valkey(host=addr, port=6379, socket_timeout=2, socket_connect_timeout=2)
+            c = valkey.Valkey(host=addr, port=6379, password=PASSWORD, socket_timeout=2, socket_connect_timeout=2)
             try:
                 if c.info("replication").get("role") == "master":
                     masters.append(addr)
@@ -254,7 +256,8 @@ class Writes:
         self.acked = {}
 
     def client(self, addr):
-        return valkey.Valkey(host=addr, port=6379, socket_timeout=REPLY_TIMEOUT_S, socket_connect_timeout=5)
+        return valkey.Valkey(host=addr, port=6379, password=PASSWORD, socket_timeout=REPLY_TIMEOUT_S,
+                             socket_connect_timeout=5)
 
     def jammed(self, what, exc):
         return AssertionError(

@@ -25,13 +25,13 @@ import time
 import pytest
 import valkey
 
-from conftest import wait_until
+from conftest import DEBUG_ARGS, wait_until
 from durakv.cluster.nats_procs import http_json
 from leak_util import next_message, subscribed, tracking_connection
 from wire_util import _encode, _read_reply
 
 # Keyspace events on, for the SUBSCRIBE observer.
-SERVER_ARGS = ["--notify-keyspace-events", "KEA"]
+SERVER_ARGS = ["--notify-keyspace-events", "KEA", *DEBUG_ARGS]   # DEBUG DIGEST-VALUE is an observer
 WRITES = (("XADD", "s", "2-1", "f", "v"), ("SET", "k", "v"), ("SET", "k2", "v2"))
 WRITE_REPLIES = [b"$3\r\n2-1\r\n", b"+OK\r\n", b"+OK\r\n"]
 # The writer, and every observer parked on the primary: the XREAD wake-up, the keyspace event, the tracking

@@ -10,7 +10,7 @@ import time
 import valkey
 from valkey.cluster import ValkeyCluster
 
-from conftest import wait_until
+from conftest import DEBUG_ARGS, wait_until
 from nats_fixtures import mark_migration
 from durakv.routing import key_slot
 
@@ -340,7 +340,7 @@ def test_keys_written_by_every_kind_of_command_move_with_their_values(local_clus
     after a mix of writes in one slot the slot moves whole, each key with its exact value (DEBUG DIGEST-VALUE:
     a set's members may come back in another order),
     and the migrator never had to rebuild the index (it logs an error when its size disagrees)."""
-    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    cluster = local_cluster(shards=2, replicas=0, durability="sync", extra_server_args=DEBUG_ARGS)
     src, dst = cluster.primary(0), cluster.primary(1)
     tag = _slot_in_shard0("mix")
     slot = key_slot(tag.encode())

@@ -6,7 +6,7 @@ import re
 
 import valkey
 
-from conftest import wait_until
+from conftest import DEBUG_ARGS, wait_until
 
 
 def test_primary_lists_its_replicas_with_offsets_and_wait_counts_them(local_cluster):
@@ -91,7 +91,7 @@ def test_a_replica_behind_its_journal_refuses_reads_until_it_catches_up(local_cl
     """Issue 11 item 6: a replica that knows of journal entries it has not applied for longer than
     replica-max-lag-ms answers reads with -MASTERDOWN instead of stale data, and serves again once caught up."""
     import time
-    cluster = local_cluster(durability="sync")
+    cluster = local_cluster(durability="sync", extra_server_args=DEBUG_ARGS)
     primary = cluster.primary(0)
     replica = cluster.replicas(0)[0]
     with valkey.Valkey(port=primary.port, socket_timeout=10) as p, \

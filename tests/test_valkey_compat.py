@@ -368,7 +368,9 @@ def test_latency_histogram(r):
     assert raw(r, "LATENCY", "HISTOGRAM", "blabla") == []
 
 
-def test_module_commands_without_modules(r):
+def test_module_commands_without_modules(server_factory):
+    # MODULE LOAD / UNLOAD need enable-module-command (off by default, as in Valkey: test_safe_defaults.py)
+    r = server_factory("--enable-module-command", "yes").client()
     assert raw(r, "MODULE", "LIST") == []
     assert raw(r, "MODULE", "HELP")[0] == b"MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
     assert error_of(r, "MODULE", "LOAD", "/tmp/x.so") == (

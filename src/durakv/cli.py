@@ -1,7 +1,6 @@
 """durakv command line: `durakv server [CONFIG_FILE] [--name value ...]` and the tools."""
 
 import argparse
-import asyncio
 import logging
 import sys
 
@@ -55,6 +54,12 @@ def load_config(argv, stdin=None):
 
 
 def run_server(argv):
+    # Valkey rewrites its process title; durakv keeps its command line but blanks the secrets in it, so that
+    # `ps` and /proc/PID/cmdline stop showing a --requirepass given there (server/proctitle.py). First thing:
+    # the window in which they show is the interpreter's start-up and this module's imports (asyncio is
+    # imported below, once they are hidden).
+    from .server.proctitle import redact_process_secrets
+    redact_process_secrets()
     if argv and argv[0] in ("-h", "--help"):
         sys.stderr.write(USAGE)
         return 1  # as valkey-server's usage()
@@ -68,6 +73,14 @@ def run_server(argv):
         print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
         return 1
     _setup_logging(config)
+    import asyncio
+    if config.tls_needs_ca():
+        # as valkey-server: two log lines and exit code 1 (tls.c tlsConfigure, server.c initListeners)
+        from . import messages
+        log = logging.getLogger("durakv.server")
+        log.warning(messages.TLS_NO_CA)
+        log.warning(messages.TLS_CONFIGURE_FAILED)
+        return 1
     try:
         import uvloop
         uvloop.install() if hasattr(uvloop, "install") else None

@@ -210,7 +210,7 @@ def _fmt(v):
 # AZ), and durakv's own start-up options (its journal and shard): CONFIG SET to the value they have is accepted
 # as the no-op it is; another value is refused as immutable. (Valkey's own immutable options stay refused.)
 FIXED_AT_START = frozenset({"port", "bind", "dir", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
-                            "tls-auth-clients", "availability-zone",
+                            "tls-ca-cert-dir", "tls-auth-clients", "availability-zone",
                             "journal-nats-tls-ca-file", "journal-backend", "journal-nats-servers",
                             "journal-max-appends-in-flight", "shard", "node-id", "cluster-announce-ip",
                             "cluster-announce-port", "cluster-announce-tls-port", "journal-nats-creds",
@@ -283,6 +283,7 @@ OPTIONS = [
     Option("tls-cert-file", "", _string, mutable=False),
     Option("tls-key-file", "", _string, mutable=False),
     Option("tls-ca-cert-file", "", _string, mutable=False),
+    Option("tls-ca-cert-dir", "", _string, mutable=False),
     Option("tls-auth-clients", "yes", _enum("yes", "no", "optional"), mutable=False),
     Option("loglevel", "notice", _enum("debug", "verbose", "notice", "warning", "nothing")),
     Option("logfile", "", _string, mutable=False),
@@ -305,7 +306,12 @@ OPTIONS = [
     Option("tls-key-file-pass", "", _string, sensitive=True),
     Option("primaryuser", "", _string, aliases=("masteruser",), sensitive=True),
     Option("primaryauth", "", _string, aliases=("masterauth",), sensitive=True),
-    Option("protected-mode", False, _bool),
+    # Valkey's safe defaults: with no password for the default user, only loopback clients are served; DEBUG and
+    # MODULE LOAD/UNLOAD are refused (`local`: from loopback connections only), and those two options are
+    # immutable, as in Valkey (CONFIG SET refuses them even to the value they have)
+    Option("protected-mode", True, _bool),
+    Option("enable-debug-command", "no", _enum("no", "yes", "local"), mutable=False),
+    Option("enable-module-command", "no", _enum("no", "yes", "local"), mutable=False),
     # Valkey 9's command logs; the slow one keeps its SLOWLOG names as aliases, as 9.x does
     Option("commandlog-execution-slower-than", 10000, _int_range(-1, 2**63 - 1), aliases=("slowlog-log-slower-than",)),
     Option("commandlog-slow-execution-max-len", 128, _int_range(0, 2**63 - 1), aliases=("slowlog-max-len",)),
@@ -460,6 +466,15 @@ class Config:
             ip = next((b for b in binds if b not in ("*", "0.0.0.0", "::", "::*", "")), "127.0.0.1")
         return (ip, self.values["cluster-announce-port"] or self.values["port"],
                 self.values["cluster-announce-tls-port"] or self.values["tls-port"])
+
+    def tls_needs_ca(self) -> bool:
+        """Valkey's tlsConfigure refusal: TLS is on and something must verify a peer's certificate (client
+        certificates, `tls-auth-clients yes` or `optional`; or TLS between cluster nodes, which durakv uses
+        whenever a cluster node serves TLS: Valkey's tls-cluster), but no CA is configured to verify it with."""
+        v = self.values
+        if not v["tls-port"] or v["tls-ca-cert-file"] or v["tls-ca-cert-dir"]:
+            return False
+        return v["tls-auth-clients"] != "no" or v["cluster-enabled"]
 
     def database_count(self) -> int:
         """How many numbered databases this node has: `cluster-databases` in cluster mode (Valkey 9 ignores

@@ -418,3 +418,24 @@ CLIENT_INVALID_ID = "ERR Invalid client ID"
 FUNCTION_LOAD_UNKNOWN_OPTION = "ERR Unknown option given: {}"
 FUNCTION_LIST_NO_LIBRARY_NAME = "ERR library name argument was not given"
 FUNCTION_LIST_UNKNOWN_ARGUMENT = "ERR Unknown argument {}"
+# -- Valkey's safe defaults (networking.c clientAcceptHandler, server.c processCommand, tls.c tlsConfigure) --
+# Sent as the whole greeting to a client refused by protected mode, then the connection is closed.
+PROTECTED_MODE_DENIED = (
+    "DENIED Running in protected mode because protected mode is enabled and no password is set for the default "
+    "user. In this mode connections are only accepted from the loopback interface. If you want to connect from "
+    "external computers, you may adopt one of the following solutions: 1) Just disable protected mode sending the "
+    "command 'CONFIG SET protected-mode no' from the loopback interface by connecting from the same host the "
+    "server is running, however MAKE SURE it's not publicly accessible from internet if you do so. Use CONFIG "
+    "REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing "
+    "the configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If "
+    "you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Set "
+    "up an authentication password for the default user. NOTE: You only need to do one of the above things in "
+    "order for the server to start accepting connections from the outside.")
+# DEBUG / MODULE LOAD|LOADEX|UNLOAD refused by enable-debug-command / enable-module-command: (command, option)
+PROTECTED_COMMAND = ("ERR {} command not allowed. If the {} option is set to \"local\", you can run it from a local "
+                     "connection, otherwise you need to set this option in the configuration file, and then restart "
+                     "the server.")
+# start-up refused: TLS on, client certificates asked for (or TLS between cluster nodes), and no CA to check them
+TLS_NO_CA = ("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when tls-cluster, tls-replication or "
+             "tls-auth-clients are enabled!")
+TLS_CONFIGURE_FAILED = "Failed to configure TLS. Check logs for more info."

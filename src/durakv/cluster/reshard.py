@@ -188,7 +188,8 @@ def _migrated_keys(topology, source_ids, client) -> int:
 def plain_client(tls_ca=None, password=None):
     """A client(node) for wait_moved: the node's INFO cluster over RESP (its TLS port with tls_ca)."""
     def count(node):
-        port, ca = (node.port, None) if node.port else (node.tls_port, tls_ca)
+        # with the cluster's CA at hand the probe goes over TLS even where a plain port is open too
+        port, ca = (node.tls_port, tls_ca) if node.tls_port and (tls_ca or not node.port) else (node.port, None)
         with RespClient(node.ip, port, timeout_s=2.0, tls_ca=ca) as c:
             if password:
                 c.execute("AUTH", password)

@@ -117,4 +117,17 @@ def client_context(ca_file, cert_file=None, key_file=None) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=ca_file)
     if cert_file:
         ctx.load_cert_chain(cert_file, key_file)
+
+
+def node_client_context(config) -> ssl.SSLContext:
+    """How a node reaches another node over TLS (slot migration, MIGRATE in a TLS cluster): the peer verified
+    against the cluster's CA (tls-ca-cert-file / tls-ca-cert-dir; the system's CAs only when neither is set) and
+    its name checked against the address it is reached at; this node's own certificate presented, as Valkey
+    presents tls-cert-file when it has no tls-client-cert-file, so a peer that asks clients for certificates
+    (tls-auth-clients yes, Valkey's default) accepts it."""
+    ctx = ssl.create_default_context(cafile=config["tls-ca-cert-file"] or None,
+                                     capath=config["tls-ca-cert-dir"] or None)
+    if config["tls-cert-file"]:
+        ctx.load_cert_chain(config["tls-cert-file"], config["tls-key-file"] or None,
+                            password=config["tls-key-file-pass"] or None)
     return ctx

@@ -198,6 +198,9 @@ class Pipeline:
         self._plain = {}             # ... for commands without subcommands (the hot path's table)
         self._mark = perf_counter()  # end of the previous call: the start of the next (one clock read per call)
         self.stats_enabled = True
+        # enable-debug-command / enable-module-command (immutable): "no", "yes" or "local" per option
+        self.protected_allowed = {name: config[name] if config is not None else "no"
+                                  for name in ("enable-debug-command", "enable-module-command")}
 
     def new_context(self, session):
         ctx = Context(self.keyspace, self.port, session, self)
@@ -249,6 +252,10 @@ class Pipeline:
         session.last_cmd = cmd
         if not session.authenticated and not cmd.no_auth:
             return self._rejected(session, cmd, messages.NOAUTH), 0, cmd
+        if cmd.protected is not None:
+            text = self._protected_refusal(session, cmd)
+            if text is not None:
+                return self._rejected(session, cmd, text), 0, cmd
         if session.in_multi:
             answer = self._in_multi(session, cmd, args)
             if answer is not None:
@@ -279,6 +286,17 @@ class Pipeline:
         if obs is not None:
             obs.after_top(session)
         return reply, ticket, cmd
+
+    def _protected_refusal(self, session, cmd):
+        """Valkey's CMD_PROTECTED check (after authentication, before MULTI queuing and the ACL check, as
+        9.1.2 orders them): DEBUG or MODULE LOAD refused unless its option is `yes`, or `local` and the
+        client comes from the loopback interface. Only a client's own request is checked (scripts are not,
+        as in Valkey: DEBUG is noscript unless DEBUG itself lifted that)."""
+        name, option = cmd.protected
+        allowed = self.protected_allowed[option]
+        if allowed == "yes" or (allowed == "local" and session.local):
+            return None
+        return messages.PROTECTED_COMMAND.format(name, option)
 
     def _read_ticket(self, session, cmd, args):
         """The ticket of a reply that changed nothing while writes are uncommitted: what it was derived from

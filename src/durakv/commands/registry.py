@@ -16,7 +16,7 @@ class Command:
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
-                 "argc_min", "argc_max", "changes_protocol", "latency")
+                 "argc_min", "argc_max", "changes_protocol", "latency", "protected")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -67,6 +67,9 @@ class Command:
         self.touches_data = self.write or self.readonly or self.calls_commands
         # Runs immediately even inside MULTI (processCommand's list).
         self.multi_immediate = top in _MULTI_IMMEDIATE
+        # Valkey's CMD_PROTECTED commands it gates by a config (processCommand): DEBUG by enable-debug-command,
+        # MODULE LOAD/LOADEX/UNLOAD by enable-module-command. (name in the refusal, option) or None.
+        self.protected = _PROTECTED_BY.get(top) if "protected" in f else None
         # The reply protocol may differ after it: the connection re-reads the session's RESP version.
         self.changes_protocol = top in ("hello", "reset")
         # The commonest shape of all (GET, SET, HSET, ...): keys at positions known in advance, taken as they
@@ -95,6 +98,7 @@ class Command:
 
 _CALLS_COMMANDS = {"exec", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 _MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset"}
+_PROTECTED_BY = {"debug": ("DEBUG", "enable-debug-command"), "module": ("MODULE", "enable-module-command")}
 
 TABLE = {}  # lowercase bytes name -> Command
 

@@ -14,7 +14,7 @@ class Session:
                  "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls",
                  "reply_off", "reply_skip", "commands_processed", "net_in", "net_out", "repl_rdb_only",
                  "repl_rdb_data", "repl_rdb_functions", "from_primary", "repl_listening_port", "decoded",
-                 "capa_redirect")
+                 "capa_redirect", "local")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -53,6 +53,9 @@ class Session:
         self.capa_redirect = False  # CLIENT CAPA redirect: a replica answers -REDIRECT to its primary
         self.asking = False        # ASKING: the next command may touch a slot this node is importing
         self.tls = False           # the connection is TLS: cluster redirections name tls-ports
+        # The client comes from the loopback interface (Valkey's connIsLocal): what protected mode and
+        # `enable-debug-command local` accept. False for the server's own sessions, which never send DEBUG.
+        self.local = False
         # The ACL user (acl_user.User) the client runs as; None is the default user (`user` is its name).
         self.acl_user = None
         self.reply_off = False     # CLIENT REPLY OFF: no replies until CLIENT REPLY ON

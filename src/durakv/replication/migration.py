@@ -50,11 +50,11 @@ as migrating to itself again (replication/topology_sync.py), so the move of that
 import asyncio
 import collections
 import logging
-import ssl
 import time
 
 import hiredis
 
+from ..cluster.tls import node_client_context
 from ..commands.generic import dump_payload
 from ..commands.session import Session
 from ..protocol.resp import ErrorReply, encode_command
@@ -298,35 +298,53 @@ class SlotMigrator:
         if self._target is not None and self._target[0] == target.id:
             return self._target[1]
         self._close_target()
-        conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
-        try:
-            await self._authenticate(conn)
-        except BaseException:
-            conn.close()
-            raise
+        conn = await self._open(target)
         self._target = (target.id, conn)
         return conn
 
-    async def _authenticate(self, conn):
-        """Nodes present the cluster's internal user to each other (the auth document: cluster/settings.py
-        AuthSettings), else Valkey's primaryuser/primaryauth of this node; a target that asks for no password
-        accepts AUTH-less connections, and one that refuses the credentials fails the round with its reason."""
-        auth = getattr(self.node, "auth", None)
+    async def _open(self, target):
+        """A connection to a target primary, authenticated when this node has credentials for it."""
+        conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
+        try:
+            auth = self._credentials()
+            if auth is not None:
+                answer = await conn.call(b"AUTH", *auth)
+                if answer != b"OK":
+                    raise MigrationError("the target %s:%s refused this node's AUTH (primaryuser/primaryauth, else "
+                                         "requirepass): %s" % (target.ip, target.tls_port or target.port, answer))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _credentials(self):
+        """AUTH's arguments for a target primary, or None: the cluster's internal user (the auth document every
+        node applies, cluster/settings.py AuthSettings), else primaryuser/primaryauth (masterauth) when set, as
+        a Valkey replica authenticates to its primary; else this node's own requirepass (the default user's
+        password, which a cluster with auth on has on every node)."""
         cfg = self.server.config
-        user, password = ((auth.internal_user, auth.internal_password) if auth is not None and auth.internal_password
-                          else (cfg["primaryuser"], cfg["primaryauth"]))
-        if not password:
-            return
-        reply = await conn.call(*((b"AUTH", user.encode(), password.encode()) if user else (b"AUTH", password.encode())))
-        if isinstance(reply, hiredis.ReplyError):
-            raise MigrationError("the target refused this node's credentials: %s" % reply)
+        auth = getattr(self.node, "auth", None)
+        if auth is not None and auth.internal_password:
+            return [auth.internal_user.encode("utf-8", "surrogateescape"),
+                    auth.internal_password.encode("utf-8", "surrogateescape")]
+        if cfg["primaryauth"]:
+            user = [cfg["primaryuser"].encode("utf-8", "surrogateescape")] if cfg["primaryuser"] else []
+            return user + [cfg["primaryauth"].encode("utf-8", "surrogateescape")]
+        if cfg["requirepass"]:
+            return [cfg["requirepass"].encode("utf-8", "surrogateescape")]
+        return None
 
     def _address(self, target):
-        """(host, port, TLS context or None) of a target primary: its plain port, else its TLS port."""
-        if target.port:
-            return target.ip, target.port, None
-        ctx = ssl.create_default_context(cafile=self.server.config["tls-ca-cert-file"] or None)
-        return target.ip, target.tls_port, ctx
+        """(host, port, TLS context or None) of a target primary. A node that serves TLS reaches it over TLS
+        only, at its tls-port, even when it has a plain port too: the keys must not cross the network in the
+        clear whenever the cluster runs TLS. A plain node uses the plain port (or TLS to a TLS-only target)."""
+        cfg = self.server.config
+        if cfg["tls-port"] or not target.port:
+            if not target.tls_port:
+                raise MigrationError("the target %s has no TLS port, and this node runs TLS: its keys are not sent "
+                                     "in the clear" % target.id)
+            return target.ip, target.tls_port, node_client_context(cfg)
+        return target.ip, target.port, None
 
     def _close_target(self):
         if self._target is not None:
@@ -554,9 +572,8 @@ class SlotMigrator:
 
     async def _empty_on_target(self, target, slots):
         """The slots of which the target primary holds no key (CLUSTER COUNTKEYSINSLOT there)."""
-        conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
+        conn = await self._open(target)
         try:
-            await self._authenticate(conn)
             for s in slots:
                 conn.send(encode_command((b"CLUSTER", b"COUNTKEYSINSLOT", b"%d" % s)))
             counts = await conn.replies(len(slots))

@@ -82,10 +82,19 @@ class Connection(asyncio.Protocol):
         self.outbox.limit_bytes = server.config["client-held-replies-limit"]
         self.outbox.on_limit = self._held_limit
         self.outbox.on_failed = self._held_reply_failed
+        s.local = _is_loopback(peer)
         server.total_connections += 1
         if len(server.clients) >= server.config["maxclients"]:
             server.rejected_connections += 1
             transport.write(b"-%s\r\n" % messages.MAX_CLIENTS.encode())
+            transport.close()
+            self.closing = True
+            return
+        if not s.local and server.config["protected-mode"] and server.acl.users.default.nopass:
+            # Valkey's clientAcceptHandler: protected mode (the default) and no password for the default user
+            # serve the loopback interface only; anyone else is told why and disconnected
+            server.rejected_connections += 1
+            transport.write(b"-%s\r\n" % messages.PROTECTED_MODE_DENIED.encode())
             transport.close()
             self.closing = True
             return
@@ -433,6 +442,15 @@ class Connection(asyncio.Protocol):
                 except OSError:
                     pass
             t.close()
+
+
+def _is_loopback(peer) -> bool:
+    """Valkey's connSocketIsLocal: the peer's address as text starts with "127." or is "::1" (an IPv4-mapped
+    ::ffff:127.0.0.1 is not local there either)."""
+    if not isinstance(peer, tuple) or not peer:
+        return False
+    host = peer[0]
+    return host.startswith("127.") or host == "::1"
 
 
 def _fmt_addr(addr):

@@ -41,9 +41,12 @@ class _Cached:
 
 
 class MigrateSockets:
-    def __init__(self):
+    def __init__(self, tls_context=None):
         self.cache = {}                 # "host:port" -> _Cached
         self.lock = threading.Lock()    # held for a whole exchange, which may run on a worker thread
+        # () -> ssl.SSLContext, or None: a cluster node that serves TLS migrates over TLS only (Valkey's
+        # tls-cluster: migrateGetSocket connects with TLS), verifying the target against the cluster CA
+        self.tls_context = tls_context
 
     def close_idle(self):
         # from the loop's cron: never waits for an exchange in flight (it closes them on the next tick)
@@ -89,6 +92,12 @@ class MigrateSockets:
             raise MigrateError("IOERR error or timeout writing to target instance") from None
         except (OSError, OverflowError, ValueError):      # unreachable, or no such host or port
             raise MigrateError("IOERR error or timeout connecting to the client") from None
+        if self.tls_context is not None:
+            try:
+                sock = self.tls_context().wrap_socket(sock, server_hostname=host)
+            except (OSError, ValueError):   # no TLS there, or a certificate the cluster CA did not sign
+                sock.close()
+                raise MigrateError("IOERR error or timeout connecting to the client") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         cs = self.cache[name] = _Cached(sock)
         return name, cs

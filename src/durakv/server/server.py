@@ -12,7 +12,7 @@ import time
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__
 from ..commands import load_all
-from .. import fastpath
+from .. import fastpath, messages
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
@@ -27,6 +27,7 @@ from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
 from ..cluster.identity import persistent_node_id
+from ..cluster.tls import node_client_context
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology, unassigned_topology
 from ..routing import key_slot
@@ -163,7 +164,9 @@ class Server:
         self.pipeline.new_context(self._apply_session).replaying = True
         self.pubsub = PubSub(self)         # channels and patterns (server/pubsub.py)
         self.blocking = Blocking(self)     # clients blocked on keys or paused (server/blocking.py)
-        self.migrate_sockets = MigrateSockets()  # MIGRATE's cached connections to target instances
+        # MIGRATE's cached connections to target instances; over TLS from a cluster node that serves TLS
+        self.migrate_sockets = MigrateSockets(
+            (lambda: node_client_context(config)) if config["cluster-enabled"] and config["tls-port"] else None)
         self._off_loop_pool = None         # worker threads of MIGRATE and large DUMP/RESTORE (off_loop_pool)
         self.valkey_link = None            # REPLICAOF: the replication link with a Valkey primary
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
@@ -607,13 +610,16 @@ class Server:
 
     def _tls_context(self):
         cfg = self.config
+        if cfg.tls_needs_ca():
+            # the command line refuses to start like this (cli.py); a server built in-process must not
+            # quietly ask no client for a certificate either
+            raise ConfigError(messages.TLS_NO_CA)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(cfg["tls-cert-file"], cfg["tls-key-file"])
-        if cfg["tls-ca-cert-file"]:
-            ctx.load_verify_locations(cfg["tls-ca-cert-file"])
-        mode = cfg["tls-auth-clients"]
+        ctx.load_cert_chain(cfg["tls-cert-file"], cfg["tls-key-file"], password=cfg["tls-key-file-pass"] or None)
+        if cfg["tls-ca-cert-file"] or cfg["tls-ca-cert-dir"]:
+            ctx.load_verify_locations(cafile=cfg["tls-ca-cert-file"] or None, capath=cfg["tls-ca-cert-dir"] or None)
         ctx.verify_mode = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL,
-                           "no": ssl.CERT_NONE}[mode] if cfg["tls-ca-cert-file"] else ssl.CERT_NONE
+                           "no": ssl.CERT_NONE}[cfg["tls-auth-clients"]]
         return ctx
 
     # -- housekeeping ---------------------------------------------------------------------------
