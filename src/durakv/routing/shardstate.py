@@ -141,11 +141,15 @@ def _from_target_list(items, what) -> dict:
 
 def compose(topology: Topology, states: dict) -> Topology:
     """The topology to route by: `topology` (the operator's) with what each shard's state (by shard name) may
-    change of its own shard applied; see the module's text for what a state may do."""
+    change of its own shard applied; see the module's text for what a state may do. In order: each shard's
+    primary, epoch and health; slots released; slots claimed (a slot nobody owns after the releases); moves the
+    owners started; cancellations and hand-overs of moves out of a shard."""
     if topology is None:
         return None
     shards = list(topology.shards)
     by_name = {sh.name: i for i, sh in enumerate(shards)}
+    mine = [(shards[by_name[name]].id, state) for name, state in sorted(states.items())
+            if state is not None and name in by_name]
     migrating = dict(topology.migrating)
     owner = {s: sh.id for sh in shards for s in _slots_in(sh.slots)}
     current = topology.current_epoch
@@ -167,24 +171,21 @@ def compose(topology: Topology, states: dict) -> Topology:
         epoch = max(sh.config_epoch, state.epoch)
         current = max(current, epoch)
         shards[i] = replace(sh, primary=primary, replicas=tuple(replicas), config_epoch=epoch)
-        # moves this shard started, of slots it owns that are not migrating already
-        for slot, target in state.marks.items():
-            if owner.get(slot) == sh.id and slot not in migrating and target != sh.id and \
-                    target in topology.shard_by_id:
-                migrating[slot] = (sh.id, target)
-    claims = {}
-    for name, state in states.items():
-        i = by_name.get(name)
-        if i is None or state is None:
-            continue
-        sid = shards[i].id
+    for sid, state in mine:
         for slot in state.released:
             if owner.get(slot) == sid and slot not in migrating:
                 del owner[slot]
+    claims = {}
+    for sid, state in mine:
         for slot in state.claimed:
-            if topology.shard_by_slot[slot] is None:
-                if slot not in claims or sid < claims[slot]:
-                    claims[slot] = sid
+            if slot not in owner and (slot not in claims or sid < claims[slot]):
+                claims[slot] = sid
+    owner.update(claims)
+    for sid, state in mine:
+        for slot, target in state.marks.items():
+            if owner.get(slot) == sid and slot not in migrating and target != sid and target in topology.shard_by_id:
+                migrating[slot] = (sid, target)
+    for sid, state in mine:
         for slot in state.unmarked:
             if migrating.get(slot, (None,))[0] == sid:
                 del migrating[slot]
@@ -192,9 +193,6 @@ def compose(topology: Topology, states: dict) -> Topology:
             if migrating.get(slot) == (sid, target):
                 owner[slot] = target
                 del migrating[slot]
-    for slot, sid in claims.items():
-        if slot not in owner:
-            owner[slot] = sid
     slots_of = {}
     for slot, sid in owner.items():
         slots_of.setdefault(sid, []).append(slot)
