@@ -1,0 +1,624 @@
+"""JSON documents (valkey-json's module type "ReJSON-RL"): the value, its text form and its RDB form.
+
+A document is a JsonDoc holding a tree of Python values:
+
+    null -> None       true/false -> True/False      string -> str (UTF-8, invalid bytes kept by surrogateescape)
+    object -> dict     array -> list                 integer (int64) -> int
+    other number -> float when its text is repr(float) (the commonest case), else JFloat (value + the text)
+
+Numbers are kept as written, as valkey-json's RapidJSON does: an integer that fits in int64 is an integer, any
+other number (a fraction, an exponent, an integer beyond int64) is a double that remembers its text and is
+written back exactly so ("1.50" stays "1.50", "1E3" stays "1E3"). A double whose text is what Python's repr
+gives (most of them: "1.5", "0.1", "1e+16") is a plain float, so that the C json encoder can write whole
+documents; the rest are JFloat, which the encoder refuses and the Python writer below handles.
+
+Text: parsing goes through Python's json scanner with hooks for numbers and with valkey-json's rules added
+around it (no NaN/Infinity, lone surrogate escapes refused, nesting bounded before anything is parsed);
+writing is compact (valkey-json's FastWrite) or formatted (RapidJSON's PrettyWriter with INDENT / NEWLINE /
+SPACE), escaping what RapidJSON escapes (", \\, control characters, the latter as \\u00XX in capitals).
+
+Size: `jsize(v)` is the heap bytes a value holds in RapidJSON's layout (16-byte values, strings and double
+texts of more than 13 bytes allocated with their NUL, arrays 16 bytes per element, objects 24 bytes per member
+plus the key's bytes). A document's `size` is kept up to date by every write (the deltas of what changed), so
+JSON.DEBUG MEMORY and MEMORY USAGE cost nothing; `measure()` walks the tree and must agree with it.
+
+RDB: the module type's payload (valkey-json dom_save / dom_load): encoding version 3 is one string holding the
+compact JSON; version 0 (older dumps) is the tree node by node. Module id: moduleTypeEncodeId("ReJSON-RL", 3).
+"""
+
+import json
+import re
+import struct
+
+TYPE_NAME = "ReJSON-RL"
+ENCODING_VERSION = 3
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+# Nesting that the Python json scanner and the recursive walkers here handle within Python's recursion limit
+# whatever json.max-path-limit says (valkey-json's own recursion is bounded by the C stack only): a document,
+# a value or an RDB load nested deeper is refused as over the path limit. Documented in docs/modules.md.
+NESTING_CEILING = 512
+
+DOC_HEADER_BYTES = 24     # sizeof(JDocument): the root value and the size/bucket word
+VALUE_BYTES = 16          # sizeof(JValue)
+MEMBER_BYTES = 24         # an object member: the key's handle and the value
+SHORT_STRING_MAX = 13     # RapidJSON keeps strings up to this many bytes inside the value itself
+
+
+class JsonError(Exception):
+    """A failure with valkey-json's error code name (messages.JSON_ERRORS has the reply text)."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+class JFloat:
+    """A double whose text is not repr(value): the value and the text it is written as."""
+
+    __slots__ = ("value", "text")
+
+    def __init__(self, value, text):
+        self.value = value
+        self.text = text
+
+    def __repr__(self):
+        return "JFloat(%s)" % self.text
+
+
+def make_double(value: float, text: str):
+    """A double written as `text`: a plain float when repr gives that text, else a JFloat."""
+    return value if repr(value) == text else JFloat(value, text)
+
+
+def format_double(value: float) -> str:
+    """jsonutil_double_to_string: "%.17g" (how valkey-json writes a computed double)."""
+    return "%.17g" % value
+
+
+def number_value(v):
+    """The float value of a number (int, float or JFloat), as RapidJSON's GetDouble."""
+    return v.value if type(v) is JFloat else float(v)
+
+
+def is_number(v) -> bool:
+    t = type(v)
+    return t is int or t is float or t is JFloat
+
+
+def is_double(v) -> bool:
+    t = type(v)
+    return t is float or t is JFloat
+
+
+# -- parsing --------------------------------------------------------------------------------------------
+
+class _Reject(Exception):
+    pass
+
+
+def _parse_float(text):
+    value = float(text)
+    if value != value or value in (_INF, -_INF):
+        raise _Reject()     # RapidJSON: kParseErrorNumberTooBig
+    return make_double(value, text)
+
+
+def _parse_int(text):
+    if len(text) < 19:
+        return int(text)
+    if len(text) <= 20:
+        n = int(text)
+        if INT64_MIN <= n <= INT64_MAX:
+            return n
+    # beyond int64: RapidJSON keeps it as a double with its text
+    value = float(text)
+    if value in (_INF, -_INF):
+        raise _Reject()
+    return make_double(value, text)
+
+
+def _parse_constant(_name):
+    raise _Reject()          # NaN, Infinity, -Infinity are not JSON
+
+
+_INF = float("inf")
+_DECODER = json.JSONDecoder(parse_float=_parse_float, parse_int=_parse_int, parse_constant=_parse_constant)
+_decode = _DECODER.decode
+
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET_RE = re.compile(rb"[\[\]{}]")
+_ESCAPE_RE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.S)
+
+
+def nesting_depth(data: bytes, stop_above: int) -> int:
+    """The deepest container nesting in JSON text (strings stepped over), counting no further than
+    stop_above + 1. An upper bound is the count of opening brackets, so most texts are settled without a scan."""
+    opens = data.count(b"[") + data.count(b"{")
+    if opens <= stop_above:
+        return opens
+    if b'"' in data:
+        data = _STRING_RE.sub(b'""', data)
+    depth = deepest = 0
+    for m in _BRACKET_RE.finditer(data):
+        c = m.group()
+        if c == b"[" or c == b"{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > stop_above:
+                    return deepest
+        else:
+            depth -= 1
+    return deepest
+
+
+def _surrogates_ok(data: bytes) -> bool:
+    """RapidJSON refuses a \\u escape of a lone surrogate (a high one not followed by a low one, or a low one
+    alone); Python's json would take it."""
+    expect_low_at = -1
+    for m in _ESCAPE_RE.finditer(data):
+        hexdigits = m.group(1)
+        start = m.start()
+        if expect_low_at >= 0:
+            if start != expect_low_at or hexdigits is None or not 0xDC00 <= int(hexdigits, 16) <= 0xDFFF:
+                return False
+            expect_low_at = -1
+            continue
+        if hexdigits is None:
+            continue
+        cp = int(hexdigits, 16)
+        if 0xD800 <= cp <= 0xDBFF:
+            expect_low_at = m.end()
+        elif 0xDC00 <= cp <= 0xDFFF:
+            return False
+    return expect_low_at < 0
+
+
+def parse(data: bytes, max_depth: int):
+    """The value a JSON text holds. Raises JsonError("LIMIT_DEPTH") when containers nest deeper than
+    max_depth (RapidJSON's parser stops there: json.max-path-limit) and JsonError("PARSE") on anything that
+    is not one JSON value (RapidJSON's kParseNoFlags grammar)."""
+    limit = min(max_depth, NESTING_CEILING)
+    if nesting_depth(data, limit) > limit:
+        raise JsonError("LIMIT_DEPTH")
+    if b"\\u" in data and not _surrogates_ok(data):
+        raise JsonError("PARSE")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        # RapidJSON reads a NUL byte as the end of its input: one inside a string is an unterminated string,
+        # one after the value ends the text
+        data = data[:nul]
+    try:
+        return _decode(data.decode("utf-8", "surrogateescape"))
+    except (ValueError, _Reject, RecursionError):
+        raise JsonError("PARSE") from None
+
+
+def value_depth(v) -> int:
+    """Container nesting of a value (RapidJSON's GetMaxDepth of a parsed text): 0 for a scalar, 1 for [] ..."""
+    t = type(v)
+    if t is dict:
+        return 1 + max((value_depth(x) for x in v.values()), default=0)
+    if t is list:
+        return 1 + max((value_depth(x) for x in v), default=0)
+    return 0
+
+
+def path_depth(v) -> int:
+    """JSON.DEBUG DEPTH: the longest path from the root to a leaf (0 for a scalar or an empty container)."""
+    t = type(v)
+    if t is dict:
+        return max((1 + path_depth(x) for x in v.values()), default=0)
+    if t is list:
+        return max((1 + path_depth(x) for x in v), default=0)
+    return 0
+
+
+# -- writing ---------------------------------------------------------------------------------------------
+
+class _Exotic(Exception):
+    pass
+
+
+def _refuse(_obj):
+    raise _Exotic()
+
+
+_C_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False, separators=(",", ":"),
+                              default=_refuse)
+_encode_basestring = json.encoder.encode_basestring
+_LOWER_ESCAPE_RE = re.compile(r"\\u00([0-9a-f]{2})")
+
+
+def _upper_escape(m):
+    return "\\u00" + m.group(1).upper()
+
+
+def encode_string(s: str) -> str:
+    """A JSON string as RapidJSON writes it: ", \\ and control characters escaped (\\b \\t \\n \\f \\r, else
+    \\u00XX in capitals), everything else as it is."""
+    out = _encode_basestring(s)
+    if "\\u00" in out:
+        out = _LOWER_ESCAPE_RE.sub(_upper_escape, out)
+    return out
+
+
+def _write_compact(v, out):
+    t = type(v)
+    if t is str:
+        out(encode_string(v))
+    elif t is dict:
+        if not v:
+            out("{}")
+            return
+        sep = "{"
+        for k, x in v.items():
+            out(sep)
+            out(encode_string(k))
+            out(":")
+            _write_compact(x, out)
+            sep = ","
+        out("}")
+    elif t is list:
+        if not v:
+            out("[]")
+            return
+        sep = "["
+        for x in v:
+            out(sep)
+            _write_compact(x, out)
+            sep = ","
+        out("]")
+    elif t is JFloat:
+        out(v.text)
+    elif v is None:
+        out("null")
+    elif v is True:
+        out("true")
+    elif v is False:
+        out("false")
+    else:                       # int, float
+        out(repr(v))
+
+
+def dumps_compact(v) -> str:
+    """The compact text of a value (no spaces), as a str (encode with surrogateescape)."""
+    try:
+        out = _C_ENCODER.encode(v)
+    except _Exotic:
+        out = None
+    if out is not None and "\\u00" not in out:
+        return out
+    parts = []
+    _write_compact(v, parts.append)
+    return "".join(parts)
+
+
+def to_bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def dumps(v) -> bytes:
+    return to_bytes(dumps_compact(v))
+
+
+class Format:
+    """JSON.GET's INDENT / NEWLINE / SPACE (PrintFormat); None fields are empty."""
+
+    __slots__ = ("indent", "newline", "space")
+
+    def __init__(self, indent=None, newline=None, space=None):
+        self.indent = indent
+        self.newline = newline
+        self.space = space
+
+    def custom(self) -> bool:
+        return self.indent is not None or self.newline is not None or self.space is not None
+
+
+def _write_pretty(v, level, fmt, out):
+    """RapidJSON's PrettyWriter: `level` is the number of enclosing containers plus the initial level."""
+    t = type(v)
+    if t is dict:
+        if not v:
+            out("{}")
+            return
+        nl, ind, sp = fmt
+        out("{")
+        first = True
+        for k, x in v.items():
+            if not first:
+                out(",")
+            first = False
+            out(nl)
+            out(ind * (level + 1))
+            out(encode_string(k))
+            out(":")
+            out(sp)
+            _write_pretty(x, level + 1, fmt, out)
+        out(nl)
+        out(ind * level)
+        out("}")
+    elif t is list:
+        if not v:
+            out("[]")
+            return
+        nl, ind, _sp = fmt
+        out("[")
+        first = True
+        for x in v:
+            if not first:
+                out(",")
+            first = False
+            out(nl)
+            out(ind * (level + 1))
+            _write_pretty(x, level + 1, fmt, out)
+        out(nl)
+        out(ind * level)
+        out("]")
+    else:
+        _write_compact(v, out)
+
+
+def write(v, fmt, out, initial_level=0):
+    """Appends the text of v (str pieces) to out: compact without a custom format, else formatted starting at
+    initial_level (serialize_value)."""
+    if fmt is None or not fmt.custom():
+        out(dumps_compact(v))
+        return
+    _write_pretty(v, initial_level, (fmt.newline or "", fmt.indent or "", fmt.space or ""), out)
+
+
+# -- type names, equality --------------------------------------------------------------------------------
+
+def type_name(v) -> str:
+    """JSON.TYPE's name of a value."""
+    t = type(v)
+    if t is str:
+        return "string"
+    if t is int:
+        return "integer"
+    if t is float or t is JFloat:
+        return "number"
+    if t is dict:
+        return "object"
+    if t is list:
+        return "array"
+    if t is bool:
+        return "boolean"
+    return "null"
+
+
+def equal(a, b) -> bool:
+    """RapidJSON's GenericValue == : deep, objects by members whatever their order, numbers by value (a
+    double against anything numerically, integers exactly), true only equals true."""
+    ta, tb = type(a), type(b)
+    if ta is dict:
+        if tb is not dict or len(a) != len(b):
+            return False
+        for k, x in a.items():
+            if k not in b or not equal(x, b[k]):
+                return False
+        return True
+    if ta is list:
+        if tb is not list or len(a) != len(b):
+            return False
+        return all(equal(x, y) for x, y in zip(a, b))
+    if ta is str:
+        return tb is str and a == b
+    if ta is int:
+        if tb is int:
+            return a == b
+        return (tb is float or tb is JFloat) and float(a) == number_value(b)
+    if ta is float or ta is JFloat:
+        return is_number(b) and number_value(a) == number_value(b)
+    if ta is bool:
+        return tb is bool and a is b
+    return a is None and b is None
+
+
+def copy_value(v):
+    """A deep copy (COPY, values set at several paths)."""
+    t = type(v)
+    if t is dict:
+        return {k: copy_value(x) for k, x in v.items()}
+    if t is list:
+        return [copy_value(x) for x in v]
+    return v                    # scalars are immutable (JFloat is never changed in place)
+
+
+# -- sizes ------------------------------------------------------------------------------------------------
+
+def utf8_len(s: str) -> int:
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogateescape"))
+
+
+def _text_bytes(n: int) -> int:
+    return 0 if n <= SHORT_STRING_MAX else n + 1
+
+
+def jsize(v) -> int:
+    """Heap bytes v owns beyond its own 16-byte value (RapidJSON's ComputeMallocedSize)."""
+    t = type(v)
+    if t is str:
+        return _text_bytes(utf8_len(v))
+    if t is dict:
+        total = 0
+        for k, x in v.items():
+            total += MEMBER_BYTES + utf8_len(k) + jsize(x)
+        return total
+    if t is list:
+        total = VALUE_BYTES * len(v)
+        for x in v:
+            total += jsize(x)
+        return total
+    if t is float:
+        return _text_bytes(len(repr(v)))
+    if t is JFloat:
+        return _text_bytes(len(v.text))
+    return 0
+
+
+def member_size(key: str, v) -> int:
+    return MEMBER_BYTES + utf8_len(key) + jsize(v)
+
+
+def element_size(v) -> int:
+    return VALUE_BYTES + jsize(v)
+
+
+def count_fields(v) -> int:
+    """JSON.DEBUG FIELDS: values in v, v itself included."""
+    t = type(v)
+    if t is dict:
+        return 1 + sum(count_fields(x) for x in v.values())
+    if t is list:
+        return 1 + sum(count_fields(x) for x in v)
+    return 1
+
+
+class JsonDoc:
+    """One document key's value: the root and its size in bytes (kept by every write)."""
+
+    __slots__ = ("root", "size")
+
+    def __init__(self, root, size=None):
+        self.root = root
+        self.size = DOC_HEADER_BYTES + jsize(root) if size is None else size
+
+    def measure(self) -> int:
+        """The size computed by walking the tree (what `size` must equal)."""
+        return DOC_HEADER_BYTES + jsize(self.root)
+
+    def copy(self):
+        return JsonDoc(copy_value(self.root), self.size)
+
+    def __len__(self):
+        # generic code sizes values with len(): a document counts as one element
+        return 1
+
+    def __repr__(self):
+        return "JsonDoc(%s)" % dumps_compact(self.root)[:80]
+
+
+def doc_from_text(data: bytes, max_depth: int = NESTING_CEILING) -> JsonDoc:
+    return JsonDoc(parse(data, max_depth))
+
+
+# -- RDB (the module type's payload) -----------------------------------------------------------------------
+
+_TYPE_CHARSET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def module_type_id(name: str, encver: int) -> int:
+    """moduleTypeEncodeId: 9 characters of 6 bits, then 10 bits of encoding version."""
+    mid = 0
+    for ch in name:
+        mid = (mid << 6) | _TYPE_CHARSET.index(ch)
+    return (mid << 10) | encver
+
+
+def module_type_name(module_id: int) -> str:
+    """moduleTypeNameByID: the 9-character name in an id."""
+    mid = module_id >> 10
+    chars = []
+    for _ in range(9):
+        chars.append(_TYPE_CHARSET[mid & 63])
+        mid >>= 6
+    return "".join(reversed(chars))
+
+
+MODULE_ID = module_type_id(TYPE_NAME, ENCODING_VERSION)
+MODULE_ID_NAME_BITS = MODULE_ID >> 10
+
+# Module value opcodes (rdb.h RDB_MODULE_OPCODE_*)
+OP_EOF, OP_SINT, OP_UINT, OP_FLOAT, OP_DOUBLE, OP_STRING = range(6)
+# valkey-json encoding version 0's value codes (dom.cc meta_codes)
+_META_NULL, _META_STRING, _META_DOUBLE, _META_INTEGER = 0x01, 0x02, 0x04, 0x08
+_META_BOOLEAN, _META_OBJECT, _META_ARRAY, _META_PAIR = 0x10, 0x20, 0x40, 0x80
+
+
+def is_json_module_id(module_id: int) -> bool:
+    return module_id >> 10 == MODULE_ID_NAME_BITS
+
+
+def rdb_body(doc: JsonDoc, save_len, save_string) -> bytes:
+    """The module value as RDB_TYPE_MODULE_2 carries it after the type byte: the module id, the document as
+    one string (encoding version 3) and the EOF opcode. save_len/save_string are the RDB writer's
+    rdbSaveLen and rdbSaveRawString."""
+    return b"".join((save_len(MODULE_ID), save_len(OP_STRING), save_string(dumps(doc.root)), save_len(OP_EOF)))
+
+
+def rdb_load(reader, encver: int, max_depth: int = NESTING_CEILING) -> JsonDoc:
+    """The document after the module id (DocumentType_RdbLoad), read with reader.length() / reader.string() /
+    reader.take(n), up to and including the EOF opcode. Raises ValueError on a malformed value."""
+    if encver > ENCODING_VERSION:
+        raise ValueError("JSON document encoding version %d is newer than %d" % (encver, ENCODING_VERSION))
+    if encver == 3:
+        _expect(reader, OP_STRING)
+        text = bytes(reader.string())
+        try:
+            root = parse(text, max_depth)
+        except JsonError as exc:
+            raise ValueError("JSON document in RDB does not parse (%s)" % exc.code) from None
+    elif encver == 0:
+        root = _load_v0(reader, 0, min(max_depth, NESTING_CEILING))
+    else:
+        raise ValueError("unknown JSON document encoding version %d" % encver)
+    _expect(reader, OP_EOF)
+    return JsonDoc(root)
+
+
+def _expect(reader, opcode):
+    got = reader.length()
+    if got != opcode:
+        raise ValueError("module value opcode %d where %d belongs" % (got, opcode))
+
+
+def _load_unsigned(reader) -> int:
+    _expect(reader, OP_UINT)
+    return reader.length()
+
+
+def _load_string(reader) -> str:
+    _expect(reader, OP_STRING)
+    return bytes(reader.string()).decode("utf-8", "surrogateescape")
+
+
+def _load_v0(reader, level, max_depth):
+    code = _load_unsigned(reader)
+    if code == _META_NULL:
+        return None
+    if code == _META_STRING:
+        return _load_string(reader)
+    if code == _META_DOUBLE:
+        _expect(reader, OP_DOUBLE)
+        (value,) = struct.unpack("<d", reader.take(8))
+        return make_double(value, format_double(value))
+    if code == _META_INTEGER:
+        n = _load_unsigned(reader)
+        return n - (1 << 64) if n >> 63 else n
+    if code == _META_BOOLEAN:
+        s = _load_string(reader)
+        if s == "1":
+            return True
+        if s == "0":
+            return False
+        raise ValueError("invalid boolean in a JSON document")
+    if code in (_META_OBJECT, _META_ARRAY):
+        count = _load_unsigned(reader)
+        if level >= max_depth:
+            raise ValueError("JSON document nested deeper than the path limit")
+        if code == _META_ARRAY:
+            return [_load_v0(reader, level + 1, max_depth) for _ in range(count)]
+        obj = {}
+        for _ in range(count):
+            if _load_unsigned(reader) != _META_PAIR:
+                raise ValueError("invalid pair code in a JSON document")
+            key = _load_string(reader)
+            obj[key] = _load_v0(reader, level + 1, max_depth)
+        return obj
+    raise ValueError("invalid value code 0x%x in a JSON document" % code)
