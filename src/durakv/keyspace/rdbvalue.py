@@ -8,6 +8,8 @@ listpack.c, ziplist.c, intset.c, zipmap.c and t_stream.c.
 
 Values are durakv's: bytes, deque of bytes, set of bytes, dict bytes -> bytes, ZSet, Stream. A hash with
 field TTLs (Valkey 9) is RDB_TYPE_HASH_2 in RDB version 80: dump(value, field_ttls), load_with_field_ttls.
+Module values (RDB_TYPE_MODULE_2: the module type id, the module's own opcodes, EOF) of the valkey-bundle types
+durakv serves: a JSON document (valkey-json's "ReJSON-RL", keyspace/jsondoc.py).
 
 Streams: a loaded stream gets durakv's node model from the payload's listpacks (one node per listpack,
 its tombstones counted), so that XADD node splits, approximate trimming and XINFO's radix-tree-keys go on
@@ -21,6 +23,7 @@ from bisect import bisect_left
 from collections import deque
 
 from ..protocol.numbers import string2ll
+from . import jsondoc
 from .stream import MASK64, Nack, Stream, _Node
 from .zset import ZSet
 
@@ -801,6 +804,8 @@ def _dump_body(value, field_ttls=None):
         return T_STRING, _string(bytes(value))
     if isinstance(value, Stream):
         return T_STREAM_LISTPACKS_2, _dump_stream(value)
+    if isinstance(value, jsondoc.JsonDoc):
+        return T_MODULE_2, jsondoc.rdb_body(value, _len, _string)
     if not value:
         raise RdbError("an empty %s has no payload" % type(value).__name__)
     if isinstance(value, deque):
@@ -876,9 +881,22 @@ def _load_one(r, rdbtype, clock_ms):
         return _load_stream(r, rdbtype, clock_ms)
     if rdbtype in _LOADERS:
         return _LOADERS[rdbtype](r)
-    if rdbtype in (T_MODULE_PRE_GA, T_MODULE_2):
+    if rdbtype == T_MODULE_2:
+        return _load_module(r)
+    if rdbtype == T_MODULE_PRE_GA:
         raise RdbError("module value types are not supported")
     raise RdbError("unknown RDB object type %d" % rdbtype)
+
+
+def _load_module(r):
+    """RDB_TYPE_MODULE_2: the module type's id (name and encoding version), then its value."""
+    module_id = r.length()
+    if jsondoc.is_json_module_id(module_id):
+        try:
+            return jsondoc.rdb_load(r, module_id & 1023)
+        except ValueError as exc:
+            raise RdbError(str(exc)) from None
+    raise RdbError("module value type '%s' is not supported" % jsondoc.module_type_name(module_id))
 
 
 def load_rdb_file(data, clock_ms=None, field_ttls=None):
