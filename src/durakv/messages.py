@@ -475,7 +475,5 @@ JSON_ERRORS = {
 }
 JSON_NEW_KEY_PATH_NOT_ROOT = "SYNTAXERR A new Valkey key's path must be root"
 JSON_DOCUMENT_NOT_FOUND = "NONEXISTENT JSON document is not found"
-JSON_NO_KEY_TABLE = "ERR durakv keeps no shared key table: {} does not apply"
 JSON_TEST_SHARED_API_UNKNOWN_KEY = "Unknown key"
 JSON_TEST_SHARED_API_INVALID_PATH = "Invalid Path"
-JSON_KEYTABLE_MISMATCH = "Mismatch on totals: Found: Handles:{} & {} Expected: {} & {}"

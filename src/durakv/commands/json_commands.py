@@ -231,10 +231,8 @@ def _set_value(ctx, doc, path, text, nx, xx, limits, commit=True):
     _check_size(limits, doc.size, VALUE_BYTES + jsize(value))
     if not commit:
         return True
-    if not sel.result and not sel.inserts:
-        if sel.error is not None:
-            raise _error(sel.error)
-        return True
+    # valkey-json's dom_set_value ignores what Selector::commit returns (a branch's "path does not exist", an
+    # insert path that is not a valid JSON Pointer): the command answers OK whatever was written
     updates = sel.unique()
     if len(updates) == 1:
         p = updates[0][1]
@@ -244,22 +242,92 @@ def _set_value(ctx, doc, path, text, nx, xx, limits, commit=True):
         # inserts at the paths that did not exist is the one it replaced
         value = old
     else:
-        first = True
         for _v, p in updates:
             if get_at(doc.root, p) is NONODE:
                 continue        # an earlier update replaced what held it
-            _replace_at(doc, p, value if first else _copy(value))
-            first = False
-    copies = len(updates) > 1
+            # a copy each time: the value must stay as given while later updates write into the tree
+            _replace_at(doc, p, _copy(value))
+    copies = False
     for p in sel.inserts:
+        name = p[-1]
+        new = _copy(value) if copies else value
+        copies = True
+        if "/" in name or "~" in name:
+            # valkey-json appends the member name to the insert path's JSON Pointer unescaped, so a name with
+            # "/" or "~" is read as pointer syntax ("b~1c" names "b/c", "x/y" is y inside x); the first that
+            # does not parse ends the inserts
+            tokens = _pointer_tokens(name)
+            if tokens is None:
+                break
+            _pointer_set(doc, p[:-1] + tokens, new)
+            continue
         parent = get_at(doc.root, p[:-1])
         if type(parent) is not dict:
             continue
-        new = _copy(value) if copies else value
-        copies = True
-        parent[p[-1]] = new
-        doc.size += member_size(p[-1], new)
+        parent[name] = new
+        doc.size += member_size(name, new)
     return True
+
+
+def _pointer_tokens(text):
+    """The reference tokens of a JSON Pointer's tail ("a~1b/c" -> ["a/b", "c"]); None when a "~" escape is
+    invalid (RapidJSON's kPointerParseErrorInvalidEscape)."""
+    tokens = []
+    for part in text.split("/"):
+        out = []
+        i, n = 0, len(part)
+        while i < n:
+            c = part[i]
+            if c == "~":
+                if i + 1 >= n or part[i + 1] not in "01":
+                    return None
+                out.append("~" if part[i + 1] == "0" else "/")
+                i += 2
+                continue
+            out.append(c)
+            i += 1
+        tokens.append("".join(out))
+    return tuple(tokens)
+
+
+def _pointer_index(token):
+    if type(token) is int:
+        return token
+    if token.isascii() and token.isdigit() and (len(token) == 1 or token[0] != "0"):
+        return int(token)
+    return None
+
+
+def _pointer_set(doc, tokens, value):
+    """RapidJSON's GenericPointer::Set: walks the tokens from the root creating what is missing (an object
+    for a name, an array for an index, nulls to pad an array, a scalar or array turned into an object where a
+    name must go) and assigns the value at the end. The size is measured again afterwards."""
+    holder = [doc.root]
+    container, key = holder, 0
+    for token in tokens:
+        v = container[key]
+        index = _pointer_index(token)
+        if type(v) is list and token == "-":
+            v.append(None)
+            container, key = v, len(v) - 1
+            continue
+        if index is None:
+            if type(v) is not dict:
+                v = container[key] = {}
+        elif type(v) is not list and type(v) is not dict:
+            v = container[key] = []
+        if type(v) is list:
+            while index >= len(v):
+                v.append(None)
+            container, key = v, index
+        else:
+            name = token if type(token) is str else str(token)
+            if name not in v:
+                v[name] = None
+            container, key = v, name
+    container[key] = value
+    doc.root = holder[0]
+    doc.size = doc.measure()
 
 
 def _copy(v):
@@ -1121,16 +1189,6 @@ def json_debug_keytable_check(ctx, args):
     for _db, _key, doc in _json_docs(ctx):
         _member_names(doc.root, counts)
     return [sum(counts.values()), len(counts)]
-
-
-@command("json.debug|keytable-corrupt")
-def json_debug_keytable_corrupt(ctx, args):
-    raise CommandError(messages.JSON_NO_KEY_TABLE.format("KEYTABLE-CORRUPT"))
-
-
-@command("json.debug|keytable-distribution")
-def json_debug_keytable_distribution(ctx, args):
-    raise CommandError(messages.JSON_NO_KEY_TABLE.format("KEYTABLE-DISTRIBUTION"))
 
 
 @command("json.debug|test-shared-api")

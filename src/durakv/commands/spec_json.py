@@ -7,6 +7,10 @@ COMMAND DOCS shows a json command's group ("module") and module ("json") only; t
 src/commands/*.json files is kept under "module_arguments" for reference. Command names are shown as the
 module declares them ("JSON.SET"), under "display".
 
+KEYTABLE-CORRUPT and KEYTABLE-DISTRIBUTION (undocumented, for valkey-json's developers: they corrupt and
+measure its shared key table, which durakv does not have) are not served: they answer "unknown subcommand", as
+valkey-json since its #98 answers them unless json.debug-mode is on.
+
 One departure: valkey-json registers JSON.DEBUG's subcommands with no flags; here those that read a key or the
 keyspace (MEMORY, DEPTH, FIELDS, MAX-DEPTH-KEY, MAX-SIZE-KEY, KEYTABLE-CHECK, TEST-SHARED-API) are
 "readonly", because durakv's pipeline holds a read's reply until the writes it reads are committed, and
@@ -75,8 +79,6 @@ _DEBUG_SUBS = dict((
     _debug_sub("MAX-DEPTH-KEY", 2, []),
     _debug_sub("MAX-SIZE-KEY", 2, []),
     _debug_sub("KEYTABLE-CHECK", 2, []),
-    _debug_sub("KEYTABLE-CORRUPT", 3, [_key_spec(_FULL_ACCESS, pos=2)], flags=()),
-    _debug_sub("KEYTABLE-DISTRIBUTION", 3, [], flags=()),
     _debug_sub("TEST-SHARED-API", 0, [_key_spec(_FULL_ACCESS, pos=2)]),
 ))
 

@@ -8,6 +8,7 @@ import threading
 import time
 
 from .. import fastpath
+from ..keyspace.jsondoc import JsonDoc
 from ..scripting import runner as _scripting
 
 # Valkey's default sections, in its order, then durakv's own.
@@ -351,6 +352,23 @@ _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _
              "cluster": _section_cluster, "latencystats": _section_latencystats}
 
 
+def _section_json_core_metrics(srv):
+    """valkey-json's Module_Info: the bytes and the number of JSON documents (counted when asked)."""
+    total = count = 0
+    for db in srv.keyspace.dbs:
+        for value in db.data.values():
+            if type(value) is JsonDoc:
+                total += value.size
+                count += 1
+    return {"json_total_memory_bytes": total, "json_num_documents": count}
+
+
+# Sections the valkey-bundle modules durakv serves add (ValkeyModule_RegisterInfoFunc): named "<module>_<section>"
+# as Valkey names them, shown by INFO everything, by their own name or by the module's, never by default or all.
+_MODULE_SECTIONS = {"json_core_metrics": _section_json_core_metrics}
+_MODULE_OF_SECTION = {"json_core_metrics": "json"}
+
+
 def render_info(srv, requested):
     names = [s.lower() for s in requested] or ["default"]
     wanted = []
@@ -359,14 +377,24 @@ def render_info(srv, requested):
             wanted += DEFAULT_SECTIONS
         elif n in ("all", "everything"):
             wanted += ALL_SECTIONS
-        elif n in _SECTIONS:
+            if n == "everything":
+                wanted += list(_MODULE_SECTIONS)
+        elif n in _SECTIONS or n in _MODULE_SECTIONS:
             wanted.append(n)
+        else:
+            wanted += [s for s, m in _MODULE_OF_SECTION.items() if m == n]
     seen = set()
     parts = []
     for n in wanted:
         if n in seen:
             continue
         seen.add(n)
+        if n in _MODULE_SECTIONS:
+            fields = _MODULE_SECTIONS[n](srv)
+            lines = ["# " + n]
+            lines += ["%s:%s" % (k, v) for k, v in fields.items()]
+            parts.append("\r\n".join(lines))
+            continue
         fields = _SECTIONS[n](srv)
         lines = ["# " + n.capitalize()]
         lines += ["%s:%s" % (k, v) for k, v in fields.items()]
