@@ -17,7 +17,9 @@ keyspace (MEMORY, DEPTH, FIELDS, MAX-DEPTH-KEY, MAX-SIZE-KEY, KEYTABLE-CHECK, TE
 decides that from this flag.
 """
 
-MODULE = {"name": "json", "ver": 10002, "path": "/usr/lib/valkey/libjson.so", "args": []}
+MODULE = {"name": "json", "ver": 10002, "path": "/usr/lib/valkey/libjson.so", "args": [],
+          # INFO modules' options: the module handles its own RDB I/O errors (VALKEYMODULE_OPTIONS_HANDLE_IO_ERRORS)
+          "options": ["handle-io-errors"]}
 CATEGORIES = ("json",)
 
 # json.cc's flag strings and categories

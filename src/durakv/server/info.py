@@ -8,14 +8,15 @@ import threading
 import time
 
 from .. import fastpath
+from ..commands.specs import MODULES
 from ..keyspace.jsondoc import JsonDoc
 from ..scripting import runner as _scripting
 
 # Valkey's default sections, in its order, then durakv's own.
-DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
+DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
                     "errorstats", "cluster", "keyspace", "durability"]
-# Valkey's INFO ALL order: ... cpu, commandstats, errorstats, latencystats, cluster, keyspace
-ALL_SECTIONS = DEFAULT_SECTIONS[:7] + ["commandstats", "errorstats", "latencystats"] + DEFAULT_SECTIONS[8:]
+# Valkey's INFO ALL order: ... cpu, modules, commandstats, errorstats, latencystats, cluster, keyspace
+ALL_SECTIONS = DEFAULT_SECTIONS[:8] + ["commandstats", "errorstats", "latencystats"] + DEFAULT_SECTIONS[9:]
 # latency-tracking-info-percentiles' default
 LATENCY_PERCENTILES = (50.0, 99.0, 99.9)
 
@@ -352,6 +353,16 @@ _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _
              "cluster": _section_cluster, "latencystats": _section_latencystats}
 
 
+def _section_modules(srv):
+    """Valkey's "# Modules" (module_list): a "module:" line per module, for the valkey-bundle modules durakv serves
+    natively (commands/specs.py), as Valkey lists a loaded module."""
+    return [("module", "name=%s,ver=%d,api=1,filters=0,usedby=[],using=[],options=[%s]"
+             % (m["name"], m["ver"], "|".join(m.get("options", ())))) for m in MODULES]
+
+
+_SECTIONS["modules"] = _section_modules
+
+
 def _section_json_core_metrics(srv):
     """valkey-json's Module_Info: the bytes and the number of JSON documents (counted when asked)."""
     total = count = 0
@@ -381,6 +392,8 @@ def render_info(srv, requested):
                 wanted += list(_MODULE_SECTIONS)
         elif n in _SECTIONS or n in _MODULE_SECTIONS:
             wanted.append(n)
+        elif n == "module_list":
+            wanted.append("modules")
         else:
             wanted += [s for s, m in _MODULE_OF_SECTION.items() if m == n]
     seen = set()
@@ -397,6 +410,6 @@ def render_info(srv, requested):
             continue
         fields = _SECTIONS[n](srv)
         lines = ["# " + n.capitalize()]
-        lines += ["%s:%s" % (k, v) for k, v in fields.items()]
+        lines += ["%s:%s" % (k, v) for k, v in (fields.items() if type(fields) is dict else fields)]
         parts.append("\r\n".join(lines))
     return ("\r\n\r\n".join(parts) + "\r\n").encode() if parts else b""
