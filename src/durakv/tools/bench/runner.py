@@ -296,6 +296,8 @@ def format_report(report) -> str:
         f"durakv bench -> {report['target']}: {mode}, {report['duration_s']:g} s, "
         f"{sum(roles.values())} clients ({role_text}), {cfg['processes']} process(es), pipeline {cfg['pipeline']}, "
         f"ratio {cfg['ratio']}, {cfg['data_size']} B values, {cfg['key_maximum']:,} keys"
+        + (f", workload {cfg['workload']} (SET = JSON.SET key . doc, GET = JSON.GET key)"
+           if cfg.get("workload") == "json" else "")
         + (", cluster" if cfg["cluster"] else "") + (", TLS" if cfg["tls"] else ""),
         "",
         f"{'command':<8}{'ops':>11}{'ops/s':>12}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'p99.9 ms':>10}"
