@@ -117,9 +117,26 @@ def _write_doc(ctx, key):
     return doc
 
 
+class _Whole:
+    """What a Selector selects for the root paths "." and "$" (the whole document), without running one."""
+    __slots__ = ("is_v2", "result")
+
+    def __init__(self, root, is_v2):
+        self.is_v2 = is_v2
+        self.result = [(root, ())]
+
+    def values(self):
+        return [self.result[0][0]]
+
+    def unique(self):
+        return self.result
+
+
 def _select(doc, path, syntax_only=True):
     """A READ selector over the document; the error it met raised when it fails the command: always for a
     legacy path, only syntax errors for JSONPath (syntax_only) or any error (syntax_only False)."""
+    if path == "." or path == "$":
+        return _Whole(doc.root, path == "$")
     stack_room()
     sel = Selector()
     rc = sel.get_values(doc.root, path)

@@ -227,9 +227,11 @@ def _refuse(_obj):
     raise _Exotic()
 
 
-_C_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False, separators=(",", ":"),
-                              default=_refuse)
 _encode_basestring = json.encoder.encode_basestring
+# json's C encoder, made once (JSONEncoder.encode makes one per call): compact separators, no circularity
+# markers, NaN refused (never stored), anything else (JFloat) refused so that the Python writer takes over
+_C_ENCODE = json.encoder.c_make_encoder(None, _refuse, _encode_basestring, None, ":", ",", False, False, False) \
+    if json.encoder.c_make_encoder is not None else None
 _LOWER_ESCAPE_RE = re.compile(r"\\u00([0-9a-f]{2})")
 
 
@@ -286,10 +288,12 @@ def _write_compact(v, out):
 
 def dumps_compact(v) -> str:
     """The compact text of a value (no spaces), as a str (encode with surrogateescape)."""
-    try:
-        out = _C_ENCODER.encode(v)
-    except _Exotic:
-        out = None
+    out = None
+    if _C_ENCODE is not None:
+        try:
+            out = "".join(_C_ENCODE(v, 0))
+        except _Exotic:
+            out = None
     if out is not None and "\\u00" not in out:
         return out
     parts = []
@@ -440,26 +444,64 @@ def _text_bytes(n: int) -> int:
     return 0 if n <= SHORT_STRING_MAX else n + 1
 
 
+def _str_bytes(s: str) -> int:
+    """What a string (or a double's text) costs outside its value: nothing up to 13 bytes, else its bytes and
+    a NUL."""
+    n = len(s)
+    if n > SHORT_STRING_MAX:
+        return (n if s.isascii() else len(s.encode("utf-8", "surrogateescape"))) + 1
+    if n * 4 <= SHORT_STRING_MAX or s.isascii():
+        return 0
+    n = len(s.encode("utf-8", "surrogateescape"))
+    return n + 1 if n > SHORT_STRING_MAX else 0
+
+
 def jsize(v) -> int:
-    """Heap bytes v owns beyond its own 16-byte value (RapidJSON's ComputeMallocedSize)."""
+    """Heap bytes v owns beyond its own 16-byte value (RapidJSON's ComputeMallocedSize): a loop over the
+    containers, scalars sized where they are met (this runs on every JSON.SET of a whole document)."""
     t = type(v)
     if t is str:
-        return _text_bytes(utf8_len(v))
-    if t is dict:
-        total = 0
-        for k, x in v.items():
-            total += MEMBER_BYTES + utf8_len(k) + jsize(x)
-        return total
-    if t is list:
-        total = VALUE_BYTES * len(v)
-        for x in v:
-            total += jsize(x)
-        return total
+        return _str_bytes(v)
     if t is float:
-        return _text_bytes(len(repr(v)))
+        return _str_bytes(repr(v))
     if t is JFloat:
-        return _text_bytes(len(v.text))
-    return 0
+        return _str_bytes(v.text)
+    if t is not dict and t is not list:
+        return 0
+    total = 0
+    stack = [v]
+    pop, push = stack.pop, stack.append
+    while stack:
+        x = pop()
+        if type(x) is dict:
+            total += MEMBER_BYTES * len(x)
+            items = x.items()
+            for k, y in items:
+                total += len(k) if k.isascii() else len(k.encode("utf-8", "surrogateescape"))
+                ty = type(y)
+                if ty is str:
+                    if len(y) > 3:
+                        total += _str_bytes(y)
+                elif ty is dict or ty is list:
+                    push(y)
+                elif ty is float:
+                    total += _str_bytes(repr(y))
+                elif ty is JFloat:
+                    total += _str_bytes(y.text)
+        else:
+            total += VALUE_BYTES * len(x)
+            for y in x:
+                ty = type(y)
+                if ty is str:
+                    if len(y) > 3:
+                        total += _str_bytes(y)
+                elif ty is dict or ty is list:
+                    push(y)
+                elif ty is float:
+                    total += _str_bytes(repr(y))
+                elif ty is JFloat:
+                    total += _str_bytes(y.text)
+    return total
 
 
 def member_size(key: str, v) -> int:
