@@ -13,6 +13,7 @@ from ..keyspace.jsondoc import JsonDoc
 from ..scripting import runner as _scripting
 
 # Valkey's default sections, in its order, then durakv's own.
+# (Valkey's default_sections has module_list, shown as "# Modules".)
 DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
                     "errorstats", "cluster", "keyspace", "durability"]
 # Valkey's INFO ALL order: ... cpu, modules, commandstats, errorstats, latencystats, cluster, keyspace
@@ -346,38 +347,34 @@ def _section_errorstats(srv):
     return {"errorstat_" + k: "count=%d" % v for k, v in srv.pipeline.error_counts.items()}
 
 
-_SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,
-             "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
-             "cpu": _section_cpu, "keyspace": _section_keyspace, "durability": _section_durability,
-             "commandstats": _section_commandstats, "errorstats": _section_errorstats,
-             "cluster": _section_cluster, "latencystats": _section_latencystats}
-
-
 def _section_modules(srv):
-    """Valkey's "# Modules" (module_list): a "module:" line per module, for the valkey-bundle modules durakv serves
-    natively (commands/specs.py), as Valkey lists a loaded module."""
+    """genModulesInfoString: one `module:` line per module durakv serves natively (commands/specs.py MODULES)."""
     return [("module", "name=%s,ver=%d,api=1,filters=0,usedby=[],using=[],options=[%s]"
              % (m["name"], m["ver"], "|".join(m.get("options", ())))) for m in MODULES]
 
 
-_SECTIONS["modules"] = _section_modules
-
-
-def _section_json_core_metrics(srv):
-    """valkey-json's Module_Info: the bytes and the number of JSON documents (counted when asked)."""
+def _json_sections(srv):
+    """valkey-json's Module_Info: json_core_metrics, the bytes and the number of documents (counted when
+    asked: a walk of the keyspace)."""
     total = count = 0
     for db in srv.keyspace.dbs:
         for value in db.data.values():
             if type(value) is JsonDoc:
                 total += value.size
                 count += 1
-    return {"json_total_memory_bytes": total, "json_num_documents": count}
+    return [("json_core_metrics", {"json_total_memory_bytes": total, "json_num_documents": count})]
 
 
-# Sections the valkey-bundle modules durakv serves add (ValkeyModule_RegisterInfoFunc): named "<module>_<section>"
-# as Valkey names them, shown by INFO everything, by their own name or by the module's, never by default or all.
-_MODULE_SECTIONS = {"json_core_metrics": _section_json_core_metrics}
-_MODULE_OF_SECTION = {"json_core_metrics": "json"}
+# module name -> its info callback: [(section name, fields)], shown for INFO everything, modules, the module's
+# name or one of its sections' names (modulesCollectInfo)
+_MODULE_INFO = {"json": _json_sections}
+
+
+_SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,
+             "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
+             "cpu": _section_cpu, "keyspace": _section_keyspace, "durability": _section_durability,
+             "commandstats": _section_commandstats, "errorstats": _section_errorstats,
+             "cluster": _section_cluster, "latencystats": _section_latencystats, "modules": _section_modules}
 
 
 def render_info(srv, requested):
@@ -388,28 +385,29 @@ def render_info(srv, requested):
             wanted += DEFAULT_SECTIONS
         elif n in ("all", "everything"):
             wanted += ALL_SECTIONS
-            if n == "everything":
-                wanted += list(_MODULE_SECTIONS)
-        elif n in _SECTIONS or n in _MODULE_SECTIONS:
-            wanted.append(n)
         elif n == "module_list":
             wanted.append("modules")
-        else:
-            wanted += [s for s, m in _MODULE_OF_SECTION.items() if m == n]
+        elif n in _SECTIONS:
+            wanted.append(n)
     seen = set()
     parts = []
     for n in wanted:
         if n in seen:
             continue
         seen.add(n)
-        if n in _MODULE_SECTIONS:
-            fields = _MODULE_SECTIONS[n](srv)
-            lines = ["# " + n]
-            lines += ["%s:%s" % (k, v) for k, v in fields.items()]
-            parts.append("\r\n".join(lines))
-            continue
-        fields = _SECTIONS[n](srv)
-        lines = ["# " + n.capitalize()]
-        lines += ["%s:%s" % (k, v) for k, v in (fields.items() if type(fields) is dict else fields)]
-        parts.append("\r\n".join(lines))
+        parts.append(_render("# " + n.capitalize(), _SECTIONS[n](srv)))
+    every_module = "everything" in names or "modules" in names
+    other = [n for n in names if n not in _SECTIONS and n not in ("default", "all", "everything", "module_list")]
+    for module, sections in _MODULE_INFO.items():
+        if every_module or module in names:
+            parts += [_render("# " + title, fields) for title, fields in sections(srv)]
+        elif other:
+            parts += [_render("# " + title, fields) for title, fields in sections(srv) if title in other]
     return ("\r\n\r\n".join(parts) + "\r\n").encode() if parts else b""
+
+
+def _render(header, fields):
+    """A section: its header, then `field:value` lines (fields: a dict, or (field, value) pairs when a field
+    repeats, as `module:` does)."""
+    pairs = fields.items() if isinstance(fields, dict) else fields
+    return "\r\n".join([header] + ["%s:%s" % (k, v) for k, v in pairs])

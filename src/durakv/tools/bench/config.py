@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 SET, GET = 0, 1
 KIND_NAMES = ("SET", "GET")
-# What the writes and reads of a workload are: the histograms keep the kinds' names (SET, GET)
-WORKLOADS = {"kv": ("SET key value", "GET key"), "json": ("JSON.SET key . doc", "JSON.GET key")}
+# What the two kinds of request are in each workload: a write and a read.
+WORKLOADS = {"setget": ("SET", "GET"), "json": ("JSON.SET", "JSON.GET")}
 
 
 def json_document(size: int, seed: int = 0) -> bytes:
@@ -55,8 +55,8 @@ class BenchConfig:
     cpus: tuple = ()               # pin worker processes to these CPUs (empty: no pinning)
     client_names: bool = True      # CLIENT SETNAME durakv-bench:<role>:<n> on each connection
     seed: int = 0                  # random seed (0: a different one each run)
-    workload: str = "kv"           # kv: SET/GET of data_size-byte strings; json: JSON.SET key . <doc>/JSON.GET key
-                                   # of data_size-byte documents (valkey-json's commands)
+    # setget: SET key value / GET key; json: JSON.SET key . <doc> / JSON.GET key of data_size-byte documents
+    workload: str = "setget"
 
     def __post_init__(self):
         if isinstance(self.ratio, str):
@@ -80,6 +80,10 @@ class BenchConfig:
     @property
     def open_loop(self) -> bool:
         return self.rate > 0
+
+    def command_names(self) -> tuple:
+        """The names of the write and the read requests of this run's workload."""
+        return WORKLOADS[self.workload]
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -1,68 +1,51 @@
-"""`durakv bench --results FILE.md`: a run's figures as a results page (docs/results/), written by the tool so
-that every number there comes with the command that produced it, the commit it ran on, when, and the load."""
+"""`durakv bench --results DIR`: a run's figures written down with what they depend on: the command line, the
+commit of the code that produced them, the date and the machine's load around the run (a shared machine's other
+work moves every figure), the text report and the JSON report."""
 
 import datetime
+import json
 import os
 import shlex
 import subprocess
 import sys
 
-from .config import WORKLOADS
 
-
-def _commit():
-    """The commit of the source tree the tool runs from ("unknown" outside a git checkout)."""
+def _commit() -> str:
+    """The git commit of durakv's source tree, with '+changes' when its files differ from it; 'unknown' when the
+    package is not in a git work tree."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
+        head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    if out.returncode != 0:
-        return "unknown"
-    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+    return head + ("+changes" if dirty else "")
 
 
-def _server_line(report):
-    return report.get("server", {}).get("description", "")
+def machine_load() -> dict:
+    one, five, fifteen = os.getloadavg()
+    return {"loadavg_1m": round(one, 2), "loadavg_5m": round(five, 2), "loadavg_15m": round(fifteen, 2),
+            "cpus": os.cpu_count()}
 
 
-def results_markdown(report, argv, title=None) -> str:
-    cfg = report["config"]
-    writes, reads = WORKLOADS[cfg.get("workload", "kv")]
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    mode = (f"open loop at {cfg['rate']:,.0f} ops/s" if report["mode"] == "open-loop" else "closed loop")
-    lines = [
-        f"## {title or 'durakv bench: ' + cfg.get('workload', 'kv') + ' workload'}",
-        "",
-        f"- command: `{' '.join(shlex.quote(a) for a in ['durakv', 'bench', *argv])}`",
-        f"- commit: {_commit()}; date: {when}; machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
-        f"- load: {mode}, {report['duration_s']:g} s, {report['connections']['total']} connections, "
-        f"pipeline {cfg['pipeline']}, ratio {cfg['ratio']} ({writes} : {reads}), {cfg['data_size']} B values, "
-        f"{cfg['key_maximum']:,} keys" + (f", prefilled {cfg['prefill']:,}" if cfg.get("prefill") else ""),
-        f"- target: {report['target']}" + (f" ({_server_line(report)})" if _server_line(report) else ""),
-        "",
-        "| command | ops | ops/s | p50 ms | p99 ms | p99.9 ms | errors |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    names = {"SET": writes.split()[0], "GET": reads.split()[0]}
-    for name, c in report["commands"].items():
-        lat = c["latency_ms"]
-        lines.append(f"| {names.get(name, name)} | {c['ops']:,} | {c['ops_per_sec']:,.1f} | {lat['p50']:.3f} | "
-                     f"{lat['p99']:.3f} | {lat['p99.9']:.3f} | {sum(c['errors'].values()):,} |")
-    lines.append(f"| total | {report['ops']:,} | {report['ops_per_sec']:,.1f} | | | | |")
-    if report["errors"]:
-        lines.append("")
-        lines.append("errors by type: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report["errors"].items())))
-    lines.append("")
-    return "\n".join(lines)
-
-
-def append_results(path, report, argv, title=None):
-    """Appends the run's section to the results page at path (created with its directory if missing)."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(results_markdown(report, argv, title) + "\n")
+def write_results(directory, name, report, text, load_before, argv=None) -> str:
+    """Writes <directory>/<name>-<UTC date and time>.md (and .json beside it); returns the .md path."""
+    os.makedirs(directory, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp = now.strftime("%Y%m%d-%H%M%S")
+    base = os.path.join(directory, f"{name}-{stamp}")
+    command = "durakv bench " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    meta = {"command": command, "commit": _commit(), "date": now.isoformat(timespec="seconds"),
+            "load_before": load_before, "load_after": machine_load()}
+    with open(base + ".json", "w") as f:
+        json.dump({"meta": meta, "report": report}, f, indent=2, default=str)
+        f.write("\n")
+    with open(base + ".md", "w") as f:
+        f.write(f"# durakv bench: {name}, {meta['date']}\n\n")
+        f.write(f"- command: `{command}`\n- commit: {meta['commit']}\n- date: {meta['date']}\n")
+        f.write(f"- machine: {meta['load_before']['cpus']} CPUs; load average (1 min) "
+                f"{meta['load_before']['loadavg_1m']} before the run, {meta['load_after']['loadavg_1m']} after\n\n")
+        f.write("```\n" + text + "\n```\n")
+    return base + ".md"
