@@ -257,6 +257,23 @@ def test_array_commands(r):
     assert j(r, "JSON.ARRPOP", "k", ".a", "100") == b'"z"'              # past the end: the last
     assert j(r, "JSON.ARRTRIM", "k", "$..a", "1", "-1") == [0, 0, None]  # a negative stop empties it
     assert j(r, "JSON.ARRPOP", "k", ".a") is None                       # an empty array pops null
+    # the root path, legacy and JSONPath, for every array command
+    j(r, "JSON.SET", "root", ".", "[1]")
+    assert j(r, "JSON.ARRAPPEND", "root", ".", "2", "[3]") == 3
+    assert j(r, "JSON.ARRAPPEND", "root", "$", "4") == [4]
+    assert j(r, "JSON.ARRINSERT", "root", ".", "0", "0") == 5
+    assert j(r, "JSON.ARRINSERT", "root", "$", "-1", '"x"') == [6]
+    assert j(r, "JSON.ARRLEN", "root") == 6 and j(r, "JSON.ARRLEN", "root", "$") == [6]
+    assert j(r, "JSON.ARRINDEX", "root", "$", "[3]") == [3]
+    assert j(r, "JSON.ARRPOP", "root", "$", "0") == [b"0"]
+    assert j(r, "JSON.ARRTRIM", "root", ".", "0", "2") == 3
+    assert j(r, "JSON.GET", "root") == b"[1,2,[3]]"
+    r.config_set("json.max-path-limit", 2)
+    try:
+        # the path (no level below the root) plus the value's own nesting, as valkey-json counts it
+        assert err(r, "JSON.ARRAPPEND", "root", ".", "[[[1]]]") == "LIMIT Document path nesting limit is exceeded"
+    finally:
+        r.config_set("json.max-path-limit", 128)
     j(r, "JSON.SET", "t", ".", "[0,1,2,3,4]")
     assert j(r, "JSON.ARRTRIM", "t", ".", "1", "3") == 3
     assert j(r, "JSON.ARRTRIM", "t", ".", "-5", "100") == 3

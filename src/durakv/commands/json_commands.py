@@ -120,6 +120,7 @@ def _write_doc(ctx, key):
 class _Whole:
     """What a Selector selects for the root paths "." and "$" (the whole document), without running one."""
     __slots__ = ("is_v2", "result")
+    max_path_depth = 0          # the root is no level down (the path limit counts the value's own nesting)
 
     def __init__(self, root, is_v2):
         self.is_v2 = is_v2
