@@ -9,6 +9,7 @@ RENAME, MOVE, expiry, MEMORY USAGE, DEBUG DIGEST), keyspace events, MULTI/EXEC, 
 """
 
 import json
+import socket
 import struct
 
 import pytest
@@ -314,6 +315,13 @@ def test_resp3_replies(r3):
     assert j(r3, "JSON.ARRLEN", "k", "$.*") == [2, None]
     assert j(r3, "JSON.TYPE", "k", ".b") == b"string"
     assert j(r3, "JSON.GET", "none") is None
+    # a document deep enough that JSON.RESP encodes its reply itself: the same values, RESP3's null
+    j(r3, "JSON.SET", "deep", ".", "[" * 101 + "null,1.5" + "]" * 101)
+    reply = j(r3, "JSON.RESP", "deep")
+    for _ in range(100):
+        assert reply[0] == b"[" and len(reply) == 2
+        reply = reply[1]
+    assert reply == [b"[", None, b"1.5"]
 
 
 # -- JSONPath dialect -------------------------------------------------------------------------------------------------
@@ -396,6 +404,41 @@ def test_document_limits(r):
     finally:
         r.config_set("json.max-path-limit", 128)
         r.config_set("json.max-document-size", 0)
+
+
+def test_documents_at_the_nesting_ceiling(r):
+    """The deepest document durakv keeps (512 levels, whatever json.max-path-limit allows) goes through every
+    walk: writing, formatted text, recursive descent, wildcards, copies, DUMP, digests, a script's call."""
+    r.config_set("json.max-path-limit", 100000)
+    try:
+        deep = '{"a":' * 511 + "[1]" + "}" * 511
+        assert j(r, "JSON.SET", "d", ".", deep) == b"OK"
+        assert err(r, "JSON.SET", "d2", ".", "[" * 513 + "]" * 513) == "LIMIT Document path nesting limit is exceeded"
+        assert j(r, "JSON.GET", "d") == deep.encode()
+        assert j(r, "JSON.GET", "d", "INDENT", " ", ".").count(b"\n") == 0
+        assert j(r, "JSON.GET", "d", "NEWLINE", "\n", "INDENT", " ", ".").count(b"\n") == 1024
+        assert j(r, "JSON.DEBUG", "DEPTH", "d") == 512 and j(r, "JSON.DEBUG", "FIELDS", "d") == 512
+        assert len(j(r, "JSON.TYPE", "d", "$..a")) == 511
+        assert j(r, "JSON.GET", "d", "$" + ".*" * 90) is not None
+        assert err(r, "JSON.GET", "d", "$" + ".*" * 300) == "LIMIT Parser recursion depth is exceeded"
+        assert r.copy("d", "c") and j(r, "JSON.ARRINDEX", "d", "$" + ".a" * 511, "1") == [0]
+        assert r.restore("e", 0, r.dump("d")) and j(r, "JSON.GET", "e") == deep.encode()
+        assert r.execute_command("DEBUG", "DIGEST-VALUE", "d") == r.execute_command("DEBUG", "DIGEST-VALUE", "c")
+        assert r.eval("return redis.call('JSON.ARRAPPEND', KEYS[1], '$..a', '2')", 1, "d") == [None] * 510 + [2]
+        # a reply nested 1,023 deep (every object level is "{" and a [key, value] pair): read off the socket, as
+        # valkey-py's parser recurses once per level
+        port = r.connection_pool.connection_kwargs["port"]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"*2\r\n$9\r\nJSON.RESP\r\n$1\r\nd\r\n")
+            data = b""
+            while not data.endswith(b":1\r\n:2\r\n"):
+                chunk = sock.recv(65536)
+                assert chunk, data[-200:]
+                data += chunk
+        assert data.startswith(b"*2\r\n+{\r\n*2\r\n$1\r\na\r\n*2\r\n+{\r\n") and data.count(b"+{") == 511
+        assert r.save()
+    finally:
+        r.config_set("json.max-path-limit", 128)
 
 
 # -- JSON.DEBUG ------------------------------------------------------------------------------------------------------

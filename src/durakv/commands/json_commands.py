@@ -25,8 +25,8 @@ from ..keyspace.jsondoc import (DOC_HEADER_BYTES, INT64_MAX, INT64_MIN, NESTING_
                                 equal, format_double, is_number, jsize, make_double, member_size, number_value,
                                 parse, path_depth, to_bytes, type_name, utf8_len, value_depth, write)
 from ..keyspace.jsonpath import (NONODE, SYNTAX_ERRORS, Selector, delete_order, get_at, has_v2_path,
-                                 is_root_path, parent_of, stack_room)
-from ..protocol.resp import OK
+                                 is_root_path, parent_of)
+from ..protocol.resp import OK, Raw
 from .base import parse_int
 from .registry import command
 
@@ -138,7 +138,6 @@ def _select(doc, path, syntax_only=True):
     legacy path, only syntax errors for JSONPath (syntax_only) or any error (syntax_only False)."""
     if path == "." or path == "$":
         return _Whole(doc.root, path == "$")
-    stack_room()
     sel = Selector()
     rc = sel.get_values(doc.root, path)
     if rc is not None and (not sel.is_v2 or not syntax_only or rc in SYNTAX_ERRORS):
@@ -235,7 +234,6 @@ def json_set(ctx, args):
 def _set_value(ctx, doc, path, text, nx, xx, limits, commit=True):
     """dom_set_value: prepares the write (raising its errors), then commits it unless commit is False.
     None when NX/XX says not to write."""
-    stack_room()
     sel = Selector()
     rc = sel.prepare_set(doc.root, path)
     if rc is not None:
@@ -464,7 +462,6 @@ def _get_many(doc, paths, fmt, out):
     v2 = has_v2_path(paths)
     custom = fmt.custom()
     nl, ind, sp = (fmt.newline or ""), (fmt.indent or ""), (fmt.space or "")
-    stack_room()
     out("{")
     if custom:
         out(nl)
@@ -548,7 +545,6 @@ def json_del(ctx, args):
         ctx.delete(key)
         ctx.propagate(*effect)
         return 1
-    stack_room()
     sel = Selector()
     rc = sel.delete_values(doc.root, path)
     if rc is not None:
@@ -761,7 +757,6 @@ def json_objkeys(ctx, args):
     doc = _read_doc(ctx, key)
     if doc is None:
         return None
-    stack_room()
     sel = Selector()
     rc = sel.get_values(doc.root, path)
     if rc is not None and (not sel.is_v2 or rc in SYNTAX_ERRORS):
@@ -979,7 +974,6 @@ _CLEARED = {bool: False, str: "", int: 0}
 def json_clear(ctx, args):
     key, path = _simple_args(args)
     doc = _write_doc(ctx, key)
-    stack_room()
     sel = Selector()
     rc = sel.get_values(doc.root, path)
     if rc is not None:
@@ -1018,7 +1012,6 @@ def json_type(ctx, args):
     doc = _read_doc(ctx, key)
     if doc is None:
         return None
-    stack_room()
     sel = Selector()
     rc = sel.get_values(doc.root, path)
     if rc is not None and (not sel.is_v2 or rc in SYNTAX_ERRORS):
@@ -1045,9 +1038,62 @@ def json_resp(ctx, args):
         if not sel.is_v2:
             raise _error("PATH_NOT_EXIST")
         return []
+    if not sel.is_v2:
+        values = values[:1]
+    if max(path_depth(v) for v in values) > _RESP_NESTED_REPLY_MAX:
+        # a reply nested as deep as the document: encoded here, level by level, since the generic reply
+        # encoder recurses once per level of a reply and an object's member adds two
+        out = [b"*%d\r\n" % len(values)] if sel.is_v2 else []
+        for v in values:
+            _resp_bytes(v, ctx.resp3, out)
+        return Raw(b"".join(out))
     if sel.is_v2:
         return [_resp(v) for v in values]
     return _resp(values[0])
+
+
+_RESP_NESTED_REPLY_MAX = 100
+
+
+def _resp_bytes(v, resp3, out):
+    """_resp's reply as RESP bytes (Valkey's encoding: simple strings for "{", "[", true and false)."""
+    stack = [v]
+    pop, push, w = stack.pop, stack.append, out.append
+    while stack:
+        x = pop()
+        t = type(x)
+        if t is dict:
+            w(b"*%d\r\n+{\r\n" % (len(x) + 1))
+            for k, y in reversed(list(x.items())):
+                push(y)
+                push(_Key(k))
+        elif t is list:
+            w(b"*%d\r\n+[\r\n" % (len(x) + 1))
+            for y in reversed(x):
+                push(y)
+        elif t is _Key:
+            k = to_bytes(x.name)
+            w(b"*2\r\n$%d\r\n%s\r\n" % (len(k), k))
+        elif t is str:
+            b = to_bytes(x)
+            w(b"$%d\r\n%s\r\n" % (len(b), b))
+        elif t is bool:
+            w(b"+true\r\n" if x else b"+false\r\n")
+        elif t is int:
+            w(b":%d\r\n" % x)
+        elif t is float or t is JFloat:
+            b = _rapidjson_dtoa(number_value(x))
+            w(b"$%d\r\n%s\r\n" % (len(b), b))
+        else:
+            w(b"_\r\n" if resp3 else b"$-1\r\n")
+
+
+class _Key:
+    """A member name on _resp_bytes' stack (it opens the member's [key, value] pair)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
 
 
 def _resp(v):
@@ -1055,9 +1101,15 @@ def _resp(v):
     strings, integers as integers, doubles as bulk strings (RapidJSON's shortest text), strings as bulk."""
     t = type(v)
     if t is dict:
-        return ["{"] + [[to_bytes(k), _resp(x)] for k, x in v.items()]
+        out = ["{"]
+        for k, x in v.items():          # loops, not comprehensions: one frame per level of a deep document
+            out.append([to_bytes(k), _resp(x)])
+        return out
     if t is list:
-        return ["["] + [_resp(x) for x in v]
+        out = ["["]
+        for x in v:
+            out.append(_resp(x))
+        return out
     if t is str:
         return to_bytes(v)
     if t is bool:
@@ -1154,7 +1206,6 @@ def json_debug_depth(ctx, args):
     doc = _debug_doc(ctx, args)
     if doc is None:
         return None
-    stack_room()
     return path_depth(doc.root)
 
 
@@ -1178,7 +1229,6 @@ def _largest(ctx, measure):
 
 @command("json.debug|max-depth-key")
 def json_debug_max_depth_key(ctx, args):
-    stack_room()
     return _largest(ctx, lambda doc: path_depth(doc.root))
 
 
@@ -1202,7 +1252,6 @@ def _member_names(v, counts):
 def json_debug_keytable_check(ctx, args):
     """valkey-json counts the member-name handles of every document against its shared key table; durakv keeps
     names in each document (no shared table to drift), so the check is the walk: [handles, distinct names]."""
-    stack_room()
     counts = {}
     for _db, _key, doc in _json_docs(ctx):
         _member_names(doc.root, counts)

@@ -197,24 +197,43 @@ def parse(data: bytes, max_depth: int):
         raise JsonError("PARSE") from None
 
 
+def _depths(v):
+    """(deepest value, deepest container) as edge counts from v (-1: no container): one loop over the
+    containers, not a recursion, since documents nest up to NESTING_CEILING."""
+    deepest_value, deepest_container = 0, -1
+    stack = [(v, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        x, level = pop()
+        if level > deepest_value:
+            deepest_value = level
+        t = type(x)
+        if t is dict:
+            children = x.values()
+        elif t is list:
+            children = x
+        else:
+            continue
+        if level > deepest_container:
+            deepest_container = level
+        child_level = level + 1
+        for y in children:
+            ty = type(y)
+            if ty is dict or ty is list:
+                push((y, child_level))
+            elif child_level > deepest_value:
+                deepest_value = child_level
+    return deepest_value, deepest_container
+
+
 def value_depth(v) -> int:
     """Container nesting of a value (RapidJSON's GetMaxDepth of a parsed text): 0 for a scalar, 1 for [] ..."""
-    t = type(v)
-    if t is dict:
-        return 1 + max((value_depth(x) for x in v.values()), default=0)
-    if t is list:
-        return 1 + max((value_depth(x) for x in v), default=0)
-    return 0
+    return _depths(v)[1] + 1
 
 
 def path_depth(v) -> int:
-    """JSON.DEBUG DEPTH: the longest path from the root to a leaf (0 for a scalar or an empty container)."""
-    t = type(v)
-    if t is dict:
-        return max((1 + path_depth(x) for x in v.values()), default=0)
-    if t is list:
-        return max((1 + path_depth(x) for x in v), default=0)
-    return 0
+    """JSON.DEBUG DEPTH: the longest path from the root to any value (0 for a scalar or an empty container)."""
+    return _depths(v)[0]
 
 
 # -- writing ---------------------------------------------------------------------------------------------
@@ -396,21 +415,8 @@ def type_name(v) -> str:
     return "null"
 
 
-def equal(a, b) -> bool:
-    """RapidJSON's GenericValue == : deep, objects by members whatever their order, numbers by value (a
-    double against anything numerically, integers exactly), true only equals true."""
+def _scalar_equal(a, b) -> bool:
     ta, tb = type(a), type(b)
-    if ta is dict:
-        if tb is not dict or len(a) != len(b):
-            return False
-        for k, x in a.items():
-            if k not in b or not equal(x, b[k]):
-                return False
-        return True
-    if ta is list:
-        if tb is not list or len(a) != len(b):
-            return False
-        return all(equal(x, y) for x, y in zip(a, b))
     if ta is str:
         return tb is str and a == b
     if ta is int:
@@ -424,14 +430,36 @@ def equal(a, b) -> bool:
     return a is None and b is None
 
 
+def equal(a, b) -> bool:
+    """RapidJSON's GenericValue == : deep, objects by members whatever their order, numbers by value (a
+    double against anything numerically, integers exactly), true only equals true."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        tx, ty = type(x), type(y)
+        if tx is dict:
+            if ty is not dict or len(x) != len(y):
+                return False
+            for k, v in x.items():
+                if k not in y:
+                    return False
+                stack.append((v, y[k]))
+        elif tx is list:
+            if ty is not list or len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif ty is dict or ty is list or not _scalar_equal(x, y):
+            return False
+    return True
+
+
 def copy_value(v):
-    """A deep copy (COPY, values set at several paths)."""
+    """A deep copy (COPY, values set at several paths): the value's text read back, which keeps every number's
+    text and every string's bytes, at the C scanner's speed and without a Python recursion."""
     t = type(v)
-    if t is dict:
-        return {k: copy_value(x) for k, x in v.items()}
-    if t is list:
-        return [copy_value(x) for x in v]
-    return v                    # scalars are immutable (JFloat is never changed in place)
+    if t is not dict and t is not list:
+        return v                # scalars are immutable (JFloat is never changed in place)
+    return _decode(dumps_compact(v))
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
@@ -514,12 +542,17 @@ def element_size(v) -> int:
 
 def count_fields(v) -> int:
     """JSON.DEBUG FIELDS: values in v, v itself included."""
-    t = type(v)
-    if t is dict:
-        return 1 + sum(count_fields(x) for x in v.values())
-    if t is list:
-        return 1 + sum(count_fields(x) for x in v)
-    return 1
+    count = 0
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        count += 1
+        t = type(x)
+        if t is dict:
+            stack.extend(x.values())
+        elif t is list:
+            stack.extend(x)
+    return count
 
 
 class JsonDoc:
@@ -655,7 +688,10 @@ def _load_v0(reader, level, max_depth):
         if level >= max_depth:
             raise ValueError("JSON document nested deeper than the path limit")
         if code == _META_ARRAY:
-            return [_load_v0(reader, level + 1, max_depth) for _ in range(count)]
+            arr = []
+            for _ in range(count):
+                arr.append(_load_v0(reader, level + 1, max_depth))
+            return arr
         obj = {}
         for _ in range(count):
             if _load_unsigned(reader) != _META_PAIR:

@@ -33,8 +33,6 @@ Selections are (value, path) pairs; a path is a tuple of member names (str) and 
 root, which is what writes follow (valkey-json uses JSON Pointers the same way).
 """
 
-import sys
-
 from .jsondoc import (INT64_MAX, INT64_MIN, JFloat, JsonError, NESTING_CEILING, is_number, number_value,
                       parse as parse_json, to_bytes)
 
@@ -1349,15 +1347,3 @@ def is_root_path(path: str) -> bool:
 
 def check_int64(n):
     return INT64_MIN <= n <= INT64_MAX
-
-
-def stack_room():
-    """Raises Python's recursion limit for a JSON command: the walks here recurse once per nesting level and
-    per forked branch (bounded by NESTING_CEILING and MAX_PARSER_RECURSION), deeper than the default 1000
-    frames allows on top of the server's own. Pure-Python recursion does not grow the C stack in 3.11."""
-    limit = sys.getrecursionlimit()
-    if limit < _ROOMY:
-        sys.setrecursionlimit(_ROOMY)
-
-
-_ROOMY = 20000
