@@ -25,7 +25,7 @@ from ..keyspace.jsondoc import (DOC_HEADER_BYTES, INT64_MAX, INT64_MIN, NESTING_
                                 equal, format_double, is_number, jsize, make_double, member_size, number_value,
                                 parse, path_depth, to_bytes, type_name, utf8_len, value_depth, write)
 from ..keyspace.jsonpath import (NONODE, SYNTAX_ERRORS, Selector, delete_order, get_at, has_v2_path,
-                                 is_root_path, parent_of)
+                                 is_root_path, parent_of, shared_get)
 from ..protocol.resp import OK, Raw
 from .base import parse_int
 from .registry import command
@@ -1260,20 +1260,17 @@ def json_debug_keytable_check(ctx, args):
 
 @command("json.debug|test-shared-api")
 def json_debug_test_shared_api(ctx, args):
-    """valkey-json's SharedJSON_Get (the interface valkey-search reads documents through): the compact JSON at a
-    path of a document key."""
+    """valkey-json's test of SharedJSON_Get (jsonpath.shared_get, the interface valkey-search reads documents
+    through): the compact JSON at a path of a document key."""
     if len(args) != 4:
         raise _wrong_arity(args)
     value = ctx.lookup(args[2])
-    if value is None or type(value) is not JsonDoc:
-        raise CommandError(messages.JSON_TEST_SHARED_API_UNKNOWN_KEY if value is None
-                           else messages.JSON_TEST_SHARED_API_INVALID_PATH)
-    out = []
-    try:
-        _get_one(value, _path(args[3]), None, out.append)
-    except CommandError:
-        raise CommandError(messages.JSON_TEST_SHARED_API_INVALID_PATH) from None
-    return to_bytes("".join(out))
+    if value is None:
+        raise CommandError(messages.JSON_TEST_SHARED_API_UNKNOWN_KEY)
+    text = shared_get(value.root, _path(args[3])) if type(value) is JsonDoc else None
+    if text is None:
+        raise CommandError(messages.JSON_TEST_SHARED_API_INVALID_PATH)
+    return text
 
 
 _DEBUG_HELP = [

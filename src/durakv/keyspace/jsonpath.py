@@ -33,7 +33,7 @@ Selections are (value, path) pairs; a path is a tuple of member names (str) and 
 root, which is what writes follow (valkey-json uses JSON Pointers the same way).
 """
 
-from .jsondoc import (INT64_MAX, INT64_MIN, JFloat, JsonError, NESTING_CEILING, is_number, number_value,
+from .jsondoc import (INT64_MAX, INT64_MIN, JFloat, JsonError, NESTING_CEILING, dumps, is_number, number_value,
                       parse as parse_json, to_bytes)
 
 MAX_QUERY_STRING_BYTES = 128 * 1024
@@ -1347,3 +1347,32 @@ def is_root_path(path: str) -> bool:
 
 def check_int64(n):
     return INT64_MIN <= n <= INT64_MAX
+
+
+# -- what other modules read (valkey-json's shared API) ------------------------------------------------------
+
+def select(root, path: str):
+    """(values, is_v2): what JSON.GET's path selects in a document's root, in order (a legacy path: at most one,
+    the first). Raises JsonError with the code JSON.GET fails with (any error for a legacy path, a syntax error
+    for JSONPath). The values are the document's own: read them, do not change them."""
+    if path == "." or path == "$":
+        return [root], path == "$"
+    sel = Selector()
+    rc = sel.get_values(root, path)
+    if rc is not None and (not sel.is_v2 or rc in SYNTAX_ERRORS):
+        raise JsonError(rc)
+    values = sel.values()
+    return (values[:1] if not sel.is_v2 else values), sel.is_v2
+
+
+def shared_get(root, path: str):
+    """valkey-json's SharedJSON_Get (the "JSON_GetValue" API valkey-search reads documents through): the compact
+    JSON text at path (JSONPath: an array of the values), or None when the path fails or selects nothing with a
+    legacy path."""
+    try:
+        values, is_v2 = select(root, path)
+    except JsonError:
+        return None
+    if not is_v2:
+        return dumps(values[0]) if values else None
+    return b"[" + b",".join(dumps(v) for v in values) + b"]"
