@@ -105,3 +105,42 @@ def test_acknowledged_json_writes_survive_primary_kill(local_cluster):
                 pass
             wait_until(lambda: c.execute_command("JSON.GET", "log") == expected_log, 30,
                        what=f"replica {rep.name} to hold the new primary's log")
+
+
+# -- nothing derived from an uncommitted JSON write leaves before its commit (a stalled local journal) -------
+
+import pytest  # noqa: E402
+
+from leak_util import StalledWrite, raw_reply  # noqa: E402
+
+
+@pytest.mark.parametrize("read", [("JSON.GET", "jd"), ("JSON.GET", "jd", "$.n"), ("JSON.MGET", "jd", "other", "$"),
+                                  ("JSON.TYPE", "jd", "$.n"), ("JSON.DEBUG", "MEMORY", "jd"),
+                                  ("JSON.DEBUG", "MAX-SIZE-KEY"), ("JSON.RESP", "jd"), ("INFO", "json"),
+                                  ("DUMP", "jd")])
+def test_json_reads_wait_for_the_commit_of_a_json_write(server_factory, read):
+    srv = server_factory("--durability", "sync")
+    with srv.client() as probe:
+        probe.execute_command("JSON.SET", "jd", ".", '{"n":1}')
+        before = raw_reply(srv.port, *read)
+        w = StalledWrite(srv, probe, "JSON.SET", "jd", "$.n", '{"a much larger value":[1,2,3,4,5,6,7,8]}')
+        after = raw_reply(srv.port, *read)
+        w.assert_committed_now(" ".join(read))
+        assert after != before
+        assert w.finish() == b"OK"
+
+
+def test_json_event_waits_for_the_commit(server_factory):
+    srv = server_factory("--durability", "sync", "--notify-keyspace-events", "KEA")
+    with srv.client() as probe, srv.client() as sub_client:
+        p = sub_client.pubsub()
+        p.subscribe("__keyspace@0__:jd")
+        assert p.get_message(timeout=10)["type"] == "subscribe"
+        w = StalledWrite(srv, probe, "JSON.SET", "jd", ".", "[1]")
+        msg = None
+        while msg is None:
+            msg = p.get_message(timeout=30)
+        w.assert_committed_now("the json.set event")
+        assert msg["data"] == b"json.set"
+        assert w.finish() == b"OK"
+        p.close()

@@ -1050,7 +1050,9 @@ def _debug_reads(args):
     return None
 
 
-_KEYSPACE_SECTIONS = {b"keyspace", b"default", b"all", b"everything"}
+_KEYSPACE_SECTIONS = {b"keyspace", b"default", b"all", b"everything",
+                      # the module sections that count data (INFO json: valkey-json's documents and their bytes)
+                      b"modules", b"json", b"json_core_metrics"}
 
 
 def _info_reads(args):
