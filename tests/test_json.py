@@ -585,17 +585,24 @@ def test_keyspace_events(r):
         j(r, "JSON.FORGET", "k", ".c")
         j(r, "JSON.MSET", "k", ".b", "5", "k2", ".", "1")
         j(r, "JSON.DEL", "k2")
+        pipe = r.pipeline(transaction=True)
+        pipe.execute_command("JSON.ARRPOP", "k", ".a")
+        pipe.execute_command("JSON.CLEAR", "k", ".a")
+        pipe.execute()
+        r.eval("redis.call('JSON.SET', KEYS[1], '.c2', '\"x\"'); "
+               "return redis.call('JSON.STRAPPEND', KEYS[1], '.c2', '\"!\"')", 1, "k")
         events = []
 
         def collect():
             m = p.get_message(timeout=0.1)
             if m is not None and m["type"] == "pmessage":
                 events.append((m["channel"].split(b":", 1)[1], m["data"]))
-            return len(events) >= 8
+            return len(events) >= 12
         wait_until(collect, 10, what="the JSON events")
         assert events == [(b"json.set", b"k"), (b"json.arrappend", b"k"), (b"json.numincrby", b"k"),
                           (b"json.toggle", b"k"), (b"json.del", b"k"), (b"json.mset", b"k"), (b"json.mset", b"k2"),
-                          (b"json.del", b"k2")]
+                          (b"json.del", b"k2"), (b"json.arrpop", b"k"), (b"json.clear", b"k"), (b"json.set", b"k"),
+                          (b"json.strappend", b"k")]
         p.close()
     finally:
         r.config_set("notify-keyspace-events", "")

@@ -187,7 +187,10 @@ def _replace_at(doc, path, new):
 
 
 def _propagate(ctx, args):
+    """The write journals itself (ReplicateVerbatim) and names its keyspace event as valkey-json does
+    (ValkeyModule_NotifyKeyspaceEvent, class generic): json.<command> on its key."""
     ctx.propagate_args(args)
+    ctx.notify("g", b"json." + args[0].lower()[5:], args[1])
 
 
 # -- JSON.SET / JSON.MSET ---------------------------------------------------------------------------------
@@ -387,7 +390,8 @@ def json_mset(ctx, args):
                 _set_value(ctx, doc, path, text, False, False, limits)
             except CommandError:
                 continue
-    _propagate(ctx, args)
+        ctx.notify("g", b"json.mset", key)
+    ctx.propagate_args(args)
     return OK
 
 
@@ -544,6 +548,7 @@ def json_del(ctx, args):
     if is_root_path(path):
         ctx.delete(key)
         ctx.propagate(*effect)
+        ctx.notify("g", b"json.del", key)
         return 1
     sel = Selector()
     rc = sel.delete_values(doc.root, path)
@@ -554,6 +559,7 @@ def json_del(ctx, args):
     if not sel.result:
         # a JSONPath that selected nothing: nothing deleted, but the command ran (and is replicated)
         ctx.propagate(*effect)
+        ctx.notify("g", b"json.del", key)
         return 0
     deleted = 0
     paths = [p for _v, p in sel.result]
@@ -575,6 +581,7 @@ def json_del(ctx, args):
             doc.size -= element_size(old)
         deleted += 1
     ctx.propagate(*effect)
+    ctx.notify("g", b"json.del", key)
     return deleted
 
 
