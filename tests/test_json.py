@@ -19,7 +19,10 @@ from conftest import wait_until
 from replay_util import Direct, run_and_replay
 from wire_util import raw
 from durakv.keyspace import rdbvalue
-from durakv.keyspace.jsondoc import (JsonDoc, MODULE_ID, dumps, module_type_id, module_type_name, parse)
+from durakv.keyspace.jsondoc import JsonDoc, dumps, parse
+from durakv.keyspace.rdbvalue import module_type_id, module_type_name
+
+MODULE_ID = module_type_id("ReJSON-RL", 3)
 
 ORGANISM = """
 {"heavy_animal": 200,

@@ -9,7 +9,8 @@ import valkey
 from conftest import durakv_cli
 from test_import_migrate import finish, replica_online, start_migrate, wait_while_migrating
 from durakv.keyspace import rdbvalue
-from durakv.keyspace.jsondoc import MODULE_ID
+
+MODULE_ID = rdbvalue.module_type_id("ReJSON-RL", 3)
 
 DOCS = {
     b"doc:small": b'{"a":1}',

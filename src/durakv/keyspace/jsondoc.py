@@ -22,16 +22,14 @@ texts of more than 13 bytes allocated with their NUL, arrays 16 bytes per elemen
 plus the key's bytes). A document's `size` is kept up to date by every write (the deltas of what changed), so
 JSON.DEBUG MEMORY and MEMORY USAGE cost nothing; `measure()` walks the tree and must agree with it.
 
-RDB: the module type's payload (valkey-json dom_save / dom_load): encoding version 3 is one string holding the
-compact JSON; version 0 (older dumps) is the tree node by node. Module id: moduleTypeEncodeId("ReJSON-RL", 3).
+RDB (the module type's payload, valkey-json's dom_save / dom_load) is keyspace/rdbvalue.py's, with the other
+module types'.
 """
 
 import json
 import re
-import struct
 
 TYPE_NAME = "ReJSON-RL"
-ENCODING_VERSION = 3
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -577,126 +575,3 @@ class JsonDoc:
 
     def __repr__(self):
         return "JsonDoc(%s)" % dumps_compact(self.root)[:80]
-
-
-def doc_from_text(data: bytes, max_depth: int = NESTING_CEILING) -> JsonDoc:
-    return JsonDoc(parse(data, max_depth))
-
-
-# -- RDB (the module type's payload) -----------------------------------------------------------------------
-
-_TYPE_CHARSET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
-
-def module_type_id(name: str, encver: int) -> int:
-    """moduleTypeEncodeId: 9 characters of 6 bits, then 10 bits of encoding version."""
-    mid = 0
-    for ch in name:
-        mid = (mid << 6) | _TYPE_CHARSET.index(ch)
-    return (mid << 10) | encver
-
-
-def module_type_name(module_id: int) -> str:
-    """moduleTypeNameByID: the 9-character name in an id."""
-    mid = module_id >> 10
-    chars = []
-    for _ in range(9):
-        chars.append(_TYPE_CHARSET[mid & 63])
-        mid >>= 6
-    return "".join(reversed(chars))
-
-
-MODULE_ID = module_type_id(TYPE_NAME, ENCODING_VERSION)
-MODULE_ID_NAME_BITS = MODULE_ID >> 10
-
-# Module value opcodes (rdb.h RDB_MODULE_OPCODE_*)
-OP_EOF, OP_SINT, OP_UINT, OP_FLOAT, OP_DOUBLE, OP_STRING = range(6)
-# valkey-json encoding version 0's value codes (dom.cc meta_codes)
-_META_NULL, _META_STRING, _META_DOUBLE, _META_INTEGER = 0x01, 0x02, 0x04, 0x08
-_META_BOOLEAN, _META_OBJECT, _META_ARRAY, _META_PAIR = 0x10, 0x20, 0x40, 0x80
-
-
-def is_json_module_id(module_id: int) -> bool:
-    return module_id >> 10 == MODULE_ID_NAME_BITS
-
-
-def rdb_body(doc: JsonDoc, save_len, save_string) -> bytes:
-    """The module value as RDB_TYPE_MODULE_2 carries it after the type byte: the module id, the document as
-    one string (encoding version 3) and the EOF opcode. save_len/save_string are the RDB writer's
-    rdbSaveLen and rdbSaveRawString."""
-    return b"".join((save_len(MODULE_ID), save_len(OP_STRING), save_string(dumps(doc.root)), save_len(OP_EOF)))
-
-
-def rdb_load(reader, encver: int, max_depth: int = NESTING_CEILING) -> JsonDoc:
-    """The document after the module id (DocumentType_RdbLoad), read with reader.length() / reader.string() /
-    reader.take(n), up to and including the EOF opcode. Raises ValueError on a malformed value."""
-    if encver > ENCODING_VERSION:
-        raise ValueError("JSON document encoding version %d is newer than %d" % (encver, ENCODING_VERSION))
-    if encver == 3:
-        _expect(reader, OP_STRING)
-        text = bytes(reader.string())
-        try:
-            root = parse(text, max_depth)
-        except JsonError as exc:
-            raise ValueError("JSON document in RDB does not parse (%s)" % exc.code) from None
-    elif encver == 0:
-        root = _load_v0(reader, 0, min(max_depth, NESTING_CEILING))
-    else:
-        raise ValueError("unknown JSON document encoding version %d" % encver)
-    _expect(reader, OP_EOF)
-    return JsonDoc(root)
-
-
-def _expect(reader, opcode):
-    got = reader.length()
-    if got != opcode:
-        raise ValueError("module value opcode %d where %d belongs" % (got, opcode))
-
-
-def _load_unsigned(reader) -> int:
-    _expect(reader, OP_UINT)
-    return reader.length()
-
-
-def _load_string(reader) -> str:
-    _expect(reader, OP_STRING)
-    return bytes(reader.string()).decode("utf-8", "surrogateescape")
-
-
-def _load_v0(reader, level, max_depth):
-    code = _load_unsigned(reader)
-    if code == _META_NULL:
-        return None
-    if code == _META_STRING:
-        return _load_string(reader)
-    if code == _META_DOUBLE:
-        _expect(reader, OP_DOUBLE)
-        (value,) = struct.unpack("<d", reader.take(8))
-        return make_double(value, format_double(value))
-    if code == _META_INTEGER:
-        n = _load_unsigned(reader)
-        return n - (1 << 64) if n >> 63 else n
-    if code == _META_BOOLEAN:
-        s = _load_string(reader)
-        if s == "1":
-            return True
-        if s == "0":
-            return False
-        raise ValueError("invalid boolean in a JSON document")
-    if code in (_META_OBJECT, _META_ARRAY):
-        count = _load_unsigned(reader)
-        if level >= max_depth:
-            raise ValueError("JSON document nested deeper than the path limit")
-        if code == _META_ARRAY:
-            arr = []
-            for _ in range(count):
-                arr.append(_load_v0(reader, level + 1, max_depth))
-            return arr
-        obj = {}
-        for _ in range(count):
-            if _load_unsigned(reader) != _META_PAIR:
-                raise ValueError("invalid pair code in a JSON document")
-            key = _load_string(reader)
-            obj[key] = _load_v0(reader, level + 1, max_depth)
-        return obj
-    raise ValueError("invalid value code 0x%x in a JSON document" % code)
