@@ -10,6 +10,7 @@ from durakv.commands import load_all
 from durakv.commands.pipeline import Pipeline
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace, ZSet
+from durakv.keyspace.jsondoc import JsonDoc, dumps as json_dumps
 
 load_all()
 
@@ -95,6 +96,8 @@ def dump(keyspace):
                 v = ("set", sorted(value))
             elif isinstance(value, dict):
                 v = ("hash", sorted(value.items()))
+            elif isinstance(value, JsonDoc):
+                v = ("json", json_dumps(value.root), value.size)
             else:
                 v = ("string", value)
             out[(db.id, key)] = (v, db.expires.get(key))

@@ -618,3 +618,25 @@ def test_cluster_mode_against_a_real_redis_cluster(tmp_path):
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait(10)
+
+
+def test_json_workload_writes_documents_and_a_results_page(server_factory, tmp_path):
+    """--workload json sends JSON.SET key . <doc> / JSON.GET key of --data-size byte documents, reported under
+    those names; --results writes the figures with the command, the commit, the date and the load."""
+    srv = server_factory("--durability", "none")
+    out = tmp_path / "r.json"
+    res = bench_cli("-p", str(srv.port), "--workload", "json", "--rate", "400", "--duration", "2", "--clients", "4",
+                    "--key-maximum", "100", "--prefill", "--results", str(tmp_path / "results"), "--json", str(out),
+                    "-q")
+    assert "workload json: JSON.SET / JSON.GET" in res.stdout
+    rep = json.loads(out.read_text())
+    assert set(rep["commands"]) == {"JSON.SET", "JSON.GET"} and rep["errors"] == {}
+    assert rep["config"]["workload"] == "json" and rep["config"]["data_size"] == 1024
+    with srv.client() as c:
+        assert c.type("key:1") == b"ReJSON-RL"
+        doc = json.loads(c.execute_command("JSON.GET", "key:1"))
+        assert len(json.dumps(doc, separators=(",", ":"))) == 1024 and doc["address"]["city"] == "Springfield"
+    [page] = list((tmp_path / "results").glob("json-*.md"))
+    text = page.read_text()
+    assert "--workload json" in text and "- commit: " in text and "load average" in text
+    assert "JSON.SET" in text and "JSON.GET" in text

@@ -16,9 +16,26 @@ What is normalized, and why (nothing else is):
 
 import pytest
 
+from durakv.commands.spec import SPEC as VALKEY_SPEC
+from durakv.commands.specs import SPEC
 from wire_util import TypedConnection
 
 PROSE = (b"summary", b"complexity", b"notes")
+# The commands that are not Valkey 9.1.2's own: the valkey-bundle modules' durakv serves natively (flagged
+# `module`, as Valkey's COMMAND INFO shows a module's) and durakv's own DURAKV (the operator tools' membership
+# words). The oracle is a Valkey 9.1.2 that loads no module, so the whole-table answers are compared without them
+# (each is tested on its own).
+MODULE_COMMANDS = {name.encode() for name in SPEC if name not in VALKEY_SPEC}
+MODULE_COMMANDS |= {("%s|%s" % (name, sub)).encode() for name, spec in SPEC.items() if name not in VALKEY_SPEC
+                    for sub in spec.get("subcommands", ())}       # JSON.DEBUG|MEMORY ... (COMMAND LIST shows them)
+
+
+def _no_modules(names):
+    return [n for n in names if n.lower() not in MODULE_COMMANDS]
+
+
+def _no_module_entries(entries):
+    return [e for e in entries if e[0].lower() not in MODULE_COMMANDS]
 
 
 def _blank(x):
@@ -100,15 +117,16 @@ def valkey_names(valkey91):
 
 def test_command_count_and_list_are_valkey_91s(conns, valkey_names):
     ours, theirs = conns
-    assert ours.call("COMMAND", "COUNT") == theirs.call("COMMAND", "COUNT")
-    assert sorted(ours.call("COMMAND", "LIST")) == valkey_names
+    assert ours.call("COMMAND", "COUNT") - len([n for n in MODULE_COMMANDS if b"|" not in n]) == \
+        theirs.call("COMMAND", "COUNT")
+    assert sorted(_no_modules(ours.call("COMMAND", "LIST"))) == valkey_names
     categories = theirs.call("ACL", "CAT")
     assert len(categories) == 21
     for cat in categories:
-        assert sorted(ours.call("COMMAND", "LIST", "FILTERBY", "ACLCAT", cat)) == \
+        assert sorted(_no_modules(ours.call("COMMAND", "LIST", "FILTERBY", "ACLCAT", cat))) == \
             sorted(theirs.call("COMMAND", "LIST", "FILTERBY", "ACLCAT", cat)), cat
     for pattern in ("*", "cluster|*", "h*", "*ex*", "COMMAND*"):
-        assert sorted(ours.call("COMMAND", "LIST", "FILTERBY", "PATTERN", pattern)) == \
+        assert sorted(_no_modules(ours.call("COMMAND", "LIST", "FILTERBY", "PATTERN", pattern))) == \
             sorted(theirs.call("COMMAND", "LIST", "FILTERBY", "PATTERN", pattern)), pattern
 
 
@@ -125,7 +143,7 @@ def test_command_info_of_every_command(conns, valkey_names):
 def test_command_and_command_info_of_the_whole_table(conns):
     ours, theirs = conns
     for args in (("COMMAND",), ("COMMAND", "INFO")):
-        mine = _by_name(_canon(ours.call(*args)))
+        mine = _by_name(_no_module_entries(_canon(ours.call(*args))))
         valkey = _by_name(_canon(_blank(theirs.call(*args))))
         assert [e[0] for e in mine] == [e[0] for e in valkey]
         assert mine == valkey
@@ -142,7 +160,7 @@ def test_command_docs_of_every_command(conns, valkey_names):
 
 def test_command_docs_of_the_whole_table(conns):
     ours, theirs = conns
-    mine = _by_name(_flat_pairs(_canon(ours.call("COMMAND", "DOCS"))))
+    mine = _by_name(_no_module_entries(_flat_pairs(_canon(ours.call("COMMAND", "DOCS")))))
     valkey = _by_name(_flat_pairs(_canon(_blank(theirs.call("COMMAND", "DOCS")))))
     assert [k for k, _ in mine] == [k for k, _ in valkey]
     assert mine == valkey

@@ -366,6 +366,10 @@ OPTIONS = [
     Option("lazyfree-lazy-user-flush", True, _bool),
     # HyperLogLog sparse -> dense promotion (keyspace/hll.py), as in Valkey.
     Option("hll-sparse-max-bytes", 3000, _memory_range(0, 2**63 - 1)),
+    # valkey-json 1.0.2's module configs (json.cc registerModuleConfigs): bytes a document may grow to (0: no
+    # limit; a memory value) and how deep a document and a path may nest
+    Option("json.max-document-size", 0, _memory_range(0, 2**63 - 1)),
+    Option("json.max-path-limit", 128, _int_range(0, 2**31 - 1)),
     # durakv's own
     Option("durability", "sync", _enum("none", "async", "sync")),
     Option("durability-buffer-ms", 10000, _int_range(1, 2**31 - 1)),

@@ -439,3 +439,50 @@ PROTECTED_COMMAND = ("ERR {} command not allowed. If the {} option is set to \"l
 TLS_NO_CA = ("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when tls-cluster, tls-replication or "
              "tls-auth-clients are enabled!")
 TLS_CONFIGURE_FAILED = "Failed to configure TLS. Check logs for more info."
+# -- valkey-json (util.cc jsonutil_code_to_message): its error codes, by the names keyspace/jsonpath.py uses --
+JSON_ERRORS = {
+    "PARSE": "SYNTAXERR Failed to parse JSON string due to syntax error",
+    "NX_XX_EXCLUSIVE": "SYNTAXERR Option NX and XX should be mutually exclusive",
+    "INVALID_PATH": "SYNTAXERR Invalid JSON path",
+    "INVALID_MEMBER_NAME": "SYNTAXERR Invalid object member name",
+    "INVALID_NUMBER": "SYNTAXERR Invalid number",
+    "INVALID_IDENTIFIER": "SYNTAXERR Invalid identifier",
+    "INVALID_DOT_SEQUENCE": "SYNTAXERR Invalid dot sequence",
+    "EMPTY_EXPR_TOKEN": "SYNTAXERR Expression token cannot be empty",
+    "INDEX_NOT_NUMBER": "SYNTAXERR Array index is not a number",
+    "STEP_ZERO": "SYNTAXERR Step in the slice cannot be zero",
+    "INVALID_WILDCARD": "ERR Invalid use of wildcard",
+    "PATH_NOT_EXIST": "NONEXISTENT JSON path does not exist",
+    "PARENT_NOT_EXIST": "NONEXISTENT Parent element does not exist",
+    "DOC_KEY_NOT_FOUND": "NONEXISTENT Document key does not exist",
+    "NOT_A_DOCUMENT": "WRONGTYPE Not a JSON document key",
+    "DELETE_FAILED": "OPFAIL Failed to delete JSON value",
+    "NOT_NUMBER": "WRONGTYPE JSON element is not a number",
+    "NOT_BOOL": "WRONGTYPE JSON element is not a bool",
+    "NOT_STRING": "WRONGTYPE JSON element is not a string",
+    "NOT_OBJECT": "WRONGTYPE JSON element is not an object",
+    "NOT_ARRAY": "WRONGTYPE JSON element is not an array",
+    "VALUE_NOT_NUMBER": "WRONGTYPE Value is not a number",
+    "VALUE_NOT_STRING": "WRONGTYPE Value is not a string",
+    "VALUE_NOT_INTEGER": "WRONGTYPE Value is not an integer",
+    "PATH_AT_END": "SYNTAXERR Path arguments should be positioned at the end",
+    "SYNTAX": "SYNTAXERR Command syntax error",
+    "MULT_OVERFLOW": "OVERFLOW Multiplication would overflow",
+    "ADD_OVERFLOW": "OVERFLOW Addition would overflow",
+    "EMPTY_OBJECT": "EMPTYVAL Empty JSON object",
+    "EMPTY_ARRAY": "EMPTYVAL Empty JSON array",
+    "OUT_OF_BOUNDS": "OUTOFBOUNDARIES Array index is out of bounds",
+    "UNKNOWN_SUBCOMMAND": "SYNTAXERR Unknown subcommand",
+    "LIMIT_SIZE": "LIMIT Document size limit is exceeded",
+    "LIMIT_DEPTH": "LIMIT Document path nesting limit is exceeded",
+    "LIMIT_RECURSION": "LIMIT Parser recursion depth is exceeded",
+    "LIMIT_DESCENT": "LIMIT Total number of recursive descent tokens in the query string exceeds the limit",
+    "LIMIT_QUERY": "LIMIT Query string size limit is exceeded",
+    "NOT_OBJECT_INSERT": "ERROR Cannot insert a member into a non-object value",
+    "INVALID_RDB": "ERROR Invalid value in RDB format",
+    "DOLLAR_NOT_ROOT": "SYNTAXERR Dollar sign cannot apply to non-root element",
+}
+JSON_NEW_KEY_PATH_NOT_ROOT = "SYNTAXERR A new Valkey key's path must be root"
+JSON_DOCUMENT_NOT_FOUND = "NONEXISTENT JSON document is not found"
+JSON_TEST_SHARED_API_UNKNOWN_KEY = "Unknown key"
+JSON_TEST_SHARED_API_INVALID_PATH = "Invalid Path"

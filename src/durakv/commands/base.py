@@ -42,7 +42,7 @@ class Context:
     commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
 
     __slots__ = ("keyspace", "db", "client", "port", "effects", "touched", "replaying", "pipeline", "may_block",
-                 "touched_exact")
+                 "touched_exact", "events")
 
     def __init__(self, keyspace, port=None, client=None, pipeline=None):
         self.keyspace = keyspace
@@ -55,6 +55,7 @@ class Context:
         self.touched_exact = False   # the handler reported exactly the keys it changed (ctx.touch)
         self.replaying = False
         self.may_block = True
+        self.events = []         # (db_id, class letter, event, key) this command named itself (notify)
 
     @property
     def resp3(self) -> bool:
@@ -167,6 +168,15 @@ class Context:
     def propagate_args(self, args):
         self._flush_server_deletes()
         self.effects.append((self.db.id, tuple(args)))
+
+    def notify(self, event_class: str, event: bytes, key: bytes):
+        """Names a keyspace event of this command, as a module's handler calls ValkeyModule_NotifyKeyspaceEvent:
+        `event_class` is a notify-keyspace-events letter ('g', 'd', ...). The observer (server/notify.py)
+        publishes it after the command, in order, instead of deriving events from the command's effects (it
+        derives none for a command that names its own). Nothing is kept while nobody observes."""
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.observer is not None:
+            self.events.append((self.db.id, event_class, event, key))
 
     def touch(self, db_id, key, exact=False):
         """Reports a key this command's effects changed that its key specs do not name (MOVE's target db,

@@ -22,6 +22,7 @@ from ..config import parse_memory
 from ..errors import CommandError
 from ..keyspace import ZSet, encoding
 from ..keyspace.db import estimate_key
+from ..keyspace.jsondoc import JFloat, JsonDoc
 from ..keyspace.stream import MASK64, Stream
 from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, Raw, fpconv_dtoa
@@ -32,7 +33,7 @@ from .registry import command
 log = logging.getLogger("durakv.debug")
 
 # OBJ_STRING, OBJ_LIST, OBJ_SET, OBJ_ZSET, OBJ_HASH, OBJ_STREAM (server.h)
-_TYPE_CODES = {bytes: 0, deque: 1, set: 2, ZSet: 3, dict: 4, Stream: 6}
+_TYPE_CODES = {bytes: 0, deque: 1, set: 2, ZSet: 3, dict: 4, JsonDoc: 5, Stream: 6}
 _ZERO = bytes(20)
 
 
@@ -88,9 +89,64 @@ def object_digest(digest: bytes, value, has_expire: bool) -> bytes:
             digest = mix_digest(digest, b"%d.%d" % (i >> 64, i & MASK64))
             for x in entries[i]:
                 digest = mix_digest(digest, x)
+    elif t is JsonDoc:
+        digest = xor_digest(digest, _json_digest(value.root))
     if has_expire:
         digest = xor_digest(digest, b"!!expire!!")
     return digest
+
+
+class _ModuleDigest:
+    """ValkeyModuleDigest: `o` mixes the current sequence, EndSequence folds it into `x` (module.c)."""
+    __slots__ = ("o", "x")
+
+    def __init__(self):
+        self.o = self.x = _ZERO
+
+    def add(self, data: bytes):
+        self.o = mix_digest(self.o, data)
+
+    def end(self):
+        self.x = _xor(self.x, _sha1(self.o))
+        self.o = _ZERO
+
+
+def _json_digest(root) -> bytes:
+    """valkey-json's DocumentType_Digest (dom.cc compute_digest) through the module digest calls."""
+    md = _ModuleDigest()
+    stack = [root]
+    while stack:
+        v = stack.pop()
+        if type(v) is tuple:                 # (member name, value): the name joins the value's sequence
+            md.add(v[0])
+            stack.append(v[1])
+            continue
+        t = type(v)
+        if v is None:
+            md.add(b"-1")
+            md.end()
+        elif t is bool:
+            md.add(b"1" if v else b"0")
+            md.end()
+        elif t is list:
+            md.add(b"%d" % len(v))
+            md.end()
+            stack.extend(reversed(v))
+        elif t is dict:
+            md.add(b"%d" % len(v))
+            md.end()
+            stack.extend(reversed([(k.encode("utf-8", "surrogateescape"), x) for k, x in v.items()]))
+        elif t is int:
+            md.add(b"%d" % v)
+            md.end()
+        elif t is float or t is JFloat:
+            d = v.value if t is JFloat else v
+            md.add(b"%d" % struct.unpack("<q", struct.pack("<d", d))[0])
+            md.end()
+        else:
+            md.add(v.encode("utf-8", "surrogateescape"))
+            md.end()
+    return md.x
 
 
 def key_digest(db, key, value) -> bytes:

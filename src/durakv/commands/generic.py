@@ -32,6 +32,7 @@ from ..errors import CommandError, WrongType
 from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace import rdbvalue
+from ..keyspace.jsondoc import JsonDoc
 from ..keyspace.stream import Stream
 from ..protocol.numbers import string2d
 from ..protocol.resp import OK, ErrorReply, Raw
@@ -418,6 +419,8 @@ def dump_off_loop(value) -> bool:
     """Whether encoding this value is long enough to be done off the loop."""
     if type(value) is bytes:
         return len(value) >= DUMP_OFF_LOOP_BYTES
+    if type(value) is JsonDoc:
+        return value.size >= DUMP_OFF_LOOP_BYTES      # its bytes, written as one string
     return len(value) >= DUMP_OFF_LOOP_ELEMENTS
 
 

@@ -14,6 +14,7 @@ from ..errors import CommandError
 from ..keyspace import ZSet, type_name
 from ..keyspace.db import estimate_key
 from ..keyspace.glob import compile_glob
+from ..keyspace.jsondoc import JsonDoc
 from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK
@@ -55,7 +56,7 @@ def _duplicate(value):
         return deque(value)
     if t is set:
         return value.copy()
-    if t is ZSet or t is Stream:
+    if t is ZSet or t is Stream or t is JsonDoc:
         return value.copy()
     raise TypeError(f"cannot copy a {t.__name__}")
 

@@ -227,16 +227,16 @@ class Pipeline:
                     self._plain[name] = cmd
         if cmd.subcommands and (cmd.handler is None or len(args) > 1):
             if len(args) < 2:
-                return cmd, messages.WRONG_ARITY.format(cmd.name)
+                return cmd, messages.WRONG_ARITY.format(cmd.display)
             sub = registry.lookup(args)
             if sub is None:
                 sub_name = _c_string(args[1], 128).decode("utf-8", "surrogateescape")
-                return cmd, messages.UNKNOWN_SUBCOMMAND.format(sub_name, cmd.name.upper())
+                return cmd, messages.UNKNOWN_SUBCOMMAND.format(sub_name, cmd.display.upper())
             cmd = sub
         arity = cmd.arity
         n = len(args)
         if (arity > 0 and n != arity) or n < -arity:
-            return cmd, messages.WRONG_ARITY.format(cmd.fullname if cmd.parent is not None else cmd.name)
+            return cmd, messages.WRONG_ARITY.format(cmd.display)
         return cmd, None
 
     # -- processCommand -----------------------------------------------------------------------------
@@ -1050,7 +1050,9 @@ def _debug_reads(args):
     return None
 
 
-_KEYSPACE_SECTIONS = {b"keyspace", b"default", b"all", b"everything"}
+_KEYSPACE_SECTIONS = {b"keyspace", b"default", b"all", b"everything",
+                      # the module sections that count data (INFO json: valkey-json's documents and their bytes)
+                      b"modules", b"json", b"json_core_metrics"}
 
 
 def _info_reads(args):

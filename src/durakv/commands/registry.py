@@ -10,7 +10,7 @@ from .specs import SPEC
 
 
 class Command:
-    __slots__ = ("name", "fullname", "handler", "arity", "flags", "acl", "key_specs", "spec",
+    __slots__ = ("name", "fullname", "display", "handler", "arity", "flags", "acl", "key_specs", "spec",
                  "subcommands", "parent", "write", "readonly", "denyoom", "admin", "noscript",
                  "no_auth", "no_multi", "loading", "stale", "pubsub", "blocking",
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
@@ -21,6 +21,8 @@ class Command:
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
         self.name = fullname.split("|")[-1]
+        # The name replies show: a module command's as its module declares it ("JSON.SET"), else fullname
+        self.display = spec.get("display", fullname)
         self.spec = spec
         self.handler = handler
         self.parent = parent

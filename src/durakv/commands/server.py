@@ -399,7 +399,7 @@ def command_info(cmd):
     # declared ones plus those the flags imply (@write, @fast or @slow, ...), in the order of Valkey's category
     # table, as addReplyCommandCategories lists them.
     cats = effective_categories({"acl": cmd.acl, "flags": cmd.flags})
-    return [cmd.fullname.encode(), cmd.arity, RespSet(flags), first, last, step,
+    return [cmd.display.encode(), cmd.arity, RespSet(flags), first, last, step,
             RespSet("@" + c for c in CATEGORIES if c in cats),
             RespSet(t.encode() for t in cmd.spec.get("tips", ())),
             RespSet(_key_spec_reply(s) for s in cmd.key_specs),   # a set in RESP3, as addReplyCommandKeySpecs
@@ -444,9 +444,16 @@ def command_doc(cmd):
     """addReplyCommandDocs: Valkey's fields in its order. durakv carries facts, not Valkey's texts: the summary,
     the complexity and each history entry's change are empty strings (present where Valkey's are)."""
     spec = cmd.spec
-    d = {b"summary": b"", b"since": spec.get("since", "").encode(), b"group": spec.get("group", "").encode()}
+    module = spec.get("module")
+    if module is not None:
+        # a module command: what its module told Valkey (valkey-json: nothing but arity and key specs)
+        d = {b"group": b"module"}
+    else:
+        d = {b"summary": b"", b"since": spec.get("since", "").encode(), b"group": spec.get("group", "").encode()}
     if "complexity" in spec:
         d[b"complexity"] = spec["complexity"].encode()
+    if module is not None:
+        d[b"module"] = module.encode()
     if spec.get("doc_flags"):
         d[b"doc_flags"] = RespSet(spec["doc_flags"])
     for field in ("deprecated_since", "replaced_by"):
@@ -457,7 +464,7 @@ def command_doc(cmd):
         d[b"history"] = RespSet([version.encode(), change.encode()] for version, change in spec["history"])
     if spec.get("arguments"):
         d[b"arguments"] = _args_doc(spec["arguments"])
-    subs = {s.fullname.encode(): command_doc(s) for s in cmd.subcommands.values() if s.handler is not None}
+    subs = {s.display.encode(): command_doc(s) for s in cmd.subcommands.values() if s.handler is not None}
     if subs:
         d[b"subcommands"] = subs
     return d
@@ -491,7 +498,7 @@ def command_docs(ctx, args):
     for name in names:
         cmd = registry.find(name)
         if cmd is not None:
-            out[cmd.fullname.encode()] = command_doc(cmd)
+            out[cmd.display.encode()] = command_doc(cmd)
     return out
 
 
@@ -520,14 +527,16 @@ def command_list(ctx, args):
     out = []
     for cmd in _all_commands():
         if kind == b"module":
-            continue  # durakv has no modules
+            # the valkey-bundle modules durakv serves natively (commands/specs.py)
+            if cmd.spec.get("module", "").encode().lower() != value.lower():
+                continue
         if kind == b"aclcat" and value.lower().decode("utf-8", "replace") not in cmd.acl:
             continue
         if kind == b"pattern":
             from ..keyspace.glob import glob_match
-            if not glob_match(value, cmd.fullname.encode(), nocase=True):
+            if not glob_match(value, cmd.display.encode(), nocase=True):
                 continue
-        out.append(cmd.fullname.encode())
+        out.append(cmd.display.encode())
     return out
 
 

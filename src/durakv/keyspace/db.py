@@ -6,11 +6,13 @@ import sys
 from collections import deque
 
 from .encoding import EncodingRules
+from .jsondoc import TYPE_NAME as _JSON_TYPE_NAME, JsonDoc
 from .slotindex import SlotIndex
 from .stream import Stream
 from .zset import ZSet
 
-_TYPE_NAMES = {bytes: "string", dict: "hash", deque: "list", set: "set", ZSet: "zset", Stream: "stream"}
+_TYPE_NAMES = {bytes: "string", dict: "hash", deque: "list", set: "set", ZSet: "zset", Stream: "stream",
+               JsonDoc: _JSON_TYPE_NAME}
 
 
 def type_name(value) -> str:
@@ -34,6 +36,8 @@ def estimate_value(value) -> int:
         return _BYTES_HEADER + len(value)
     if t is Stream:
         return value.estimate_bytes()
+    if t is JsonDoc:
+        return value.size        # kept by every JSON write (keyspace/jsondoc.py)
     n = len(value)
     if n == 0:
         return 64

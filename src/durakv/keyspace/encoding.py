@@ -466,4 +466,7 @@ def encoding_of(rules, db, key, value) -> bytes:
         return zset_encoding(rules, db, key, value)
     if t is Stream:
         return b"stream"
+    from .jsondoc import JsonDoc
+    if t is JsonDoc:
+        return RAW          # a module value: createModuleObject leaves OBJ_ENCODING_RAW
     return b"unknown"

@@ -6,8 +6,10 @@ to 11: dumps of Redis 2.x to 7.x and of Valkey 7.2 / 8.0). `dump` writes RDB ver
 that exist there, so Redis 7.0 and every Valkey accept it. The formats are those of Valkey's rdb.c,
 listpack.c, ziplist.c, intset.c, zipmap.c and t_stream.c.
 
-Values are durakv's: bytes, deque of bytes, set of bytes, dict bytes -> bytes, ZSet, Stream. A hash with
-field TTLs (Valkey 9) is RDB_TYPE_HASH_2 in RDB version 80: dump(value, field_ttls), load_with_field_ttls.
+Values are durakv's: bytes, deque of bytes, set of bytes, dict bytes -> bytes, ZSet, Stream, and the values of
+the valkey-bundle module types durakv serves natively (RDB_TYPE_MODULE_2: the module type's id, its values each
+behind an opcode, an EOF opcode; see MODULE_TYPES). A hash with field TTLs (Valkey 9) is RDB_TYPE_HASH_2 in RDB
+version 80: dump(value, field_ttls), load_with_field_ttls.
 
 Streams: a loaded stream gets durakv's node model from the payload's listpacks (one node per listpack,
 its tombstones counted), so that XADD node splits, approximate trimming and XINFO's radix-tree-keys go on
@@ -21,6 +23,7 @@ from bisect import bisect_left
 from collections import deque
 
 from ..protocol.numbers import string2ll
+from .jsondoc import JsonDoc, JsonError, dumps as json_dumps, format_double, make_double, parse as json_parse
 from .stream import MASK64, Nack, Stream, _Node
 from .zset import ZSet
 
@@ -534,6 +537,145 @@ _LOADERS = {
 _STREAM_TYPES = (T_STREAM_LISTPACKS, T_STREAM_LISTPACKS_2, T_STREAM_LISTPACKS_3)
 
 
+# -- module values (RDB_TYPE_MODULE_2: rdb.c rdbLoadObject, module.c VM_Save* / VM_Load*) ------------------------
+
+MODULE_OPCODE_EOF, MODULE_OPCODE_SINT, MODULE_OPCODE_UINT, MODULE_OPCODE_FLOAT = 0, 1, 2, 3
+MODULE_OPCODE_DOUBLE, MODULE_OPCODE_STRING = 4, 5
+_MODULE_CHARSET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def module_type_id(name: str, encver: int) -> int:
+    """moduleTypeEncodeId: the 9-character type name in 6 bits a character, then the 10-bit encoding version."""
+    ident = 0
+    for ch in name.encode():
+        ident = ident << 6 | _MODULE_CHARSET.index(ch)
+    return ident << 10 | encver
+
+
+def module_type_name(ident: int) -> str:
+    """moduleTypeNameByID: the type name an id carries (its lower 10 bits are the encoding version)."""
+    ident >>= 10
+    return bytes(_MODULE_CHARSET[(ident >> (6 * (8 - j))) & 63] for j in range(9)).decode()
+
+
+class _ModuleReader:
+    """A module's rdb_load view of a _Reader: each value behind its opcode, as VM_LoadUnsigned & co check it."""
+
+    __slots__ = ("r",)
+
+    def __init__(self, r):
+        self.r = r
+
+    def _opcode(self, expected):
+        if self.r.length() != expected:
+            raise RdbError("module value: unexpected opcode")
+
+    def unsigned(self):
+        self._opcode(MODULE_OPCODE_UINT)
+        return self.r.length()
+
+    def double(self):
+        self._opcode(MODULE_OPCODE_DOUBLE)
+        return struct.unpack("<d", self.r.take(8))[0]
+
+    def string(self):
+        self._opcode(MODULE_OPCODE_STRING)
+        return bytes(self.r.string())
+
+
+def _module_unsigned(n):
+    return _len(MODULE_OPCODE_UINT) + _len(n)
+
+
+def _module_values(fields):
+    """VM_SaveUnsigned / VM_SaveDouble / VM_SaveStringBuffer of ('u' | 'd' | 's', value) in order."""
+    out = []
+    for kind, v in fields:
+        if kind == "u":
+            out.append(_module_unsigned(v))
+        elif kind == "d":
+            out.append(_len(MODULE_OPCODE_DOUBLE) + struct.pack("<d", v))
+        else:
+            out.append(_len(MODULE_OPCODE_STRING) + _string(v))
+    return out
+
+
+# valkey-json (dom.cc dom_save / dom_load): encoding version 3 is the document as one string of compact JSON;
+# version 0, older dumps, is the tree node by node, each node a type code then its content
+JSON_TYPE_NAME, JSON_ENCVER = "ReJSON-RL", 3
+_JSON_NULL, _JSON_STRING, _JSON_DOUBLE, _JSON_INTEGER = 0x01, 0x02, 0x04, 0x08
+_JSON_BOOLEAN, _JSON_OBJECT, _JSON_ARRAY, _JSON_PAIR = 0x10, 0x20, 0x40, 0x80
+
+
+def _load_json(m, encver):
+    """valkey-json's DocumentType_RdbLoad (type "ReJSON-RL"): a JsonDoc. Its nesting is bounded as a document's
+    text is (jsondoc.NESTING_CEILING), whatever json.max-path-limit says."""
+    if encver > JSON_ENCVER:
+        raise RdbError("ReJSON-RL encoding version %d is newer than %d" % (encver, JSON_ENCVER))
+    if encver == 3:
+        try:
+            return JsonDoc(json_parse(m.string(), 1 << 30))
+        except JsonError as exc:
+            raise RdbError("JSON document that does not parse (%s)" % exc.code) from None
+    if encver == 0:
+        return JsonDoc(_load_json_v0(m, 0))
+    raise RdbError("unknown ReJSON-RL encoding version %d" % encver)
+
+
+def _load_json_v0(m, level):
+    """rdbLoadJValue: one node (a recursion per level: the document nests at most NESTING_CEILING)."""
+    from .jsondoc import NESTING_CEILING
+    code = m.unsigned()
+    if code == _JSON_NULL:
+        return None
+    if code == _JSON_STRING:
+        return m.string().decode("utf-8", "surrogateescape")
+    if code == _JSON_DOUBLE:
+        value = m.double()
+        return make_double(value, format_double(value))
+    if code == _JSON_INTEGER:
+        n = m.unsigned()
+        return n - (1 << 64) if n >> 63 else n
+    if code == _JSON_BOOLEAN:
+        s = m.string()
+        if s not in (b"0", b"1"):
+            raise RdbError("invalid boolean in a JSON document")
+        return s == b"1"
+    if code == _JSON_OBJECT or code == _JSON_ARRAY:
+        count = m.unsigned()          # untrusted: never allocated ahead, each element read (or the load fails)
+        if level >= NESTING_CEILING:
+            raise RdbError("JSON document nested past the path limit")
+        if code == _JSON_ARRAY:
+            arr = []
+            for _ in range(count):
+                arr.append(_load_json_v0(m, level + 1))
+            return arr
+        obj = {}
+        for _ in range(count):
+            if m.unsigned() != _JSON_PAIR:
+                raise RdbError("invalid pair code in a JSON document")
+            name = m.string().decode("utf-8", "surrogateescape")
+            obj[name] = _load_json_v0(m, level + 1)
+        return obj
+    raise RdbError("invalid value code 0x%x in a JSON document" % code)
+
+
+# module type name -> its rdb_load: (reader, encver) -> value
+MODULE_TYPES = {JSON_TYPE_NAME: _load_json}
+
+
+def _load_module(r):
+    ident = r.length()
+    name = module_type_name(ident)
+    loader = MODULE_TYPES.get(name)
+    if loader is None:
+        raise RdbError("module data I can't load: no matching module type '%s'" % name)
+    value = loader(_ModuleReader(r), ident & 1023)
+    if r.length() != MODULE_OPCODE_EOF:
+        raise RdbError("module value of type '%s' not terminated by the module value EOF marker" % name)
+    return value
+
+
 def _load_hash_2(r):
     """RDB_TYPE_HASH_2 (rdbLoadObject): (the hash, {field: expire_at_ms} of the fields that have one). Fields
     whose time has passed are kept, as Valkey's RESTORE keeps them (active expiry removes them later)."""
@@ -801,6 +943,9 @@ def _dump_body(value, field_ttls=None):
         return T_STRING, _string(bytes(value))
     if isinstance(value, Stream):
         return T_STREAM_LISTPACKS_2, _dump_stream(value)
+    if isinstance(value, JsonDoc):
+        return T_MODULE_2, b"".join([_len(module_type_id(JSON_TYPE_NAME, JSON_ENCVER)),
+                                     *_module_values([("s", json_dumps(value.root))]), _len(MODULE_OPCODE_EOF)])
     if not value:
         raise RdbError("an empty %s has no payload" % type(value).__name__)
     if isinstance(value, deque):
@@ -876,8 +1021,10 @@ def _load_one(r, rdbtype, clock_ms):
         return _load_stream(r, rdbtype, clock_ms)
     if rdbtype in _LOADERS:
         return _LOADERS[rdbtype](r)
-    if rdbtype in (T_MODULE_PRE_GA, T_MODULE_2):
-        raise RdbError("module value types are not supported")
+    if rdbtype == T_MODULE_2:
+        return _load_module(r)
+    if rdbtype == T_MODULE_PRE_GA:
+        raise RdbError("Pre-release module format not supported")
     raise RdbError("unknown RDB object type %d" % rdbtype)
 
 
@@ -887,7 +1034,7 @@ def load_rdb_file(data, clock_ms=None, field_ttls=None):
     ...]}, [function library code, ...]); the field TTLs of hashes that have some go into the dict
     field_ttls ({(db_id, key): {field: expire_at_ms}}), and without one such a hash is an error. The trailing
     CRC-64 is checked unless it is 0 (rdbchecksum no). Raises RdbError when the file is malformed or holds
-    what durakv has not (module values and module aux data)."""
+    what durakv has not (module types it does not serve, module aux data)."""
     data = bytes(data)
     if len(data) >= 9 and data[:5] == b"REDIS" and data[5:9].isdigit():
         version = int(data[5:9])
@@ -966,7 +1113,7 @@ def load_with_field_ttls(payload, clock_ms=None):
     """(value, {field: expire_at_ms} or None) of a payload that passed verify() (the CRC is not checked
     again); the TTLs are a Valkey 9 hash's (RDB_TYPE_HASH_2). clock_ms is the time
     a loaded stream consumer is created at before its stored seen-time replaces it (rdb.c does the same).
-    Raises RdbError when the payload is malformed or holds a type durakv has not (modules)."""
+    Raises RdbError when the payload is malformed or holds a type durakv has not (a module type it does not serve)."""
     payload = bytes(payload)
     if len(payload) < 10 or not _version_read(int.from_bytes(payload[-10:-8], "little")):
         raise RdbError("payload without a valid footer")

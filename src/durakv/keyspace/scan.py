@@ -30,7 +30,9 @@ _ID_LIMIT = 1 << 31
 _UINT64_MAX = (1 << 64) - 1
 _C_SPACE = b" \t\n\v\f\r"
 
-SCAN_TYPE_NAMES = frozenset((b"string", b"list", b"set", b"zset", b"hash", b"stream"))
+SCAN_TYPE_NAMES = frozenset((b"string", b"list", b"set", b"zset", b"hash", b"stream", b"rejson-rl"))
+# module type names as TYPE shows them (getObjectTypeByName matches them in any case)
+_MODULE_TYPE_NAMES = {b"rejson-rl": "ReJSON-RL"}
 
 
 class ScanCursors:
@@ -165,7 +167,7 @@ def parse_scan_options(args, start: int, kind: str) -> ScanOptions:
             if name not in SCAN_TYPE_NAMES:
                 raise CommandError(messages.UNKNOWN_TYPE_NAME.format(
                     args[i + 1].decode("utf-8", "replace")))
-            opts.type = name.decode()
+            opts.type = _MODULE_TYPE_NAMES.get(name) or name.decode()
             i += 2
         elif opt == b"novalues":
             if kind != "hash":

@@ -8,13 +8,16 @@ import threading
 import time
 
 from .. import fastpath
+from ..commands.specs import MODULES
+from ..keyspace.jsondoc import JsonDoc
 from ..scripting import runner as _scripting
 
 # Valkey's default sections, in its order, then durakv's own.
-DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu",
+# (Valkey's default_sections has module_list, shown as "# Modules".)
+DEFAULT_SECTIONS = ["server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
                     "errorstats", "cluster", "keyspace", "durability"]
-# Valkey's INFO ALL order: ... cpu, commandstats, errorstats, latencystats, cluster, keyspace
-ALL_SECTIONS = DEFAULT_SECTIONS[:7] + ["commandstats", "errorstats", "latencystats"] + DEFAULT_SECTIONS[8:]
+# Valkey's INFO ALL order: ... cpu, modules, commandstats, errorstats, latencystats, cluster, keyspace
+ALL_SECTIONS = DEFAULT_SECTIONS[:8] + ["commandstats", "errorstats", "latencystats"] + DEFAULT_SECTIONS[9:]
 # latency-tracking-info-percentiles' default
 LATENCY_PERCENTILES = (50.0, 99.0, 99.9)
 
@@ -344,11 +347,34 @@ def _section_errorstats(srv):
     return {"errorstat_" + k: "count=%d" % v for k, v in srv.pipeline.error_counts.items()}
 
 
+def _section_modules(srv):
+    """genModulesInfoString: one `module:` line per module durakv serves natively (commands/specs.py MODULES)."""
+    return [("module", "name=%s,ver=%d,api=1,filters=0,usedby=[],using=[],options=[%s]"
+             % (m["name"], m["ver"], "|".join(m.get("options", ())))) for m in MODULES]
+
+
+def _json_sections(srv):
+    """valkey-json's Module_Info: json_core_metrics, the bytes and the number of documents (counted when
+    asked: a walk of the keyspace)."""
+    total = count = 0
+    for db in srv.keyspace.dbs:
+        for value in db.data.values():
+            if type(value) is JsonDoc:
+                total += value.size
+                count += 1
+    return [("json_core_metrics", {"json_total_memory_bytes": total, "json_num_documents": count})]
+
+
+# module name -> its info callback: [(section name, fields)], shown for INFO everything, modules, the module's
+# name or one of its sections' names (modulesCollectInfo)
+_MODULE_INFO = {"json": _json_sections}
+
+
 _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,
              "persistence": _section_persistence, "stats": _section_stats, "replication": _section_replication,
              "cpu": _section_cpu, "keyspace": _section_keyspace, "durability": _section_durability,
              "commandstats": _section_commandstats, "errorstats": _section_errorstats,
-             "cluster": _section_cluster, "latencystats": _section_latencystats}
+             "cluster": _section_cluster, "latencystats": _section_latencystats, "modules": _section_modules}
 
 
 def render_info(srv, requested):
@@ -359,6 +385,8 @@ def render_info(srv, requested):
             wanted += DEFAULT_SECTIONS
         elif n in ("all", "everything"):
             wanted += ALL_SECTIONS
+        elif n == "module_list":
+            wanted.append("modules")
         elif n in _SECTIONS:
             wanted.append(n)
     seen = set()
@@ -367,8 +395,19 @@ def render_info(srv, requested):
         if n in seen:
             continue
         seen.add(n)
-        fields = _SECTIONS[n](srv)
-        lines = ["# " + n.capitalize()]
-        lines += ["%s:%s" % (k, v) for k, v in fields.items()]
-        parts.append("\r\n".join(lines))
+        parts.append(_render("# " + n.capitalize(), _SECTIONS[n](srv)))
+    every_module = "everything" in names or "modules" in names
+    other = [n for n in names if n not in _SECTIONS and n not in ("default", "all", "everything", "module_list")]
+    for module, sections in _MODULE_INFO.items():
+        if every_module or module in names:
+            parts += [_render("# " + title, fields) for title, fields in sections(srv)]
+        elif other:
+            parts += [_render("# " + title, fields) for title, fields in sections(srv) if title in other]
     return ("\r\n\r\n".join(parts) + "\r\n").encode() if parts else b""
+
+
+def _render(header, fields):
+    """A section: its header, then `field:value` lines (fields: a dict, or (field, value) pairs when a field
+    repeats, as `module:` does)."""
+    pairs = fields.items() if isinstance(fields, dict) else fields
+    return "\r\n".join([header] + ["%s:%s" % (k, v) for k, v in pairs])

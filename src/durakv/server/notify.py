@@ -18,6 +18,9 @@ recorded as ZADD says "zincr", INCR recorded as SET says "incrby", EXPIRE record
     read-only commands);
   - commands of families this module does not know notify their effect's name in the class of its ACL
     category (e.g. a stream effect XADD -> "xadd" in class t).
+A command may name its own events instead (`ctx.notify(class, event, key)`, what a module's handler does with
+ValkeyModule_NotifyKeyspaceEvent): they are published after it, in the order named, and a module command's
+effects derive none here.
 """
 
 import time
@@ -436,6 +439,10 @@ class Hooks:
 
     def after_call(self, session, cmd, args, reply, effects, touched, pre, retry=False):
         server = self.server
+        ctx = session.ctx
+        named = None
+        if ctx is not None and ctx.events:
+            named, ctx.events = ctx.events, []
         pre_absent = None
         if pre is not None:
             saved_access, pre_absent = pre
@@ -456,7 +463,9 @@ class Hooks:
                     self._publish(KEY_MISS, b"keymiss", db_id, key,
                                   server.durability.read_ticket(db_id, (key,)))
         if effects and not cmd.calls_commands:   # EXEC's and scripts' own commands reported theirs
-            self._effects(cmd, args, effects, touched, pre_absent, served=retry)
+            self._effects(cmd, args, effects, touched, pre_absent, served=retry, named=named)
+        elif named and self.notify_flags and server.pubsub.has_subscribers():
+            self._notify_named(named, pre_absent, set())
 
     def effects_outside_call(self, effects, touched):
         """Effects no command produced (server-side expiry/eviction): invalidations and wake-ups."""
@@ -491,11 +500,11 @@ class Hooks:
                 last is None or (last.parent or last).name not in _CLIENT_FAMILY):
             t.caching = False
 
-    def _effects(self, cmd, args, effects, touched, pre_absent, served):
+    def _effects(self, cmd, args, effects, touched, pre_absent, served, named=None):
         server = self.server
         if self.notify_flags:
             if server.pubsub.has_subscribers():
-                self._notify(cmd, args, effects, pre_absent)
+                self._notify(cmd, args, effects, pre_absent, named)
             self._server_deleted.clear()
         tracking = self.tracking
         if tracking.clients or tracking.table:
@@ -592,7 +601,7 @@ class Hooks:
         if flags & E:
             pubsub.publish(b"__keyevent@%d__:%s" % (db_id, event), key, ticket=ticket)
 
-    def _notify(self, cmd, args, effects, pre_absent):
+    def _notify(self, cmd, args, effects, pre_absent, named=None):
         origin = _top(cmd).name if cmd is not None else None
         ks = self.server.keyspace
         dbs = ks.dbs
@@ -614,6 +623,18 @@ class Hooks:
                 publish(cls, event, edb, key)
                 if may_empty and key not in dbs[edb].data:
                     publish(G, b"del", edb, key)
+        if named:
+            self._notify_named(named, pre_absent, new_seen)
+
+    def _notify_named(self, named, pre_absent, new_seen):
+        """The events a command named itself (ctx.notify), "new" first for a key it created."""
+        dbs = self.server.keyspace.dbs
+        publish = self._publish
+        for db_id, letter, event, key in named:
+            if pre_absent and key in pre_absent and (db_id, key) not in new_seen and key in dbs[db_id].data:
+                new_seen.add((db_id, key))
+                publish(NEW, b"new", db_id, key)
+            publish(_CHARS[letter], event, db_id, key)
 
 
 # t_stream.c's events: XADD (then xtrim when it trimmed), XTRIM, XDEL, XSETID and the XGROUP subcommands;
@@ -725,7 +746,7 @@ def _events(name, argv, db_id, origin, args):
     if name in _STREAM_EVENTS:
         return _stream_events(name, argv, db_id, origin)
     cmd = registry.find(name)
-    if cmd is None or cmd.keyless:
+    if cmd is None or cmd.keyless or "module" in cmd.flags:   # a module's command names its own (ctx.notify)
         return ()
     cls = G
     for cat in cmd.acl:

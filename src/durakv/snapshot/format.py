@@ -7,7 +7,8 @@
     body     RESP-encoded commands: first `FUNCTION LOAD code` per function library (in db 0), then
              per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
              (collections in chunks of <= 512 elements) or, for a stream, XADD / XGROUP / XCLAIM / XSETID
-             (Stream.rebuild_commands), then `HPEXPIREAT key ms FIELDS n field ...` for a hash's field
+             (Stream.rebuild_commands), for a JSON document JSON.SET key . <compact JSON>, then
+             `HPEXPIREAT key ms FIELDS n field ...` for a hash's field
              TTLs and `PEXPIREAT key ms` when the key has a TTL
     trailer  magic b"DKVSEND\\n" | commands u64 | crc u32 (CRC32C of every byte before it)
 
@@ -34,6 +35,7 @@ from crc32c import crc32c
 
 from ..errors import DurakvError
 from ..keyspace import ZSet
+from ..keyspace.jsondoc import JsonDoc, dumps as json_dumps
 from ..keyspace.stream import Stream
 from ..protocol.parser import request_len
 from ..protocol.resp import encode_command
@@ -131,6 +133,8 @@ def iter_commands(keyspace):
             elif t is Stream:
                 for argv in value.rebuild_commands(key):
                     yield db.id, argv
+            elif t is JsonDoc:
+                yield db.id, (b"JSON.SET", key, b".", json_dumps(value.root))
             else:
                 raise TypeError("cannot snapshot value of type %s (key %r)" % (t.__name__, key))
             if expires:

@@ -6,8 +6,9 @@ import signal
 import sys
 
 from .compare import DEFAULT_TARGETS, WORKLOADS, format_compare, run_compare
-from .config import BenchConfig, parse_ratio
+from .config import WORKLOADS as WORKLOAD_COMMANDS, BenchConfig, parse_ratio
 from .drivers import DRIVERS
+from .results import machine_load, write_results
 from .runner import BenchError, format_report, run_bench
 
 BENCH_EPILOG = """\
@@ -50,7 +51,11 @@ def bench_parser():
     p.add_argument("-c", "--clients", type=int, default=50, help="connections in total (default 50)")
     p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--ratio", type=_ratio, default=(1, 1), help="SET:GET (default 1:1)")
-    p.add_argument("-d", "--data-size", type=int, default=256, help="value size in bytes (default 256)")
+    p.add_argument("--workload", choices=tuple(WORKLOAD_COMMANDS), default="setget",
+                   help="setget: SET / GET (default); json: JSON.SET key . <doc> / JSON.GET key of documents of "
+                        "--data-size bytes (default 1024)")
+    p.add_argument("-d", "--data-size", type=int, default=None,
+                   help="value size in bytes (default 256; 1024 for --workload json)")
     p.add_argument("--key-maximum", type=int, default=100_000, help="keys are key:1 .. key:N (default 100000)")
     p.add_argument("--key-prefix", default="key:")
     p.add_argument("--prefill", type=int, nargs="?", const=-1, default=0,
@@ -77,6 +82,9 @@ def bench_parser():
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
                    help="write the report as JSON to FILE (no FILE: to stdout instead of the text report)")
     p.add_argument("--plot", metavar="FILE.png", help="write a latency-over-time plot")
+    p.add_argument("--results", metavar="DIR",
+                   help="also write the report, the command, the commit, the date and the machine's load into DIR "
+                        "(e.g. docs/results)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress line")
     return p
 
@@ -146,7 +154,9 @@ def main(argv=None):
     args = bench_parser().parse_args(argv)
     try:
         cfg = BenchConfig(host=args.host, port=args.port, rate=args.rate, clients=args.clients,
-                          processes=args.processes, ratio=args.ratio, data_size=args.data_size,
+                          processes=args.processes, ratio=args.ratio,
+                          data_size=args.data_size if args.data_size is not None else (
+                              1024 if args.workload == "json" else 256), workload=args.workload,
                           key_maximum=args.key_maximum, key_prefix=args.key_prefix, prefill=args.prefill,
                           pipeline=args.pipeline, duration=args.duration, separate=not args.shared_connections,
                           cluster=args.cluster, tls=args.tls, tls_cacert=args.tls_cacert, tls_cert=args.tls_cert,
@@ -157,6 +167,7 @@ def main(argv=None):
         print(f"durakv bench: {exc}", file=sys.stderr)
         return 2
     _terminate_on_sigterm()
+    load_before = machine_load()
     try:
         result = run_bench(cfg, progress=None if args.quiet else sys.stderr)
     except BenchError as exc:
@@ -170,6 +181,9 @@ def main(argv=None):
         _write_json(args.json, report)
     if args.json != "-":
         print(format_report(report))
+    if args.results:
+        print("results: " + write_results(args.results, cfg.workload, report, format_report(report), load_before,
+                                          argv), file=sys.stderr)
     if args.plot:
         from .plot import write_plot
         title = f"durakv bench {report['target']} {report['mode']}" + (

@@ -5,6 +5,24 @@ from dataclasses import dataclass, field
 
 SET, GET = 0, 1
 KIND_NAMES = ("SET", "GET")
+# What the two kinds of request are in each workload: a write and a read.
+WORKLOADS = {"setget": ("SET", "GET"), "json": ("JSON.SET", "JSON.GET")}
+
+
+def json_document(size: int, seed: int = 0) -> bytes:
+    """A JSON document of about `size` bytes shaped like an application's record (nested object, array,
+    numbers, booleans), its last string padded so that the text is exactly `size` bytes when it can be."""
+    import json
+    import random
+    rng = random.Random(seed)
+    doc = {"id": rng.randrange(1 << 40), "name": "user-%06d" % rng.randrange(10 ** 6), "active": True,
+           "score": round(rng.random() * 1000, 3), "tags": ["alpha", "beta", "gamma"],
+           "address": {"street": "%d Main Street" % rng.randrange(1000), "city": "Springfield", "zip": "01234"},
+           "history": [{"ts": 1700000000 + i, "v": i * 1.5} for i in range(3)], "note": ""}
+    text = json.dumps(doc, separators=(",", ":"))
+    pad = max(0, size - len(text))
+    doc["note"] = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(pad))
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -37,6 +55,8 @@ class BenchConfig:
     cpus: tuple = ()               # pin worker processes to these CPUs (empty: no pinning)
     client_names: bool = True      # CLIENT SETNAME durakv-bench:<role>:<n> on each connection
     seed: int = 0                  # random seed (0: a different one each run)
+    # setget: SET key value / GET key; json: JSON.SET key . <doc> / JSON.GET key of data_size-byte documents
+    workload: str = "setget"
 
     def __post_init__(self):
         if isinstance(self.ratio, str):
@@ -54,10 +74,16 @@ class BenchConfig:
             self.prefill = self.key_maximum
         self.prefill = min(self.prefill, self.key_maximum)
         self.cpus = tuple(self.cpus or ())
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}")
 
     @property
     def open_loop(self) -> bool:
         return self.rate > 0
+
+    def command_names(self) -> tuple:
+        """The names of the write and the read requests of this run's workload."""
+        return WORKLOADS[self.workload]
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

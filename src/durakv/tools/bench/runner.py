@@ -204,14 +204,14 @@ def _build_report(cfg, plan, totals, lag_total, errors, redirects, seconds, elap
             roles[spec.role] = roles.get(spec.role, 0) + 1
     commands = {}
     total_ops = 0
-    for name in KIND_NAMES:
+    for name, shown in zip(KIND_NAMES, cfg.command_names()):
         h = totals[name]
         count = h.get_total_count()
         errs = errors.get(name, {})
         if not count and not errs:
             continue
         total_ops += count
-        commands[name] = {"ops": count, "ops_per_sec": round(count / elapsed, 1),
+        commands[shown] = {"ops": count, "ops_per_sec": round(count / elapsed, 1),
                           "latency_ms": histmod.summarize(h), "errors": dict(errs)}
     all_errors = {}
     for name, errs in errors.items():
@@ -298,18 +298,22 @@ def format_report(report) -> str:
         f"ratio {cfg['ratio']}, {cfg['data_size']} B values, {cfg['key_maximum']:,} keys"
         + (", cluster" if cfg["cluster"] else "") + (", TLS" if cfg["tls"] else ""),
         "",
-        f"{'command':<8}{'ops':>11}{'ops/s':>12}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'p99.9 ms':>10}"
+        f"{'command':<10}{'ops':>11}{'ops/s':>12}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'p99.9 ms':>10}"
         f"{'max ms':>10}{'errors':>9}",
     ]
 
     def fmt(v):
         return f"{v:>10.3f}" if v is not None else f"{'-':>10}"
 
+    if cfg.get("workload", "setget") != "setget":
+        lines.insert(1, f"workload {cfg['workload']}: {' / '.join(report['commands']) or 'no requests'}"
+                        + (" of whole documents (JSON.SET key . doc / JSON.GET key)" if cfg["workload"] == "json"
+                           else ""))
     for name, c in report["commands"].items():
         lat = c["latency_ms"]
-        lines.append(f"{name:<8}{c['ops']:>11,}{c['ops_per_sec']:>12,.1f}{fmt(lat['p50'])}{fmt(lat['p90'])}"
+        lines.append(f"{name:<10}{c['ops']:>11,}{c['ops_per_sec']:>12,.1f}{fmt(lat['p50'])}{fmt(lat['p90'])}"
                      f"{fmt(lat['p99'])}{fmt(lat['p99.9'])}{fmt(lat['max'])}{sum(c['errors'].values()):>9,}")
-    lines.append(f"{'total':<8}{report['ops']:>11,}{report['ops_per_sec']:>12,.1f}")
+    lines.append(f"{'total':<10}{report['ops']:>11,}{report['ops_per_sec']:>12,.1f}")
     if report["errors"]:
         lines.append("errors by type: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report["errors"].items())))
     if report["redirects"]:

@@ -29,7 +29,7 @@ import hiredis
 
 from ...protocol.resp import encode_command
 from . import hist as histmod
-from .config import GET, KIND_NAMES, SET
+from .config import GET, KIND_NAMES, SET, json_document
 from .slots import SlotMap, key_hash_slot, parse_cluster_slots, parse_redirect
 
 CTRL = -1      # control request (AUTH, CLIENT SETNAME, ASKING, CLUSTER SLOTS): not measured
@@ -127,6 +127,8 @@ class Client:
         self.prefix = cfg.key_prefix.encode()
         self.rand = worker.rng.random
         self.value_part = worker.value_part
+        self.set_fmt = worker.set_fmt
+        self.get_fmt = worker.get_fmt
         self.lat = worker.lat
         self.cluster = cfg.cluster
         self.conns = {}            # addr -> Conn
@@ -190,9 +192,9 @@ class Client:
     def send(self, kind, key_n, intended):
         key = self.prefix + b"%d" % key_n
         if kind == GET:
-            data = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n" % (len(key), key)
+            data = self.get_fmt % (len(key), key)
         else:
-            data = b"*3\r\n$3\r\nSET\r\n$%d\r\n%b\r\n%b" % (len(key), key, self.value_part)
+            data = self.set_fmt % (len(key), key, self.value_part)
         if self.cluster:
             conn = self.conn_for(self.w.slotmap.nodes[self.w.slot_of(key)])
         else:
@@ -210,6 +212,7 @@ class Client:
         conn = self.conn
         pend, out = conn.pending.append, conn.out.append
         pattern, plen, pidx, prefix, value_part = self.pattern, self.plen, self.pidx, self.prefix, self.value_part
+        set_fmt, get_fmt = self.set_fmt, self.get_fmt
         for _ in range(count):
             kind = pattern[pidx]
             pidx += 1
@@ -217,9 +220,9 @@ class Client:
                 pidx = 0
             key = prefix + b"%d" % (int(rand() * keymax) + 1)
             if kind == GET:
-                data = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n" % (len(key), key)
+                data = get_fmt % (len(key), key)
             else:
-                data = b"*3\r\n$3\r\nSET\r\n$%d\r\n%b\r\n%b" % (len(key), key, value_part)
+                data = set_fmt % (len(key), key, value_part)
             pend((kind, intended, data, 0, 0))
             out(data)
         self.pidx = pidx
@@ -316,7 +319,7 @@ class Client:
 
     def send_prefill(self, key_n):
         key = self.prefix + b"%d" % key_n
-        data = b"*3\r\n$3\r\nSET\r\n$%d\r\n%b\r\n%b" % (len(key), key, self.value_part)
+        data = self.set_fmt % (len(key), key, self.value_part)
         conn = self.conn_for(self.w.slotmap.nodes[self.w.slot_of(key)]) if self.cluster else self.conn
         conn.queue(data, (PREFILL, 0.0, data, 0, key_n))
         self.outstanding += 1
@@ -421,9 +424,17 @@ class Worker:
         self.loop = asyncio.get_running_loop()
         seed = cfg.seed * 1000 + wid if cfg.seed else None
         self.rng = random.Random(seed)
-        value = bytes(random.Random(cfg.seed or None).choice(b"abcdefghijklmnopqrstuvwxyz0123456789")
-                      for _ in range(min(cfg.data_size, 64)))
-        value = (value * (cfg.data_size // max(1, len(value)) + 1))[:cfg.data_size]
+        if cfg.workload == "json":
+            value = json_document(cfg.data_size, cfg.seed)
+            # JSON.SET key . <doc> / JSON.GET key: the key and the value are filled in as for SET/GET
+            self.set_fmt = b"*4\r\n$8\r\nJSON.SET\r\n$%d\r\n%b\r\n$1\r\n.\r\n%b"
+            self.get_fmt = b"*2\r\n$8\r\nJSON.GET\r\n$%d\r\n%b\r\n"
+        else:
+            value = bytes(random.Random(cfg.seed or None).choice(b"abcdefghijklmnopqrstuvwxyz0123456789")
+                          for _ in range(min(cfg.data_size, 64)))
+            value = (value * (cfg.data_size // max(1, len(value)) + 1))[:cfg.data_size]
+            self.set_fmt = b"*3\r\n$3\r\nSET\r\n$%d\r\n%b\r\n%b"
+            self.get_fmt = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"
         self.value_part = b"$%d\r\n%b\r\n" % (len(value), value)
         self.lat = [array("q"), array("q")]
         self.lag = array("q")
