@@ -117,6 +117,7 @@ def client_context(ca_file, cert_file=None, key_file=None) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=ca_file)
     if cert_file:
         ctx.load_cert_chain(cert_file, key_file)
+    return ctx
 
 
 def node_client_context(config) -> ssl.SSLContext:
