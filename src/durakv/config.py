@@ -16,7 +16,7 @@ must be pairs of integers (seconds >= 1, changes >= 0), split on single spaces a
 import fnmatch
 import os
 
-from .errors import ConfigError
+from .errors import ConfigError, with_path
 
 _UNITS = {"b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
 
@@ -611,11 +611,19 @@ class Config:
         if self.rewrite_extra_lines is not None:
             lines.extend(self.rewrite_extra_lines())
         tmp = self.config_file + ".tmp"
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write("# written by durakv CONFIG REWRITE\n" + "\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.config_file)
+        try:
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write("# written by durakv CONFIG REWRITE\n" + "\n".join(lines) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.config_file)
+        except OSError as exc:
+            named = with_path(exc, tmp)       # a full disk's message names the file
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise named from exc
 
 
 def _decode(data: bytes) -> str:

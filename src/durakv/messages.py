@@ -54,6 +54,7 @@ NO_SUCH_CLIENT = "ERR No such client"
 CONFIG_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}'"
 CONFIG_BAD_VALUE = "ERR CONFIG SET failed (possibly related to argument '{}') - {}"
 CONFIG_IMMUTABLE = "ERR CONFIG SET failed (possibly related to argument '{}') - can't set immutable config"
+CONFIG_REWRITE_FAILED = "ERR Rewriting config file: {}"
 CLIENT_NAME_SPACES = "ERR Client names cannot contain spaces, newlines or special characters."
 PROTOCOL_ERROR = "ERR Protocol error: {}"
 # The request parser's protocol errors (networking.c handleParseError). These alone carry no prefix: the

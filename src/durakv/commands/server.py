@@ -106,7 +106,8 @@ def config_rewrite(ctx, args):
     except ConfigError as exc:
         raise CommandError("ERR " + str(exc)) from None
     except OSError as exc:
-        raise CommandError("ERR Rewriting config file: %s" % exc.strerror) from None
+        where = " (%s)" % exc.filename if exc.filename else ""    # which file the disk refused
+        raise CommandError(messages.CONFIG_REWRITE_FAILED.format("%s%s" % (exc.strerror, where))) from None
     return OK
 
 

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import hiredis
 from crc32c import crc32c
 
-from ..errors import DurakvError
+from ..errors import DurakvError, with_path
 from ..keyspace import ZSet
 from ..keyspace.jsondoc import JsonDoc, dumps as json_dumps
 from ..keyspace.stream import Stream
@@ -195,12 +195,15 @@ def write_snapshot_file(path, keyspace, index: int, created_ms=None, journal_fol
             f.write(b"".join(buf))
             total += TRAILER.size
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
-        raise
+        named = with_path(exc, path)      # a full disk's message names the snapshot file
+        if named is exc:
+            raise
+        raise named from exc
     return {"path": path, "index": index, "bytes": total, "commands": commands, "keys": keys, "crc": crc}
 
 
