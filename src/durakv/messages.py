@@ -55,6 +55,7 @@ CONFIG_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}
 CONFIG_BAD_VALUE = "ERR CONFIG SET failed (possibly related to argument '{}') - {}"
 CONFIG_IMMUTABLE = "ERR CONFIG SET failed (possibly related to argument '{}') - can't set immutable config"
 CONFIG_REWRITE_FAILED = "ERR Rewriting config file: {}"
+REPLCONF_UNKNOWN_RDB_CLIENT = "ERR Unrecognized RDB client id {}"
 CLIENT_NAME_SPACES = "ERR Client names cannot contain spaces, newlines or special characters."
 PROTOCOL_ERROR = "ERR Protocol error: {}"
 # The request parser's protocol errors (networking.c handleParseError). These alone carry no prefix: the

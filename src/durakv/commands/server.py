@@ -195,20 +195,19 @@ def failover(ctx, args):
 
 @command("replconf")
 def replconf(ctx, args):
-    """replconfCommand's options for what a SYNC client gets (redis-cli --rdb / --functions-rdb use them);
-    ack/getack belong to Valkey-protocol replicas, which durakv does not have (its replicas follow the
-    journal)."""
+    """replconfCommand's options for what a SYNC client gets (redis-cli --rdb / --functions-rdb use them). As
+    Valkey: the arguments come in option/value pairs (an even count is a syntax error, checked first), and
+    ACK / GETACK end the command with no reply at all: a replica's offset report (a Valkey replica of durakv
+    sends one a second) and a primary's request for one, which durakv's replicas (they follow the journal)
+    never send. rdb-channel is dual-channel replication's, which durakv does not offer (its capa is ignored)."""
     n = len(args)
-    opt = args[1].lower()
-    if opt in (b"ack", b"fack"):
-        # a replica's offset report (a Valkey replica of durakv sends one a second): Valkey's primary never
-        # answers it, and a reply would land in the replica's stream (it drops the link: "inline protocol")
-        return NO_REPLY
     if n % 2 == 0:
         raise syntax_error()
     s = ctx.client
     for j in range(1, n, 2):
         opt, value = args[j].lower(), args[j + 1]
+        if opt in (b"ack", b"getack"):
+            return NO_REPLY
         if opt == b"listening-port":
             s.repl_listening_port = parse_int(value)
         elif opt == b"ip-address":
@@ -220,7 +219,7 @@ def replconf(ctx, args):
         elif opt == b"rdb-only":
             flag = parse_int(value)
             if not 0 <= flag <= 1:
-                raise CommandError(messages.NOT_INTEGER)
+                raise CommandError(messages.VALUE_MUST_BETWEEN.format(0, 1))
             s.repl_rdb_only = flag == 1
         elif opt == b"rdb-filter-only":
             filters = split_args(value)
@@ -234,6 +233,9 @@ def replconf(ctx, args):
         elif opt == b"version":
             if not re.fullmatch(rb"\d+\.\d+\.\d+", value):
                 raise CommandError("ERR Unrecognized version format: %s" % value.decode("utf-8", "replace"))
+        elif opt == b"set-rdb-client-id":
+            # the main channel of a dual-channel replica naming its RDB channel: durakv has none to find
+            raise CommandError(messages.REPLCONF_UNKNOWN_RDB_CLIENT.format(parse_int(value)))
         else:
             raise CommandError("ERR Unrecognized REPLCONF option: %s" % args[j].decode("utf-8", "replace"))
     return OK
@@ -313,10 +315,16 @@ def bgrewriteaof(ctx, args):
 
 @command("shutdown")
 def shutdown(ctx, args):
+    flags = set()
     for a in args[1:]:
-        if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
+        flag = a.upper()
+        if flag not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
             raise syntax_error()
-    if any(a.upper() == b"ABORT" for a in args[1:]):
+        flags.add(flag)
+    # shutdownCommand's illegal combinations: SAVE with NOSAVE, ABORT with anything
+    if {b"SAVE", b"NOSAVE"} <= flags or (b"ABORT" in flags and len(flags) > 1):
+        raise syntax_error()
+    if b"ABORT" in flags:
         raise CommandError("ERR No shutdown in progress.")
     ctx.port.admin.shutdown()
     ctx.client.close_after_reply = True
