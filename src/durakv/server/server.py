@@ -10,7 +10,7 @@ import ssl
 import sys
 import time
 
-from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__
+from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__, messages
 from ..commands import load_all
 from .. import fastpath, messages
 from ..commands.pipeline import Pipeline
@@ -85,6 +85,25 @@ def adjust_open_files_limit(config):
     log.warning("Server can't set maximum open files to %d because of OS error: %s.", maxfiles, error)
     log.warning("Current maximum open files is %d. maxclients has been reduced to %d to compensate for low "
                 "ulimit. If you need higher maxclients increase 'ulimit -n'.", bestlimit, bestlimit - RESERVED_FDS)
+
+
+def open_files_room(maxclients) -> int:
+    """updateMaxclients: raises the open-files limit for `maxclients` clients if it can; returns how many
+    clients the limit allows now (maxclients itself when it was raised enough)."""
+    want = maxclients + RESERVED_FDS
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return maxclients
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return maxclients
+    if hard == resource.RLIM_INFINITY or want <= hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return maxclients
+        except (OSError, ValueError):
+            pass
+    return max(soft - RESERVED_FDS, 1)
 
 
 class Server:
@@ -176,6 +195,7 @@ class Server:
         self.dir = os.path.abspath(config["dir"])
         self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
         self.metrics = None                # --metrics-port: durakv's own Prometheus metrics (server/metrics.py)
+        self.plain_listeners = []          # the client port's listeners (CONFIG SET port replaces them)
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
@@ -203,6 +223,12 @@ class Server:
         elif name == "client-held-replies-limit":
             for conn in self.clients.values():
                 conn.outbox.limit_bytes = value
+        elif name == "proto-max-bulk-len":
+            for conn in self.clients.values():   # every client at once, as Valkey reads server.proto_max_bulk_len
+                conn.parser.max_bulk_len = value
+        elif name == "client-query-buffer-limit":
+            for conn in self.clients.values():
+                conn.parser.query_buffer_limit = value
         if name == "requirepass":
             d.requirepass = value or None
         elif name == "maxmemory":
@@ -247,6 +273,8 @@ class Server:
         """Extra checks CONFIG SET needs beyond parsing; returns an error reason or None."""
         if name == "notify-keyspace-events" and parse_notify_flags(value) < 0:
             return "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+        if name == "port" and self.cluster_node is not None and value != self.config["port"]:
+            return messages.PORT_IN_SHARD_TOPOLOGY
         if name == "durability":
             if self.cluster_node is not None and value == "none":
                 return NONE_REFUSED
@@ -262,13 +290,103 @@ class Server:
             d = Deferred()
             self.loop.create_task(self._change_shard_setting(d, node, name, self.config.parse(name, value)))
             return d
-        if name == "durability" and (value == "none") != (self.durability.mode == "none"):
-            d = Deferred()
-            self._durability_switch = value
-            self.loop.create_task(self._switch_durability(d, value))
-            return d
+        if name == "durability":
+            value = self.config.parse(name, value)     # the mode's own name: CONFIG SET durability NONE is none
+            if (value == "none") != (self.durability.mode == "none"):
+                d = Deferred()
+                self._durability_switch = value
+                self.loop.create_task(self._switch_durability(d, value))
+                return d
+        if name == "maxclients":
+            new = self.config.parse(name, value)
+            if new > self.config["maxclients"]:
+                room = open_files_room(new)
+                if room < new:
+                    raise ConfigError(messages.MAXCLIENTS_OS_LIMIT.format(room))
+        elif name == "port" and self.loop is not None:
+            new = self.config.parse(name, value)
+            if new != self.config["port"]:
+                self._rebind_port(new)
+        elif name == "metrics-port" and self.loop is not None:
+            new = self.config.parse(name, value)
+            if new != self.config["metrics-port"]:
+                self._move_metrics(new)
         self.config.set(name, value)
         return None
+
+    # -- CONFIG SET port / metrics-port: listen on the new port first, then close the old --------------------
+    def _bind_hosts(self):
+        hosts = [h for h in self.config["bind"].split() if h]
+        return [h.lstrip("-") for h in hosts]
+
+    def _rebind_port(self, port):
+        """Valkey's changeListener: the new port's sockets are bound and listening before the old listeners
+        close (connected clients stay); if one cannot be bound, nothing changes and CONFIG SET fails with
+        Valkey's text (the reason in the log). Port 0: no client port."""
+        import socket
+        hosts = self._bind_hosts()
+        socks = []
+        if port:
+            for host in hosts:
+                host_socks = []
+                try:
+                    for family, _t, _p, _c, addr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                        flags=socket.AI_PASSIVE):
+                        sock = socket.socket(family, socket.SOCK_STREAM)
+                        host_socks.append(sock)
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        if family == socket.AF_INET6:
+                            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                        sock.bind(addr)
+                        sock.listen(self.config["tcp-backlog"])
+                        sock.setblocking(False)
+                except OSError as exc:
+                    for sock in host_socks:
+                        sock.close()
+                    if len(hosts) > 1 and host in ("::1", "::"):   # optional, as _listen treats it
+                        log.warning("could not bind %s:%d: %s", host, port, exc)
+                        continue
+                    for sock in socks:
+                        sock.close()
+                    log.warning("CONFIG SET port %d: could not listen on %s:%d: %s", port, host, port, exc)
+                    raise ConfigError(messages.CONFIG_LISTEN_FAILED) from None
+                socks.extend(host_socks)
+        old = self.plain_listeners
+        self.plain_listeners = []
+        for srv in old:
+            srv.close()
+            if srv in self.listeners:
+                self.listeners.remove(srv)
+        for sock in socks:
+            self.loop.create_task(self._serve_socket(sock))
+        if self.cluster_routing is not None and self.cluster_node is None:
+            # a cluster of one on the local journal: CLUSTER SLOTS / NODES and MOVED name the new port
+            cfg = self.config
+            self.cluster_routing.install(single_node_topology(self.cluster_routing.myself_id, cfg["announce-ip"],
+                                                              port, cfg["tls-port"]))
+        log.info("CONFIG SET port: listening on port %d (was %d)", port, self.config["port"])
+
+    async def _serve_socket(self, sock):
+        srv = await self.loop.create_server(lambda: Connection(self), sock=sock, backlog=self.config["tcp-backlog"])
+        self.listeners.append(srv)
+        self.plain_listeners.append(srv)
+
+    def _move_metrics(self, port):
+        """CONFIG SET metrics-port: the metrics server on the new port starts first (a port it cannot bind
+        fails the CONFIG SET and keeps the old one), then the old one stops; 0 stops it."""
+        from .metrics import Metrics
+        hosts = self._bind_hosts()
+        if port:
+            if self.metrics is None:
+                self.metrics = Metrics(self)
+            try:
+                self.metrics.move(hosts[0] if hosts else "127.0.0.1", port)
+            except OSError as exc:
+                log.warning("CONFIG SET metrics-port %d: could not listen: %s", port, exc)
+                raise ConfigError(messages.CONFIG_LISTEN_FAILED) from None
+        elif self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
 
     async def _change_shard_setting(self, d, node, name, value):
         try:
@@ -540,12 +658,14 @@ class Server:
                     srv = await self.loop.create_server(lambda: Connection(self), host, port,
                                                         backlog=cfg["tcp-backlog"], reuse_address=True,
                                                         start_serving=False)
-                except OSError as exc:
+                except (OSError, UnicodeError) as exc:    # UnicodeError: a bind address that is no hostname
                     if len(hosts) > 1 and host in ("::1", "::"):
                         log.warning("could not bind %s:%d: %s", host, port, exc)
                         continue
-                    raise
+                    raise OSError("Could not create server TCP listening socket %s:%d: %s" % (host, port, exc)) \
+                        from exc
                 self.listeners.append(srv)
+                self.plain_listeners.append(srv)
         if cfg["tls-port"]:
             ctx = self._tls_context()
             for host in hosts:
