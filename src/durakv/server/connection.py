@@ -155,8 +155,10 @@ class Connection(asyncio.Protocol):
             self.backlog.extend(commands)
             if error is not None and self.backlog_error is None:
                 self.backlog_error = error
-            return
-        self._process(commands, error)
+        else:
+            self._process(commands, error)
+        if srv.client_eviction.limit:
+            srv.client_eviction.after_read(self)
 
     data_received = _read
 

@@ -61,7 +61,7 @@ class ServerClients(_Served, Clients):
     def set_no_evict(self, session, on):
         conn = self._conn(session)
         if conn is not None:
-            conn.no_evict = on  # durakv has no client-memory eviction: the flag is kept and listed
+            conn.no_evict = on  # maxmemory-clients never closes it (server/clientevict.py)
 
     def set_no_touch(self, session, on):
         conn = self._conn(session)

@@ -26,6 +26,7 @@ from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
+from .clientevict import ClientEviction
 from ..cluster.identity import persistent_node_id
 from ..cluster.tls import node_client_context
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
@@ -196,6 +197,7 @@ class Server:
         self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
         self.metrics = None                # --metrics-port: durakv's own Prometheus metrics (server/metrics.py)
         self.plain_listeners = []          # the client port's listeners (CONFIG SET port replaces them)
+        self.client_eviction = ClientEviction(self)   # maxmemory-clients (server/clientevict.py)
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
@@ -229,6 +231,8 @@ class Server:
         elif name == "client-query-buffer-limit":
             for conn in self.clients.values():
                 conn.parser.query_buffer_limit = value
+        elif name in ("maxmemory-clients", "maxmemory"):
+            self.client_eviction.configure()
         if name == "requirepass":
             d.requirepass = value or None
         elif name == "maxmemory":
@@ -737,6 +741,8 @@ class Server:
             self.metrics.publish()
         if self.migrate_sockets.cache:
             self.migrate_sockets.close_idle()
+        if self.client_eviction.limit:
+            self.client_eviction.sweep()
         timeout = self.config["timeout"]
         if timeout:
             limit = self.clock_ms() - timeout * 1000
