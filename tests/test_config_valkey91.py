@@ -84,3 +84,76 @@ def test_maxmemory_clients_percent_of_maxmemory(server_factory):
         assert error_of(admin, "CONFIG", "SET", "maxmemory-clients", "101%") == (
             "ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - percentage argument must be "
             "less or equal to 100")
+
+
+# -- import-mode -------------------------------------------------------------------------------------------------
+
+def _import_mode_script(port):
+    """The same steps on a server: what each answers (a key whose TTL passed, seen by an ordinary client and by
+    an import source, with import-mode on and then off)."""
+    out = []
+    with valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10) as c, \
+            valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=10) as source:
+        c.delete("imp:k", "imp:other")
+
+        def call(client, *args):
+            try:
+                out.append((args, client.execute_command(*args)))
+            except valkey.ResponseError as exc:
+                out.append((args, "ERR " + str(exc)))
+        call(source, "CLIENT", "IMPORT-SOURCE", "ON")           # refused outside import-mode
+        call(source, "CLIENT", "IMPORT-SOURCE", "OFF")
+        call(c, "CONFIG", "SET", "import-mode", "yes")
+        call(source, "CLIENT", "IMPORT-SOURCE", "ON")
+        call(c, "SET", "imp:k", "v", "PX", "50")
+        call(c, "SET", "imp:other", "w")
+        wait_until(lambda: c.get("imp:k") is None, 10, what="imp:k past its TTL")
+        for _ in range(3):                                      # not deleted by lazy or active expiry
+            call(c, "GET", "imp:k")
+            call(c, "EXISTS", "imp:k")
+            call(c, "DBSIZE")
+            call(source, "GET", "imp:k")                       # an import source sees it live
+            call(source, "EXISTS", "imp:k")
+            time.sleep(0.12)                                    # a few active-expiry cycles (hz 10) go by
+        call(source, "SET", "imp:k", "v2", "PX", "1")          # the source writes it, already expired too
+        time.sleep(0.01)
+        call(source, "GET", "imp:k")
+        call(c, "GET", "imp:k")
+        call(source, "DEL", "imp:k")                           # the source's own DEL expires it
+        call(c, "DBSIZE")
+        call(c, "SET", "imp:k", "v3", "PX", "50")
+        wait_until(lambda: c.get("imp:k") is None, 10, what="imp:k past its TTL again")
+        call(c, "CONFIG", "SET", "import-mode", "no")
+        call(c, "GET", "imp:k")
+        call(source, "GET", "imp:k")                           # import-mode off: expired for everyone
+        call(c, "DBSIZE")
+        call(c, "DEL", "imp:other")
+    return out
+
+
+def test_import_mode_and_import_source_answer_as_valkey_9_1_2(server_factory, valkey91):
+    srv = server_factory("--durability", "sync")
+    with valkey91.client() as v:
+        v.flushall()
+    mine = _import_mode_script(srv.port)
+    theirs = _import_mode_script(valkey91.port)
+    assert mine == theirs
+    assert mine[0][1] == "ERR Server is not in import mode"
+    assert (("GET", "imp:k"), b"v") in mine          # the import source read the expired key
+
+
+def test_import_mode_does_not_evict(server_factory):
+    srv = server_factory("--durability", "none", "--maxmemory-policy", "allkeys-random")
+    with srv.client() as c:
+        for i in range(200):
+            c.set("fill:%d" % i, "x" * 1000)
+        used = c.info("memory")["used_memory"]
+        assert c.config_set("maxmemory", str(used + 20000))
+        assert c.config_set("import-mode", "yes")
+        with pytest.raises(valkey.ResponseError, match="^command not allowed when used memory > 'maxmemory'"):
+            for i in range(100):
+                c.set("more:%d" % i, "y" * 1000)
+        assert c.info("stats")["evicted_keys"] == 0
+        assert c.config_set("import-mode", "no")
+        assert c.set("after", "y" * 1000)                 # import-mode off: eviction makes room again
+        assert c.info("stats")["evicted_keys"] > 0

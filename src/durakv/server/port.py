@@ -590,7 +590,8 @@ def client_line(conn, now_ms, current=None) -> str:
         "c" if s.close_after_reply else "",
         "r" if s.readonly_mode else "",
         "e" if conn.no_evict else "",
-        "T" if s.no_touch else "")) or "N"
+        "T" if s.no_touch else "",
+        "I" if s.import_source else "")) or "N"
     nsub, npsub, nssub = (len(subs.channels), len(subs.patterns), len(subs.shard)) if subs is not None else (0, 0, 0)
     redir = tracking.redirect if tracking is not None else -1
     held = len(conn.outbox.held) if conn.outbox is not None else 0

@@ -210,7 +210,7 @@ class Server:
         for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
                      "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events",
                      "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del", "tracking-table-max-keys",
-                     "min-replicas-to-write", "min-replicas-max-lag"):
+                     "min-replicas-to-write", "min-replicas-max-lag", "import-mode"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -233,6 +233,8 @@ class Server:
                 conn.parser.query_buffer_limit = value
         elif name in ("maxmemory-clients", "maxmemory"):
             self.client_eviction.configure()
+        elif name == "import-mode":
+            self._set_import_mode(value)
         if name == "requirepass":
             d.requirepass = value or None
         elif name == "maxmemory":
@@ -391,6 +393,28 @@ class Server:
         elif self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+
+    # -- import-mode ---------------------------------------------------------------------------------------
+    def primary_expiry(self):
+        """(expire_enabled, hide_expired) of a primary running as usual now: in import mode an expired key
+        is hidden from readers but never deleted by the server (Valkey 9.1's KEY_EXPIRED without delete on a
+        primary in import mode); otherwise lazy expiry deletes it."""
+        return (False, True) if self.config["import-mode"] else (True, False)
+
+    def _set_import_mode(self, on):
+        """import-mode: no active or lazy expiry and no eviction on this primary; CLIENT IMPORT-SOURCE ON
+        clients see expired keys as live (Connection._run_batch). A replica, a paused server or one whose
+        journal failed keep their own expiry state and return to this one when they end."""
+        self.pipeline.import_mode = on
+        ks = self.keyspace
+        state = (ks.expire_enabled, ks.hide_expired)
+        held = self.expiry_held or self.valkey_link is not None or self.cluster_node is not None \
+            and self.cluster_node.role != "primary"
+        pause = self.blocking
+        if pause._saved_active_expire is not None:
+            pause._saved_lazy_expire = self.primary_expiry()   # what unpause puts back
+        elif not held and state in ((True, False), (False, True)):
+            ks.expire_enabled, ks.hide_expired = self.primary_expiry()
 
     async def _change_shard_setting(self, d, node, name, value):
         try:
@@ -554,7 +578,7 @@ class Server:
         if self.expiry_held and self.durability.tracker is not None and self.durability.tracker.failed is None:
             self.expiry_held = False
             ks = self.keyspace
-            ks.expire_enabled, ks.hide_expired = True, False
+            ks.expire_enabled, ks.hide_expired = self.primary_expiry()
             log.info("the journal persists again: key expiry resumes")
 
     def _reload_from_disk(self) -> int:
@@ -956,7 +980,7 @@ class Server:
             self.valkey_link = None
             self.pipeline.gate = None
             ks = self.keyspace
-            ks.expire_enabled, ks.hide_expired = True, False
+            ks.expire_enabled, ks.hide_expired = self.primary_expiry()
             log.info("REPLICAOF NO ONE: a primary again (replication link with %s:%d stopped)", link.host, link.port)
         if host is not None:
             from .valkeyreplica import ValkeyReplicaLink
