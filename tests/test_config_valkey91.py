@@ -86,6 +86,24 @@ def test_maxmemory_clients_percent_of_maxmemory(server_factory):
             "less or equal to 100")
 
 
+# -- replicaof as a config -------------------------------------------------------------------------------------
+
+def test_replicaof_in_the_config_follows_the_primary_from_start_up(server_factory, redis_server):
+    port, primary = redis_server("--repl-diskless-sync-delay", "0")
+    primary.set("from-primary", "1")
+    srv = server_factory("--durability", "sync", "--replicaof", "127.0.0.1", str(port))
+    c = srv.client()
+    wait_until(lambda: c.execute_command("ROLE")[3] == b"connected", 30, what="the link to the primary")
+    assert c.get("from-primary") == b"1"
+    assert c.config_get("replicaof") == {"replicaof": "127.0.0.1 %d" % port}
+    assert c.config_get("slaveof") == {"slaveof": "127.0.0.1 %d" % port}
+    assert error_of(c, "CONFIG", "SET", "replicaof", "no one") == (
+        "ERR CONFIG SET failed (possibly related to argument 'replicaof') - can't set immutable config")
+    assert c.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    assert c.config_get("replicaof") == {"replicaof": ""}
+    assert c.set("mine", "1")
+
+
 # -- import-mode -------------------------------------------------------------------------------------------------
 
 def _import_mode_script(port):

@@ -518,6 +518,10 @@ class Server:
             self.cluster_routing = self.pipeline.router = routing
         self.loading = False
         await self._listen()
+        primary = self.config["replicaof"]
+        if primary:   # `replicaof host port` in the config (Config.check refused it with a cluster or JetStream)
+            host, _sep, port = primary.rpartition(" ")
+            self.replicaof(host, int(port))
         self._start_cron_and_signals()
 
     def _start_cron_and_signals(self):
@@ -982,6 +986,8 @@ class Server:
             ks = self.keyspace
             ks.expire_enabled, ks.hide_expired = self.primary_expiry()
             log.info("REPLICAOF NO ONE: a primary again (replication link with %s:%d stopped)", link.host, link.port)
+        # CONFIG GET replicaof shows the primary followed now, as getConfigReplicaOfOption reads primary_host
+        self.config.values["replicaof"] = "%s %d" % (host, port) if host is not None else ""
         if host is not None:
             from .valkeyreplica import ValkeyReplicaLink
             ks = self.keyspace
