@@ -175,3 +175,88 @@ def test_import_mode_does_not_evict(server_factory):
         assert c.config_set("import-mode", "no")
         assert c.set("after", "y" * 1000)                 # import-mode off: eviction makes room again
         assert c.info("stats")["evicted_keys"] > 0
+
+
+# -- the hidden debug configs ----------------------------------------------------------------------------------
+
+def test_watchdog_period_logs_the_stuck_loops_stack_with_debug_context(server_factory):
+    srv = server_factory("--durability", "none")
+    with srv.client() as c:
+        assert c.config_set("debug-context", "test-context-42")
+        assert c.config_set("watchdog-period", "200")
+        assert c.execute_command("DEBUG", "SLEEP", "1") == b"OK"
+        wait_until(lambda: "--- WATCHDOG TIMER EXPIRED ---" in srv.read_log(), 10, what="the watchdog report")
+        log = srv.read_log()
+        report = log[log.index("--- WATCHDOG TIMER EXPIRED ---"):]
+        assert "debugging.py" in report          # the stack of the loop's thread, inside DEBUG SLEEP
+        assert "debug-context: test-context-42" in report
+        assert c.config_set("watchdog-period", "0")
+        assert c.ping()
+
+
+def test_key_load_delay_slows_loading_at_start_up(server_factory, tmp_path):
+    data = tmp_path / "kld"
+    srv = server_factory("--durability", "sync", data_dir=data)
+    with srv.client() as c:
+        for i in range(20):
+            c.set("kld:%d" % i, i)
+    srv.stop()
+    slow = server_factory("--durability", "sync", "--key-load-delay", "100000", data_dir=data, start=False)
+    started = time.monotonic()
+    slow.start()
+    # 20 entries at 100 ms each: loading alone waits 2 s (a lower bound the delay guarantees; no speed is measured)
+    assert time.monotonic() - started >= 2.0
+    with slow.client() as c:
+        assert c.config_get("key-load-delay") == {"key-load-delay": "100000"}
+        assert c.get("kld:19") == b"19"
+
+
+def test_rdb_key_save_delay_keeps_a_bgsave_in_progress_while_clients_are_served(server_factory):
+    """Valkey's "CLIENT KILL close the client connection during bgsave": a slow BGSAVE (rdb-key-save-delay, waited
+    in the snapshot builder before each key) is still in progress after a client is killed and another PINGs;
+    it took at least the delays it waited (INFO's rdb_last_bgsave_time_sec)."""
+    srv = server_factory("--durability", "sync")
+    with srv.client() as c:
+        c.set("k", "v")
+        c.set("k2", "v")
+        assert c.config_set("rdb-key-save-delay", "3000000")      # 3 s a key
+        assert c.bgsave()
+        wait_until(lambda: c.info("persistence")["rdb_bgsave_in_progress"] == 1, 10, what="bgsave running")
+        with srv.client() as victim:
+            assert victim.ping()
+            assert c.execute_command("CLIENT", "KILL", "SKIPME", "yes") >= 1
+        assert c.ping()
+        assert c.info("persistence")["rdb_bgsave_in_progress"] == 1
+        wait_until(lambda: c.info("persistence")["rdb_bgsave_in_progress"] == 0, 60, what="bgsave done")
+        persistence = c.info("persistence")
+        assert persistence["rdb_last_bgsave_status"] == "ok"
+        assert persistence["rdb_last_bgsave_time_sec"] >= 6
+        assert c.config_set("rdb-key-save-delay", "0")
+
+
+def test_rdb_key_save_delay_slows_the_rdb_export_of_a_sync_in_its_child(server_factory):
+    """The RDB a SYNC client gets is built in a forked child when rdb-key-save-delay is set (never on the loop,
+    whatever the dataset's size): the payload comes after the delays, and the server answers meanwhile."""
+    from wire_util import sync_stream
+    import threading
+    srv = server_factory("--durability", "sync")
+    with srv.client() as c:
+        for i in range(4):
+            c.set("sync:%d" % i, i)
+        assert c.config_set("rdb-key-save-delay", "500000")        # 0.5 s a key
+        result = {}
+
+        def attach():
+            started = time.monotonic()
+            s, _next = sync_stream(srv.port)
+            result["took"] = time.monotonic() - started
+            s.close()
+        t = threading.Thread(target=attach)
+        t.start()
+        try:
+            wait_until(lambda: c.info("stats")["total_forks"] >= 1, 10, what="the export's fork")
+            assert c.ping()                                       # the loop is free while the child waits
+        finally:
+            t.join(60)
+        assert result["took"] >= 2.0                              # 4 keys at 0.5 s: a lower bound, not a speed
+        assert c.config_set("rdb-key-save-delay", "0")

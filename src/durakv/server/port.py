@@ -261,7 +261,10 @@ class ServerReplication(_Served, Replication):
         server.sync_partial_err += partial_asked
         ks = server.keyspace
         data, functions = session.repl_rdb_data, session.repl_rdb_functions
-        if data and sum(len(db.data) for db in ks.dbs) >= FORK_MIN_KEYS:
+        key_delay_us = server.config["rdb-key-save-delay"]
+        # a delay per key (rdb-key-save-delay, tests that need a long transfer) is waited in a child, never on the
+        # loop: it always forks
+        if data and (key_delay_us or sum(len(db.data) for db in ks.dbs) >= FORK_MIN_KEYS):
             # Built off the loop (a forked child); it holds everything issued so far, so it leaves once that
             # commits, and not at all if the journal failed before (the file would hold lost writes).
             durability = server.durability
@@ -275,7 +278,7 @@ class ServerReplication(_Served, Replication):
                 return None
             reply = export_rdb_forked(server.loop, ks, server.dir, data=data, functions=functions,
                                       ticket=durability.export_ticket(), still_valid=still_valid,
-                                      preamble=preamble, forked=server.note_fork)
+                                      preamble=preamble, forked=server.note_fork, key_delay_us=key_delay_us)
 
             def exported(d=reply):
                 if type(d.reply) is ErrorReply and conn.replica_feed is not None:

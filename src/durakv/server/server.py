@@ -16,7 +16,7 @@ from .. import fastpath, messages
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
-from ..config import obuf_limits
+from ..config import debug_delay, obuf_limits
 from ..errors import ConfigError
 from ..keyspace import Keyspace
 from ..protocol.resp import OK, Deferred, ErrorReply
@@ -38,6 +38,7 @@ from .migrate import MigrateSockets
 from .notify import Hooks, notify_flags_to_string, parse_notify_flags
 from .port import ServerPort
 from .pubsub import PubSub
+from .watchdog import Watchdog
 
 log = logging.getLogger("durakv.server")
 
@@ -198,6 +199,7 @@ class Server:
         self.metrics = None                # --metrics-port: durakv's own Prometheus metrics (server/metrics.py)
         self.plain_listeners = []          # the client port's listeners (CONFIG SET port replaces them)
         self.client_eviction = ClientEviction(self)   # maxmemory-clients (server/clientevict.py)
+        self.watchdog = Watchdog(self)     # watchdog-period (server/watchdog.py)
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
@@ -233,6 +235,8 @@ class Server:
                 conn.parser.query_buffer_limit = value
         elif name in ("maxmemory-clients", "maxmemory"):
             self.client_eviction.configure()
+        elif name == "watchdog-period":
+            self.watchdog.configure()
         elif name == "import-mode":
             self._set_import_mode(value)
         if name == "requirepass":
@@ -490,8 +494,14 @@ class Server:
         started = time.monotonic()
         self.keyspace.expire_enabled = False
         self.pipeline.stats_enabled = False   # replayed commands are not client commands
+        apply = self.apply_effect
+        delay_us = self.config["key-load-delay"]
+        if delay_us:
+            def apply(db_id, argv, apply=apply):   # key-load-delay: slows loading for tests that watch it
+                debug_delay(delay_us)
+                apply(db_id, argv)
         try:
-            snap_index, last_index = recover(self.dir, self.keyspace, self.apply_effect)
+            snap_index, last_index = recover(self.dir, self.keyspace, apply)
         finally:
             self.keyspace.expire_enabled = True
             self.pipeline.stats_enabled = True
@@ -518,6 +528,7 @@ class Server:
             self.cluster_routing = self.pipeline.router = routing
         self.loading = False
         await self._listen()
+        self.watchdog.configure()
         primary = self.config["replicaof"]
         if primary:   # `replicaof host port` in the config (Config.check refused it with a cluster or JetStream)
             host, _sep, port = primary.rpartition(" ")
@@ -552,6 +563,7 @@ class Server:
         await self._listen(ready=False)
         await self.cluster_node.start()
         self.loading = False
+        self.watchdog.configure()
         log.info("durakv %s ready: port %s, tls-port %s, durability %s (%s), dir %s, core %s", __version__,
                  self.config["port"], self.config["tls-port"], self.effective_durability(),
                  "primary" if self.cluster_node.role == "primary" else "replica", self.dir, fastpath.NAME)
@@ -842,7 +854,8 @@ class Server:
                 await self.journal.rotate()
                 upto = self.journal.commit_index
                 if upto > self.last_snapshot_index:
-                    adopted = await build_snapshot(self.dir, upto, databases=self.config.database_count())
+                    adopted = await build_snapshot(self.dir, upto, databases=self.config.database_count(),
+                                                   key_save_delay_us=self.config["rdb-key-save-delay"])
                     await self.journal.truncate_before(adopted.journal_from)  # keep what the older snapshot needs
                     self.last_snapshot_index = upto
                 self.snapshot_journal_bytes = self.journal.bytes_size
@@ -920,6 +933,7 @@ class Server:
             srv.close()
         if self.metrics is not None:
             self.metrics.stop()
+        self.watchdog.stop()
         await self.durability.drain(timeout_s=10)
         for conn in list(self.clients.values()):
             conn.close()
@@ -939,7 +953,9 @@ class Server:
 
     # -- logging --------------------------------------------------------------------------------
     def log_exception(self, where, exc):
-        log.error("unexpected error in %s: %r", where, exc, exc_info=exc)
+        context = self.config["debug-context"]
+        log.error("unexpected error in %s: %r%s", where, exc, " (debug-context: %s)" % context if context else "",
+                  exc_info=exc)
 
     def log_protocol_error(self, session, text):
         # Every one is counted (INFO protocol_errors). Valkey logs them at verbose level; here at DEBUG, once
