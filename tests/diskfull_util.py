@@ -70,3 +70,20 @@ def server_on_full_disk(tmp_path):
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(10)
+
+
+def run_in_private_tmpfs(tmp_path, script, size="4m", timeout_s=300):
+    """Runs python `script` in a mount namespace of its own with a `size` tmpfs mounted at tmp_path/mnt (its
+    path in the script's MNT variable); returns the CompletedProcess. Skips where no tmpfs can be mounted. Every
+    process the script starts lives in that namespace: the script stops them by pid before it ends."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    why = tmpfs_supported(mnt)
+    if why:
+        pytest.skip(why)
+    prologue = ("import os, subprocess, sys\nMNT = %r\nsubprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=%s', "
+                "'tmpfs', MNT], check=True)\n" % (str(mnt), size))
+    path = tmp_path / "in_tmpfs.py"
+    path.write_text(prologue + script)
+    return subprocess.run(["unshare", "--mount", sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=timeout_s, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))

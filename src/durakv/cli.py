@@ -2,9 +2,10 @@
 
 import argparse
 import logging
+import os
 import sys
 
-from .config import Config
+from .config import Config, argv_to_config, fatal_config_text
 from .errors import ConfigError, DataDirInUse, JournalCorrupt
 
 _LEVELS = {"debug": logging.DEBUG, "verbose": logging.INFO, "notice": logging.INFO, "warning": logging.WARNING,
@@ -38,18 +39,30 @@ Examples:
 
 def load_config(argv, stdin=None):
     """valkey-server's command line: an optional config file first, then `--name value` options; a
-    lone `-` reads more config lines from stdin (applied last, as valkey-server does)."""
+    lone `-` (first or last) reads more config lines from stdin. As valkey-server does, the file, then stdin,
+    then the options (argv_to_config) are read as one text, so an error names its line in that text."""
     config = Config()
     args = list(argv)
-    from_stdin = "-" in args
+    path = None
+    if args and not args[0].startswith("-"):
+        path = args.pop(0)
+    from_stdin = False
+    for j in (0, len(args) - 1):
+        if args and args[j] == "-":
+            from_stdin = True
+            args.pop(j)
+            break
+    text = b""
+    if path is not None:
+        config.config_file = os.path.abspath(path)
+        with open(path, "rb") as f:
+            text = f.read()
     if from_stdin:
-        args = [a for a in args if a != "-"]
-    if args and not args[0].startswith("--"):
-        config.load_file(args.pop(0))
-    config.load_args(args)
-    if from_stdin:
-        text = (stdin or sys.stdin).read()
-        config.load_text(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text, "stdin")
+        data = (stdin or sys.stdin).read()
+        text += data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    text += b"\n" + argv_to_config(args)
+    config.load_text(text, path or "(command line)")
+    config.check()
     return config
 
 
@@ -67,10 +80,15 @@ def run_server(argv):
         from . import VALKEY_VERSION, __version__
         print(f"durakv server v={__version__} valkey={VALKEY_VERSION} python={sys.version.split()[0]}")
         return 0
+    from . import __version__
     try:
         config = load_config(argv)
-    except (ConfigError, OSError) as exc:
-        print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
+    except ConfigError as exc:
+        sys.stderr.write(fatal_config_text(exc, __version__))
+        return 1
+    except OSError as exc:
+        # loadServerConfig: "Fatal error, can't open config file '%s': %s" and exit 1
+        print("Fatal error, can't open config file '%s': %s" % (exc.filename, exc.strerror), file=sys.stderr)
         return 1
     _setup_logging(config)
     import asyncio
@@ -106,7 +124,7 @@ def run_server(argv):
             print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:  # found once the server is built (the ACL users: `user` lines, the aclfile)
-        print(f"*** FATAL CONFIG ERROR *** {exc}", file=sys.stderr)
+        sys.stderr.write(fatal_config_text(exc, __version__))
         return 1
     except JournalCorrupt as exc:
         logging.getLogger("durakv").critical("start-up stopped: %s", exc)

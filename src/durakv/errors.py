@@ -40,3 +40,14 @@ class DataDirInUse(DurakvError):
     def __init__(self, text: str, holder_pid=None):
         super().__init__(text)
         self.holder_pid = holder_pid
+
+
+def with_path(exc, path):
+    """`exc` naming `path` when it is an OSError that names no file (a write, an fsync, a truncate fail with the
+    descriptor only): what an operator reads about a full disk or a refused permission must say which file it
+    was. Other exceptions, and OSErrors that name their file already, are returned as they are."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+        named = OSError(exc.errno, exc.strerror or str(exc), str(path))
+        named.__cause__ = exc
+        return named
+    return exc

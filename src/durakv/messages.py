@@ -54,6 +54,13 @@ NO_SUCH_CLIENT = "ERR No such client"
 CONFIG_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}'"
 CONFIG_BAD_VALUE = "ERR CONFIG SET failed (possibly related to argument '{}') - {}"
 CONFIG_IMMUTABLE = "ERR CONFIG SET failed (possibly related to argument '{}') - can't set immutable config"
+# config.c updatePort / applyTLSPort: the new port could not be bound (the reason is in the server log)
+CONFIG_LISTEN_FAILED = "Unable to listen on this port. Check server logs."
+CONFIG_REWRITE_FAILED = "ERR Rewriting config file: {}"
+MAXCLIENTS_OS_LIMIT = "The operating system is not able to handle the specified number of clients, try with {}"
+REPLCONF_UNKNOWN_RDB_CLIENT = "ERR Unrecognized RDB client id {}"
+PORT_IN_SHARD_TOPOLOGY = ("this node's address is part of its shard's topology in the coordination store; restart "
+                          "the node with --port to move it")
 CLIENT_NAME_SPACES = "ERR Client names cannot contain spaces, newlines or special characters."
 PROTOCOL_ERROR = "ERR Protocol error: {}"
 # The request parser's protocol errors (networking.c handleParseError). These alone carry no prefix: the

@@ -2,6 +2,7 @@
 
 import os
 
+from ..errors import with_path
 from ..routing.topology import node_id_for
 
 
@@ -22,9 +23,12 @@ def persistent_node_id(data_dir: str, configured: str) -> str:
         pass
     new = os.urandom(20).hex()
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(new + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(new + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise with_path(exc, tmp) from exc
     return new

@@ -329,12 +329,19 @@ def client_capa(ctx, args):
 
 @command("client|import-source")
 def client_import_source(ctx, args):
-    """Valkey 9.1: in import-mode a client marked as an import source may read and write keys whose TTL passed
-    (a migration tool copying data in). durakv has no import mode, so ON answers what Valkey answers with
-    import-mode no; OFF clears nothing and is OK, as in Valkey."""
-    if args[2].lower() == b"off":
-        return OK
-    raise CommandError(messages.NOT_IMPORT_MODE)
+    """Valkey 9.1: in import-mode a client marked as an import source reads and writes keys whose TTL passed
+    as live (a migration tool copying data in, with the source's own DELs expiring them); ON outside
+    import-mode is refused, OFF always answers OK (clientImportSourceCommand)."""
+    mode = args[2].lower()
+    if mode == b"on":
+        if not ctx.port.config["import-mode"]:
+            raise CommandError(messages.NOT_IMPORT_MODE)
+        ctx.client.import_source = True
+    elif mode == b"off":
+        ctx.client.import_source = False
+    else:
+        raise syntax_error()
+    return OK
 
 
 @command("client|no-touch")

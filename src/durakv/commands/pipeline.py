@@ -191,6 +191,7 @@ class Pipeline:
         self.requirepass = None
         self.maxmemory_policy = "noeviction"
         self.maxmemory_samples = 5
+        self.import_mode = False     # import-mode: a primary evicts nothing (the import source owns the data)
         self.used_memory_fn = lambda: keyspace.used_bytes
         self.monitors = Monitors(keyspace, config)
         self.scripting = None        # scripting.runner.ScriptingState, made on first use
@@ -623,7 +624,7 @@ class Pipeline:
 
     def evict(self) -> bool:
         """Evicts until under maxmemory. False if the policy forbids it or nothing is left."""
-        if self.maxmemory_policy == "noeviction":
+        if self.maxmemory_policy == "noeviction" or self.import_mode:
             return False
         used, limit = self.used_memory_fn, self.maxmemory
         for _ in range(100000):

@@ -1,5 +1,6 @@
 """Server commands: CONFIG INFO DBSIZE FLUSHDB FLUSHALL TIME SAVE BGSAVE LASTSAVE SHUTDOWN DEBUG COMMAND."""
 
+import logging
 import re
 import time
 
@@ -17,6 +18,7 @@ from .base import parse_int, syntax_error
 from .registry import command
 
 NO_REPLY = Raw(b"")
+log = logging.getLogger("durakv.commands")
 
 
 # -- CONFIG -------------------------------------------------------------------------------------
@@ -32,38 +34,67 @@ def config_get(ctx, args):
 
 @command("config|set")
 def config_set(ctx, args):
-    if len(args) % 2 != 0:
-        raise CommandError(messages.WRONG_ARITY.format("config|set"))
+    """configSetCommand: all or nothing. Every name is looked up first (unknown, immutable, refused, given twice:
+    the first such error answers), then every value is parsed and checked in order (the first refusal answers
+    under the name given), then the values are applied in order; if one fails to apply (a port that cannot be
+    bound), those applied before it get their old values back and the error answers. Settings that take effect
+    later (a shard setting stored for the whole shard, a switch of durability: Option.late) are applied after
+    all the others, and their failure too restores the others."""
+    if len(args) % 2:
+        raise syntax_error()
     port = ctx.port
-    from ..config import BY_NAME
-    pairs = []
+    config = port.config
+    from ..config import BY_NAME, REFUSED
+    chosen = []
     for i in range(2, len(args), 2):
         name = args[i].decode("utf-8", "replace").lower()
+        value = args[i + 1].decode("utf-8", "replace")
         opt = BY_NAME.get(name)
         if opt is None:
+            if name in REFUSED:
+                raise CommandError(messages.CONFIG_BAD_VALUE.format(name, REFUSED[name]))
             raise CommandError(messages.CONFIG_UNKNOWN.format(name))
-        value = args[i + 1].decode("utf-8", "replace")
-        if port.config.immutable(opt, value) if port.config is not None else not opt.mutable:
+        if config.immutable(opt, value) if config is not None else not opt.mutable:
             raise CommandError(messages.CONFIG_IMMUTABLE.format(name))
-        if any(BY_NAME[seen] is opt for seen, _v in pairs):    # an alias counts as the same parameter
+        if any(seen is opt for _n, seen, _v in chosen):    # an alias counts as the same parameter
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, "duplicate parameter"))
+        chosen.append((name, opt, value))
+    for name, opt, value in chosen:
         try:
-            opt.parse(value)
+            parsed = opt.parse(value)
         except ValueError as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
-        problem = port.admin.validate_config_set(opt.name, opt.parse(value))
+        problem = port.admin.validate_config_set(opt.name, parsed)
         if problem:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, problem))
-        pairs.append((name, value))
+    # the values as CONFIG GET shows them now: what a failed apply puts back (restoreBackupConfig)
+    old = {opt.name: config.formatted(opt.name) for _n, opt, _v in chosen} if config is not None else {}
+    applied = []
+
+    def restore():
+        for opt_name in reversed(applied):
+            if opt_name not in old:
+                continue
+            try:
+                port.admin.config_set(opt_name, old[opt_name])
+            except (ConfigError, ValueError) as exc:
+                log.warning("Failed restoring failed CONFIG SET command. Error setting %s to '%s': %s",
+                            opt_name, old[opt_name], exc)
+        applied.clear()
+
     later = []
-    for name, value in pairs:
+    for name, opt, value in sorted(chosen, key=lambda c: c[1].late):
         try:
-            pending = port.admin.config_set(name, value)
+            pending = port.admin.config_set(opt.name, value)
         except (ConfigError, ValueError) as exc:
+            applied.append(opt.name)      # it may have stored its value before its effect failed
+            restore()
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
-        if pending is not None:
+        if pending is None:
+            applied.append(opt.name)
+        else:
             later.append(pending)
-    if any(BY_NAME[name].name in ("maxmemory", "maxmemory-policy") for name, _v in pairs):
+    if any(opt.name in ("maxmemory", "maxmemory-policy") for _n, opt, _v in chosen):
         # As Valkey's updateMaxmemory: evict at once down to the new limit (the policy permitting),
         # not only when the next write arrives; the evicted keys are journaled and notified as usual.
         ctx.pipeline.evict_to_limit()
@@ -79,6 +110,8 @@ def config_set(ctx, args):
             errors.append(d.reply)
         remaining[0] -= 1
         if not remaining[0]:
+            if errors:
+                restore()
             done.resolve(errors[0] if errors else OK)
     for d in later:
         d.listen(lambda d=d: one_done(d))
@@ -106,7 +139,8 @@ def config_rewrite(ctx, args):
     except ConfigError as exc:
         raise CommandError("ERR " + str(exc)) from None
     except OSError as exc:
-        raise CommandError("ERR Rewriting config file: %s" % exc.strerror) from None
+        where = " (%s)" % exc.filename if exc.filename else ""    # which file the disk refused
+        raise CommandError(messages.CONFIG_REWRITE_FAILED.format("%s%s" % (exc.strerror, where))) from None
     return OK
 
 
@@ -194,20 +228,19 @@ def failover(ctx, args):
 
 @command("replconf")
 def replconf(ctx, args):
-    """replconfCommand's options for what a SYNC client gets (redis-cli --rdb / --functions-rdb use them);
-    ack/getack belong to Valkey-protocol replicas, which durakv does not have (its replicas follow the
-    journal)."""
+    """replconfCommand's options for what a SYNC client gets (redis-cli --rdb / --functions-rdb use them). As
+    Valkey: the arguments come in option/value pairs (an even count is a syntax error, checked first), and
+    ACK / GETACK end the command with no reply at all: a replica's offset report (a Valkey replica of durakv
+    sends one a second) and a primary's request for one, which durakv's replicas (they follow the journal)
+    never send. rdb-channel is dual-channel replication's, which durakv does not offer (its capa is ignored)."""
     n = len(args)
-    opt = args[1].lower()
-    if opt in (b"ack", b"fack"):
-        # a replica's offset report (a Valkey replica of durakv sends one a second): Valkey's primary never
-        # answers it, and a reply would land in the replica's stream (it drops the link: "inline protocol")
-        return NO_REPLY
     if n % 2 == 0:
         raise syntax_error()
     s = ctx.client
     for j in range(1, n, 2):
         opt, value = args[j].lower(), args[j + 1]
+        if opt in (b"ack", b"getack"):
+            return NO_REPLY
         if opt == b"listening-port":
             s.repl_listening_port = parse_int(value)
         elif opt == b"ip-address":
@@ -219,7 +252,7 @@ def replconf(ctx, args):
         elif opt == b"rdb-only":
             flag = parse_int(value)
             if not 0 <= flag <= 1:
-                raise CommandError(messages.NOT_INTEGER)
+                raise CommandError(messages.VALUE_MUST_BETWEEN.format(0, 1))
             s.repl_rdb_only = flag == 1
         elif opt == b"rdb-filter-only":
             filters = split_args(value)
@@ -233,6 +266,9 @@ def replconf(ctx, args):
         elif opt == b"version":
             if not re.fullmatch(rb"\d+\.\d+\.\d+", value):
                 raise CommandError("ERR Unrecognized version format: %s" % value.decode("utf-8", "replace"))
+        elif opt == b"set-rdb-client-id":
+            # the main channel of a dual-channel replica naming its RDB channel: durakv has none to find
+            raise CommandError(messages.REPLCONF_UNKNOWN_RDB_CLIENT.format(parse_int(value)))
         else:
             raise CommandError("ERR Unrecognized REPLCONF option: %s" % args[j].decode("utf-8", "replace"))
     return OK
@@ -312,10 +348,16 @@ def bgrewriteaof(ctx, args):
 
 @command("shutdown")
 def shutdown(ctx, args):
+    flags = set()
     for a in args[1:]:
-        if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
+        flag = a.upper()
+        if flag not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"):
             raise syntax_error()
-    if any(a.upper() == b"ABORT" for a in args[1:]):
+        flags.add(flag)
+    # shutdownCommand's illegal combinations: SAVE with NOSAVE, ABORT with anything
+    if {b"SAVE", b"NOSAVE"} <= flags or (b"ABORT" in flags and len(flags) > 1):
+        raise syntax_error()
+    if b"ABORT" in flags:
         raise CommandError("ERR No shutdown in progress.")
     ctx.port.admin.shutdown()
     ctx.client.close_after_reply = True

@@ -14,7 +14,7 @@ class Session:
                  "subscribed", "monitor", "special", "no_touch", "asking", "acl_user", "tls",
                  "reply_off", "reply_skip", "commands_processed", "net_in", "net_out", "repl_rdb_only",
                  "repl_rdb_data", "repl_rdb_functions", "from_primary", "repl_listening_port", "decoded",
-                 "capa_redirect", "local")
+                 "capa_redirect", "local", "import_source")
 
     def __init__(self, created_ms=0, authenticated=True):
         self.id = next(_ids)
@@ -51,6 +51,7 @@ class Session:
         self.special = False
         self.no_touch = False
         self.capa_redirect = False  # CLIENT CAPA redirect: a replica answers -REDIRECT to its primary
+        self.import_source = False  # CLIENT IMPORT-SOURCE ON: in import-mode, expired keys are live to it
         self.asking = False        # ASKING: the next command may touch a slot this node is importing
         self.tls = False           # the connection is TLS: cluster redirections name tls-ports
         # The client comes from the loopback interface (Valkey's connIsLocal): what protected mode and

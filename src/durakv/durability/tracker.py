@@ -572,4 +572,7 @@ class WriteTracker:
 def failure_reason(exc) -> str:
     """What the operator and the client are told about a journal failure: the OS error if there is one."""
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    return getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
+    text = getattr(cause, "strerror", None)
+    if text and getattr(cause, "filename", None):
+        return "%s (%s)" % (text, cause.filename)     # the file the disk refused (errors.with_path)
+    return text or str(cause) or type(cause).__name__

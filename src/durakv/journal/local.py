@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 
-from ..errors import JournalCorrupt
+from ..errors import JournalCorrupt, with_path
 from .base import Journal, JournalClosed, JournalFailed, JournalTruncated
 from .walcheck import Segment, check_journal
 from .walformat import (HEADER_SIZE, MAX_ENTRY_BYTES, SegmentState, encode_header, encode_segment_head, encode_slot,
@@ -126,6 +126,9 @@ def _error_text(exc):
     code = getattr(exc, "errno", None)
     name = errno_mod.errorcode.get(code, "") if code else ""
     text = getattr(exc, "strerror", None) or str(exc)
+    path = getattr(exc, "filename", None)
+    if path is not None and getattr(exc, "strerror", None):
+        text = "%s (%s)" % (text, path)     # which segment file the disk refused
     return "%s: %s" % (name, text) if name else "%s: %s" % (type(exc).__name__, text)
 
 
@@ -304,11 +307,15 @@ class LocalJournal(Journal):
                 if last.sealed:
                     last.sealed = False
                     last.seq += 1
-                    self.io.pwrite(fd, encode_slot(last.state(last.seq, fsync=self.fsync,
-                                                              batch_start=last.batch_start)),
-                                   slot_offset(last.seq))
-                    if self.fsync:
-                        self.io.fsync(fd)
+                    try:
+                        self.io.pwrite(fd, encode_slot(last.state(last.seq, fsync=self.fsync,
+                                                                  batch_start=last.batch_start)),
+                                       slot_offset(last.seq))
+                        if self.fsync:
+                            self.io.fsync(fd)
+                    except OSError as exc:
+                        self.io.close(fd)
+                        raise with_path(exc, last.path) from exc
         with self._seg_lock:
             self._segments = segments
         self._fd = fd
@@ -358,14 +365,20 @@ class LocalJournal(Journal):
                 io.fsync(fd)
             io.rename(tmp, path)
         except BaseException as exc:
-            self._discard(fd, tmp, exc)
-            raise
+            named = with_path(exc, tmp)
+            self._discard(fd, tmp, named)
+            if named is exc:
+                raise
+            raise named from exc
         try:
             self._dir_sync(directory)
         except BaseException as exc:
             # The rename may not be durable: never seal the previous segment on the strength of it.
-            self._discard(fd, path, exc)
-            raise
+            named = with_path(exc, directory)
+            self._discard(fd, path, named)
+            if named is exc:
+                raise
+            raise named from exc
         return fd, seg
 
     def _discard(self, fd, path, cause):
@@ -586,11 +599,14 @@ class LocalJournal(Journal):
                 io.fsync(fd)
                 self.fsync_count += 1
         except BaseException as exc:
+            named = with_path(exc, seg.path)
             try:
                 io.ftruncate(fd, start)
             except OSError as cut:
-                raise _Broken(exc, cut) from exc
-            raise
+                raise _Broken(named, with_path(cut, seg.path)) from exc
+            if named is exc:
+                raise
+            raise named from exc
         seg.seq = seq
         seg.batch_start = start
         seg.size += size

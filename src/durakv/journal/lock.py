@@ -16,7 +16,7 @@ import errno
 import fcntl
 import os
 
-from ..errors import DataDirInUse
+from ..errors import DataDirInUse, with_path
 
 LOCK_NAME = "durakv.lock"
 
@@ -73,7 +73,7 @@ def lock_data_dir(data_dir) -> DataDirLock:
         # Write before cutting, so a contender reading meanwhile sees a whole pid (old or new), never "".
         os.pwrite(fd, text, 0)
         os.ftruncate(fd, len(text))
-    except OSError:
+    except OSError as exc:
         os.close(fd)
-        raise
+        raise with_path(exc, path) from exc
     return DataDirLock(path, fd, pid)

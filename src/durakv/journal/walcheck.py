@@ -16,7 +16,7 @@ import logging
 import os
 from typing import NamedTuple
 
-from ..errors import JournalCorrupt
+from ..errors import JournalCorrupt, with_path
 from .walformat import (DATA_START, TMP_RE, SegmentState, encode_slot, fsync_dir, journal_dir, list_segments,
                         read_file, slot_offset)
 from .walscan import SEALED, TORN, SegScan, gap_message
@@ -98,6 +98,13 @@ def _write_state(path, state, fsync=True):
 
 def _cut(path, offset, keep_copy):
     """Truncates a segment file to `offset`; with keep_copy the cut bytes are saved beside it first."""
+    try:
+        _cut_file(path, offset, keep_copy)
+    except OSError as exc:
+        raise with_path(exc, path) from exc      # a full data directory at start-up: say which file
+
+
+def _cut_file(path, offset, keep_copy):
     with open(path, "r+b") as f:
         if keep_copy:
             f.seek(offset)

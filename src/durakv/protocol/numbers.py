@@ -1,34 +1,14 @@
-"""Valkey's rules for numbers written as strings: integers (util.c `string2ll`: the one copy the request
-parser, the keyspace (encodings, RDB payloads, SCAN cursors) and the commands (argument parsing, ACL key
-extraction) use) and doubles (`string2d`, and Valkey 9's `valkey_strtod` consuming a whole string, as
-zslParseRange calls it). Long doubles (`string2ld`: INCRBYFLOAT, timeouts) are commands/numeric.py's
+"""Valkey's rules for numbers written as strings: integers (util.c `string2ll`, kept in intstring.py: the one
+copy the request parser, the keyspace (encodings, RDB payloads, SCAN cursors) and the commands (argument
+parsing, ACL key extraction) use) and doubles (`string2d`, and Valkey 9's `valkey_strtod` consuming a whole
+string, as zslParseRange calls it). Long doubles (`string2ld`: INCRBYFLOAT, timeouts) are commands/numeric.py's
 parse_long_double."""
 
 import math
 import re
 
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
-
-
-def string2ll(s: bytes):
-    """The int64 whose canonical decimal form is exactly `s`, else None: an optional '-', then digits with no
-    leading zero ('0' alone is 0; '-0', '+1', ' 1', '01' are refused), within a long long."""
-    n = len(s)
-    if n == 0 or n > 20:
-        return None
-    if s.isdigit():            # bytes.isdigit is ASCII-only
-        if s[0] == 48 and n > 1:
-            return None
-        v = int(s)
-        return v if v <= INT64_MAX else None
-    if s[0] != 45 or n == 1:   # '-'
-        return None
-    digits = s[1:]
-    if not digits.isdigit() or digits[0] == 48:
-        return None
-    v = -int(digits)
-    return v if v >= INT64_MIN else None
+# The one copy lives in a leaf module so that config.py (below protocol/) can use it too; re-exported here.
+from ..intstring import INT64_MAX, INT64_MIN, string2ll  # noqa: F401
 
 
 _NONZERO_DIGITS = frozenset(b"123456789")

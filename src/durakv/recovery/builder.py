@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 
+from ..config import debug_delay
 from ..keyspace import Keyspace
 from ..snapshot.adopt import adopt_snapshot, journal_needed_from, prune_snapshots, temp_path
 from ..snapshot.format import load_newest_snapshot, write_snapshot_file
@@ -51,7 +52,7 @@ _PR_SET_PDEATHSIG = 1
 _WATCH_INTERVAL_S = 0.2
 
 
-def build(data_dir, upto: int, databases: int = 16, keep: int = 2, out=None) -> dict:
+def build(data_dir, upto: int, databases: int = 16, keep: int = 2, out=None, key_save_delay_us=0) -> dict:
     """Does the work of the builder process; returns the result dict (raises on failure). With `out` the
     snapshot is only written (fsynced) to that path; without, it is also adopted (renamed into place)."""
     started = time.monotonic()
@@ -72,7 +73,8 @@ def build(data_dir, upto: int, databases: int = 16, keep: int = 2, out=None) -> 
         time.sleep(delay_ms / 1000.0)
     target = out or temp_path(data_dir, upto, os.getpid())
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    info = write_snapshot_file(target, keyspace, upto, journal_follows=True)
+    on_key = (lambda: debug_delay(key_save_delay_us)) if key_save_delay_us else None   # rdb-key-save-delay
+    info = write_snapshot_file(target, keyspace, upto, journal_follows=True, on_key=on_key)
     result = {"ok": True, "index": upto, "path": target, "base_index": base_index,
               "entries": upto - base_index, "keys": info["keys"], "commands": info["commands"],
               "bytes": info["bytes"], "crc": info["crc"], "deleted": [], "already": False}
@@ -135,6 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", type=int, default=2, help="snapshots to keep, the new one included")
     parser.add_argument("--out", help="write only this temporary file (the server that asked adopts it)")
     parser.add_argument("--parent-pid", type=int, help="exit as soon as this process (the server) is gone")
+    parser.add_argument("--key-save-delay", type=int, default=0,
+                        help="rdb-key-save-delay: microseconds to wait before each key is written (debug)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -145,7 +149,8 @@ def main(argv=None) -> int:
         print("snapshot builder: --upto and --keep must be >= 1", file=sys.stderr)
         return 2
     try:
-        result = build(args.dir, args.upto, args.databases, args.keep, out=args.out)
+        result = build(args.dir, args.upto, args.databases, args.keep, out=args.out,
+                       key_save_delay_us=args.key_save_delay)
     except Exception as exc:  # report any failure as one line, exit non-zero
         message = "%s: %s" % (type(exc).__name__, exc)
         print(json.dumps({"ok": False, "error": message}), flush=True)

@@ -7,6 +7,7 @@ import os
 import tempfile
 import time
 
+from ..errors import with_path
 from ..journal.base import EpochFilter
 from ..journal.codec import PartAssembler
 
@@ -24,8 +25,11 @@ class SnapshotsMixin:
         fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
         try:
             started = time.monotonic()
-            with os.fdopen(fd, "wb") as f:
-                snap = await self.store.latest_snapshot(self.shard, into=f)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    snap = await self.store.latest_snapshot(self.shard, into=f)
+            except OSError as exc:
+                raise with_path(exc, path) from exc     # a full data directory: say which file
             if snap is None:
                 return
             index, epoch, _ = snap

@@ -155,8 +155,10 @@ class Connection(asyncio.Protocol):
             self.backlog.extend(commands)
             if error is not None and self.backlog_error is None:
                 self.backlog_error = error
-            return
-        self._process(commands, error)
+        else:
+            self._process(commands, error)
+        if srv.client_eviction.limit:
+            srv.client_eviction.after_read(self)
 
     data_received = _read
 
@@ -202,6 +204,12 @@ class Connection(asyncio.Protocol):
         previous = hooks.current
         hooks.current = self
         self.in_batch = True
+        ks = server.keyspace
+        importing = session.import_source and server.config["import-mode"]
+        if importing:
+            # import-mode: an import source's commands see keys whose TTL passed as live (objectIsExpired)
+            saved_expiry = (ks.expire_enabled, ks.hide_expired)
+            ks.expire_enabled = ks.hide_expired = False
         size = 0
         monitors = pipeline.monitors
         # fast: the compiled batch loop (fastpath/_core.c), None for the pure-Python core or once it said that
@@ -306,6 +314,8 @@ class Connection(asyncio.Protocol):
         finally:
             self.in_batch = False
             hooks.current = previous
+            if importing:
+                ks.expire_enabled, ks.hide_expired = saved_expiry
         if error is not None and not session.close_after_reply:
             server.log_protocol_error(session, error)
             # latin-1: a protocol error quotes the offending byte as it came (Valkey writes it raw)

@@ -142,6 +142,7 @@ def _section_stats(srv):
             "sync_partial_err": srv.sync_partial_err,
             "expired_keys": ks.expired_keys, "expired_fields": ks.expired_fields,
             "expired_time_cap_reached_count": ks.expired_time_cap_reached, "evicted_keys": ks.evicted_keys,
+            "evicted_clients": srv.client_eviction.evicted,    # maxmemory-clients (server/clientevict.py)
             "evicted_scripts": _scripting.evicted_scripts(srv),
             "keyspace_hits": ks.hits, "keyspace_misses": ks.misses,
             "latest_fork_usec": srv.latest_fork_usec, "total_forks": srv.total_forks,

@@ -113,6 +113,24 @@ class Metrics:
         self.http, self.thread = start_http_server(port, addr=host, registry=registry)
         log.info("metrics on http://%s:%d/metrics", host, port)
 
+    def move(self, host, port):
+        """CONFIG SET metrics-port: serves on `port` (raises OSError, the old server kept, if it cannot be
+        bound), then stops the server it had."""
+        old = self.http
+        if old is None:
+            self.start(host, port)
+            return
+        from prometheus_client import CollectorRegistry, start_http_server
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Collector(self))
+        self.http, self.thread = start_http_server(port, addr=host, registry=registry)
+        log.info("metrics moved to http://%s:%d/metrics", host, port)
+
+        def close():   # shutdown() waits for the serving thread's poll: not on the loop
+            old.shutdown()
+            old.server_close()
+        threading.Thread(target=close, daemon=True, name="durakv-metrics-stop").start()
+
     def stop(self):
         http, self.http = self.http, None
         if http is not None:

@@ -61,7 +61,7 @@ class ServerClients(_Served, Clients):
     def set_no_evict(self, session, on):
         conn = self._conn(session)
         if conn is not None:
-            conn.no_evict = on  # durakv has no client-memory eviction: the flag is kept and listed
+            conn.no_evict = on  # maxmemory-clients never closes it (server/clientevict.py)
 
     def set_no_touch(self, session, on):
         conn = self._conn(session)
@@ -261,7 +261,10 @@ class ServerReplication(_Served, Replication):
         server.sync_partial_err += partial_asked
         ks = server.keyspace
         data, functions = session.repl_rdb_data, session.repl_rdb_functions
-        if data and sum(len(db.data) for db in ks.dbs) >= FORK_MIN_KEYS:
+        key_delay_us = server.config["rdb-key-save-delay"]
+        # a delay per key (rdb-key-save-delay, tests that need a long transfer) is waited in a child, never on the
+        # loop: it always forks
+        if data and (key_delay_us or sum(len(db.data) for db in ks.dbs) >= FORK_MIN_KEYS):
             # Built off the loop (a forked child); it holds everything issued so far, so it leaves once that
             # commits, and not at all if the journal failed before (the file would hold lost writes).
             durability = server.durability
@@ -275,7 +278,7 @@ class ServerReplication(_Served, Replication):
                 return None
             reply = export_rdb_forked(server.loop, ks, server.dir, data=data, functions=functions,
                                       ticket=durability.export_ticket(), still_valid=still_valid,
-                                      preamble=preamble, forked=server.note_fork)
+                                      preamble=preamble, forked=server.note_fork, key_delay_us=key_delay_us)
 
             def exported(d=reply):
                 if type(d.reply) is ErrorReply and conn.replica_feed is not None:
@@ -625,7 +628,8 @@ def client_line(conn, now_ms, current=None) -> str:
         "c" if s.close_after_reply else "",
         "r" if s.readonly_mode else "",
         "e" if conn.no_evict else "",
-        "T" if s.no_touch else "")) or "N"
+        "T" if s.no_touch else "",
+        "I" if s.import_source else "")) or "N"
     nsub, npsub, nssub = (len(subs.channels), len(subs.patterns), len(subs.shard)) if subs is not None else (0, 0, 0)
     redir = tracking.redirect if tracking is not None else -1
     held = len(conn.outbox.held) if conn.outbox is not None else 0

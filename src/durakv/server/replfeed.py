@@ -26,21 +26,25 @@ import tempfile
 import time
 
 from .. import VALKEY_VERSION, messages
+from ..config import debug_delay
 from ..keyspace import rdbvalue
 from ..keyspace.db import ServerDeletion
 from ..protocol.resp import Deferred, ErrorReply, Raw, RawView
 from ..scripting.functions import get_functions
 
 
-def dataset_rdb(keyspace, data=True, functions=True) -> bytes:
+def dataset_rdb(keyspace, data=True, functions=True, key_delay_us=0) -> bytes:
     """The RDB file of what the keyspace holds now (keys already expired are left out, as a reload would);
-    data / functions False: without the keys / the function libraries (REPLCONF rdb-filter-only)."""
+    data / functions False: without the keys / the function libraries (REPLCONF rdb-filter-only).
+    key_delay_us: rdb-key-save-delay, waited before each key (only ever in the forked child)."""
     now_ms = keyspace.clock_ms()
     databases = []
     for db in keyspace.dbs if data else ():
         expires = db.expires
         items = []
         for key, value in db.data.items():
+            if key_delay_us:
+                debug_delay(key_delay_us)
             at = expires.get(key) if expires else None
             if at is not None and at <= now_ms:
                 continue
@@ -62,7 +66,7 @@ RDB_EXPORT_FAILED = "ERR the RDB export's child process failed (exit status {})"
 
 
 def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket=0, still_valid=None,
-                      preamble=b"", forked=None) -> Deferred:
+                      preamble=b"", forked=None, key_delay_us=0) -> Deferred:
     """The RDB of memory as it is now, built in a forked child. The Deferred resolves, on the loop, with the
     encoded bulk reply and `ticket` (what must commit before it leaves), or with an error if the child failed
     or `still_valid()` says the writes the file holds can no longer commit (the journal failed meanwhile).
@@ -82,7 +86,7 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
             # the child held them, a connection the server closes would stay open until the child exits.
             os.closerange(0, fd)
             os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-            rdb = dataset_rdb(keyspace, data=data, functions=functions)
+            rdb = dataset_rdb(keyspace, data=data, functions=functions, key_delay_us=key_delay_us)
             # the whole reply, so that the loop sends the file as it is (RawView) without building it
             for part in (preamble + b"$%d\r\n" % len(rdb), rdb):
                 view = memoryview(part)

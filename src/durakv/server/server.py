@@ -10,13 +10,13 @@ import ssl
 import sys
 import time
 
-from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__
+from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__, messages
 from ..commands import load_all
 from .. import fastpath, messages
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
-from ..config import obuf_limits
+from ..config import debug_delay, obuf_limits
 from ..errors import ConfigError
 from ..keyspace import Keyspace
 from ..protocol.resp import OK, Deferred, ErrorReply
@@ -26,6 +26,7 @@ from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
+from .clientevict import ClientEviction
 from ..cluster.identity import persistent_node_id
 from ..cluster.tls import node_client_context
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
@@ -37,6 +38,7 @@ from .migrate import MigrateSockets
 from .notify import Hooks, notify_flags_to_string, parse_notify_flags
 from .port import ServerPort
 from .pubsub import PubSub
+from .watchdog import Watchdog
 
 log = logging.getLogger("durakv.server")
 
@@ -85,6 +87,25 @@ def adjust_open_files_limit(config):
     log.warning("Server can't set maximum open files to %d because of OS error: %s.", maxfiles, error)
     log.warning("Current maximum open files is %d. maxclients has been reduced to %d to compensate for low "
                 "ulimit. If you need higher maxclients increase 'ulimit -n'.", bestlimit, bestlimit - RESERVED_FDS)
+
+
+def open_files_room(maxclients) -> int:
+    """updateMaxclients: raises the open-files limit for `maxclients` clients if it can; returns how many
+    clients the limit allows now (maxclients itself when it was raised enough)."""
+    want = maxclients + RESERVED_FDS
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return maxclients
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return maxclients
+    if hard == resource.RLIM_INFINITY or want <= hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return maxclients
+        except (OSError, ValueError):
+            pass
+    return max(soft - RESERVED_FDS, 1)
 
 
 class Server:
@@ -176,6 +197,9 @@ class Server:
         self.dir = os.path.abspath(config["dir"])
         self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
         self.metrics = None                # --metrics-port: durakv's own Prometheus metrics (server/metrics.py)
+        self.plain_listeners = []          # the client port's listeners (CONFIG SET port replaces them)
+        self.client_eviction = ClientEviction(self)   # maxmemory-clients (server/clientevict.py)
+        self.watchdog = Watchdog(self)     # watchdog-period (server/watchdog.py)
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
@@ -188,7 +212,7 @@ class Server:
         for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
                      "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events",
                      "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del", "tracking-table-max-keys",
-                     "min-replicas-to-write", "min-replicas-max-lag"):
+                     "min-replicas-to-write", "min-replicas-max-lag", "import-mode"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
@@ -203,6 +227,18 @@ class Server:
         elif name == "client-held-replies-limit":
             for conn in self.clients.values():
                 conn.outbox.limit_bytes = value
+        elif name == "proto-max-bulk-len":
+            for conn in self.clients.values():   # every client at once, as Valkey reads server.proto_max_bulk_len
+                conn.parser.max_bulk_len = value
+        elif name == "client-query-buffer-limit":
+            for conn in self.clients.values():
+                conn.parser.query_buffer_limit = value
+        elif name in ("maxmemory-clients", "maxmemory"):
+            self.client_eviction.configure()
+        elif name == "watchdog-period":
+            self.watchdog.configure()
+        elif name == "import-mode":
+            self._set_import_mode(value)
         if name == "requirepass":
             d.requirepass = value or None
         elif name == "maxmemory":
@@ -247,6 +283,8 @@ class Server:
         """Extra checks CONFIG SET needs beyond parsing; returns an error reason or None."""
         if name == "notify-keyspace-events" and parse_notify_flags(value) < 0:
             return "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+        if name == "port" and self.cluster_node is not None and value != self.config["port"]:
+            return messages.PORT_IN_SHARD_TOPOLOGY
         if name == "durability":
             if self.cluster_node is not None and value == "none":
                 return NONE_REFUSED
@@ -262,13 +300,125 @@ class Server:
             d = Deferred()
             self.loop.create_task(self._change_shard_setting(d, node, name, self.config.parse(name, value)))
             return d
-        if name == "durability" and (value == "none") != (self.durability.mode == "none"):
-            d = Deferred()
-            self._durability_switch = value
-            self.loop.create_task(self._switch_durability(d, value))
-            return d
+        if name == "durability":
+            value = self.config.parse(name, value)     # the mode's own name: CONFIG SET durability NONE is none
+            if (value == "none") != (self.durability.mode == "none"):
+                d = Deferred()
+                self._durability_switch = value
+                self.loop.create_task(self._switch_durability(d, value))
+                return d
+        if name == "maxclients":
+            new = self.config.parse(name, value)
+            if new > self.config["maxclients"]:
+                room = open_files_room(new)
+                if room < new:
+                    raise ConfigError(messages.MAXCLIENTS_OS_LIMIT.format(room))
+        elif name == "port" and self.loop is not None:
+            new = self.config.parse(name, value)
+            if new != self.config["port"]:
+                self._rebind_port(new)
+        elif name == "metrics-port" and self.loop is not None:
+            new = self.config.parse(name, value)
+            if new != self.config["metrics-port"]:
+                self._move_metrics(new)
         self.config.set(name, value)
         return None
+
+    # -- CONFIG SET port / metrics-port: listen on the new port first, then close the old --------------------
+    def _bind_hosts(self):
+        hosts = [h for h in self.config["bind"].split() if h]
+        return [h.lstrip("-") for h in hosts]
+
+    def _rebind_port(self, port):
+        """Valkey's changeListener: the new port's sockets are bound and listening before the old listeners
+        close (connected clients stay); if one cannot be bound, nothing changes and CONFIG SET fails with
+        Valkey's text (the reason in the log). Port 0: no client port."""
+        import socket
+        hosts = self._bind_hosts()
+        socks = []
+        if port:
+            for host in hosts:
+                host_socks = []
+                try:
+                    for family, _t, _p, _c, addr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                        flags=socket.AI_PASSIVE):
+                        sock = socket.socket(family, socket.SOCK_STREAM)
+                        host_socks.append(sock)
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        if family == socket.AF_INET6:
+                            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                        sock.bind(addr)
+                        sock.listen(self.config["tcp-backlog"])
+                        sock.setblocking(False)
+                except OSError as exc:
+                    for sock in host_socks:
+                        sock.close()
+                    if len(hosts) > 1 and host in ("::1", "::"):   # optional, as _listen treats it
+                        log.warning("could not bind %s:%d: %s", host, port, exc)
+                        continue
+                    for sock in socks:
+                        sock.close()
+                    log.warning("CONFIG SET port %d: could not listen on %s:%d: %s", port, host, port, exc)
+                    raise ConfigError(messages.CONFIG_LISTEN_FAILED) from None
+                socks.extend(host_socks)
+        old = self.plain_listeners
+        self.plain_listeners = []
+        for srv in old:
+            srv.close()
+            if srv in self.listeners:
+                self.listeners.remove(srv)
+        for sock in socks:
+            self.loop.create_task(self._serve_socket(sock))
+        if self.cluster_routing is not None and self.cluster_node is None:
+            # a cluster of one on the local journal: CLUSTER SLOTS / NODES and MOVED name the new port
+            cfg = self.config
+            self.cluster_routing.install(single_node_topology(self.cluster_routing.myself_id, cfg["announce-ip"],
+                                                              port, cfg["tls-port"]))
+        log.info("CONFIG SET port: listening on port %d (was %d)", port, self.config["port"])
+
+    async def _serve_socket(self, sock):
+        srv = await self.loop.create_server(lambda: Connection(self), sock=sock, backlog=self.config["tcp-backlog"])
+        self.listeners.append(srv)
+        self.plain_listeners.append(srv)
+
+    def _move_metrics(self, port):
+        """CONFIG SET metrics-port: the metrics server on the new port starts first (a port it cannot bind
+        fails the CONFIG SET and keeps the old one), then the old one stops; 0 stops it."""
+        from .metrics import Metrics
+        hosts = self._bind_hosts()
+        if port:
+            if self.metrics is None:
+                self.metrics = Metrics(self)
+            try:
+                self.metrics.move(hosts[0] if hosts else "127.0.0.1", port)
+            except OSError as exc:
+                log.warning("CONFIG SET metrics-port %d: could not listen: %s", port, exc)
+                raise ConfigError(messages.CONFIG_LISTEN_FAILED) from None
+        elif self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
+
+    # -- import-mode ---------------------------------------------------------------------------------------
+    def primary_expiry(self):
+        """(expire_enabled, hide_expired) of a primary running as usual now: in import mode an expired key
+        is hidden from readers but never deleted by the server (Valkey 9.1's KEY_EXPIRED without delete on a
+        primary in import mode); otherwise lazy expiry deletes it."""
+        return (False, True) if self.config["import-mode"] else (True, False)
+
+    def _set_import_mode(self, on):
+        """import-mode: no active or lazy expiry and no eviction on this primary; CLIENT IMPORT-SOURCE ON
+        clients see expired keys as live (Connection._run_batch). A replica, a paused server or one whose
+        journal failed keep their own expiry state and return to this one when they end."""
+        self.pipeline.import_mode = on
+        ks = self.keyspace
+        state = (ks.expire_enabled, ks.hide_expired)
+        held = self.expiry_held or self.valkey_link is not None or self.cluster_node is not None \
+            and self.cluster_node.role != "primary"
+        pause = self.blocking
+        if pause._saved_active_expire is not None:
+            pause._saved_lazy_expire = self.primary_expiry()   # what unpause puts back
+        elif not held and state in ((True, False), (False, True)):
+            ks.expire_enabled, ks.hide_expired = self.primary_expiry()
 
     async def _change_shard_setting(self, d, node, name, value):
         try:
@@ -344,8 +494,14 @@ class Server:
         started = time.monotonic()
         self.keyspace.expire_enabled = False
         self.pipeline.stats_enabled = False   # replayed commands are not client commands
+        apply = self.apply_effect
+        delay_us = self.config["key-load-delay"]
+        if delay_us:
+            def apply(db_id, argv, apply=apply):   # key-load-delay: slows loading for tests that watch it
+                debug_delay(delay_us)
+                apply(db_id, argv)
         try:
-            snap_index, last_index = recover(self.dir, self.keyspace, self.apply_effect)
+            snap_index, last_index = recover(self.dir, self.keyspace, apply)
         finally:
             self.keyspace.expire_enabled = True
             self.pipeline.stats_enabled = True
@@ -372,6 +528,11 @@ class Server:
             self.cluster_routing = self.pipeline.router = routing
         self.loading = False
         await self._listen()
+        self.watchdog.configure()
+        primary = self.config["replicaof"]
+        if primary:   # `replicaof host port` in the config (Config.check refused it with a cluster or JetStream)
+            host, _sep, port = primary.rpartition(" ")
+            self.replicaof(host, int(port))
         self._start_cron_and_signals()
 
     def _start_cron_and_signals(self):
@@ -439,6 +600,7 @@ class Server:
         # with the progress, so a restarted node is visibly catching up rather than silent.
         await self.cluster_node.start()
         self.loading = False
+        self.watchdog.configure()
         log.info("durakv %s ready: port %s, tls-port %s, durability %s (%s), dir %s, core %s", __version__,
                  self.config["port"], self.config["tls-port"], self.effective_durability(),
                  "primary" if self.cluster_node.role == "primary" else "replica", self.dir, fastpath.NAME)
@@ -468,7 +630,7 @@ class Server:
         if self.expiry_held and self.durability.tracker is not None and self.durability.tracker.failed is None:
             self.expiry_held = False
             ks = self.keyspace
-            ks.expire_enabled, ks.hide_expired = True, False
+            ks.expire_enabled, ks.hide_expired = self.primary_expiry()
             log.info("the journal persists again: key expiry resumes")
 
     def _reload_from_disk(self) -> int:
@@ -576,12 +738,14 @@ class Server:
                     srv = await self.loop.create_server(lambda: Connection(self), host, port,
                                                         backlog=cfg["tcp-backlog"], reuse_address=True,
                                                         start_serving=False)
-                except OSError as exc:
+                except (OSError, UnicodeError) as exc:    # UnicodeError: a bind address that is no hostname
                     if len(hosts) > 1 and host in ("::1", "::"):
                         log.warning("could not bind %s:%d: %s", host, port, exc)
                         continue
-                    raise
+                    raise OSError("Could not create server TCP listening socket %s:%d: %s" % (host, port, exc)) \
+                        from exc
                 self.listeners.append(srv)
+                self.plain_listeners.append(srv)
         if cfg["tls-port"]:
             ctx = self._tls_context()
             for host in hosts:
@@ -653,6 +817,8 @@ class Server:
             self.metrics.publish()
         if self.migrate_sockets.cache:
             self.migrate_sockets.close_idle()
+        if self.client_eviction.limit:
+            self.client_eviction.sweep()
         timeout = self.config["timeout"]
         if timeout:
             limit = self.clock_ms() - timeout * 1000
@@ -724,7 +890,8 @@ class Server:
                 await self.journal.rotate()
                 upto = self.journal.commit_index
                 if upto > self.last_snapshot_index:
-                    adopted = await build_snapshot(self.dir, upto, databases=self.config.database_count())
+                    adopted = await build_snapshot(self.dir, upto, databases=self.config.database_count(),
+                                                   key_save_delay_us=self.config["rdb-key-save-delay"])
                     await self.journal.truncate_before(adopted.journal_from)  # keep what the older snapshot needs
                     self.last_snapshot_index = upto
                 self.snapshot_journal_bytes = self.journal.bytes_size
@@ -802,6 +969,7 @@ class Server:
             srv.close()
         if self.metrics is not None:
             self.metrics.stop()
+        self.watchdog.stop()
         await self.durability.drain(timeout_s=10)
         for conn in list(self.clients.values()):
             conn.close()
@@ -821,7 +989,9 @@ class Server:
 
     # -- logging --------------------------------------------------------------------------------
     def log_exception(self, where, exc):
-        log.error("unexpected error in %s: %r", where, exc, exc_info=exc)
+        context = self.config["debug-context"]
+        log.error("unexpected error in %s: %r%s", where, exc, " (debug-context: %s)" % context if context else "",
+                  exc_info=exc)
 
     def log_protocol_error(self, session, text):
         # Every one is counted (INFO protocol_errors). Valkey logs them at verbose level; here at DEBUG, once
@@ -866,8 +1036,10 @@ class Server:
             self.valkey_link = None
             self.pipeline.gate = None
             ks = self.keyspace
-            ks.expire_enabled, ks.hide_expired = True, False
+            ks.expire_enabled, ks.hide_expired = self.primary_expiry()
             log.info("REPLICAOF NO ONE: a primary again (replication link with %s:%d stopped)", link.host, link.port)
+        # CONFIG GET replicaof shows the primary followed now, as getConfigReplicaOfOption reads primary_host
+        self.config.values["replicaof"] = "%s %d" % (host, port) if host is not None else ""
         if host is not None:
             from .valkeyreplica import ValkeyReplicaLink
             ks = self.keyspace

@@ -39,6 +39,7 @@ import hiredis
 
 from .. import fastpath, messages
 from ..commands.session import Session
+from ..errors import with_path
 from ..keyspace import rdbvalue
 from ..protocol.resp import ErrorReply, encode_command
 
@@ -190,8 +191,11 @@ class ValkeyReplicaLink:
         fd, path = tempfile.mkstemp(prefix="%s%d-" % (SYNC_FILE_PREFIX, os.getpid()), suffix=".rdb",
                                     dir=self.server.dir)
         try:
-            with open(fd, "wb") as f:
-                rdb_bytes = await self._read_payload(reader, f)
+            try:
+                with open(fd, "wb") as f:
+                    rdb_bytes = await self._read_payload(reader, f)
+            except OSError as exc:
+                raise with_path(exc, path) from exc     # a full data directory: say which file
             self._marks.clear()
             self.durable_offset, self._owed = 0, 0
             keys = await self._load(path)

@@ -166,7 +166,7 @@ async def _read_bounded(stream, limit=_OUTPUT_LIMIT):
             del kept[:len(kept) - limit]
 
 
-async def build_snapshot(data_dir, upto: int, databases: int = 16, keep: int = 2) -> Adopted:
+async def build_snapshot(data_dir, upto: int, databases: int = 16, keep: int = 2, key_save_delay_us=0) -> Adopted:
     """Runs the builder process for the snapshot covering journal index `upto` and adopts its file. The
     builder gets a pipe as stdin that this process never writes (it exits at end of file, i.e. when we
     die) and dies with us. Returns Adopted; the caller truncates the journal before `journal_from`."""
@@ -176,6 +176,7 @@ async def build_snapshot(data_dir, upto: int, databases: int = 16, keep: int = 2
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "durakv.recovery.builder", "--dir", data_dir, "--upto", str(upto),
         "--databases", str(databases), "--keep", str(keep), "--out", tmp, "--parent-pid", str(os.getpid()),
+        "--key-save-delay", str(key_save_delay_us),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.gather(_read_bounded(proc.stdout), _read_bounded(proc.stderr))

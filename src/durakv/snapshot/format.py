@@ -33,7 +33,7 @@ from typing import NamedTuple
 import hiredis
 from crc32c import crc32c
 
-from ..errors import DurakvError
+from ..errors import DurakvError, with_path
 from ..keyspace import ZSet
 from ..keyspace.jsondoc import JsonDoc, dumps as json_dumps
 from ..keyspace.stream import Stream
@@ -154,10 +154,11 @@ def _field_ttl_commands(db_id, key, field_ttls):
             yield db_id, (b"HPEXPIREAT", key, b"%d" % at, b"FIELDS", b"%d" % len(part), *part)
 
 
-def write_snapshot_file(path, keyspace, index: int, created_ms=None, journal_follows=False) -> dict:
+def write_snapshot_file(path, keyspace, index: int, created_ms=None, journal_follows=False, on_key=None) -> dict:
     """Writes keyspace as the snapshot covering journal index `index` into `path` itself and fsyncs it (no
     rename: the builder writes its temporary file this way and the server adopts it). Returns {'path',
-    'index', 'bytes', 'commands', 'keys', 'crc'}. A file left half-written by a failure is removed."""
+    'index', 'bytes', 'commands', 'keys', 'crc'}. A file left half-written by a failure is removed.
+    `on_key()` is called before each key's first command, about once per key (rdb-key-save-delay in the builder)."""
     path = os.fspath(path)
     created = int(time.time() * 1000) if created_ms is None else created_ms
     crc = 0
@@ -182,7 +183,11 @@ def write_snapshot_file(path, keyspace, index: int, created_ms=None, journal_fol
 
             put(HEADER.pack(MAGIC, VERSION, index, created, JOURNAL_FOLLOWS if journal_follows else 0))
             current = None
+            last_key = None
             for db_id, argv in iter_commands(keyspace):
+                if on_key is not None and (db_id, argv[1]) != last_key:
+                    last_key = (db_id, argv[1])
+                    on_key()
                 if db_id != current:
                     put(encode_command((b"SELECT", b"%d" % db_id)))
                     commands += 1
@@ -195,12 +200,15 @@ def write_snapshot_file(path, keyspace, index: int, created_ms=None, journal_fol
             f.write(b"".join(buf))
             total += TRAILER.size
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
-        raise
+        named = with_path(exc, path)      # a full disk's message names the snapshot file
+        if named is exc:
+            raise
+        raise named from exc
     return {"path": path, "index": index, "bytes": total, "commands": commands, "keys": keys, "crc": crc}
 
 
