@@ -307,9 +307,9 @@ class ClusterAdmin:
             return None         # loading, or not a member yet (an unassigned node calls itself master)
         return info.get("replication", {}).get("role")
 
-    async def wait_roles(self, store, shard_names, timeout_s, replicas=False):
+    async def wait_roles(self, store, shard_names, timeout_s, replicas=False, only=None):
         """Until each shard has exactly one node reporting role:master (and with replicas, every node answers
-        with a role)."""
+        with a role; with `only`, a set of node ids, every one of those)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         last = None
@@ -323,7 +323,8 @@ class ClusterAdmin:
                 for n in sh.nodes:
                     roles[n.id] = await loop.run_in_executor(None, self._role, n)
                 masters = [i for i, r in roles.items() if r == "master"]
-                if len(masters) != 1 or (replicas and any(r is None for r in roles.values())):
+                waited = [r for i, r in roles.items() if only is None or i in only]
+                if len(masters) != 1 or (replicas and any(r is None for r in waited)):
                     pending.append("shard %s: %s" % (sh.name, ", ".join("%s %s" % (i[:8], r) for i, r in roles.items())))
             if not pending:
                 return
@@ -480,7 +481,7 @@ class ClusterAdmin:
             return int(c.info("cluster").get("cluster", {}).get("durakv_migrated_keys", 0))
 
     # -- membership ------------------------------------------------------------------------------------------
-    async def add_nodes(self, addrs, shard=None, timeout_s=120.0):
+    async def add_nodes(self, addrs, shard=None, timeout_s=120.0, replacing=None):
         """Adds unassigned nodes: with `shard`, as replicas of that shard; without, as a new shard (the first of
         them its primary) that owns no slot until a rebalance. Returns the shard's name."""
         loop = asyncio.get_running_loop()
@@ -503,7 +504,7 @@ class ClusterAdmin:
                     sh = next((s for s in topology.shards if s.name == str(shard)), None)
                     if sh is None:
                         raise ReshardError("no shard %s" % shard)
-                    taken = {n.az for n in sh.nodes}
+                    taken = {n.az for n in sh.nodes if n.id != replacing}
                     for n in nodes:
                         if n.az in taken:
                             log.warning("node %s joins shard %s in AZ %s, which already has one of its nodes",
@@ -533,7 +534,8 @@ class ClusterAdmin:
             await change_topology(store, change)
             by_id = {i["node-id"]: i for i in idents}
             await self._join(store, [(n, name[0]) for n in nodes], by_id)
-            await self.wait_roles(store, [name[0]], timeout_s, replicas=True)
+            # the new nodes serving, and the shard one primary (a dead node of it, being replaced, answers nothing)
+            await self.wait_roles(store, [name[0]], timeout_s, replicas=True, only={n.id for n in nodes})
             return name[0]
         finally:
             await store.nc.close()
@@ -615,7 +617,7 @@ class ClusterAdmin:
             shard = topology.shard_by_id[dead.shard_id].name
         finally:
             await store.nc.close()
-        await self.add_nodes([addr], shard=shard, timeout_s=timeout_s)
+        await self.add_nodes([addr], shard=shard, timeout_s=timeout_s, replacing=dead.id)
         await self.del_node(dead.id)
         host, port = parse_addr(addr)
         return (await asyncio.get_running_loop().run_in_executor(None, self.identity, host, port))["node-id"]
