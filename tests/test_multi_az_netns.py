@@ -119,10 +119,12 @@ class Lab:
         self.roots[m] = root
         return root
 
-    def add_address(self, m, addr):
+    def move_address(self, m, old, new):
+        """Machine m's namespace takes address `new` instead of `old` (a new machine in the dead one's place)."""
         dev = [ln.split(":")[1].strip().split("@")[0] for ln in ip("-n", self.ns(m), "-o", "link").stdout.splitlines()
                if "dko" in ln][0]
-        ip("-n", self.ns(m), "addr", "add", "%s/16" % addr, "dev", dev)
+        ip("-n", self.ns(m), "addr", "del", "%s/16" % old, "dev", dev)
+        ip("-n", self.ns(m), "addr", "add", "%s/16" % new, "dev", dev)
 
     def _shims(self):
         os.makedirs(self.bin, exist_ok=True)
@@ -349,7 +351,12 @@ def _start_machine(lab, blocks, m, name, addr, az, ports, root=None, nats=True):
                    re.sub(r"/etc/durakv/\d+\.conf", "/etc/durakv/%s.conf" % port, line), root=root)
 
 
+@pytest.mark.timeout(1800)
 def test_the_operators_guide_on_five_machines(lab, tmp_path):
+    t0 = time.monotonic()
+
+    def step(what):
+        print("[%6.1fs] %s" % (time.monotonic() - t0, what), flush=True)
     blocks = guide_blocks()
     op_home = os.path.join(str(tmp_path), "operator")
     os.makedirs(op_home)
@@ -362,6 +369,7 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
     for m in "abc":
         assert oct(os.stat(os.path.join(lab.roots[m], "etc", "nats.conf")).st_mode & 0o777) == "0o600"
 
+    step("secrets made")
     # 2. each machine: its NATS server and two nodes, from the guide's blocks
     for m in "abc":
         addr, az = MACHINES[m]
@@ -380,6 +388,7 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
     first = ["%s:%s" % (MACHINES[m][0], p) for m in "abc" for p in ("6379", "6380")]
     poll(nodes_answer(first), 120, "the six nodes answering (unassigned)")
 
+    step("nodes answering")
     # 3. create the cluster: three shards, primaries in three AZs
     lab.shell("d", block(blocks, "durakv cluster create"), home=op_home, timeout_s=300)
     st = _status(lab, op_home)
@@ -389,6 +398,7 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
     for sh in st["shards"]:
         assert len({n["az"] for n in sh["nodes"]}) == 2
 
+    step("created")
     w = Writer(lab, ca, password)
     w.start()
     w.progress(300, 120, "the client's first writes")
@@ -397,19 +407,23 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
         with open("/proc/%d/cmdline" % proc.pid, "rb") as f:
             assert password.encode() not in f.read(), name
 
+    step("writing")
     # power cut of machine C: the client follows the failover, every acknowledged write is there
     w.phase = "power cut"
     lab.power_cut("c")
     w.progress(300, 120, "writes after machine C's power cut")
     assert w.missing() == [], "acknowledged writes lost after the power cut"
 
+    step("power cut survived")
     # 6. add machine D: its NATS server and node join as a new shard, a replica of it on B, rebalance
     w.phase = "add machine"
     lab.shell("d", block(blocks, "--name machine-d"), home=op_home)
     _start_machine(lab, blocks, "d", "d", "10.0.4.10", "az4", ["6379"])
     _start_machine(lab, blocks, "b", "b", "10.0.2.10", "az2", ["6381"], nats=False)
     poll(nodes_answer(["10.0.4.10:6379", "10.0.2.10:6381"]), 120, "D's node and B's third node answering")
+    step("machine D's nodes answering")
     lab.shell("d", block(blocks, "durakv cluster add-node", "rebalance"), home=op_home, timeout_s=600)
+    step("added and rebalanced")
     st = _status(lab, op_home)
     counts = {sh["name"]: sum(b - a + 1 for a, b in sh["slots"]) for sh in st["shards"]}
     assert sorted(counts) == ["0", "1", "2", "3"] and max(counts.values()) - min(counts.values()) <= 1, counts
@@ -421,7 +435,7 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
     dead = [n["node_id"] for sh in st["shards"] for n in sh["nodes"] if n["addr"].startswith("10.0.3.10:")]
     assert len(dead) == 2
     c2_root = lab.new_root("c2")
-    lab.add_address("c", C2[1])
+    lab.move_address("c", MACHINES["c"][0], C2[1])
     lab.extra_addrs = {"c2": C2[1]}
     bundle = block(blocks, "--name machine-d")
     bundle = (bundle.replace("10.0.1.10:6222,10.0.2.10:6222,10.0.3.10:6222", "10.0.1.10:6222,10.0.2.10:6222,10.0.4.10:6222")
@@ -442,6 +456,7 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
         st["streams"]
     assert w.missing() == []
 
+    step("machine C replaced")
     # 5. a rolling restart of every node under load: each primary hands its lease over first
     w.phase = "rolling restart"
     errors_before = len(w.errors)
@@ -472,6 +487,7 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
     w.finish()
     assert w.missing() == [], "acknowledged writes lost"
 
+    step("rolling restart done")
     # the attacker, from its own namespace
     _attacker(lab, secrets, ca, password, w)
 
