@@ -10,7 +10,8 @@ COMMAND DOCS shows what it shows (group "module", module "bf"). The module regis
 "bf", version 10001 (1.0.1), and adds the ACL category "bloom".
 """
 
-MODULE = {"name": "bf", "ver": 10001, "path": "/usr/lib/valkey/libvalkey_bloom.so", "args": []}
+MODULE = {"name": "bf", "ver": 10001, "path": "/usr/lib/valkey/libvalkey_bloom.so", "args": [],
+          "options": ["handle-io-errors"]}   # INFO modules' options= (the module sets HANDLE_IO_ERRORS)
 CATEGORIES = ("bloom",)
 
 _KEY_SPEC = [{"flags": ["rw", "access", "update"], "begin_search": {"index": {"pos": 1}},

@@ -9,6 +9,7 @@ import time
 
 from .. import fastpath
 from ..commands.specs import MODULES
+from ..keyspace import bloom as _bloom
 from ..keyspace.jsondoc import JsonDoc
 from ..scripting import runner as _scripting
 
@@ -366,9 +367,20 @@ def _json_sections(srv):
     return [("json_core_metrics", {"json_total_memory_bytes": total, "json_num_documents": count})]
 
 
+def _bf_sections(srv):
+    """valkey-bloom's INFO handler (metrics.rs): its sections and fields, prefixed with the module's name as
+    ValkeyModule_InfoAddSection / InfoAddField* do. The totals are over every live Bloom filter."""
+    objects, filters, items, capacity, memory = _bloom.totals()
+    return [("bf_bloom_core_metrics", {"bf_bloom_total_memory_bytes": memory, "bf_bloom_num_objects": objects,
+                                       "bf_bloom_num_filters_across_objects": filters,
+                                       "bf_bloom_num_items_across_objects": items,
+                                       "bf_bloom_capacity_across_objects": capacity}),
+            ("bf_bloom_defrag_metrics", {"bf_bloom_defrag_hits": 0, "bf_bloom_defrag_misses": 0})]
+
+
 # module name -> its info callback: [(section name, fields)], shown for INFO everything, modules, the module's
 # name or one of its sections' names (modulesCollectInfo)
-_MODULE_INFO = {"json": _json_sections}
+_MODULE_INFO = {"json": _json_sections, "bf": _bf_sections}
 
 
 _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,
