@@ -415,6 +415,11 @@ def test_effects_are_deterministic(r, shared_server):
         r.execute_command("BF.RESERVE", "e", "0.001", "50", "NONSCALING")
         argv = next_command()
         assert argv[-1] == b"NONSCALING" and b"ITEMS" not in argv
+        # a creation whose items scale it out at once carries the capacity it was created with, not its total
+        r.execute_command("BF.INSERT", "grown", "CAPACITY", "2", "ITEMS", *[b"g%d" % i for i in range(20)])
+        assert r.execute_command("BF.INFO", "grown", "FILTERS") > 1
+        argv = next_command()
+        assert argv[:4] == [b"bf.insert", b"grown", b"CAPACITY", b"2"]
     finally:
         sock.close()
 
@@ -427,11 +432,12 @@ def test_restart_replays_the_same_bits(server_factory):
     c.execute_command("BF.ADD", "rand", "x")
     c.execute_command("BF.MADD", "rand", *[b"i%d" % i for i in range(500)])
     c.execute_command("BF.INSERT", "full", "CAPACITY", "3", "NONSCALING", "ITEMS", *[b"j%d" % i for i in range(10)])
+    c.execute_command("BF.MADD", "grown", *[b"g%d" % i for i in range(300)])     # scales out as it is created
     c.config_set("bf.bloom-memory-usage-limit", "1000")
     c.execute_command("BF.RESERVE", "lim", "0.01", "4")
     reply = c.execute_command("BF.MADD", "lim", *[b"k%d" % i for i in range(200)])
     assert str(reply[-1]) == "operation exceeds bloom object memory limit" and len(reply) < 200
-    dumps = {k: c.dump(k) for k in ("rand", "full", "lim")}
+    dumps = {k: c.dump(k) for k in ("rand", "full", "lim", "grown")}
     cards = {k: c.execute_command("BF.CARD", k) for k in dumps}
     c.close()
     srv.stop()

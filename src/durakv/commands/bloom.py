@@ -145,9 +145,12 @@ def _add_items(bloom, items, memory_limit, multi):
 
 
 def _creation_effect(key, bloom, items):
-    """The module's replication of a creation (replicate_and_notify_events' BF.INSERT)."""
-    argv = [b"BF.INSERT", key, b"CAPACITY", b"%d" % bloom.capacity(), b"ERROR", repr(bloom.fp_rate).encode(),
-            b"TIGHTENING", repr(bloom.tightening_ratio).encode(), b"SEED", bloom.seed]
+    """The module's replication of a creation (replicate_and_notify_events' BF.INSERT), with the properties the
+    filter was created with: its first sub-filter's capacity (the module takes them before adding the items,
+    which may have scaled it out already)."""
+    argv = [b"BF.INSERT", key, b"CAPACITY", b"%d" % bloom.starting_capacity(),
+            b"ERROR", repr(bloom.fp_rate).encode(), b"TIGHTENING", repr(bloom.tightening_ratio).encode(),
+            b"SEED", bloom.seed]
     if bloom.expansion == 0:
         argv.append(b"NONSCALING")
     else:
