@@ -8,7 +8,8 @@
  * values keyed by the seed's halves over the item as Rust hashes a `[u8]` (its length as a little-endian u64, then
  * its bytes); hash i >= 2 is (h0 + i * h1 mod 2^64) mod 0xFFFFFFFFFFFFFFC5, and each hash picks bit (h mod bits),
  * least significant bit first within a byte. Why C: this is the whole cost of BF.ADD / BF.EXISTS (7 to 20 hash
- * positions per item at the default error rates), about 40 times cheaper here than in Python, and the filter is
+ * positions per item at the default error rates), 150 to 270 times cheaper here than in Python (measured with
+ * scripts/measure_bloom_hash.py: 192 ns against 51 us per added item at 0.01), and the filter is
  * part of keyspace/'s value type (RDB load and journal replay run it too), below fastpath/ like _crc64.c. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
