@@ -365,8 +365,9 @@ def test_module_list_command_info_acl(r, shared_server):
     try:
         reader = shared_server.client(username="reader", password="x")
         assert reader.get("k") is None
-        with pytest.raises(valkey.exceptions.NoPermissionError):
-            reader.execute_command("BF.ADD", "k", "x")
+        with pytest.raises(valkey.exceptions.NoPermissionError) as e:
+            reader.execute_command("bf.add", "k", "x")
+        assert str(e.value) == "User reader has no permissions to run the 'BF.ADD' command"
         reader.close()
     finally:
         r.execute_command("ACL", "DELUSER", "reader")
