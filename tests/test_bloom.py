@@ -354,6 +354,8 @@ def test_module_list_command_info_acl(r, shared_server):
         [b"BF.LOAD", -1, [("+", b"write"), ("+", b"denyoom"), ("+", b"module")], 1, 1, 1]]
     assert info[0][6] == [("+", b"@write"), ("+", b"@fast"), ("+", b"@bloom")]
     assert info[2][6] == [("+", b"@write"), ("+", b"@bloom")]   # a module's categories are its own: no @slow
+    r.execute_command("BF.ADD", "stats", "x")
+    assert "cmdstat_BF.ADD" in r.info("commandstats")            # named as the module declared it
     assert sorted(typed(shared_server.port, "COMMAND", "LIST", "FILTERBY", "MODULE", "bf")) == sorted(
         [b"BF.ADD", b"BF.MADD", b"BF.EXISTS", b"BF.MEXISTS", b"BF.CARD", b"BF.RESERVE", b"BF.INFO",
          b"BF.INSERT", b"BF.LOAD"])
@@ -440,6 +442,9 @@ def test_restart_replays_the_same_bits(server_factory):
     assert str(reply[-1]) == "operation exceeds bloom object memory limit" and len(reply) < 200
     dumps = {k: c.dump(k) for k in ("rand", "full", "lim", "grown")}
     cards = {k: c.execute_command("BF.CARD", k) for k in dumps}
+    c.config_set("bf.bloom-memory-usage-limit", str(128 * 1024 * 1024))   # MAXSCALEDCAPACITY depends on it
+    infos = {k: c.execute_command("BF.INFO", k) for k in dumps}     # SIZE counts the filter vector's capacity
+    assert c.execute_command("BF.INFO", "grown", "FILTERS") == 2
     c.close()
     srv.stop()
     srv.start()
@@ -449,9 +454,10 @@ def test_restart_replays_the_same_bits(server_factory):
     c.execute_command("SAVE")
     c.close()
     srv.stop()
-    srv.start()                                  # from the snapshot (BF.LOAD) and the journal after it
+    srv.start()                                  # from the snapshot (RESTORE payloads) and the journal after it
     c = srv.client()
     assert {k: c.dump(k) for k in dumps} == dumps
+    assert {k: c.execute_command("BF.INFO", k) for k in dumps} == infos
     c.close()
 
 
