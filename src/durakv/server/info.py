@@ -305,6 +305,11 @@ def _section_durability(srv):
             **({"shard_settings_revision": node.settings_revision} if node is not None else {})}
 
 
+def _shown(cmd) -> str:
+    """A command's name in INFO: its fullname, a module command's as the module declared it (cmdstat_BF.ADD)."""
+    return cmd.spec.get("declared_name", cmd.fullname)
+
+
 def _section_commandstats(srv):
     from ..commands import registry
     out = {}
@@ -312,7 +317,7 @@ def _section_commandstats(srv):
         for c in [cmd] + list(cmd.subcommands.values()):
             if c.calls or c.rejected_calls or c.failed_calls:
                 per = c.usec / c.calls if c.calls else 0
-                out["cmdstat_" + c.fullname] = ("calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,"
+                out["cmdstat_" + _shown(c)] = ("calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,"
                                                 "failed_calls=%d" % (c.calls, c.usec, per, c.rejected_calls,
                                                                      c.failed_calls))
     return out
@@ -340,7 +345,7 @@ def _section_latencystats(srv):
             buckets = c.latency
             total = sum(buckets)
             if total:
-                out["latency_percentiles_usec_" + c.fullname] = ",".join(
+                out["latency_percentiles_usec_" + _shown(c)] = ",".join(
                     "p%s=%.3f" % (("%g" % p), _percentile_usec(buckets, total, p)) for p in LATENCY_PERCENTILES)
     return out
 
