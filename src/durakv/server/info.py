@@ -307,7 +307,7 @@ def _section_durability(srv):
 
 def _shown(cmd) -> str:
     """A command's name in INFO: its fullname, a module command's as the module declared it (cmdstat_BF.ADD)."""
-    return cmd.spec.get("declared_name", cmd.fullname)
+    return cmd.display
 
 
 def _section_commandstats(srv):
