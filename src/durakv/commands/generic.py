@@ -32,8 +32,8 @@ from ..errors import CommandError, WrongType
 from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace import rdbvalue
-from ..keyspace.jsondoc import JsonDoc
 from ..keyspace.bloom import Bloom
+from ..keyspace.jsondoc import JsonDoc
 from ..keyspace.stream import Stream
 from ..protocol.numbers import string2d
 from ..protocol.resp import OK, ErrorReply, Raw

@@ -24,6 +24,7 @@ from collections import deque
 
 from ..protocol.numbers import string2ll
 from .bloom import Bloom, BloomError
+from .jsondoc import JsonDoc, JsonError, dumps as json_dumps, format_double, make_double, parse as json_parse
 from .stream import MASK64, Nack, Stream, _Node
 from .zset import ZSet
 

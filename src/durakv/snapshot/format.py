@@ -37,8 +37,8 @@ from crc32c import crc32c
 from ..errors import DurakvError, with_path
 from ..keyspace import ZSet
 from ..keyspace import rdbvalue
-from ..keyspace.jsondoc import JsonDoc, dumps as json_dumps
 from ..keyspace.bloom import Bloom
+from ..keyspace.jsondoc import JsonDoc, dumps as json_dumps
 from ..keyspace.stream import Stream
 from ..protocol.parser import request_len
 from ..protocol.resp import encode_command
