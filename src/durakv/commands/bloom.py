@@ -344,10 +344,6 @@ def bf_insert(ctx, args):
     return reply
 
 
-_INFO_FIELDS = (b"CAPACITY", b"SIZE", b"FILTERS", b"ITEMS", b"ERROR", b"EXPANSION", b"TIGHTENING",
-                b"MAXSCALEDCAPACITY")
-
-
 def _max_scaled(ctx, bloom):
     try:
         return bloom.max_scaled_capacity(ctx.keyspace.bloom_defaults.memory_limit)
