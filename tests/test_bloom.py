@@ -411,6 +411,11 @@ def test_effects_are_deterministic(r, shared_server):
         r.execute_command("BF.ADD", "a", "x")            # nothing added, nothing propagated
         r.execute_command("BF.ADD", "a", "w")
         assert next_command() == [b"bf.add", b"a", b"w"]
+        # BF.INSERT on an existing filter: its items only (its options are for a creation, checked on the primary)
+        r.execute_command("BF.INSERT", "a", "CAPACITY", "5", "VALIDATESCALETO", "1000", "ITEMS", "w", "v")
+        assert next_command() == [b"bf.insert", b"a", b"ITEMS", b"v"]
+        r.execute_command("BF.MADD", "a", "u")
+        assert next_command() == [b"bf.madd", b"a", b"u"]
         r.execute_command("BF.INSERT", "n", "CAPACITY", "2", "NONSCALING", "ITEMS", "p", "p", "q", "r", "s")
         argv = next_command()      # p added, p there, q added, r refused (full): the creation and p, q
         assert argv[:4] == [b"bf.insert", b"n", b"CAPACITY", b"2"] and argv[-4:] == [b"NONSCALING", b"ITEMS", b"p",

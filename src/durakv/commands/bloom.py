@@ -9,7 +9,9 @@ Effects are deterministic, whatever the primary's configs and random seeds:
   - a filter's creation (BF.ADD, BF.MADD or BF.INSERT on a missing key, BF.RESERVE) is journaled as the module
     replicates it: `BF.INSERT key CAPACITY c ERROR e TIGHTENING t SEED <its 32 bytes> (NONSCALING | EXPANSION
     x) [ITEMS item ...]`, so a replica and a recovery build the same bits from the same seed;
-  - items added to an existing filter as `BF.ADD key item` or `BF.MADD key item ...`.
+  - items added to an existing filter under the command's own name, as the module replicates them:
+    `BF.ADD key item`, `BF.MADD key item ...`, `BF.INSERT key ITEMS item ...` (a BF.INSERT's options apply to a
+    creation only).
 Only the items that were added (answered 1) are journaled: an item answered 0 changed nothing, and one refused
 (a full NONSCALING filter, the memory limit) ends the list, so replaying never meets an error and never adds what
 the primary refused. (The module replicates BF.MADD verbatim; a replica whose memory check is skipped would add
@@ -169,9 +171,15 @@ def _created(ctx, key, bloom, added):
     ctx.notify(_EVENT_CLASS, RESERVE_EVENT, key)
 
 
-def _added(ctx, key, added):
+def _added(ctx, key, added, name):
+    """Additions to an existing filter, journaled under the command's own name as the module replicates them
+    (verbatim), but with the added items only: BF.ADD / BF.MADD key item ..., BF.INSERT key ITEMS item ...
+    (its options apply to a creation only, and this filter exists wherever the effect is replayed)."""
     if added:
-        ctx.propagate_args([b"BF.ADD" if len(added) == 1 else b"BF.MADD", key, *added])
+        if name == b"BF.INSERT":
+            ctx.propagate_args([name, key, b"ITEMS", *added])
+        else:
+            ctx.propagate_args([name, key, *added])
         ctx.notify(_EVENT_CLASS, ADD_EVENT, key)
 
 
@@ -184,7 +192,7 @@ def _add(ctx, args, multi, name):
     limit = _memory_limit(ctx)
     if bloom is not None:
         reply, added = _add_items(bloom, items, limit, multi)
-        _added(ctx, key, added)
+        _added(ctx, key, added, b"BF.MADD" if multi else b"BF.ADD")
         return reply
     d = ctx.keyspace.bloom_defaults
     seed, is_random = _new_seed(ctx)
@@ -327,7 +335,7 @@ def bf_insert(ctx, args):
     limit = _memory_limit(ctx)
     if bloom is not None:
         reply, added = _add_items(bloom, items, limit, True)
-        _added(ctx, key, added)
+        _added(ctx, key, added, b"BF.INSERT")
         return reply
     if nocreate:
         raise CommandError(messages.BF_NOT_FOUND)
