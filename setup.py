@@ -2,6 +2,7 @@
 them (pip prints the compiler's failure as a warning) and durakv runs their pure-Python references.
 
 - keyspace/_crc64.c: the CRC-64 of DUMP payloads and RDB files (keyspace/rdbvalue.py's crc64 is the reference)
+- keyspace/_bloom.c: a Bloom filter's SipHash-1-3 and bit operations (keyspace/bloom.py's are the reference)
 - fastpath/_core.c: the request parser's fast path, the per-read batch loop of the commands on plain strings,
   reply and effect encoding (commands/pipeline.py, server/connection.py and journal/codec.py are the reference;
   docs/architecture.md, "The compiled core")
@@ -11,6 +12,8 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("durakv.keyspace._crc64", ["src/durakv/keyspace/_crc64.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("durakv.keyspace._bloom", ["src/durakv/keyspace/_bloom.c"], optional=True,
+              extra_compile_args=["-O3", "-Wall"]),
     Extension("durakv.fastpath._core", ["src/durakv/fastpath/_core.c"], optional=True,
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"]),
 ])

@@ -508,8 +508,9 @@ def test_module_list_shows_json(server_factory):
     """MODULE LIST (allowed by enable-module-command, off by default as in Valkey) shows the module as
     valkey-bundle 9.1's Valkey shows it loaded."""
     r = server_factory("--enable-module-command", "yes").client()
-    assert raw(r, "MODULE", "LIST") == [[b"name", b"json", b"ver", 10002, b"path", b"/usr/lib/valkey/libjson.so",
-                                         b"args", []]]
+    # (beside the other modules durakv serves: bf)
+    assert [b"name", b"json", b"ver", 10002, b"path", b"/usr/lib/valkey/libjson.so", b"args", []] in \
+        raw(r, "MODULE", "LIST")
 
 
 # -- a type like any other -------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import fnmatch
 import os
 import re
 
+from . import messages
 from .errors import ConfigError, with_path
 from .intstring import string2ll
 
@@ -275,6 +276,23 @@ def _label_problem(text):
 
 def _az_problem(text):
     return "an availability zone must not be empty" if text == "" else _label_problem(text)
+
+
+# Rust's str::parse::<f64> grammar: decimal with an optional exponent, or inf / infinity / nan in any case. The
+# commands read it with protocol/numbers.valkey_strtod (the same grammar); config/ sits below protocol/.
+_RUST_F64 = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf|infinity|nan))\Z")
+
+
+def _bf_rate(range_error):
+    """valkey-bloom's string configs bf.bloom-fp-rate and bf.bloom-tightening-ratio (configs.rs
+    on_string_config_set): a float in Rust's syntax, strictly between 0 and 1; kept as the text given."""
+    def problem(text):
+        if _RUST_F64.match(text) is None:
+            return messages.BF_CONFIG_NOT_FLOAT
+        if not 0.0 < float(text) < 1.0:   # the grammar above admits nothing float() reads otherwise; NaN too
+            return range_error
+        return None
+    return Text(problem, "a decimal number strictly between 0 and 1")
 
 
 _C_SPACE = " \t\n\v\f\r"
@@ -706,6 +724,21 @@ OPTIONS = [
     Option("import-mode", False, _bool,
            help="Import mode (Valkey 9.1): keys are never expired or evicted by the server; clients marked with "
                 "CLIENT IMPORT-SOURCE ON see and write keys whose TTL passed, others do not see them"),
+    # valkey-bloom 1.0.1's module configs, with its defaults and bounds (lib.rs, configs.rs)
+    Option("bf.bloom-capacity", 100, _int(1, LLONG_MAX),
+           help="valkey-bloom: the capacity of a filter BF.ADD / BF.MADD / BF.INSERT create"),
+    Option("bf.bloom-expansion", 2, _int(0, UINT_MAX),
+           help="valkey-bloom: how many times larger each new sub-filter of a new filter is (0: NONSCALING)"),
+    Option("bf.bloom-fp-rate", "0.01", _bf_rate(messages.BF_ERROR_RATE_RANGE),
+           help="valkey-bloom: the false positive rate of a new filter"),
+    Option("bf.bloom-tightening-ratio", "0.5", _bf_rate(messages.BF_TIGHTENING_RATIO_RANGE),
+           help="valkey-bloom: the factor each new sub-filter's false positive rate is multiplied by"),
+    Option("bf.bloom-memory-usage-limit", 128 * MB, _int(0, LLONG_MAX),
+           help="valkey-bloom: the most bytes one filter may use (writes that would pass it are refused)"),
+    Option("bf.bloom-use-random-seed", True, _bool,
+           help="valkey-bloom: whether a new filter hashes with a random seed (else the module's fixed seed)"),
+    Option("bf.bloom-defrag-enabled", True, _bool,
+           help="valkey-bloom: " + _NO_EFFECT + " (durakv has no active defragmentation)"),
     # durakv's own
     Option("durability", "sync", Enum("none", "async", "sync"), late=True,
            help="durakv: none (no journal), async (reply at once, journal behind) or sync (reply after the "

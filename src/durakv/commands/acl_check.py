@@ -50,7 +50,8 @@ def denial_message(reason, user, cmd, arg, verbose=False) -> str:
     """getAclErrorMessage (without the NOPERM prefix)."""
     name = user.name.decode("utf-8", "replace")
     if reason == DENIED_CMD:
-        return messages.ACL_DENIED_CMD.format(name, cmd.fullname)
+        # the command's fullname as the server holds it: a module's as it declared it (BF.ADD)
+        return messages.ACL_DENIED_CMD.format(name, cmd.display)
     what = "key" if reason == DENIED_KEY else "channel"
     if verbose:
         return messages.ACL_DENIED_VERBOSE.format(name, arg.decode("utf-8", "replace"), what)

@@ -19,6 +19,8 @@ def effective_categories(spec) -> frozenset:
     """The declared ACL categories of a command plus the implicit ones (server.c setImplicitACLCategories)."""
     cats = set(spec.get("acl", ()))
     flags = spec.get("flags", ())
+    if "module" in flags:
+        return frozenset(cats)   # a module's are its own (VM_SetCommandACLCategories): none implied
     if "write" in flags:
         cats.add("write")
     if "readonly" in flags and "scripting" not in cats:

@@ -21,6 +21,7 @@ from .. import messages
 from ..config import parse_memory
 from ..errors import CommandError
 from ..keyspace import ZSet, encoding
+from ..keyspace.bloom import Bloom
 from ..keyspace.db import estimate_key
 from ..keyspace.jsondoc import JFloat, JsonDoc
 from ..keyspace.stream import MASK64, Stream
@@ -33,7 +34,7 @@ from .registry import command
 log = logging.getLogger("durakv.debug")
 
 # OBJ_STRING, OBJ_LIST, OBJ_SET, OBJ_ZSET, OBJ_HASH, OBJ_STREAM (server.h)
-_TYPE_CODES = {bytes: 0, deque: 1, set: 2, ZSet: 3, dict: 4, JsonDoc: 5, Stream: 6}
+_TYPE_CODES = {bytes: 0, deque: 1, set: 2, ZSet: 3, dict: 4, JsonDoc: 5, Bloom: 5, Stream: 6}   # 5: OBJ_MODULE
 _ZERO = bytes(20)
 
 
@@ -83,6 +84,8 @@ def object_digest(digest: bytes, value, has_expire: bool) -> bytes:
             ele = mix_digest(mix_digest(_ZERO, field), v)
             acc ^= int.from_bytes(_sha1(ele), "big")
         digest = acc.to_bytes(20, "big")
+    elif t is Bloom:
+        digest = xor_digest(digest, bloom_digest(value))
     elif t is Stream:
         entries = value.entries
         for i in value.ids:
@@ -146,6 +149,22 @@ def _json_digest(root) -> bytes:
         else:
             md.add(v.encode("utf-8", "surrogateescape"))
             md.end()
+    return md.x
+
+
+def bloom_digest(bloom) -> bytes:
+    """valkey-bloom's debug_digest through the module digest calls: one sequence of its values (a number as its
+    decimal text), then each filter's bytes, items and capacity."""
+    md = _ModuleDigest()
+    md.add(b"%d" % bloom.expansion)
+    md.add(struct.pack("<d", bloom.fp_rate))
+    md.add(struct.pack("<d", bloom.tightening_ratio))
+    md.add(b"%d" % (1 if bloom.is_seed_random else 0))
+    for f in bloom.filters:
+        md.add(bytes(f.data))
+        md.add(b"%d" % f.num_items)
+        md.add(b"%d" % f.capacity)
+    md.end()
     return md.x
 
 

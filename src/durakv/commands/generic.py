@@ -32,6 +32,7 @@ from ..errors import CommandError, WrongType
 from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
 from ..keyspace import rdbvalue
+from ..keyspace.bloom import Bloom
 from ..keyspace.jsondoc import JsonDoc
 from ..keyspace.stream import Stream
 from ..protocol.numbers import string2d
@@ -417,10 +418,13 @@ RESTORE_OFF_LOOP_BYTES = 1 << 20
 
 def dump_off_loop(value) -> bool:
     """Whether encoding this value is long enough to be done off the loop."""
-    if type(value) is bytes:
+    t = type(value)
+    if t is bytes:
         return len(value) >= DUMP_OFF_LOOP_BYTES
     if type(value) is JsonDoc:
         return value.size >= DUMP_OFF_LOOP_BYTES      # its bytes, written as one string
+    if type(value) is Bloom:
+        return value.memory_usage() >= DUMP_OFF_LOOP_BYTES   # its bitmaps, copied and checksummed
     return len(value) >= DUMP_OFF_LOOP_ELEMENTS
 
 
@@ -512,6 +516,11 @@ def restore(ctx, args):
     field_ttls = None
     if type(value) is WithFieldTTLs:
         value, field_ttls = value.value, value.field_ttls
+    if type(value) is Bloom and not ctx.replaying \
+            and value.memory_usage() > ctx.keyspace.bloom_defaults.memory_limit:
+        # valkey-bloom's rdb_load refuses an object past bf.bloom-memory-usage-limit (a primary's check: a replay
+        # takes what its primary accepted)
+        raise CommandError(messages.DUMP_BAD_DATA)
 
     deleted = ctx.delete(key) if replace else False
     now = ctx.now_ms()

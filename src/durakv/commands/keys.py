@@ -12,6 +12,7 @@ from collections import deque
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import ZSet, type_name
+from ..keyspace.bloom import Bloom
 from ..keyspace.db import estimate_key
 from ..keyspace.glob import compile_glob
 from ..keyspace.jsondoc import JsonDoc
@@ -56,8 +57,8 @@ def _duplicate(value):
         return deque(value)
     if t is set:
         return value.copy()
-    if t is ZSet or t is Stream or t is JsonDoc:
-        return value.copy()
+    if t is ZSet or t is Stream or t is JsonDoc or t is Bloom:
+        return value.copy()   # a Bloom: the module's copy callback (create_copy_from)
     raise TypeError(f"cannot copy a {t.__name__}")
 
 

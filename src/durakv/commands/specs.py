@@ -7,10 +7,10 @@ module), CATEGORIES (the ACL categories the module adds, as ValkeyModule_AddACLC
 commands, in spec.py's shape). Adding a module is one import line below.
 """
 
-from . import spec_durakv, spec_json
+from . import spec_bloom, spec_durakv, spec_json
 from .spec import SPEC as VALKEY_SPEC
 
-_MODULE_FILES = (spec_json,)   # e.g. (spec_json, spec_bloom): each module's facts, in MODULE LIST order
+_MODULE_FILES = (spec_json, spec_bloom)   # each module's facts, in MODULE LIST order
 
 
 def _merge():

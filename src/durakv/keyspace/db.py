@@ -5,14 +5,16 @@ import random
 import sys
 from collections import deque
 
+from .bloom import Bloom, BloomDefaults
 from .encoding import EncodingRules
 from .jsondoc import TYPE_NAME as _JSON_TYPE_NAME, JsonDoc
 from .slotindex import SlotIndex
 from .stream import Stream
 from .zset import ZSet
 
+# a module value (JSON, a Bloom filter) answers TYPE with its module type's name, as Valkey does
 _TYPE_NAMES = {bytes: "string", dict: "hash", deque: "list", set: "set", ZSet: "zset", Stream: "stream",
-               JsonDoc: _JSON_TYPE_NAME}
+               JsonDoc: _JSON_TYPE_NAME, Bloom: "bloomfltr"}
 
 
 def type_name(value) -> str:
@@ -38,6 +40,8 @@ def estimate_value(value) -> int:
         return value.estimate_bytes()
     if t is JsonDoc:
         return value.size        # kept by every JSON write (keyspace/jsondoc.py)
+    if t is Bloom:
+        return value.memory_usage()   # the module's own figure (BF.INFO SIZE): exact, O(filters)
     n = len(value)
     if n == 0:
         return 64
@@ -255,6 +259,7 @@ class Keyspace:
         self.lfu_decay_time_min = 1
         self.latency_monitor = None  # commands.introspection.Monitors: gets "expire-cycle" samples
         self.encoding_rules = EncodingRules()  # list/hash/set/zset encoding thresholds (CONFIG)
+        self.bloom_defaults = BloomDefaults()  # the bf.* configs a new Bloom filter takes (CONFIG)
 
     def index_slots(self, slot_of):
         """Keeps every database's keys indexed by cluster slot from now on (a cluster node: cluster-databases of

@@ -466,7 +466,8 @@ def encoding_of(rules, db, key, value) -> bytes:
         return zset_encoding(rules, db, key, value)
     if t is Stream:
         return b"stream"
+    from .bloom import Bloom
     from .jsondoc import JsonDoc
-    if t is JsonDoc:
+    if t is JsonDoc or t is Bloom:
         return RAW          # a module value: createModuleObject leaves OBJ_ENCODING_RAW
     return b"unknown"

@@ -23,6 +23,7 @@ from bisect import bisect_left
 from collections import deque
 
 from ..protocol.numbers import string2ll
+from .bloom import Bloom, BloomError
 from .jsondoc import JsonDoc, JsonError, dumps as json_dumps, format_double, make_double, parse as json_parse
 from .stream import MASK64, Nack, Stream, _Node
 from .zset import ZSet
@@ -660,8 +661,19 @@ def _load_json_v0(m, level):
     raise RdbError("invalid value code 0x%x in a JSON document" % code)
 
 
+def _load_bloom(m, encver):
+    """valkey-bloom's load_from_rdb (type "bloomfltr", encoding version 1)."""
+    if encver > BLOOM_ENCVER:
+        raise RdbError("bloomfltr encoding version %d is newer than %d" % (encver, BLOOM_ENCVER))
+    try:
+        return Bloom.from_rdb(m.unsigned, m.double, m.string)
+    except BloomError as exc:
+        raise RdbError("bloom object: %s" % exc.text) from None
+
+
+BLOOM_TYPE_NAME, BLOOM_ENCVER = "bloomfltr", 1
 # module type name -> its rdb_load: (reader, encver) -> value
-MODULE_TYPES = {JSON_TYPE_NAME: _load_json}
+MODULE_TYPES = {JSON_TYPE_NAME: _load_json, BLOOM_TYPE_NAME: _load_bloom}
 
 
 def _load_module(r):
@@ -946,6 +958,9 @@ def _dump_body(value, field_ttls=None):
     if isinstance(value, JsonDoc):
         return T_MODULE_2, b"".join([_len(module_type_id(JSON_TYPE_NAME, JSON_ENCVER)),
                                      *_module_values([("s", json_dumps(value.root))]), _len(MODULE_OPCODE_EOF)])
+    if isinstance(value, Bloom):
+        return T_MODULE_2, b"".join([_len(module_type_id(BLOOM_TYPE_NAME, BLOOM_ENCVER)),
+                                     *_module_values(value.rdb_fields()), _len(MODULE_OPCODE_EOF)])
     if not value:
         raise RdbError("an empty %s has no payload" % type(value).__name__)
     if isinstance(value, deque):

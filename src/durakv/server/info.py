@@ -9,6 +9,7 @@ import time
 
 from .. import fastpath
 from ..commands.specs import MODULES
+from ..keyspace import bloom as _bloom
 from ..keyspace.jsondoc import JsonDoc
 from ..scripting import runner as _scripting
 
@@ -304,6 +305,11 @@ def _section_durability(srv):
             **({"shard_settings_revision": node.settings_revision} if node is not None else {})}
 
 
+def _shown(cmd) -> str:
+    """A command's name in INFO: its fullname, a module command's as the module declared it (cmdstat_BF.ADD)."""
+    return cmd.display
+
+
 def _section_commandstats(srv):
     from ..commands import registry
     out = {}
@@ -311,7 +317,7 @@ def _section_commandstats(srv):
         for c in [cmd] + list(cmd.subcommands.values()):
             if c.calls or c.rejected_calls or c.failed_calls:
                 per = c.usec / c.calls if c.calls else 0
-                out["cmdstat_" + c.fullname] = ("calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,"
+                out["cmdstat_" + _shown(c)] = ("calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,"
                                                 "failed_calls=%d" % (c.calls, c.usec, per, c.rejected_calls,
                                                                      c.failed_calls))
     return out
@@ -339,7 +345,7 @@ def _section_latencystats(srv):
             buckets = c.latency
             total = sum(buckets)
             if total:
-                out["latency_percentiles_usec_" + c.fullname] = ",".join(
+                out["latency_percentiles_usec_" + _shown(c)] = ",".join(
                     "p%s=%.3f" % (("%g" % p), _percentile_usec(buckets, total, p)) for p in LATENCY_PERCENTILES)
     return out
 
@@ -366,9 +372,20 @@ def _json_sections(srv):
     return [("json_core_metrics", {"json_total_memory_bytes": total, "json_num_documents": count})]
 
 
+def _bf_sections(srv):
+    """valkey-bloom's INFO handler (metrics.rs): its sections and fields, prefixed with the module's name as
+    ValkeyModule_InfoAddSection / InfoAddField* do. The totals are over every live Bloom filter."""
+    objects, filters, items, capacity, memory = _bloom.totals()
+    return [("bf_bloom_core_metrics", {"bf_bloom_total_memory_bytes": memory, "bf_bloom_num_objects": objects,
+                                       "bf_bloom_num_filters_across_objects": filters,
+                                       "bf_bloom_num_items_across_objects": items,
+                                       "bf_bloom_capacity_across_objects": capacity}),
+            ("bf_bloom_defrag_metrics", {"bf_bloom_defrag_hits": 0, "bf_bloom_defrag_misses": 0})]
+
+
 # module name -> its info callback: [(section name, fields)], shown for INFO everything, modules, the module's
 # name or one of its sections' names (modulesCollectInfo)
-_MODULE_INFO = {"json": _json_sections}
+_MODULE_INFO = {"json": _json_sections, "bf": _bf_sections}
 
 
 _SECTIONS = {"server": _section_server, "clients": _section_clients, "memory": _section_memory,

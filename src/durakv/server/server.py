@@ -212,11 +212,15 @@ class Server:
         for name in ("client-output-buffer-limit", "requirepass", "maxmemory", "maxmemory-policy",
                      "maxmemory-samples", "lfu-log-factor", "lfu-decay-time", "notify-keyspace-events",
                      "lua-memory-limit", "lazyfree-lazy-expire", "lazyfree-lazy-eviction", "lazyfree-lazy-server-del", "tracking-table-max-keys",
-                     "min-replicas-to-write", "min-replicas-max-lag", "import-mode"):
+                     "min-replicas-to-write", "min-replicas-max-lag", "import-mode", "bf.bloom-capacity",
+                     "bf.bloom-expansion", "bf.bloom-fp-rate", "bf.bloom-tightening-ratio",
+                     "bf.bloom-memory-usage-limit", "bf.bloom-use-random-seed"):
             self._on_config_set(name, self.config[name])
 
     def _on_config_set(self, name, value):
         d = self.pipeline
+        if name.startswith("bf.") and self.keyspace.bloom_defaults.set(name, value):
+            return   # the defaults a new Bloom filter takes (keyspace/bloom.py)
         if name == "client-output-buffer-limit":
             self.obuf_limits = obuf_limits(value)
             self.obuf_limited = any(hard or soft for hard, soft, _s in self.obuf_limits.values())

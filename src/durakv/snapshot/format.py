@@ -7,8 +7,9 @@
     body     RESP-encoded commands: first `FUNCTION LOAD code` per function library (in db 0), then
              per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
              (collections in chunks of <= 512 elements) or, for a stream, XADD / XGROUP / XCLAIM / XSETID
-             (Stream.rebuild_commands), for a JSON document JSON.SET key . <compact JSON>, then
-             `HPEXPIREAT key ms FIELDS n field ...` for a hash's field
+             (Stream.rebuild_commands), for a JSON document JSON.SET key . <compact JSON>, for a Bloom
+             filter `RESTORE key 0 <its DUMP payload>` (the module type's RDB form, so a restart loads it as
+             Valkey loads its RDB), then `HPEXPIREAT key ms FIELDS n field ...` for a hash's field
              TTLs and `PEXPIREAT key ms` when the key has a TTL
     trailer  magic b"DKVSEND\\n" | commands u64 | crc u32 (CRC32C of every byte before it)
 
@@ -35,6 +36,8 @@ from crc32c import crc32c
 
 from ..errors import DurakvError, with_path
 from ..keyspace import ZSet
+from ..keyspace import rdbvalue
+from ..keyspace.bloom import Bloom
 from ..keyspace.jsondoc import JsonDoc, dumps as json_dumps
 from ..keyspace.stream import Stream
 from ..protocol.parser import request_len
@@ -135,6 +138,8 @@ def iter_commands(keyspace):
                     yield db.id, argv
             elif t is JsonDoc:
                 yield db.id, (b"JSON.SET", key, b".", json_dumps(value.root))
+            elif t is Bloom:
+                yield db.id, (b"RESTORE", key, b"0", rdbvalue.dump(value))
             else:
                 raise TypeError("cannot snapshot value of type %s (key %r)" % (t.__name__, key))
             if expires:

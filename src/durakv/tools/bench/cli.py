@@ -16,6 +16,7 @@ examples:
   durakv bench -p 6379 --rate 20000 --duration 30 --prefill --plot latency.png
   durakv bench -p 6379 --rate 0 --clients 50 --pipeline 16 --json result.json
   durakv bench --cluster -s 10.0.0.1 -p 7000 --tls --tls-cacert ca.crt --rate 30000 --clients 100 --processes 2
+  durakv bench -p 6379 --workload bloom --bloom-filters 100 --prefill --rate 5000 --results docs/results
   durakv bench compare --duration 10            (see `durakv bench compare -h`)
 """
 
@@ -53,7 +54,9 @@ def bench_parser():
     p.add_argument("--ratio", type=_ratio, default=(1, 1), help="SET:GET (default 1:1)")
     p.add_argument("--workload", choices=tuple(WORKLOAD_COMMANDS), default="setget",
                    help="setget: SET / GET (default); json: JSON.SET key . <doc> / JSON.GET key of documents of "
-                        "--data-size bytes (default 1024)")
+                        "--data-size bytes (default 1024); bloom: BF.ADD / BF.EXISTS of item <key-prefix>N in "
+                        "filter bf:(N mod --bloom-filters), --ratio then being BF.ADD:BF.EXISTS")
+    p.add_argument("--bloom-filters", type=int, default=100, help="bloom workload: filters the items go to (100)")
     p.add_argument("-d", "--data-size", type=int, default=None,
                    help="value size in bytes (default 256; 1024 for --workload json)")
     p.add_argument("--key-maximum", type=int, default=100_000, help="keys are key:1 .. key:N (default 100000)")
@@ -162,7 +165,7 @@ def main(argv=None):
                           cluster=args.cluster, tls=args.tls, tls_cacert=args.tls_cacert, tls_cert=args.tls_cert,
                           tls_key=args.tls_key, tls_skip_verify=args.tls_skip_verify, sni=args.sni, user=args.user,
                           password=args.password, max_outstanding=args.max_outstanding, drain=args.drain,
-                          cpus=args.cpus, seed=args.seed)
+                          cpus=args.cpus, seed=args.seed, bloom_filters=args.bloom_filters)
     except ValueError as exc:
         print(f"durakv bench: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 SET, GET = 0, 1
 KIND_NAMES = ("SET", "GET")
 # What the two kinds of request are in each workload: a write and a read.
-WORKLOADS = {"setget": ("SET", "GET"), "json": ("JSON.SET", "JSON.GET")}
+WORKLOADS = {"setget": ("SET", "GET"), "json": ("JSON.SET", "JSON.GET"), "bloom": ("BF.ADD", "BF.EXISTS")}
 
 
 def json_document(size: int, seed: int = 0) -> bytes:
@@ -55,8 +55,11 @@ class BenchConfig:
     cpus: tuple = ()               # pin worker processes to these CPUs (empty: no pinning)
     client_names: bool = True      # CLIENT SETNAME durakv-bench:<role>:<n> on each connection
     seed: int = 0                  # random seed (0: a different one each run)
-    # setget: SET key value / GET key; json: JSON.SET key . <doc> / JSON.GET key of data_size-byte documents
+    # setget: SET key value / GET key; json: JSON.SET key . <doc> / JSON.GET key of data_size-byte documents;
+    # bloom: BF.ADD / BF.EXISTS of item <key_prefix>N in filter bf:(N mod bloom_filters), so key_maximum items are
+    # spread over that many filters (each scaling out as it fills)
     workload: str = "setget"
+    bloom_filters: int = 100
 
     def __post_init__(self):
         if isinstance(self.ratio, str):
@@ -70,6 +73,8 @@ class BenchConfig:
             raise ValueError("clients, processes and pipeline must be >= 1")
         if self.key_maximum < 1 or self.data_size < 0:
             raise ValueError("key-maximum must be >= 1 and data-size >= 0")
+        if self.bloom_filters < 1:
+            raise ValueError("bloom-filters must be >= 1")
         if self.prefill < 0:
             self.prefill = self.key_maximum
         self.prefill = min(self.prefill, self.key_maximum)

@@ -308,7 +308,7 @@ def format_report(report) -> str:
     if cfg.get("workload", "setget") != "setget":
         lines.insert(1, f"workload {cfg['workload']}: {' / '.join(report['commands']) or 'no requests'}"
                         + (" of whole documents (JSON.SET key . doc / JSON.GET key)" if cfg["workload"] == "json"
-                           else ""))
+                           else f" over {cfg['bloom_filters']:,} filters" if cfg["workload"] == "bloom" else ""))
     for name, c in report["commands"].items():
         lat = c["latency_ms"]
         lines.append(f"{name:<10}{c['ops']:>11,}{c['ops_per_sec']:>12,.1f}{fmt(lat['p50'])}{fmt(lat['p90'])}"

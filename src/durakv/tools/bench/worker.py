@@ -38,6 +38,18 @@ MAX_REDIRECTS = 5
 _US = 1_000_000
 
 ReplyError = hiredis.ReplyError
+
+
+def bloom_request(kind, key_n, prefix, filters):
+    """The bloom workload's request for item <prefix>key_n: BF.EXISTS (a read) or BF.ADD (a write) in filter
+    bf:(key_n mod filters). Returns (RESP bytes, the key it routes by)."""
+    key = b"bf:%d" % (key_n % filters)
+    item = prefix + b"%d" % key_n
+    if kind == GET:
+        return b"*3\r\n$9\r\nBF.EXISTS\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(key), key, len(item), item), key
+    return b"*3\r\n$6\r\nBF.ADD\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(key), key, len(item), item), key
+
+
 monotonic = time.monotonic
 
 
@@ -125,6 +137,7 @@ class Client:
         self.pipeline = cfg.pipeline
         self.keymax = cfg.key_maximum
         self.prefix = cfg.key_prefix.encode()
+        self.bloom = cfg.bloom_filters if cfg.workload == "bloom" else 0   # the bloom workload's filter count
         self.rand = worker.rng.random
         self.value_part = worker.value_part
         self.set_fmt = worker.set_fmt
@@ -190,11 +203,14 @@ class Client:
         return kind
 
     def send(self, kind, key_n, intended):
-        key = self.prefix + b"%d" % key_n
-        if kind == GET:
-            data = self.get_fmt % (len(key), key)
+        if self.bloom:
+            data, key = bloom_request(kind, key_n, self.prefix, self.bloom)
         else:
-            data = self.set_fmt % (len(key), key, self.value_part)
+            key = self.prefix + b"%d" % key_n
+            if kind == GET:
+                data = self.get_fmt % (len(key), key)
+            else:
+                data = self.set_fmt % (len(key), key, self.value_part)
         if self.cluster:
             conn = self.conn_for(self.w.slotmap.nodes[self.w.slot_of(key)])
         else:
@@ -205,7 +221,7 @@ class Client:
     def emit(self, count, intended):
         """Queues `count` requests with the given intended time (the hot path: inlined for one connection)."""
         rand, keymax = self.rand, self.keymax
-        if self.cluster:
+        if self.cluster or self.bloom:   # the generic path (SET/GET on one connection is inlined below)
             for _ in range(count):
                 self.send(self.next_kind(), int(rand() * keymax) + 1, intended)
             return
@@ -318,8 +334,11 @@ class Client:
                 await self.idle_waiter
 
     def send_prefill(self, key_n):
-        key = self.prefix + b"%d" % key_n
-        data = self.set_fmt % (len(key), key, self.value_part)
+        if self.bloom:
+            data, key = bloom_request(SET, key_n, self.prefix, self.bloom)
+        else:
+            key = self.prefix + b"%d" % key_n
+            data = self.set_fmt % (len(key), key, self.value_part)
         conn = self.conn_for(self.w.slotmap.nodes[self.w.slot_of(key)]) if self.cluster else self.conn
         conn.queue(data, (PREFILL, 0.0, data, 0, key_n))
         self.outstanding += 1
