@@ -383,3 +383,49 @@ def test_a_malformed_entry_stops_replicas_once_instead_of_a_restart_loop(one_sha
     for r in replicas:
         assert "entry" in _info(c, r)["replica_apply_stopped"]
 
+
+
+def test_a_shard_added_to_a_protected_cluster_is_protected(locked):
+    """The finding: `cluster add-shard` on a protected cluster created an open shard that took 5,461 slots."""
+    name = locked.add_shard(replicas=1, timeout_s=120 * TIME_SCALE)
+    new = [p for p in locked.reload().nodes if str(p.shard) == name]
+    assert len(new) == 2
+    for p in new:
+        with pytest.raises(valkey.exceptions.AuthenticationError):
+            with valkey.Valkey(host="127.0.0.1", port=p.port, ssl=True, ssl_ca_certs=locked.manifest["tls"]["ca"],
+                               socket_timeout=10) as c:
+                c.ping()
+        with _client(locked, p) as c:
+            assert c.ping()
+
+
+def test_a_node_of_another_format_refuses_to_join_and_to_start(one_shard, tmp_path, server_factory):
+    """A journal or topology format change has a version and a refusal message: the cluster document says the
+    format, a node of another format is refused by DURAKV JOIN and refuses to start in that cluster."""
+    c = one_shard
+    # DURAKV JOIN of a document of another format, to an unassigned node
+    node = server_factory("--journal-backend", "jetstream", "--cluster-enabled", "yes")
+    with node.client() as cl:
+        ident = dict(zip(*[iter(cl.execute_command("DURAKV", "IDENTITY"))] * 2))
+        assert ident[b"state"] == b"unassigned"
+        doc = {"format": 3, "cluster_id": c.secrets.cluster_id, "shard": "0", "nats": ["nats://127.0.0.1:1"],
+               "jwt": c.secrets.node_jwt(ident[b"nkey"].decode(), ident[b"node-id"].decode(), "0")}
+        with pytest.raises(valkey.exceptions.ResponseError, match="format 3 and this node .durakv format 2."):
+            cl.execute_command("DURAKV", "JOIN", json.dumps(doc))
+        assert dict(zip(*[iter(cl.execute_command("DURAKV", "IDENTITY"))] * 2))[b"state"] == b"unassigned"
+
+    # the coordination store says format 3: a member restarting refuses to run by it, and names both formats
+    from durakv.cluster.settings import ClusterDocument
+
+    async def bump(store):
+        doc, rev = await store.get_cluster()
+        await store.put_cluster(ClusterDocument(doc.cluster_id, 3), rev)
+    c._store_call(bump)
+    replica = c.replicas(0)[0]
+    c.stop(replica.name)
+    c.start_nodes([replica.name], wait=False)
+
+    def refused():
+        with open(replica.log, encoding="utf-8", errors="replace") as f:
+            return "the cluster is of format 3 and this node of format 2" in f.read()
+    wait_until(refused, 60 * TIME_SCALE, what="the restarted node refusing the cluster's format")

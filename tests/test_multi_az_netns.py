@@ -413,6 +413,9 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
     lab.power_cut("c")
     w.progress(300, 120, "writes after machine C's power cut")
     assert w.missing() == [], "acknowledged writes lost after the power cut"
+    # `cluster status` says what runs short: the streams on 2 of 3 copies (issue: a copy gone without a warning)
+    table = lab.shell("d", "durakv cluster status --secrets ~/durakv-prod", home=op_home)
+    assert re.search(r"WARNING: stream DURAKV_SHARD_\d runs on 2 of 3 copies \(nats-az3", table), table
 
     step("power cut survived")
     # 6. add machine D: its NATS server and node join as a new shard, a replica of it on B, rebalance
@@ -452,8 +455,8 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
     st = _status(lab, op_home)
     addrs = {n["addr"] for sh in st["shards"] for n in sh["nodes"]}
     assert not any(a.startswith("10.0.3.10:") for a in addrs) and "%s:6379" % C2[1] in addrs, addrs
-    assert all(s.get("copies_ok") == 3 for name, s in st["streams"].items() if name.startswith("DURAKV_SHARD")), \
-        st["streams"]
+    poll(lambda: all(s.get("copies_ok") == 3 for name, s in _status(lab, op_home)["streams"].items()
+                     if name.startswith("DURAKV_SHARD")), 120, "every shard's stream on three current copies")
     assert w.missing() == []
 
     step("machine C replaced")
@@ -484,10 +487,25 @@ def test_the_operators_guide_on_five_machines(lab, tmp_path):
             poll(following, 120, "node %s serving again after its restart" % n["node_id"][:8])
             w.progress(20, 60, "writes after restarting %s" % n["node_id"][:8])
     assert w.errors[errors_before:] == [], "client errors during the rolling restart: %s" % w.errors[errors_before:]
-    w.finish()
-    assert w.missing() == [], "acknowledged writes lost"
 
     step("rolling restart done")
+    # 8. NATS maintenance: machine A's NATS server in lame-duck mode (SIGUSR2, what `--signal ldm` sends), then
+    # started again; the client goes on without an error
+    w.phase = "lame duck"
+    errors_before = len(w.errors)
+    nats_a = lab.procs["a:nats"]
+    os.kill(nats_a.pid, signal.SIGUSR2)
+    nats_a.wait(60 * SCALE)
+    w.progress(50, 60, "writes while nats-az1 is away")
+    start = block(blocks, "nats-server -c", "durakv server")
+    lab.daemon("a:nats", "a", next(ln.strip() for ln in start.splitlines() if ln.strip().startswith("nats-server")))
+    poll(lambda: all(s.get("copies_ok") == 3 for n, s in _status(lab, op_home)["streams"].items()
+                     if n.startswith("DURAKV_SHARD")), 120, "every stream on three copies again")
+    w.progress(50, 60, "writes after nats-az1 is back")
+    assert w.errors[errors_before:] == [], "client errors during NATS maintenance: %s" % w.errors[errors_before:]
+    step("NATS maintenance done")
+    w.finish()
+    assert w.missing() == [], "acknowledged writes lost"
     # the attacker, from its own namespace
     _attacker(lab, secrets, ca, password, w)
 

@@ -229,6 +229,10 @@ class ClusterSecrets:
             "# clients: only identities this cluster's operator signed (operator mode)",
             "operator: %s" % self.operator_jwt(),
             "system_account: %s" % self.system_public,
+            "# planned maintenance: `nats-server --signal ldm=<pid>` (SIGUSR2) hands the Raft leaderships over,",
+            "# then the server leaves after this long (30 s is NATS's minimum)",
+            "lame_duck_duration: \"30s\"",
+            "lame_duck_grace_period: \"2s\"",
             "resolver: {\n  type: full\n  dir: %s\n  allow_delete: false\n  interval: \"2m\"\n  timeout: \"1.9s\"\n}"
             % q(os.path.join(store_dir, "jwt")),
             "resolver_preload: {\n%s\n}" % preload,
