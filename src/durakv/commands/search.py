@@ -15,7 +15,7 @@ from .. import messages
 from ..errors import CommandError
 from ..keyspace.search import get_search
 from ..keyspace.search.query import parse_search
-from ..keyspace.search.schema import parse_create, text
+from ..keyspace.search.schema import parse_create, text, to_double
 from ..keyspace.search.vectors import hnswlib
 from ..protocol.resp import OK
 from .registry import command, lookup
@@ -34,27 +34,49 @@ def _json_available():
 
 # -- FT.CREATE / FT.DROPINDEX ------------------------------------------------------------------------
 
+def _remote_errors(results, ignore):
+    """The first error a shard answered (but `ignore`, the one that means it is already done), as text."""
+    for name, reply in results:
+        if isinstance(reply, Exception):
+            text_ = str(reply)
+            if not text_.startswith(ignore):
+                return messages.SEARCH_FANOUT_FAILED.format(name, text_)
+    return None
+
+
+def _create_here(ctx, args, definition):
+    search = get_search(ctx.keyspace)
+    db_id = ctx.db.id
+    if search.get(db_id, definition.name) is not None:
+        raise CommandError(messages.SEARCH_INDEX_EXISTS.format(text(definition.name), db_id))
+    search.add(db_id, definition)
+    ctx.propagate_args(args)
+
+
 @command("ft.create")
 def ft_create(ctx, args):
     if len(args) < 2:
         raise CommandError(messages.SEARCH_MISSING_ARGUMENT)
     definition = parse_create(args[1:], json_available=_json_available())
-    search = get_search(ctx.keyspace)
-    db_id = ctx.db.id
-    if search.get(db_id, definition.name) is not None:
-        raise CommandError(messages.SEARCH_INDEX_EXISTS.format(text(definition.name), db_id))
     if hnswlib is None and any(a.algorithm == "HNSW" for a in definition.attributes):
         raise CommandError("ERR the HNSW algorithm needs the hnswlib package, which is not installed")
-    search.add(db_id, definition)
-    ctx.propagate_args(args)
-    cluster = ctx.port.cluster
-    fanout = getattr(cluster, "search_fanout", None)
-    if fanout is not None and not ctx.replaying and ctx.may_block and ctx.client is not None \
-            and not ctx.client.from_primary:
-        # cluster mode: every shard gets the index (valkey-search's coordinator broadcasts its metadata)
-        reply = fanout(ctx, args, None)
-        if reply is not None:
-            return reply
+    search = get_search(ctx.keyspace)
+    if search.get(ctx.db.id, definition.name) is not None:
+        raise CommandError(messages.SEARCH_INDEX_EXISTS.format(text(definition.name), ctx.db.id))
+
+    def finish(ctx, results):
+        # every other shard has it (or said why not): now this one, journaled for its replicas
+        if isinstance(results, Exception):
+            raise CommandError(messages.SEARCH_FANOUT_FAILED.format("?", results))
+        _create_here(ctx, args, parse_create(args[1:], json_available=_json_available()))
+        error = _remote_errors(results, "Index ")   # "Index ... already exists."
+        if error is not None:
+            raise CommandError(error)
+        return OK
+    deferred = ctx.port.cluster.search_fanout(ctx, args, finish)
+    if deferred is not None:
+        return deferred
+    _create_here(ctx, args, definition)
     return OK
 
 
@@ -64,16 +86,26 @@ def ft_dropindex(ctx, args):
         raise CommandError(messages.SEARCH_WRONG_ARITY.format("FT.DROPINDEX"))
     search = get_search(ctx.keyspace)
     db_id = ctx.db.id
-    if not search.remove(db_id, args[1]):
+    if search.get(db_id, args[1]) is None:
         raise CommandError(messages.SEARCH_INDEX_NOT_FOUND.format(text(args[1]), db_id))
-    ctx.propagate_args(args)
-    cluster = ctx.port.cluster
-    fanout = getattr(cluster, "search_fanout", None)
-    if fanout is not None and not ctx.replaying and ctx.may_block and ctx.client is not None \
-            and not ctx.client.from_primary:
-        reply = fanout(ctx, args, None)
-        if reply is not None:
-            return reply
+
+    def drop_here(ctx):
+        if not search.remove(ctx.db.id, args[1]):
+            raise CommandError(messages.SEARCH_INDEX_NOT_FOUND.format(text(args[1]), ctx.db.id))
+        ctx.propagate_args(args)
+
+    def finish(ctx, results):
+        if isinstance(results, Exception):
+            raise CommandError(messages.SEARCH_FANOUT_FAILED.format("?", results))
+        drop_here(ctx)
+        error = _remote_errors(results, "Index with name")   # not there: nothing to drop
+        if error is not None:
+            raise CommandError(error)
+        return OK
+    deferred = ctx.port.cluster.search_fanout(ctx, args, finish)
+    if deferred is not None:
+        return deferred
+    drop_here(ctx)
     return OK
 
 
@@ -148,7 +180,8 @@ def ft_info(ctx, args):
 # -- FT.SEARCH ---------------------------------------------------------------------------------------
 
 def run_search(idx, sq):
-    """[(key, distance or None)] the query selects, in reply order, and the total to report."""
+    """[(key, distance or None, fields or None)] the query selects here, in reply order, and the total to report
+    (fields None: read from this node's keyspace when the reply is made)."""
     candidates = idx.evaluate(sq.filter) if sq.filter is not None else None
     if sq.knn is not None:
         attr, k, blob, ef = sq.knn
@@ -157,11 +190,11 @@ def run_search(idx, sq):
         query = np.frombuffer(blob, dtype="<f4").astype(np.float32)
         neighbors = idx.structures[attr.alias].search(query, k, ef, candidates)
         key_of = idx.key_of
-        hits = [(key_of[label], dist) for dist, label in neighbors if label in key_of]
+        hits = [(key_of[label], dist, None) for dist, label in neighbors if label in key_of]
         return hits, min(len(hits), k)
     labels = sorted(candidates) if candidates is not None else sorted(idx.key_of)
     key_of = idx.key_of
-    hits = [(key_of[label], None) for label in labels]
+    hits = [(key_of[label], None, None) for label in labels]
     return hits, len(hits)
 
 
@@ -171,17 +204,15 @@ def _sort(idx, sq, hits):
     source, db = idx.source, idx.db
 
     def value(hit):
-        fields = source.read(db, hit[0]) or {}
+        fields = hit[2] if hit[2] is not None else (source.read(db, hit[0]) or {})
         raw = fields.get(attr.identifier)
         if attr.type == "NUMERIC":
-            from ..keyspace.search.schema import to_double
             v = to_double(raw) if raw is not None else None
             return (v is None, v if v is not None else 0.0)
         return (raw is None, raw or b"")
-    ordered = sorted(hits, key=value, reverse=not asc)
-    if not asc:   # missing values last in both orders
-        ordered = [h for h in ordered if value(h)[0] is False] + [h for h in ordered if value(h)[0] is True]
-    return ordered
+    keyed = [(value(h), h) for h in hits]
+    present = sorted((kv for kv in keyed if not kv[0][0]), key=lambda kv: kv[0][1], reverse=not asc)
+    return [h for _v, h in present] + [h for v, h in keyed if v[0]]   # missing values last in both orders
 
 
 def search_reply(idx, sq, hits, total):
@@ -190,23 +221,28 @@ def search_reply(idx, sq, hits, total):
     out = [total]
     source, db = idx.source, idx.db
     score_as = sq.score_as
-    for key, dist in page:
+    wanted = [i for i, _a in sq.returns] if sq.returns is not None else None
+    for key, dist, remote in page:
         if sq.no_content:
             out.append(key)
             continue
         score = b"%.12g" % dist if dist is not None else None
-        if sq.returns is None:
-            content = source.content(db, key)
+        if remote is not None:
+            content = [(f, v) for f, v in remote.items() if f != score_as]
+            if wanted is not None:
+                content = [(i, remote[i]) for i in wanted if i in remote]
+        else:
+            content = source.content(db, key, wanted)
             if content is None:
                 continue
-            fields = []
+        fields = []
+        if sq.returns is None:
             if score is not None:
                 fields += [score_as, score]
             for f, v in content:
                 fields += [f, v]
         else:
-            content = dict(source.content(db, key, [i for i, _a in sq.returns]) or ())
-            fields = []
+            content = dict(content)
             for ident, alias in sq.returns:
                 if score is not None and ident == score_as:
                     fields += [score_as, score]
@@ -217,22 +253,59 @@ def search_reply(idx, sq, hits, total):
     return out
 
 
+def _remote_search_args(args, sq):
+    """What another shard is asked: the query with its PARAMS and DIALECT, every field and the score of each
+    result it could contribute (no NOCONTENT, RETURN, SORTBY or paging), answered for its own keys."""
+    out = [b"FT.SEARCH", args[1], args[2]]
+    if sq.params:
+        out += [b"PARAMS", b"%d" % (2 * len(sq.params))]
+        for k, v in sq.params.items():
+            out += [k, v]
+    want = sq.knn[1] if sq.knn is not None else sq.offset + sq.limit
+    out += [b"LIMIT", b"0", b"%d" % want, b"DIALECT", b"%d" % sq.dialect, b"LOCALONLY"]
+    return out
+
+
+def _merge(sq, local_hits, local_total, results):
+    hits = list(local_hits)
+    total = local_total
+    for name, reply in results:
+        if isinstance(reply, Exception):
+            raise CommandError(messages.SEARCH_FANOUT_FAILED.format(name, reply))
+        total += reply[0]
+        for i in range(1, len(reply) - 1, 2):
+            raw = reply[i + 1]
+            fields = dict(zip(raw[::2], raw[1::2]))
+            dist = float(fields[sq.score_as]) if sq.knn is not None and sq.score_as in fields else None
+            hits.append((reply[i], dist, fields))
+    if sq.knn is not None:
+        k = sq.knn[1]
+        hits.sort(key=lambda h: (h[1], h[0]))
+        hits = hits[:k]
+        total = min(total, k)
+    return hits, total
+
+
 @command("ft.search")
 def ft_search(ctx, args):
     if len(args) < 3:
         raise CommandError(messages.SEARCH_WRONG_ARITY.format("FT.SEARCH"))
     idx = _index_or_error(ctx, args[1])
     sq = parse_search(idx.d, args[2:])
+    if not sq.local_only:
+        def finish(ctx, results):
+            if isinstance(results, Exception):
+                raise CommandError(messages.SEARCH_FANOUT_FAILED.format("?", results))
+            here = _index_or_error(ctx, args[1])   # computed now, on the loop: with what committed meanwhile
+            hits, total = run_search(here, sq)
+            hits, total = _merge(sq, hits, total, results)
+            if sq.sortby is not None:
+                hits = _sort(here, sq, hits)
+            return search_reply(here, sq, hits, total)
+        deferred = ctx.port.cluster.search_fanout(ctx, _remote_search_args(args, sq), finish)
+        if deferred is not None:
+            return deferred
     hits, total = run_search(idx, sq)
     if sq.sortby is not None:
         hits = _sort(idx, sq, hits)
-    cluster = ctx.port.cluster
-    fanout = getattr(cluster, "search_fanout", None)
-    if fanout is not None and not sq.local_only and ctx.may_block and ctx.client is not None \
-            and not ctx.replaying:
-        # cluster mode: every other shard's primary answers for its keys, merged here (valkey-search's
-        # coordinator); the local part is computed now, on the loop
-        reply = fanout(ctx, args, (idx, sq, hits, total))
-        if reply is not None:
-            return reply
     return search_reply(idx, sq, hits, total)

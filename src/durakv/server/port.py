@@ -12,6 +12,7 @@ from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw
 from .migrate import MigrateError
+from .search_fanout import SearchFanout
 
 log = logging.getLogger("durakv.server")
 
@@ -334,6 +335,13 @@ class ServerCluster(_Served, Cluster):
 
     def routing(self):
         return self.server.cluster_routing
+
+    def search_fanout(self, ctx, remote_args, finish):
+        """FT.* in cluster mode: remote_args to every other shard's primary, then finish(ctx, results) on the
+        loop (server/search_fanout.py); None when there is no other shard to ask."""
+        if self.server.cluster_routing is None:
+            return None
+        return SearchFanout(self.server)(ctx, remote_args, finish)
 
     def node_id(self):
         node = self.server.cluster_node
