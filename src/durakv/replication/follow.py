@@ -32,6 +32,9 @@ class FollowMixin:
         for db in ks.dbs:
             db.clear()
         ks.used_bytes = ks.baseline_bytes
+        search = getattr(ks, "search", None)
+        if search is not None:
+            search.clear_definitions()   # the snapshot carries them again (FT.CREATE)
         self.applied_index = self.snapshot_index = self.whole_index = 0
         self.filter = EpochFilter(0)
         self.parts = PartAssembler()
