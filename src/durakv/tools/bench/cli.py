@@ -89,6 +89,16 @@ def bench_parser():
                    help="also write the report, the command, the commit, the date and the machine's load into DIR "
                         "(e.g. docs/results)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress line")
+    v = p.add_argument_group("--workload vector (FT.SEARCH KNN 10 with a concurrent writer: tools/bench/vector.py)")
+    v.add_argument("--workload", choices=("kv", "vector"), default="kv",
+                   help="kv: SET/GET (default); vector: HNSW load, recall, KNN searches with a writer")
+    v.add_argument("--vectors", type=int, default=100_000, help="vectors loaded (default 100000)")
+    v.add_argument("--dim", type=int, default=128, help="dimensions (default 128)")
+    v.add_argument("--queries", type=int, default=200, help="queries of the recall check (default 200)")
+    v.add_argument("--write-rate", type=float, default=100.0, help="the writer's HSETs per second (default 100)")
+    v.add_argument("--spawn", choices=("none", "async", "sync"),
+                   help="start a durakv server with this durability for the run (default: use -s/-p)")
+    v.add_argument("--results-dir", default="docs/results", help="where the JSON goes (default docs/results)")
     return p
 
 
@@ -155,6 +165,12 @@ def main(argv=None):
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
     args = bench_parser().parse_args(argv)
+    if args.workload == "vector":
+        from .vector import vector_main
+        _terminate_on_sigterm()
+        if args.clients == 50:
+            args.clients = 4     # searchers: the kv default of 50 connections is not the vector workload's
+        return vector_main(args, " ".join(argv))
     try:
         cfg = BenchConfig(host=args.host, port=args.port, rate=args.rate, clients=args.clients,
                           processes=args.processes, ratio=args.ratio,
