@@ -122,11 +122,13 @@ def test_two_shards_create_everywhere_and_search_answers_for_the_cluster(local_c
         for i in range(200):
             cc.hset(f"doc:{i}", mapping={"v": vector_of(i), "n": i})
         expected = {f"doc:{i}".encode() for i in range(200)}
+        here_keys = {}
         for p in (p0, p1):
             with valkey.Valkey(host="127.0.0.1", port=p.port, socket_timeout=10) as c:
                 here = set(c.execute_command("FT.SEARCH", "idx", "*", "NOCONTENT", "LOCALONLY", "LIMIT", "0",
                                              "1000")[1:])
                 assert 0 < len(here) < 200                       # each shard holds part of the keys
+                here_keys[p.name] = here
                 assert all_keys(c) == expected                   # any node answers for the cluster
                 for i in (3, 77, 150, 199):                      # the nearest of each, wherever it lives
                     assert nearest(c, i) == [f"doc:{i}".encode()]
@@ -134,9 +136,15 @@ def test_two_shards_create_everywhere_and_search_answers_for_the_cluster(local_c
                                           vector_of(12), "RETURN", "2", "n", "__v_score")
                 assert reply[0] == 5 and reply[1] == b"doc:12" and reply[2] == [b"n", b"12", b"__v_score", b"0"]
                 assert all(10 <= int(f[1]) <= 19 for f in reply[2::2])
-        # a replica answers for the cluster too, and FT.DROPINDEX reaches every shard
+        # a replica answers for the cluster too
         with readonly_client(cluster.replicas(1)[0]) as r:
             wait_until(lambda: len(all_keys(r)) == 200, 30, what="a replica's fan-out")
+        # in cluster mode an index is the cluster's: FLUSHALL on a shard empties it there and keeps it
+        with valkey.Valkey(host="127.0.0.1", port=p0.port, socket_timeout=10) as c0:
+            c0.flushall()
+            assert c0.execute_command("FT._LIST") == [b"idx"]
+            assert len(all_keys(c0)) == 200 - len(here_keys[p0.name])
+        # FT.DROPINDEX reaches every shard
         with valkey.Valkey(host="127.0.0.1", port=p1.port, socket_timeout=10) as c1:
             assert c1.execute_command("FT.DROPINDEX", "idx") == b"OK"
         with valkey.Valkey(host="127.0.0.1", port=p0.port, socket_timeout=10) as c0:

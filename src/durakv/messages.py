@@ -553,7 +553,6 @@ SEARCH_EF_RUNTIME_RANGE = "{}; EF_RUNTIME must be a positive integer greater tha
 SEARCH_SEPARATOR = "The separator must be a single character, but got `{}`"
 SEARCH_TAG_IDENTIFIER_LEN = "Invalid range: Value above maximum; A tag field can have a maximum length of {}."
 SEARCH_NUMERIC_IDENTIFIER_LEN = "Invalid range: Value above maximum; A numeric field can have a maximum length of {}."
-SEARCH_TEXT_NOT_SUPPORTED = "The `TEXT` field type is not supported by durakv's search"
 # FT.SEARCH
 SEARCH_UNEXPECTED_PARAMETER_AT = "Unexpected parameter at position {}:{}"
 SEARCH_INVALID_QUERY_SYNTAX = "Invalid Query Syntax"

@@ -492,8 +492,9 @@ class Hooks:
             name = argv[0].lower()
             if name in _SEARCH_DEFINITIONS:
                 continue
-            if name == b"flushall":
-                search.changed_unknown(None)
+            if name == b"flushall" or name == b"flushdb":
+                search.flushed(None if name == b"flushall" else db_id,
+                               keep_definitions=self.server.cluster_routing is not None)
             elif name == b"swapdb":
                 search.changed_unknown(None)
             else:

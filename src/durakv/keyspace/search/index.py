@@ -298,6 +298,19 @@ class Search:
                     if idx.d.matches(key):
                         idx.update(key)
 
+    def flushed(self, db_id=None, keep_definitions=False):
+        """FLUSHDB (db_id) or FLUSHALL (None): valkey-search drops the indexes of a flushed database on a
+        standalone server, and keeps them (empty) in cluster mode, where an index is the cluster's."""
+        for d in list(self.by_db):
+            if db_id is not None and d != db_id:
+                continue
+            for name in list(self.by_db[d]):
+                if keep_definitions:
+                    self.by_db[d][name].clear()
+                    self.by_db[d][name].backfill = None
+                else:
+                    self.remove(d, name)
+
     def changed_unknown(self, db_id=None):
         """The keys of db_id (every database: None) changed in ways nobody listed: its indexes start again."""
         if self.paused:

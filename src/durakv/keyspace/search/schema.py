@@ -34,7 +34,7 @@ _PUNCTUATION = ",.<>{}[]\"':;!@#$%^&*()-+=~/\\|"
 DISTANCE_METRICS = ("L2", "IP", "COSINE")
 VECTOR_TYPES = ("FLOAT32",)
 ALGORITHMS = ("HNSW", "FLAT")
-FIELD_TYPES = ("VECTOR", "TAG", "NUMERIC", "TEXT")
+FIELD_TYPES = ("VECTOR", "TAG", "NUMERIC")   # valkey-search 1.0's; 1.2's TEXT is not served (docs/modules.md)
 
 
 def _err(text):
@@ -319,11 +319,8 @@ def _parse_attribute(it, identifier, d):
         _parse_vector(it, attr)
     elif kind == "TAG":
         _parse_tag(it, attr)
-    elif kind == "NUMERIC":
-        if len(identifier) > MAX_NUMERIC_IDENTIFIER:
-            raise _err(messages.SEARCH_NUMERIC_IDENTIFIER_LEN.format(MAX_NUMERIC_IDENTIFIER))
-    else:
-        raise _err(messages.SEARCH_TEXT_NOT_SUPPORTED)
+    elif len(identifier) > MAX_NUMERIC_IDENTIFIER:
+        raise _err(messages.SEARCH_NUMERIC_IDENTIFIER_LEN.format(MAX_NUMERIC_IDENTIFIER))
     if it.left() and it.get().upper() == b"SORTABLE":
         it.pop()
     return attr
