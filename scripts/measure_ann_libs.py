@@ -129,10 +129,20 @@ def measure(name, data, queries, truth, args):
         deletes = "yes" if victim not in query(queries[0], args.k) else "returned after delete"
     except NotImplementedError as exc:
         deletes = "no (%s)" % exc
+    sweep = {}
+    if name == "hnswlib" and args.ef_sweep:
+        # the EF_RUNTIME a recall needs on this data (hnswlib searches with max(ef, k))
+        for ef in args.ef_sweep:
+            idx.set_ef(ef)
+            got = sum(len(w.intersection(query(q, args.k))) for q, w in zip(queries, truth))
+            sweep[ef] = round(got / (args.k * len(queries)), 4)
+        idx.set_ef(args.ef_runtime)
     out = {"library": name, "build_s": round(build, 2), "inserts_per_s": round(len(data) / build),
            "query_p50_us": round(pct(lat, 0.50) * 1e6, 1), "query_p99_us": round(pct(lat, 0.99) * 1e6, 1),
            "queries_per_s": round(len(queries) / elapsed), "recall_at_k": round(hits / (args.k * len(queries)), 4),
            "delete": deletes, "index_rss_bytes": mem, "bytes_per_vector": round(mem / len(data))}
+    if sweep:
+        out["recall_by_ef"] = sweep
     del idx
     gc.collect()
     return out
@@ -149,6 +159,8 @@ def main(argv=None):
     ap.add_argument("--ef-runtime", type=int, default=10)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--only", action="append", choices=sorted(CANDIDATES))
+    ap.add_argument("--ef-sweep", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
+                    help="hnswlib only: recall at each of these EF_RUNTIME values too (e.g. 10,100,400,1000)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
@@ -161,6 +173,8 @@ def main(argv=None):
     print(" | ".join(header))
     for r in rows:
         print(" | ".join(str(r.get(h, r.get("skipped", ""))) for h in header))
+        if r.get("recall_by_ef"):
+            print("  %s recall@%d by EF_RUNTIME: %s" % (r["library"], args.k, r["recall_by_ef"]))
     result = {"command": "python scripts/measure_ann_libs.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "vectors": args.vectors, "dim": args.dim, "k": args.k, "m": args.m,
               "ef_construction": args.ef_construction, "ef_runtime": args.ef_runtime,
