@@ -456,3 +456,30 @@ def test_search_waits_for_the_commit_of_what_it_returns(srv):
         w.assert_committed_now("FT.INFO's num_docs")
         assert dict(zip(info[::2], info[1::2]))[b"num_docs"] == 3
         w.finish()
+
+
+def test_acl_category_and_prefix_permissions(srv):
+    """@search in ACL rules, and valkey-search's prefix check: naming an index needs read access to every key
+    it may hold."""
+    with srv.client() as c:
+        c.execute_command("FT.CREATE", "two", "PREFIX", "2", "vec:", "vector:", "SCHEMA", "n", "NUMERIC")
+        c.execute_command("ACL", "SETUSER", "part", "on", ">pw", "~vector:*", "&*", "+@all")
+        c.execute_command("ACL", "SETUSER", "nosearch", "on", ">pw", "~*", "&*", "+@all", "-@search")
+        c.execute_command("ACL", "SETUSER", "onlysearch", "on", ">pw", "~*", "-@all", "+@search")
+        c.hset("vector:1", "n", "1")
+    with srv.client(username="part", password="pw") as u:
+        for args in (["FT.SEARCH", "two", "*"], ["FT.INFO", "two"], ["FT.DROPINDEX", "two"],
+                     ["FT.CREATE", "mine", "PREFIX", "1", "vec:", "SCHEMA", "n", "NUMERIC"],
+                     ["FT.CREATE", "all", "SCHEMA", "n", "NUMERIC"]):
+            with pytest.raises(valkey.ResponseError, match=r"^The user does not have permission to access the key "
+                                                           r"prefix$"):
+                u.execute_command(*args)
+        assert u.execute_command("FT.CREATE", "mine", "PREFIX", "1", "vector:", "SCHEMA", "n", "NUMERIC") == b"OK"
+        assert u.execute_command("FT.SEARCH", "mine", "*", "NOCONTENT") == [1, b"vector:1"]
+    with srv.client(username="nosearch", password="pw") as u:
+        with pytest.raises(valkey.exceptions.NoPermissionError, match="has no permissions to run the 'ft.search'"):
+            u.execute_command("FT.SEARCH", "two", "*")
+    with srv.client(username="onlysearch", password="pw") as u:
+        assert u.execute_command("FT.SEARCH", "two", "*", "NOCONTENT") == [1, b"vector:1"]
+        with pytest.raises(valkey.exceptions.NoPermissionError):
+            u.execute_command("HSET", "vector:2", "n", "2")

@@ -18,6 +18,7 @@ from ..keyspace.search.query import parse_search
 from ..keyspace.search.schema import parse_create, text, to_double
 from ..keyspace.search.vectors import hnswlib
 from ..protocol.resp import OK
+from .acl_keys import READ
 from .registry import command, lookup
 
 
@@ -26,6 +27,32 @@ def _name(b: bytes):
     if b"\r" in b or b"\n" in b:
         return b
     return b.decode("utf-8", "surrogateescape")
+
+
+def acl_prefix_check(ctx, prefixes):
+    """valkey-search's AclPrefixCheck: a user may name an index only if it may read every key the index could
+    hold, i.e. for each prefix (every key: "" when there is none) a key pattern of its, not write-only, that
+    ends in '*' and matches the prefix."""
+    client = ctx.client
+    if client is None or client.from_primary or ctx.replaying:
+        return
+    user = client.acl_user
+    if user is None:
+        acl = ctx.port.acl_users()
+        if acl is None:
+            return
+        user = acl.users.default
+    if user.unrestricted:
+        return
+    for prefix in (prefixes or (b"",)):
+        if not any(_selector_covers(sel, prefix) for sel in user.selectors):
+            raise CommandError(messages.SEARCH_ACL_PREFIX)
+
+
+def _selector_covers(sel, prefix):
+    if sel.allkeys:
+        return True
+    return any(p.flags & READ and p.pattern.endswith(b"*") and p.match(prefix) for p in sel.patterns)
 
 
 def _json_available():
@@ -60,6 +87,7 @@ def ft_create(ctx, args):
     definition = parse_create(args[1:], json_available=_json_available())
     if hnswlib is None and any(a.algorithm == "HNSW" for a in definition.attributes):
         raise CommandError("ERR the HNSW algorithm needs the hnswlib package, which is not installed")
+    acl_prefix_check(ctx, definition.prefixes)
     search = get_search(ctx.keyspace)
     if search.get(ctx.db.id, definition.name) is not None:
         raise CommandError(messages.SEARCH_INDEX_EXISTS.format(text(definition.name), ctx.db.id))
@@ -88,6 +116,7 @@ def ft_dropindex(ctx, args):
     db_id = ctx.db.id
     if search.get(db_id, args[1]) is None:
         raise CommandError(messages.SEARCH_INDEX_NOT_FOUND.format(text(args[1]), db_id))
+    acl_prefix_check(ctx, search.get(db_id, args[1]).d.prefixes)
 
     def drop_here(ctx):
         if not search.remove(ctx.db.id, args[1]):
@@ -157,6 +186,7 @@ def ft_info(ctx, args):
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"LOCAL", b"PRIMARY", b"CLUSTER")):
         raise CommandError(messages.SEARCH_UNEXPECTED_ARGUMENT.format(text(args[-1])))
     idx = _index_or_error(ctx, args[1])
+    acl_prefix_check(ctx, idx.d.prefixes)
     d = idx.d
     backfilling = idx.backfilling
     return [
@@ -291,6 +321,7 @@ def ft_search(ctx, args):
     if len(args) < 3:
         raise CommandError(messages.SEARCH_WRONG_ARITY.format("FT.SEARCH"))
     idx = _index_or_error(ctx, args[1])
+    acl_prefix_check(ctx, idx.d.prefixes)
     sq = parse_search(idx.d, args[2:])
     if not sq.local_only:
         def finish(ctx, results):
