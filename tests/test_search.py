@@ -483,3 +483,19 @@ def test_acl_category_and_prefix_permissions(srv):
         assert u.execute_command("FT.SEARCH", "two", "*", "NOCONTENT") == [1, b"vector:1"]
         with pytest.raises(valkey.exceptions.NoPermissionError):
             u.execute_command("HSET", "vector:2", "n", "2")
+
+
+def test_index_follows_eviction(srv):
+    """Keys evicted under maxmemory leave the index (the server's own deletion reaches it as expiry does)."""
+    with srv.client() as c:
+        create(c, algo="FLAT")
+        used = c.info("memory")["used_memory"]
+        c.config_set("maxmemory-policy", "allkeys-random")
+        c.config_set("maxmemory", str(used + 200_000))
+        blob = vec([1] * DIM)
+        for i in range(3000):
+            c.hset(f"doc:{i}", mapping={"v": blob, "pad": "x" * 200})
+        assert c.info("stats")["evicted_keys"] > 0
+        total = c.execute_command("FT.SEARCH", "idx", "*", "LIMIT", "0", "0")[0]
+        assert total == c.dbsize() < 3000
+        c.config_set("maxmemory", "0")

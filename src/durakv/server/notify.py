@@ -591,6 +591,10 @@ class Hooks:
     # -- keyspace notifications -------------------------------------------------------------------
     def _on_server_delete(self, item):
         db_id, key, reason = item
+        if self.search:
+            # at once: an eviction in admission happens before the command that caused it runs (a search must not
+            # count what is gone), and its effect reaches the command's touched keys only after the handler
+            self.search.key_changed(db_id, key)
         if isinstance(reason, FieldsExpired):
             # hash fields whose TTL passed: "hexpired", then "del" when the hash went with them; the
             # ones a write replaces (silent) change nothing a client could see
