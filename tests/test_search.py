@@ -499,3 +499,15 @@ def test_index_follows_eviction(srv):
         total = c.execute_command("FT.SEARCH", "idx", "*", "LIMIT", "0", "0")[0]
         assert total == c.dbsize() < 3000
         c.config_set("maxmemory", "0")
+
+
+def test_writes_pipelined_after_ft_create_are_indexed(srv):
+    """FT.CREATE and HSETs in one read: the compiled core must hand the HSETs to the observed path."""
+    with srv.client() as c:
+        p = c.pipeline(transaction=False)
+        p.execute_command("FT.CREATE", "idx", "PREFIX", "1", "doc:", "SCHEMA", "v", "VECTOR", "FLAT", "6", "DIM",
+                          str(DIM), "TYPE", "FLOAT32", "DISTANCE_METRIC", "L2")
+        for i in range(20):
+            p.hset(f"doc:{i}", "v", vec([i] * DIM))
+        p.execute()
+        assert found(c) == {f"doc:{i}".encode() for i in range(20)}
