@@ -511,3 +511,27 @@ def test_writes_pipelined_after_ft_create_are_indexed(srv):
             p.hset(f"doc:{i}", "v", vec([i] * DIM))
         p.execute()
         assert found(c) == {f"doc:{i}".encode() for i in range(20)}
+
+
+def test_replicaof_replica_gets_definitions_and_follows(server_factory):
+    """A REPLICAOF replica (Valkey's protocol) of a durakv primary: the definitions come after the RDB, the
+    contents are built from the synced keys, and later writes, a later FT.CREATE and DEL reach its index."""
+    primary = server_factory("--durability", "sync")
+    with primary.client() as p:
+        create(p, algo="HNSW")
+        vectors = fill(p, 40)
+    replica = server_factory("--durability", "sync")
+    with replica.client() as r, primary.client() as p:
+        assert r.execute_command("REPLICAOF", "127.0.0.1", primary.port) == b"OK"
+        wait_until(lambda: r.execute_command("ROLE")[3] == b"connected", 30, what="the link")
+        wait_until(lambda: r.execute_command("FT._LIST") == [b"idx"], 30, what="the definition on the replica")
+        wait_until(lambda: r.execute_command("FT.SEARCH", "idx", "*", "LIMIT", "0", "0")[0] == 40, 30,
+                   what="the replica's index built")
+        q = vectors[b"doc:3"]
+        assert keys_of(knn(r, 3, q)) == [k for k, _ in exact(vectors, q, "L2", 3)]
+        p.hset("doc:new", mapping={"v": q, "price": 1000})
+        p.delete("doc:3")
+        p.execute_command("FT.CREATE", "cheap", "PREFIX", "1", "doc:", "SCHEMA", "price", "NUMERIC")
+        wait_until(lambda: r.execute_command("FT.SEARCH", "cheap", "@price:[1000 1000]", "NOCONTENT")
+                   == [1, b"doc:new"], 30, what="a later FT.CREATE and write on the replica")
+        assert knn(r, 1, q, extra=("NOCONTENT",)) == [1, b"doc:new"]

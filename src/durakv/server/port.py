@@ -296,6 +296,12 @@ class ServerReplication(_Served, Replication):
         elif conn.replica_feed is None:
             conn.replica_feed = ReplicaFeed(conn)
             server.durability.add_feed(conn.replica_feed)   # removed in Hooks.drop_client
+            search = server.hooks.search
+            if search:
+                # valkey-search keeps its index definitions in the RDB's aux fields; durakv's file has none, so
+                # the stream opens with them (a replica applies them as the FT.CREATE effects they are)
+                defs = conn.replica_feed.encode(search.definitions())
+                server.hooks.push_after_reply(Raw(defs), server.durability.export_ticket())
         return reply
 
     def replication_index(self, index) -> int:
