@@ -535,3 +535,19 @@ def test_replicaof_replica_gets_definitions_and_follows(server_factory):
         wait_until(lambda: r.execute_command("FT.SEARCH", "cheap", "@price:[1000 1000]", "NOCONTENT")
                    == [1, b"doc:new"], 30, what="a later FT.CREATE and write on the replica")
         assert knn(r, 1, q, extra=("NOCONTENT",)) == [1, b"doc:new"]
+
+
+def test_index_memory_counts_in_used_memory(srv):
+    """What the indexes hold counts in used_memory (as a module's allocations do in Valkey), so maxmemory sees
+    it; dropping the index gives it back."""
+    with srv.client() as c:
+        for i in range(500):
+            c.hset(f"doc:{i}", mapping={"v": vec([i] * DIM), "color": "red,blue", "price": i})
+        before = c.info("memory")["used_memory"]
+        create(c, algo="HNSW")
+        wait_until(lambda: c.execute_command("FT.SEARCH", "idx", "*", "LIMIT", "0", "0")[0] == 500, 20,
+                   what="backfill")
+        grown = c.info("memory")["used_memory"] - before
+        assert grown >= 500 * (DIM * 4 + 2 * 16 * 4)     # at least each vector and its level-0 links
+        c.execute_command("FT.DROPINDEX", "idx")
+        assert abs(c.info("memory")["used_memory"] - before) < 1000

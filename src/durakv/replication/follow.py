@@ -29,12 +29,12 @@ class FollowMixin:
     def _clear_dataset(self):
         """Forgets everything loaded (start-up only: nobody is served data yet), to load a newer snapshot."""
         ks = self.server.keyspace
-        for db in ks.dbs:
-            db.clear()
-        ks.used_bytes = ks.baseline_bytes
         search = getattr(ks, "search", None)
         if search is not None:
             search.clear_definitions()   # the snapshot carries them again (FT.CREATE)
+        for db in ks.dbs:
+            db.clear()
+        ks.used_bytes = ks.baseline_bytes
         self.applied_index = self.snapshot_index = self.whole_index = 0
         self.filter = EpochFilter(0)
         self.parts = PartAssembler()

@@ -634,6 +634,8 @@ class Server:
         tracking = self.hooks.tracking
         if tracking.clients:
             tracking.flush(None, None)
+        search = self.hooks.search
+        search.clear_definitions()            # the reload makes them again from the snapshot and the journal
         for db in ks.dbs:
             db.clear()
         ks.used_bytes = ks.baseline_bytes
@@ -642,8 +644,6 @@ class Server:
             ks.functions.flush()
         ks.expire_enabled = False
         pipeline.stats_enabled = False
-        search = self.hooks.search
-        search.clear_definitions()            # the reload makes them again from the snapshot and the journal
         search.pause()
         try:
             recover(self.dir, ks, self.apply_effect)

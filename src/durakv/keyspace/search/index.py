@@ -58,10 +58,17 @@ class HashSource:
 class Index:
     """One FT.CREATE: its definition, a label per indexed key, and one structure per attribute."""
 
-    def __init__(self, definition, db, source):
+    def __init__(self, definition, db, source, keyspace=None):
         self.d = definition
         self.db = db
         self.source = source
+        # used_memory counts what the index holds, as Valkey counts a module's allocations: maxmemory (and its
+        # eviction) sees it. Per label the estimate of what its entries cost (`cost`), charged as they change.
+        self.keyspace = keyspace
+        self.cost = {}
+        self.charged = 0
+        self.per_vector = {a.alias: (a.dim * 4 + (2 * a.m * 4 + 40 if a.algorithm == "HNSW" else 16))
+                           for a in definition.attributes if a.type == "VECTOR"}
         self.structures = {}
         for a in definition.attributes:
             if a.type == "VECTOR":
@@ -120,14 +127,47 @@ class Index:
         if indexed:
             self.label_of[key] = label
             self.key_of[label] = key
+            self._charge(label, self._cost_of(label, fields, key))
         elif key in self.label_of:
             self._drop(key, label)
+
+    def _cost_of(self, label, fields, key):
+        n = 120 + len(key)                       # the label's own entries (key <-> label)
+        for a in self.d.attributes:
+            raw = fields.get(a.identifier)
+            if raw is None:
+                continue
+            if a.type == "VECTOR":
+                n += self.per_vector[a.alias] if len(raw) == a.dim * 4 else 0
+            elif a.type == "TAG":
+                n += 2 * len(raw) + 96
+            else:
+                n += 64
+        return n
+
+    def _charge(self, label, cost):
+        old = self.cost.get(label, 0)
+        if cost:
+            self.cost[label] = cost
+        else:
+            self.cost.pop(label, None)
+        if cost != old:
+            self.charged += cost - old
+            if self.keyspace is not None:
+                self.keyspace.used_bytes += cost - old
 
     def _drop(self, key, label):
         for s in self.structures.values():
             s.remove(label)
         del self.label_of[key]
         del self.key_of[label]
+        self._charge(label, 0)
+
+    def _uncharge_all(self):
+        if self.keyspace is not None:
+            self.keyspace.used_bytes -= self.charged
+        self.charged = 0
+        self.cost = {}
 
     def clear(self):
         for a in self.d.attributes:
@@ -136,6 +176,7 @@ class Index:
                 s.remove(label)
         self.label_of.clear()
         self.key_of.clear()
+        self._uncharge_all()
 
     def drop_all(self):
         """Frees the structures (FT.DROPINDEX)."""
@@ -143,6 +184,7 @@ class Index:
         self.label_of = {}
         self.key_of = {}
         self.backfill = None
+        self._uncharge_all()
 
     # -- backfill ---------------------------------------------------------------------------------------
     def start_backfill(self):
@@ -245,7 +287,7 @@ class Search:
 
     def add(self, db_id, definition):
         db = self.keyspace.dbs[db_id]
-        idx = Index(definition, db, self.sources[definition.on])
+        idx = Index(definition, db, self.sources[definition.on], self.keyspace)
         self.by_db.setdefault(db_id, {})[definition.name] = idx
         self.count += 1
         if not definition.skip_initial_scan and db.data and not self.paused:
