@@ -138,7 +138,6 @@ def test_create_info_list_drop(srv):
     (["i"], "Missing argument"),
     (["i", "SCHEMA"], "Index schema must have at least one attribute"),
     (["i", "ON", "XML", "SCHEMA", "a", "TAG"], "Bad arguments for ON: Unknown argument `XML`"),
-    (["i", "ON", "JSON", "SCHEMA", "a", "TAG"], "JSON module is not loaded."),
     (["i", "PREFIX", "9", "a", "SCHEMA", "a", "TAG"], "Bad arguments for PREFIX: `9` is outside acceptable bounds"),
     (["i", "PREFIX", "3", "a", "SCHEMA", "a", "TAG"], "Unexpected parameter `TAG`, expecting `SCHEMA`"),
     (["i", "FILTER", "x", "SCHEMA", "a", "TAG"], "The parameter `FILTER` is not supported"),
@@ -551,3 +550,63 @@ def test_index_memory_counts_in_used_memory(srv):
         assert grown >= 500 * (DIM * 4 + 2 * 16 * 4)     # at least each vector and its level-0 links
         c.execute_command("FT.DROPINDEX", "idx")
         assert abs(c.info("memory")["used_memory"] - before) < 1000
+
+
+# -- JSON documents ---------------------------------------------------------------------------------------
+
+def json_create(c, name="jidx", algo="HNSW"):
+    return c.execute_command("FT.CREATE", name, "ON", "JSON", "PREFIX", "1", "j:", "SCHEMA",
+                             "$.v", "AS", "v", "VECTOR", algo, "6", "DIM", str(DIM), "TYPE", "FLOAT32",
+                             "DISTANCE_METRIC", "L2", "$.color", "AS", "color", "TAG", "$.price", "AS", "price",
+                             "NUMERIC")
+
+
+def test_json_index_search_and_writes(srv):
+    import json
+    with srv.client() as c:
+        assert json_create(c) == b"OK"
+        rng = np.random.default_rng(5)
+        vectors = {}
+        for i in range(60):
+            v = rng.random(DIM, dtype=np.float32)
+            vectors[f"j:{i}".encode()] = v.tobytes()
+            c.execute_command("JSON.SET", f"j:{i}", "$", json.dumps(
+                {"v": [float(x) for x in v], "color": ["red", "green", "blue"][i % 3], "price": i, "name": f"n{i}"}))
+        info = dict(zip(*[iter(c.execute_command("FT.INFO", "jidx"))] * 2))
+        assert info[b"index_definition"][:2] == [b"key_type", b"JSON"] and info[b"num_docs"] == 60
+        q = vectors[b"j:7"]
+        reply = c.execute_command("FT.SEARCH", "jidx", "*=>[KNN 3 @v $q]", "PARAMS", "2", "q", q, "DIALECT", "2")
+        assert keys_of(reply) == [k for k, _ in exact(vectors, q, "L2", 3)]
+        first = fields_of(reply)[b"j:7"]
+        assert float(first[b"__v_score"]) == 0.0
+        assert json.loads(first[b"$"])["name"] == "n7"                 # the whole document as `$`
+        # filters, and RETURN of a path and an alias
+        reply = c.execute_command("FT.SEARCH", "jidx", "@color:{red} @price:[0 10]", "RETURN", "2", "price",
+                                  "$.name", "SORTBY", "price")
+        assert reply == [4, b"j:0", [b"price", b"0", b"$.name", b"n0"], b"j:3", [b"price", b"3", b"$.name", b"n3"],
+                         b"j:6", [b"price", b"6", b"$.name", b"n6"], b"j:9", [b"price", b"9", b"$.name", b"n9"]]
+        # JSON.SET of a path, JSON.DEL of the vector, DEL, a vector that is not numbers
+        c.execute_command("JSON.SET", "j:7", "$.v", json.dumps([100.0] * DIM))
+        assert knn(c, 1, q, idx="jidx", extra=("NOCONTENT",))[1] != b"j:7"
+        c.execute_command("JSON.SET", "j:7", "$.color", '"violet"')
+        assert c.execute_command("FT.SEARCH", "jidx", "@color:{violet}", "NOCONTENT") == [1, b"j:7"]
+        c.execute_command("JSON.DEL", "j:8", "$.v")
+        c.delete("j:9")
+        assert not {b"j:8", b"j:9"} & set(knn(c, 60, q, idx="jidx", extra=("NOCONTENT", "LIMIT", "0", "60"))[1:])
+        assert c.execute_command("FT.SEARCH", "jidx", "@price:[8 9]", "NOCONTENT") == [1, b"j:8"]
+        c.execute_command("JSON.SET", "j:bad", "$", json.dumps({"v": [1, "x"] + [0] * (DIM - 2)}))
+        info = dict(zip(*[iter(c.execute_command("FT.INFO", "jidx"))] * 2))
+        assert info[b"hash_indexing_failures"] == b"1"
+        # a hash under the same prefix is not a document of a JSON index, nor a JSON key of a HASH index
+        c.hset("j:h", mapping={"v": vec([0] * DIM)})
+        assert b"j:h" not in set(knn(c, 70, q, idx="jidx", extra=("NOCONTENT", "LIMIT", "0", "70"))[1:])
+        # an alias is required where a path has punctuation (valkey-search's alias rule)
+        with pytest.raises(valkey.ResponseError, match=r"Attribute alias `\$\.v` contains invalid character `\$`"):
+            c.execute_command("FT.CREATE", "bad", "ON", "JSON", "SCHEMA", "$.v", "VECTOR", "FLAT", "6", "DIM", "3",
+                              "TYPE", "FLOAT32", "DISTANCE_METRIC", "L2")
+    srv.stop()
+    srv.start()
+    with srv.client() as c:
+        wait_until(lambda: c.execute_command("FT.SEARCH", "jidx", "*", "LIMIT", "0", "0")[0] == 59, 20,
+                   what="the JSON index rebuilt after a restart")
+        assert c.execute_command("FT.SEARCH", "jidx", "@color:{violet}", "NOCONTENT") == [1, b"j:7"]

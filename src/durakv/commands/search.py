@@ -56,7 +56,8 @@ def _selector_covers(sel, prefix):
 
 
 def _json_available():
-    return lookup((b"json.set",)) is not None and False   # JSON indexing arrives with the JSON type (issue 30)
+    """valkey-search indexes JSON keys only with the JSON module loaded: here, with the JSON commands served."""
+    return lookup((b"json.set",)) is not None
 
 
 # -- FT.CREATE / FT.DROPINDEX ------------------------------------------------------------------------

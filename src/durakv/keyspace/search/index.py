@@ -24,6 +24,9 @@ import time
 
 import numpy as np
 
+from ..jsondoc import JsonDoc, dumps_compact
+from ..jsonpath import SYNTAX_ERRORS as JSON_SYNTAX_ERRORS
+from ..jsonpath import Selector
 from .schema import to_double
 from .vectors import FlatVectors, HnswVectors, NumericIndex, TagIndex
 
@@ -53,6 +56,96 @@ class HashSource:
         if identifiers is None:
             return list(fields.items())
         return [(i, fields[i]) for i in identifiers if i in fields]
+
+
+def json_get_text(doc, path: str):
+    """What `JSON.GET key path` answers for a document (compact), or None where it answers an error: a JSONPath
+    gives the array of what it selects, a legacy path its first value."""
+    if path == "." or path == "$":
+        values, v2 = [doc.root], path == "$"
+    else:
+        sel = Selector()
+        rc = sel.get_values(doc.root, path)
+        if rc is not None and (not sel.is_v2 or rc in JSON_SYNTAX_ERRORS):
+            return None
+        values, v2 = sel.values(), sel.is_v2
+    if not v2:
+        return dumps_compact(values[0]) if values else None
+    return "[" + ",".join(dumps_compact(v) for v in values) + "]"
+
+
+def normalize_json_record(text):
+    """valkey-search's NormalizeJsonRecord: JSON.GET's array without its brackets, and without the quotes of a
+    string; None when it is empty or not an array."""
+    if not text or text[0] != "[":
+        return None
+    text = text[1:]
+    if text.endswith("]"):
+        text = text[:-1]
+    if text.startswith('"'):
+        text = text[1:]
+        if text.endswith('"'):
+            text = text[:-1]
+    return text or None
+
+
+def json_vector(record: str):
+    """VectorBase::NormalizeStringRecord: "[1, 2.5, ...]" as float32 bytes; b"!" (no vector's size) when a number
+    does not parse, which the index counts as a failure."""
+    if record.startswith("["):
+        record = record[1:]
+        if record.endswith("]"):
+            record = record[:-1]
+    out = []
+    for part in record.split(","):
+        if not part.strip():
+            continue
+        f = to_double(part.encode())
+        if f is None:
+            return b"!"
+        out.append(f)
+    return np.asarray(out, dtype="<f4").tobytes()
+
+
+class JsonSource:
+    """The attributes of a JSON document key, each read as valkey-search reads it: `JSON.GET key identifier`,
+    normalized (normalize_json_record); a vector's text becomes float32 bytes."""
+    key_type = "JSON"
+
+    def __init__(self, keyspace, attributes):
+        self.keyspace = keyspace
+        self.attributes = [(a.identifier, a.type == "VECTOR") for a in attributes]
+
+    def _doc(self, db, key):
+        value = self.keyspace.peek(db, key)
+        return value if type(value) is JsonDoc else None
+
+    def record(self, doc, identifier: bytes):
+        text = json_get_text(doc, identifier.decode("utf-8", "surrogateescape"))
+        return normalize_json_record(text) if text is not None else None
+
+    def read(self, db, key):
+        doc = self._doc(db, key)
+        if doc is None:
+            return None
+        out = {}
+        for identifier, is_vector in self.attributes:
+            rec = self.record(doc, identifier)
+            if rec is not None:
+                out[identifier] = json_vector(rec) if is_vector else rec.encode("utf-8", "surrogateescape")
+        return out
+
+    def content(self, db, key, identifiers=None):
+        """[(name, value)] of a search result: the whole document as `$`, or the identifiers asked for."""
+        doc = self._doc(db, key)
+        if doc is None:
+            return None
+        out = []
+        for identifier in (identifiers if identifiers is not None else (b"$",)):
+            rec = self.record(doc, identifier)
+            if rec is not None:
+                out.append((identifier, rec.encode("utf-8", "surrogateescape")))
+        return out
 
 
 class Index:
@@ -287,7 +380,8 @@ class Search:
 
     def add(self, db_id, definition):
         db = self.keyspace.dbs[db_id]
-        idx = Index(definition, db, self.sources[definition.on], self.keyspace)
+        source = self.sources["HASH"] if definition.on == "HASH" else JsonSource(self.keyspace, definition.attributes)
+        idx = Index(definition, db, source, self.keyspace)
         self.by_db.setdefault(db_id, {})[definition.name] = idx
         self.count += 1
         if not definition.skip_initial_scan and db.data and not self.paused:
