@@ -2,12 +2,14 @@
 
 - a replica's index follows its primary's writes (the journal applied through the pipeline) and its index
   definitions (FT.CREATE is an effect);
-- sync mode, vectors written by a writer, the primary killed with SIGKILL: every acknowledged vector is found by
-  FT.SEARCH on the new primary (its index rebuilt from the keyspace it recovered);
+- sync mode, vectors in hashes and JSON documents written by a writer, the primary killed with SIGKILL: every
+  acknowledged vector and document is found by FT.SEARCH on the new primary (its indexes rebuilt from the
+  keyspace it recovered);
 - two shards: FT.CREATE on one node makes the index on every shard, and FT.SEARCH on any node answers for the
   whole cluster (each shard's primary asked, the answers merged).
 """
 
+import json
 import signal
 import threading
 import time
@@ -60,11 +62,15 @@ def test_replica_index_follows_and_kill9_loses_no_acknowledged_vector(local_clus
     replica = cluster.replicas(0)[0]
     with valkey.Valkey(host="127.0.0.1", port=old.port, socket_timeout=10) as c:
         assert create(c) == b"OK"
+        assert c.execute_command("FT.CREATE", "jidx", "ON", "JSON", "PREFIX", "1", "jdoc:", "SCHEMA", "$.v", "AS", "v",
+                                 "VECTOR", "HNSW", "6", "DIM", str(DIM), "TYPE", "FLOAT32", "DISTANCE_METRIC",
+                                 "L2") == b"OK"
         for i in range(50):
             c.hset(f"doc:{i}", mapping={"v": vector_of(i), "n": i})
     # the replica made the index from the journal and indexes what it applies
     with readonly_client(replica) as r:
-        wait_until(lambda: r.execute_command("FT._LIST") == [b"idx"], 30, what="index on the replica")
+        wait_until(lambda: sorted(r.execute_command("FT._LIST")) == [b"idx", b"jidx"], 30,
+                   what="indexes on the replica")
         wait_until(lambda: len(all_keys(r)) == 50, 30, what="replica's index follows the writes")
         assert nearest(r, 7) == [b"doc:7"]
     # a writer of vectors; the primary is killed while it writes
@@ -82,7 +88,11 @@ def test_replica_index_follows_and_kill9_loses_no_acknowledged_vector(local_clus
                         time.sleep(0.05)
                         continue
                     c = valkey.Valkey(host="127.0.0.1", port=p.port, socket_timeout=5)
-                c.hset(f"doc:{i}", mapping={"v": vector_of(i), "n": i})
+                if i % 2:
+                    c.hset(f"doc:{i}", mapping={"v": vector_of(i), "n": i})
+                else:        # every other write a JSON document
+                    c.execute_command("JSON.SET", f"jdoc:{i}", "$", json.dumps(
+                        {"v": np.frombuffer(vector_of(i), dtype=np.float32).tolist(), "n": i}))
                 acked.append(i)      # acknowledged: in sync mode, committed to the journal quorum
                 i += 1
             except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
@@ -100,14 +110,20 @@ def test_replica_index_follows_and_kill9_loses_no_acknowledged_vector(local_clus
     wait_until(lambda: len(acked) >= n_before + 100, 60, what="writes resumed on the new primary")
     stop.set()
     t.join(30)
-    expected = {f"doc:{i}".encode() for i in acked} | {f"doc:{i}".encode() for i in range(50)}
+    expected = {f"doc:{i}".encode() for i in acked if i % 2} | {f"doc:{i}".encode() for i in range(50)}
+    expected_json = {f"jdoc:{i}".encode() for i in acked if i % 2 == 0}
     with valkey.Valkey(host="127.0.0.1", port=new.port, socket_timeout=10) as c:
-        wait_until(lambda: info(c)[b"state"] == b"ready", 60, what="index ready on the new primary")
-        found = all_keys(c)
-        missing = expected - found
+        wait_until(lambda: info(c)[b"state"] == b"ready" and info(c, "jidx")[b"state"] == b"ready", 60,
+                   what="indexes ready on the new primary")
+        missing = expected - all_keys(c)
         assert not missing, f"{len(missing)} acknowledged vectors not found: {sorted(missing)[:5]}"
+        missing = expected_json - all_keys(c, "jidx")
+        assert not missing, f"{len(missing)} acknowledged JSON documents not found: {sorted(missing)[:5]}"
         for i in acked[::max(1, len(acked) // 40)]:
-            assert nearest(c, i) == [f"doc:{i}".encode()]
+            if i % 2:
+                assert nearest(c, i) == [f"doc:{i}".encode()]
+            else:
+                assert nearest(c, i, "jidx") == [f"jdoc:{i}".encode()]
 
 
 def test_two_shards_create_everywhere_and_search_answers_for_the_cluster(local_cluster):  # noqa: F811
