@@ -13,7 +13,6 @@ There is no reference server here with valkey-search loaded, so no ratio is prin
 exists"); the JSON (written under --results-dir) carries the command, the commit, the date and the load.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -205,8 +204,10 @@ def format_vector(r) -> str:
     return "\n".join(lines)
 
 
-def vector_main(args, argv_text):
-    """From `durakv bench --workload vector ...`: runs, prints, writes the JSON into --results-dir."""
+def vector_main(args, argv):
+    """From `durakv bench --workload vector ...`: runs, prints, and with --results writes the report there."""
+    from .results import machine_load, write_results
+    load_before = machine_load()
     spawned = None
     host, port = args.host, args.port
     if args.spawn:
@@ -222,17 +223,12 @@ def vector_main(args, argv_text):
     finally:
         if spawned is not None:
             spawned.stop()
-    r.update({"command": "durakv bench " + argv_text, "commit": _commit(),
-              "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "loadavg": [round(x, 2) for x in os.getloadavg()],
-              "cpus": os.cpu_count()})
+    r.update({"commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+              "loadavg": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()})
     if args.spawn:
         r["durability"] = args.spawn
-    print(format_vector(r))
-    if args.results_dir:
-        os.makedirs(args.results_dir, exist_ok=True)
-        path = os.path.join(args.results_dir, "vector-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
-        with open(path, "w") as f:
-            json.dump(r, f, indent=1)
-            f.write("\n")
-        print(f"written {path}", file=sys.stderr)
+    text = format_vector(r)
+    print(text)
+    if args.results:
+        print("results: " + write_results(args.results, "vector", r, text, load_before, argv), file=sys.stderr)
     return 0 if r["search_ops_per_s"] and not r["error_count"] else 1
