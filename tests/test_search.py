@@ -79,10 +79,14 @@ def fill(c, n, seed=1, prefix="doc:"):
 
 # -- the command table ---------------------------------------------------------------------------
 
-def test_module_list_command_info_and_acl_category(srv):
+def test_module_list_command_info_and_acl_category(server_factory):
+    srv = server_factory("--enable-module-command", "yes")    # MODULE is off by default, as in Valkey
     with srv.client() as c:
-        assert c.execute_command("MODULE", "LIST") == [
-            [b"name", b"search", b"ver", 66048, b"path", b"/usr/lib/valkey/libsearch.so", b"args", []]]
+        modules = c.execute_command("MODULE", "LIST")
+        assert [b"name", b"search", b"ver", 66048, b"path", b"/usr/lib/valkey/libsearch.so", b"args", []] in modules
+        modules_info = c.info("modules")["modules"]   # INFO's `module:` lines, parsed by valkey-py
+        assert {"name": "search", "ver": 66048, "api": 1, "filters": 0, "usedby": "[]", "using": "[]",
+                "options": "[handle-io-errors|handle-repl-async-load|no-implicit-signal-modified]"} in modules_info
         info = c.execute_command("COMMAND", "INFO", "FT.SEARCH", "FT.CREATE")
         search, create_ = info["ft.search"], info["ft.create"]
         assert search["arity"] == -1 and create_["arity"] == -1

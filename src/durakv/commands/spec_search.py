@@ -9,7 +9,10 @@ FT.AGGREGATE, FT._DEBUG and FT.INTERNAL_UPDATE (1.2) are not served, so they are
 """
 
 MODULE = {"name": "search", "ver": (1 << 16) | (2 << 8) | 0,   # vmsdk::ValkeyVersion(1, 2, 0)
-          "path": "/usr/lib/valkey/libsearch.so", "args": []}  # where valkey-bundle's image keeps it
+          "path": "/usr/lib/valkey/libsearch.so", "args": [],   # where valkey-bundle's image keeps it
+          # INFO modules' options: valkey_search.cc's ValkeyModule_SetModuleOptions (HANDLE_IO_ERRORS,
+          # HANDLE_REPL_ASYNC_LOAD, NO_IMPLICIT_SIGNAL_MODIFIED), in Valkey's order
+          "options": ["handle-io-errors", "handle-repl-async-load", "no-implicit-signal-modified"]}
 CATEGORIES = ("search",)
 
 
