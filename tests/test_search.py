@@ -151,6 +151,8 @@ def test_create_info_list_drop(srv):
     (["i", "SCHEMA", "a", "TAG", "a", "NUMERIC"], "Duplicate field in schema - a"),
     (["i", "SCHEMA", "a", "AS", "x.y", "TAG"], "Invalid field type for field `a`: Attribute alias `x.y` contains "
                                                "invalid character `.`"),
+    (["i", "SCHEMA", "a?", "TAG"], "Invalid field type for field `a?`: Attribute alias `a?` contains invalid "
+                                   "character `?`"),
     (["i", "SCHEMA", "a", "TAG", "SEPARATOR", "ab"],
      "Invalid field type for field `a`: The separator must be a single character, but got `ab`"),
     (["i", "SCHEMA", "v", "VECTOR", "HNSW", "4", "TYPE", "FLOAT32", "DISTANCE_METRIC", "L2"],

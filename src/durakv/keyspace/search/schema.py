@@ -29,7 +29,7 @@ DEFAULT_M = 16
 DEFAULT_EF_CONSTRUCTION = 200
 DEFAULT_EF_RUNTIME = 10
 # ft_create_parser.h kDefaultPunctuation: an alias may not contain any of these
-_PUNCTUATION = ",.<>{}[]\"':;!@#$%^&*()-+=~/\\|"
+_PUNCTUATION = ",.<>{}[]\"':;!@#$%^&*()-+=~/\\|?"
 
 DISTANCE_METRICS = ("L2", "IP", "COSINE")
 VECTOR_TYPES = ("FLOAT32",)
