@@ -14,6 +14,7 @@ exists"); the JSON (written under --results-dir) carries the command, the commit
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,7 @@ class Spawned:
                 self.proc.kill()
                 self.proc.wait(10)
         self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)   # the run's data: its figures are the report
 
 
 def run_vector(host, port, vectors=100_000, dim=128, queries=200, duration_s=20.0, readers=4,
