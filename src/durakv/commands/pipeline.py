@@ -498,9 +498,10 @@ class Pipeline:
         if not ctx.may_block or cmd is None or ctx.replaying:
             return None
         gate = self._gate
-        if gate is not None and gate.is_replica():
+        if keys and gate is not None and gate.is_replica():
             # a replica applies its primary's writes without admission (the journal, a REPLICAOF link): a
-            # lock would not hold them back, so the value could change under the worker
+            # lock would not hold them back, so the value could change under the worker (work that reads no
+            # key, a search's fan-out to the other shards, runs off the loop on a replica too)
             return None
         deferred = self.port.off_loop.start(session)
         if deferred is None:

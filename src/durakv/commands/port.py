@@ -214,6 +214,12 @@ class Cluster:
     def node_id(self):
         return None
 
+    def search_fanout(self, ctx, remote_args, finish):
+        """FT.* in cluster mode: sends remote_args to every other shard's primary off the loop, then runs
+        finish(ctx, [(shard name, reply or exception)]) on the loop as the command's handler; returns the Deferred
+        the reply is, or None when there is no other shard (the command answers for this node)."""
+        return None
+
     def request_failover(self):
         raise CommandError("ERR This instance has cluster support disabled")
 

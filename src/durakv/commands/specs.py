@@ -7,10 +7,11 @@ module), CATEGORIES (the ACL categories the module adds, as ValkeyModule_AddACLC
 commands, in spec.py's shape). Adding a module is one import line below.
 """
 
-from . import spec_bloom, spec_durakv, spec_json
+from . import spec_bloom, spec_durakv, spec_json, spec_search
 from .spec import SPEC as VALKEY_SPEC
 
-_MODULE_FILES = (spec_json, spec_bloom)   # each module's facts, in MODULE LIST order
+# each module's facts, in MODULE LIST order (valkey-bundle loads libjson.so, libsearch.so, libvalkey_bloom.so)
+_MODULE_FILES = (spec_json, spec_search, spec_bloom)
 
 
 def _merge():

@@ -34,6 +34,9 @@ class FollowMixin:
     def _clear_dataset(self):
         """Forgets everything loaded (start-up only: nobody is served data yet), to load a newer snapshot."""
         ks = self.server.keyspace
+        search = getattr(ks, "search", None)
+        if search is not None:
+            search.clear_definitions()   # the snapshot carries them again (FT.CREATE)
         for db in ks.dbs:
             db.clear()
         ks.used_bytes = ks.baseline_bytes

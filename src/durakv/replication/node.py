@@ -29,6 +29,7 @@ from ..cluster.store import NatsStore
 from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import PartAssembler
 from ..journal.jetstream import JetStreamJournal, connect
+from ..keyspace.search import get_search
 from ..logs import Recurring
 from .bus import BusMixin
 from .clock import monotonic_ms
@@ -166,6 +167,9 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
             await self._subscribe_pubsub()
             self._pubsub_subs.append(await self.nc.subscribe(self._ALIVE, cb=self._on_alive))
         t0 = time.monotonic()
+        # search indexes are built once the snapshot and the journal are in, in slices while serving
+        search = get_search(srv.keyspace)
+        search.pause()
         self.phase = "loading snapshot"
         await retry_transient("fetching the newest snapshot", self._load_snapshot)
         t1 = time.monotonic()
@@ -194,6 +198,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 self.phase = "replaying journal"
                 from_index = self.applied_index
                 keys_before = sum(len(db) for db in srv.keyspace.dbs)
+        search.resume()
         t2 = time.monotonic()
         ttl_ms = srv.config["lease-ttl-ms"]
         self.renewer = LeaseRenewer(self._open_renewer_store, self.shard, ttl_ms, self._publish_lease,

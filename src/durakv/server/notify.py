@@ -28,6 +28,7 @@ import time
 from ..commands import registry
 from ..commands.introspection import redacted_positions
 from ..keyspace.db import FieldsExpired, ServerDeletion
+from ..keyspace.search import get_search
 from ..protocol.resp import Push, Raw
 
 # notify-keyspace-events classes (server.h)
@@ -117,6 +118,7 @@ _HEXPIRED_ORIGIN = {"hexpire", "hpexpire", "hexpireat", "hpexpireat", "hgetex", 
 _HSET_ORIGIN = {"hincrbyfloat": b"hincrbyfloat", "hincrby": b"hincrby"}
 
 _CLIENT_FAMILY = {"client"}
+_SEARCH_DEFINITIONS = {b"ft.create", b"ft.dropindex"}   # index definitions: no key of the database changed
 _RO_SCRIPTS = {"eval_ro", "evalsha_ro", "fcall_ro"}
 
 
@@ -358,13 +360,17 @@ class Hooks:
         self.own_feed = []                 # (conn, push, ticket) for the current client, sent after its reply
         ks = server.keyspace
         ks.deleted_by_server = _DeletionLog(self._on_server_delete, ks.deleted_by_server)
+        # search indexes follow every change to a key (keyspace/search): while one exists every command comes
+        # through here, whatever its path
+        self.search = get_search(ks)
+        self.search.on_definitions = self.refresh
 
     # -- state ----------------------------------------------------------------------------------
     def refresh(self):
         s = self.server
         # a tracking table left by clients that turned tracking off still has to be emptied by FLUSHALL
         self.active = bool(self.monitors or self.notify_flags or self.tracking.clients or self.tracking.table
-                           or s.blocking.waiting or self.no_touch_clients)
+                           or s.blocking.waiting or self.no_touch_clients or self.search)
         s.pipeline.observer = self if self.active else None
 
     def set_notify_flags(self, text):
@@ -463,13 +469,36 @@ class Hooks:
                     self._publish(KEY_MISS, b"keymiss", db_id, key,
                                   server.durability.read_ticket(db_id, (key,)))
         if effects and not cmd.calls_commands:   # EXEC's and scripts' own commands reported theirs
+            if self.search:
+                self._index(effects, touched)
             self._effects(cmd, args, effects, touched, pre_absent, served=retry, named=named)
         elif named and self.notify_flags and server.pubsub.has_subscribers():
             self._notify_named(named, pre_absent, set())
 
     def effects_outside_call(self, effects, touched):
         """Effects no command produced (server-side expiry/eviction): invalidations and wake-ups."""
+        if self.search:
+            self._index(effects, touched)
         self._effects(None, None, effects, touched, None, served=True)
+
+    def _index(self, effects, touched):
+        """Search indexes re-read the keys a write touched; when the keys are not known (FLUSHALL, SWAPDB, ...)
+        the indexes of the databases it wrote start again from the keyspace."""
+        search = self.search
+        if touched is not None:
+            search.keys_changed(touched)
+            return
+        for db_id, argv in effects:
+            name = argv[0].lower()
+            if name in _SEARCH_DEFINITIONS:
+                continue
+            if name == b"flushall" or name == b"flushdb":
+                search.flushed(None if name == b"flushall" else db_id,
+                               keep_definitions=self.server.cluster_routing is not None)
+            elif name == b"swapdb":
+                search.changed_unknown(None)
+            else:
+                search.changed_unknown(db_id)
 
     def after_top(self, session):
         """After a top-level command: clients blocked on keys it changed are served (handleClientsBlockedOnKeys)."""
@@ -562,6 +591,10 @@ class Hooks:
     # -- keyspace notifications -------------------------------------------------------------------
     def _on_server_delete(self, item):
         db_id, key, reason = item
+        if self.search:
+            # at once: an eviction in admission happens before the command that caused it runs (a search must not
+            # count what is gone), and its effect reaches the command's touched keys only after the handler
+            self.search.key_changed(db_id, key)
         if isinstance(reason, FieldsExpired):
             # hash fields whose TTL passed: "hexpired", then "del" when the hash went with them; the
             # ones a write replaces (silent) change nothing a client could see

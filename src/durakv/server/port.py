@@ -12,6 +12,7 @@ from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw
 from .migrate import MigrateError
+from .search_fanout import SearchFanout
 
 log = logging.getLogger("durakv.server")
 
@@ -295,6 +296,12 @@ class ServerReplication(_Served, Replication):
         elif conn.replica_feed is None:
             conn.replica_feed = ReplicaFeed(conn)
             server.durability.add_feed(conn.replica_feed)   # removed in Hooks.drop_client
+            search = server.hooks.search
+            if search:
+                # valkey-search keeps its index definitions in the RDB's aux fields; durakv's file has none, so
+                # the stream opens with them (a replica applies them as the FT.CREATE effects they are)
+                defs = conn.replica_feed.encode(search.definitions())
+                server.hooks.push_after_reply(Raw(defs), server.durability.export_ticket())
         return reply
 
     def replication_index(self, index) -> int:
@@ -334,6 +341,13 @@ class ServerCluster(_Served, Cluster):
 
     def routing(self):
         return self.server.cluster_routing
+
+    def search_fanout(self, ctx, remote_args, finish):
+        """FT.* in cluster mode: remote_args to every other shard's primary, then finish(ctx, results) on the
+        loop (server/search_fanout.py); None when there is no other shard to ask."""
+        if self.server.cluster_routing is None:
+            return None
+        return SearchFanout(self.server)(ctx, remote_args, finish)
 
     def node_id(self):
         node = self.server.cluster_node

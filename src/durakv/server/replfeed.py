@@ -171,6 +171,16 @@ class ReplicaFeed:
             self.offset += len(data)
             self.conn.push(Raw(data), ticket)
 
+    def encode(self, commands) -> bytes:
+        """(db_id, argv) commands as this stream writes them (SELECT when the database changes), counted in its
+        offset: what the stream carries right after its RDB that the file cannot (search index definitions)."""
+        out = []
+        for db_id, argv in commands:
+            self._one(out, db_id, argv)
+        data = b"".join(out)
+        self.offset += len(data)
+        return data
+
     def _one(self, out, db_id, argv):
         if db_id != self.db_id:
             out.append(_command((b"SELECT", b"%d" % db_id)))

@@ -191,6 +191,9 @@ class Server:
         self._off_loop_pool = None         # worker threads of MIGRATE and large DUMP/RESTORE (off_loop_pool)
         self.valkey_link = None            # REPLICAOF: the replication link with a Valkey primary
         self.hooks = Hooks(self)           # notifications, tracking, MONITOR, ... (server/notify.py)
+        # search indexes (keyspace/search) are rebuilt from the keyspace in slices between commands
+        self._backfill_scheduled = False
+        self.hooks.search.wakeup = self._schedule_backfill
         # The compiled batch loop (fastpath/_core.c) or None: connections run fast commands through it
         self.fast = fastpath.batch_core(self.pipeline, self.durability, self.hooks)
         self.run_id = os.urandom(20).hex()
@@ -504,11 +507,13 @@ class Server:
             def apply(db_id, argv, apply=apply):   # key-load-delay: slows loading for tests that watch it
                 debug_delay(delay_us)
                 apply(db_id, argv)
+        self.hooks.search.pause()             # indexes are built once the data is in, in the background
         try:
             snap_index, last_index = recover(self.dir, self.keyspace, apply)
         finally:
             self.keyspace.expire_enabled = True
             self.pipeline.stats_enabled = True
+            self.hooks.search.resume()
         self.last_snapshot_index = snap_index
         self.recovered_index = last_index
         log.info("loaded snapshot index %d and journal up to %d in %.3fs (%d keys)", snap_index, last_index,
@@ -538,6 +543,25 @@ class Server:
             host, _sep, port = primary.rpartition(" ")
             self.replicaof(host, int(port))
         self._start_cron_and_signals()
+
+    def _schedule_backfill(self):
+        """A search index has keys to (re)index: slices of at most 5 ms run between the loop's other work
+        until every backfill is done (FT.INFO shows the progress)."""
+        if self._backfill_scheduled or self.loop is None:
+            return
+        self._backfill_scheduled = True
+        self.loop.call_soon(self._backfill_tick)
+
+    def _backfill_tick(self):
+        self._backfill_scheduled = False
+        try:
+            more = self.hooks.search.backfill_step(0.005)
+        except Exception:   # noqa: BLE001 - an index bug must not stop the server; the index says so in FT.INFO
+            log.exception("search index backfill failed")
+            return
+        if more:
+            self._backfill_scheduled = True
+            self.loop.call_soon(self._backfill_tick)
 
     def _start_cron_and_signals(self):
         """The last step of either start-up: serverCron on its timer, SIGTERM/SIGINT a graceful shutdown."""
@@ -646,6 +670,8 @@ class Server:
         tracking = self.hooks.tracking
         if tracking.clients:
             tracking.flush(None, None)
+        search = self.hooks.search
+        search.clear_definitions()            # the reload makes them again from the snapshot and the journal
         for db in ks.dbs:
             db.clear()
         ks.used_bytes = ks.baseline_bytes
@@ -654,11 +680,13 @@ class Server:
             ks.functions.flush()
         ks.expire_enabled = False
         pipeline.stats_enabled = False
+        search.pause()
         try:
             recover(self.dir, ks, self.apply_effect)
         finally:
             ks.expire_enabled = True
             pipeline.stats_enabled = True
+            search.resume()
         self.blocking.signal_all()
         self.blocking.serve()
         return sum(len(db) for db in ks.dbs)

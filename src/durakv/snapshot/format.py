@@ -4,7 +4,8 @@
 
     header   magic b"DKVSNAP\\n" | version u16 (2) | index u64 (journal index covered) | created_ms u64 |
              flags u32 (bit 0 JOURNAL_FOLLOWS: built from the journal, which continues after `index`)
-    body     RESP-encoded commands: first `FUNCTION LOAD code` per function library (in db 0), then
+    body     RESP-encoded commands: first `FUNCTION LOAD code` per function library (in db 0) and `FT.CREATE ...`
+             per search index (in its db), then
              per non-empty db `SELECT n`, then per key SET / RPUSH / HSET / SADD / ZADD
              (collections in chunks of <= 512 elements) or, for a stream, XADD / XGROUP / XCLAIM / XSETID
              (Stream.rebuild_commands), for a JSON document JSON.SET key . <compact JSON>, for a Bloom
@@ -100,6 +101,9 @@ def iter_commands(keyspace):
     if functions:
         for argv in functions.snapshot_commands():
             yield 0, argv
+    search = getattr(keyspace, "search", None)   # FT.CREATE definitions (keyspace/search): contents are rebuilt
+    if search:
+        yield from search.definitions()
     for db in keyspace.dbs:
         expires = db.expires
         for key, value in db.data.items():

@@ -52,10 +52,11 @@ def bench_parser():
     p.add_argument("-c", "--clients", type=int, default=50, help="connections in total (default 50)")
     p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--ratio", type=_ratio, default=(1, 1), help="SET:GET (default 1:1)")
-    p.add_argument("--workload", choices=tuple(WORKLOAD_COMMANDS), default="setget",
+    p.add_argument("--workload", choices=tuple(WORKLOAD_COMMANDS) + ("vector",), default="setget",
                    help="setget: SET / GET (default); json: JSON.SET key . <doc> / JSON.GET key of documents of "
                         "--data-size bytes (default 1024); bloom: BF.ADD / BF.EXISTS of item <key-prefix>N in "
-                        "filter bf:(N mod --bloom-filters), --ratio then being BF.ADD:BF.EXISTS")
+                        "filter bf:(N mod --bloom-filters), --ratio then being BF.ADD:BF.EXISTS; vector: FT.SEARCH "
+                        "KNN 10 over --vectors vectors with a concurrent writer (options below)")
     p.add_argument("--bloom-filters", type=int, default=100, help="bloom workload: filters the items go to (100)")
     p.add_argument("-d", "--data-size", type=int, default=None,
                    help="value size in bytes (default 256; 1024 for --workload json)")
@@ -89,6 +90,14 @@ def bench_parser():
                    help="also write the report, the command, the commit, the date and the machine's load into DIR "
                         "(e.g. docs/results)")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress line")
+    v = p.add_argument_group("--workload vector (HNSW load, recall, KNN searches with a writer: tools/bench/vector.py;"
+                             " --clients searchers, default 4)")
+    v.add_argument("--vectors", type=int, default=100_000, help="vectors loaded (default 100000)")
+    v.add_argument("--dim", type=int, default=128, help="dimensions (default 128)")
+    v.add_argument("--queries", type=int, default=200, help="queries of the recall check (default 200)")
+    v.add_argument("--write-rate", type=float, default=100.0, help="the writer's HSETs per second (default 100)")
+    v.add_argument("--spawn", choices=("none", "async", "sync"),
+                   help="start a durakv server with this durability for the run (default: use -s/-p)")
     return p
 
 
@@ -155,6 +164,12 @@ def main(argv=None):
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
     args = bench_parser().parse_args(argv)
+    if args.workload == "vector":
+        from .vector import vector_main
+        _terminate_on_sigterm()
+        if args.clients == 50:
+            args.clients = 4     # searchers: the kv default of 50 connections is not the vector workload's
+        return vector_main(args, argv)
     try:
         cfg = BenchConfig(host=args.host, port=args.port, rate=args.rate, clients=args.clients,
                           processes=args.processes, ratio=args.ratio,
