@@ -54,7 +54,7 @@ import time
 
 import hiredis
 
-from ..cluster.tls import node_client_context
+from ..cluster.peers import PeerError, peer_address, peer_credentials
 from ..commands.generic import dump_payload
 from ..commands.session import Session
 from ..protocol.resp import ErrorReply, encode_command
@@ -318,33 +318,15 @@ class SlotMigrator:
         return conn
 
     def _credentials(self):
-        """AUTH's arguments for a target primary, or None: the cluster's internal user (the auth document every
-        node applies, cluster/settings.py AuthSettings), else primaryuser/primaryauth (masterauth) when set, as
-        a Valkey replica authenticates to its primary; else this node's own requirepass (the default user's
-        password, which a cluster with auth on has on every node)."""
-        cfg = self.server.config
-        auth = getattr(self.node, "auth", None)
-        if auth is not None and auth.internal_password:
-            return [auth.internal_user.encode("utf-8", "surrogateescape"),
-                    auth.internal_password.encode("utf-8", "surrogateescape")]
-        if cfg["primaryauth"]:
-            user = [cfg["primaryuser"].encode("utf-8", "surrogateescape")] if cfg["primaryuser"] else []
-            return user + [cfg["primaryauth"].encode("utf-8", "surrogateescape")]
-        if cfg["requirepass"]:
-            return [cfg["requirepass"].encode("utf-8", "surrogateescape")]
-        return None
+        """AUTH's arguments for a target primary, or None (cluster/peers.py: one rule for every node-to-node link)."""
+        return peer_credentials(self.server.config, getattr(self.node, "auth", None))
 
     def _address(self, target):
-        """(host, port, TLS context or None) of a target primary. A node that serves TLS reaches it over TLS
-        only, at its tls-port, even when it has a plain port too: the keys must not cross the network in the
-        clear whenever the cluster runs TLS. A plain node uses the plain port (or TLS to a TLS-only target)."""
-        cfg = self.server.config
-        if cfg["tls-port"] or not target.port:
-            if not target.tls_port:
-                raise MigrationError("the target %s has no TLS port, and this node runs TLS: its keys are not sent "
-                                     "in the clear" % target.id)
-            return target.ip, target.tls_port, node_client_context(cfg)
-        return target.ip, target.port, None
+        """(host, port, TLS context or None) of a target primary (cluster/peers.py)."""
+        try:
+            return peer_address(self.server.config, target)
+        except PeerError as exc:
+            raise MigrationError(str(exc)) from None
 
     def _close_target(self):
         if self._target is not None:
