@@ -264,13 +264,17 @@ def test_slot_words_error_texts_and_topology_changes(local_cluster, valkey_pair)
         assert (8191, 16383, ids["ours"][1]) in owners, owners
         key = next(f"{{s{i}}}" for i in range(100000) if key_slot(f"{{s{i}}}".encode()) == 8191)
         assert d.set(key, "moves with its slot")
-        assert raw(s, "CLUSTER", "SETSLOT", "8191", "NODE", ids["ours"][0]) == b"OK"   # a reshard of one slot
-        assert (0, 8191, ids["ours"][0]) in _owners(s.connection_pool.connection_kwargs["port"])
+        # A node changes only its own shard's slots (its NATS identity may write nothing else): SETSLOT NODE
+        # of a slot another shard owns is sent to a node of the owner, which moves it (a reshard of one slot).
+        kind, text = _answer(s, "CLUSTER", "SETSLOT", "8191", "NODE", ids["ours"][0])
+        assert kind == "error" and "a node changes only its own shard's slots" in text, text
+        assert raw(d, "CLUSTER", "SETSLOT", "8191", "NODE", ids["ours"][0]) == b"OK"
+        assert (0, 8191, ids["ours"][0]) in _owners(d.connection_pool.connection_kwargs["port"])
         wait_until(lambda: (0, 8191, ids["ours"][0]) in _owners(d.connection_pool.connection_kwargs["port"]), 10,
                    what="the other shard installing the hand-over")
         assert s.get(key) == b"moves with its slot" and raw(d, "CLUSTER", "COUNTKEYSINSLOT", "8191") == 0
         for args, why in ((("SETSLOT", "8191", "STABLE"), "MIGRATESLOTS"),
-                          (("MEET", "127.0.0.1", "7000"), "durakv cluster start-node"),
+                          (("MEET", "127.0.0.1", "7000"), "durakv cluster add-node"),
                           (("BUMPEPOCH",), "compare-and-set"), (("SAVECONFIG",), "nodes.conf")):
             kind, text = _answer(s, "CLUSTER", *args)
             assert kind == "error" and text.startswith("CLUSTER %s is not supported: " % args[0]) and why in text

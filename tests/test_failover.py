@@ -101,17 +101,17 @@ def test_kill9_of_the_stream_leader(local_cluster):
     w.check()
     # Appends in flight when the leader died were sent again: none may be applied twice.
     survivors = [p.entry["ports"]["client"] for p in cluster.nats if p.name != leader]
-    applied = _applied_set_keys(["nats://127.0.0.1:%d" % port for port in survivors])
+    applied = _applied_set_keys(["nats://127.0.0.1:%d" % port for port in survivors], cluster.secrets.operator_creds)
     assert len(applied) == len(set(applied)), "a journal entry was applied twice"
     assert {o.key for o in write_ops(w.rec.history()) if o.type == "ok"} <= set(applied)
     cluster.restart(leader)
 
 
-def _applied_set_keys(servers, timeout_s=60.0):
+def _applied_set_keys(servers, creds, timeout_s=60.0):
     """The keys of every SET a replica applies from the shard's stream (EpochFilter, in order). Read again
     while the stream has no leader yet (it just lost one)."""
     async def read_once():
-        j = JetStreamJournal(servers, "0", request_timeout_s=2.0)
+        j = JetStreamJournal(servers, "0", request_timeout_s=2.0, creds=creds)
         try:
             await j.open()
             f = EpochFilter()

@@ -16,8 +16,10 @@ from nats_fixtures import async_wait_for
 
 @pytest.fixture(autouse=True)
 def _servers(request, module_nats):
+    _creds[0] = module_nats.secrets.operator_creds
     if request.instance is not None:
         request.instance.servers = module_nats.urls
+        request.instance.creds = module_nats.secrets.operator_creds
 
 
 def shard_for(tmp_path):
@@ -31,7 +33,7 @@ class TestJetStreamJournalContract(JournalContract):
     window = 1
 
     def make_journal(self, tmp_path):
-        return JetStreamJournal(self.servers, shard_for(tmp_path), max_appends_in_flight=self.window)
+        return JetStreamJournal(self.servers, shard_for(tmp_path), max_appends_in_flight=self.window, creds=self.creds)
 
     def test_payloads_are_opaque_bytes(self, tmp_path):
         """As the contract, except the empty payload: on JetStream it is reserved for epoch markers
@@ -91,13 +93,13 @@ def test_marker_fences_a_stale_writer(module_nats, tmp_path):
     shard = shard_for(tmp_path)
 
     async def main():
-        a = JetStreamJournal(module_nats.urls, shard, epoch=1)
+        a = JetStreamJournal(module_nats.urls, shard, creds=module_nats.secrets.operator_creds, epoch=1)
         await a.open()
         fenced = []
         a.on_fenced = fenced.append
         assert await a.append(b"a1") == 1
         assert await a.append(b"a2") == 2
-        b = JetStreamJournal(module_nats.urls, shard, epoch=2)
+        b = JetStreamJournal(module_nats.urls, shard, creds=module_nats.secrets.operator_creds, epoch=2)
         await b.open()
         entries = [e async for e in b.read(0)]
         b.set_last(entries[-1].index)
@@ -111,7 +113,7 @@ def test_marker_fences_a_stale_writer(module_nats, tmp_path):
         assert await b.append(b"b1") == 4
         stored = [e async for e in b.read(0)]
         assert [e.payload for e in stored] == [b"a1", b"a2", b"", b"b1"]
-        f = EpochFilter()
+        f = EpochFilter(1)   # A wrote no marker: a reader that starts at epoch 1 (from a snapshot)
         assert [e.payload for e in stored if f.accept(e)] == [b"a1", b"a2", b"b1"]
         await a.close()
         await b.close()
@@ -124,17 +126,17 @@ def test_stale_append_landing_before_the_marker_is_kept_and_marker_retries(modul
     shard = shard_for(tmp_path)
 
     async def main():
-        a = JetStreamJournal(module_nats.urls, shard, epoch=1)
+        a = JetStreamJournal(module_nats.urls, shard, creds=module_nats.secrets.operator_creds, epoch=1)
         await a.open()
         await a.append(b"a1")
-        b = JetStreamJournal(module_nats.urls, shard, epoch=2)
+        b = JetStreamJournal(module_nats.urls, shard, creds=module_nats.secrets.operator_creds, epoch=2)
         await b.open()
         b.set_last(1)                      # B read up to index 1 ...
         assert await a.append(b"a2") == 2  # ... then A's append landed
         marker = await b.append_marker(2)  # rejected once, retried after index 2
         assert marker == 3
         stored = [e async for e in b.read(0)]
-        f = EpochFilter()
+        f = EpochFilter(1)
         assert [e.payload for e in stored if f.accept(e)] == [b"a1", b"a2"]
         assert b.retries >= 1
         await a.close()
@@ -202,8 +204,11 @@ class _HoldingProxy:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-async def _stream_entries(urls, shard):
-    reader = JetStreamJournal(urls, shard)
+_creds = [None]   # the module's NATS operator credentials (set by the _servers fixture)
+
+
+async def _stream_entries(urls, shard, creds=None):
+    reader = JetStreamJournal(urls, shard, creds=creds or _creds[0])
     await reader.open()
     entries = await collect(reader, 0)
     await reader.close()
@@ -216,7 +221,7 @@ def _check_fencing(entries, acked):
     by_index = {e.index: e for e in entries}
     for index, payload in acked:
         assert by_index[index].payload == payload, (index, payload)
-    f = EpochFilter()
+    f = EpochFilter(1)   # the writers of these tests start at epoch 1 without a marker (as after a snapshot)
     applied = [(e.index, e.payload) for e in entries if f.accept(e)]
     assert applied == sorted(acked), "readers apply something else than the acknowledged entries"
     payloads = [e.payload for e in entries if e.payload]
@@ -230,7 +235,8 @@ async def _stale_writer_a(module_nats, shard, appends):
     proxy = _HoldingProxy(module_nats.urls[0])
     url = await proxy.start()
     # Pings every 30 s: the hold must not make A's client drop the connection (and the held bytes).
-    nc_a = await nats.connect(servers=[url], ping_interval=30, allow_reconnect=False)
+    nc_a = await nats.connect(servers=[url], ping_interval=30, allow_reconnect=False,
+                              user_credentials=module_nats.secrets.operator_creds)
     a = JetStreamJournal(nc_a, shard, epoch=1, max_appends_in_flight=8, request_timeout_s=10)
     await a.ensure_stream()
     await a.refresh()
@@ -267,7 +273,7 @@ def test_stale_writer_with_a_full_window_is_fenced_by_the_marker(module_nats, tm
         a_futs = [a.append(b"a-stale-%d" % i) for i in range(20)]
         await async_wait_for(lambda: _true(a.in_flight == 8), 10, "A's full window in flight")
 
-        b = JetStreamJournal(module_nats.urls[1:], shard, epoch=2, max_appends_in_flight=8)
+        b = JetStreamJournal(module_nats.urls[1:], shard, creds=module_nats.secrets.operator_creds, epoch=2, max_appends_in_flight=8)
         await b.open()
         assert b.commit_index == last_a
         marker = await b.append_marker(2)
@@ -305,7 +311,7 @@ def test_new_writer_in_probation_races_a_stale_chain(module_nats, tmp_path):
         proxy.hold()
         a_futs = [a.append(b"a-stale-%d" % i) for i in range(8)]
         await async_wait_for(lambda: _true(a.in_flight == 8), 10, "A's full window in flight")
-        b = JetStreamJournal(module_nats.urls[1:], shard, epoch=2, max_appends_in_flight=8)
+        b = JetStreamJournal(module_nats.urls[1:], shard, creds=module_nats.secrets.operator_creds, epoch=2, max_appends_in_flight=8)
         await b.open()
         marker = await b.append_marker(2)
         b_payloads = [b"b-%d" % i for i in range(60)]
@@ -332,7 +338,8 @@ def test_stream_leader_killed_mid_window_loses_nothing_and_duplicates_nothing(na
     shard = shard_for(tmp_path)
 
     async def main():
-        w = JetStreamJournal(nats_cluster.urls, shard, max_appends_in_flight=8, request_timeout_s=2.0)
+        w = JetStreamJournal(nats_cluster.urls, shard, creds=nats_cluster.secrets.operator_creds, epoch=1,
+                             max_appends_in_flight=8, request_timeout_s=2.0)
         await w.open()
         for i in range(MAX_APPENDS_IN_FLIGHT):
             await w.append(b"solo-%d" % i)
@@ -348,7 +355,7 @@ def test_stream_leader_killed_mid_window_loses_nothing_and_duplicates_nothing(na
         assert results == list(range(MAX_APPENDS_IN_FLIGHT + 1, MAX_APPENDS_IN_FLIGHT + n + 1))
         assert w.retries >= 1, "the kill did not interrupt any append"
         survivors = [node.url for node in nats_cluster.nodes if node.name != leader]
-        entries = await _stream_entries(survivors, shard)
+        entries = await _stream_entries(survivors, shard, nats_cluster.secrets.operator_creds)
         assert [e.payload for e in entries] == [b"solo-%d" % i for i in range(MAX_APPENDS_IN_FLIGHT)] + payloads
         _check_fencing(entries, list(zip(results, payloads)) +
                        [(i + 1, b"solo-%d" % i) for i in range(MAX_APPENDS_IN_FLIGHT)])
@@ -371,7 +378,7 @@ def test_own_entries_whose_acks_were_lost_are_acknowledged_not_sent_twice(module
     shard = shard_for(tmp_path)
 
     async def main():
-        w = JetStreamJournal(module_nats.urls, shard, epoch=5, max_appends_in_flight=8)
+        w = JetStreamJournal(module_nats.urls, shard, creds=module_nats.secrets.operator_creds, epoch=5, max_appends_in_flight=8)
         await w.open()
         assert await w.append(b"first") == 1
         for p in (b"x1", b"x2"):

@@ -13,7 +13,6 @@ import valkey
 from conftest import DEBUG_ARGS, wait_get_refused, wait_new_primary, wait_until
 from nats_fixtures import run
 from durakv.cluster.store import Lease, NatsStore
-from durakv.journal.jetstream import connect
 
 LEASE = "CLUSTERDOWN The primary's lease expired; it is not serving until it is renewed"
 
@@ -188,7 +187,7 @@ def _debug_sleep(port, seconds):
 
 def _stored_lease(cluster):
     async def read():
-        nc = await connect([u for u in cluster.nats_servers.split(",")])
+        nc = await cluster.nats_connect()
         try:
             store = await NatsStore(nc).open_leases()
             return await store.get_lease("0")

@@ -12,7 +12,6 @@ from valkey.cluster import ValkeyCluster
 
 from conftest import wait_until
 from nats_fixtures import mark_migration
-from durakv.journal.jetstream import connect
 from durakv.routing import key_slot
 
 WRITERS = 8
@@ -164,7 +163,7 @@ async def _limit_journal(cluster, stream, full):
     """full: the shard's stream takes no more messages (max_msgs at its count, discard new), so every append is
     refused with an API error that is not fencing; else its own limits again."""
     from nats.js.api import DiscardPolicy
-    nc = await connect([u for u in cluster.nats_servers.split(",") if u])
+    nc = await cluster.nats_connect()
     try:
         js = nc.jetstream()
         info = await js.stream_info(stream)

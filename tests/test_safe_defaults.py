@@ -468,7 +468,7 @@ def test_slot_migration_goes_over_tls_even_when_the_target_has_a_plain_port(loca
     trap = PlainTrap()
     try:
         async def give_the_target_a_plain_port(store):
-            topology, rev = await store.get_topology()
+            topology, rev = await store.get_base_topology()     # the operator's topology
             return await store.put_topology(topology.with_node(dst.node_id, port=trap.port), rev)
         cluster._store_call(give_the_target_a_plain_port)
         key = _slot_key("tls-move-", (0, 8191))
@@ -497,22 +497,28 @@ def test_slot_migration_goes_over_tls_even_when_the_target_has_a_plain_port(loca
 
 
 def test_slot_migration_authenticates_to_a_target_that_requires_a_password(local_cluster):
-    cluster = local_cluster(shards=2, replicas=0, durability="sync")
+    """The finding: migration sent no AUTH, so a target with a password refused every key. Nodes present the
+    cluster's internal user (the auth document `durakv cluster create` seeds), which keeps working when the
+    cluster's password changes (CONFIG SET requirepass on any node: every node follows)."""
+    cluster = local_cluster(shards=2, replicas=0, durability="sync", password=None)   # locked, as `cluster up`
+    pw = cluster.secrets.resp_password
     src, dst = cluster.primary(0), cluster.primary(1)
     k1, k2 = _slot_key("auth-a-", (0, 8191)), _slot_key("auth-b-", (0, 8191))
-    with valkey.Valkey(port=src.port, socket_timeout=10) as c:
+    with valkey.Valkey(port=src.port, socket_timeout=10, password=pw) as c:
         assert c.set(k1, "1") and c.set(k2, "2")
-    # 1. the target has a password, the source none: the source's primaryauth (masterauth) is its credential
-    call("127.0.0.1", dst.port, "CONFIG", "SET", "requirepass", "target-pw")
-    call("127.0.0.1", src.port, "CONFIG", "SET", "primaryauth", "target-pw")
     _mark_migration(cluster, [key_slot(k1.encode())], "0", "1")
-    wait_until(lambda: _owner(cluster, key_slot(k1.encode())) == "1", 60, what="the slot moved (primaryauth)")
-    assert call("127.0.0.1", dst.port, "GET", k1, password="target-pw") == b"1"
-    # 2. every node has the same requirepass (cluster-wide auth) and no primaryauth: that password is used
-    call("127.0.0.1", src.port, "CONFIG", "SET", "primaryauth", "")
-    call("127.0.0.1", src.port, "CONFIG", "SET", "requirepass", "cluster-pw")
-    call("127.0.0.1", dst.port, "CONFIG", "SET", "requirepass", "cluster-pw", password="target-pw")
+    wait_until(lambda: _owner(cluster, key_slot(k1.encode())) == "1", 60, what="the slot moved (internal user)")
+    assert call("127.0.0.1", dst.port, "GET", k1, password=pw) == b"1"
+    # the cluster's password changes on one node: every node asks for the new one, and migration goes on
+    call("127.0.0.1", src.port, "CONFIG", "SET", "requirepass", "cluster-pw", password=pw)
+
+    def dst_follows():
+        try:
+            return bool(call("127.0.0.1", dst.port, "PING", password="cluster-pw"))
+        except valkey.exceptions.AuthenticationError:
+            return False
+    wait_until(dst_follows, 30, what="the target asking for the cluster's new password")
     if key_slot(k2.encode()) != key_slot(k1.encode()):
         _mark_migration(cluster, [key_slot(k2.encode())], "0", "1")
-        wait_until(lambda: _owner(cluster, key_slot(k2.encode())) == "1", 60, what="the slot moved (requirepass)")
+        wait_until(lambda: _owner(cluster, key_slot(k2.encode())) == "1", 60, what="the slot moved (new password)")
     assert call("127.0.0.1", dst.port, "GET", k2, password="cluster-pw") == b"2"

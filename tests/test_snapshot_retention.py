@@ -12,11 +12,11 @@ import valkey
 
 from conftest import wait_until
 from durakv.cluster import store as store_module
+from durakv.cluster.natsnames import snapshot_bucket
 from durakv.cluster.store import NatsStore
-from durakv.journal.jetstream import connect
 
 SNAPSHOTS_KEPT = getattr(store_module, "SNAPSHOTS_KEPT", 2)   # (main before retention: 2, in node.py)
-BUCKET = NatsStore.SNAPSHOTS
+BUCKET = snapshot_bucket("0")      # one bucket per shard
 STREAM = "OBJ_" + BUCKET
 
 
@@ -32,7 +32,7 @@ def _snapshots_logged(node):
 
 def _on_store(cluster, fn):
     async def go():
-        nc = await connect([u for u in cluster.nats_servers.split(",") if u])
+        nc = await cluster.nats_connect()
         try:
             store = await NatsStore(nc).open()
             return await fn(store, nc.jetstream(timeout=10.0))
@@ -46,14 +46,15 @@ async def _leave_leftovers(store, js):
     way nats-py deletes (meta message kept, marked deleted), and chunks whose put never wrote its meta."""
     for index in (1, 2, 3):
         await store.put_snapshot("0", index, 1, b"old run %d " % index * 1000)
-    await store.obs.put("shard-7/00000000000000000005", b"x" * 300000)
-    await store.obs.delete("shard-7/00000000000000000005")
+    obs = await store._bucket("0")
+    await obs.put("00000000000000000005", b"x" * 300000)
+    await obs.delete("00000000000000000005")
     for i in range(3):
         await js.publish("$O.%s.C.leftover-of-a-crashed-put" % BUCKET, b"c" * 1000 + b"%d" % i)
 
 
 async def _bucket(store, js):
-    objects = await store.obs.list(ignore_deletes=False)
+    objects = await (await store._bucket("0")).list(ignore_deletes=False)
     info = await js.stream_info(STREAM, subjects_filter="$O.%s.>" % BUCKET)
     state = (await js.stream_info(STREAM)).state
     return ([(o.name, bool(o.deleted), o.nuid, o.chunks) for o in objects], dict(info.state.subjects or {}),
@@ -107,8 +108,8 @@ def test_the_store_keeps_only_the_newest_snapshots_and_drops_leftovers(local_clu
         raise AssertionError("the stream holds more than the kept snapshots: %r" % (seen,)) from None
     objects, live = seen["objects"], seen["live"]
     assert [name for name, deleted, _n, _c in objects if deleted] == []        # no tombstones left
-    assert len(live) <= SNAPSHOTS_KEPT and all(name.startswith("shard-0/") for name, _n, _c in live), objects
-    assert all(int(name.split("/")[1]) > 3 for name, _n, _c in live), objects   # the old run's are gone
+    assert len(live) <= SNAPSHOTS_KEPT and all(name.isdigit() for name, _n, _c in live), objects
+    assert all(int(name) > 5 for name, _n, _c in live), objects   # the old run's are gone
     info = _repl(replica)
     assert info["snapshots_stored"] >= 9
     assert 1 <= info["snapshot_store_shard_count"] <= SNAPSHOTS_KEPT

@@ -7,7 +7,6 @@ import uuid
 import pytest
 
 from durakv.cluster.store import Lease, NatsStore, StaleRevision
-from durakv.journal.jetstream import connect
 from durakv.routing import Node, Shard, Topology, TopologyError
 from nats_fixtures import async_wait_for, run
 
@@ -26,13 +25,12 @@ def three_shard_topology(epoch=4):
     return Topology(shards, epoch).with_migration(range(5000, 5010), nid(0x5001)).with_migration([12000], nid(0x5000))
 
 
-async def open_store(servers, bucket):
-    nc = await connect(servers, name="test-topology")
+async def open_store(nats_cluster, bucket):
+    nc = await nats_cluster.connect(name="test-topology")
     store = NatsStore(nc)
     # A bucket per test: the topology key is one per bucket.
     store.LEASES = "T_LEASES_" + bucket
-    store.SNAPSHOTS = "T_SNAPS_" + bucket
-    await store.open(timeout_s=30)
+    await store.create_cluster(timeout_s=30)
     return store
 
 
@@ -43,7 +41,7 @@ def bucket():
 
 def test_round_trip_of_a_three_shard_topology_with_migrating_slots(module_nats, bucket):
     async def main():
-        store = await open_store(module_nats.urls, bucket)
+        store = await open_store(module_nats, bucket)
         try:
             assert await store.get_topology() == (None, 0)
             t = three_shard_topology()
@@ -56,7 +54,7 @@ def test_round_trip_of_a_three_shard_topology_with_migrating_slots(module_nats, 
             assert back.nodes[nid(3)].health == "pfail" and back.nodes[nid(12)].role == "replica"
             assert back.shard_by_slot[10922].id == nid(0x5001) and back.current_epoch == 4
             # Another process sees the same.
-            other = await open_store(module_nats.urls, bucket)
+            other = await open_store(module_nats, bucket)
             try:
                 assert await other.get_topology() == (t, revision)
             finally:
@@ -68,8 +66,8 @@ def test_round_trip_of_a_three_shard_topology_with_migrating_slots(module_nats, 
 
 def test_compare_and_set_conflicts(module_nats, bucket):
     async def main():
-        one = await open_store(module_nats.urls, bucket)
-        two = await open_store(module_nats.urls, bucket)
+        one = await open_store(module_nats, bucket)
+        two = await open_store(module_nats, bucket)
         try:
             t = three_shard_topology()
             r1 = await one.put_topology(t, 0)
@@ -100,7 +98,7 @@ def test_compare_and_set_conflicts(module_nats, bucket):
 
 def test_watch_delivers_the_current_topology_and_every_update_in_order(module_nats, bucket):
     async def main():
-        store = await open_store(module_nats.urls, bucket)
+        store = await open_store(module_nats, bucket)
         seen, seen2 = [], []
         try:
             t0 = three_shard_topology()
@@ -143,7 +141,7 @@ def test_watch_delivers_the_current_topology_and_every_update_in_order(module_na
 
 def test_watch_starts_empty_and_survives_a_failing_callback(module_nats, bucket):
     async def main():
-        store = await open_store(module_nats.urls, bucket)
+        store = await open_store(module_nats, bucket)
         calls = []
 
         def cb(t, rev):
@@ -167,7 +165,7 @@ def test_watch_starts_empty_and_survives_a_failing_callback(module_nats, bucket)
 
 def test_put_refuses_what_is_not_a_topology(module_nats, bucket):
     async def main():
-        store = await open_store(module_nats.urls, bucket)
+        store = await open_store(module_nats, bucket)
         try:
             with pytest.raises(TypeError):
                 await store.put_topology({"version": 1}, 0)
@@ -180,7 +178,7 @@ def test_put_refuses_what_is_not_a_topology(module_nats, bucket):
 def test_watch_task_runs_on_the_callers_loop(module_nats, bucket):
     """The callback runs on the event loop that started the watch (a node swaps its snapshot there)."""
     async def main():
-        store = await open_store(module_nats.urls, bucket)
+        store = await open_store(module_nats, bucket)
         loops = []
         try:
             watch = await store.watch_topology(lambda t, rev: loops.append(asyncio.get_running_loop()))

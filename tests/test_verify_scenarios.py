@@ -276,7 +276,8 @@ def test_cluster_target_with_a_fault_command(sync_cluster):
     node = wait_until(lambda: sync_cluster.reload().primary(0), 30, what="the cluster's primary")
     ca = sync_cluster.manifest["tls"]["ca"]
     fault = f"{sys.executable} -m durakv cluster failover --dir {sync_cluster.dir}"
-    env = sc.Env.endpoint("127.0.0.1", node.port, tls=True, tls_ca=ca, fault_cmd=fault, say=quiet)
+    env = sc.Env.endpoint("127.0.0.1", node.port, tls=True, tls_ca=ca, fault_cmd=fault, say=quiet,
+                          password=sync_cluster.secrets.resp_password)    # a cluster `up` made: locked
     assert env.target.cluster_mode is True and len(env.target.nodes) == 3
     res = sc.acked_writes(env, fault="failover", runs=1, writers=2, **SHORT)
     assert res.status == sc.PASS, res.reasons

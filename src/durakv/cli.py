@@ -138,6 +138,8 @@ def run_server(argv):
 
 
 def main(argv=None):
+    from .logs import quiet_asyncio_ssl_notice
+    quiet_asyncio_ssl_notice()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
     parser.add_argument("command", nargs="?", default="server",

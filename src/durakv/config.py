@@ -445,7 +445,9 @@ def _fmt(v):
 FIXED_AT_START = frozenset({"bind", "dir", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
                             "tls-ca-cert-dir", "tls-auth-clients", "availability-zone",
                             "journal-nats-tls-ca-file", "journal-backend", "journal-nats-servers",
-                            "journal-max-appends-in-flight", "shard", "node-id", "announce-ip",
+                            "journal-max-appends-in-flight", "shard", "node-id", "cluster-announce-ip",
+                            "cluster-announce-port", "cluster-announce-tls-port", "journal-nats-creds",
+                            "journal-nats-tls-cert-file", "journal-nats-tls-key-file",
                             "journal-segment-bytes", "journal-fsync", "debug-ack-before-commit"})
 
 # Valkey 9.1.2 configs durakv knows and refuses, with the reason CONFIG SET and start-up give: their effect
@@ -746,8 +748,17 @@ OPTIONS = [
                 "it writes are refused until the journal catches up"),
     Option("journal-backend", "local", Enum("local", "jetstream"), mutable=False,
            help="durakv: local (segmented WAL in dir) or jetstream (a NATS JetStream stream per shard)"),
-    Option("journal-nats-servers", "nats://127.0.0.1:4222", _string, mutable=False,
-           help="durakv: comma-separated NATS server URLs of the JetStream journal and coordination store"),
+    Option("journal-nats-servers", "", _string, mutable=False,
+           help="durakv: comma-separated NATS server URLs of the JetStream journal and coordination store; empty: "
+                "the ones `durakv cluster create` gave the node when it joined"),
+    Option("journal-nats-creds", "", _string, mutable=False,
+           help="durakv: a NATS credentials file the operator issued for this node ahead of time (`durakv cluster "
+                "issue-node`), with --shard; without it a node waits for `durakv cluster create` to assign it and "
+                "keeps the identity it was given in DIR/cluster"),
+    Option("journal-nats-tls-cert-file", "", _string, mutable=False,
+           help="durakv: the client certificate presented to NATS servers that verify clients (mutual TLS)"),
+    Option("journal-nats-tls-key-file", "", _string, mutable=False,
+           help="durakv: the key of journal-nats-tls-cert-file"),
     Option("journal-max-appends-in-flight", 8, _int(1, 32), mutable=False,
            help="durakv: JetStream journal appends sent before the first is acknowledged (each conditional on "
                 "the sequence the one before takes; 1 = one at a time). 32 is the bound fencing relies on "
@@ -775,8 +786,15 @@ OPTIONS = [
     Option("replica-max-lag-ms", 5000, _int(0, INT_MAX),
            help="durakv: a replica that has known for longer than this of journal entries it has not applied "
                 "answers reads with -MASTERDOWN until it catches up (0: never)"),
-    Option("announce-ip", "127.0.0.1", _string, mutable=False,
-           help="durakv: the address this node gives clients and its shard (topology, MOVED, CLUSTER SLOTS)"),
+    # Valkey's names for what a node tells clients and other nodes about itself (announce-ip is durakv's older
+    # name). Empty ip: the bind address if it is one, else 127.0.0.1; 0 ports: the ones it listens on.
+    Option("cluster-announce-ip", "", _string, mutable=False, aliases=("announce-ip",),
+           help="the address this node gives clients and the other nodes (topology, MOVED, CLUSTER SLOTS); empty: "
+                "its bind address if that is one host's, else 127.0.0.1"),
+    Option("cluster-announce-port", 0, _int(0, 65535), mutable=False,
+           help="the client port this node announces; 0: the one it listens on"),
+    Option("cluster-announce-tls-port", 0, _int(0, 65535), mutable=False,
+           help="the TLS client port this node announces; 0: the one it listens on"),
     # under 1 KiB every record would take a segment file of its own (a file per write)
     Option("journal-segment-bytes", 64 * MB, _mem(1024, LLONG_MAX), mutable=False,
            help="durakv: size at which the local journal starts a new segment file"),
@@ -878,6 +896,18 @@ class Config:
     def get(self, name, default=None):
         opt = BY_NAME.get(name)
         return self.values[opt.name] if opt else default
+
+    def announced(self):
+        """(ip, port, tls_port) this node tells clients and other nodes (Valkey's cluster-announce-*): the
+        announce ip, else the first bind address that is one host's, else 127.0.0.1; the announce ports, else
+        the ones it listens on."""
+        ip = self.values["cluster-announce-ip"]
+        if not ip:
+            binds = [b.lstrip("-") for b in self.values["bind"]] if isinstance(self.values["bind"], (list, tuple)) \
+                else str(self.values["bind"]).split()
+            ip = next((b for b in binds if b not in ("*", "0.0.0.0", "::", "::*", "")), "127.0.0.1")
+        return (ip, self.values["cluster-announce-port"] or self.values["port"],
+                self.values["cluster-announce-tls-port"] or self.values["tls-port"])
 
     def tls_needs_ca(self) -> bool:
         """Valkey's tlsConfigure refusal: TLS is on and something must verify a peer's certificate (client

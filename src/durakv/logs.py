@@ -41,3 +41,19 @@ class Recurring:
 
     def active(self, key) -> bool:
         return key in self._open
+
+
+class _NoSslEofNotice(logging.Filter):
+    """asyncio logs "returning true from eof_received() has no effect when using ssl" whenever a TLS peer closes a
+    connection whose protocol (nats-py's) returns True from eof_received: a harmless notice about the protocol's
+    return value, which reads like an error on every `durakv cluster --tls` command. Dropped; every other asyncio
+    record passes."""
+
+    def filter(self, record):
+        return "eof_received()" not in record.getMessage()
+
+
+def quiet_asyncio_ssl_notice():
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _NoSslEofNotice) for f in logger.filters):
+        logger.addFilter(_NoSslEofNotice())

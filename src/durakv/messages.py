@@ -297,8 +297,8 @@ CLUSTERSCAN_SLOT_MISMATCH = "ERR Cursor slot mismatch with SLOT argument"
 # durakv's refusals: the topology lives in the coordination store, changed by `durakv cluster ...`
 CLUSTER_TOPOLOGY_UNSUPPORTED = ("ERR CLUSTER {} is not supported: {}")
 CLUSTER_SLOTS_IN_STORE = "slots are assigned in the coordination store; use durakv cluster reshard"
-CLUSTER_NODES_IN_STORE = ("nodes join and leave through the coordination store; use durakv cluster start-node / "
-                          "remove-shard")
+CLUSTER_NODES_IN_STORE = ("nodes join and leave through the coordination store; use durakv cluster add-node / "
+                          "del-node / replace-node")
 CLUSTER_ROLES_IN_STORE = ("a node's shard and role come from the coordination store; use durakv cluster "
                           "start-node / failover")
 CLUSTER_CONFIG_IN_STORE = "the topology is kept in the coordination store, not in a nodes.conf"
@@ -314,6 +314,15 @@ CLUSTER_TOPOLOGY_FIXED = ("this node's topology is its own (a one-node cluster o
                           "coordination store to change)")
 CLUSTER_SLOT_OTHER_SHARD = ("ERR Slot {} is owned by shard {}: send CLUSTER DELSLOTS to one of that shard's "
                             "nodes")
+REPLICA_APPLY_STOPPED = ("MASTERDOWN This replica stopped applying the shard's journal at {} (it serves no data "
+                         "until an operator deals with that entry)")
+JOIN_REFUSED = "ERR durakv: cannot join: {}"
+JOIN_NEEDS_JETSTREAM = ("ERR durakv: only a node started with --journal-backend jetstream can join a cluster (this one "
+                        "keeps its journal on its own disk)")
+ACL_SHARE_FAILED = "ERR the cluster's ACL users could not be stored: {}"
+CLUSTER_OTHER_SHARD = ("ERR CLUSTER {}: a node changes only its own shard's slots (its NATS identity may write "
+                       "nothing else); send it to a node of the shard that owns the slot, or use durakv cluster "
+                       "reshard")
 CLUSTER_MANUAL_MIGRATION = ("durakv moves a slot's keys itself (through the target's journal), so the manual "
                             "MIGRATING/IMPORTING/STABLE states have nothing to mean; use CLUSTER MIGRATESLOTS "
                             "or CLUSTER SETSLOT <slot> NODE <node-id>")

@@ -1,8 +1,16 @@
-"""Bringing a local cluster up: ports, each node's command line, the first topology, `LocalCluster.up`.
+"""Bringing a local cluster up: ports, each node's command line and config file, `LocalCluster.up`.
 
-`up` starts everything detached (own sessions, logs in dir/logs) and writes dir/manifest.json (see
-cluster/manifest.py); a port another program takes between choosing and binding it moves that process to
-another free port. Every wait is a poll with a deadline. Mixed into LocalCluster (cluster/local.py).
+`up` is a launcher on top of the operator's operations (cluster/admin.py), not a second implementation: it
+makes the cluster's secrets (cluster/secrets.py) in DIR/secrets, starts three NATS servers in operator mode
+(one per AZ) and the durakv nodes, unassigned, then runs `create` with the layout it chose (shard k's primary
+in AZ k mod 3, its replicas in the next AZs). Everything starts detached (own sessions, logs in DIR/logs) and
+DIR/manifest.json records it (cluster/manifest.py); a port another program takes between choosing and binding
+it moves that process to another free port. Every wait is a poll with a deadline. Mixed into LocalCluster
+(cluster/local.py).
+
+Locked like any layout durakv makes: NATS asks every client for a JWT of the cluster's operator and every
+route for the route password (with --tls, certificates of the cluster's CA too), and the nodes ask for the
+cluster's password (DIR/secrets/resp.pass), which is in each node's config file (0600), never in its argv.
 """
 
 import asyncio
@@ -12,16 +20,13 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ..journal.jetstream import connect
-from ..routing import Node, Shard, Topology
-from ..routing.topology import bus_port_of, node_id_for
+from .admin import ClusterAdmin
 from .manifest import MANIFEST_VERSION, ClusterError, manifest_path
 from .nats_procs import AZS, NatsCluster, ProcessError, free_ports, port_is_free
 from .proxyctl import choose_proxy_ports
 from .roles import ClusterNotReady
+from .secrets import ClusterSecrets, _write_private
 from .settings import NONE_REFUSED
-from .store import NatsStore
-from .tls import client_context, make_certs
 
 if TYPE_CHECKING:
     from .local import LocalCluster
@@ -29,20 +34,30 @@ if TYPE_CHECKING:
 log = logging.getLogger("durakv.cluster")
 
 
-def durakv_argv(port, node_dir, nats_servers, shard, az, node_id, durability, journal_backend, extra=(),
-                cluster_mode=True, tls=None, metrics_port=0):
-    """The command line of one node. tls ({"cert", "key", "ca"}): clients only over TLS (on `port`), NATS too;
+def node_config_text(password, tls=None, nats_ca=None):
+    """A node's config file: what must not be in its argv (the password) and its TLS files."""
+    from ..config import quote_config_value
+    lines = ["# durakv local cluster node (made by `durakv cluster up`; holds the cluster's password: 0600)"]
+    if password:
+        lines.append("requirepass %s" % quote_config_value(password))
+    return "\n".join(lines) + "\n"
+
+
+def durakv_argv(port, node_dir, nats_servers, az, durability, journal_backend, extra=(), cluster_mode=True, tls=None,
+                metrics_port=0, config_file=None):
+    """The command line of one node (unassigned: `cluster create` gives it its shard). tls ({"cert", "key",
+    "ca"}): clients only over TLS (on `port`), NATS too, with the same certificate as its client certificate;
     metrics_port: its own Prometheus metrics (server/metrics.py), 0 for none."""
     if tls:
         ports = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", tls["cert"], "--tls-key-file",
                  tls["key"], "--tls-ca-cert-file", tls["ca"], "--tls-auth-clients", "no",
-                 "--journal-nats-tls-ca-file", tls["ca"]]
+                 "--journal-nats-tls-ca-file", tls["ca"], "--journal-nats-tls-cert-file", tls["cert"],
+                 "--journal-nats-tls-key-file", tls["key"]]
     else:
         ports = ["--port", str(port)]
-    return [sys.executable, "-m", "durakv", "server"] + ports + [
+    return [sys.executable, "-m", "durakv", "server"] + ([config_file] if config_file else []) + ports + [
         "--bind", "127.0.0.1", "--dir", node_dir, "--journal-backend", journal_backend,
-        "--journal-nats-servers", nats_servers, "--shard", str(shard), "--availability-zone", az,
-        "--node-id", node_id, "--durability", durability,
+        "--journal-nats-servers", nats_servers, "--availability-zone", az, "--durability", durability,
         "--cluster-enabled", "yes" if cluster_mode else "no"] + (
         ["--metrics-port", str(metrics_port)] if metrics_port else []) + list(extra)
 
@@ -56,52 +71,24 @@ def _port_clash(log_text: str) -> bool:
     return "address already in use" in text or "errno 98" in text or "already in use" in text
 
 
-def slot_ranges(shards: int):
-    """16384 slots split into `shards` contiguous ranges, as `redis-cli --cluster create` splits them."""
-    per = 16384 / shards
-    return [(int(round(i * per)), int(round((i + 1) * per)) - 1) for i in range(shards)]
+def shard_flags(extra_server_args) -> dict:
+    """The shard settings the nodes' extra arguments name (--lease-ttl-ms, --durability-buffer-ms): what `create`
+    stores as every shard's, as the first node's flags once were."""
+    out = {}
+    args = list(extra_server_args)
+    for flag, key in (("--lease-ttl-ms", "lease_ttl_ms"), ("--durability-buffer-ms", "durability_buffer_ms")):
+        for i, a in enumerate(args):
+            if a == flag and i + 1 < len(args):
+                out[key] = int(args[i + 1])
+            elif a.startswith(flag + "="):
+                out[key] = int(a.split("=", 1)[1])
+    return out
 
 
-def initial_topology(shard_nodes, tls=False):
-    """The topology `cluster up` stores before any node starts: per shard its slot range, its node 0 as
-    primary (the node that normally wins the first lease; the winner rewrites it when it promotes) and the
-    others as replicas. shard_nodes: [[(node_id, port), ...] per shard]."""
-    shards = []
-    for n, ((a, b), nodes) in enumerate(zip(slot_ranges(len(shard_nodes)), shard_nodes)):
-        # repl_offset 1: a replica is listed by CLUSTER SLOTS (Valkey hides those at offset 0 as not in sync)
-        members = [Node(id=node_id, ip="127.0.0.1", port=0 if tls else port, tls_port=port if tls else 0,
-                        bus_port=bus_port_of(port), az=AZS[i % len(AZS)], repl_offset=1)
-                   for i, (node_id, port) in enumerate(nodes)]
-        shards.append(Shard(id=node_id_for("shard:%d" % n), name=str(n), config_epoch=1, slots=((a, b),),
-                            primary=members[0], replicas=tuple(members[1:])))
-    return Topology(shards, current_epoch=1)
-
-
-def store_topology(nats_servers, topology, timeout_s=30.0, tls_ca=None):
-    """Writes the cluster's first topology into the coordination store (only if none is there yet)."""
-    async def put():
-        nc = await connect([u for u in nats_servers.split(",") if u], name="durakv-cluster-up",
-                           tls=client_context(tls_ca) if tls_ca else None)
-        try:
-            delay_s = 0.05
-            while True:
-                # Right after NATS starts, JetStream may still be electing the bucket's leader ("no responders",
-                # timeouts): retried until the deadline. A compare-and-set lost to another writer is read again.
-                try:
-                    store = await NatsStore(nc).open()
-                    current, revision = await store.get_topology()
-                    if current is None:
-                        await store.put_topology(topology, revision)
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - retried; the deadline bounds it
-                    log.debug("storing the first topology failed (%r); retrying", exc)
-                    await asyncio.sleep(delay_s)
-                    delay_s = min(delay_s * 2, 1.0)
-        finally:
-            await nc.close()
-    asyncio.run(asyncio.wait_for(put(), timeout_s))
+def layout_azs(shard, nodes_per_shard):
+    """The AZs of a shard's nodes, primary first: shard k's primary in AZ k mod 3, its replicas in the next ones,
+    as the managed services spread primaries (one AZ's power cut takes at most a third of them)."""
+    return [AZS[(shard + i) % len(AZS)] for i in range(nodes_per_shard)]
 
 
 class Bootstrap:
@@ -110,7 +97,7 @@ class Bootstrap:
     @classmethod
     def up(cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
            timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True, tls=False,
-           partitionable=False, env=None) -> "LocalCluster":
+           partitionable=False, env=None, password=None) -> "LocalCluster":
         """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
 
         Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
@@ -118,7 +105,9 @@ class Bootstrap:
         On a readiness timeout the processes stay up (manifest written) and ClusterNotReady is raised.
         partitionable: every connection into a NATS node from another AZ goes through the partition proxy
         (cluster/netproxy.py), so `durakv chaos partition` can cut an AZ off. env: extra environment variables
-        of the durakv nodes (kept in the manifest, so restarts get them too)."""
+        of the durakv nodes (kept in the manifest, so restarts get them too). password: the nodes' password
+        (None: a new random one, in DIR/secrets/resp.pass; "" only for the test harness, whose tests talk to
+        each node directly on 127.0.0.1: NATS stays locked whatever it is)."""
         dir = os.path.abspath(str(dir))
         say = log or (lambda msg: None)
         if durability == "none" and journal_backend == "jetstream":
@@ -131,12 +120,22 @@ class Bootstrap:
             if running:
                 raise ClusterError(f"a cluster is already running in {dir} ({', '.join(running)}); "
                                    f"stop it with `durakv cluster down --dir {dir}`")
+            if old.nodes and all(os.path.exists(os.path.join(p.dir, "cluster", "member.json")) for p in old.nodes):
+                # A stopped cluster: every process again as it was (same ports, same data, same identities).
+                say(f"starting the stopped cluster in {dir} again")
+                old.start_nodes([p.name for p in old.processes if p.kind != "proxy"], timeout_s=timeout_s)
+                return old.wait_ready(timeout_s)
         os.makedirs(os.path.join(dir, "logs"), exist_ok=True)
         nodes_per_shard = 1 + replicas
         n_durakv = shards * nodes_per_shard
-        certs = make_certs(dir) if tls else None
+        secrets_dir = os.path.join(dir, "secrets")
+        if os.path.exists(os.path.join(secrets_dir, "cluster.json")):
+            secrets = ClusterSecrets(secrets_dir)
+        else:
+            secrets = ClusterSecrets.init(secrets_dir, tls=tls, resp_password=password or None)
+        certs = secrets.host_cert("node", ["127.0.0.1", "localhost"]) if tls else None
         proxy_ports = choose_proxy_ports(base_port) if partitionable else None
-        nats = NatsCluster(dir, base_port=base_port, tls=certs, proxy=proxy_ports)
+        nats = NatsCluster(dir, base_port=base_port, tls=certs, proxy=proxy_ports, secrets=secrets)
         nats.check_ports()
         if base_port:
             durakv_ports = [base_port + 10 + k for k in range(n_durakv)]
@@ -153,7 +152,7 @@ class Bootstrap:
                                 "cluster_mode": bool(cluster_mode and journal_backend == "jetstream"),
                                 "tls": bool(tls), "partitionable": bool(partitionable)},
                     "env": dict(env or {}),
-                    "tls": certs,
+                    "tls": certs, "secrets": secrets_dir, "password": password != "",
                     "nats_servers": "", "processes": []}
         cluster = cls(dir, manifest)
         for attempt in range(PORT_ATTEMPTS):
@@ -170,6 +169,8 @@ class Bootstrap:
                         "start_time": n.start_time, "dir": n.store_dir, "log": n.log_path, "argv": n.argv,
                         "config": n.config_path})
                 manifest["nats_servers"] = nats.servers
+                secrets.meta["nats"] = nats.urls
+                secrets.save()
                 cluster.save()
                 t0 = time.monotonic()
                 nats.wait_ready(timeout_s)
@@ -185,7 +186,7 @@ class Bootstrap:
                 say(f"a NATS port was taken meanwhile ({exc}); choosing other ports")
                 manifest["processes"] = []
                 proxy_ports = choose_proxy_ports(None) if partitionable else None
-                nats = NatsCluster(dir, base_port=None, tls=certs, proxy=proxy_ports)
+                nats = NatsCluster(dir, base_port=None, tls=certs, proxy=proxy_ports, secrets=secrets)
             except BaseException:
                 nats.stop()
                 cluster._stop_proxy()
@@ -193,42 +194,48 @@ class Bootstrap:
 
         cluster_mode = manifest["options"]["cluster_mode"]
         k = 0
-        shard_nodes = []
+        layout = []
         for shard in range(shards):
-            shard_nodes.append([])
-            for i in range(nodes_per_shard):
-                az = AZS[i % len(AZS)]
+            layout.append([])
+            for i, az in enumerate(layout_azs(shard, nodes_per_shard)):
                 name = f"{shard}-{i}"
-                node_id = node_id_for(f"{os.path.basename(dir)}:{name}")   # 40 hex, stable across restarts
                 node_dir = os.path.join(dir, "nodes", name)
                 os.makedirs(node_dir, exist_ok=True)
-                argv = durakv_argv(durakv_ports[k], node_dir, cluster.node_nats_servers(az), shard, az, node_id,
-                                   durability, journal_backend, extra_server_args, cluster_mode=cluster_mode,
-                                   tls=certs, metrics_port=metrics_ports[k])
+                conf = os.path.join(node_dir, "durakv.conf")
+                _write_private(conf, node_config_text(manifest["password"] and secrets.resp_password))
+                argv = durakv_argv(durakv_ports[k], node_dir, cluster.node_nats_servers(az), az, durability,
+                                   journal_backend, extra_server_args, cluster_mode=cluster_mode, tls=certs,
+                                   metrics_port=metrics_ports[k], config_file=conf)
                 manifest["processes"].append({
-                    "kind": "durakv", "name": name, "node_id": node_id, "shard": shard, "index": i, "az": az,
+                    "kind": "durakv", "name": name, "node_id": None, "shard": shard, "index": i, "az": az,
                     "ports": {"client": durakv_ports[k], "metrics": metrics_ports[k]}, "pid": None,
                     "start_time": None, "dir": node_dir,
                     "log": os.path.join(dir, "logs", f"{name}.log"), "argv": argv,
-                    "tls_ca": certs["ca"] if certs else None})
-                shard_nodes[-1].append((node_id, durakv_ports[k]))
+                    "tls_ca": certs["ca"] if certs else None,
+                    "password_file": os.path.join(secrets_dir, "resp.pass") if manifest["password"] else None})
+                layout[-1].append(name)
                 k += 1
-        if cluster_mode:
-            store_topology(nats.servers, initial_topology(shard_nodes, tls=bool(certs)),
-                           tls_ca=certs["ca"] if certs else None)
-            say(f"topology stored: {shards} shard(s) over 16384 slots")
-        # Each shard's node 0 (az1) starts first so that it normally wins the first lease: a predictable layout.
-        first = [p for p in cluster.nodes if p.entry["index"] == 0]
-        rest = [p for p in cluster.nodes if p.entry["index"] != 0]
-        for p in first:
+        for p in cluster.nodes:
             cluster._spawn(p)
         cluster.save()
         t0 = time.monotonic()
-        cluster._wait_ready_moving_clashes(timeout_s, first, single_master=False)
-        for p in rest:
-            cluster._spawn(p)
+        cluster._wait_ready_moving_clashes(timeout_s, cluster.nodes, single_master=False)
+        if journal_backend != "jetstream":
+            # each node keeps its own journal: standalone masters, nothing to create
+            return cluster.wait_ready(max(1.0, timeout_s - (time.monotonic() - t0)), cluster.nodes)
+        say(f"durakv nodes answering in {time.monotonic() - t0:.2f}s; creating the cluster")
+        admin = cluster.admin(say=say)
+        groups = [["127.0.0.1:%d" % cluster.get(name).port for name in names] for names in layout]
+        try:
+            asyncio.run(admin.create(groups, replicas=replicas, durability=durability, timeout_s=timeout_s,
+                                     layout_given=True, **shard_flags(extra_server_args)))
+        except Exception as exc:  # noqa: BLE001 - reported with the processes left running, as a timeout is
+            raise ClusterNotReady("cluster create failed: %s\nprocesses are left running; stop them with `durakv "
+                                  "cluster down --dir %s`" % (exc, dir)) from None
+        for p in cluster.nodes:
+            p.entry["node_id"] = cluster.node_id_of(p)
         cluster.save()
-        cluster._wait_ready_moving_clashes(max(1.0, timeout_s - (time.monotonic() - t0)), cluster.nodes)
+        cluster.wait_ready(max(1.0, timeout_s - (time.monotonic() - t0)), cluster.nodes)
         say(f"durakv nodes ready in {time.monotonic() - t0:.2f}s")
         return cluster
 
@@ -257,18 +264,6 @@ class Bootstrap:
         if "metrics" in p.ports and "--metrics-port" in argv:   # it may have been the port that clashed
             argv[argv.index("--metrics-port") + 1] = str(new_metrics)
             p.entry["ports"]["metrics"] = new_metrics
-        if self.options.get("cluster_mode"):
-            tls = flag == "--tls-port"
-
-            async def repoint(store):
-                for _ in range(50):
-                    topology, revision = await store.get_topology()
-                    moved = topology.with_node(p.node_id, port=0 if tls else new, tls_port=new if tls else 0,
-                                               bus_port=bus_port_of(new))
-                    try:
-                        return await store.put_topology(moved, revision)
-                    except Exception:  # noqa: BLE001 - a concurrent change: read again
-                        await asyncio.sleep(0.05)
-            self._store_call(repoint)
+        # (nodes are unassigned until `create`, so no topology names the old port yet)
         self._spawn(p)
         self.save()

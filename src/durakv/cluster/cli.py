@@ -1,21 +1,30 @@
-"""`durakv cluster up|status|down|failover|start-node|stop-node|restart-node|...`: a local three-AZ cluster
-(NATS + durakv nodes) from one command, and its processes' lifecycle."""
+"""`durakv cluster ...`: the operator's commands for a cluster on any hosts, and a local launcher.
+
+On any hosts (cluster/admin.py; each names the cluster by its secrets directory and NATS servers, never by a
+local file): init, certs, nats-config, issue-node, create, status, failover, reshard, rebalance, add-node,
+del-node, replace-node, remove-shard. Every one presents the cluster's password to the nodes (--user/--pass,
+--pass-file, or DURAKV_AUTH; by default the secrets directory's resp.pass).
+
+Local (a three-AZ cluster of processes on this machine, cluster/local.py, from DIR/manifest.json): up, down,
+start-node, stop-node, restart-node, add-shard; status, failover, reshard, rebalance and remove-shard take
+--dir DIR for a local cluster too.
+"""
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 
-from ..journal.jetstream import connect
+from .admin import AdminError, ClusterAdmin
 from .local import LocalCluster
 from .manifest import ClusterError
 from .nats_procs import ProcessError
-from .reshard import ReshardError, rebalance, reshard
+from .reshard import ReshardError
 from .respclient import RespError
 from .roles import ClusterNotReady
-from .store import NatsStore
-from .tls import client_context
+from .secrets import ClusterSecrets, SecretsError, _write_private
 
 
 def _table(headers, rows) -> str:
@@ -61,6 +70,50 @@ def render_status(st) -> str:
                           [[name, s["leader"], ",".join(s["replicas"]), s["messages"], s["last_seq"]]
                            for name, s in sorted(st["streams"].items())]))
     return "\n".join(out)
+
+
+def render_remote(st) -> str:
+    """The table of `status --secrets`: shards and nodes, streams and their copies, NATS servers; warnings
+    for what runs short (a stream on fewer than 3 copies, a server with JetStream off or not answering)."""
+    out = ["cluster %s (format %s), NATS %s" % (st.get("cluster_id"), st.get("format"), ",".join(st["nats"])), ""]
+    rows = []
+    for sh in st["shards"]:
+        slots = ",".join("%d-%d" % tuple(r) for r in sh["slots"]) or "-"
+        for n in sh["nodes"]:
+            rows.append([sh["name"], slots, n["node_id"][:8], n["az"], n["addr"], n["role"], n.get("reported_role"),
+                         n["health"], n.get("phase"), n.get("applied"), n.get("lag_ms"), n.get("durability"),
+                         n.get("apply_stopped") or n.get("error") or ""])
+    out.append(_table(["SHARD", "SLOTS", "NODE", "AZ", "ADDR", "ROLE", "REPORTS", "HEALTH", "PHASE", "APPLIED",
+                       "LAG_MS", "DURABILITY", "NOTE"], rows))
+    out.append("")
+    out.append(_table(["STREAM", "LEADER", "COPIES", "REPLICAS", "MESSAGES", "LAST_SEQ"],
+                      [[name, s.get("leader"), s.get("copies_ok"),
+                        ",".join("%s%s" % (r["name"], "" if r["current"] and not r["offline"] else
+                                           " (offline)" if r["offline"] else " (behind)") for r in s.get("replicas", [])),
+                        s.get("messages"), s.get("last_seq")] for name, s in sorted(st["streams"].items())]))
+    out.append("")
+    out.append(_table(["NATS", "JETSTREAM", "META-LEADER"],
+                      [[name, "on" if v["jetstream"] else "OFF", v.get("meta_leader")]
+                       for name, v in sorted(st["servers"].items())]))
+    out.extend(warnings(st))
+    return "\n".join(out)
+
+
+def warnings(st) -> list:
+    lines = []
+    for name, s in sorted(st["streams"].items()):
+        if "error" in s:
+            lines.append("WARNING: stream %s does not answer: %s" % (name, s["error"]))
+        elif s.get("copies_ok", 3) < 1 + len(s.get("replicas", [])):
+            lines.append("WARNING: stream %s runs on %d of %d copies (%s)" % (
+                name, s["copies_ok"], 1 + len(s["replicas"]),
+                ", ".join(r["name"] for r in s["replicas"] if not r["current"] or r["offline"])))
+    for name, v in sorted(st["servers"].items()):
+        if not v["jetstream"]:
+            lines.append("WARNING: NATS server %s has JetStream disabled%s: it holds no copy of any stream until "
+                         "JetStream is enabled again (a full disk turns it off; free space, then restart it)"
+                         % (name, " (%s)" % v["error"] if v.get("error") else ""))
+    return lines
 
 
 def _cmd_up(args):
@@ -123,9 +176,48 @@ def client_lines(cluster) -> str:
         f"  memtier:    memtier_benchmark --cluster-mode -s 127.0.0.1 -p {p.port}"])
 
 
+def _password(args):
+    """The nodes' password: --pass, --pass-file, DURAKV_AUTH, else None (the secrets directory's resp.pass)."""
+    if getattr(args, "password", None):
+        return args.password
+    if getattr(args, "pass_file", None):
+        with open(args.pass_file, encoding="utf-8") as f:
+            return f.read().strip()
+    return os.environ.get("DURAKV_AUTH") or None
+
+
+def _admin(args) -> ClusterAdmin:
+    """The operations' handle: by --secrets (any hosts) or --dir (a local cluster)."""
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    if getattr(args, "secrets", None):
+        nats = [u for u in (args.nats or "").split(",") if u] or None
+        return ClusterAdmin(args.secrets, nats=nats, user=args.user, password=_password(args), say=say)
+    if getattr(args, "dir", None):
+        return LocalCluster.load(args.dir).admin(say=say)
+    raise ClusterError("name the cluster: --secrets DIR [--nats URLS] (any hosts) or --dir DIR (a local cluster)")
+
+
 def _cmd_status(args):
-    st = LocalCluster.load(args.dir).status()
-    print(json.dumps(st, indent=2) if args.json else render_status(st))
+    if args.secrets:
+        st = asyncio.run(_admin(args).status())
+        print(json.dumps(st, indent=2) if args.json else render_remote(st))
+        return 0
+    cluster = LocalCluster.load(args.dir)
+    st = cluster.status()
+    try:
+        remote = asyncio.run(asyncio.wait_for(cluster.admin().status(), 20))
+    except Exception as exc:  # noqa: BLE001 - NATS down: the local view is still worth printing
+        remote = {"error": str(exc) or type(exc).__name__}
+    st["cluster"] = remote
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(render_status(st))
+    if "error" in remote:
+        print("\n(the coordination store does not answer: %s)" % remote["error"])
+    else:
+        for line in warnings(remote):
+            print(line)
     return 0
 
 
@@ -190,10 +282,18 @@ def _print_roles(cluster, names):
 
 
 def _cmd_failover(args):
+    if args.secrets:
+        try:
+            node, seconds = asyncio.run(_admin(args).failover(args.shard, to=args.to, timeout_s=args.timeout))
+        except (AdminError, RespError) as exc:
+            print(f"failover failed: {exc}", file=sys.stderr)
+            return 1
+        print(f"shard {args.shard}: primary -> {node[:8]} in {seconds * 1000:.0f} ms")
+        return 0
     cluster = LocalCluster.load(args.dir)
-    old = cluster.primary(args.shard)
+    old = cluster.primary(int(args.shard))
     try:
-        node, seconds = cluster.failover(shard=args.shard, to=args.to, timeout_s=args.timeout)
+        node, seconds = cluster.failover(shard=int(args.shard), to=args.to, timeout_s=args.timeout)
     except RespError as exc:
         print(f"CLUSTER FAILOVER refused: {exc}", file=sys.stderr)
         return 1
@@ -203,23 +303,6 @@ def _cmd_failover(args):
     print(f"shard {args.shard}: primary {old.name if old else '-'} -> {node.name} ({node.az}) "
           f"in {seconds * 1000:.0f} ms")
     return 0
-
-
-def _tls_ca(cluster):
-    return (cluster.manifest.get("tls") or {}).get("ca")
-
-
-def _with_store(cluster, fn):
-    """Runs `await fn(store)` against the cluster's coordination store."""
-    async def go():
-        ca = (cluster.manifest.get("tls") or {}).get("ca")
-        nc = await connect([u for u in cluster.nats_servers.split(",") if u], name="durakv-cluster-cli",
-                           tls=client_context(ca) if ca else None)
-        try:
-            return await fn(await NatsStore(nc).open())
-        finally:
-            await nc.close()
-    return asyncio.run(go())
 
 
 class _Progress:
@@ -241,13 +324,12 @@ class _Progress:
 
 
 def _cmd_reshard(args):
-    cluster = LocalCluster.load(args.dir)
+    admin = _admin(args)
     print(f"moving {args.slots} slot(s) from shard {args.source} to shard {args.target}", flush=True)
     try:
-        seconds = _with_store(cluster, lambda store: reshard(store, args.slots, args.source, args.target,
-                                                             timeout_s=args.timeout, progress=_Progress(),
-                                                             tls_ca=_tls_ca(cluster)))
-    except ReshardError as exc:
+        seconds = asyncio.run(admin.reshard(args.slots, args.source, args.target, timeout_s=args.timeout,
+                                            progress=_Progress()))
+    except (ReshardError, AdminError) as exc:
         print(f"reshard failed: {exc}", file=sys.stderr)
         return 1
     print(f"done in {seconds:.2f}s")
@@ -255,11 +337,10 @@ def _cmd_reshard(args):
 
 
 def _cmd_rebalance(args):
-    cluster = LocalCluster.load(args.dir)
+    admin = _admin(args)
     try:
-        seconds = _with_store(cluster, lambda store: rebalance(store, timeout_s=args.timeout, progress=_Progress(),
-                                                               tls_ca=_tls_ca(cluster)))
-    except ReshardError as exc:
+        seconds = asyncio.run(admin.rebalance(timeout_s=args.timeout, progress=_Progress()))
+    except (ReshardError, AdminError) as exc:
         print(f"rebalance failed: {exc}", file=sys.stderr)
         return 1
     print(f"balanced in {seconds:.2f}s")
@@ -276,25 +357,238 @@ def _cmd_add_shard(args):
 
 
 def _cmd_remove_shard(args):
-    cluster = LocalCluster.load(args.dir)
     try:
-        cluster.remove_shard(args.shard, timeout_s=args.timeout, log=lambda m: print(m, flush=True))
-    except ReshardError as exc:
+        if args.secrets:
+            victim = asyncio.run(_admin(args).remove_shard(args.shard, timeout_s=args.timeout,
+                                                           progress=_Progress()))
+            print(f"shard {victim.name} removed; its nodes ({', '.join(n.id[:8] for n in victim.nodes)}) are "
+                  f"revoked: stop them")
+        else:
+            LocalCluster.load(args.dir).remove_shard(args.shard, timeout_s=args.timeout,
+                                                     log=lambda m: print(m, flush=True))
+    except (ReshardError, AdminError) as exc:
         print(f"remove-shard failed: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
+def _cmd_init(args):
+    nats = [u for u in (args.nats or "").split(",") if u]
+    password = _password(args)
+    s = ClusterSecrets.init(args.secrets, nats_urls=nats, tls=args.tls, resp_password=password)
+    print(f"cluster {s.cluster_id}: secrets in {s.dir} (keep them on the operator's machine, 0700)")
+    print(f"  the nodes' password: {os.path.join(s.dir, 'resp.pass')} (put it in each node's config: "
+          f"requirepass)")
+    if s.tls:
+        print(f"  CA: {s.ca_file}; a certificate per host: durakv cluster certs --secrets {args.secrets} "
+              f"--name NAME --host IP")
+    print(f"  each NATS server's config: durakv cluster nats-config --secrets {args.secrets} --name NAME --az AZ ...")
+    return 0
+
+
+def _cmd_certs(args):
+    s = ClusterSecrets(args.secrets)
+    cert = s.host_cert(args.name, [h for h in args.host.split(",") if h])
+    if args.out:
+        os.makedirs(args.out, mode=0o700, exist_ok=True)
+        for kind in ("ca", "cert", "key"):
+            dst = os.path.join(args.out, {"ca": "ca.crt", "cert": args.name + ".crt", "key": args.name + ".key"}[kind])
+            with open(cert[kind], "rb") as f:
+                _write_private(dst, f.read())
+            cert[kind] = dst
+    for kind in ("ca", "cert", "key"):
+        print(f"{kind}: {cert[kind]}")
+    return 0
+
+
+def _cmd_nats_config(args):
+    s = ClusterSecrets(args.secrets)
+    cert = None
+    if args.tls_cert:
+        cert = {"cert": args.tls_cert, "key": args.tls_key, "ca": args.tls_ca or s.ca_file}
+    routes = [r for r in args.routes.split(",") if r]
+    text = s.nats_config(args.name, args.az, args.listen, args.client_port, args.cluster_port, routes,
+                         args.store_dir, monitor=args.monitor, cert=cert)
+    if args.out:
+        _write_private(args.out, text)
+        print(f"wrote {args.out} (0600: it holds the route password)")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_issue_node(args):
+    from .natsauth import Key, creds_text
+    s = ClusterSecrets(args.secrets)
+    key = Key.new("user")
+    _write_private(args.out, creds_text(s.node_jwt(key.public, args.node_id, args.shard), key.seed))
+    print(f"wrote {args.out}: node {args.node_id} of shard {args.shard} (start it with --journal-nats-creds "
+          f"{args.out} --shard {args.shard} --node-id {args.node_id})")
+    return 0
+
+
+def _cmd_create(args):
+    admin = _admin(args)
+    try:
+        asyncio.run(admin.create(args.nodes, replicas=args.replicas, durability=args.durability,
+                                 lease_ttl_ms=args.lease_ttl_ms, timeout_s=args.timeout))
+    except (AdminError, ReshardError, SecretsError) as exc:
+        print(f"cluster create refused: {exc}", file=sys.stderr)
+        return 1
+    print("cluster created")
+    return 0
+
+
+def _cmd_add_node(args):
+    try:
+        name = asyncio.run(_admin(args).add_nodes(args.nodes, shard=args.shard, timeout_s=args.timeout))
+    except (AdminError, ReshardError) as exc:
+        print(f"add-node refused: {exc}", file=sys.stderr)
+        return 1
+    print(f"added to shard {name}" + ("" if args.shard is not None else " (a new shard owning no slot: "
+                                                                          "`durakv cluster rebalance` gives it its share)"))
+    return 0
+
+
+def _cmd_del_node(args):
+    try:
+        node = asyncio.run(_admin(args).del_node(args.node))
+    except (AdminError, ReshardError) as exc:
+        print(f"del-node refused: {exc}", file=sys.stderr)
+        return 1
+    print(f"node {node.id[:8]} removed and its NATS identity revoked")
+    return 0
+
+
+def _cmd_replace_node(args):
+    try:
+        new = asyncio.run(_admin(args).replace_node(args.node, args.new, timeout_s=args.timeout))
+    except (AdminError, ReshardError) as exc:
+        print(f"replace-node failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"node {args.node} replaced by {new[:8]} at {args.new}")
+    return 0
+
+
+def _target(p, local=True):
+    """--secrets/--nats (any hosts) and, for commands a local cluster has too, --dir; the nodes' credentials."""
+    g = p.add_argument_group("which cluster")
+    g.add_argument("--secrets", default=None, help="the cluster's secrets directory (`durakv cluster init`)")
+    g.add_argument("--nats", default=None, help="NATS server URLs, comma-separated (default: the secrets' own)")
+    if local:
+        g.add_argument("--dir", default=None, help="a local cluster's directory (`durakv cluster up`)")
+    a = p.add_argument_group("the nodes' credentials (default: the secrets directory's resp.pass)")
+    a.add_argument("--user", default=None, help="ACL user to present to the nodes")
+    a.add_argument("--pass", dest="password", default=None, help="its password (or --pass-file, or DURAKV_AUTH)")
+    a.add_argument("--pass-file", default=None, help="a file holding the password")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="durakv cluster",
-                                     description="A local multi-AZ cluster: 3 NATS nodes (az1..az3) + durakv nodes.")
+    parser = argparse.ArgumentParser(prog="durakv cluster", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
 
-    up = sub.add_parser("up", help="start NATS and the durakv nodes, write DIR/manifest.json, wait until serving")
-    up.add_argument("--dir", required=True, help="cluster directory (data, logs, manifest)")
+    # -- any hosts ---------------------------------------------------------------------------------------------
+    init = sub.add_parser("init", help="make a cluster's secrets directory: NATS operator, accounts, the "
+                                       "operator's identities, route and node passwords (and a CA with --tls)")
+    init.add_argument("--secrets", required=True, help="the directory to make (0700)")
+    init.add_argument("--nats", default=None, help="the NATS server URLs the operations will use")
+    init.add_argument("--tls", action="store_true", help="make a CA: NATS and nodes speak TLS with mutual auth")
+    init.add_argument("--pass", dest="password", default=None, help="the nodes' password (default: a random one)")
+    init.add_argument("--pass-file", default=None)
+    init.set_defaults(func=_cmd_init)
+    certs = sub.add_parser("certs", help="a TLS certificate (server and client) for one host, signed by the CA")
+    certs.add_argument("--secrets", required=True)
+    certs.add_argument("--name", required=True, help="the certificate's name (e.g. the host's)")
+    certs.add_argument("--host", required=True, help="the host's IP addresses and DNS names, comma-separated")
+    certs.add_argument("--out", default=None, help="copy ca.crt, NAME.crt and NAME.key into this directory")
+    certs.set_defaults(func=_cmd_certs)
+    nc = sub.add_parser("nats-config", help="print (or --out) one NATS server's configuration")
+    nc.add_argument("--secrets", required=True)
+    nc.add_argument("--name", required=True, help="server_name, e.g. nats-az1")
+    nc.add_argument("--az", required=True, help="its availability zone (server_tags az:AZ)")
+    nc.add_argument("--listen", default="0.0.0.0", help="address clients and routes listen on")
+    nc.add_argument("--client-port", type=int, default=4222)
+    nc.add_argument("--cluster-port", type=int, default=6222)
+    nc.add_argument("--routes", required=True, help="the other servers' HOST:PORT route addresses, comma-separated")
+    nc.add_argument("--store-dir", required=True, help="JetStream's directory")
+    nc.add_argument("--monitor", default="127.0.0.1:8222", help="HTTP monitoring address (no auth: keep it local)")
+    nc.add_argument("--tls-cert", default=None)
+    nc.add_argument("--tls-key", default=None)
+    nc.add_argument("--tls-ca", default=None)
+    nc.add_argument("--out", default=None, help="write it here (0600) instead of printing it")
+    nc.set_defaults(func=_cmd_nats_config)
+    issue = sub.add_parser("issue-node", help="a NATS identity for a node placed by hand (--shard, "
+                                              "--journal-nats-creds) instead of by create")
+    issue.add_argument("--secrets", required=True)
+    issue.add_argument("--shard", required=True)
+    issue.add_argument("--node-id", required=True, help="40 hex characters")
+    issue.add_argument("--out", required=True, help="the credentials file to write (0600)")
+    issue.set_defaults(func=_cmd_issue_node)
+    cr = sub.add_parser("create", help="group unassigned nodes into shards (one node per AZ, primaries spread "
+                                       "over AZs) and start the cluster")
+    _target(cr, local=False)
+    cr.add_argument("--replicas", type=int, default=1, help="replicas per shard (each in another AZ)")
+    cr.add_argument("--durability", choices=["async", "sync"], default="sync")
+    cr.add_argument("--lease-ttl-ms", type=int, default=2000)
+    cr.add_argument("--timeout", type=float, default=120.0)
+    cr.add_argument("nodes", nargs="+", metavar="HOST:PORT")
+    cr.set_defaults(func=_cmd_create)
+    an = sub.add_parser("add-node", help="add unassigned nodes: replicas of --shard, or a new shard")
+    _target(an, local=False)
+    an.add_argument("--shard", default=None, help="join this shard as replicas (default: a new shard)")
+    an.add_argument("--timeout", type=float, default=120.0)
+    an.add_argument("nodes", nargs="+", metavar="HOST:PORT")
+    an.set_defaults(func=_cmd_add_node)
+    dn = sub.add_parser("del-node", help="remove a replica and revoke its NATS identity")
+    _target(dn, local=False)
+    dn.add_argument("--node", required=True, help="its node id (a prefix will do)")
+    dn.set_defaults(func=_cmd_del_node)
+    rn = sub.add_parser("replace-node", help="a dead node's place taken by a new one on another host")
+    _target(rn, local=False)
+    rn.add_argument("--node", required=True, help="the dead node's id (a prefix will do)")
+    rn.add_argument("--timeout", type=float, default=120.0)
+    rn.add_argument("new", metavar="HOST:PORT", help="the new, unassigned node")
+    rn.set_defaults(func=_cmd_replace_node)
+
+    status = sub.add_parser("status", help="shards, nodes, streams and NATS servers (and, with --dir, the local "
+                                           "processes)")
+    _target(status)
+    status.add_argument("--json", action="store_true", help="JSON instead of a table")
+    status.set_defaults(func=_cmd_status)
+    fo = sub.add_parser("failover", help="planned failover: CLUSTER FAILOVER on a replica, wait for the switch")
+    _target(fo)
+    fo.add_argument("--shard", default="0")
+    fo.add_argument("--to", default=None, help="node (a local name like 0-1, or a node id prefix); default: the "
+                                               "most caught-up replica")
+    fo.add_argument("--timeout", type=float, default=30.0)
+    fo.set_defaults(func=_cmd_failover)
+    rs = sub.add_parser("reshard", help="move slots (and their keys) from one shard to another, online")
+    _target(rs)
+    rs.add_argument("--slots", type=int, required=True, help="how many slots to move")
+    rs.add_argument("--from", dest="source", required=True, help="source shard (its name: 0, 1, ...)")
+    rs.add_argument("--to", dest="target", required=True, help="target shard")
+    rs.add_argument("--timeout", type=float, default=600.0,
+                    help="give up waiting after this many seconds without progress (no slot handed over, no key "
+                         "moved); the nodes finish the move anyway")
+    rs.set_defaults(func=_cmd_reshard)
+    rb = sub.add_parser("rebalance", help="move slots until every shard owns the same number")
+    _target(rb)
+    rb.add_argument("--timeout", type=float, default=600.0, help="seconds without progress before giving up")
+    rb.set_defaults(func=_cmd_rebalance)
+    rm = sub.add_parser("remove-shard", help="move a shard's slots to the others, remove it, revoke its nodes")
+    _target(rm)
+    rm.add_argument("--shard", required=True)
+    rm.add_argument("--timeout", type=float, default=600.0)
+    rm.set_defaults(func=_cmd_remove_shard)
+
+    # -- a local cluster ---------------------------------------------------------------------------------------
+    up = sub.add_parser("up", help="a local cluster: start NATS and the durakv nodes, create the cluster, write "
+                                   "DIR/manifest.json, wait until serving")
+    up.add_argument("--dir", required=True, help="cluster directory (data, logs, manifest, secrets)")
     up.add_argument("--shards", type=int, default=1)
     up.add_argument("--tls", action="store_true",
-                    help="serve clients only over TLS (a CA and node certificate are made in DIR/tls), NATS too")
+                    help="serve clients only over TLS (a CA and node certificate are made in DIR/secrets/tls), "
+                         "NATS with mutual TLS")
     up.add_argument("--no-cluster-mode", action="store_true",
                     help="nodes without cluster mode (no slots: one shard answered by its primary, replicas READONLY)")
     up.add_argument("--replicas", type=int, default=2, help="replicas per shard (besides the primary)")
@@ -329,47 +623,16 @@ def build_parser():
             lc.add_argument("--no-wait", action="store_true", help="do not wait until they serve")
         lc.set_defaults(func=func)
 
-    status = sub.add_parser("status", help="role, AZ, port, pid, epoch, applied index and lag of every node")
-    status.add_argument("--dir", required=True)
-    status.add_argument("--json", action="store_true", help="JSON instead of a table")
-    status.set_defaults(func=_cmd_status)
-
-    down = sub.add_parser("down", help="stop every process of the manifest (SIGTERM, then SIGKILL)")
+    down = sub.add_parser("down", help="stop every process of a local cluster (SIGTERM, then SIGKILL)")
     down.add_argument("--dir", required=True)
     down.add_argument("--timeout", type=float, default=10.0, help="seconds before SIGKILL")
     down.set_defaults(func=_cmd_down)
-
-    fo = sub.add_parser("failover", help="planned failover: CLUSTER FAILOVER on a replica, wait for the switch")
-    fo.add_argument("--dir", required=True)
-    fo.add_argument("--shard", type=int, default=0)
-    fo.add_argument("--to", default=None, help="node name (e.g. 0-1); default: the most caught-up replica")
-    fo.add_argument("--timeout", type=float, default=30.0)
-    fo.set_defaults(func=_cmd_failover)
-
-    rs = sub.add_parser("reshard", help="move slots (and their keys) from one shard to another, online")
-    rs.add_argument("--dir", required=True)
-    rs.add_argument("--slots", type=int, required=True, help="how many slots to move")
-    rs.add_argument("--from", dest="source", required=True, help="source shard (its name: 0, 1, ...)")
-    rs.add_argument("--to", dest="target", required=True, help="target shard")
-    rs.add_argument("--timeout", type=float, default=600.0,
-                    help="give up waiting after this many seconds without progress (no slot handed over, no key "
-                         "moved); the nodes finish the move anyway")
-    rs.set_defaults(func=_cmd_reshard)
-    rb = sub.add_parser("rebalance", help="move slots until every shard owns the same number")
-    rb.add_argument("--dir", required=True)
-    rb.add_argument("--timeout", type=float, default=600.0, help="seconds without progress before giving up")
-    rb.set_defaults(func=_cmd_rebalance)
-    ad = sub.add_parser("add-shard", help="start a new shard's nodes and rebalance slots onto it")
+    ad = sub.add_parser("add-shard", help="a local cluster: start a new shard's nodes, add them, rebalance")
     ad.add_argument("--dir", required=True)
     ad.add_argument("--replicas", type=int, default=None, help="replicas of the new shard (default: as the others)")
     ad.add_argument("--no-rebalance", action="store_true", help="add it owning no slot")
     ad.add_argument("--timeout", type=float, default=600.0)
-    ad.set_defaults(func=_cmd_add_shard)
-    rm = sub.add_parser("remove-shard", help="move a shard's slots to the others, then stop its nodes")
-    rm.add_argument("--dir", required=True)
-    rm.add_argument("--shard", required=True)
-    rm.add_argument("--timeout", type=float, default=600.0)
-    rm.set_defaults(func=_cmd_remove_shard)
+    ad.set_defaults(func=_cmd_add_shard, secrets=None, nats=None, user=None, password=None, pass_file=None)
     return parser
 
 
@@ -377,6 +640,6 @@ def main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ClusterError, ProcessError, KeyError) as exc:
+    except (ClusterError, ProcessError, KeyError, AdminError, SecretsError) as exc:
         print(f"durakv cluster {args.action}: {exc}", file=sys.stderr)
         return 1

@@ -225,6 +225,9 @@ class Controller:
     async def _replica_tick(self, lease, revision):
         node = self.node
         watched_ms = self._observe(revision)
+        ineligible = getattr(node, "ineligible", None)
+        if ineligible:
+            return "not taking the lease: %s" % ineligible
         now, now_mono = self.clock_ms(), self.mono_ms()
         if lease is not None and lease.holder == node.node_id and lease.epoch > node.epoch:
             # Planned failover: the old primary handed us the lease; claim it with our address.

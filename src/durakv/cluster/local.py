@@ -10,7 +10,6 @@ failover (roles.py), NATS views (natsview.py), status (status.py). The RESP clie
 import asyncio
 import os
 
-from ..journal.jetstream import connect
 from .bootstrap import Bootstrap
 from .manifest import Proc, manifest_path, read_manifest, write_manifest
 from .natsview import NatsViews
@@ -19,8 +18,6 @@ from .proxyctl import PartitionProxy
 from .roles import Roles
 from .shards import ShardMembership
 from .status import Status
-from .store import NatsStore
-from .tls import client_context
 
 
 class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Roles, NatsViews, Status):
@@ -62,17 +59,38 @@ class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, R
                 self.f.close()
         return _Lock()
 
+    @property
+    def secrets(self):
+        from .secrets import ClusterSecrets
+        return ClusterSecrets(self.manifest["secrets"])
+
+    def admin(self, say=None):
+        """The operator's operations on this cluster (cluster/admin.py), with its secrets and password."""
+        from .admin import ClusterAdmin
+        return ClusterAdmin(self.secrets, nats=[u for u in self.nats_servers.split(",") if u],
+                            password=self.secrets.resp_password if self.manifest.get("password") else "", say=say)
+
+    def node_id_of(self, p) -> str:
+        """A node's id, as DURAKV IDENTITY reports it."""
+        from .admin import _decode_map
+        with p.client(5.0) as c:
+            return _decode_map(c.execute("DURAKV", "IDENTITY"))["node-id"]
+
     def _store_call(self, fn, timeout_s=60.0):
-        ca = (self.manifest.get("tls") or {}).get("ca")
+        """Runs `await fn(store)` against the coordination store, with the operator's identity."""
+        admin = self.admin()
 
         async def go():
-            nc = await connect([u for u in self.nats_servers.split(",") if u], name="durakv-cluster",
-                               tls=client_context(ca) if ca else None)
+            store = await admin.store()
             try:
-                return await fn(await NatsStore(nc).open())
+                return await fn(store)
             finally:
-                await nc.close()
+                await store.nc.close()
         return asyncio.run(asyncio.wait_for(go(), timeout_s))
+
+    def nats_connect(self, **kw):
+        """An awaitable NATS connection with the operator's identity (for tests and tools)."""
+        return self.admin().connect_nats(**kw)
 
     # -- views -------------------------------------------------------------------------------------------------
     @property

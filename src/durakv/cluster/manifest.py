@@ -72,10 +72,19 @@ class Proc:
     def alive(self) -> bool:
         return self.state != "dead"
 
+    @property
+    def password(self):
+        """The cluster's password the node asks for (None when it asks for none)."""
+        path = self.entry.get("password_file")
+        if not path:
+            return None
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+
     def client(self, timeout_s=2.0) -> RespClient:
         if self.kind != "durakv":
             raise ClusterError(f"{self.name} is not a durakv node")
-        return RespClient("127.0.0.1", self.port, timeout_s, tls_ca=self.entry.get("tls_ca"))
+        return RespClient("127.0.0.1", self.port, timeout_s, tls_ca=self.entry.get("tls_ca"), password=self.password)
 
     def info(self, *sections, timeout_s=2.0) -> dict:
         with self.client(timeout_s) as c:

@@ -241,16 +241,18 @@ def http_json(port, path, timeout_s=1.0, host="127.0.0.1"):
             return exc.code, None
 
 
-def _q(text) -> str:
-    return json.dumps(str(text))   # a NATS config string: double-quoted, JSON escapes
-
-
 class NatsNode:
-    """One nats-server with JetStream (file store, fsync before ack) in a route cluster, tagged with its AZ."""
+    """One nats-server with JetStream (file store, fsync before ack) in a route cluster, tagged with its AZ, in
+    operator mode: its configuration comes from the cluster's secrets (cluster/secrets.py nats_config), so every
+    client needs a JWT of the cluster's operator and every route the route password (and, with TLS, a
+    certificate of the cluster's CA)."""
 
     def __init__(self, name, az, client_port, cluster_port, store_dir, routes, monitor_port=None,
                  cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1", tls=None,
-                 client_advertise=None, cluster_advertise=None):
+                 client_advertise=None, cluster_advertise=None, secrets=None):
+        if secrets is None:
+            raise ProcessError("a NATS server of durakv's always asks for credentials: give it the cluster's secrets")
+        self.secrets = secrets
         self.tls = tls          # {"cert", "key", "ca"}: clients and routes over TLS
         # host:port others are told to use for this node (the partition proxy's listeners), else the real ones
         self.client_advertise = client_advertise
@@ -282,52 +284,19 @@ class NatsNode:
     def argv(self) -> list:
         return [nats_server_binary(), "-c", self.config_path]
 
-    def _tls_block(self, indent):
-        if not self.tls:
-            return ""
-        pad = " " * indent
-        return (f"{pad}tls {{\n{pad}  cert_file: {_q(self.tls['cert'])}\n{pad}  key_file: {_q(self.tls['key'])}\n"
-                f"{pad}  ca_file: {_q(self.tls['ca'])}\n{pad}  timeout: 5\n{pad}}}\n")
-
     def config_text(self) -> str:
-        routes = "\n".join(f"    {_q(r)}" for r in self.routes)
-        return (
-            f"# durakv local cluster: NATS node {self.name} in {self.az}\n"
-            f"server_name: {_q(self.name)}\n"
-            f"listen: {_q(f'{self.host}:{self.client_port}')}\n"
-            f"http: {_q(f'{self.host}:{self.monitor_port}')}\n"
-            f"server_tags: [{_q(UNIQUE_TAG + self.az)}]\n"
-            + (f"# clients learn the partition proxy's address of this node, not the real one\n"
-               f"client_advertise: {_q(self.client_advertise)}\n" if self.client_advertise else "") +
-            "# one journal entry is one message: allow big batches (NATS' ceiling is 64 MB)\n"
-            "max_payload: 67108864\n"
-            f"{self._tls_block(0)}"
-            "jetstream {\n"
-            f"  store_dir: {_q(self.store_dir)}\n"
-            "  # fsync every write before it is acknowledged (the default syncs every 2 minutes and loses\n"
-            "  # acknowledged writes on a coordinated power failure: Jepsen NATS 2.12.1, nats-server #7564)\n"
-            "  sync_interval: always\n"
-            "  # never place two replicas of a stream on servers with the same az: tag\n"
-            f"  unique_tag: {_q(UNIQUE_TAG)}\n"
-            "}\n"
-            "cluster {\n"
-            f"  name: {_q(self.cluster_name)}\n"
-            f"  listen: {_q(f'{self.host}:{self.cluster_port}')}\n"
-            + (f"  # other servers reach this one through the partition proxy, also for routes they learn by gossip\n"
-               f"  advertise: {_q(self.cluster_advertise)}\n" if self.cluster_advertise else "") +
-            f"{self._tls_block(2)}"
-            "  routes: [\n"
-            f"{routes}\n"
-            "  ]\n"
-            "}\n")
+        routes = [r.split("://", 1)[-1].rsplit("@", 1)[-1] for r in self.routes]
+        return self.secrets.nats_config(
+            self.name, self.az, self.host, self.client_port, self.cluster_port, routes, self.store_dir,
+            monitor="%s:%d" % (self.host, self.monitor_port), cert=self.tls, client_advertise=self.client_advertise,
+            cluster_advertise=self.cluster_advertise, max_payload=67108864)
 
     def write_config(self):
+        """Writes the configuration 0600 (it holds the route password)."""
+        from .secrets import _write_private
         os.makedirs(os.path.dirname(self.config_path), exist_ok=True)
         os.makedirs(self.store_dir, exist_ok=True)
-        tmp = self.config_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(self.config_text())
-        os.replace(tmp, self.config_path)
+        _write_private(self.config_path, self.config_text())
         return self.config_path
 
     # -- process control -----------------------------------------------------------------------------------
@@ -405,10 +374,17 @@ class NatsCluster:
     base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports."""
 
     def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1", tls=None,
-                 proxy=None):
+                 proxy=None, secrets=None):
         """proxy: {node name: {"client": port, "cluster": port}}, the partition proxy's listeners for each node:
-        routes go to the others' proxy route ports and each node advertises its proxy ports."""
+        routes go to the others' proxy route ports and each node advertises its proxy ports. secrets: the
+        cluster's (cluster/secrets.py); made in DIR/secrets when not given. tls: {"ca", "cert", "key"}."""
         self.dir = os.path.abspath(str(dir))
+        if secrets is None:
+            from .secrets import ClusterSecrets
+            path = os.path.join(self.dir, "secrets")
+            secrets = (ClusterSecrets(path) if os.path.exists(os.path.join(path, "cluster.json"))
+                       else ClusterSecrets.init(path, tls=bool(tls)))
+        self.secrets = secrets
         self.azs = tuple(azs)
         n = len(self.azs)
         if base_port:
@@ -433,11 +409,21 @@ class NatsCluster:
                                        routes, monitor_port=monitor[i], cluster_name=cluster_name,
                                        config_path=os.path.join(self.dir, "nats", f"{name}.conf"),
                                        log_path=os.path.join(self.dir, "logs", f"{name}.log"), host=host,
-                                       tls=tls, **advertise))
+                                       tls=tls, secrets=secrets, **advertise))
 
     @property
     def urls(self) -> list:
         return [n.url for n in self.nodes]
+
+    async def connect(self, name="durakv-operator", servers=None):
+        """A NATS connection with the operator's identity (what tests and the launcher's own tools use)."""
+        from ..journal.jetstream import connect
+        tls = None
+        if self.nodes and self.nodes[0].tls:
+            from .tls import client_context
+            cert = self.nodes[0].tls
+            tls = client_context(cert["ca"], cert["cert"], cert["key"])
+        return await connect(servers or self.urls, name=name, tls=tls, creds=self.secrets.operator_creds)
 
     @property
     def servers(self) -> str:

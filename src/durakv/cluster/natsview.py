@@ -7,10 +7,8 @@ LocalCluster (cluster/local.py).
 import asyncio
 import json
 
-from ..journal.jetstream import connect
 from .manifest import ClusterError
 from .nats_procs import http_json
-from .tls import client_context
 
 
 class NatsViews:
@@ -63,11 +61,8 @@ class NatsViews:
     def move_stream_leader(self, stream_name, server_name, timeout_s=30.0):
         """Makes `server_name` (e.g. 'nats-az2') the leader of the stream's Raft group (JetStream's leader
         step-down with a preferred server, repeated until it holds); returns the leader."""
-        ca = (self.manifest.get("tls") or {}).get("ca")
-
         async def go():
-            nc = await connect([u for u in self.nats_servers.split(",") if u], name="durakv-cluster",
-                               tls=client_context(ca) if ca else None)
+            nc = await self.nats_connect()
             try:
                 loop = asyncio.get_running_loop()
                 deadline = loop.time() + timeout_s

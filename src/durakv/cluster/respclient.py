@@ -20,10 +20,16 @@ LAG_FIELDS = ("replica_lag_ms", "lag_ms")
 
 class RespClient(protocol_client.RespClient):
     """One blocking connection (protocol/client.py) with the control plane's conveniences: INFO parsed.
-    `tls_ca`: connect over TLS, verifying the server against that CA file."""
+    `tls_ca`: connect over TLS, verifying the server against that CA file; password (and user): AUTH first."""
 
-    def __init__(self, host="127.0.0.1", port=6379, timeout_s=2.0, tls_ca=None):
+    def __init__(self, host="127.0.0.1", port=6379, timeout_s=2.0, tls_ca=None, password=None, user=None):
         super().__init__(host, port, timeout_s, ssl_context=client_context(tls_ca) if tls_ca else None)
+        if password:
+            try:
+                self.execute(*(("AUTH", user, password) if user else ("AUTH", password)))
+            except BaseException:
+                self.close()
+                raise
 
     def info(self, *sections) -> dict:
         return parse_info(self.execute("INFO", *sections))

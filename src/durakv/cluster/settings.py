@@ -7,8 +7,7 @@ the shard), and every node applies what it reads there, over whatever its own st
 
 The document (JSON, version 1):
 
-    {"version": 1, "durability": "sync" | "async", "durability_buffer_ms": 10000, "lease_ttl_ms": 2000 | null,
-     "acl": {"version": 1, "users": [{"name": "default", "rules": "on nopass ~* &* +@all"}, ...]} | null}
+    {"version": 1, "durability": "sync" | "async", "durability_buffer_ms": 10000, "lease_ttl_ms": 2000 | null}
 
 `lease_ttl_ms` is the primary's lease (cluster/controller.py): one value for the shard, so that the node holding
 the lease and the replicas watching it time it alike, whichever node is primary. null: stored before it was a
@@ -16,8 +15,11 @@ shard setting; the next node to start stores its own flag there. (A lease record
 written with, and a replica waits by the longer of that and its own, so a change never shortens a lease already
 granted: cluster/store.py Lease.ttl_ms.)
 
-`acl` holds the shard's users as their ACL LIST rules (server/acl.py ServerAcl.settings): ACL SETUSER, DELUSER
-and LOAD on any node store them here, so every node, and whichever becomes primary, has the same users.
+The cluster's users are not a shard's: they are the cluster's `auth` document (AuthSettings below), which every
+node of every shard applies, as MemoryDB's ACLs apply to a whole cluster.
+
+The cluster document (`cluster`, the operator's) names the cluster and its format: a node of another format
+refuses to join it with a message that names both (ClusterDocument below).
 
 `none` is not a shard setting: a shard's replicas follow its journal, so a shard without one would have
 replicas that never learn anything (cluster/cli.py and CONFIG SET refuse it with that reason).
@@ -47,16 +49,9 @@ class SettingsError(DurakvError, ValueError):
 class ShardSettings:
     durability: str = "sync"
     durability_buffer_ms: int = 10000
-    acl: dict = None          # the users, as ServerAcl.settings() gives them; None: not stored yet
     lease_ttl_ms: int = None  # None: not stored yet (a document from before it was a shard setting)
 
     def __post_init__(self):
-        if self.acl is not None:
-            users = self.acl.get("users") if isinstance(self.acl, dict) else None
-            if (not isinstance(users, list) or self.acl.get("version") != 1
-                    or not all(isinstance(u, dict) and isinstance(u.get("name"), str) and isinstance(u.get("rules"), str)
-                               for u in users)):
-                raise SettingsError("acl must be {'version': 1, 'users': [{'name': str, 'rules': str}, ...]}")
         if self.durability not in SHARD_MODES:
             raise SettingsError("durability must be one of %s, not %r (%s)"
                                 % (", ".join(SHARD_MODES), self.durability, NONE_REFUSED))
@@ -88,17 +83,90 @@ class ShardSettings:
 
     @classmethod
     def from_json(cls, raw: bytes) -> "ShardSettings":
-        if len(raw) > MAX_DOCUMENT_BYTES:
-            raise SettingsError("the settings document exceeds %d bytes" % MAX_DOCUMENT_BYTES)
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise SettingsError("the settings document is not JSON: %s" % exc) from None
-        if not isinstance(doc, dict) or doc.get("version") != VERSION:
-            raise SettingsError("the settings document is not version %d" % VERSION)
-        unknown = set(doc) - {"version", "durability", "durability_buffer_ms", "acl", "lease_ttl_ms"}
+        doc = _document(raw, "settings")
+        unknown = set(doc) - {"version", "durability", "durability_buffer_ms", "lease_ttl_ms"}
         if unknown:
             raise SettingsError("unknown settings: %s" % ", ".join(sorted(unknown)))
         return cls(durability=doc.get("durability", "sync"),
-                   durability_buffer_ms=doc.get("durability_buffer_ms", 10000), acl=doc.get("acl"),
-                   lease_ttl_ms=doc.get("lease_ttl_ms"))
+                   durability_buffer_ms=doc.get("durability_buffer_ms", 10000), lease_ttl_ms=doc.get("lease_ttl_ms"))
+
+
+def _document(raw, what, max_bytes=MAX_DOCUMENT_BYTES) -> dict:
+    if not isinstance(raw, (bytes, bytearray, str)) or len(raw) > max_bytes:
+        raise SettingsError("the %s document is not text of at most %d bytes" % (what, max_bytes))
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise SettingsError("the %s document is not JSON: %s" % (what, exc)) from None
+    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        raise SettingsError("the %s document is not version %d" % (what, VERSION))
+    return doc
+
+
+MAX_USERS = 10000
+
+
+def check_acl(acl):
+    users = acl.get("users") if isinstance(acl, dict) else None
+    if (not isinstance(users, list) or acl.get("version") != 1 or len(users) > MAX_USERS
+            or not all(isinstance(u, dict) and set(u) == {"name", "rules"} and isinstance(u.get("name"), str)
+                       and isinstance(u.get("rules"), str) for u in users)):
+        raise SettingsError("acl must be {'version': 1, 'users': [{'name': str, 'rules': str}, ...]} (at most %d "
+                            "users)" % MAX_USERS)
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """The cluster's users (key `auth`), applied by every node of every shard: `acl` as ServerAcl.settings()
+    gives them (their ACL LIST rules; passwords only as hashes), `internal_user`/`internal_password` what nodes
+    present to each other's RESP ports (slot migration), Valkey's primaryuser/primaryauth of the cluster."""
+    acl: dict
+    internal_user: str = ""
+    internal_password: str = ""
+
+    def __post_init__(self):
+        check_acl(self.acl)
+        for f in ("internal_user", "internal_password"):
+            v = getattr(self, f)
+            if not isinstance(v, str) or len(v) > 512:
+                raise SettingsError("%s must be a string of at most 512 characters" % f)
+
+    def to_json(self) -> bytes:
+        raw = json.dumps({"version": VERSION, **asdict(self)}, sort_keys=True).encode()
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise SettingsError("the cluster's users exceed %d bytes" % MAX_DOCUMENT_BYTES)
+        return raw
+
+    @classmethod
+    def from_json(cls, raw) -> "AuthSettings":
+        doc = _document(raw, "auth")
+        unknown = set(doc) - {"version", "acl", "internal_user", "internal_password"}
+        if unknown:
+            raise SettingsError("unknown auth fields: %s" % ", ".join(sorted(unknown)))
+        return cls(acl=doc.get("acl"), internal_user=doc.get("internal_user", ""),
+                   internal_password=doc.get("internal_password", ""))
+
+
+@dataclass(frozen=True)
+class ClusterDocument:
+    """Key `cluster`: which cluster this is and the format its documents, journal entries and names follow. A
+    node whose format differs refuses to join (cluster/membership.py) with both numbers in its message."""
+    cluster_id: str
+    format: int
+
+    def __post_init__(self):
+        if not isinstance(self.cluster_id, str) or not 1 <= len(self.cluster_id) <= 64:
+            raise SettingsError("cluster_id must be a string of 1..64 characters")
+        if not isinstance(self.format, int) or isinstance(self.format, bool) or not 1 <= self.format <= 1000:
+            raise SettingsError("format must be an integer in 1..1000")
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": VERSION, **asdict(self)}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw) -> "ClusterDocument":
+        doc = _document(raw, "cluster", 4096)
+        unknown = set(doc) - {"version", "cluster_id", "format"}
+        if unknown:
+            raise SettingsError("unknown cluster fields: %s" % ", ".join(sorted(unknown)))
+        return cls(cluster_id=doc.get("cluster_id"), format=doc.get("format"))

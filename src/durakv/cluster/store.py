@@ -18,7 +18,9 @@ import time
 from dataclasses import asdict, dataclass
 
 from ..journal.jetstream import is_transient
+from ..routing.shardstate import ShardState, compose
 from ..routing.topology import MAX_DOCUMENT_BYTES, Topology, TopologyError
+from . import natsnames as nn
 from .settings import SettingsError, ShardSettings
 
 log = logging.getLogger("durakv.store")
@@ -53,12 +55,37 @@ class Lease:
 
     @classmethod
     def decode(cls, raw: bytes):
-        doc = json.loads(raw)
+        """The lease of a stored document, checked (InvalidLease with the reason): data from NATS is untrusted,
+        and a lease that does not decode is nobody's to serve by."""
+        if not isinstance(raw, (bytes, bytearray)) or len(raw) > 4096:
+            raise InvalidLease("the lease document is not text of at most 4096 bytes")
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidLease("the lease document is not JSON: %s" % exc) from None
+        if not isinstance(doc, dict):
+            raise InvalidLease("the lease document is not an object")
         # Fields a newer version may add are ignored, so mixed versions read each other's leases.
-        return cls(**{k: v for k, v in doc.items() if k in _LEASE_FIELDS})
+        try:
+            lease = cls(**{k: v for k, v in doc.items() if k in _LEASE_FIELDS})
+        except TypeError as exc:
+            raise InvalidLease("the lease document misses a field: %s" % exc) from None
+        for f in ("holder", "addr", "az", "handover_to"):
+            v = getattr(lease, f)
+            if not isinstance(v, str) or len(v) > 255:
+                raise InvalidLease("lease %s must be a string of at most 255 characters" % f)
+        for f in ("epoch", "expires_ms", "ttl_ms"):
+            v = getattr(lease, f)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2 ** 62:
+                raise InvalidLease("lease %s must be an integer in 0..2^62" % f)
+        return lease
 
 
 _LEASE_FIELDS = frozenset(Lease.__dataclass_fields__)
+
+
+class InvalidLease(ValueError):
+    """A stored lease that does not decode or validate."""
 
 
 class StaleRevision(Exception):
@@ -208,6 +235,80 @@ class TopologyWatch:
                 pass
 
 
+class ComposedTopologyWatch:
+    """Two KV watches (the operator's topology, every shard's state) delivering the composed topology to
+    cb(topology, revision) after every valid change of either; `await stop()` ends both."""
+
+    def __init__(self, base_watcher, state_watcher, cb):
+        self._cb = cb
+        self._base = None
+        self._base_revision = 0
+        self._states = {}           # shard name -> (ShardState, revision)
+        self.revision = 0
+        self._watchers = (base_watcher, state_watcher)
+        loop = asyncio.get_running_loop()
+        self._tasks = (loop.create_task(self._run(base_watcher, self._on_base)),
+                       loop.create_task(self._run(state_watcher, self._on_state)))
+
+    async def _run(self, watcher, handle):
+        async for entry in watcher:
+            if entry is None:            # nats-py's "caught up with the stored value" marker
+                continue
+            try:
+                if handle(entry):
+                    self._deliver()
+            except Exception:  # noqa: BLE001 - a failing subscriber must not end the watch
+                log.exception("topology watcher failed at revision %d", entry.revision)
+
+    def _on_base(self, entry):
+        if entry.operation in ("DEL", "PURGE") or not entry.value or entry.revision <= self._base_revision:
+            return False
+        try:
+            self._base = Topology.from_json(entry.value)
+        except TopologyError as exc:
+            log.warning("topology revision %d is invalid, kept the previous one: %s", entry.revision, exc)
+            return False
+        self._base_revision = entry.revision
+        return True
+
+    def _on_state(self, entry):
+        name = entry.key[len(nn.KEY_STATE % ""):]
+        previous = self._states.get(name)
+        if previous is not None and entry.revision <= previous[1]:
+            return False
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            self._states.pop(name, None)
+            return True
+        try:
+            self._states[name] = (ShardState.from_json(entry.value), entry.revision)
+        except TopologyError as exc:
+            log.warning("the state of shard %s (revision %d) is invalid, kept the previous one: %s", name,
+                        entry.revision, exc)
+            return False
+        return True
+
+    def _deliver(self):
+        if self._base is None:
+            return
+        revision = max([self._base_revision] + [rev for _st, rev in self._states.values()])
+        if revision <= self.revision:
+            return
+        self.revision = revision
+        self._cb(compose(self._base, {n: st for n, (st, _rev) in self._states.items()}), revision)
+
+    async def stop(self):
+        try:
+            for w in self._watchers:
+                await w.stop()
+        finally:
+            for t in self._tasks:
+                t.cancel()
+                try:
+                    await t
+                except asyncio.CancelledError:
+                    pass
+
+
 class _ChunkWriter:
     """What nats-py's object store get(writeinto=) writes each chunk to (in an executor thread): a file, or a
     list collecting the chunks."""
@@ -224,14 +325,17 @@ class _ChunkWriter:
 
 
 class NatsStore(CoordinationStore):
-    # The topology sits in the lease bucket under its own key: the same replicated, file-backed bucket the
-    # leases need, one bucket to create and place, and a KV watch filters by key so lease traffic never
-    # reaches topology watchers.
-    LEASES = "DURAKV_LEASES"
-    SNAPSHOTS = "DURAKV_SNAPSHOTS"
-    TOPOLOGY_KEY = "topology"
+    """The coordination store on NATS: the KV bucket DURAKV_LEASES (leases, failover requests, the operator's
+    topology, each shard's settings and state, the cluster's auth and its format document) and one object store
+    bucket of snapshots per shard. Names: cluster/natsnames.py.
 
-    def __init__(self, nc, replicas=3, clock_ms=None):
+    A node binds what exists (`open`); it may not create anything (its NATS identity has no such permission):
+    `create_cluster` and `create_shard` are the operator's (cluster/admin.py). `shard`: the node's shard, whose
+    snapshot bucket it binds; None for an operator's store, which binds each shard's bucket when asked."""
+    LEASES = nn.LEASES_BUCKET
+    TOPOLOGY_KEY = nn.KEY_TOPOLOGY
+
+    def __init__(self, nc, replicas=3, clock_ms=None, shard=None):
         self.nc = nc
         self.js = nc.jetstream(timeout=5.0)
         # Lease reads and writes must fail fast while the KV bucket elects a leader (an AZ loss), so the
@@ -239,36 +343,29 @@ class NatsStore(CoordinationStore):
         self.js_fast = nc.jetstream(timeout=1.0)
         self.replicas = replicas
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.shard = shard
         self.kv = None
         self.kv_watch = None
-        self.obs = None
+        self._obs = {}
 
+    # -- buckets ---------------------------------------------------------------------------------------------
     async def open(self, timeout_s: float = 60.0):
-        """Opens (creating if needed) the lease bucket and the snapshot bucket, retrying until the
-        deadline while the NATS cluster is still forming."""
-        from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType
+        """Binds the coordination bucket, retrying until the deadline while the NATS cluster is still forming
+        or the bucket's stream has no leader yet. It must exist (the operator made it)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         last_exc = None
-        while loop.time() < deadline and (self.kv is None or self.obs is None):
+        while self.kv is None:
             try:
-                if self.kv is None:
-                    try:
-                        self.kv = await self.js.key_value(self.LEASES)
-                    except Exception:  # noqa: BLE001 - absent: create it
-                        self.kv = await self.js.create_key_value(KeyValueConfig(
-                            bucket=self.LEASES, history=1, replicas=self.replicas, storage=StorageType.FILE))
-                if self.obs is None:
-                    try:
-                        self.obs = await self.js.object_store(self.SNAPSHOTS)
-                    except Exception:  # noqa: BLE001
-                        self.obs = await self.js.create_object_store(self.SNAPSHOTS, ObjectStoreConfig(
-                            bucket=self.SNAPSHOTS, replicas=self.replicas, storage=StorageType.FILE))
-            except Exception as exc:  # noqa: BLE001 - created concurrently, or JetStream not ready
+                self.kv = await self.js.key_value(self.LEASES)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - not there yet, or JetStream not ready
                 last_exc = exc
+                if loop.time() > deadline:
+                    raise TimeoutError("the coordination bucket %s is unavailable (was the cluster created? "
+                                       "`durakv cluster create`): %r" % (self.LEASES, last_exc)) from None
                 await asyncio.sleep(0.2)
-        if self.kv is None or self.obs is None:
-            raise TimeoutError("coordination buckets unavailable: %r" % (last_exc,))
         # A bucket just created may not have elected its stream's leader yet: the first put would get "no
         # responders". Ready means its leader answers (STREAM.INFO is answered by the leader).
         while True:
@@ -292,6 +389,67 @@ class NatsStore(CoordinationStore):
         and nothing else (cluster/renewer.py); the buckets exist already (open() of the node's own store)."""
         self.kv = await self.js_fast.key_value(self.LEASES)
         return self
+
+    async def create_cluster(self, timeout_s: float = 60.0):
+        """The operator's: makes the coordination bucket (replicated, file-backed, one value per key) if it is
+        not there, then binds it."""
+        from nats.js.api import KeyValueConfig, StorageType
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                await self.js.key_value(self.LEASES)
+                break
+            except Exception:  # noqa: BLE001 - absent: create it (or JetStream not ready: retried)
+                try:
+                    await self.js.create_key_value(KeyValueConfig(
+                        bucket=self.LEASES, history=1, replicas=self.replicas, storage=StorageType.FILE))
+                    break
+                except Exception as exc:  # noqa: BLE001 - created concurrently, or not placeable yet
+                    if loop.time() > deadline:
+                        raise TimeoutError("cannot create the coordination bucket: %r" % (exc,)) from None
+                    await asyncio.sleep(0.2)
+        return await self.open(max(1.0, deadline - loop.time()))
+
+    async def create_shard(self, shard, timeout_s: float = 60.0):
+        """The operator's: makes a shard's journal stream and snapshot bucket if they are not there. Neither can
+        be deleted or have a message deleted through the API by anyone but the operator (deny_delete on the
+        journal: a node's identity may purge its own shard's prefix, never remove single entries)."""
+        from nats.js.api import ObjectStoreConfig, StorageType, StreamConfig
+        from nats.js.errors import NotFoundError
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        stream = nn.journal_stream(shard)
+        while True:
+            try:
+                try:
+                    await self.js.stream_info(stream)
+                except NotFoundError:
+                    await self.js.add_stream(StreamConfig(
+                        name=stream, subjects=[nn.journal_subject(shard)], storage=StorageType.FILE,
+                        num_replicas=self.replicas, allow_direct=True, deny_delete=True))
+                bucket = nn.snapshot_bucket(shard)
+                try:
+                    await self.js.object_store(bucket)
+                except Exception:  # noqa: BLE001 - absent
+                    await self.js.create_object_store(bucket, ObjectStoreConfig(
+                        bucket=bucket, replicas=self.replicas, storage=StorageType.FILE))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - JetStream cannot place an R3 stream yet
+                if loop.time() > deadline:
+                    raise TimeoutError("cannot create the stream and snapshot bucket of shard %s: %r"
+                                       % (shard, exc)) from None
+                await asyncio.sleep(0.2)
+
+    async def _bucket(self, shard):
+        """The snapshot object store of `shard` (bound once)."""
+        shard = str(shard)
+        obs = self._obs.get(shard)
+        if obs is None:
+            obs = self._obs[shard] = await self.js.object_store(nn.snapshot_bucket(shard))
+        return obs
 
     @staticmethod
     def _lease_key(shard):
@@ -334,16 +492,88 @@ class NatsStore(CoordinationStore):
     async def clear_failover_request(self, shard):
         await self.kv.put(self._failover_key(shard), b"")
 
-    async def get_topology(self):
+    async def get_base_topology(self):
+        """(the operator's topology, its revision), (None, 0) when none is stored."""
         return await self._get(self.TOPOLOGY_KEY, Topology.from_json)
 
+    async def get_states(self, topology):
+        """{shard name: (ShardState, revision)} of the shards of `topology` that have a state; a state that does
+        not validate is left out (logged): it changes nothing."""
+        out = {}
+        for sh in topology.shards:
+            try:
+                state, revision = await self._get(nn.KEY_STATE % sh.name, ShardState.from_json)
+            except TopologyError as exc:
+                log.warning("the state of shard %s is invalid and is not used: %s", sh.name, exc)
+                continue
+            if state is not None:
+                out[sh.name] = (state, revision)
+        return out
+
+    async def get_topology(self):
+        """(the topology to route by, revision): the operator's topology composed with every shard's state
+        (routing/shardstate.py). The revision is the newest of the documents it was composed from (KV revisions
+        are the bucket's sequence numbers, so it grows with every change of any of them)."""
+        base, revision = await self.get_base_topology()
+        if base is None:
+            return None, 0
+        states = await self.get_states(base)
+        for _state, rev in states.values():
+            revision = max(revision, rev)
+        return compose(base, {name: st for name, (st, _rev) in states.items()}), revision
+
     async def put_topology(self, topology, expected_revision):
+        """The operator's topology, compare-and-set on its own revision (get_base_topology's)."""
         if not isinstance(topology, Topology):
             raise TypeError("put_topology needs a Topology")
         raw = topology.to_json()
         if len(raw) > MAX_DOCUMENT_BYTES:
             raise TopologyError("the topology document exceeds %d bytes" % MAX_DOCUMENT_BYTES)
         return await self._compare_and_set(self.TOPOLOGY_KEY, raw, expected_revision)
+
+    async def get_state(self, shard):
+        """(ShardState | None, revision) of one shard."""
+        return await self._get(nn.KEY_STATE % shard, ShardState.from_json)
+
+    async def update_state(self, shard, change, attempts=50):
+        """Applies change(current ShardState) -> new ShardState (or None: nothing to do) by compare-and-set,
+        re-reading on races; returns the new revision (0 when nothing changed)."""
+        for _ in range(attempts):
+            try:
+                current, revision = await self.get_state(shard)
+            except TopologyError as exc:
+                log.warning("the state of shard %s is invalid; replacing it: %s", shard, exc)
+                current, revision = None, (await self.kv.get(nn.KEY_STATE % shard)).revision
+            wanted = change(current or ShardState())
+            if wanted is None or wanted == current:
+                return 0
+            try:
+                return await self._compare_and_set(nn.KEY_STATE % shard, wanted.to_json(), revision)
+            except StaleRevision:
+                await asyncio.sleep(0.02)
+        raise StaleRevision("the state of shard %s kept changing" % shard)
+
+    # -- the cluster's users and its format --------------------------------------------------------------------
+    async def get_auth(self):
+        """(AuthSettings | None, revision): the users of every shard (cluster/settings.py)."""
+        from .settings import AuthSettings
+        return await self._get(nn.KEY_AUTH, AuthSettings.from_json)
+
+    async def put_auth(self, auth, expected_revision):
+        return await self._compare_and_set(nn.KEY_AUTH, auth.to_json(), expected_revision)
+
+    async def watch_auth(self, cb):
+        from .settings import AuthSettings
+        watcher = await self.kv_watch.watch(nn.KEY_AUTH)
+        return TopologyWatch(watcher, cb, parse=AuthSettings.from_json, invalid=SettingsError, what="cluster auth")
+
+    async def get_cluster(self):
+        """(ClusterDocument | None, revision): the cluster's id and format (cluster/settings.py)."""
+        from .settings import ClusterDocument
+        return await self._get(nn.KEY_CLUSTER, ClusterDocument.from_json)
+
+    async def put_cluster(self, doc, expected_revision):
+        return await self._compare_and_set(nn.KEY_CLUSTER, doc.to_json(), expected_revision)
 
     async def _compare_and_set(self, key, raw, expected_revision):
         from nats.js.errors import KeyWrongLastSequenceError
@@ -359,8 +589,11 @@ class NatsStore(CoordinationStore):
             raise
 
     async def watch_topology(self, cb):
-        watcher = await self.kv_watch.watch(self.TOPOLOGY_KEY)
-        return TopologyWatch(watcher, cb)
+        """Delivers the composed topology (get_topology) to cb(topology, revision) on every change of the
+        operator's topology or of any shard's state, in revision order."""
+        base_watcher = await self.kv_watch.watch(self.TOPOLOGY_KEY)
+        state_watcher = await self.kv_watch.watch(nn.KEY_STATE % "*")
+        return ComposedTopologyWatch(base_watcher, state_watcher, cb)
 
     @staticmethod
     def _settings_key(shard):
@@ -380,59 +613,61 @@ class NatsStore(CoordinationStore):
                              what="settings of shard %s" % shard)
 
     @staticmethod
-    def _snap_name(shard, index):
-        return "shard-%s/%020d" % (shard, index)
+    def _snap_name(index):
+        return "%020d" % index
 
-    @property
-    def _obs_stream(self):
-        return "OBJ_%s" % self.SNAPSHOTS
+    @staticmethod
+    def _obs_stream(shard):
+        return "OBJ_%s" % nn.snapshot_bucket(shard)
 
-    def _meta_subject(self, name):
-        return "$O.%s.M.%s" % (self.SNAPSHOTS, base64.urlsafe_b64encode(name.encode()).decode())
+    @staticmethod
+    def _meta_subject(shard, name):
+        return "$O.%s.M.%s" % (nn.snapshot_bucket(shard), base64.urlsafe_b64encode(name.encode()).decode())
 
-    def _chunk_subject(self, nuid):
-        return "$O.%s.C.%s" % (self.SNAPSHOTS, nuid)
+    @staticmethod
+    def _chunk_subject(shard, nuid):
+        return "$O.%s.C.%s" % (nn.snapshot_bucket(shard), nuid)
 
     async def put_snapshot(self, shard, index, epoch, data):
         from nats.js.api import ObjectMeta
-        meta = ObjectMeta(name=self._snap_name(shard, index), description=json.dumps({"epoch": epoch}))
-        await self.obs.put(meta.name, data, meta=meta)
+        meta = ObjectMeta(name=self._snap_name(index), description=json.dumps({"epoch": epoch}))
+        await (await self._bucket(shard)).put(meta.name, data, meta=meta)
 
-    async def _objects(self):
-        """Every object of the snapshot bucket, deleted ones (tombstones) included."""
+    async def _objects(self, shard):
+        """Every object of the shard's snapshot bucket, deleted ones (tombstones) included."""
         try:
-            return await self.obs.list(ignore_deletes=False)
+            return await (await self._bucket(shard)).list(ignore_deletes=False)
         except Exception as exc:  # noqa: BLE001 - nats-py raises NotFound for an empty bucket
             if type(exc).__name__.endswith("NotFoundError"):
                 return []
             raise
 
     async def snapshot_indexes(self, shard):
-        prefix = "shard-%s/" % shard
-        out = sorted(int(i.name[len(prefix):]) for i in await self._objects()
-                     if i.name.startswith(prefix) and not i.deleted and i.name[len(prefix):].isdigit())
-        return out
+        return sorted(int(o.name) for o in await self._objects(shard) if not o.deleted and o.name.isdigit())
 
     async def latest_snapshot(self, shard, into=None):
+        obs = await self._bucket(shard)
         for index in reversed(await self.snapshot_indexes(shard)):
-            name = self._snap_name(shard, index)
+            name = self._snap_name(index)
             try:
                 if into is not None:
                     into.seek(0)
                     into.truncate()
-                    res = await self.obs.get(name, writeinto=_ChunkWriter(into))
+                    res = await obs.get(name, writeinto=_ChunkWriter(into))
                 else:
                     # nats-py concatenates the chunks into one bytes object (quadratic): collect them instead
                     chunks = []
-                    res = await self.obs.get(name, writeinto=_ChunkWriter(chunks))
+                    res = await obs.get(name, writeinto=_ChunkWriter(chunks))
                     res.data = b"".join(chunks)
             except Exception:  # noqa: BLE001 - deleted meanwhile, or damaged: try the one before
                 continue
             epoch = 0
             try:
                 epoch = json.loads(res.info.description or "{}").get("epoch", 0)
-            except ValueError:
+            except (ValueError, AttributeError):
                 pass
+            if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+                epoch = 0
             if into is not None:
                 into.flush()
                 return index, epoch, None
@@ -444,53 +679,52 @@ class NatsStore(CoordinationStore):
         delete would leave a tombstone there per snapshot, for ever) first, so no reader finds it any more,
         then its chunks."""
         from nats.js.errors import NotFoundError
-        name = self._snap_name(shard, index)
+        name = self._snap_name(index)
         try:
-            info = await self.obs.get_info(name, show_deleted=True)
+            info = await (await self._bucket(shard)).get_info(name, show_deleted=True)
         except NotFoundError:
             return
-        await self.js.purge_stream(self._obs_stream, subject=self._meta_subject(name))
+        await self.js.purge_stream(self._obs_stream(shard), subject=self._meta_subject(shard, name))
         if info.nuid:
-            await self.js.purge_stream(self._obs_stream, subject=self._chunk_subject(info.nuid))
+            await self.js.purge_stream(self._obs_stream(shard), subject=self._chunk_subject(shard, info.nuid))
 
     async def prune_snapshots(self, shard, keep=None, orphan_age_s=None):
         """Keeps the `keep` newest snapshots of `shard` and removes the rest, plus what earlier runs and
-        crashes left in the bucket: tombstones of deleted snapshots (any shard) and chunks no snapshot refers
-        to (a put that died before its meta message), once their newest chunk is `orphan_age_s` old (a put in
-        progress elsewhere writes its chunks before its meta). Returns the kept indexes and the bucket's size:
+        crashes left in the bucket: tombstones of deleted snapshots and chunks no snapshot refers to (a put
+        that died before its meta message), once their newest chunk is `orphan_age_s` old (a put in progress
+        elsewhere writes its chunks before its meta). Returns the kept indexes and the bucket's size:
         {"kept": [...], "bytes": n, "messages": n, "objects": n}."""
         from nats.js.errors import NotFoundError
         keep = SNAPSHOTS_KEPT if keep is None else keep
         if orphan_age_s is None:
             orphan_age_s = orphan_age_default_s()
-        prefix = "shard-%s/" % shard
-        objects = await self._objects()
-        mine = sorted((int(o.name[len(prefix):]), o) for o in objects
-                      if o.name.startswith(prefix) and not o.deleted and o.name[len(prefix):].isdigit())
+        objects = await self._objects(shard)
+        mine = sorted((int(o.name), o) for o in objects if not o.deleted and o.name.isdigit())
         for index, _o in mine[:-keep] if keep > 0 else mine:
             await self.delete_snapshot(shard, index)
         kept = [index for index, _o in (mine[-keep:] if keep > 0 else [])]
         referenced = set()
+        stream = self._obs_stream(shard)
         for o in objects:
             if o.deleted:
-                await self.js.purge_stream(self._obs_stream, subject=self._meta_subject(o.name))
+                await self.js.purge_stream(stream, subject=self._meta_subject(shard, o.name))
             elif o.nuid:
                 referenced.add(o.nuid)
-        chunk_prefix = self._chunk_subject("")
-        info = await self.js.stream_info(self._obs_stream, subjects_filter=chunk_prefix + ">")
+        chunk_prefix = self._chunk_subject(shard, "")
+        info = await self.js.stream_info(stream, subjects_filter=chunk_prefix + ">")
         now = time.time()
         for subject in (info.state.subjects or {}):
             if subject[len(chunk_prefix):] in referenced:
                 continue
             try:
-                last = await self.js.get_last_msg(self._obs_stream, subject)
+                last = await self.js.get_last_msg(stream, subject)
             except NotFoundError:
                 continue
             if last.time is not None and now - last.time.timestamp() >= orphan_age_s:
-                await self.js.purge_stream(self._obs_stream, subject=subject)
+                await self.js.purge_stream(stream, subject=subject)
                 log.info("removed %d snapshot chunk(s) no snapshot refers to (%s)",
                          info.state.subjects[subject], subject)
-        state = (await self.js.stream_info(self._obs_stream)).state
+        state = (await self.js.stream_info(stream)).state
         live = sum(1 for o in objects if not o.deleted)
         return {"kept": kept, "bytes": state.bytes, "messages": state.messages,
                 "objects": live - max(0, len(mine) - keep)}

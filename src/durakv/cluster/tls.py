@@ -1,12 +1,19 @@
-"""TLS material for a local cluster (`durakv cluster up --tls`): a CA and one certificate for 127.0.0.1.
+"""TLS material of a cluster: one CA, and a certificate per host that its NATS server and durakv node present,
+both as servers and as clients (mutual TLS: NATS verifies every client's and route's certificate).
 
-Made with the openssl command line (Debian's openssl; the same tool an operator would use), kept in
-DIR/tls/: ca.crt and ca.key (the CA clients verify against), node.crt and node.key (every durakv node and
-NATS server presents it; its subject alternative names are 127.0.0.1 and localhost). Clients need only
-ca.crt: memtier_benchmark --tls --cacert DIR/tls/ca.crt, valkey-py ssl=True, ssl_ca_certs=DIR/tls/ca.crt.
+Made with the openssl command line (Debian's openssl; the tool an operator would use), kept in a directory of
+the operator's: ca.crt and ca.key (the CA everyone verifies against), and <name>.crt / <name>.key per host
+(subject alternative names: the host's addresses and names). Clients of the cluster need only ca.crt
+(memtier_benchmark --tls --cacert ca.crt, valkey-py ssl=True, ssl_ca_certs=ca.crt), plus a certificate of their
+own where the server asks for one (tls-auth-clients yes). Key files are 0600.
+
+`make_certs(dir)` is the local launcher's shortcut: DIR/tls with a CA and one certificate named `node` for
+127.0.0.1 and localhost, which every local process presents.
 """
 
+import ipaddress
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -20,10 +27,17 @@ def tls_dir(cluster_dir) -> str:
     return os.path.join(os.path.abspath(str(cluster_dir)), "tls")
 
 
-def paths(cluster_dir) -> dict:
+def paths(cluster_dir, name="node") -> dict:
     d = tls_dir(cluster_dir)
     return {"ca": os.path.join(d, "ca.crt"), "ca_key": os.path.join(d, "ca.key"),
-            "cert": os.path.join(d, "node.crt"), "key": os.path.join(d, "node.key")}
+            "cert": os.path.join(d, f"{name}.crt"), "key": os.path.join(d, f"{name}.key")}
+
+
+def _openssl():
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise ProcessError("TLS needs the openssl command (Debian: apt-get install openssl)")
+    return openssl
 
 
 def _run(args, cwd):
@@ -32,35 +46,78 @@ def _run(args, cwd):
         raise ProcessError("openssl %s failed: %s" % (args[1], proc.stderr.strip()[-500:]))
 
 
-def make_certs(cluster_dir) -> dict:
-    """The CA and node certificate of the cluster (made once; reused when they exist)."""
-    p = paths(cluster_dir)
-    if all(os.path.exists(p[k]) for k in ("ca", "cert", "key")):
-        return p
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise ProcessError("--tls needs the openssl command (Debian: apt-get install openssl)")
-    d = tls_dir(cluster_dir)
-    os.makedirs(d, exist_ok=True)
-    _run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", str(DAYS), "-subj",
-          "/CN=durakv local cluster CA", "-keyout", p["ca_key"], "-out", p["ca"]], d)
-    ext = os.path.join(d, "node.ext")
+def make_ca(d, subject="durakv cluster CA") -> dict:
+    """The CA in directory d (made once; reused when it exists): {"ca", "ca_key"}."""
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    ca, ca_key = os.path.join(d, "ca.crt"), os.path.join(d, "ca.key")
+    if not (os.path.exists(ca) and os.path.exists(ca_key)):
+        old = os.umask(0o077)
+        try:
+            _run([_openssl(), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", str(DAYS), "-subj",
+                  "/CN=" + subject, "-keyout", ca_key, "-out", ca], d)
+        finally:
+            os.umask(old)
+        os.chmod(ca_key, 0o600)
+    return {"ca": ca, "ca_key": ca_key}
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+
+
+def issue_cert(d, name, hosts) -> dict:
+    """A certificate signed by d's CA for `hosts` (IP addresses and DNS names), usable as a server and a client
+    certificate: {"ca", "cert", "key"} (made once; reused when it exists)."""
+    if not _NAME.match(name):
+        raise ValueError("certificate name %r: letters, digits, '.', '-', '_'" % name)
+    ca = make_ca(d)
+    cert, key = os.path.join(d, f"{name}.crt"), os.path.join(d, f"{name}.key")
+    if os.path.exists(cert) and os.path.exists(key):
+        return {"ca": ca["ca"], "cert": cert, "key": key}
+    sans = []
+    for h in hosts:
+        try:
+            sans.append("IP:%s" % ipaddress.ip_address(h))
+        except ValueError:
+            if not re.match(r"[A-Za-z0-9.-]{1,253}\Z", h):
+                raise ValueError("host %r is neither an IP address nor a DNS name" % h) from None
+            sans.append("DNS:%s" % h)
+    if not sans:
+        raise ValueError("a certificate needs at least one host")
+    ext = os.path.join(d, f"{name}.ext")
     with open(ext, "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
-                "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n")
-    csr = os.path.join(d, "node.csr")
-    _run([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", p["key"],
-          "-out", csr], d)
-    _run([openssl, "x509", "-req", "-in", csr, "-CA", p["ca"], "-CAkey", p["ca_key"], "-CAcreateserial",
-          "-days", str(DAYS), "-extfile", ext, "-out", p["cert"]], d)
-    for f in (p["key"], p["ca_key"]):
-        os.chmod(f, 0o600)
-    return p
+        f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n" % ",".join(sans))
+    csr = os.path.join(d, f"{name}.csr")
+    openssl = _openssl()
+    old = os.umask(0o077)
+    try:
+        _run([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=%s" % hosts[0], "-keyout", key,
+              "-out", csr], d)
+        _run([openssl, "x509", "-req", "-in", csr, "-CA", ca["ca"], "-CAkey", ca["ca_key"], "-CAcreateserial",
+              "-days", str(DAYS), "-extfile", ext, "-out", cert], d)
+    finally:
+        os.umask(old)
+    os.chmod(key, 0o600)
+    for leftover in (csr, ext):
+        os.unlink(leftover)
+    return {"ca": ca["ca"], "cert": cert, "key": key}
 
 
-def client_context(ca_file) -> ssl.SSLContext:
-    """What a client of the cluster (and durakv's own tooling) verifies servers with."""
-    return ssl.create_default_context(cafile=ca_file)   # the certificate names 127.0.0.1 and localhost
+def make_certs(cluster_dir) -> dict:
+    """The local launcher's CA and one certificate for 127.0.0.1 and localhost, in DIR/tls: {"ca", "ca_key",
+    "cert", "key"}."""
+    d = tls_dir(cluster_dir)
+    issued = issue_cert(d, "node", ["127.0.0.1", "localhost"])
+    return {**issued, "ca_key": os.path.join(d, "ca.key")}
+
+
+def client_context(ca_file, cert_file=None, key_file=None) -> ssl.SSLContext:
+    """What a client of the cluster (and durakv's own tooling) verifies servers with, presenting its own
+    certificate when given (NATS and durakv nodes with tls-auth-clients ask for one)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file)
+    return ctx
 
 
 def node_client_context(config) -> ssl.SSLContext:

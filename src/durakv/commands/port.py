@@ -223,6 +223,14 @@ class Cluster:
     def request_failover(self):
         raise CommandError("ERR This instance has cluster support disabled")
 
+    def identity(self) -> dict:
+        """DURAKV IDENTITY: what the operator's tools need to place this node in a shard."""
+        raise CommandError("ERR This instance has cluster support disabled")
+
+    def join(self, doc: dict):
+        """DURAKV JOIN: become a member of a cluster's shard (raises CommandError with the reason it cannot)."""
+        raise CommandError("ERR This instance has cluster support disabled")
+
     # The slot words carried out on the coordination store's topology (compare-and-set, cluster/reshard.py).
     # Each answers a Deferred: +OK once the change is stored and installed on this node, or the error.
     def migrate_slots(self, moves):

@@ -53,6 +53,11 @@ class JournalFenced(JournalError):
     """An append from a writer whose epoch was superseded (a deposed primary)."""
 
 
+class InvalidEntry(JournalError):
+    """An entry no writer of this journal wrote: it does not decode, or carries no valid writer epoch, or an
+    epoch no marker announced. Readers never apply it, nor anything after it."""
+
+
 class JournalTruncated(JournalError):
     """A read asked for entries that were dropped by truncate_before."""
 
@@ -113,7 +118,11 @@ class EpochFilter:
 
     A new primary appends a marker (an entry with an empty payload carrying its epoch) before its first
     write. Every reader ignores entries whose epoch is older than the newest marker before them, so an
-    append a deposed primary managed to land after the takeover is never applied by anyone."""
+    append a deposed primary managed to land after the takeover is never applied by anyone.
+
+    And it fails closed: an entry with no valid epoch (negative: the header did not parse), or a data entry
+    whose epoch is newer than the newest marker (every primary writes its marker before its first entry, so no
+    primary wrote it), raises InvalidEntry."""
 
     __slots__ = ("epoch",)
 
@@ -122,8 +131,13 @@ class EpochFilter:
 
     def accept(self, entry: Entry) -> bool:
         """True if entry's effects must be applied; markers raise the epoch and are never applied."""
+        if entry.epoch < 1:
+            raise InvalidEntry("entry %d carries no valid writer epoch" % entry.index)
         if not entry.payload:
             if entry.epoch > self.epoch:
                 self.epoch = entry.epoch
             return False
-        return entry.epoch >= self.epoch
+        if entry.epoch > self.epoch:
+            raise InvalidEntry("entry %d has epoch %d, newer than the newest marker (%d): no primary of the shard "
+                               "wrote it" % (entry.index, entry.epoch, self.epoch))
+        return entry.epoch == self.epoch

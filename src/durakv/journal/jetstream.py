@@ -98,9 +98,12 @@ def is_transient(exc) -> bool:
     return isinstance(exc, nats.js.errors.APIError) and getattr(exc, "code", None) == 503
 
 
-async def connect(servers, name="durakv", tls=None):
-    """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers). Its errors are
-    logged once per condition with a count (nats-py's default logs a traceback for every reconnect attempt)."""
+async def connect(servers, name="durakv", tls=None, creds=None, inbox_prefix=None):
+    """A NATS connection that reconnects for ever (tls: an ssl.SSLContext for tls:// servers, with the client's
+    certificate when the servers verify clients; creds: the path of a NATS credentials file (a JWT and the
+    seed that signs the server's nonce); inbox_prefix: the reply subjects' prefix this identity may
+    subscribe to). Its errors are logged once per condition with a count (nats-py's default logs a traceback
+    for every reconnect attempt)."""
     import nats
     events = Recurring(logging.getLogger("durakv.nats"))
 
@@ -120,13 +123,23 @@ async def connect(servers, name="durakv", tls=None):
     nc = await nats.connect(servers=list(servers), name=name, max_reconnect_attempts=-1,
                             reconnect_time_wait=0.1, connect_timeout=2, allow_reconnect=True,
                             ping_interval=1, max_outstanding_pings=3, tls=tls, error_cb=error_cb,
-                            disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb)
+                            disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb,
+                            **({"user_credentials": creds} if creds else {}),
+                            **({"inbox_prefix": inbox_prefix} if inbox_prefix else {}))
     return nc
 
 
+MAX_EPOCH = 2 ** 62
+
+
 def _msg_entry(msg) -> Entry:
+    """The journal entry of a stream message. Its epoch header is untrusted input: one that is not a decimal
+    integer in 1..2^62 gives epoch -1, which every reader refuses (journal/base.py EpochFilter)."""
     headers = msg.headers or {}
-    epoch = int(headers.get(EPOCH_HEADER, "0"))
+    text = headers.get(EPOCH_HEADER, "")
+    epoch = int(text) if isinstance(text, str) and 0 < len(text) <= 19 and text.isascii() and text.isdigit() else -1
+    if epoch > MAX_EPOCH:
+        epoch = -1
     seq = msg.metadata.sequence.stream if hasattr(msg, "metadata") else msg.seq
     return Entry(seq, epoch, bytes(msg.data or b""))
 
@@ -163,8 +176,10 @@ class JetStreamJournal(Journal):
     """One shard's stream. `epoch` is the writer's epoch (set by the failover controller on promotion)."""
 
     def __init__(self, nc, shard: str, replicas: int = 3, epoch: int = 0, request_timeout_s: float = 5.0,
-                 max_appends_in_flight: int = DEFAULT_APPENDS_IN_FLIGHT):
-        """`nc` is a connected nats client, or a list of server URLs to connect to in open()."""
+                 max_appends_in_flight: int = DEFAULT_APPENDS_IN_FLIGHT, creds=None):
+        """`nc` is a connected nats client, or a list of server URLs to connect to in open() (with the NATS
+        credentials file `creds`)."""
+        self._creds = creds
         if not 1 <= max_appends_in_flight <= MAX_APPENDS_IN_FLIGHT:
             raise ValueError("max_appends_in_flight must be between 1 and %d" % MAX_APPENDS_IN_FLIGHT)
         self._servers = None
@@ -228,6 +243,23 @@ class JetStreamJournal(Journal):
                 await asyncio.sleep(0.2)
         raise TimeoutError("stream %s could not be created or found: %r" % (self.stream, last_exc))
 
+    async def wait_stream(self, timeout_s: float = 60.0):
+        """Waits until the shard's stream exists and answers (a node may not create it: the operator's `cluster
+        create` did). Raises TimeoutError naming the stream."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_exc = None
+        while loop.time() < deadline:
+            try:
+                return await self.js.stream_info(self.stream)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - not created yet, no leader yet, timeouts
+                last_exc = exc
+                await asyncio.sleep(0.2)
+        raise TimeoutError("stream %s is not there (was the shard created with `durakv cluster create` or "
+                           "`add-node`?): %r" % (self.stream, last_exc))
+
     async def refresh(self):
         info = await self.js.stream_info(self.stream)
         self._last = info.state.last_seq
@@ -237,7 +269,7 @@ class JetStreamJournal(Journal):
 
     async def open(self, base_index: int = 0) -> None:
         if self.nc is None:
-            self.nc = await connect(self._servers)
+            self.nc = await connect(self._servers, creds=self._creds)
             self.js = self.nc.jetstream(timeout=self._request_timeout_s)
         await self.ensure_stream()
         info = await self.refresh()

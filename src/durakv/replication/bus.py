@@ -3,6 +3,8 @@ NATS core (at most once, as Valkey's cluster bus)."""
 
 import logging
 
+from ..cluster import natsnames as nn
+
 log = logging.getLogger("durakv.replication")
 
 
@@ -11,18 +13,15 @@ class BusMixin:
 
     Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
 
-    _PUBSUB = "durakv.pubsub"        # PUBLISH reaches every node; SPUBLISH the nodes of the channel's shard
-
     async def _subscribe_pubsub(self):
-        self._pubsub_subs.append(await self.nc.subscribe(self._PUBSUB, cb=self._on_bus_message))
-        self._pubsub_subs.append(await self.nc.subscribe("%s.%s" % (self._PUBSUB, self.shard),
-                                                         cb=self._on_bus_message))
+        self._pubsub_subs.append(await self.nc.subscribe(nn.PUBSUB, cb=self._on_bus_message))
+        self._pubsub_subs.append(await self.nc.subscribe(nn.PUBSUB_SHARD % self.shard, cb=self._on_bus_message))
 
     def publish_remote(self, channel: bytes, message: bytes, shard: bool):
         """Hands a PUBLISH/SPUBLISH to the other nodes (NATS core: at most once, as Valkey's cluster bus)."""
         if self.nc is None or self.nc.is_closed:
             return
-        subject = "%s.%s" % (self._PUBSUB, self.shard) if shard else self._PUBSUB
+        subject = nn.PUBSUB_SHARD % self.shard if shard else nn.PUBSUB
         header = b"%s %d %d\n" % (self.node_id.encode(), 1 if shard else 0, len(channel))
         self.server.loop.create_task(self._publish_bus(subject, header + channel + message))
 

@@ -5,11 +5,16 @@ import asyncio
 import logging
 import time
 
+from .. import messages
 from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import PartAssembler
 from .clock import monotonic_ms
 
 log = logging.getLogger("durakv.replication")
+
+
+class ApplyStopped(Exception):
+    """A replica stopped applying at an entry it could not apply (FollowMixin._stop_applying)."""
 
 
 class FollowMixin:
@@ -57,23 +62,26 @@ class FollowMixin:
                             entry.index - 1)
             self.note_known(entry.index)
             return
+        if self.apply_stopped is not None:
+            self.note_known(entry.index)
+            return   # never past an entry that could not be applied: the state after it would be a guess
         ks = self.server.keyspace
         if not entry.payload:
             self.parts.reset()       # an epoch marker: a deposed writer's unfinished parts never complete
-        if self.filter.accept(entry):
-            ks.hide_expired = False  # effects see every stored key, expired or not, as on the primary
-            try:
-                for db_id, argv in self.parts.feed(entry.payload, entry.index):
-                    self.server.apply_effect(db_id, argv)
-            except Exception as exc:  # noqa: BLE001 - a replica that cannot apply must not serve
-                self._apply_errors += 1
-                log.critical("replica cannot apply entry %d: %s; restarting to resync", entry.index, exc)
-                self.reexec()
-                return
-            finally:
-                ks.hide_expired = True
-        else:
-            self.epoch = max(self.epoch, self.filter.epoch)
+        try:
+            accepted = self.filter.accept(entry)
+            if accepted:
+                ks.hide_expired = False  # effects see every stored key, expired or not, as on the primary
+                try:
+                    for db_id, argv in self.parts.feed(entry.payload, entry.index):
+                        self.server.apply_effect(db_id, argv)
+                finally:
+                    ks.hide_expired = True
+            else:
+                self.epoch = max(self.epoch, self.filter.epoch)
+        except Exception as exc:  # noqa: BLE001 - a replica that cannot apply must not serve, nor loop
+            self._stop_applying(entry.index, exc)
+            return
         self.applied_index = entry.index
         if not self.parts.pending:
             self.whole_index = entry.index
@@ -84,6 +92,28 @@ class FollowMixin:
             self._behind_since_ms = 0
         if self._status_handle is None:
             self.send_status_soon()
+
+    def _stop_applying(self, index, exc):
+        """Fail closed: entry `index` does not decode or apply (data from NATS is untrusted: a damaged or forged
+        entry, or a bug). Applying past it would build a state no primary had, and restarting would meet it
+        again (in a loop), so this replica stops applying here for good: it answers reads with an error, says
+        so in INFO replication (replica_apply_stopped) and the log, and never takes the lease (the controller
+        asks `ineligible`). An operator removes the cause (docs/operations.md) and restarts it."""
+        self._apply_errors += 1
+        # an INFO value: no comma (valkey-py splits those), no line breaks, bounded
+        self.apply_stopped = ("entry %d: %s" % (index, exc)).replace(",", ";").replace("\r", " ").replace("\n", " ")[:300]
+        self.phase = "apply stopped"
+        log.critical("stopped applying the journal at entry %d: %s. This replica serves no data and will not "
+                     "become primary until the entry is dealt with (docs/operations.md, \"a replica stopped "
+                     "applying\")", index, exc)
+        self.server.loop.create_task(self._unfollow())
+
+    @property
+    def ineligible(self):
+        """Why this node must not take the lease (None: it may)."""
+        if self.apply_stopped is not None:
+            return "it stopped applying the journal at " + self.apply_stopped
+        return None
 
     def stall_following(self, stall_ms):
         """Fault injection: hold every journal entry that arrives for stall_ms, then apply them in order (a
@@ -107,6 +137,8 @@ class FollowMixin:
         self.note_known(last)
         deadline = time.monotonic() + timeout_s
         while self.applied_index < last:
+            if self.apply_stopped is not None:
+                raise ApplyStopped(self.apply_stopped)
             if time.monotonic() > deadline:
                 raise TimeoutError("catch-up stalled at %d of %d" % (self.applied_index, last))
             await self.resubscribe_if_stalled()
@@ -116,7 +148,9 @@ class FollowMixin:
     async def resubscribe_if_stalled(self, stall_s=3.0):
         """An ordered consumer whose NATS server died may stop delivering without an error (seen when a
         whole AZ goes down): if entries are pending and nothing was applied for stall_s, follow again
-        from the applied index."""
+        from the applied index. Not once applying stopped (fail closed): it would meet the same entry."""
+        if self.apply_stopped is not None:
+            return
         if self._gap is not None:
             gap, self._gap = self._gap, None
             await self._unfollow()

@@ -2,11 +2,9 @@
 renewer thread's hooks publish it), a replica only while it is close enough to the journal."""
 
 import logging
-import ssl
 
 from .. import messages
 from ..cluster.store import NatsStore
-from ..journal.jetstream import connect
 from .clock import monotonic_ms
 
 log = logging.getLogger("durakv.replication")
@@ -20,9 +18,7 @@ class LeaseMixin:
     async def _open_renewer_store(self):
         """The lease renewer's own NATS connection and lease bucket (run on its thread's loop): a connection
         served by the event loop would wait for the loop, which is what the thread is there to avoid."""
-        ca = self.server.config["journal-nats-tls-ca-file"]
-        nc = await connect(self.servers, name="durakv-%s-lease" % self.node_id,
-                           tls=ssl.create_default_context(cafile=ca) if ca else None)
+        nc = await self.nats_connect("-lease")
         try:
             return await NatsStore(nc).open_leases()
         except BaseException:
@@ -47,6 +43,8 @@ class LeaseMixin:
         past due by its own clock, or writes during a planned hand-over; a replica too far behind the journal
         (replica-max-lag-ms), or cut off from it with replica-serve-stale-data no."""
         if self.role != "primary":
+            if self.apply_stopped is not None:
+                return messages.REPLICA_APPLY_STOPPED.format(self.apply_stopped)
             since = self._behind_since_ms
             if since:
                 behind_ms = monotonic_ms() - since

@@ -5,6 +5,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from ..cluster import natsnames as nn
 from .clock import monotonic_ms
 
 
@@ -25,13 +26,12 @@ class MembersMixin:
 
     Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
 
-    _STATUS = "durakv.status"
     PEER_FRESH_MS = 3000     # a node not heard from for this long is not listed as connected
 
     def _status_subject(self):
-        return "%s.%s" % (self._STATUS, self.shard)
+        return nn.STATUS % self.shard
 
-    _ALIVE = "durakv.alive"  # every node's beat, heard by every node: the failure detector of CLUSTER SLOTS/NODES
+    _ALIVE = nn.ALIVE        # every node's beat, heard by every node: the failure detector of CLUSTER SLOTS/NODES
 
     def _send_alive(self):
         if self.nc is not None and not self.nc.is_closed and self.routing is not None:
@@ -59,7 +59,8 @@ class MembersMixin:
         if self.nc is None or self.nc.is_closed:
             return
         cfg = self.server.config
-        body = json.dumps({"id": self.node_id, "ip": cfg["announce-ip"], "port": cfg["port"] or cfg["tls-port"],
+        ip, port, tls_port = cfg.announced()
+        body = json.dumps({"id": self.node_id, "ip": ip, "port": port or tls_port,
                            "az": self.az, "role": self.role, "applied": self.applied_index,
                            "epoch": self.epoch}).encode()
         self.server.loop.create_task(self._publish_bus(self._status_subject(), body))

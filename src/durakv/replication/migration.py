@@ -54,7 +54,7 @@ import time
 
 import hiredis
 
-from ..cluster.tls import node_client_context
+from ..cluster.peers import PeerError, peer_address, peer_credentials
 from ..commands.generic import dump_payload
 from ..commands.session import Session
 from ..protocol.resp import ErrorReply, encode_command
@@ -71,7 +71,6 @@ COMMIT_WAIT_MS = 10000          # WAITAOF's timeout on the target: past it the b
 REPLY_TIMEOUT_S = 30.0          # no byte from the target for this long: the connection is given up
 IDLE_S = 0.05                   # between rounds while slots migrate and nothing could move
 RETRY_S = 0.5                   # after a failed move (target down, failover under way)
-CAS_ATTEMPTS = 20               # compare-and-set retries of one hand-over against concurrent topology changes
 
 
 _ASKING = encode_command((b"ASKING",))
@@ -154,6 +153,7 @@ class SlotMigrator:
         self.touched = set()           # slots some batch of which was sent (or was about to be): keys may be there
         self.held = {}                 # slot -> topology revision: cancelled, not moved until that one is installed
         self._in_flight = collections.Counter()   # slot -> batches of it read and not finished yet
+        self._round_lock = asyncio.Lock()          # one round at a time: they share the target connection
 
     def start(self):
         if self._task is None or self._task.done():
@@ -176,7 +176,8 @@ class SlotMigrator:
                 self._close_target()
                 return
             try:
-                moved = await self._round(topology, outgoing)
+                async with self._round_lock:
+                    moved = await self._round(topology, outgoing)
             except Exception as exc:  # noqa: BLE001 - the target may be failing over: retry the round
                 log.warning("slot migration round failed (%r); retrying", exc)
                 self._close_target()
@@ -184,6 +185,29 @@ class SlotMigrator:
                 continue
             if not moved:
                 await asyncio.sleep(IDLE_S)
+
+    def return_keys(self, slots, owner_id):
+        """Sends the keys `slots` hold here to the slots' owner (shard id), as a migration round sends them, and
+        deletes them here once the owner committed them: keys written here after a cancelled move
+        (replication/topology_sync.py). Retried until done or this node is no longer primary."""
+        async def run():
+            while self.node.role == "primary":
+                topology = self.server.cluster_routing.topology
+                owner = topology.shard_by_id.get(owner_id) if topology is not None else None
+                if owner is None or any(topology.shard_by_slot[s] is None or topology.shard_by_slot[s].id != owner_id
+                                        for s in slots):
+                    return      # the slots changed hands again meanwhile: what holds now decides
+                try:
+                    async with self._round_lock:
+                        await self._round(topology, {s: owner_id for s in slots})
+                    if not any(self._slot_count(s) for s in slots):
+                        return
+                except Exception as exc:  # noqa: BLE001 - the owner may be failing over: try again
+                    log.warning("returning keys of slot(s) %s to their owner failed (%r); retrying", sorted(slots),
+                                exc)
+                    self._close_target()
+                await asyncio.sleep(RETRY_S)
+        self.server.loop.create_task(run())
 
     def _slot_indexes(self):
         """Every database's slot index, each checked against its keyspace: a size mismatch would mean a write
@@ -294,28 +318,15 @@ class SlotMigrator:
         return conn
 
     def _credentials(self):
-        """AUTH's arguments for a target primary, or None: primaryuser/primaryauth (masterauth) when set, as
-        a Valkey replica authenticates to its primary; else this node's own requirepass (the default user's
-        password, which a cluster with auth on has on every node)."""
-        cfg = self.server.config
-        if cfg["primaryauth"]:
-            user = [cfg["primaryuser"].encode("utf-8", "surrogateescape")] if cfg["primaryuser"] else []
-            return user + [cfg["primaryauth"].encode("utf-8", "surrogateescape")]
-        if cfg["requirepass"]:
-            return [cfg["requirepass"].encode("utf-8", "surrogateescape")]
-        return None
+        """AUTH's arguments for a target primary, or None (cluster/peers.py: one rule for every node-to-node link)."""
+        return peer_credentials(self.server.config, getattr(self.node, "auth", None))
 
     def _address(self, target):
-        """(host, port, TLS context or None) of a target primary. A node that serves TLS reaches it over TLS
-        only, at its tls-port, even when it has a plain port too: the keys must not cross the network in the
-        clear whenever the cluster runs TLS. A plain node uses the plain port (or TLS to a TLS-only target)."""
-        cfg = self.server.config
-        if cfg["tls-port"] or not target.port:
-            if not target.tls_port:
-                raise MigrationError("the target %s has no TLS port, and this node runs TLS: its keys are not sent "
-                                     "in the clear" % target.id)
-            return target.ip, target.tls_port, node_client_context(cfg)
-        return target.ip, target.port, None
+        """(host, port, TLS context or None) of a target primary (cluster/peers.py)."""
+        try:
+            return peer_address(self.server.config, target)
+        except PeerError as exc:
+            raise MigrationError(str(exc)) from None
 
     def _close_target(self):
         if self._target is not None:
@@ -476,32 +487,24 @@ class SlotMigrator:
             await self._finish_slots(slots)
 
     async def _finish_slots(self, slots):
-        """Slots empty here belong to their targets from now on: one compare-and-set for all of them (re-read
-        and retried when the topology changed meanwhile; a slot that no longer migrates to the same target is
-        left alone, the next round sees it)."""
-        from ..cluster.store import StaleRevision
-        store = self.node.store
-        for _attempt in range(CAS_ATTEMPTS):
-            topology, revision = await store.get_topology()
-            if topology is None:
-                return
-            by_target = {}
-            for slot, target in slots.items():
-                if topology.migrating.get(slot, (None, None))[1] == target:
-                    by_target.setdefault(target, []).append(slot)
-            if not by_target:
-                return
-            for target, moved in by_target.items():
-                topology = topology.with_slots_assigned(moved, target)
-            try:
-                await store.put_topology(topology, revision)
-            except StaleRevision:
-                continue          # a failover's promotion or another shard's hand-over: read again
-            self.moved_slots += sum(len(m) for m in by_target.values())
-            for target, moved in by_target.items():
-                log.info("%d slot(s) moved to shard %s", len(moved), topology.shard_by_id[target].name)
+        """Slots empty here belong to their targets from now on: one change of this shard's state for all of them
+        (routing/shardstate.py: a hand-over counts only while the slot still migrates to that target, so one
+        whose move was changed meanwhile is left alone, and the next round sees it)."""
+        from ..cluster.reshard import hand_over
+        topology, _revision = await self.node.store.get_topology()
+        if topology is None:
             return
-        raise MigrationError("the topology kept changing; %d slot(s) not handed over yet" % len(slots))
+        moved = {slot: target for slot, target in slots.items()
+                 if topology.migrating.get(slot, (None, None))[1] == target}
+        if not moved:
+            return
+        await hand_over(self.node.store, self.node.shard, moved)
+        self.moved_slots += len(moved)
+        by_target = {}
+        for slot, target in moved.items():
+            by_target.setdefault(target, []).append(slot)
+        for target, group in by_target.items():
+            log.info("%d slot(s) moved to shard %s", len(group), topology.shard_by_id[target].name)
 
     # -- cancelling ------------------------------------------------------------------------------------------
     def _release_held(self, outgoing):
@@ -537,7 +540,8 @@ class SlotMigrator:
             for target_id, group in by_target.items():
                 empty = await self._empty_on_target(topology.shard_by_id[target_id].primary, group)
                 if empty:
-                    rev, unmarked = await unmark_migrations(self.node.store, empty, mine, target_id)
+                    rev, unmarked = await unmark_migrations(self.node.store, empty, mine, target_id,
+                                                            shard_name=self.node.shard)
                     kept.extend(unmarked)
                     revision = max(revision, rev)
             for s in kept:

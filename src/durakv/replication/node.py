@@ -33,7 +33,7 @@ from ..keyspace.search import get_search
 from ..logs import Recurring
 from .bus import BusMixin
 from .clock import monotonic_ms
-from .follow import FollowMixin
+from .follow import ApplyStopped, FollowMixin
 from .handover import HandoverMixin
 from .lease import LeaseMixin
 from .members import MembersMixin
@@ -50,18 +50,19 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                   MembersMixin, TopologySyncMixin, BusMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
-    def __init__(self, server):
+    def __init__(self, server, membership):
+        """membership (cluster/membership.py): the node's identity and what it was told when it joined."""
         self.server = server
         cfg = server.config
-        self.shard = cfg["shard"]
+        self.membership = membership
+        self.shard = membership.shard
         self.az = cfg["availability-zone"]
         self.routing = server.cluster_routing      # cluster mode: where topologies are installed (else None)
-        if self.routing is not None:
-            self.node_id = self.routing.myself_id
-        else:
-            self.node_id = cfg["node-id"] or "%s-%s-%d" % (self.shard, self.az, cfg["port"])
-        self.addr = "%s:%d" % (cfg["announce-ip"], cfg["port"])
-        self.servers = [s.strip() for s in cfg["journal-nats-servers"].split(",") if s.strip()]
+        self.node_id = membership.node_id
+        ip, port, tls_port = cfg.announced()
+        self.addr = "%s:%d" % (ip, port or tls_port)
+        configured = [s.strip() for s in cfg["journal-nats-servers"].split(",") if s.strip()]
+        self.servers = configured or membership.nats_servers
         self.role = "replica"
         self.epoch = 0
         self.lease_valid_until_ms = 0
@@ -101,6 +102,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self.follow_stall_ms = 0        # fault injection (DEBUG JOURNAL-FOLLOW-STALL): hold entries this long
         self._held_entries = None
         self._gap = None                # (first missing, first received) when the journal skipped entries
+        self.apply_stopped = None       # "entry N: why" once an entry could not be applied (fail closed)
         self.phase = "starting"         # starting, loading snapshot, replaying journal, following, primary
         self.peers = {}                 # node id -> PeerStatus of the shard's other nodes (their heartbeats)
         self._replica_waiters = []      # [index, numreplicas, fn]: WAIT on the primary
@@ -112,6 +114,9 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self.settings = None            # the shard's settings as last read from the store (cluster/settings.py)
         self.settings_revision = 0
         self.settings_watch = None
+        self.auth = None                # the cluster's users (cluster/settings.py AuthSettings) as last read
+        self.auth_revision = 0
+        self.auth_watch = None
         self.renewer = None             # the lease renewal thread (cluster/renewer.py), from start()
         self.lease_lapses = 0           # times this primary began refusing commands because its lease lapsed
         self.lease_refusals = 0         # commands refused for that reason
@@ -119,25 +124,43 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self._lapse_log = Recurring(log)
 
     # -- start-up -------------------------------------------------------------------------------
+    def nats_tls(self):
+        """The TLS context of this node's NATS connections (None: plain), with its client certificate when it
+        has one (NATS servers of a TLS cluster verify every client's)."""
+        cfg = self.server.config
+        ca = cfg["journal-nats-tls-ca-file"]
+        if not ca and not cfg["journal-nats-tls-cert-file"]:
+            return None
+        ctx = ssl.create_default_context(cafile=ca or None)
+        if cfg["journal-nats-tls-cert-file"]:
+            ctx.load_cert_chain(cfg["journal-nats-tls-cert-file"], cfg["journal-nats-tls-key-file"] or None)
+        return ctx
+
+    async def nats_connect(self, purpose=""):
+        """A NATS connection of this node's identity: its credentials, its own inbox prefix (the only reply
+        subjects it may subscribe to), its TLS."""
+        from ..cluster.natsnames import inbox_prefix
+        return await connect(self.servers, name="durakv-%s%s" % (self.node_id, purpose), tls=self.nats_tls(),
+                             creds=self.membership.creds(), inbox_prefix=inbox_prefix(self.node_id))
+
     async def start(self):
         srv = self.server
-        ca = srv.config["journal-nats-tls-ca-file"]
-        self.nc = await connect(self.servers, name="durakv-%s" % self.node_id,
-                                tls=ssl.create_default_context(cafile=ca) if ca else None)
+        self.nc = await self.nats_connect()
         # Start-up often meets NATS electing (a cluster starting, an AZ back, a node re-executed after it was
         # replaced): every request is retried while NATS cannot answer yet, instead of exiting.
-        self.store = await retry_transient("opening the coordination store", NatsStore(self.nc).open)
+        self.store = await retry_transient("opening the coordination store",
+                                           NatsStore(self.nc, shard=self.shard).open)
+        await self._check_cluster()
         await self._load_settings()
         self._pubsub_subs.append(await self.nc.subscribe(self._status_subject(), cb=self._on_status))
         # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
         # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
         # one socket (measured: under a pipelined bulk load the lease lapsed while the journal kept committing).
-        journal_nc = await connect(self.servers, name="durakv-%s-journal" % self.node_id,
-                                   tls=ssl.create_default_context(cafile=ca) if ca else None)
+        journal_nc = await self.nats_connect("-journal")
         # Short requests: during a stream leader election a retry every 2 s beats one 5 s wait.
         self.journal = JetStreamJournal(journal_nc, self.shard, request_timeout_s=2.0,
                                         max_appends_in_flight=srv.config["journal-max-appends-in-flight"])
-        await self.journal.ensure_stream()
+        await retry_transient("finding the shard's journal", self.journal.wait_stream)
         if self.routing is not None:
             self.topology_watch = await retry_transient(
                 "watching the topology", lambda: self.store.watch_topology(self._on_topology))
@@ -160,6 +183,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 await retry_transient("following the journal", lambda: self._follow_from(self.applied_index))
                 await self.catch_up(timeout_s=120)
                 break
+            except ApplyStopped:
+                break           # up, serving nothing, saying why (FollowMixin._stop_applying)
             except JournalTruncated as exc:
                 # A replica stored a newer snapshot and purged what this node still needed: start from it.
                 if attempt == 4:
@@ -184,12 +209,32 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                                      renewer=self.renewer)
         self._task = srv.loop.create_task(self._control_loop())
         self._snap_task = srv.loop.create_task(self._snapshot_loop())
-        self.phase = "following"
+        if self.apply_stopped is None:
+            self.phase = "following"
         keys = sum(len(db) for db in srv.keyspace.dbs)
         log.info("node %s (az %s) following shard %s at index %d: snapshot %.2fs (%d keys), journal %d..%d in %.2fs "
                  "(%d entries, +%d keys, %.0f entries/s)", self.node_id, self.az, self.shard, self.applied_index,
                  t1 - t0, keys_before, from_index + 1, self.applied_index, t2 - t1, self.applied_index - from_index,
                  keys - keys_before, (self.applied_index - from_index) / max(t2 - t1, 1e-6))
+
+    async def _check_cluster(self):
+        """Refuses to run on a coordination store of another cluster or format (the cluster document, written
+        by `durakv cluster create`): a node of format 2 meeting a format-1 cluster, or a data directory joined
+        to another cluster, stops with both named instead of reading documents it would misread."""
+        from ..cluster.secrets import FORMAT
+        from ..errors import DurakvError
+        doc, _rev = await retry_transient("reading the cluster document", self.store.get_cluster)
+        if doc is None:
+            raise DurakvError("the coordination store holds no cluster document: the cluster was made by an older "
+                              "durakv (format 1) or not created yet; this node (format %d) runs only in a cluster "
+                              "made by `durakv cluster create`" % FORMAT)
+        if doc.format != FORMAT:
+            raise DurakvError("the cluster is of format %d and this node of format %d: it cannot join (see the "
+                              "upgrade notes in docs/operations.md)" % (doc.format, FORMAT))
+        mine = self.membership.cluster_id
+        if mine and doc.cluster_id != mine:
+            raise DurakvError("this node joined cluster %s but the coordination store holds cluster %s"
+                              % (mine, doc.cluster_id))
 
     # -- controller loop ------------------------------------------------------------------------
     async def _control_loop(self):
@@ -251,5 +296,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                            "slave_repl_offset": self.applied_index,
                            "replica_known_index": max(self.known_index, self.stream_last),
                            "replica_behind_ms": self.behind_ms(),
-                           "replica_serving_reads": int(self.serving_error(False) is None)})
+                           "replica_serving_reads": int(self.serving_error(False) is None),
+                           "replica_apply_stopped": self.apply_stopped or ""})
+            if self.apply_stopped is not None:
+                fields["master_link_status"] = "down"
         return fields

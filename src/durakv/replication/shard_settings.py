@@ -1,11 +1,13 @@
-"""A shard member and its shard's settings (cluster/settings.py: durability mode, async buffer, lease TTL, ACL
-users): read or seeded at start-up, applied here, changed by compare-and-set, watched."""
+"""A shard member and its shard's settings (cluster/settings.py: durability mode, async buffer, lease TTL) and
+the cluster's users (the `auth` document, every shard's): read or seeded at start-up, applied here, changed by
+compare-and-set, watched."""
 
 import asyncio
 import logging
 from dataclasses import replace
 
-from ..cluster.settings import NONE_REFUSED, SettingsError, ShardSettings
+from .. import messages
+from ..cluster.settings import NONE_REFUSED, AuthSettings, SettingsError, ShardSettings
 from ..cluster.store import StaleRevision
 from ..protocol.resp import Deferred, ErrorReply
 from .retry import retry_transient
@@ -33,7 +35,7 @@ class ShardSettingsMixin:
                 if settings is None:
                     mine = ShardSettings(durability=cfg["durability"],
                                          durability_buffer_ms=cfg["durability-buffer-ms"],
-                                         acl=self.server.acl.settings(), lease_ttl_ms=cfg["lease-ttl-ms"])
+                                         lease_ttl_ms=cfg["lease-ttl-ms"])
                     try:
                         revision = await self.store.put_shard_settings(self.shard, mine, revision)
                         settings = mine
@@ -49,18 +51,44 @@ class ShardSettingsMixin:
                     raise
                 log.debug("reading the shard's settings: %r; retrying", exc)
                 await asyncio.sleep(0.2)
-        if settings.acl is None:   # stored before users were shard settings: this node's users become them
-            settings = await self.update_settings(lambda current: replace(current, acl=self.server.acl.settings()))
-            revision = self.settings_revision
         if settings.lease_ttl_ms is None:   # stored before the TTL was a shard setting: this node's flag becomes it
             settings = await self.update_settings(
                 lambda current: current if current.lease_ttl_ms is not None
                 else replace(current, lease_ttl_ms=cfg["lease-ttl-ms"]))
             revision = self.settings_revision
         self._apply_settings(settings, revision)
-        self.server.acl.share = self.share_acl
         self.settings_watch = await retry_transient(
             "watching the shard's settings", lambda: self.store.watch_shard_settings(self.shard, self._apply_settings))
+        await self._load_auth()
+
+    async def _load_auth(self):
+        """The cluster's users: read (stored from this node's own if the cluster has none yet, its first node),
+        applied over this node's own, then watched; ACL changes on this node are stored there (share_acl)."""
+        auth, revision = await retry_transient("reading the cluster's users", self.store.get_auth)
+        if auth is None:
+            try:
+                revision = await self.store.put_auth(AuthSettings(acl=self.server.acl.settings()), 0)
+                log.info("the cluster's users stored from this node's")
+            except StaleRevision:
+                pass
+            auth, revision = await retry_transient("reading the cluster's users", self.store.get_auth)
+        self._apply_auth(auth, revision)
+        self.server.acl.share = self.share_acl
+        self.auth_watch = await retry_transient("watching the cluster's users",
+                                                lambda: self.store.watch_auth(self._apply_auth))
+
+    def _apply_auth(self, auth, revision):
+        if auth is None or revision < self.auth_revision:
+            return
+        self.auth, self.auth_revision = auth, revision
+        acl = self.server.acl
+        if auth.acl != acl.settings():
+            try:
+                acl.apply_settings(auth.acl)
+                log.info("the cluster's ACL users applied (revision %d): %d users", revision, len(auth.acl["users"]))
+            except ValueError as exc:
+                log.error("the cluster's ACL users (revision %d) do not apply here, kept the previous ones: %s",
+                          revision, exc)
 
     def _apply_settings(self, settings, revision):
         """Makes this node run by the shard's settings (a primary switches its journal's mode at once)."""
@@ -79,16 +107,6 @@ class ShardSettingsMixin:
                 self.controller.set_ttl(settings.lease_ttl_ms)
             if self.renewer is not None:
                 self.renewer.set_ttl(settings.lease_ttl_ms)
-        acl = self.server.acl
-        if settings.acl is not None and settings.acl != acl.settings():
-            try:
-                acl.apply_settings(settings.acl)
-                log.info("shard %s ACL users applied (revision %d): %d users", self.shard, revision,
-                         len(settings.acl["users"]))
-            except ValueError as exc:
-                log.error("the shard's ACL users (revision %d) do not apply here, kept the previous ones: %s",
-                          revision, exc)
-
     async def change_settings(self, name, value):
         """CONFIG SET of a shard setting on any node of the shard: compare-and-set in the store (retried on
         a concurrent change), then applied here at once, so on the primary the new mode holds for every write
@@ -113,18 +131,27 @@ class ShardSettingsMixin:
         raise RuntimeError("the shard's settings kept changing; try again")
 
     def share_acl(self, users):
-        """ServerAcl.share: the shard's users stored in its settings; a Deferred resolved with None or an
-        ErrorReply."""
+        """ServerAcl.share: the cluster's users stored in its `auth` document (compare-and-set, retried), which
+        every node of every shard applies; a Deferred resolved with None or an ErrorReply."""
         d = Deferred()
 
         async def store():
             try:
-                await self.update_settings(lambda current: replace(current, acl=users))
+                for _ in range(50):
+                    current, revision = await self.store.get_auth()
+                    wanted = replace(current, acl=users) if current is not None else AuthSettings(acl=users)
+                    try:
+                        revision = await self.store.put_auth(wanted, revision)
+                    except StaleRevision:
+                        await asyncio.sleep(0.02)
+                        continue
+                    self._apply_auth(wanted, revision)
+                    d.resolve(None)
+                    return
+                raise RuntimeError("the cluster's users kept changing")
             except Exception as exc:  # noqa: BLE001 - the client is told; its change holds on this node only
-                log.warning("the shard's ACL users could not be stored: %r", exc)
-                d.resolve(ErrorReply("ERR the shard's ACL users could not be stored: %s" % (exc or type(exc).__name__)))
-                return
-            d.resolve(None)
+                log.warning("the cluster's ACL users could not be stored: %r", exc)
+                d.resolve(ErrorReply(messages.ACL_SHARE_FAILED.format(exc or type(exc).__name__)))
         self.server.loop.create_task(store())
         return d
 

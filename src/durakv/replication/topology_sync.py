@@ -32,8 +32,9 @@ class TopologySyncMixin:
     def _reclaim_stranded(self, previous, topology):
         """A cancelled move (replication/migration.py's cancel) leaves a slot with its source only if the target
         held none of its keys when the source counted; a client sent here with -ASK may have written one after
-        that count and before this node installed the topology without the mark. Such a slot is marked as
-        migrating here again (compare-and-set), so it completes its move and its keys have one owner again."""
+        that count and before this node installed the topology without the mark. Such keys are sent back to the
+        slot's owner (the source), as the source's migrator sends keys: this node may change only its own
+        shard's state (cluster/natsauth.py), so it cannot mark the other shard's slot as moving here again."""
         if self.role != "primary" or previous is None or not previous.migrating:
             return
         me = topology.nodes.get(self.node_id)
@@ -47,17 +48,12 @@ class TopologySyncMixin:
                     and any(db.slots.count(slot) for db in dbs)):
                 stranded.setdefault(src, []).append(slot)
         if stranded:
-            self.server.loop.create_task(self._mark_again(stranded, me.shard_id))
-
-    async def _mark_again(self, stranded, mine):
-        from ..cluster.reshard import mark_migrations
-        moves = [(slots, src, mine) for src, slots in stranded.items()]
-        try:
-            await mark_migrations(self.store, moves, fresh_only=True)
-            log.warning("slot(s) %s held keys here after their move was cancelled: moving them here after all",
-                        sorted(s for slots, _src, _dst in moves for s in slots))
-        except Exception as exc:  # noqa: BLE001 - owned elsewhere meanwhile, or marked again already
-            log.warning("re-marking slot(s) with keys here after a cancelled move failed: %r", exc)
+            if self.migrator is None:
+                self.migrator = SlotMigrator(self)
+            for src, slots in stranded.items():
+                log.warning("slot(s) %s held keys here after their move was cancelled: sending them back to shard %s",
+                            sorted(slots), topology.shard_by_id[src].name)
+                self.migrator.return_keys(slots, src)
 
     def _migrate_if_needed(self):
         """A primary whose shard has slots migrating out moves their keys (replication/migration.py)."""
@@ -71,24 +67,36 @@ class TopologySyncMixin:
             self.migrator.start()
 
     async def _publish_promotion(self):
-        """Makes the stored topology name this node its shard's primary (compare-and-set, retried): what lets
-        cluster clients (CLUSTER SLOTS, MOVED) follow a failover."""
+        """Makes this shard's state name this node its primary (compare-and-set, retried): what lets cluster
+        clients (CLUSTER SLOTS, MOVED) follow a failover. The old primary is marked failed when its lease had
+        expired (Valkey's failover finds it failed)."""
+        from dataclasses import replace as _replace
         delay_s = 0.05
         try:
             while self.role == "primary":
                 try:
-                    topology, revision = await self.store.get_topology()
-                    if topology is None or self.node_id not in topology.nodes:
+                    topology = self.routing.topology
+                    shard = topology.shard_of_node(self.node_id) if topology is not None else None
+                    if shard is None:
                         log.warning("the topology does not list node %s; clients will not be sent here",
                                     self.node_id)
                         return
-                    if topology.nodes[self.node_id].role == "primary":
-                        return
-                    await self.store.put_topology(topology.promote(self.node_id, self._old_primary_failed), revision)
+                    old = shard.primary.id if shard.primary.id != self.node_id else None
+                    failed = self._old_primary_failed
+
+                    def promote(st):
+                        health = dict(st.health)
+                        health[self.node_id] = "online"
+                        if old is not None and failed:
+                            health[old] = "fail"
+                        if st.primary == self.node_id and st.epoch >= self.epoch and health == st.health:
+                            return None
+                        return _replace(st, primary=self.node_id, epoch=max(st.epoch, self.epoch), health=health)
+                    await self.store.update_state(self.shard, promote)
                     log.info("topology: node %s is now the primary of shard %s", self.node_id, self.shard)
                     return
-                except Exception as exc:  # noqa: BLE001 - a CAS race or an election: read again and retry
-                    log.debug("publishing the promotion in the topology: %r", exc)
+                except Exception as exc:  # noqa: BLE001 - an election: read again and retry
+                    log.debug("publishing the promotion in the shard's state: %r", exc)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 1.0)
         finally:
@@ -105,18 +113,19 @@ class TopologySyncMixin:
         self._health_task = self.server.loop.create_task(self._publish_health())
 
     async def _publish_health(self):
+        from dataclasses import replace as _replace
         try:
             for _ in range(20):
                 try:
-                    topology, revision = await self.store.get_topology()
-                    me = topology.nodes.get(self.node_id) if topology is not None else None
-                    if me is None or me.health == "online":
-                        return
-                    await self.store.put_topology(topology.with_node(self.node_id, health="online"), revision)
+                    def online(st):
+                        if st.health.get(self.node_id, "online") == "online":
+                            return None
+                        return _replace(st, health={**st.health, self.node_id: "online"})
+                    await self.store.update_state(self.shard, online)
                     log.info("topology: node %s is reachable again (no longer marked failed)", self.node_id)
                     return
-                except Exception as exc:  # noqa: BLE001 - a CAS race or an election: read again and retry
-                    log.debug("clearing this node's failure mark in the topology: %r", exc)
+                except Exception as exc:  # noqa: BLE001 - an election: read again and retry
+                    log.debug("clearing this node's failure mark in the shard's state: %r", exc)
                 await asyncio.sleep(0.2)
         finally:
             self._health_task = None

@@ -315,6 +315,26 @@ class Topology:
         """The topology with one more shard (normally owning no slot yet: a rebalance gives it some)."""
         return self._rebuild(self.shards + (shard,), current_epoch=max(self.current_epoch, shard.config_epoch))
 
+    def with_replicas(self, shard_id: str, nodes):
+        """The topology with `nodes` added as replicas of shard shard_id (a new node joins it)."""
+        shard = self.shard_by_id.get(shard_id)
+        if shard is None:
+            raise TopologyError("unknown shard %s" % shard_id)
+        shards = [replace(sh, replicas=sh.replicas + tuple(nodes)) if sh.id == shard_id else sh for sh in self.shards]
+        return self._rebuild(shards)
+
+    def without_node(self, node_id: str):
+        """The topology without one replica (a node removed, or replaced by another)."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise TopologyError("unknown node %s" % node_id)
+        shard = self.shard_by_id[node.shard_id]
+        if shard.primary.id == node_id:
+            raise TopologyError("node %s is its shard's primary" % node_id)
+        shards = [replace(sh, replicas=tuple(n for n in sh.replicas if n.id != node_id)) if sh.id == shard.id else sh
+                  for sh in self.shards]
+        return self._rebuild(shards)
+
     def without_shard(self, shard_id: str):
         """The topology without an empty shard (its slots moved elsewhere first)."""
         shard = self.shard_by_id.get(shard_id)

@@ -31,6 +31,14 @@ def single_node_topology(node_id: str, ip: str, port: int, tls_port: int, shard_
     return Topology([shard], current_epoch=1)
 
 
+def unassigned_topology(node_id: str, ip: str, port: int, tls_port: int) -> Topology:
+    """What a node that has not joined a cluster yet serves: itself, owning no slot (a fresh Valkey cluster node:
+    cluster_state:fail, cluster_slots_assigned:0, cluster_known_nodes:1)."""
+    me = Node(id=node_id, ip=ip, port=port, tls_port=tls_port, bus_port=bus_port_of(port or tls_port))
+    return Topology([Shard(id=node_id_for("unassigned:" + node_id), name="unassigned", config_epoch=0, slots=(),
+                           primary=me, replicas=())], current_epoch=0)
+
+
 class ClusterRouting:
     """The pipeline's router in cluster mode. `topology`/`revision` are what CLUSTER commands answer from."""
 

@@ -6,7 +6,7 @@ reachable from commands/. The methods that touch connections take the client's S
 
 import logging
 
-from .. import messages
+from .. import __version__, messages
 from ..commands.port import Admin, Clients, Cluster, Faults, OffLoop, Persistence, Port, PubSub, Replication
 from ..durability.tracker import failure_reason
 from ..errors import CommandError
@@ -368,6 +368,30 @@ class ServerCluster(_Served, Cluster):
         task.add_done_callback(done)
         return d
 
+    def identity(self):
+        srv = self.server
+        membership = getattr(srv, "membership", None)
+        if membership is None:
+            raise CommandError(messages.JOIN_NEEDS_JETSTREAM)
+        from ..cluster.secrets import FORMAT
+        cfg = srv.config
+        ip, port, tls_port = cfg.announced()
+        return {b"node-id": membership.node_id.encode(), b"availability-zone": cfg["availability-zone"].encode(),
+                b"ip": ip.encode(), b"port": port, b"tls-port": tls_port,
+                b"cluster-enabled": 1 if cfg["cluster-enabled"] else 0,
+                b"nkey": membership.public_key.encode(), b"format": FORMAT, b"version": __version__.encode(),
+                b"state": b"member" if membership.joined else b"unassigned",
+                b"cluster-id": (membership.cluster_id or "").encode(), b"shard": (membership.shard or "").encode()}
+
+    def join(self, doc):
+        from ..cluster.membership import MembershipError
+        if getattr(self.server, "membership", None) is None:
+            raise CommandError(messages.JOIN_NEEDS_JETSTREAM)
+        try:
+            return self.server.join_cluster(doc)
+        except MembershipError as exc:
+            raise CommandError(messages.JOIN_REFUSED.format(exc)) from None
+
     # -- slot words on the stored topology -------------------------------------------------------------------
     def _store_node(self, name):
         node = self.server.cluster_node
@@ -392,12 +416,14 @@ class ServerCluster(_Served, Cluster):
         self.server.loop.create_task(coro).add_done_callback(finished)
         return d
 
+    def _mine(self):
+        return self.server.cluster_routing.router.my_shard
+
     def migrate_slots(self, moves):
-        from ..cluster.reshard import mark_migrations
+        from ..cluster.reshard import node_mark_migrations
         node = self._store_node("MIGRATESLOTS")
-        mine = self.server.cluster_routing.router.my_shard.id
-        return self._run_change(mark_migrations(node.store, [(slots, mine, dst) for slots, dst in moves],
-                                                fresh_only=True))
+        routing = self.server.cluster_routing
+        return self._run_change(node_mark_migrations(node.store, routing.topology, self._mine(), moves))
 
     def cancel_slot_migrations(self):
         node = self._store_node("CANCELSLOTMIGRATIONS")
@@ -417,14 +443,20 @@ class ServerCluster(_Served, Cluster):
 
     def assign_slots(self, name, slots, shard_id):
         from ..cluster.reshard import assign_slots
-        return self._run_change(assign_slots(self._store_node(name).store, slots, shard_id))
+        node = self._store_node(name)
+        if shard_id != self._mine().id:
+            raise CommandError(messages.CLUSTER_OTHER_SHARD.format(name))
+        return self._run_change(assign_slots(node.store, slots, shard_id, shard_name=node.shard))
 
     def unassign_slots(self, name, slots, shard_id):
         from ..cluster.reshard import unassign_slots
-        return self._run_change(unassign_slots(self._store_node(name).store, slots, shard_id))
+        node = self._store_node(name)
+        if shard_id != self._mine().id:
+            raise CommandError(messages.CLUSTER_OTHER_SHARD.format(name))
+        return self._run_change(unassign_slots(node.store, slots, shard_id, shard_name=node.shard))
 
     def hand_over_slot(self, slot, shard_id):
-        from ..cluster.reshard import mark_migrations
+        from ..cluster.reshard import node_mark_migrations
         node = self._store_node("SETSLOT")
         routing = self.server.cluster_routing
 
@@ -436,8 +468,11 @@ class ServerCluster(_Served, Cluster):
             d = Deferred()
             owned(0, d)
             return d
-        source = topology.shard_by_slot[slot].id
-        return self._run_change(mark_migrations(node.store, [([slot], source, shard_id)], fresh_only=True), owned)
+        mine = self._mine()
+        if topology.shard_by_slot[slot] is None or topology.shard_by_slot[slot].id != mine.id:
+            # A node changes only its own shard (cluster/natsauth.py): the slot's owner starts the move.
+            raise CommandError(messages.CLUSTER_OTHER_SHARD.format("SETSLOT"))
+        return self._run_change(node_mark_migrations(node.store, topology, mine, [([slot], shard_id)]), owned)
 
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
         try:

@@ -11,8 +11,7 @@ Inside MULTI/EXEC or a script there is no worker (as valkey-search skips its fan
 answers for this node only.
 """
 
-import ssl
-
+from ..cluster.peers import PeerError, peer_address, peer_credentials
 from ..protocol.client import RespClient, RespError
 
 FANOUT_CLIENT_NAME = b"durakv-search-fanout"
@@ -32,16 +31,15 @@ def other_primaries(server):
     for shard in topology.shards:
         if shard.id == my_shard or not shard.slots:
             continue
-        p = shard.primary
-        if p.port:
-            out.append((shard.name, p.ip, p.port, None))
-        else:
-            ctx = ssl.create_default_context(cafile=server.config["tls-ca-cert-file"] or None)
-            out.append((shard.name, p.ip, p.tls_port, ctx))
+        try:
+            host, port, ctx = peer_address(server.config, shard.primary)   # TLS whenever this node runs it
+        except PeerError:
+            continue
+        out.append((shard.name, host, port, ctx))
     return out
 
 
-def exchange(targets, args, db_id, password):
+def exchange(targets, args, db_id, auth):
     """Sends args to every target (in turn: a cluster has few shards) and returns [(name, reply or exception)]."""
     results = []
     for name, host, port, tls in targets:
@@ -49,8 +47,8 @@ def exchange(targets, args, db_id, password):
             c = RespClient(host, port, timeout_s=FANOUT_TIMEOUT_S, ssl_context=tls)
             try:
                 pre = []
-                if password:
-                    pre.append((b"AUTH", password))
+                if auth:
+                    pre.append((b"AUTH", *auth))
                 pre.append((b"CLIENT", b"SETNAME", FANOUT_CLIENT_NAME))
                 if db_id:
                     pre.append((b"SELECT", b"%d" % db_id))
@@ -82,9 +80,8 @@ class SearchFanout:
         targets = other_primaries(server)
         if not targets:
             return None
-        password = server.config["requirepass"] or None
-        if isinstance(password, str):
-            password = password.encode()
+        node = server.cluster_node
+        auth = peer_credentials(server.config, getattr(node, "auth", None))   # cluster/peers.py
         db_id = ctx.db.id
         args = list(remote_args)
-        return ctx.pipeline.off_loop(ctx, args, [], lambda: exchange(targets, args, db_id, password), finish)
+        return ctx.pipeline.off_loop(ctx, args, [], lambda: exchange(targets, args, db_id, auth), finish)

@@ -30,7 +30,7 @@ from .clientevict import ClientEviction
 from ..cluster.identity import persistent_node_id
 from ..cluster.tls import node_client_context
 from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
-from .cluster import ClusterRouting, single_node_topology
+from .cluster import ClusterRouting, single_node_topology, unassigned_topology
 from ..routing import key_slot
 from .connection import Connection
 from .loopstats import LoopStats
@@ -532,8 +532,8 @@ class Server:
             # A cluster of one on the local journal: this node owns all 16384 slots.
             cfg = self.config
             routing = ClusterRouting(self, persistent_node_id(self.dir, cfg["node-id"]))
-            routing.install(single_node_topology(routing.myself_id, cfg["announce-ip"], cfg["port"],
-                                                 cfg["tls-port"]))
+            ip, port, tls_port = cfg.announced()
+            routing.install(single_node_topology(routing.myself_id, ip, port, tls_port))
             self.cluster_routing = self.pipeline.router = routing
         self.loading = False
         await self._listen()
@@ -573,22 +573,59 @@ class Server:
                 pass   # not the main thread, or a loop without signals: the owner stops the server
 
     async def _start_cluster_node(self):
-        """A shard member on the JetStream journal (replication/node.py decides primary or replica)."""
-        from ..replication.node import ClusterNode
-        self.loading = True
-        if self.config["cluster-enabled"]:
+        """A shard member on the JetStream journal (replication/node.py decides primary or replica), or, before
+        it has joined a cluster, a node that serves and waits for `durakv cluster create` to assign it
+        (cluster/membership.py): as a fresh Valkey cluster node, it owns no slot and says cluster_state:fail."""
+        from ..cluster.membership import Membership
+        cfg = self.config
+        self.membership = membership = Membership(self.dir, cfg["node-id"])
+        if not membership.joined and cfg["journal-nats-creds"]:
+            servers = [u.strip() for u in cfg["journal-nats-servers"].split(",") if u.strip()]
+            membership.adopt_creds(cfg["journal-nats-creds"], cfg["shard"], servers)
+        if cfg["cluster-enabled"]:
             # Slots come from the coordination store's topology, which the node watches and installs here.
-            self.cluster_routing = self.pipeline.router = ClusterRouting(
-                self, persistent_node_id(self.dir, self.config["node-id"]))
+            self.cluster_routing = self.pipeline.router = ClusterRouting(self, membership.node_id)
             # Slot migration lists a slot's keys from this index (replication/migration.py), not a scan;
             # on before the snapshot loads, so every key enters it the way a write does
             self.keyspace.index_slots(key_slot)
-        self.cluster_node = ClusterNode(self)
+        if not membership.joined:
+            if self.cluster_routing is not None:
+                ip, port, tls_port = cfg.announced()
+                self.cluster_routing.install(unassigned_topology(membership.node_id, ip, port, tls_port))
+            self.loading = False
+            await self._listen(ready=False)
+            log.info("durakv %s waiting to be assigned to a shard (`durakv cluster create` or `add-node` with this "
+                     "node's address): node id %s, az %s, port %s, tls-port %s, dir %s", __version__,
+                     membership.node_id, cfg["availability-zone"], cfg["port"], cfg["tls-port"], self.dir)
+            self._start_cron_and_signals()
+            return
+        await self._listen(ready=False)
+        await self._become_member()
+        self._start_cron_and_signals()
+
+    def join_cluster(self, doc):
+        """DURAKV JOIN: keeps what the operator's tool sent (cluster/membership.py validates it and fsyncs it)
+        and starts serving the shard; raises MembershipError with the reason it cannot."""
+        if self.cluster_node is not None:
+            if self.membership.joined:
+                self.membership.check_join(doc)   # the same cluster and shard again: nothing to do
+                return "already"
+        self.membership.join(doc)
+        log.info("joined cluster %s as a node of shard %s", self.membership.cluster_id, self.membership.shard)
+        self.loop.create_task(self._become_member())
+        return "joined"
+
+    async def _become_member(self):
+        """Starts serving the shard this node is a member of: loads and follows its journal, takes part in
+        failover. A start that fails logs why and leaves the node up (INFO and the log say it), instead of
+        exiting into a restart loop."""
+        from ..replication.node import ClusterNode
+        self.loading = True
+        self.cluster_node = ClusterNode(self, self.membership)
         self.journal = None  # the shard's journal belongs to the node; INFO reads it from there
         self.pipeline.gate = self.cluster_node   # role and lease checks in admission
         # Answer at once while the snapshot and the journal load: -LOADING to data commands (as Valkey), INFO
         # with the progress, so a restarted node is visibly catching up rather than silent.
-        await self._listen(ready=False)
         await self.cluster_node.start()
         self.loading = False
         self.watchdog.configure()
@@ -596,7 +633,6 @@ class Server:
                  self.config["port"], self.config["tls-port"], self.effective_durability(),
                  "primary" if self.cluster_node.role == "primary" else "replica", self.dir, fastpath.NAME)
         fastpath.warn_if_missing()
-        self._start_cron_and_signals()
 
     def _journal_failed(self, first, exc):
         """The journal could not persist entries from `first` on. Their effects are in memory but not on disk,

@@ -95,8 +95,9 @@ class Target:
         """A local cluster from its manifest (TLS with its CA when it was started with --tls)."""
         ca = (cluster.manifest.get("tls") or {}).get("ca")
         nodes = [("127.0.0.1", p.port) for p in cluster.nodes]
+        password = cluster.nodes[0].password if cluster.nodes else None   # the cluster's (DIR/secrets/resp.pass)
         return cls("127.0.0.1", nodes[0][1], tls=bool(ca), tls_ca=ca,
-                   cluster_mode=bool(cluster.options.get("cluster_mode")), nodes=nodes,
+                   cluster_mode=bool(cluster.options.get("cluster_mode")), nodes=nodes, password=password,
                    label=f"local cluster {cluster.dir}")
 
     @classmethod
