@@ -208,7 +208,7 @@ class JournalContract:
             await j.close()
         asyncio.run(main())
 
-    # -- entry size and continuation parts (DESIGN.md "Bounds on the write path") -------------------------
+    # -- entry size and continuation parts (docs/design.md "Bounds on the write path") -------------------------
     def test_an_entry_of_max_entry_bytes_is_stored_whole(self, tmp_path):
         async def main():
             j = await self.opened(tmp_path)

@@ -1,4 +1,4 @@
-"""Bounded journal entries (issue 16 item 1, DESIGN.md "Bounds on the write path"): every value Valkey accepts
+"""Bounded journal entries (issue 16 item 1, docs/design.md "Bounds on the write path"): every value Valkey accepts
 and every pipelined bulk load is journaled in entries no larger than the journal's limit (continuation parts
 for one larger command), on the local journal and on JetStream, with NATS's max_payload at 64 MB (`cluster
 up`) and at its 1 MB default; everything acknowledged is read back after kill -9 (local: restart; JetStream: a

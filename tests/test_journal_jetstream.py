@@ -1,5 +1,5 @@
 """The JetStream journal backend: the shared Journal contract against a real 3-node NATS cluster (one append
-in flight and a pipelined window), plus the fencing rules of DESIGN.md measured on real conditional appends:
+in flight and a pipelined window), plus the fencing rules of docs/design.md measured on real conditional appends:
 with two writers whose windows are full, and with the stream's leader killed in the middle of a window."""
 
 import asyncio

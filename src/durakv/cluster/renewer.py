@@ -1,6 +1,6 @@
 """Renewing the primary's lease on a thread of its own, so that a busy event loop does not cost a failover.
 
-DESIGN.md "Bounds on the write path": the lease is renewed whether or not the event loop is busy. The loop can
+docs/design.md "Bounds on the write path": the lease is renewed whether or not the event loop is busy. The loop can
 be held for seconds by work that is not a fault: a script inside busy-reply-threshold (the loop waits in the
 EVAL handler, scripting/runner.py), a heavy pipelined load, a large export. When the loop renewed the lease
 itself (Controller._primary_tick), such a wait longer than the lease let a replica take over and the old primary

@@ -14,7 +14,7 @@ acknowledges appends in order only (the contiguous prefix), so the commit index 
 journal with append_notify (the local one) reports each append through a callback in the iteration that
 completes it; the others through the awaitable of append(), whose done callback runs one iteration later.
 
-Bounds (DESIGN.md "Bounds on the write path"): a journal entry holds at most the journal's `max_entry_bytes`.
+Bounds (docs/design.md "Bounds on the write path"): a journal entry holds at most the journal's `max_entry_bytes`.
 The encoded size of the open batch is counted as effects join it; an effect that would take it past the
 limit seals it and hands it to the journal at once, window or not (the backend queues what it cannot send
 yet), and a new batch opens behind it. One command whose effects alone exceed the limit is carried in

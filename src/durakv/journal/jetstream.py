@@ -14,7 +14,7 @@ stops the writer: every send in flight is abandoned, the tail after the last ack
 epoch: fenced, every pending append fails with JournalFenced and `on_fenced` is called) and what is left
 is sent again, in order, conditional on the new tail.
 
-Why fencing still holds (DESIGN.md "Journal backends"; measured in tests/test_journal_jetstream.py):
+Why fencing still holds (docs/design.md "The journal"; measured in tests/test_journal_jetstream.py):
 * A deposed writer's appends that land after the new writer's marker carry an older epoch, and readers
   (EpochFilter) skip them; the deposed writer acknowledges none of them, because the append just before
   its first one after the marker was rejected (the marker took its place) and it stops at that rejection.
