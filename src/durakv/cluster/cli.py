@@ -151,30 +151,28 @@ def metrics_lines(cluster) -> str:
 
 
 def client_lines(cluster) -> str:
-    """How to talk to the cluster with the usual clients (any node's address bootstraps a cluster client)."""
+    """How to talk to the cluster with the usual clients (any node's address bootstraps a cluster client): with
+    the cluster's password (read from its file, never printed) and, with TLS, its CA."""
     p = cluster.primary(0) or cluster.nodes[0]
     ca = (cluster.manifest.get("tls") or {}).get("ca")
+    pw_file = p.entry.get("password_file")
+    pw_py = ', password=open("%s").read().strip()' % pw_file if pw_file else ""
+    pw_cli = ' -a "$(cat %s)"' % pw_file if pw_file else ""
     if ca:
         return "\n".join([
             "cluster clients, over TLS only (any node bootstraps; they follow MOVED and failovers):",
             f"  valkey-py:  valkey.cluster.ValkeyCluster(host=\"127.0.0.1\", port={p.port}, ssl=True, "
-            f"ssl_ca_certs=\"{ca}\")",
+            f"ssl_ca_certs=\"{ca}\"{pw_py})",
             f"  redis-py:   redis.cluster.RedisCluster(host=\"127.0.0.1\", port={p.port}, ssl=True, "
-            f"ssl_ca_certs=\"{ca}\")",
-            f"  GLIDE:      GlideClusterClientConfiguration([NodeAddress(\"127.0.0.1\", {p.port})], use_tls=True, "
-            f"advanced_config=AdvancedGlideClusterClientConfiguration(tls_config=TlsAdvancedConfiguration("
-            f"root_pem_cacerts=open(\"{ca}\", \"rb\").read())))",
-            f"  redis-cli:  redis-cli -c --tls --cacert {ca} -p {p.port}",
-            f"  memtier:    memtier_benchmark --cluster-mode --tls --cacert {ca} -s 127.0.0.1 -p {p.port}"])
+            f"ssl_ca_certs=\"{ca}\"{pw_py})",
+            f"  redis-cli:  redis-cli -c --tls --cacert {ca} -p {p.port}{pw_cli}",
+            f"  memtier:    memtier_benchmark --cluster-mode --tls --cacert {ca} -s 127.0.0.1 -p {p.port}{pw_cli}"])
     return "\n".join([
         "cluster clients (any node bootstraps; they follow MOVED and failovers):",
-        f"  valkey-py:  valkey.cluster.ValkeyCluster(host=\"127.0.0.1\", port={p.port})",
-        f"  redis-py:   redis.cluster.RedisCluster(host=\"127.0.0.1\", port={p.port})",
-        f"  GLIDE:      GlideClusterClient.create(GlideClusterClientConfiguration([NodeAddress(\"127.0.0.1\", "
-        f"{p.port})]))",
-        f"  redis-cli:  redis-cli -c -p {p.port}",
-        f"  memtier:    memtier_benchmark --cluster-mode -s 127.0.0.1 -p {p.port}"])
-
+        f"  valkey-py:  valkey.cluster.ValkeyCluster(host=\"127.0.0.1\", port={p.port}{pw_py})",
+        f"  redis-py:   redis.cluster.RedisCluster(host=\"127.0.0.1\", port={p.port}{pw_py})",
+        f"  redis-cli:  redis-cli -c -p {p.port}{pw_cli}",
+        f"  memtier:    memtier_benchmark --cluster-mode -s 127.0.0.1 -p {p.port}{pw_cli}"])
 
 def _password(args):
     """The nodes' password: --pass, --pass-file, DURAKV_AUTH, else None (the secrets directory's resp.pass)."""
