@@ -2,6 +2,7 @@
 A standalone server's counters move with writes; on a real cluster, the new primary's scrape after the old one
 is killed shows the epoch and the failover counter move, and each role publishes only the facts it has."""
 
+import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -89,3 +90,37 @@ def test_cluster_failover_moves_epoch_and_failover_counter(local_cluster):
     assert value(after, "durakv_lease_held") == 1
     assert "durakv_replica_apply_lag_seconds" not in after
     assert value(after, "durakv_commit_latency_seconds_count") > 0     # the probe's write, at least
+
+
+def _status(port, user=None, password=None):
+    req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port)
+    if user is not None:
+        import base64
+        req.add_header("Authorization", "Basic " + base64.b64encode(("%s:%s" % (user, password)).encode()).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_the_metrics_port_asks_for_a_password_when_the_node_does(server_factory):
+    """Locked like the RESP port: while the node asks for a password, a scrape presents one of its users (HTTP
+    basic authentication) allowed to run INFO; the finding: every port durakv makes must ask for credentials."""
+    import urllib.error  # noqa: F401 - _status catches it
+    mport = free_port()
+    srv = server_factory("--metrics-port", str(mport), "--requirepass", "scrape-pw", password="scrape-pw")
+    with srv.client(password="scrape-pw") as c:
+        c.execute_command("ACL", "SETUSER", "prometheus", "on", ">prom-pw", "+info")
+        c.execute_command("ACL", "SETUSER", "nosy", "on", ">nosy-pw", "+get", "~*")
+    wait_until(lambda: _status(mport, "prometheus", "prom-pw")[0] == 200, 10, what="the new user scraping")
+    status, body = _status(mport)
+    assert status == 401 and b"durakv_" not in body
+    assert _status(mport, "default", "wrong")[0] == 401
+    assert _status(mport, "nosy", "nosy-pw")[0] == 401            # not allowed INFO
+    status, body = _status(mport, "default", "scrape-pw")
+    assert status == 200 and b"durakv_durability_mode" in body
+    # no password: the node serves loopback only (protected mode) and so does its metrics port, unasked
+    with srv.client(password="scrape-pw") as c:
+        c.config_set("requirepass", "")
+    wait_until(lambda: _status(mport)[0] == 200, 10, what="the metrics port open again without a password")

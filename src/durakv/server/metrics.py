@@ -9,13 +9,24 @@ dict that changes size mid-iteration), and the loop never waits for a scrape; a 
 one cron tick old. (Observing prometheus_client's own Histogram on the loop would take its lock on every
 commit, a lock the scrape thread also holds while it reads.)
 
+Locked like the node's RESP port: while the node asks clients for a password (requirepass, ACL users), a scrape
+must present one of its users with HTTP basic authentication (Prometheus's `basic_auth`), a user allowed to run
+INFO; the users are published with the snapshot (their password digests), so the HTTP thread never reads the
+loop's ACL structures. Without a password (loopback only, protected mode) the endpoint asks for none, as the
+RESP port does.
+
 A fact that a node in its role does not have is left out, not published as 0: replica apply lag only on a
 replica, lease remaining only on a primary of a shard, durability lag, journal errors and commit latency only
 where writes are journaled here, slot migration only on a node that has migrated slots.
 """
 
+import base64
+import hashlib
+import hmac
 import logging
+import socketserver
 import threading
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 log = logging.getLogger("durakv.server")
 
@@ -27,7 +38,7 @@ class Snapshot:
 
     __slots__ = ("mode", "effective", "lag_s", "held_replies", "held_bytes", "append_errors", "retries",
                  "commit_latency", "stall", "role", "epoch", "failovers", "lease_held", "lease_remaining_s",
-                 "apply_lag_s", "apply_lag_entries", "migration", "journal_commit_index")
+                 "apply_lag_s", "apply_lag_entries", "migration", "journal_commit_index", "auth")
 
     def __init__(self):
         for name in self.__slots__:
@@ -58,6 +69,7 @@ class Metrics:
     def _take(self):
         srv = self.server
         s = Snapshot()
+        s.auth = scrape_users(srv)
         durability = srv.durability
         t = durability.tracker
         node = srv.cluster_node
@@ -105,12 +117,29 @@ class Metrics:
         return s
 
     # -- the HTTP thread -----------------------------------------------------------------------------------
-    def start(self, host, port):
-        from prometheus_client import CollectorRegistry, start_http_server
+    def _serve(self, host, port):
+        """A threaded HTTP server of the registry's text, behind basic authentication when the node asks for a
+        password (the published snapshot's users)."""
+        from prometheus_client import CollectorRegistry, make_wsgi_app
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Collector(self))
+        app = make_wsgi_app(registry)
+        metrics = self
+
+        def guarded(environ, start_response):
+            if not authorized(metrics.snapshot.auth, environ.get("HTTP_AUTHORIZATION", "")):
+                start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="durakv"'),
+                                                    ("Content-Type", "text/plain")])
+                return [b"the node asks for a password: HTTP basic authentication with one of its users\n"]
+            return app(environ, start_response)
+        http = make_server(host, port, guarded, _ThreadingServer, handler_class=_QuietHandler)
+        thread = threading.Thread(target=http.serve_forever, daemon=True, name="durakv-metrics")
+        thread.start()
+        return http, thread
+
+    def start(self, host, port):
         self.publish()
-        self.http, self.thread = start_http_server(port, addr=host, registry=registry)
+        self.http, self.thread = self._serve(host, port)
         log.info("metrics on http://%s:%d/metrics", host, port)
 
     def move(self, host, port):
@@ -120,10 +149,7 @@ class Metrics:
         if old is None:
             self.start(host, port)
             return
-        from prometheus_client import CollectorRegistry, start_http_server
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(Collector(self))
-        self.http, self.thread = start_http_server(port, addr=host, registry=registry)
+        self.http, self.thread = self._serve(host, port)
         log.info("metrics moved to http://%s:%d/metrics", host, port)
 
         def close():   # shutdown() waits for the serving thread's poll: not on the loop
@@ -138,6 +164,55 @@ class Metrics:
                 http.shutdown()
                 http.server_close()
             threading.Thread(target=close, daemon=True, name="durakv-metrics-stop").start()
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):   # noqa: A002 - the base class's name; scrapes are not logged
+        pass
+
+
+def scrape_users(server):
+    """None when the node asks for no password; else {user name: password digests} of the enabled users allowed
+    to run INFO (what a scrape may present). Built on the loop, read by the HTTP thread."""
+    acl = server.acl
+    if not acl.auth_required():
+        return None
+    from ..commands import registry
+    info = registry.find(b"info")
+    out = {}
+    for user in acl.users.sorted_users():
+        if user.enabled and not user.nopass and acl_allows(user, info):
+            out[user.name] = tuple(user.passwords)
+    return out
+
+
+def acl_allows(user, cmd):
+    from ..commands import acl_check
+    return user.unrestricted or acl_check.check(user, cmd, [b"INFO"]) is None
+
+
+def authorized(users, header) -> bool:
+    """Whether a scrape's Authorization header names one of `users` with its password (None: none needed)."""
+    if users is None:
+        return True
+    if not header.startswith("Basic "):
+        return False
+    try:
+        name, _, password = base64.b64decode(header[6:].strip(), validate=True).partition(b":")
+    except (ValueError, TypeError):
+        return False
+    stored = users.get(name)
+    if stored is None:
+        return False
+    digest = hashlib.sha256(password).hexdigest()
+    ok = False
+    for candidate in stored:
+        ok |= hmac.compare_digest(digest, candidate)
+    return ok
 
 
 class Collector:
