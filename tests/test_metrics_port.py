@@ -2,6 +2,7 @@
 A standalone server's counters move with writes; on a real cluster, the new primary's scrape after the old one
 is killed shows the epoch and the failover counter move, and each role publishes only the facts it has."""
 
+import base64
 import urllib.error
 import urllib.request
 
@@ -124,3 +125,13 @@ def test_the_metrics_port_asks_for_a_password_when_the_node_does(server_factory)
     with srv.client(password="scrape-pw") as c:
         c.config_set("requirepass", "")
     wait_until(lambda: _status(mport)[0] == 200, 10, what="the metrics port open again without a password")
+
+
+def test_a_passwordless_node_serves_metrics_to_loopback_only_under_protected_mode():
+    """Protected mode covers the metrics port too: with no password anywhere, a scrape from another address is
+    refused, as a RESP connection from it is (the HTTP thread decides from the published snapshot)."""
+    from durakv.server.metrics import LOOPBACK_ONLY, authorized
+    assert authorized(LOOPBACK_ONLY, "", "127.0.0.1") and authorized(LOOPBACK_ONLY, "", "::1")
+    assert not authorized(LOOPBACK_ONLY, "", "10.0.3.20")
+    assert not authorized(LOOPBACK_ONLY, "Basic " + base64.b64encode(b"default:x").decode(), "10.0.3.20")
+    assert authorized(None, "", "10.0.3.20")          # protected-mode no: the operator chose an open port

@@ -127,7 +127,11 @@ class Metrics:
         metrics = self
 
         def guarded(environ, start_response):
-            if not authorized(metrics.snapshot.auth, environ.get("HTTP_AUTHORIZATION", "")):
+            if not authorized(metrics.snapshot.auth, environ.get("HTTP_AUTHORIZATION", ""),
+                              environ.get("REMOTE_ADDR", "")):
+                if metrics.snapshot.auth == LOOPBACK_ONLY:
+                    start_response("403 Forbidden", [("Content-Type", "text/plain")])
+                    return [b"protected mode: the node has no password, so it serves loopback scrapes only\n"]
                 start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="durakv"'),
                                                     ("Content-Type", "text/plain")])
                 return [b"the node asks for a password: HTTP basic authentication with one of its users\n"]
@@ -180,7 +184,8 @@ def scrape_users(server):
     to run INFO (what a scrape may present). Built on the loop, read by the HTTP thread."""
     acl = server.acl
     if not acl.auth_required():
-        return None
+        # protected mode with a password-less default user serves loopback only, on this port as on RESP's
+        return LOOPBACK_ONLY if server.config["protected-mode"] and acl.users.default.nopass else None
     from ..commands import registry
     info = registry.find(b"info")
     out = {}
@@ -195,10 +200,17 @@ def acl_allows(user, cmd):
     return user.unrestricted or acl_check.check(user, cmd, [b"INFO"]) is None
 
 
-def authorized(users, header) -> bool:
-    """Whether a scrape's Authorization header names one of `users` with its password (None: none needed)."""
+LOOPBACK_ONLY = "loopback-only"
+
+
+def authorized(users, header, remote_addr="127.0.0.1") -> bool:
+    """Whether a scrape from `remote_addr` whose Authorization header is `header` may read the metrics: `users`
+    None needs nothing, LOOPBACK_ONLY needs a loopback peer, else one of `users` with its password."""
     if users is None:
         return True
+    if users == LOOPBACK_ONLY:
+        from .connection import _is_loopback
+        return _is_loopback((remote_addr, 0))
     if not header.startswith("Basic "):
         return False
     try:
