@@ -91,3 +91,28 @@ def test_readonly_and_readwrite_without_cluster_mode(ports):
             w.close()
     assert same(ports, flags) == [b"+OK\r\n", b"r", b"+OK\r\n", b"N",
                                   b"-ERR This instance has cluster support disabled\r\n"]
+
+
+# -- client-side caching ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("write", [["FLUSHDB"], ["FLUSHALL"], ["SET", "k", "2"], ["DEL", "k"]])
+def test_tracking_push_to_the_running_redirect_target_follows_its_reply(ports, write):
+    """A RESP3 client B that is the REDIRECT target of client A's tracking runs the write that invalidates A's
+    key: Valkey 9.1 sends B the reply first and the invalidation push after it (valkey-py's tracking test reads
+    them in that order); durakv sent the push first."""
+    def run(port):
+        b = Wire(port, resp3=True)
+        a = Wire(port, resp3=True)
+        try:
+            bid = b.call("CLIENT", "ID")[1:-2]
+            assert a.call("CLIENT", "TRACKING", "on", "REDIRECT", bid) == b"+OK\r\n"
+            a.call("SET", "k", "1")
+            a.call("GET", "k")
+            b.send(write, ["PING"])
+            return [b.read(), b.read(), b.read()]
+        finally:
+            a.close()
+            b.close()
+    ours = same(ports, run)
+    assert ours[0] in (b"+OK\r\n", b":1\r\n") and ours[1].startswith(b">2\r\n$10\r\ninvalidate\r\n")
+    assert ours[2] == b"+PONG\r\n"

@@ -330,7 +330,13 @@ class Tracking:
                 return
             redirected = True
         if target.session.resp == 3:
-            target.push(Push([b"invalidate", keys]))
+            hooks = self.server.hooks
+            if redirected and target is hooks.current:
+                # the redirect target is running the command that caused it: Valkey 9 queues the push behind
+                # that command's reply, as it does for a tracking client's own invalidations
+                hooks.push_after_reply(Push([b"invalidate", keys]))
+            else:
+                target.push(Push([b"invalidate", keys]))
         elif redirected and target.subs is not None and target.subs.total():
             self.server.pubsub.push_message(target, b"__redis__:invalidate", keys)
 
