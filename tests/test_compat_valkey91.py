@@ -116,3 +116,18 @@ def test_tracking_push_to_the_running_redirect_target_follows_its_reply(ports, w
     ours = same(ports, run)
     assert ours[0] in (b"+OK\r\n", b":1\r\n") and ours[1].startswith(b">2\r\n$10\r\ninvalidate\r\n")
     assert ours[2] == b"+PONG\r\n"
+
+
+# -- scripting ----------------------------------------------------------------------------------------------
+
+def test_lua_refusal_says_valkey_command(ports):
+    for call in ("'client', 'list'", "'subscribe', 'x'", "'multi'"):
+        reply = same(ports, replies(["EVAL", "return redis.call(%s)" % call, "0"]))
+        assert reply[0].startswith(b"-ERR This Valkey command is not allowed from script")
+
+
+@pytest.mark.parametrize("body", ["#!nosuch\nreturn 1", "#!python\nreturn 1", "#!\nreturn 1", "#!  \nreturn 1",
+                                  "#!LUA\nreturn 1", "#!Lua flags=no-writes\nreturn 1", "#!lua x\nreturn 1"])
+def test_eval_shebang_engine(ports, body):
+    """Valkey 9 looks the engine up by name, case-insensitively: "Could not find scripting engine 'x'"."""
+    same(ports, replies(["EVAL", body, "0"], ["SCRIPT", "LOAD", body]))
