@@ -131,3 +131,20 @@ def test_lua_refusal_says_valkey_command(ports):
 def test_eval_shebang_engine(ports, body):
     """Valkey 9 looks the engine up by name, case-insensitively: "Could not find scripting engine 'x'"."""
     same(ports, replies(["EVAL", body, "0"], ["SCRIPT", "LOAD", body]))
+
+
+@pytest.mark.parametrize("body", [
+    "redis.register_function('bad name!', function() return 1 end)",
+    "redis.register_function('', function() return 1 end)",
+    "redis.register_function{function_name='bad-x', callback=function() return 1 end}",
+    "redis.register_function('f', function() return 1 end)\nredis.register_function('f', function() return 1 end)",
+    # the names are checked after the code ran: a later Lua error wins over an earlier bad name
+    "redis.register_function('bad name', function() return 1 end)\nredis.register_function('f', 'x')",
+    "redis.register_function('f', function() return 1 end)\nredis.register_function('f', function() end)\n"
+    "redis.register_function('bad name', function() return 1 end)",
+    "redis.register_function('bad name', function() return 1 end)\n"
+    "redis.register_function('f', function() return 1 end)\nredis.register_function('f', function() end)",
+    "redis.register_function('ok_1', function() return 1 end)",
+])
+def test_function_load_checks_function_names_as_valkey_91(ports, body):
+    same(ports, replies(["FUNCTION", "LOAD", "#!lua name=mylib\n" + body], ["FUNCTION", "FLUSH"]))
