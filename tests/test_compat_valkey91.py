@@ -148,3 +148,25 @@ def test_eval_shebang_engine(ports, body):
 ])
 def test_function_load_checks_function_names_as_valkey_91(ports, body):
     same(ports, replies(["FUNCTION", "LOAD", "#!lua name=mylib\n" + body], ["FUNCTION", "FLUSH"]))
+
+
+# -- the inline protocol ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line", [b'set """a""" 1', b'set "a"b 2', b'set "a""b" 3', b'set "a" "b""" 4',
+                                  b"set \"a\"'b' 5", b'set "a" 5"', b"set 'a''b' 6", b'set "\\x41""b" 7',
+                                  b'set "a"x"b" 8', b'set "a"""b 9', b'set """ 11', b'set "a"\t"b" 12'])
+def test_inline_quoted_parts_join_as_valkey_91(ports, line):
+    """Valkey 9's sdssplitargs joins quoted and unquoted parts of one argument as a shell does (tripled
+    quotes included); 8.0 and durakv before refused a closing quote not followed by a blank."""
+    def run(port):
+        w = Wire(port)
+        try:
+            w.send(line + b"\r\n")
+            out = [w.read()]
+            if not out[0].startswith(b"-ERR Protocol error"):
+                out.append(w.call("KEYS", "*"))
+                w.call("FLUSHALL")
+            return out
+        finally:
+            w.close()
+    same(ports, run)
