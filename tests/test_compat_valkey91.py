@@ -170,3 +170,124 @@ def test_inline_quoted_parts_join_as_valkey_91(ports, line):
         finally:
             w.close()
     same(ports, run)
+
+
+# -- CLIENT LIST / CLIENT KILL filters ----------------------------------------------------------------------
+
+class Clients:
+    """Named connections in known states on one server, and the querying connection `q` (named q91)."""
+
+    STATES = {
+        "multi91": [["MULTI"]],
+        "ro91": [["READONLY"]],
+        "lib91": [["CLIENT", "SETINFO", "LIB-NAME", "mylib"], ["CLIENT", "SETINFO", "LIB-VER", "1.0"]],
+        "db391": [["SELECT", "3"]],
+        "sub91": [["SUBSCRIBE", "ch"]],
+        "trk91": [["CLIENT", "TRACKING", "on"]],
+        "bcast91": [["CLIENT", "TRACKING", "on", "BCAST"]],
+        "evict91": [["CLIENT", "NO-EVICT", "on"]],
+        "touch91": [["CLIENT", "NO-TOUCH", "on"]],
+        "capa91": [["CLIENT", "CAPA", "redirect"]],
+        "mon91": [["MONITOR"]],
+        "plain91": [],
+    }
+
+    def __init__(self, port):
+        self.conns = {}
+        for name, setup in self.STATES.items():
+            w = Wire(port)
+            assert w.call("CLIENT", "SETNAME", name) == b"+OK\r\n"
+            w.send(*setup)
+            for _ in setup:
+                w.read()
+            self.conns[name] = w
+        self.q = Wire(port)
+        self.q.call("CLIENT", "SETNAME", "q91")
+        info = self.q.call("CLIENT", "INFO").decode()
+        self.me = dict(f.split("=", 1) for f in info.split("\n")[1].split() if "=" in f)
+
+    def ids(self, *names):
+        out = []
+        for n in names:
+            line = [ln for ln in self.q.call("CLIENT", "LIST").decode().split("\n") if " name=%s " % n in ln][0]
+            out.append(line.split(" ")[0].split("=")[1])
+        return out
+
+    def listed(self, *filters):
+        """The names (of this test's clients) CLIENT LIST with filters shows, or its error."""
+        reply = self.q.call("CLIENT", "LIST", *filters)
+        if reply.startswith(b"-"):
+            return reply
+        names = {f[5:] for ln in reply.decode().split("\n")[1:] for f in ln.split(" ") if f.startswith("name=")}
+        return sorted(n for n in names if n in self.STATES or n == "q91")
+
+    def close(self):
+        for w in self.conns.values():
+            w.close()
+        self.q.close()
+
+
+FILTERS = [
+    ["TYPE", "normal"], ["TYPE", "pubsub"], ["TYPE", "replica"], ["NOT-TYPE", "normal"], ["TYPE", "master"],
+    ["FLAGS", "N"], ["FLAGS", "x"], ["FLAGS", "xN"], ["FLAGS", "r"], ["FLAGS", "t"], ["FLAGS", "tB"],
+    ["FLAGS", "P"], ["FLAGS", "O"], ["FLAGS", "S"], ["FLAGS", "e"], ["FLAGS", "T"], ["NOT-FLAGS", "N"],
+    ["NOT-FLAGS", "r", "NOT-FLAGS", "N"], ["FLAGS", ""],
+    ["NAME", "ro91"], ["NOT-NAME", "ro91"], ["NAME", "ro91", "NAME", "plain91"], ["NAME", "ro91", "NOT-NAME", "ro91"],
+    ["NAME", ""], ["LIB-NAME", "mylib"], ["NOT-LIB-NAME", "mylib"], ["LIB-VER", "1.0"], ["NOT-LIB-VER", "1.0"],
+    ["DB", "3"], ["NOT-DB", "0"], ["CAPA", "r"], ["NOT-CAPA", "r"], ["IP", "127.0.0.1"], ["IP", "127.0.0"],
+    ["NOT-IP", "127.0.0.1"], ["USER", "default"], ["NOT-USER", "default"], ["SKIPME", "yes"], ["SKIPME", "no"],
+    ["MAXAGE", "1000000"], ["IDLE", "1000000"], ["TYPE", "pubsub", "TYPE", "normal"],
+    ["ADDR", "{addr}"], ["LADDR", "{laddr}"], ["NOT-ADDR", "{addr}"], ["ID", "{id}"], ["NOT-ID", "{id}"],
+    ["ID", "{ro91}", "{plain91}", "TYPE", "normal"], ["ID", "{ro91}", "{sub91}", "TYPE", "normal"],
+    ["ID", "{ro91}", "ID", "{plain91}"], ["ID", "{ro91}", "NOT-ID", "{ro91}"], ["NOT-ID", "{ro91}", "{plain91}"],
+    # errors, in Valkey 9.1's texts
+    ["ID"], ["ID", "x"], ["ID", "0"], ["ID", "-1"], ["ID", "{id}", "x"], ["ID", "99999999999999999999"],
+    ["NOT-ID", "0"], ["NOT-ID"], ["TYPE"], ["TYPE", "bogus"], ["NOT-TYPE", "bogus"], ["USER", "nosuch"],
+    ["NOT-USER", "nosuch"], ["FLAGS", "Q"], ["NOT-FLAGS", "NZ"], ["CAPA", "q"], ["NOT-CAPA", "q"], ["DB", "16"],
+    ["DB", "-1"], ["DB", "x"], ["DB", "2147483648"], ["NOT-DB", "99"], ["NOT-DB", "x"], ["MAXAGE", "0"],
+    ["MAXAGE", "x"], ["IDLE", "0"], ["IDLE", "x"], ["SKIPME", "maybe"], ["SKIPME"], ["NOT-SKIPME", "yes"],
+    ["NOT-MAXAGE", "5"], ["BOGUS", "x"],
+]
+
+
+def test_client_list_filters_as_valkey_91(ports):
+    """Valkey 9.1's CLIENT LIST takes every CLIENT KILL filter and their NOT- forms (ADDR, LADDR, MAXAGE, IDLE,
+    USER, SKIPME, IDs with TYPE, FLAGS, NAME, LIB-NAME, LIB-VER, DB, CAPA, IP); durakv took TYPE and ID alone.
+    The same clients on both servers; each filter must select the same ones, or fail with the same error."""
+    def run(port):
+        cl = Clients(port)
+        try:
+            subst = {"{addr}": cl.me["addr"], "{laddr}": cl.me["laddr"], "{id}": cl.me["id"]}
+            subst.update(("{%s}" % n, i) for n, i in zip(Clients.STATES, cl.ids(*Clients.STATES)))
+            return [cl.listed(*[subst.get(a, a) for a in f]) for f in FILTERS]
+        finally:
+            cl.close()
+    ours, theirs = both(ports, run)
+    for f, a, b in zip(FILTERS, ours, theirs):
+        assert a == b, f
+
+
+def test_client_kill_filters_as_valkey_91(ports):
+    """CLIENT KILL reads the same filters (SKIPME yes by default): `CLIENT KILL ID notanumber` is a syntax
+    error in Valkey 9.1 (the IDs end at the first argument that is not one), not "client-id should be greater
+    than 0"; and NAME, FLAGS, NOT-ID ... select whom to kill."""
+    def run(port):
+        cl = Clients(port)
+        try:
+            q = cl.q
+            out = [q.call("CLIENT", "KILL", "ID", "notanumber"), q.call("CLIENT", "KILL", "ID"),
+                   q.call("CLIENT", "KILL", "ID", "0"), q.call("CLIENT", "KILL", "NOT-FLAGS", "Q"),
+                   q.call("CLIENT", "KILL", "NAME", "ro91"), q.call("CLIENT", "KILL", "FLAGS", "x"),
+                   q.call("CLIENT", "KILL", "LIB-NAME", "mylib", "NOT-DB", "0")]
+            wait_until(lambda: cl.listed("NAME", "ro91") == [], 10, what="ro91 to be killed")
+            ids = cl.ids("plain91", "capa91")
+            out.append(q.call("CLIENT", "KILL", "ID", *ids))
+            out.append(q.call("CLIENT", "KILL", "NOT-ID", *cl.ids("q91"), "TYPE", "pubsub", "SKIPME", "no"))
+            wait_until(lambda: "sub91" not in cl.listed(), 10, what="sub91 to be killed")
+            out.append(cl.listed())
+            return out
+        finally:
+            cl.close()
+    assert same(ports, run)[:6] == [b"-ERR syntax error\r\n", b"-ERR No such client\r\n",
+                                    b"-ERR client-id should be greater than 0\r\n",
+                                    b"-ERR Unknown flags found in the NOT-FLAGS filter: Q\r\n", b":1\r\n", b":1\r\n"]

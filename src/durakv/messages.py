@@ -421,7 +421,15 @@ GETKEYS_BAD_ARGUMENTS = "ERR Invalid arguments specified for command"
 HELLO_PROTO_NOT_INTEGER = "ERR Protocol version is not an integer or out of range"
 HELLO_BAD_OPTION = "ERR Syntax error in HELLO option '{}'"
 CLIENT_UNKNOWN_TYPE = "ERR Unknown client type '{}'"
-CLIENT_INVALID_ID = "ERR Invalid client ID"
+# CLIENT LIST / KILL filters (parseClientFiltersOrReply, Valkey 9): the NOT- forms name the filter
+CLIENT_IDLE_NOT_INTEGER = "ERR idle is not an integer or out of range"
+CLIENT_IDLE_POSITIVE = "ERR idle should be greater than 0"
+CLIENT_UNKNOWN_FLAGS = "ERR Unknown flags found in the provided filter: {}"
+CLIENT_UNKNOWN_NOT_FLAGS = "ERR Unknown flags found in the NOT-FLAGS filter: {}"
+CLIENT_UNKNOWN_CAPA = "ERR Unknown capa found in the provided filter: {}"
+CLIENT_UNKNOWN_NOT_CAPA = "ERR Unknown capa found in the NOT-CAPA filter: {}"
+CLIENT_DB_NOT_INTEGER = "ERR {} is not an integer or out of range"            # DB / NOT-DB
+CLIENT_DB_RANGE = "ERR {} number should be between 0 and {}"
 # FUNCTION LOAD / LIST (functionLoadCommand, functionListCommand)
 FUNCTION_LOAD_UNKNOWN_OPTION = "ERR Unknown option given: {}"
 FUNCTION_LIST_NO_LIBRARY_NAME = "ERR library name argument was not given"

@@ -39,6 +39,11 @@ class Clients:
         """One CLIENT LIST / CLIENT INFO line (without the newline)."""
         needs_server("CLIENT LIST")
 
+    def flags(self, session) -> str:
+        """The client's flags as CLIENT LIST's FLAGS filter matches them: the letters of its `flags=` field
+        ("N" when it has none), plus "S" for a MONITOR (Valkey marks one a replica too)."""
+        return "N"
+
     def exists(self, client_id) -> bool:
         return False
 

@@ -51,6 +51,13 @@ class ServerClients(_Served, Clients):
         conn = self._conn(session)
         return client_line(conn, self.server.clock_ms()) if conn is not None else ""
 
+    def flags(self, session) -> str:
+        conn = self._conn(session)
+        if conn is None:
+            return "N"
+        flags = client_flags(conn)
+        return flags + "S" if session.monitor else flags
+
     def exists(self, client_id) -> bool:
         return client_id in self.server.clients
 
@@ -619,17 +626,11 @@ class ScriptHost:
             self._saved_expire = None
 
 
-def client_line(conn, now_ms, current=None) -> str:
-    """One CLIENT LIST line, Valkey's fields in Valkey's order (`current`: the command name to show instead of
-    the last one, as ACL LOG shows the command being refused)."""
+def client_flags(conn) -> str:
+    """The `flags=` field of a CLIENT LIST line: Valkey's letters in Valkey's order, "N" for none."""
     s = conn.session
-    if current is None:
-        current = s.last_cmd.fullname if s.last_cmd is not None else "NULL"
-    age = (now_ms - s.created_ms) // 1000
-    idle = (now_ms - s.last_interaction_ms) // 1000
-    subs = conn.subs
     tracking = conn.tracking
-    flags = "".join((
+    return "".join((
         "S" if conn.replica_feed is not None and not s.monitor else "",
         "O" if s.monitor else "",
         "P" if s.subscribed else "",
@@ -644,6 +645,19 @@ def client_line(conn, now_ms, current=None) -> str:
         "e" if conn.no_evict else "",
         "T" if s.no_touch else "",
         "I" if s.import_source else "")) or "N"
+
+
+def client_line(conn, now_ms, current=None) -> str:
+    """One CLIENT LIST line, Valkey's fields in Valkey's order (`current`: the command name to show instead of
+    the last one, as ACL LOG shows the command being refused)."""
+    s = conn.session
+    if current is None:
+        current = s.last_cmd.fullname if s.last_cmd is not None else "NULL"
+    age = (now_ms - s.created_ms) // 1000
+    idle = (now_ms - s.last_interaction_ms) // 1000
+    subs = conn.subs
+    tracking = conn.tracking
+    flags = client_flags(conn)
     nsub, npsub, nssub = (len(subs.channels), len(subs.patterns), len(subs.shard)) if subs is not None else (0, 0, 0)
     redir = tracking.redirect if tracking is not None else -1
     held = len(conn.outbox.held) if conn.outbox is not None else 0
