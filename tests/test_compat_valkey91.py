@@ -291,3 +291,48 @@ def test_client_kill_filters_as_valkey_91(ports):
     assert same(ports, run)[:6] == [b"-ERR syntax error\r\n", b"-ERR No such client\r\n",
                                     b"-ERR client-id should be greater than 0\r\n",
                                     b"-ERR Unknown flags found in the NOT-FLAGS filter: Q\r\n", b":1\r\n", b":1\r\n"]
+
+
+# -- keyspace events ----------------------------------------------------------------------------------------
+
+PAST_EXPIRY = [
+    [["SET", "k", "v"], ["EXPIRE", "k", "-1"]], [["SET", "k", "v"], ["PEXPIREAT", "k", "1"]],
+    [["SET", "k", "v"], ["EXPIREAT", "k", "1"]], [["SET", "k", "v"], ["PEXPIRE", "k", "0"]],
+    [["SET", "k", "v", "EXAT", "1"]], [["SET", "k", "v"], ["SET", "k", "w", "GET", "PXAT", "1"]],
+    [["SET", "k", "v"], ["GETEX", "k", "PXAT", "1"]], [["SET", "k", "v"], ["MULTI"], ["EXPIRE", "k", "-1"], ["EXEC"]],
+    [["SET", "k", "v"], ["EVAL", "redis.call('expire', KEYS[1], -1)", "1", "k"]],
+    [["SET", "k", "v"], ["DEL", "k"]], [["SET", "k", "v"], ["EXPIRE", "k", "-1", "GT"]],
+]
+
+
+def test_expiry_in_the_past_sends_expired_not_del(ports):
+    """EXPIRE (and PEXPIRE, EXPIREAT, PEXPIREAT, SET and GETEX with a time already past) delete the key and
+    publish `expired`, as Valkey's deleteExpiredKeyFromOverwriteAndPropagate; durakv published `del`."""
+    def run(port):
+        sub = Wire(port)
+        cmd = Wire(port)
+        try:
+            assert cmd.call("CONFIG", "SET", "notify-keyspace-events", "KEA") == b"+OK\r\n"
+            sub.call("PSUBSCRIBE", "__keyevent@0__:*")
+            out = []
+            for group in PAST_EXPIRY:
+                for req in group:
+                    cmd.call(*req)
+                cmd.call("SET", "end", "1")        # a marker: its event ends this group's events
+                events = []
+                while True:
+                    msg = sub.read()
+                    parts = msg.split(b"\r\n")
+                    event, key = parts[6].split(b":")[1], parts[8]
+                    if key == b"end":
+                        break
+                    events.append(event + b" " + key)
+                out.append(events)
+            out.append(cmd.call("EXISTS", "k"))
+            return out
+        finally:
+            cmd.call("CONFIG", "SET", "notify-keyspace-events", "")
+            sub.close()
+            cmd.close()
+    ours = same(ports, run)
+    assert ours[0] == [b"set k", b"expired k"]

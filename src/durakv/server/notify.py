@@ -114,6 +114,9 @@ _ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpop
 _EXPIRE_OPTS = {b"ex", b"px", b"exat", b"pxat"}
 # commands whose HDEL effect removes fields they expired at once (a TTL in the past): "hexpired"
 _HEXPIRED_ORIGIN = {"hexpire", "hpexpire", "hexpireat", "hpexpireat", "hgetex", "hsetex"}
+# commands whose DEL / UNLINK effect deletes a key because the time they gave is already past
+# (deleteExpiredKeyFromOverwriteAndPropagate): "expired", as Valkey, not "del"
+_EXPIRED_ORIGIN = {"expire", "pexpire", "expireat", "pexpireat", "set", "getex"}
 # what HSET / HSETEX is called when another command was rewritten into it
 _HSET_ORIGIN = {"hincrbyfloat": b"hincrbyfloat", "hincrby": b"hincrby"}
 
@@ -749,6 +752,8 @@ def _events(name, argv, db_id, origin, args):
                 out.append((SET, b"spop", db_id, k, False))
                 out.append((G, b"del", db_id, k, False))
             return out
+        if origin in _EXPIRED_ORIGIN:
+            return [(EXPIRED, b"expired", db_id, k, False) for k in argv[1:]]
         return [(G, b"del", db_id, k, False) for k in argv[1:]]
     if name == b"hset":
         return [(HASH, _HSET_ORIGIN.get(origin, b"hset"), db_id, argv[1], False)]
