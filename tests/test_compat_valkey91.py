@@ -336,3 +336,104 @@ def test_expiry_in_the_past_sends_expired_not_del(ports):
             cmd.close()
     ours = same(ports, run)
     assert ours[0] == [b"set k", b"expired k"]
+
+
+# -- eviction and CLIENT PAUSE ------------------------------------------------------------------------------
+
+def _info_field(w, section, name):
+    text = w.call("INFO", section).decode()
+    return [ln.split(":", 1)[1] for ln in text.split("\r\n") if ln.startswith(name + ":")][0]
+
+
+def test_tracked_key_evicted_before_a_read_is_invalidated_before_its_reply(ports):
+    """tracking.tcl's "Tracking invalidation message of eviction keys should be before response": Valkey evicts
+    before every command, a read too, so the RESP3 tracking client hears of the evicted key before the reply of
+    the GETBIT that made room; durakv evicted only before a write, so no invalidation came (and tracking.tcl
+    stuck behind it)."""
+    def run(port):
+        w = Wire(port, resp3=True)
+        try:
+            w.call("CLIENT", "TRACKING", "on")
+            used = int(_info_field(w, "memory", "used_memory"))
+            w.call("CONFIG", "SET", "maxmemory", str(used + 100 * 1024))
+            w.call("CONFIG", "SET", "maxmemory-policy", "volatile-random")
+            w.call("SETEX", "volatile-key", "10000", "x")
+            w.call("GET", "volatile-key")
+            w.call("SETBIT", "big-key", "1600000", "0")      # ~200 KB: past maxmemory, nothing evicted yet
+            return [w.call("GETBIT", "big-key", "0"), w.read(), w.call("EXISTS", "volatile-key")]
+        finally:
+            w.call("CONFIG", "SET", "maxmemory", "0")
+            w.call("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            w.close()
+    assert same(ports, run) == [b">2\r\n$10\r\ninvalidate\r\n*1\r\n$12\r\nvolatile-key\r\n", b":0\r\n", b":0\r\n"]
+
+
+def test_client_pause_shows_in_info_and_holds_eviction_back(ports):
+    """pause.tcl: INFO clients has paused_reason / paused_actions / paused_timeout_milliseconds (Valkey 8.1+),
+    and "Test eviction is skipped during client pause": a CONFIG SET maxmemory 1 inside the MULTI that ends
+    with CLIENT PAUSE WRITE evicts nothing until CLIENT UNPAUSE, then the key goes."""
+    def run(port):
+        w = Wire(port)
+        try:
+            fields = ("paused_reason", "paused_actions")
+            out = [[_info_field(w, "clients", f) for f in fields + ("paused_timeout_milliseconds",)]]
+            evicted = int(_info_field(w, "stats", "evicted_keys"))
+            w.send(["MULTI"], ["SET", "foo{t}", "bar"], ["CONFIG", "SET", "maxmemory-policy", "allkeys-random"],
+                   ["CONFIG", "SET", "maxmemory", "1"], ["CLIENT", "PAUSE", "50000", "WRITE"], ["EXEC"])
+            out.append([w.read() for _ in range(6)])
+            out.append([_info_field(w, "clients", f) for f in fields])
+            left_ms = int(_info_field(w, "clients", "paused_timeout_milliseconds"))
+            out.append(0 < left_ms <= 50000)
+            # a cron tick or two (hz 10) would have evicted by now without the pause
+            wait_until(lambda: int(_info_field(w, "stats", "evicted_keys")) >= evicted, 1, what="INFO")
+            out.append(int(_info_field(w, "stats", "evicted_keys")) - evicted)
+            out.append(w.call("CLIENT", "UNPAUSE"))
+            wait_until(lambda: int(_info_field(w, "stats", "evicted_keys")) == evicted + 1, 10,
+                       what="the eviction the pause held back")
+            out.append([_info_field(w, "clients", f) for f in fields + ("paused_timeout_milliseconds",)])
+            w.call("CONFIG", "SET", "maxmemory", "0")
+            w.send(["MULTI"], ["CLIENT", "PAUSE", "1000", "ALL"], ["INFO", "clients"], ["EXEC"])
+            in_exec = [w.read() for _ in range(4)][-1]
+            out.append([b"paused_reason:client_pause" in in_exec, b"paused_actions:all" in in_exec])
+            out.append(w.call("CLIENT", "UNPAUSE"))
+            return out
+        finally:
+            w.call("CLIENT", "UNPAUSE")
+            w.call("CONFIG", "SET", "maxmemory", "0")
+            w.call("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            w.close()
+    ours = same(ports, run)
+    assert ours[0] == ["none", "none", "0"] and ours[2] == ["client_pause", "write"] and ours[3] is True
+    assert ours[4] == 0 and ours[6] == ["none", "none", "0"] and ours[7] == [True, True]
+
+
+def test_config_set_maxmemory_in_multi_evicts_after_exec(ports):
+    """maxmemory.tcl's "propagation with eviction in MULTI": the transaction runs whole (no eviction, no OOM
+    inside EXEC) and the key is evicted afterwards, its UNLINK after the EXEC in the replication stream; durakv
+    evicted inside the CONFIG SET, in the middle of the transaction."""
+    from wire_util import sync_stream
+
+    def run(port):
+        s, next_command = sync_stream(port)
+        w = Wire(port)
+        try:
+            w.call("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+            w.send(["MULTI"], ["INCR", "x"], ["CONFIG", "SET", "maxmemory", "1"], ["INCR", "x"], ["EXEC"])
+            out = [w.read() for _ in range(5)]
+            wait_until(lambda: w.call("DBSIZE") == b":0\r\n", 10, what="x to be evicted")
+            w.call("CONFIG", "SET", "maxmemory", "0")
+            w.call("SET", "end", "1")
+            stream = []
+            while not stream or stream[-1][:2] != [b"set", b"end"]:
+                argv = next_command()
+                if argv[0] != b"ping":
+                    stream.append(argv)
+            return out + [stream]
+        finally:
+            w.call("CONFIG", "SET", "maxmemory", "0")
+            w.call("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            w.close()
+            s.close()
+    ours = same(ports, run)
+    assert ours[4] == b"*3\r\n:1\r\n+OK\r\n:2\r\n"
+    assert ours[5][-3:] == [[b"exec"], [b"unlink", b"x"], [b"set", b"end", b"1"]]

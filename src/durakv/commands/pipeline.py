@@ -415,8 +415,14 @@ class Pipeline:
             else:
                 if queueing and not cmd.multi_immediate:
                     denyoom = True  # MULTI queueing may grow memory without bound (processCommand's rule)
-                if denyoom and self.used_memory_fn() > self._maxmemory and not self.evict():
-                    return messages.OOM
+                if self.used_memory_fn() > self._maxmemory:
+                    # processCommand evicts before every command, a read too (a client tracking an evicted key
+                    # hears of it before this command's reply); only a command that may grow memory is refused
+                    fits = self.evict()
+                    if self.keyspace.deleted_by_server:
+                        self.server_deletes()
+                    if denyoom and not fits:
+                        return messages.OOM
         if write and self._min_replicas_to_write and not wrote and not self.enough_good_replicas():
             return messages.NOREPLICAS
         dur = self.durability
@@ -625,6 +631,8 @@ class Pipeline:
 
     def evict(self) -> bool:
         """Evicts until under maxmemory. False if the policy forbids it or nothing is left."""
+        if self.pause is not None:
+            return True   # CLIENT PAUSE pauses eviction too (PAUSE_ACTION_EVICT): nothing is written meanwhile
         if self.maxmemory_policy == "noeviction" or self.import_mode:
             return False
         used, limit = self.used_memory_fn, self.maxmemory
@@ -637,11 +645,6 @@ class Pipeline:
 
     def out_of_memory(self) -> bool:
         return bool(self.maxmemory) and self.used_memory_fn() > self.maxmemory and not self.evict()
-
-    def evict_to_limit(self):
-        """Evicts at once down to maxmemory, if it is set and passed (the policy permitting)."""
-        if self.maxmemory and self.used_memory_fn() > self.maxmemory:
-            self.evict()
 
     def reset_stats(self):
         """CONFIG RESETSTAT's part here: the command count and the error-reply counters."""

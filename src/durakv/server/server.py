@@ -250,10 +250,12 @@ class Server:
             d.requirepass = value or None
         elif name == "maxmemory":
             d.maxmemory = value
+            self.evict_soon()
         elif name == "maxmemory-policy":
             d.maxmemory_policy = value
             # Valkey keeps every object's LRU clock unless the policy is LFU (OBJECT IDLETIME answers from it)
             self.keyspace.track_access = "lfu" if value.endswith("lfu") else "lru"
+            self.evict_soon()
         elif name == "maxmemory-samples":
             d.maxmemory_samples = value
         elif name == "min-replicas-to-write":
@@ -285,6 +287,20 @@ class Server:
             self.config.values["notify-keyspace-events"] = notify_flags_to_string(self.hooks.notify_flags)
         elif name == "lua-memory-limit":
             set_lua_memory_limit(value)
+
+    def evict_soon(self):
+        """Valkey's startEvictionTimeProc: evict down to maxmemory on the next loop iteration, not inside the
+        command that lowered the limit (CONFIG SET in a MULTI evicts after EXEC), the evicted keys journaled
+        and notified as usual; skipped while CLIENT PAUSE holds writes (evictions then wait for its end)."""
+        if self.loop is not None and self.pipeline.maxmemory:
+            self.loop.call_soon(self._evict_now)
+
+    def _evict_now(self):
+        d = self.pipeline
+        if d.pause is None and d.maxmemory and d.used_memory_fn() > d.maxmemory:
+            d.mark()
+            d.evict()
+            d.server_deletes()
 
     def validate_config_set(self, name, value):
         """Extra checks CONFIG SET needs beyond parsing; returns an error reason or None."""
