@@ -437,3 +437,44 @@ def test_config_set_maxmemory_in_multi_evicts_after_exec(ports):
     ours = same(ports, run)
     assert ours[4] == b"*3\r\n:1\r\n+OK\r\n:2\r\n"
     assert ours[5][-3:] == [[b"exec"], [b"unlink", b"x"], [b"set", b"end", b"1"]]
+
+
+# -- SCRIPT KILL --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", [
+    "local f = function() while 1 do redis.call('ping') end end while 1 do pcall(f) end",
+    "while 1 do redis.pcall('ping') end",
+])
+def test_script_kill_stops_a_loop_of_calls_inside_pcall(ports, script):
+    """scripting.tcl's "Timedout read-only scripts can be killed by SCRIPT KILL even when use pcall": after
+    SCRIPT KILL the script must not go on calling the server. Past busy-reply-threshold durakv runs a script
+    off the loop and each call waits for it, so the instruction-count hook that sees the kill came round only
+    after thousands more calls (3-5 s); MONITOR counts the PINGs the script ran after the kill."""
+    def run(port):
+        mon, busy, killer = Wire(port), Wire(port), Wire(port)
+        try:
+            killer.call("CONFIG", "SET", "busy-reply-threshold", "10")
+            mon.call("MONITOR")
+            busy.send(["EVAL", script, "0"])
+            wait_until(lambda: killer.call("PING").startswith(b"-BUSY"), 10, what="the script to be busy")
+            assert killer.call("SCRIPT", "KILL") == b"+OK\r\n"
+            result = busy.read()
+            wait_until(lambda: killer.call("PING") == b"+PONG\r\n", 10, what="the server to serve again")
+            killer.call("SET", "after-kill", "1")
+            seen_kill, pings_after = False, 0
+            while True:
+                line = mon.read()
+                if b'"script" "kill"' in line.lower():
+                    seen_kill = True
+                elif b'"set" "after-kill"' in line.lower():
+                    break
+                elif seen_kill and line.lower().endswith(b'"ping"\r\n') and b" lua] " in line:
+                    pings_after += 1
+            return result, pings_after
+        finally:
+            killer.call("CONFIG", "SET", "busy-reply-threshold", "5000")
+            for w in (mon, busy, killer):
+                w.close()
+    (ours, ours_after), (theirs, theirs_after) = both(ports, run)
+    assert ours == theirs == b"-ERR Script killed by user with SCRIPT KILL. script: on @user_script:1.\r\n"
+    assert theirs_after <= 2 and ours_after <= 2
