@@ -478,3 +478,87 @@ def test_script_kill_stops_a_loop_of_calls_inside_pcall(ports, script):
     (ours, ours_after), (theirs, theirs_after) = both(ports, run)
     assert ours == theirs == b"-ERR Script killed by user with SCRIPT KILL. script: on @user_script:1.\r\n"
     assert theirs_after <= 2 and ours_after <= 2
+
+
+# -- Valkey's replication stream (what a SYNC / PSYNC replica receives) -------------------------------------
+
+def _stream_of(port, requests, skip=(b"ping",)):
+    """What a SYNC connection receives for requests (sent on one connection, each reply read), up to a final
+    SET of a marker key."""
+    from wire_util import sync_stream
+    s, next_command = sync_stream(port)
+    w = Wire(port)
+    try:
+        for req in requests:
+            w.send(req)
+            w.read()
+        w.call("SET", "end91", "1")
+        out = []
+        while not out or out[-1][:2] != [b"set", b"end91"]:
+            argv = next_command()
+            if argv[0] not in skip:
+                out.append(argv)
+        return out
+    finally:
+        w.close()
+        s.close()
+
+
+def test_publish_in_the_replication_stream(ports):
+    """multi.tcl's "MULTI propagation of PUBLISH": Valkey propagates PUBLISH (its replicas deliver it to their
+    own subscribers): alone after a MULTI that held only it, inside MULTI/EXEC with a script's writes."""
+    requests = [["PUBLISH", "ch", "m1"], ["MULTI"], ["PUBLISH", "bla", "bla"], ["EXEC"],
+                ["EVAL", "redis.call('publish', 'a', 'b') redis.call('set', KEYS[1], 'v')", "1", "k"],
+                ["SPUBLISH", "sch", "m2"]]
+    assert same(ports, lambda port: _stream_of(port, requests)) == [
+        [b"select", b"0"], [b"publish", b"ch", b"m1"], [b"publish", b"bla", b"bla"], [b"multi"],
+        [b"publish", b"a", b"b"], [b"set", b"k", b"v"], [b"exec"], [b"spublish", b"sch", b"m2"],
+        [b"set", b"end91", b"1"]]
+
+
+def test_publish_is_never_journaled(server_factory):
+    """The PUBLISH a SYNC stream carries is Valkey's replication only: durakv's journal (what its own replicas
+    and a restart apply) holds the writes alone, and the PUBLISH reply waits for no commit."""
+    from durakv.journal.codec import decode_payload
+    from durakv.journal.walscan import iter_entries
+    from wire_util import sync_stream
+    srv = server_factory("--durability", "sync")
+    s, _next = sync_stream(srv.port)
+    try:
+        with srv.client() as c:
+            c.set("before", "1")
+            assert c.publish("ch", "m") == 0
+            c.eval("redis.call('publish', 'a', 'b') redis.call('set', KEYS[1], 'v')", 1, "k")
+            c.set("after", "1")
+    finally:
+        s.close()
+    srv.stop()
+    names = [argv[0].lower() for e in iter_entries(srv.data_dir) for _db, argv in decode_payload(e.payload)]
+    assert b"publish" not in names and names.count(b"set") == 3
+
+
+def test_xreadgroup_in_multi_propagates_as_valkey(ports):
+    """multi.tcl's "MULTI propagation of XREADGROUP": a consumer that XREADGROUP creates and delivers new
+    entries to is created by the XCLAIMs on a replica; Valkey's MULTI holds only XCLAIMs and SETIDs, durakv's
+    stream had an XGROUP CREATECONSUMER first (its journal keeps it)."""
+    requests = [["XADD", "mystream", "1-1", "foo", "bar"], ["XADD", "mystream", "2-1", "foo2", "bar2"],
+                ["XADD", "mystream", "3-1", "foo3", "bar3"], ["XGROUP", "CREATE", "mystream", "mygroup", "0"],
+                ["MULTI"], ["XREADGROUP", "GROUP", "mygroup", "consumer1", "COUNT", "2", "STREAMS", "mystream", ">"],
+                ["XREADGROUP", "GROUP", "mygroup", "consumer1", "STREAMS", "mystream", ">"], ["EXEC"],
+                ["XCLAIM", "mystream", "mygroup", "consumer2", "0", "1-1"]]
+
+    def shape(port):
+        out = []
+        for argv in _stream_of(port, requests):
+            if argv[0] == b"xclaim":
+                argv = argv[:6]          # TIME is each server's clock
+            elif argv[:2] == [b"xgroup", b"CREATE"]:
+                argv = argv[:2]          # durakv names the resolved ID and ENTRIESREAD (see compatibility.md)
+            out.append(argv)
+        return out
+    ours = same(ports, shape)
+    assert ours[5:12] == [[b"multi"], [b"xclaim", b"mystream", b"mygroup", b"consumer1", b"0", b"1-1"],
+                          [b"xclaim", b"mystream", b"mygroup", b"consumer1", b"0", b"2-1"],
+                          [b"xgroup", b"SETID", b"mystream", b"mygroup", b"2-1", b"ENTRIESREAD", b"2"],
+                          [b"xclaim", b"mystream", b"mygroup", b"consumer1", b"0", b"3-1"],
+                          [b"xgroup", b"SETID", b"mystream", b"mygroup", b"3-1", b"ENTRIESREAD", b"3"], [b"exec"]]

@@ -47,7 +47,7 @@ import time
 
 from .. import messages
 from ..errors import CommandError
-from ..keyspace.db import estimate_key, estimate_key_overhead
+from ..keyspace.db import FeedOnly, estimate_key, estimate_key_overhead
 from ..protocol.resp import QUEUED, ErrorReply, NullArray
 from . import registry
 from .base import Blocked, Context
@@ -779,6 +779,9 @@ class Pipeline:
     def submit_collected(self, effects, touched):
         """Effects whose commands already went through call() (a long script's, collected while it ran):
         only durability and the blocked-client wake-ups are left to do."""
+        if not self.durability.feeds:
+            # the SYNC connection that wanted its PUBLISHes went away while the script ran: never journaled
+            effects = [e for e in effects if type(e[1]) is not FeedOnly]
         ticket = self.durability.submit(effects, touched)
         obs = self.observer
         if obs is not None:

@@ -180,6 +180,10 @@ class Replication:
         state (a replica's link: connect, connecting, sync, connected)."""
         return {"role": "master", "primary_host": "", "primary_port": 0, "offset": 0, "replicas": []}
 
+    def streaming(self) -> bool:
+        """Whether a SYNC/PSYNC connection takes Valkey's replication stream now (PUBLISH then joins it)."""
+        return False
+
     def replicaof(self, host, port) -> bool:
         """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""
         raise CommandError("ERR REPLICAOF needs a server process")

@@ -242,6 +242,9 @@ class ServerReplication(_Served, Replication):
     def status(self) -> dict:
         return self.server.replication_info()
 
+    def streaming(self) -> bool:
+        return bool(self.server.durability.feeds)
+
     def replicaof(self, host, port) -> bool:
         srv = self.server
         if srv.cluster_routing is not None:
