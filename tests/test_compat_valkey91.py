@@ -562,3 +562,36 @@ def test_xreadgroup_in_multi_propagates_as_valkey(ports):
                           [b"xgroup", b"SETID", b"mystream", b"mygroup", b"2-1", b"ENTRIESREAD", b"2"],
                           [b"xclaim", b"mystream", b"mygroup", b"consumer1", b"0", b"3-1"],
                           [b"xgroup", b"SETID", b"mystream", b"mygroup", b"3-1", b"ENTRIESREAD", b"3"], [b"exec"]]
+
+
+def test_sync_stream_gets_replication_crons_ping(server_factory, valkey91, tmp_path):
+    """Valkey's replicationCron PINGs its replicas every repl-ping-replica-period seconds (counted in runs of the
+    cron since start, so a stream attached to a fresh server may start with one): durakv's SYNC stream had no
+    PING at all. With a period of 1 the first frame after the RDB is that PING, on both servers."""
+    import subprocess
+    from conftest import OracleServer, free_port
+
+    def first_frames(port):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        f = s.makefile("rb")
+        try:
+            s.sendall(b"SYNC\r\n")
+            header = f.readline()
+            while header == b"\n":
+                header = f.readline()
+            f.read(int(header[1:]))
+            return [_read_reply(f), _read_reply(f)]
+        finally:
+            f.close()
+            s.close()
+    ours = server_factory("--durability", "none", "--repl-ping-replica-period", "1")
+    oracle = OracleServer(valkey91.binary, tmp_path)
+    oracle.port = free_port()
+    oracle.proc = subprocess.Popen([oracle.binary, "--port", str(oracle.port), "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "no", "--dir", str(tmp_path), "--repl-ping-replica-period", "1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: oracle.client(socket_timeout=1).ping(), 20, what="the second Valkey 9.1.2")
+        assert first_frames(ours.port) == first_frames(oracle.port) == [b"*1\r\n$4\r\nping\r\n"] * 2
+    finally:
+        oracle.stop()

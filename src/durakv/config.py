@@ -553,9 +553,10 @@ OPTIONS = [
     Option("databases", 16, _int(1, INT_MAX), mutable=False, help="Numbered databases (SELECT 0..n-1)"),
     Option("hz", 10, _int(0, INT_MAX, clamp=(1, 500)),
            help="Background task frequency (active expiry, client timeouts, stats), per second"),
-    # Accepted for tools that set it around SYNC (Valkey's test suite); durakv's replicas follow the journal
+    # Valkey's replicationCron PING on SYNC/PSYNC streams; durakv's own replicas follow the journal instead
     Option("repl-ping-replica-period", 10, _int(1, INT_MAX), aliases=("repl-ping-slave-period",),
-           help=_NO_EFFECT + " (durakv's replicas follow the journal)"),
+           help="Seconds between the PINGs a SYNC/PSYNC stream (a Valkey replica) gets, counted in runs of the "
+                "once-a-second replication cron since start; durakv's own replicas follow the journal"),
     Option("proto-max-bulk-len", 512 * MB, _mem(MB, LONG_MAX),
            help="Largest bulk string a request may carry; applies to every connection at once"),
     Option("client-query-buffer-limit", 1024 * MB, _mem(MB, LONG_MAX, unsigned=True),

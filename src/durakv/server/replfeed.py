@@ -150,6 +150,7 @@ def _as_valkey_propagates(effects):
 
 
 _MULTI = _command((b"MULTI",))
+_PING = _command((b"ping",))   # as Valkey writes it (replicationCron's argv, lower-case)
 _EXEC = _command((b"EXEC",))
 
 
@@ -195,6 +196,14 @@ class ReplicaFeed:
         data = b"".join(out)
         self.offset += len(data)
         return data
+
+    def ping(self):
+        """replicationCron's PING to its replicas, every repl-ping-replica-period seconds: the stream's
+        keep-alive, counted in its offset, queued behind whatever of the stream still waits for a commit."""
+        if self.conn.closing:
+            return
+        self.offset += len(_PING)
+        self.conn.push(Raw(_PING))
 
     def _one(self, out, db_id, argv):
         if db_id != self.db_id:
