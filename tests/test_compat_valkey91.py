@@ -595,3 +595,32 @@ def test_sync_stream_gets_replication_crons_ping(server_factory, valkey91, tmp_p
         assert first_frames(ours.port) == first_frames(oracle.port) == [b"*1\r\n$4\r\nping\r\n"] * 2
     finally:
         oracle.stop()
+
+
+# -- DUMP / RESTORE -----------------------------------------------------------------------------------------
+
+def test_dump_of_a_stream_keeps_consumers_active_time(ports):
+    """A consumer that never read (XGROUP CREATECONSUMER) has active-time -1 (XINFO CONSUMERS `inactive`); one
+    that read has the time of its last read. durakv dumped streams in RDB 10, which has no active-time, so a
+    RESTORE anywhere made it the seen-time. Each server restores durakv's payload and Valkey's alike."""
+    durakv, valkey91 = (valkey.Valkey(port=p, socket_timeout=10) for p in ports)
+    try:
+        for c in (durakv, valkey91):
+            c.xadd("s", {"f": "v"}, id="1-1")
+            c.xadd("s", {"f": "v"}, id="2-1")
+            c.xgroup_create("s", "g", id="0")
+            c.xreadgroup("g", "reader", {"s": ">"}, count=1)
+            c.execute_command("XGROUP", "CREATECONSUMER", "s", "g", "idle")
+        seen = {}
+        for src_name, src in (("durakv", durakv), ("valkey", valkey91)):
+            payload = src.dump("s")
+            for dst_name, dst in (("durakv", durakv), ("valkey", valkey91)):
+                dst.restore("s2", 0, payload, replace=True)
+                consumers = {x[b"name"]: x for x in (dict(zip(e[::2], e[1::2]))
+                                                     for e in dst.execute_command("XINFO", "CONSUMERS", "s2", "g"))}
+                seen[src_name, dst_name] = (consumers[b"idle"][b"inactive"], consumers[b"reader"][b"inactive"] >= 0,
+                                            consumers[b"reader"][b"pending"])
+        assert set(seen.values()) == {(-1, True, 1)}, seen
+    finally:
+        durakv.close()
+        valkey91.close()
