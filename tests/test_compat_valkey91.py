@@ -624,3 +624,48 @@ def test_dump_of_a_stream_keeps_consumers_active_time(ports):
     finally:
         durakv.close()
         valkey91.close()
+
+
+# -- the protocol's bounds ----------------------------------------------------------------------------------
+
+def test_authenticated_multibulk_past_a_million_arguments(ports):
+    """Valkey accepts up to INT_MAX arguments from an authenticated client (10 before AUTH); durakv refused
+    more than 1,048,576 ("invalid multibulk length"), as Redis before 7.0 did."""
+    n = 1024 * 1024 + 1
+    request = (b"*%d\r\n$4\r\nSADD\r\n$3\r\nbig\r\n" % (n + 2)
+               + b"".join(b"$%d\r\n%d\r\n" % (len(b"%d" % i), i) for i in range(n)))
+
+    def run(port):
+        w = Wire(port)
+        try:
+            w.sock.settimeout(120)
+            w.send(request, ["SCARD", "big"], ["DEL", "big"], b"*2147483648\r\n")
+            return [w.read(), w.read(), w.read(), w.read()]
+        finally:
+            w.close()
+    assert same(ports, run) == [b":%d\r\n" % n, b":%d\r\n" % n, b":1\r\n",
+                                b"-ERR Protocol error: invalid multibulk length\r\n"]
+
+
+def test_a_huge_multibulk_is_bounded_by_client_query_buffer_limit(server_factory):
+    """What bounds an announced count now is client-query-buffer-limit: the arguments received so far count
+    toward it (each with ARG_COST bytes besides its payload), even when every read ends between arguments and
+    no partial line is kept. The server refuses the request and goes on serving."""
+    from durakv.protocol.parser import ARG_COST
+    srv = server_factory("--durability", "none", "--client-query-buffer-limit", "1mb")
+    w = Wire(srv.port)
+    try:
+        w.send(b"*100000000\r\n$4\r\nSADD\r\n$1\r\nk\r\n")
+        chunk = b"$1\r\nx\r\n" * 1000
+        sent = 0
+        while sent * 1000 * (1 + ARG_COST) <= 1024 * 1024 + 100000:
+            try:
+                w.send(chunk)
+            except OSError:
+                break                      # the server closed the connection after its error reply
+            sent += 1
+        assert w.read() == b"-ERR Protocol error: client query buffer limit reached\r\n"
+    finally:
+        w.close()
+    with srv.client() as c:
+        assert c.ping() and c.exists("k") == 0
