@@ -669,3 +669,54 @@ def test_a_huge_multibulk_is_bounded_by_client_query_buffer_limit(server_factory
         w.close()
     with srv.client() as c:
         assert c.ping() and c.exists("k") == 0
+
+
+# -- GEOSEARCH BYPOLYGON ------------------------------------------------------------------------------------
+
+SYDNEY = [(151.20932132005692, -33.877723137822436, "146 Elizabeth Street"), (151.2119820713997, -33.87697539508043,
+          "Connaught Centre"), (151.2119820713997, -33.87156123068408, "St James"), (151.2229523062706,
+          -33.883973760201364, "146 Oxford Street"), (151.22852593660355, -33.88116782387797, "Goodhope Street"),
+          (151.2224105000496, -33.87544442350019, "Kings Cross Centre"), (151.22953444719315, -33.874838625143106,
+          "The Reg Bartley Oval")]
+SYDNEY_POLYGON = ["11", "151.21619137411474", "-33.869643764947696", "151.20408853981647", "-33.87845382042545",
+                  "151.2123775086366", "-33.87864711938855", "151.21046943124387", "-33.87588862400425",
+                  "151.21701035939626", "-33.874286511854834", "151.2239557405701", "-33.8735722632175",
+                  "151.22495056246407", "-33.87893571656996", "151.2274447496748", "-33.882307713036354",
+                  "151.23212935868654", "-33.88136096120022", "151.23097291274465", "-33.87456240592362",
+                  "151.22475424781445", "-33.87099633192101"]
+BOW_TIE = ["5", "151.2154285314146", "-33.867438205607186", "151.20024487595015", "-33.88138572784347",
+           "151.2374118848648", "-33.87601765283626", "151.19695829592922", "-33.87272872054441", "151.2278336546125",
+           "-33.88345323146266"]
+
+
+def test_geosearch_bypolygon_as_valkey_91(ports):
+    """Valkey 9's GEOSEARCH / GEOSEARCHSTORE ... BYPOLYGON n lon lat ... (no FROM: distances are from the
+    vertices' spherical centroid), with its errors; durakv answered "syntax error" to all of it. The cases of
+    geo.tcl's BYPOLYGON tests, and more, compared with Valkey 9.1.2."""
+    p = ["BYPOLYGON"] + SYDNEY_POLYGON
+    requests = [
+        ["GEOADD", "points"] + [str(x) for lon, lat, name in SYDNEY for x in (lon, lat, name)],
+        ["GEOSEARCH", "points"] + p, ["GEOSEARCH", "points"] + p + ["WITHDIST", "WITHCOORD", "DESC"],
+        ["GEOSEARCH", "points"] + p + ["WITHDIST", "WITHHASH", "ASC"], ["GEOSEARCH", "points"] + p + ["COUNT", "2"],
+        ["GEOSEARCH", "points"] + p + ["COUNT", "1", "ANY"], ["GEOSEARCH", "points", "BYPOLYGON"] + BOW_TIE,
+        ["GEOSEARCHSTORE", "{points}dest", "points"] + p + ["ASC", "STOREDIST", "COUNT", "2"],
+        ["ZRANGE", "{points}dest", "0", "-1", "WITHSCORES"], ["GEOSEARCHSTORE", "{points}dest", "points"] + p,
+        ["ZRANGE", "{points}dest", "0", "-1"], ["GEOSEARCH", "nosuchkey"] + p,
+        ["GEOSEARCH", "points", "BYPOLYGON", "2", "151.2", "-33.8", "151.21", "-33.88"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "3", "151.2", "-33.8", "151.21", "-33.88"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "-1", "0", "0", "1", "1", "2", "2"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "x", "0", "0", "1", "1", "2", "2"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "2147483648", "0", "0", "1", "1", "2", "2"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "3", "0", "0", "1", "1", "2", "x"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "3", "0", "0", "1", "1", "200", "2"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "3", "0", "0", "1", "1", "2", "2", "BYBOX", "400", "400", "km"],
+        ["GEOSEARCH", "points", "BYRADIUS", "500", "km", "BYPOLYGON", "3", "0", "0", "1", "1", "2", "2"],
+        ["GEOSEARCH", "points", "BYPOLYGON", "3", "0", "0", "1", "1", "2", "2", "FROMLONLAT", "151.2", "-33.8"],
+        ["GEOSEARCH", "points", "FROMMEMBER", "St James", "BYPOLYGON", "3", "0", "0", "1", "1", "2", "2"],
+        ["GEOSEARCH", "points", "FROMLONLAT", "0", "0", "ASC", "WITHDIST"],
+        ["GEOSEARCHSTORE", "d", "points", "BYPOLYGON", "3", "0", "0", "1", "1", "2", "2", "WITHDIST"],
+        ["GEORADIUS", "points", "0", "0", "10", "km", "BYPOLYGON", "3", "0", "0", "1", "1", "2", "2"],
+    ]
+    ours = same(ports, replies(*requests))
+    assert ours[1] == b"*3\r\n$15\r\nGoodhope Street\r\n$20\r\nThe Reg Bartley Oval\r\n$20\r\n146 Elizabeth Street\r\n"
+    same(ports, replies(*requests, resp3=True))
