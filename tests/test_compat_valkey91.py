@@ -720,3 +720,38 @@ def test_geosearch_bypolygon_as_valkey_91(ports):
     ours = same(ports, replies(*requests))
     assert ours[1] == b"*3\r\n$15\r\nGoodhope Street\r\n$20\r\nThe Reg Bartley Oval\r\n$20\r\n146 Elizabeth Street\r\n"
     same(ports, replies(*requests, resp3=True))
+
+
+# -- PFCOUNT's cached cardinality ---------------------------------------------------------------------------
+
+def test_pfcount_writes_the_cached_cardinality_as_valkey(ports):
+    """hyperloglog.tcl's "PFADD / PFCOUNT cache invalidation works": PFCOUNT of one key stores the count in the
+    HLL's header (byte 15's top bit clears), propagated as PFCOUNT, as Valkey does; durakv kept it outside the
+    value, so GET / GETRANGE / DUMP of an HLL differed after a PFCOUNT. A PFCOUNT of several keys writes
+    nothing; one of a valid cache propagates nothing."""
+    requests = [["PFADD", "hll", "a", "b", "c"], ["GETRANGE", "hll", "15", "15"], ["PFCOUNT", "hll"],
+                ["GETRANGE", "hll", "15", "15"], ["GETRANGE", "hll", "8", "15"], ["PFADD", "hll", "a", "b", "c"],
+                ["GETRANGE", "hll", "15", "15"], ["PFADD", "hll", "d"], ["GETRANGE", "hll", "15", "15"],
+                ["PFCOUNT", "hll", "hll2"], ["GETRANGE", "hll", "15", "15"], ["PFCOUNT", "hll"], ["PFCOUNT", "hll"],
+                ["GET", "hll"]]
+    assert same(ports, lambda port: _stream_of(port, requests)) == [
+        [b"select", b"0"], [b"pfadd", b"hll", b"a", b"b", b"c"], [b"pfcount", b"hll"], [b"pfadd", b"hll", b"d"],
+        [b"pfcount", b"hll"], [b"set", b"end91", b"1"]]
+    got = same(ports, replies(["FLUSHALL"], *requests))[1:]
+    assert got[1] == got[8] == got[10] == b"$1\r\n\x80\r\n"
+    assert got[3] == got[6] == b"$1\r\n\x00\r\n"       # a PFADD that changed nothing keeps the cache
+
+
+def test_pfcount_cache_write_is_journaled(server_factory):
+    """The cache write is an effect of the journal: a restart (and a replica) replays PFCOUNT and ends with the
+    same bytes; a PFCOUNT on a replica would not write (it only applies what it follows)."""
+    srv = server_factory("--durability", "sync")
+    with srv.client() as c:
+        c.pfadd("hll", *[b"e%d" % i for i in range(100)])
+        count = c.pfcount("hll")
+        before = c.get("hll")
+    assert before[15] & 0x80 == 0 and int.from_bytes(before[8:16], "little") == count
+    srv.stop()
+    srv.start()
+    with srv.client() as c:
+        assert c.get("hll") == before

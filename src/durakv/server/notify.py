@@ -107,7 +107,7 @@ _REMOVERS = {
     b"zremrangebylex": (ZSET, b"zremrangebylex"), b"zpopmin": (ZSET, b"zpopmin"),
     b"zpopmax": (ZSET, b"zpopmax"),
 }
-_NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish"}
+_NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish", b"pfcount"}   # PFCOUNT: its cache
 # what SET is called when another command was rewritten into it
 _SET_ORIGIN = {"incrbyfloat": b"incrbyfloat"}
 _ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpopmax", "bzpopmax": b"zpopmax"}
