@@ -755,3 +755,97 @@ def test_pfcount_cache_write_is_journaled(server_factory):
     srv.start()
     with srv.client() as c:
         assert c.get("hll") == before
+
+
+# -- ACL: Valkey 9.1's databases -------------------------------------------------------------------------
+
+ACL_RULES = [["db=3,1,2"], ["resetdbs"], ["(~a db=3,1 +get)"], ["db=1x"], ["db=-0"], ["db=,1"], ["db=1,"],
+             ["db=99999999999"], ["db=-1"], ["DB=3"], ["db=1", "alldbs"], ["alldbs", "db=2"], ["db= 1"], ["db=+1"],
+             ["db=2147483647,0", "skip-sanitize-payload"], ["on", "nopass", "~*", "+@all", "(db=2 +get ~*)", "db=3",
+                                                           "sanitize-payload"]]
+
+
+def test_acl_getuser_and_list_show_databases(ports):
+    """ACL GETUSER has 9.x's `databases` field (alldbs, db=<ids>, or empty after resetdbs), for each selector
+    too; ACL LIST writes db=... / resetdbs after the channels; sanitize-payload is shown by neither. durakv had
+    no databases field, refused the db= rules, and listed sanitize-payload."""
+    def run(port):
+        c = valkey.Valkey(port=port, socket_timeout=10)
+        try:
+            out = [c.execute_command("ACL", "GETUSER", "default"),
+                   [ln for ln in c.execute_command("ACL", "LIST") if ln.startswith(b"user default")]]
+            for rule in ACL_RULES:
+                c.execute_command("ACL", "DELUSER", "u91")
+                try:
+                    out.append(c.execute_command("ACL", "SETUSER", "u91", "reset", *rule))
+                except valkey.ResponseError as exc:
+                    out.append(str(exc))
+                out.append([ln for ln in c.execute_command("ACL", "LIST") if ln.startswith(b"user u91")])
+                out.append(c.execute_command("ACL", "GETUSER", "u91"))
+            return out
+        finally:
+            c.execute_command("ACL", "DELUSER", "u91")
+            c.close()
+    ours = same(ports, run)
+    assert ours[1] == [b"user default on nopass ~* &* +@all"]
+    assert ours[3] == [b"user u91 off resetchannels db=1,2,3 -@all"]
+
+
+DB_COMMANDS = ["GET a", "OBJECT FREQ a", "object help", "Select 5", "select 1", "select 99", "select x", "FLUSHALL",
+               "flushall async", "SWAPDB 1 03", "swapdb 1 1", "swapdb 0 1", "swapdb 1 2", "move a +3", "move a 3",
+               "move a 1", "COPY a b DB 05", "copy a b db 1", "copy a b db 3", "copy a b", "client info",
+               "xread streams a 0", "keys a", "function flush", "function list", "function load x", "lolwut", "time",
+               "memory stats", "memory usage a", "pfselftest", "xinfo help", "script load x", "dbsize",
+               "bitop and d a", "sort_ro a", "wait 0 0", "debug object a", "spublish a b", "ssubscribe a",
+               "publish a b", "multi", "watch a", "exec", "restore a 0 x", "eval return 0", "fcall f 0", "scan 0",
+               "flushdb", "ping", "info"]
+
+
+def test_acl_db_rules_decide_as_valkey_91(ports):
+    """Which commands a db= rule refuses, and with what (ACL DRYRUN, from database 0): those that read or write
+    data, the @keyspace ones and those with keys check the current database, SELECT / SWAPDB / MOVE / COPY ... DB
+    the databases they name (when they would take them), FLUSHALL needs every database; several selectors
+    report a database denial over a command's and under a key's. Then the refusals a client gets, ACL LOG's
+    entries and INFO's acl_access_denied_db."""
+    def dryruns(port):
+        c = valkey.Valkey(port=port, socket_timeout=10)
+        out = []
+        try:
+            for rule in (["db=1"], ["db=0,1"], ["resetdbs"], ["db=1", "(~* +@all db=2)"], ["db=0"],
+                         ["resetkeys", "~a", "-@all", "+get", "(~* +get db=2)"],
+                         ["resetkeys", "~a", "-@all", "+get", "db=2", "(~b +get)"]):
+                c.execute_command("ACL", "SETUSER", "u91", "reset", "on", "nopass", "~*", "&*", "+@all", *rule)
+                for cmd in DB_COMMANDS + ["get b", "get c"]:
+                    try:
+                        out.append(c.execute_command("ACL", "DRYRUN", "u91", *cmd.split()))
+                    except valkey.ResponseError as exc:
+                        out.append(str(exc))
+            return out
+        finally:
+            c.execute_command("ACL", "DELUSER", "u91")
+            c.close()
+    same(ports, dryruns)
+
+    def live(port):
+        admin = valkey.Valkey(port=port, socket_timeout=10)
+        w = Wire(port)
+        try:
+            admin.execute_command("ACL", "SETUSER", "u91", "reset", "on", "nopass", "~*", "&*", "+@all", "db=0")
+            admin.execute_command("ACL", "LOG", "RESET")
+            before = admin.info("stats")["acl_access_denied_db"]
+            out = [w.call("AUTH", "u91", "x"), w.call("SELECT", "3"), w.call("GET", "a"),
+                   w.call("EVAL", "redis.call('select', 3) return 1", "0")]
+            w.send(["MULTI"], ["GET", "a"], ["SELECT", "3"], ["GET", "a"])
+            out += [w.read() for _ in range(4)]
+            admin.execute_command("ACL", "SETUSER", "u91", "resetdbs")    # changed between queueing and EXEC
+            out += [w.call("EXEC"), w.call("FLUSHALL")]
+            out.append([(e[b"reason"], e[b"context"], e[b"object"], e[b"count"])
+                        for e in (dict(zip(x[::2], x[1::2])) for x in admin.execute_command("ACL", "LOG"))])
+            out.append(admin.info("stats")["acl_access_denied_db"] - before)
+            return out
+        finally:
+            admin.execute_command("ACL", "DELUSER", "u91")
+            admin.close()
+            w.close()
+    ours = same(ports, live)
+    assert ours[1] == b"-NOPERM No permissions to access database\r\n"

@@ -377,9 +377,12 @@ ACL_SAVE_FAILED = "ERR There was an error trying to save the ACLs. Please check 
 ACL_DENIED_CMD = "User {} has no permissions to run the '{}' command"
 ACL_DENIED_VERBOSE = "User {} has no permissions to access the '{}' {}"
 ACL_DENIED = "No permissions to access a {}"
+ACL_DENIED_DB = "No permissions to access database"                              # Valkey 9.1's db= rules
+ACL_DENIED_DB_VERBOSE = "User {} has no permissions to access database {}"
 ACL_EXEC_REASON_CMD = "no permission to execute the command or subcommand"
 ACL_EXEC_REASON_KEY = "no permission to touch the specified keys"
 ACL_EXEC_REASON_CHANNEL = "no permission to access one of the channels used as arguments"
+ACL_EXEC_REASON_DB = "no permission"
 # ACL SETUSER (without "ERR ") and the reasons of ACLSetUserStringError
 ACL_SETUSER_MODIFIER = "Error in ACL SETUSER modifier '{}': {}"
 ACL_SETUSER_UNMATCHED = "Unmatched parenthesis in acl selector starting at '{}'."
@@ -395,6 +398,7 @@ ACL_RULE_BAD_HASH = ("The password hash must be exactly 64 characters and contai
 ACL_RULE_DUPLICATE_USER = "Duplicate user found. A user can only be defined once in config files"
 ACL_RULE_SUBCOMMAND_FIRSTARG = "Allowing first-arg of a subcommand is not supported"
 ACL_RULE_WRONG_FORMAT = "Wrong format"
+ACL_RULE_DB_RANGE = "The provided database ID is out of range"
 # ACL LOAD (ACLLoadFromFile): the problems of every line, then the verdict (after "ERR ")
 ACL_FILE_NOT_USER = "{}:{} should start with user keyword followed by the username. "
 ACL_FILE_BAD_USERNAME = "'{}:{}: username '{}' contains invalid characters. "
