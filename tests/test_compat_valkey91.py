@@ -849,3 +849,14 @@ def test_acl_db_rules_decide_as_valkey_91(ports):
             w.close()
     ours = same(ports, live)
     assert ours[1] == b"-NOPERM No permissions to access database\r\n"
+
+
+def test_multi_queues_what_oom_would_not_refuse(ports):
+    """While out of memory Valkey 9.1 still queues commands that would not be refused on their own (GET, PING,
+    CLIENT PAUSE, INFO) and refuses only those that may grow memory; durakv refused everything queued (the
+    8.0 rule), so pause.tcl's MULTI ... CLIENT PAUSE ... EXEC failed with EXECABORT under maxmemory."""
+    requests = [["SET", "a", "1"], ["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+                ["CONFIG", "SET", "maxmemory", "1"], ["MULTI"], ["GET", "a"], ["PING"], ["EXEC"], ["MULTI"],
+                ["SET", "b", "2"], ["GET", "a"], ["EXEC"], ["SET", "c", "3"], ["MULTI"], ["DISCARD"],
+                ["CONFIG", "SET", "maxmemory", "0"], ["GET", "b"]]
+    assert same(ports, replies(*requests))[6] == b"*2\r\n$1\r\n1\r\n+PONG\r\n"

@@ -413,8 +413,8 @@ class Pipeline:
                 if denyoom and run.pre_oom and not run.allow_oom:
                     return messages.OOM
             else:
-                if queueing and not cmd.multi_immediate:
-                    denyoom = True  # MULTI queueing may grow memory without bound (processCommand's rule)
+                # Valkey 9.1 queues a command that would not be refused for memory on its own (reads, PING,
+                # CLIENT PAUSE) even while out of memory; only what may grow memory is refused, queued or not
                 if self.used_memory_fn() > self._maxmemory:
                     # processCommand evicts before every command, a read too (a client tracking an evicted key
                     # hears of it before this command's reply); only a command that may grow memory is refused
