@@ -851,6 +851,36 @@ def test_acl_db_rules_decide_as_valkey_91(ports):
     assert ours[1] == b"-NOPERM No permissions to access database\r\n"
 
 
+
+def test_config_resetstat_keeps_the_acl_denial_counters(ports):
+    """Valkey sets INFO's acl_access_denied_* once at start (initServer), not in resetServerStats: CONFIG
+    RESETSTAT leaves them (and resets the rest of stats); durakv zeroed them."""
+    names = ("acl_access_denied_auth", "acl_access_denied_cmd", "acl_access_denied_key",
+             "acl_access_denied_channel", "acl_access_denied_tls_cert", "acl_access_denied_db")
+
+    def run(port):
+        admin = valkey.Valkey(port=port, socket_timeout=10)
+        w = Wire(port)
+        try:
+            admin.execute_command("ACL", "SETUSER", "u91r", "reset", "on", ">pw", "~a", "&a", "+get", "+subscribe",
+                                  "+select", "db=0")
+            w.call("AUTH", "u91r", "wrong")
+            w.call("AUTH", "u91r", "pw")
+            w.call("SET", "a", "1")
+            w.call("GET", "b")
+            w.call("SELECT", "1")
+            w.call("SUBSCRIBE", "b")
+            counted = {n: admin.info("stats")[n] for n in names}
+            admin.config_resetstat()
+            stats = admin.info("stats")
+            return [stats[n] - counted[n] for n in names], stats["total_error_replies"]
+        finally:
+            admin.execute_command("ACL", "DELUSER", "u91r")
+            admin.close()
+            w.close()
+    assert same(ports, run) == ([0] * 6, 0)
+
+
 def test_multi_queues_what_oom_would_not_refuse(ports):
     """While out of memory Valkey 9.1 still queues commands that would not be refused on their own (GET, PING,
     CLIENT PAUSE, INFO) and refuses only those that may grow memory; durakv refused everything queued (the

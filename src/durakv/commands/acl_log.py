@@ -78,7 +78,3 @@ class AclLog:
         return {"acl_access_denied_auth": d[DENIED_AUTH], "acl_access_denied_cmd": d[DENIED_CMD],
                 "acl_access_denied_key": d[DENIED_KEY], "acl_access_denied_channel": d[DENIED_CHANNEL],
                 "acl_access_denied_tls_cert": 0, "acl_access_denied_db": d[DENIED_DB]}
-
-    def reset_stats(self):
-        for k in self.denied:
-            self.denied[k] = 0

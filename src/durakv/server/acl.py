@@ -375,6 +375,3 @@ class ServerAcl:
     # -- stats ----------------------------------------------------------------------------------------------
     def info_fields(self):
         return self.log.info_fields()
-
-    def reset_stats(self):
-        self.log.reset_stats()

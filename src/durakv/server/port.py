@@ -192,7 +192,8 @@ class ServerAdmin(_Served, Admin):
         srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
         srv.sync_full = srv.sync_partial_err = srv.total_forks = 0
         srv.loop_stats.reset()
-        srv.acl.reset_stats()
+        # the acl_access_denied_* counters stay: Valkey sets them once at start (initServer), not in
+        # resetServerStats
 
     def shutdown(self):
         self.server.request_shutdown()
