@@ -671,6 +671,47 @@ def test_a_huge_multibulk_is_bounded_by_client_query_buffer_limit(server_factory
         assert c.ping() and c.exists("k") == 0
 
 
+
+def test_multi_queue_counts_toward_client_query_buffer_limit(ports):
+    """Valkey counts a transaction's queued arguments as part of the client's query buffer (multi-mem in CLIENT
+    LIST: the arguments' bytes and 8 per argument): a client whose queue passes client-query-buffer-limit is
+    closed and its transaction never runs; durakv queued without a bound (and showed multi-mem=0)."""
+    big = b"x" * (600 * 1024)
+
+    def run(port):
+        admin = valkey.Valkey(port=port, socket_timeout=10)
+        admin.config_set("client-query-buffer-limit", "1mb")
+        w = Wire(port)
+        try:
+            out = [w.call("CLIENT", "SETNAME", "q91"), w.call("MULTI"), w.call("SET", "abc", "defgh"),
+                   w.call("GET", "abc")]
+            line = [x for x in admin.execute_command("CLIENT", "LIST").decode().split("\n") if " name=q91 " in x][0]
+            out.append([f for f in line.split() if f.startswith("multi")])
+            out.append(w.call("SET", "k1", big))
+            try:
+                w.send(["SET", "k2", big], ["EXEC"])
+            except OSError:
+                pass                   # closed before it read everything
+            for _ in range(2):
+                try:
+                    out.append(w.read() or None)    # None: closed (Valkey closes without a reply)
+                except OSError:
+                    out.append(None)
+            out.append(admin.exists("abc", "k1", "k2"))
+            return out
+        finally:
+            admin.config_set("client-query-buffer-limit", "1gb")
+            admin.close()
+            w.close()
+    ours, theirs = both(ports, run)
+    assert theirs[:6] == [b"+OK\r\n", b"+OK\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n", ["multi=2", "multi-mem=57"],
+                          b"+QUEUED\r\n"]
+    assert theirs[6:] == [None, None, 0]
+    # durakv says why before it closes, as for any request past the limit
+    assert ours[:6] == theirs[:6] and ours[6:] == [b"-ERR Protocol error: client query buffer limit reached\r\n",
+                                                   None, 0]
+
+
 # -- GEOSEARCH BYPOLYGON ------------------------------------------------------------------------------------
 
 SYDNEY = [(151.20932132005692, -33.877723137822436, "146 Elizabeth Street"), (151.2119820713997, -33.87697539508043,

@@ -57,6 +57,7 @@ log = logging.getLogger("durakv.commands")
 
 # estimate_key(k, v) for a string value, inlined on the write path: this constant + len(k) + len(v).
 STRING_KEY_COST = _STRING_KEY_COST = estimate_key_overhead(b"")
+MULTI_ARG_COST = 8        # a queued argument besides its payload, as Valkey counts it (sizeof(robj *))
 _EXACT_CACHE_MAX = 4096   # distinct spellings of command names remembered (an attacker can send many)
 
 
@@ -194,6 +195,7 @@ class Pipeline:
         self.import_mode = False     # import-mode: a primary evicts nothing (the import source owns the data)
         self.used_memory_fn = lambda: keyspace.used_bytes
         self.monitors = Monitors(keyspace, config)
+        self._config = config        # read where a setting is needed rarely (client-query-buffer-limit in MULTI)
         self.scripting = None        # scripting.runner.ScriptingState, made on first use
         self._exact = {}             # command name exactly as received -> Command
         self._plain = {}             # ... for commands without subcommands (the hot path's table)
@@ -350,6 +352,14 @@ class Pipeline:
         """A command while a transaction is being queued: the answer (QUEUED or an error), or None when it
         runs now (EXEC, DISCARD, MULTI's own family). Queued commands pass admission now, as in Valkey, and
         EXEC passes it again with the flags of everything it queued."""
+        cost = sum(map(len, args)) + MULTI_ARG_COST * len(args)
+        limit = self._config["client-query-buffer-limit"] if self._config is not None else 1 << 30
+        if session.multi_bytes + cost > limit:
+            # Valkey counts the queued commands as part of the client's query buffer (readToQueryBuf): a
+            # client whose queue and request pass client-query-buffer-limit is closed, its transaction gone
+            self.discard(session)
+            session.close_after_reply = True
+            return ErrorReply("ERR " + messages.PROTO_QUERY_BUFFER_LIMIT)
         if cmd.no_multi:
             return self._rejected(session, cmd, messages.NOT_ALLOWED_IN_MULTI.format(cmd.fullname))
         queue = None
@@ -365,6 +375,7 @@ class Pipeline:
         if cmd.multi_immediate:
             return None
         session.multi_queue.append((cmd, args))
+        session.multi_bytes += cost
         session.multi_write |= write
         session.multi_denyoom |= denyoom
         session.multi_may_replicate |= may_replicate
@@ -919,6 +930,7 @@ class Pipeline:
     def discard(self, session):
         session.in_multi = False
         session.multi_queue = []
+        session.multi_bytes = 0
         session.multi_error = False
         session.multi_write = session.multi_denyoom = session.multi_may_replicate = False
         session.multi_touches_data = False

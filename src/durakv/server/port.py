@@ -667,12 +667,13 @@ def client_line(conn, now_ms, current=None) -> str:
     held = len(conn.outbox.held) if conn.outbox is not None else 0
     omem = conn.output_memory()
     return ("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s capa=%s db=%d sub=%d psub=%d ssub=%d "
-            "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=%d omem=%d "
+            "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=%d rbs=16384 rbp=0 obl=0 oll=%d omem=%d "
             "tot-mem=%d events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s tot-net-in=%d "
             "tot-net-out=%d tot-cmds=%d" % (
                 s.id, s.addr, s.laddr, s.fd, s.name.decode("utf-8", "replace"), age, idle, flags,
                 "r" if s.capa_redirect else "", s.db_id,
-                nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), held, omem, omem,
+                nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), s.multi_bytes, held,
+                omem, omem + s.multi_bytes,
                 current, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
                 s.lib_ver.decode("utf-8", "replace"), s.net_in, s.net_out, s.commands_processed))
 
