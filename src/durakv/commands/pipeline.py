@@ -185,6 +185,7 @@ class Pipeline:
         self.total_commands = 0
         self.total_errors = 0
         self.error_counts = {}       # error prefix -> count (at most ERRORSTATS_MAX prefixes, as Valkey)
+        self.qbuf_limit_disconnections = 0   # clients closed past client-query-buffer-limit (INFO stats)
         self.errorstats_disabled = False
         # While EXEC or a script runs one of its commands: whether it wrote before it (None outside them);
         # a message it publishes after writing waits for those writes (publish_ticket)
@@ -359,6 +360,7 @@ class Pipeline:
             # client whose queue and request pass client-query-buffer-limit is closed, its transaction gone
             self.discard(session)
             session.close_after_reply = True
+            self.query_buffer_limit_reached(session)
             return ErrorReply("ERR " + messages.PROTO_QUERY_BUFFER_LIMIT)
         if cmd.no_multi:
             return self._rejected(session, cmd, messages.NOT_ALLOWED_IN_MULTI.format(cmd.fullname))
@@ -662,6 +664,14 @@ class Pipeline:
         self.total_commands = 0
         self.total_errors = 0
         self.error_counts.clear()
+        self.qbuf_limit_disconnections = 0
+
+    def query_buffer_limit_reached(self, session):
+        """handleQbLimitReached: the client is closed (after durakv's error reply), counted in INFO's
+        client_query_buffer_limit_disconnections and logged as a warning, not as a protocol error."""
+        self.qbuf_limit_disconnections += 1
+        log.warning("Closing client that reached max query buffer length: id=%d addr=%s name=%s", session.id,
+                    session.addr, session.name.decode("utf-8", "replace"))
 
     # -- call() ---------------------------------------------------------------------------------------
     def call(self, session, cmd, args, handler=None, caller=None, count_call=True):

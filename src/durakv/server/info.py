@@ -181,7 +181,7 @@ def _section_stats(srv):
             "total_reads_processed": srv.reads_processed, "total_writes_processed": srv.writes_processed,
             # every socket read and write happens on the event loop's thread: none on an I/O thread
             "io_threaded_reads_processed": 0, "io_threaded_writes_processed": 0,
-            "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors,
+            "client_query_buffer_limit_disconnections": d.qbuf_limit_disconnections, "protocol_errors": srv.protocol_errors,
             **srv.loop_stats.info_fields(_commands_usec()),
             **srv.acl.info_fields()}
 
