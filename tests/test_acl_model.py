@@ -36,11 +36,11 @@ def commands_of(users, name):
 
 def test_default_and_new_user_descriptions():
     u = acl_store.Users()
-    assert u.default.list_line() == b"user default on nopass sanitize-payload ~* &* +@all"
+    assert u.default.list_line() == b"user default on nopass ~* &* +@all"
     setuser(u, "newuser", "")
-    assert u.get(b"newuser").list_line() == b"user newuser off sanitize-payload resetchannels -@all"
+    assert u.get(b"newuser").list_line() == b"user newuser off resetchannels -@all"
     setuser(u, "hpuser", "on nopass resetchannels &foo +@all")
-    assert u.get(b"hpuser").list_line() == b"user hpuser on nopass sanitize-payload resetchannels &foo +@all"
+    assert u.get(b"hpuser").list_line() == b"user hpuser on nopass resetchannels &foo +@all"
 
 
 @pytest.mark.parametrize("rules, expected", [
@@ -127,12 +127,13 @@ def test_flexible_selectors_and_getuser_fields():
     assert reply[b"channels"] == b"&channel1"
     assert reply[b"commands"] == b"-@all +get"
     assert reply[b"selectors"] == [{b"commands": b"-@all +set", b"keys": b"%R~foo2 %W~bar2 ~baz2",
-                                    b"channels": b"&channel2"}]
-    assert list(reply[b"flags"]) == [b"off", b"sanitize-payload"]
+                                    b"channels": b"&channel2", b"databases": b"alldbs"}]
+    assert list(reply[b"flags"]) == [b"off"]   # Valkey 9.1 shows no sanitize-payload flag
     setuser(u, "rw", "%R~foo %W~foo %RW~bar")
     assert u.get(b"rw").getuser_reply()[b"keys"] == b"~foo ~bar"
     u.setuser(b"d", [b"reset", b"()"])
-    assert u.get(b"d").getuser_reply()[b"selectors"] == [{b"commands": b"-@all", b"keys": b"", b"channels": b""}]
+    assert u.get(b"d").getuser_reply()[b"selectors"] == [{b"commands": b"-@all", b"keys": b"", b"channels": b"",
+                                                          b"databases": b"alldbs"}]
     setuser(u, "d", "clearselectors")
     assert u.get(b"d").getuser_reply()[b"selectors"] == []
 
@@ -310,7 +311,8 @@ def test_acl_log_grouping_ids_and_limits():
     log.add(acl_check.DENIED_KEY, acl_log.CTX_TOPLEVEL, b"x", b"antirez", b"ci", 5000)
     assert log.reply(100, 5000) == []
     assert log.info_fields() == {"acl_access_denied_auth": 13, "acl_access_denied_cmd": 0,
-                                 "acl_access_denied_key": 11, "acl_access_denied_channel": 0}
+                                 "acl_access_denied_key": 11, "acl_access_denied_channel": 0,
+                                 "acl_access_denied_tls_cert": 0, "acl_access_denied_db": 0}
 
 
 def test_acl_file_round_trip_and_errors():
@@ -348,7 +350,7 @@ def test_dict_round_trip_keeps_every_rule():
 def test_config_user_lines():
     u = acl_store.Users()
     u.load_config_users([[b"default", b"on", b"nopass", b"~*", b"+@all", b"-flushdb"], [b"bob", b"on", b">b"]])
-    assert u.default.list_line() == b"user default on nopass sanitize-payload ~* resetchannels +@all -flushdb"
+    assert u.default.list_line() == b"user default on nopass ~* resetchannels +@all -flushdb"
     with pytest.raises(ValueError) as exc:
         acl_store.Users().load_config_users([[b"foo"], [b"foo"]])
     assert str(exc.value) == ("Error in user declaration 'foo': Duplicate user found. A user can only be defined "

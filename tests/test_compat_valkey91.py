@@ -669,6 +669,56 @@ def test_a_huge_multibulk_is_bounded_by_client_query_buffer_limit(server_factory
         w.close()
     with srv.client() as c:
         assert c.ping() and c.exists("k") == 0
+        stats = c.info("stats")
+        assert (stats["client_query_buffer_limit_disconnections"], stats["protocol_errors"]) == (1, 0)
+
+
+
+def test_multi_queue_counts_toward_client_query_buffer_limit(ports):
+    """Valkey counts a transaction's queued arguments as part of the client's query buffer (multi-mem in CLIENT
+    LIST: the arguments' bytes and 8 per argument): a client whose queue passes client-query-buffer-limit is
+    closed and its transaction never runs; durakv queued without a bound (and showed multi-mem=0)."""
+    big = b"x" * (600 * 1024)
+
+    def run(port):
+        admin = valkey.Valkey(port=port, socket_timeout=10)
+        admin.config_set("client-query-buffer-limit", "1mb")
+        before = admin.info("stats")
+        w = Wire(port)
+        try:
+            out = [w.call("CLIENT", "SETNAME", "q91"), w.call("MULTI"), w.call("SET", "abc", "defgh"),
+                   w.call("GET", "abc")]
+            line = [x for x in admin.execute_command("CLIENT", "LIST").decode().split("\n") if " name=q91 " in x][0]
+            out.append([f for f in line.split() if f.startswith("multi")])
+            out.append(w.call("SET", "k1", big))
+            try:
+                w.send(["SET", "k2", big], ["EXEC"])
+            except OSError:
+                pass                   # closed before it read everything
+            for _ in range(2):
+                try:
+                    out.append(w.read() or None)    # None: closed (Valkey closes without a reply)
+                except OSError:
+                    out.append(None)
+            out.append(admin.exists("abc", "k1", "k2"))
+            after = admin.info("stats")
+            # protocol_errors: durakv's own field (9.1.2 has none)
+            out.append([after.get(n, 0) - before.get(n, 0)
+                        for n in ("client_query_buffer_limit_disconnections", "protocol_errors")])
+            admin.config_resetstat()
+            out.append(admin.info("stats")["client_query_buffer_limit_disconnections"])
+            return out
+        finally:
+            admin.config_set("client-query-buffer-limit", "1gb")
+            admin.close()
+            w.close()
+    ours, theirs = both(ports, run)
+    assert theirs[:6] == [b"+OK\r\n", b"+OK\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n", ["multi=2", "multi-mem=57"],
+                          b"+QUEUED\r\n"]
+    assert theirs[6:] == [None, None, 0, [1, 0], 0]     # counted in INFO, not as a protocol error
+    # durakv says why before it closes, as for any request past the limit
+    assert ours[:6] == theirs[:6] and ours[6:] == [b"-ERR Protocol error: client query buffer limit reached\r\n",
+                                                   None, 0, [1, 0], 0]
 
 
 # -- GEOSEARCH BYPOLYGON ------------------------------------------------------------------------------------
@@ -849,6 +899,36 @@ def test_acl_db_rules_decide_as_valkey_91(ports):
             w.close()
     ours = same(ports, live)
     assert ours[1] == b"-NOPERM No permissions to access database\r\n"
+
+
+
+def test_config_resetstat_keeps_the_acl_denial_counters(ports):
+    """Valkey sets INFO's acl_access_denied_* once at start (initServer), not in resetServerStats: CONFIG
+    RESETSTAT leaves them (and resets the rest of stats); durakv zeroed them."""
+    names = ("acl_access_denied_auth", "acl_access_denied_cmd", "acl_access_denied_key",
+             "acl_access_denied_channel", "acl_access_denied_tls_cert", "acl_access_denied_db")
+
+    def run(port):
+        admin = valkey.Valkey(port=port, socket_timeout=10)
+        w = Wire(port)
+        try:
+            admin.execute_command("ACL", "SETUSER", "u91r", "reset", "on", ">pw", "~a", "&a", "+get", "+subscribe",
+                                  "+select", "db=0")
+            w.call("AUTH", "u91r", "wrong")
+            w.call("AUTH", "u91r", "pw")
+            w.call("SET", "a", "1")
+            w.call("GET", "b")
+            w.call("SELECT", "1")
+            w.call("SUBSCRIBE", "b")
+            counted = {n: admin.info("stats")[n] for n in names}
+            admin.config_resetstat()
+            stats = admin.info("stats")
+            return [stats[n] - counted[n] for n in names], stats["total_error_replies"]
+        finally:
+            admin.execute_command("ACL", "DELUSER", "u91r")
+            admin.close()
+            w.close()
+    assert same(ports, run) == ([0] * 6, 0)
 
 
 def test_multi_queues_what_oom_would_not_refuse(ports):

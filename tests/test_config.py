@@ -27,12 +27,14 @@ STRING_OPTIONS = [o.name for o in OPTIONS if o.parse.__name__ == "_string"]
     (b'k "\\x4g"', [b"k", b"x4g"]),                    # not two hex digits: a plain escaped 'x'
     (b"  spaced\t\targs  ", [b"spaced", b"args"]),
     (b'un"quoted mid" x', [b"unquoted mid", b"x"]),
+    # Valkey 9: parts next to each other join (8.0 refused a closing quote followed by a non-blank)
+    (b'a "closed"x \'single\'"double" """t"""', [b"a", b"closedx", b"singledouble", b"t"]),
 ])
 def test_split_args_as_sdssplitargs(line, args):
     assert split_args(line) == args
 
 
-@pytest.mark.parametrize("line", [b'a "open', b"a 'open", b'a "closed"x', b"a 'closed'x", b'"\\"'])
+@pytest.mark.parametrize("line", [b'a "open', b"a 'open", b'a "closed"x"', b"a 'closed'x'", b'"\\"'])
 def test_split_args_refuses_unbalanced_quotes(line):
     assert split_args(line) is None
 

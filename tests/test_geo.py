@@ -171,7 +171,7 @@ def test_geosearch_errors(r):
     assert err(r, "GEOSEARCH", "Sicily", "BYRADIUS", "1", "km", "ASC", "ASC") \
         == "exactly one of FROMMEMBER or FROMLONLAT can be specified for GEOSEARCH"
     assert err(r, "geosearch", "Sicily", "FROMLONLAT", "1", "1", "ASC", "ASC") \
-        == "exactly one of BYRADIUS and BYBOX can be specified for geosearch"
+        == "exactly one of BYRADIUS, BYBOX and BYPOLYGON can be specified for geosearch"
     assert err(r, "GEOSEARCH", "Sicily", "FROMLONLAT", "1", "1", "FROMMEMBER", "Palermo",
                "BYRADIUS", "1", "km") == "syntax error"
     assert err(r, "GEOSEARCH", "Sicily", "FROMLONLAT", "1", "1", "BYRADIUS", "1", "km", "BYBOX", "1", "1",

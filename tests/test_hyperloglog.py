@@ -131,21 +131,28 @@ def test_value_bytes_match_valkey(r):
     assert r.pfcount("x", "y") == 1013
 
 
-def test_pfcount_does_not_write(r):
+def test_pfcount_stores_the_cardinality_once(r):
     r.pfadd("h", *[f"e{i}" for i in range(300)])
     before = r.get("h")
-    assert r.pfcount("h") == r.pfcount("h")
-    assert r.get("h") == before                  # Valkey would store the cardinality here
-    assert r.pfcount("h", "missing") > 0
-    assert r.get("h") == before
+    assert before[15] & 0x80                     # PFADD left the cache invalid
+    count = r.pfcount("h")
+    after = r.get("h")
+    # as Valkey: the count in the header, the registers untouched
+    assert after[:8] + after[16:] == before[:8] + before[16:]
+    assert int.from_bytes(after[8:16], "little") == count
+    assert r.pfcount("h") == count and r.get("h") == after
+    assert r.pfcount("h", "missing") > 0 and r.get("h") == after   # several keys: never written
 
 
-def test_pfcount_reads_have_no_effects():
+def test_pfcount_effects_only_when_it_stores_the_cache():
     d = direct()
     d("PFADD", "a", *[f"a{i}" for i in range(50)])
     d("PFADD", "b", *[f"b{i}" for i in range(50)])
     d.effects.clear()
     assert d("PFCOUNT", "a") == 50
+    assert d.effects == [(0, (b"PFCOUNT", b"a"))]    # replayed, it writes the same count
+    d.effects.clear()
+    assert d("PFCOUNT", "a") == 50                   # the cache is valid: nothing to write
     assert d("PFCOUNT", "a", "b") == 100
     assert d("PFCOUNT", "missing") == 0
     assert d.effects == []
@@ -305,7 +312,7 @@ def test_effects_replay_deterministically():
     assert replies[:4] == [1, 0, 1, 0]
     assert not any(isinstance(x, ErrorReply) for x in replies)
     names = [argv[0].upper() for _db, argv in effects]
-    assert b"PFCOUNT" not in names
+    assert names.count(b"PFCOUNT") == 1               # PFCOUNT b stored its cache; the union never does
     assert names.count(b"PFADD") == 2 + 12 + 2 and names.count(b"PFMERGE") == 4
 
 
@@ -330,8 +337,10 @@ def test_kill9_restart_keeps_acknowledged_hlls(server_factory, tmp_path):
         c.pfadd("other", *[f"o{i}" for i in range(100)])
         c.pfmerge("merged", "small", "other")
         c.pfmerge("merged2", "dense", "other")
-        expected = {k: c.get(k) for k in ("small", "dense", "other", "merged", "merged2")}
-        counts = {k: c.pfcount(k) for k in expected}
+        names = ("small", "dense", "other", "merged", "merged2")
+        counts = {k: c.pfcount(k) for k in names}
+        expected = {k: c.get(k) for k in names}   # with the cached counts PFCOUNT stored (journaled too)
+        assert all(not v[15] & 0x80 for v in expected.values())
     srv.kill()
     srv.start()
     with srv.client() as c:

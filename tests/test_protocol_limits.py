@@ -96,12 +96,19 @@ def test_wrong_type_byte_is_answered_and_the_server_keeps_serving(target):
 # -- item 2: limits at the header, before anything else is read ----------------------------------
 def test_huge_multibulk_counts_are_refused_at_once(target):
     srv, password = target
-    for payload in (b"*2147483647\r\n", b"*4294967295\r\n", b"*2147483647\r\n"):
+    for payload in (b"*2147483648\r\n", b"*4294967295\r\n", b"*99999999999\r\n"):
         with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
             s.sendall(payload)
             s.shutdown(socket.SHUT_WR)   # and close: freeing what hiredis preallocated stalled seconds
             assert read_until_closed(s, 5) == (b"-ERR Protocol error: invalid multibulk length\r\n", True)
         assert_serving(srv, password)
+    # INT_MAX itself is a count Valkey accepts from an authenticated client (not before AUTH): nothing is
+    # allocated for it, the server waits for the arguments while serving the others.
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+        s.sendall(b"*2147483647\r\n")
+        assert_serving(srv, password)
+        if password is not None:
+            assert read_until_closed(s, 5) == (b"-ERR Protocol error: unauthenticated multibulk length\r\n", True)
     # Three at once, as the issue found (PING waited 23.7 s).
     socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=5) for _ in range(3)]
     for s in socks:
@@ -112,7 +119,6 @@ def test_huge_multibulk_counts_are_refused_at_once(target):
     # A nested one never reaches an allocation either.
     assert exchange(srv.port, b"*1\r\n*2147483647\r\n") == (
         b"-ERR Protocol error: expected '$', got '*'\r\n", True)
-    assert exchange(srv.port, b"*1048577\r\n") == (b"-ERR Protocol error: invalid multibulk length\r\n", True)
     assert_no_traceback(srv)
 
 

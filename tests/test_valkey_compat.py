@@ -1,6 +1,6 @@
 """Differences from Valkey 8.0 found by running Valkey's own TCL suite (scripts/valkey_suite.py), each
 checked here against Valkey's literal replies: COMMAND LIST / INFO / GETKEYS(ANDFLAGS), CLIENT SETINFO /
-KILL / REPLY, READONLY, INFO cluster, used_memory's baseline, CONFIG RESETSTAT, the dirty counter, SMOVE
+KILL / REPLY, INFO cluster, used_memory's baseline, CONFIG RESETSTAT, the dirty counter, SMOVE
 and WATCH, QUIT, LOLWUT and `durakv server --help`. Real servers, valkey-py."""
 
 import socket
@@ -138,11 +138,6 @@ def test_client_reply_off_on_skip(shared_server):
         assert _read_reply(f) == b"+PONG\r\n"
         s.sendall(_encode(["CLIENT", "REPLY", "wrongInput"]))
         assert _read_reply(f) == b"-ERR syntax error\r\n"
-
-
-def test_readonly_outside_cluster_mode(r):
-    assert error_of(r, "READONLY") == "ERR This instance has cluster support disabled"
-    assert error_of(r, "READWRITE") == "ERR This instance has cluster support disabled"
 
 
 # -- INFO, memory, stats -------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def error_of(client, *args) -> str:
 
 def sync_stream(port, host="127.0.0.1"):
     """A SYNC connection, as Valkey's test suite attaches one: (socket, next_command), the RDB payload read
-    past; next_command() reads the next propagated command (its name lower-cased)."""
+    past; next_command() reads the next propagated command (its name lower-cased), keep-alive PINGs skipped."""
     s = socket.create_connection((host, port), timeout=10)
     f = s.makefile("rb")
     s.sendall(b"SYNC\r\n")
@@ -140,12 +140,14 @@ def sync_stream(port, host="127.0.0.1"):
     f.read(int(header[1:]))
 
     def next_command():
-        line = f.readline()
-        while line == b"\n":        # keep-alive newlines before the payload
+        while True:
             line = f.readline()
-        argv = []
-        for _ in range(int(line[1:])):
-            n = int(f.readline()[1:])
-            argv.append(f.read(n + 2)[:-2])
-        return [argv[0].lower()] + argv[1:]
+            while line == b"\n":        # keep-alive newlines before the payload
+                line = f.readline()
+            argv = []
+            for _ in range(int(line[1:])):
+                n = int(f.readline()[1:])
+                argv.append(f.read(n + 2)[:-2])
+            if argv != [b"ping"]:       # the stream's keep-alive, every repl-ping-replica-period seconds
+                return [argv[0].lower()] + argv[1:]
     return s, next_command

@@ -553,9 +553,10 @@ OPTIONS = [
     Option("databases", 16, _int(1, INT_MAX), mutable=False, help="Numbered databases (SELECT 0..n-1)"),
     Option("hz", 10, _int(0, INT_MAX, clamp=(1, 500)),
            help="Background task frequency (active expiry, client timeouts, stats), per second"),
-    # Accepted for tools that set it around SYNC (Valkey's test suite); durakv's replicas follow the journal
+    # Valkey's replicationCron PING on SYNC/PSYNC streams; durakv's own replicas follow the journal instead
     Option("repl-ping-replica-period", 10, _int(1, INT_MAX), aliases=("repl-ping-slave-period",),
-           help=_NO_EFFECT + " (durakv's replicas follow the journal)"),
+           help="Seconds between the PINGs a SYNC/PSYNC stream (a Valkey replica) gets, counted in runs of the "
+                "once-a-second replication cron since start; durakv's own replicas follow the journal"),
     Option("proto-max-bulk-len", 512 * MB, _mem(MB, LONG_MAX),
            help="Largest bulk string a request may carry; applies to every connection at once"),
     Option("client-query-buffer-limit", 1024 * MB, _mem(MB, LONG_MAX, unsigned=True),
@@ -1106,7 +1107,9 @@ _SPLIT_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a")
 def split_args(line: bytes):
     """sds.c sdssplitargs, the one copy (inline requests, config lines, ACL rules, a function's shebang): the
     arguments of line, with "double" (\\n \\xHH ... escapes) and 'single' quotes, or None when quotes are
-    unbalanced or a closing quote is followed by something other than a blank. Like C, line ends at a NUL."""
+    unbalanced. As in Valkey 9, quoted and unquoted parts next to each other make one argument, as a shell
+    joins them (`"a"b'c'` is `abc`; Valkey 8 refused a closing quote not followed by a blank). Like C, line
+    ends at a NUL."""
     nul = line.find(b"\0")
     if nul >= 0:
         line = line[:nul]
@@ -1129,11 +1132,8 @@ def split_args(line: bytes):
                 elif c == 92 and p + 1 < n:
                     p += 1
                     cur.append(_SPLIT_ESCAPES.get(line[p], line[p]))
-                elif c == 34:  # '"'
-                    if p + 1 < n and line[p + 1] not in _SPLIT_BLANK:
-                        return None
-                    p += 1
-                    break
+                elif c == 34:  # '"': the argument goes on until a blank
+                    inq = False
                 elif p >= n:
                     return None
                 else:
@@ -1143,10 +1143,7 @@ def split_args(line: bytes):
                     p += 1
                     cur.append(39)
                 elif c == 39:
-                    if p + 1 < n and line[p + 1] not in _SPLIT_BLANK:
-                        return None
-                    p += 1
-                    break
+                    insq = False
                 elif p >= n:
                     return None
                 else:

@@ -137,7 +137,7 @@ def acl_dryrun(ctx, args):
     n = len(argv)
     if (cmd.arity > 0 and cmd.arity != n) or n < -cmd.arity:
         raise CommandError(messages.WRONG_ARITY.format(cmd.fullname))
-    denied = acl_check.check(user, cmd, argv)
+    denied = acl_check.check(user, cmd, argv, (ctx.client.db_id, len(ctx.keyspace.dbs)))
     if denied is None:
         return OK
     reason, pos = denied

@@ -9,30 +9,35 @@ from .. import messages
 from .acl_keys import READ
 
 
-DENIED_CMD, DENIED_KEY, DENIED_AUTH, DENIED_CHANNEL = 1, 2, 3, 4
-REASONS = {DENIED_CMD: "command", DENIED_KEY: "key", DENIED_AUTH: "auth", DENIED_CHANNEL: "channel"}
+DENIED_CMD, DENIED_KEY, DENIED_AUTH, DENIED_CHANNEL, DENIED_DB = 1, 2, 3, 4, 5
+REASONS = {DENIED_CMD: "command", DENIED_KEY: "key", DENIED_AUTH: "auth", DENIED_CHANNEL: "channel",
+           DENIED_DB: "database"}
+# Which selector's denial is reported (the highest): a database denial (Valkey 9.1) ranks above a command's and
+# below a key's, as Valkey 9.1.2 answers.
+_RANK = {DENIED_CMD: 1, DENIED_DB: 1.5, DENIED_KEY: 2, DENIED_AUTH: 3, DENIED_CHANNEL: 4}
 
 
-def check(user, cmd, args):
+def check(user, cmd, args, db=None):
     """Whether `user` may run `cmd` (a registry Command: fullname, no_auth, key_specs) with `args`.
 
-    None when allowed, else (reason, position): DENIED_CMD with position 0, or DENIED_KEY / DENIED_CHANNEL with
-    the position of the key or channel in args. With several selectors the first that allows wins; otherwise
-    Valkey's pick: a command denial only if no selector got past the command, else the highest reason, then the
-    last position."""
+    None when allowed, else (reason, position): DENIED_CMD with position 0, DENIED_KEY / DENIED_CHANNEL with
+    the position of the key or channel in args, DENIED_DB with the position of the database number or 0 (the
+    current database). `db`: (the client's current database, how many there are), for the db= rules; None
+    checks no database. With several selectors the first that allows wins; otherwise Valkey's pick: a command
+    denial only if no selector got past the command, else the highest reason, then the last position."""
     if user is None or user.unrestricted:
         return None
     keys_box = [None, None]  # the keys (and how to find them) are worked out once for all the selectors
     selectors = user.selectors
     if len(selectors) == 1:
-        return selectors[0].check(cmd, args, keys_box)
+        return selectors[0].check(cmd, args, keys_box, db)
     best_reason, best_pos = DENIED_CMD, 0
     for selector in selectors:
-        denied = selector.check(cmd, args, keys_box)
+        denied = selector.check(cmd, args, keys_box, db)
         if denied is None:
             return None
         reason, pos = denied
-        if reason > best_reason or (reason == best_reason and pos > best_pos):
+        if _RANK[reason] > _RANK[best_reason] or (reason == best_reason and pos > best_pos):
             best_reason, best_pos = reason, pos
     return best_reason, best_pos
 
@@ -52,6 +57,10 @@ def denial_message(reason, user, cmd, arg, verbose=False) -> str:
     if reason == DENIED_CMD:
         # the command's fullname as the server holds it: a module's as it declared it (BF.ADD)
         return messages.ACL_DENIED_CMD.format(name, cmd.display)
+    if reason == DENIED_DB:
+        if verbose:
+            return messages.ACL_DENIED_DB_VERBOSE.format(name, arg.decode("utf-8", "replace"))
+        return messages.ACL_DENIED_DB
     what = "key" if reason == DENIED_KEY else "channel"
     if verbose:
         return messages.ACL_DENIED_VERBOSE.format(name, arg.decode("utf-8", "replace"), what)

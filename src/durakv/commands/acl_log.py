@@ -4,7 +4,7 @@ acl_access_denied_* counters.
 Pure: the caller passes the time.
 """
 
-from .acl_check import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_KEY, REASONS
+from .acl_check import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_DB, DENIED_KEY, REASONS
 
 
 CTX_TOPLEVEL, CTX_LUA, CTX_MULTI, CTX_MODULE = "toplevel", "lua", "multi", "module"
@@ -24,7 +24,7 @@ class AclLog:
         self.max_len = max_len
         self.entries = []
         self.next_id = 0
-        self.denied = {DENIED_AUTH: 0, DENIED_CMD: 0, DENIED_KEY: 0, DENIED_CHANNEL: 0}
+        self.denied = {DENIED_AUTH: 0, DENIED_CMD: 0, DENIED_KEY: 0, DENIED_CHANNEL: 0, DENIED_DB: 0}
 
     def add(self, reason, context, obj: bytes, username: bytes, client_info: bytes, now_ms: int):
         """addACLLogEntry: a denial like a recent one (same reason, context, object and user within 60 s,
@@ -74,9 +74,7 @@ class AclLog:
 
     def info_fields(self):
         d = self.denied
+        # tls_cert: durakv has no users named by a client certificate, so none is ever refused that way
         return {"acl_access_denied_auth": d[DENIED_AUTH], "acl_access_denied_cmd": d[DENIED_CMD],
-                "acl_access_denied_key": d[DENIED_KEY], "acl_access_denied_channel": d[DENIED_CHANNEL]}
-
-    def reset_stats(self):
-        for k in self.denied:
-            self.denied[k] = 0
+                "acl_access_denied_key": d[DENIED_KEY], "acl_access_denied_channel": d[DENIED_CHANNEL],
+                "acl_access_denied_tls_cert": 0, "acl_access_denied_db": d[DENIED_DB]}

@@ -6,10 +6,54 @@ command names and rules are str (the command table's spelling).
 """
 
 from ..keyspace.glob import compile_glob
-from .acl_check import CHANNEL_SPECS, DENIED_CHANNEL, DENIED_CMD, DENIED_KEY
+from ..protocol.numbers import string2ll
+from .acl_check import CHANNEL_SPECS, DENIED_CHANNEL, DENIED_CMD, DENIED_DB, DENIED_KEY
 from .acl_keys import ALL_PERMS, READ, WRITE, key_info
-from .acl_rules import EEXIST, EINVAL, EISDIR, ENOENT, ECHILD, RuleError, has_spaces
-from .acl_universe import ALL_COMMANDS, CATEGORY_MEMBERS, CATEGORY_SET, COMMANDS, lookup_rule_command
+from .acl_rules import EEXIST, EINVAL, EISDIR, ENOENT, ECHILD, ERANGE, RuleError, has_spaces
+from .acl_universe import (ALL_COMMANDS, CATEGORY_MEMBERS, CATEGORY_SET, COMMANDS, effective_categories,
+                           lookup_rule_command)
+
+INT_MAX = 2 ** 31 - 1
+_BLANKS = b" \t\n\v\f\r"
+
+
+def parse_db_ids(text: bytes):
+    """The ids of a db=<id>[,<id>...] rule (Valkey 9.1): each a base-10 integer as strtol reads one (blanks and
+    a sign before it, nothing after), 0 .. INT_MAX. Raises RuleError: EINVAL for a malformed list, ERANGE for
+    an id out of range."""
+    ids = set()
+    for part in text.split(b","):
+        digits = part.lstrip(_BLANKS)
+        sign = digits[:1]
+        body = digits[1:] if sign in (b"+", b"-") else digits
+        if not body or not body.isdigit():
+            raise RuleError(EINVAL)
+        n = int(body)
+        if sign == b"-":
+            n = -n
+        if not 0 <= n <= INT_MAX:
+            raise RuleError(ERANGE)
+        ids.add(n)
+    return ids
+
+
+_DB_SCOPED = {}   # Command -> whether it works on the client's current database
+
+
+def _db_scoped(cmd) -> bool:
+    """The commands a db= rule checks the current database for (Valkey 9.1.2, probed): those that read or write
+    data (the readonly / write flags), the @keyspace ones, and those with keys (not sharded channels)."""
+    scoped = _DB_SCOPED.get(cmd)
+    if scoped is None:
+        scoped = _DB_SCOPED[cmd] = bool(cmd.readonly or cmd.write or key_info(cmd).has_keys
+                                        or "keyspace" in effective_categories(cmd.spec))
+    return scoped
+
+
+def _db_arg(args, pos, ndbs):
+    """A database number at args[pos] as the command would take it (string2ll, in range), or None."""
+    n = string2ll(args[pos]) if pos < len(args) else None
+    return n if n is not None and 0 <= n < ndbs else None
 
 
 class KeyPattern:
@@ -34,7 +78,7 @@ class Selector:
     """A set of permissions (aclSelector). Every user has a root selector, plus any added with (...)."""
 
     __slots__ = ("root", "allkeys", "allchannels", "allcommands", "future", "allowed", "firstargs", "patterns",
-                 "channels", "channel_match", "rules")
+                 "channels", "channel_match", "rules", "alldbs", "dbs")
 
     def __init__(self, root=False, allchannels=False):
         self.root = root
@@ -48,6 +92,8 @@ class Selector:
         self.channels = []         # bytes
         self.channel_match = []    # compiled self.channels, same order
         self.rules = []            # the ordered command rules, as ACL GETUSER shows them after +@all/-@all
+        self.alldbs = True         # Valkey 9.1: every database (alldbs), else only the ids in dbs (db=...)
+        self.dbs = frozenset()
 
     def copy(self):
         s = Selector(self.root, self.allchannels)
@@ -60,6 +106,8 @@ class Selector:
         s.channels = list(self.channels)
         s.channel_match = list(self.channel_match)
         s.rules = list(self.rules)
+        s.alldbs = self.alldbs
+        s.dbs = self.dbs
         return s
 
     # -- rules (ACLSetSelector) ----------------------------------------------------------------------------
@@ -79,6 +127,13 @@ class Selector:
         elif lo == b"resetchannels":
             self.allchannels = False
             self.channels, self.channel_match = [], []
+        elif lo == b"alldbs":
+            self.alldbs, self.dbs = True, frozenset()
+        elif lo == b"resetdbs":
+            self.alldbs, self.dbs = False, frozenset()
+        elif lo.startswith(b"db="):
+            self.dbs = frozenset(parse_db_ids(op[3:]))   # replaces the ids a db= before it gave
+            self.alldbs = False
         elif lo == b"allcommands" or lo == b"+@all":
             self.allowed = set(ALL_COMMANDS)
             self.allcommands = self.future = True
@@ -223,8 +278,18 @@ class Selector:
         else:
             parts.append(b"resetchannels")
             parts.extend(b"&" + c for c in self.channels)
+        if not self.alldbs:
+            parts.append(self.databases_text() or b"resetdbs")
         parts.append(self.describe_commands())
         return b" ".join(parts)
+
+    def databases_text(self) -> bytes:
+        """ACL GETUSER's `databases`: alldbs, db=<ids in order>, or empty (resetdbs)."""
+        if self.alldbs:
+            return b"alldbs"
+        if not self.dbs:
+            return b""
+        return b"db=" + b",".join(b"%d" % n for n in sorted(self.dbs))
 
     def keys_text(self) -> bytes:
         if self.allkeys:
@@ -245,6 +310,39 @@ class Selector:
                 return True
         return False
 
+    def _db_denied(self, cmd, args, db):
+        """The position of the database the command may not reach (0: the current one), or None. The databases
+        a command names are checked first (SELECT, SWAPDB, MOVE, COPY ... DB), numbers it would refuse are left
+        to it; FLUSHALL needs every database."""
+        current, ndbs = db
+        dbs = self.dbs
+        name = cmd.fullname
+        if name == "select" or name == "swapdb":
+            positions = (1,) if name == "select" else (1, 2)
+            ids = [_db_arg(args, pos, ndbs) for pos in positions]
+            if None in ids:
+                return None       # SWAPDB checks its databases only when both are numbers it would take
+            for pos, n in zip(positions, ids):
+                if n not in dbs:
+                    return pos
+            return None
+        if name == "flushall":
+            return 0
+        if name == "move":
+            n = _db_arg(args, 2, ndbs)
+            if n is not None and n not in dbs:
+                return 2
+        elif name == "copy":
+            for pos in range(3, len(args) - 1):
+                if args[pos].lower() == b"db":
+                    n = _db_arg(args, pos + 1, ndbs)
+                    if n is not None and n not in dbs:
+                        return pos + 1
+                    break
+        if current not in dbs and _db_scoped(cmd):
+            return 0
+        return None
+
     def channel_allowed(self, channel: bytes, is_pattern: bool) -> bool:
         if self.allchannels:
             return True
@@ -261,8 +359,9 @@ class Selector:
             return True
         return any(p.flags & need == need and p.pattern == b"*" for p in self.patterns)
 
-    def check(self, cmd, args, keys_box):
-        """ACLSelectorCheckCmd: None if this selector allows it, else (reason, argument position)."""
+    def check(self, cmd, args, keys_box, db=None):
+        """ACLSelectorCheckCmd: None if this selector allows it, else (reason, argument position). `db`: (the
+        client's current database, how many there are), or None to leave the db= rules out."""
         if not self.allcommands and not cmd.no_auth:
             name = cmd.fullname
             if name not in self.allowed:
@@ -272,6 +371,10 @@ class Selector:
                 idx = 2 if cmd.parent is not None else 1
                 if idx >= len(args) or args[idx].lower() not in allowed_first:
                     return DENIED_CMD, 0
+        if not self.alldbs and db is not None:
+            pos = self._db_denied(cmd, args, db)
+            if pos is not None:
+                return DENIED_DB, pos
         if not self.allkeys:
             info = keys_box[1]
             if info is None:

@@ -45,7 +45,7 @@ class User:
         self.refresh()
 
     def refresh(self):
-        self.unrestricted = any(s.allcommands and s.allkeys and s.allchannels for s in self.selectors)
+        self.unrestricted = any(s.allcommands and s.allkeys and s.allchannels and s.alldbs for s in self.selectors)
 
     # -- rules (ACLSetUser) --------------------------------------------------------------------------------
     def apply(self, op: bytes, pubsub_all=False):
@@ -101,6 +101,7 @@ class User:
             self.enabled = False
             self.sanitize = True
             del self.selectors[1:]
+            root.apply(b"alldbs")
             root.apply(b"-@all")
         else:
             self.root.apply(op)
@@ -119,10 +120,10 @@ class User:
 
     # -- rendering -----------------------------------------------------------------------------------------
     def flag_names(self):
+        # Valkey 9.1 shows neither sanitize-payload nor skip-sanitize-payload (both still accepted)
         names = ["on" if self.enabled else "off"]
         if self.nopass:
             names.append("nopass")
-        names.append("sanitize-payload" if self.sanitize else "skip-sanitize-payload")
         return names
 
     def describe(self) -> bytes:
@@ -143,5 +144,7 @@ class User:
         return {b"flags": RespSet(n.encode() for n in self.flag_names()),
                 b"passwords": [p.encode() for p in self.passwords],
                 b"commands": root.describe_commands(), b"keys": root.keys_text(), b"channels": root.channels_text(),
+                b"databases": root.databases_text(),
                 b"selectors": [{b"commands": s.describe_commands(), b"keys": s.keys_text(),
-                                b"channels": s.channels_text()} for s in self.selectors[1:]]}
+                                b"channels": s.channels_text(), b"databases": s.databases_text()}
+                               for s in self.selectors[1:]]}

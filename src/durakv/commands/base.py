@@ -10,6 +10,7 @@ from collections import deque
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import ZSet
+from ..keyspace.db import FeedOnly
 from ..protocol.numbers import INT64_MAX, INT64_MIN, string2ll  # noqa: F401  (INT64_* re-exported)
 
 
@@ -158,6 +159,13 @@ class Context:
         """Record one effect (a deterministic command) in the current database."""
         self._flush_server_deletes()
         self.effects.append((self.db.id, argv))
+
+    def propagate_feed(self, *argv):
+        """Record an effect for Valkey's replication stream alone (PUBLISH): durability hands it to the SYNC
+        feeds in its place among the command's effects and keeps it out of the journal."""
+        self._flush_server_deletes()
+        self.effects.append((self.db.id, FeedOnly(argv)))
+        self.keyspace.changes -= 1    # not a change of the data (call() counts every effect in server.dirty)
 
     def propagate_in(self, db_id, *argv):
         """Record one effect in database db_id (a command that changes other databases than the current one:

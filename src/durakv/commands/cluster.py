@@ -219,15 +219,13 @@ def asking(ctx, args):
 
 @command("readonly")
 def readonly(ctx, args):
-    if ctx.port.cluster.routing() is None:
-        raise CommandError(messages.CLUSTER_DISABLED)
+    # Valkey 9 accepts READONLY / READWRITE without cluster mode too: a client with CLIENT CAPA redirect reads
+    # on a standalone replica only in READONLY mode (its writes get -REDIRECT either way).
     ctx.client.readonly_mode = True
     return OK
 
 
 @command("readwrite")
 def readwrite(ctx, args):
-    if ctx.port.cluster.routing() is None:
-        raise CommandError(messages.CLUSTER_DISABLED)
     ctx.client.readonly_mode = False
     return OK

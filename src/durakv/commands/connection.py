@@ -2,6 +2,7 @@
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, messages
 from ..errors import CommandError
+from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, PONG, ErrorReply, Raw, RespSet
 from .acl import users_of
 from .args import ArgCursor
@@ -180,30 +181,148 @@ def client_setinfo(ctx, args):
     return OK
 
 
+# Valkey 9's client filters (parseClientFiltersOrReply), shared by CLIENT LIST and CLIENT KILL: each option
+# narrows the list; a repeated option replaces the one before, except ID and NOT-ID, which add client ids.
+_FILTER_FLAGS = frozenset("OSMPxbtRBdcuAUreTIN")   # validateClientFlagFilter
+_FILTER_CAPA = frozenset("r")
+_NEGATABLE = frozenset((b"ID", b"TYPE", b"ADDR", b"LADDR", b"USER", b"FLAGS", b"NAME", b"LIB-NAME", b"LIB-VER",
+                        b"DB", b"CAPA", b"IP"))
+
+
+def _flags_match(have: str, wanted: str) -> bool:
+    """clientMatchesFlagFilter: every letter of the filter is one of the client's flags; N only matches a
+    client that has none."""
+    return all(f in have for f in wanted)
+
+
+def _ip_match(addr: str, ip: str) -> bool:
+    """clientMatchesIpFilter: addr ("ip:port" or "[ipv6]:port") is ip followed by its port."""
+    rest = addr[1:] if addr.startswith("[") else addr
+    if not rest.startswith(ip):
+        return False
+    rest = rest[len(ip):]
+    if rest.startswith("]"):
+        rest = rest[1:]
+    return rest.startswith(":") and not rest.startswith(":0")
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "replace")
+
+
+def _client_filter(ctx, args, start, skipme):
+    """The clients CLIENT LIST / KILL args[start:] select, as a predicate on a session. Raises CommandError
+    with Valkey's text for a bad filter. `skipme`: the default of SKIPME (KILL yes, LIST no)."""
+    port = ctx.port
+    me = ctx.client.id
+    tests = {}       # filter name -> predicate of the session (the last of each name counts)
+    ids = {}         # ID / NOT-ID -> set of client ids (they accumulate)
+    c = ArgCursor(args, start)
+    while c:
+        raw = c.next()
+        opt = raw.upper()
+        negate = opt.startswith(b"NOT-") and opt[4:] in _NEGATABLE
+        name = opt[4:] if negate else opt
+        if name == b"ID":
+            found = ids.setdefault(opt, set())
+            n = 0
+            while c:   # the client ids after ID, up to the first argument that is not one (string2ll)
+                cid = string2ll(c.peek())
+                if cid is None:
+                    break
+                c.next()
+                if cid < 1:
+                    raise CommandError(messages.CLIENT_ID_POSITIVE)
+                found.add(cid)
+                n += 1
+            if not n:
+                raise syntax_error()
+            continue
+        if not c:
+            raise syntax_error()   # every other filter takes a value
+        val = c.next()
+        if not negate and name in (b"MAXAGE", b"IDLE"):
+            limit = parse_int(val, messages.MAXAGE_NOT_INTEGER if name == b"MAXAGE"
+                              else messages.CLIENT_IDLE_NOT_INTEGER)
+            if limit <= 0:
+                raise CommandError(messages.MAXAGE_POSITIVE if name == b"MAXAGE" else messages.CLIENT_IDLE_POSITIVE)
+            now = ctx.now_ms()
+            if name == b"MAXAGE":
+                tests[name] = lambda s, a=limit: (now - s.created_ms) // 1000 >= a
+            else:
+                tests[name] = lambda s, a=limit: (now - s.last_interaction_ms) // 1000 >= a
+            continue
+        if not negate and name == b"SKIPME":
+            v = val.lower()
+            if v not in (b"yes", b"no"):
+                raise syntax_error()
+            skipme = v == b"yes"
+            continue
+        if name == b"TYPE":
+            kind = val.lower()
+            if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
+                raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(_text(val)))
+            kind = _CLIENT_TYPE_ALIASES.get(kind, kind)
+            test = lambda s, k=kind: port.clients.kind(s) == k
+        elif name == b"ADDR":
+            test = lambda s, v=_text(val): s.addr == v
+        elif name == b"LADDR":
+            test = lambda s, v=_text(val): s.laddr == v
+        elif name == b"USER":
+            acl = users_of(ctx)
+            user = acl.users.get(val) if acl is not None else None
+            if user is None:
+                raise CommandError(messages.NO_SUCH_USER.format(_text(val)))
+            test = lambda s, u=user: acl.user_of(s) is u
+        elif name == b"FLAGS":
+            wanted = _text(val)
+            if any(f not in _FILTER_FLAGS for f in wanted):
+                raise CommandError((messages.CLIENT_UNKNOWN_NOT_FLAGS if negate
+                                    else messages.CLIENT_UNKNOWN_FLAGS).format(wanted))
+            test = lambda s, w=wanted: _flags_match(port.clients.flags(s), w)
+        elif name == b"NAME":
+            test = lambda s, v=val: bool(s.name) and s.name == v
+        elif name == b"LIB-NAME":
+            test = lambda s, v=val: bool(s.lib_name) and s.lib_name == v
+        elif name == b"LIB-VER":
+            test = lambda s, v=val: bool(s.lib_ver) and s.lib_ver == v
+        elif name == b"DB":
+            label = "NOT-DB" if negate else "DB"
+            db = parse_int(val, messages.CLIENT_DB_NOT_INTEGER.format(label))
+            if not -2 ** 31 <= db < 2 ** 31:   # getIntFromObjectOrReply
+                raise CommandError(messages.CLIENT_DB_NOT_INTEGER.format(label))
+            ndb = len(ctx.keyspace.dbs)
+            if not 0 <= db < ndb:
+                raise CommandError(messages.CLIENT_DB_RANGE.format(label, ndb - 1))
+            test = lambda s, d=db: s.db_id == d
+        elif name == b"CAPA":
+            wanted = _text(val)
+            if any(f not in _FILTER_CAPA for f in wanted):
+                raise CommandError((messages.CLIENT_UNKNOWN_NOT_CAPA if negate
+                                    else messages.CLIENT_UNKNOWN_CAPA).format(wanted))
+            test = lambda s, w=wanted: not w or s.capa_redirect
+        elif name == b"IP":
+            test = lambda s, v=_text(val): _ip_match(s.addr, v)
+        else:
+            raise syntax_error()
+        tests[opt] = (lambda s, t=test: not t(s)) if negate else test
+    preds = list(tests.values())
+    if b"ID" in ids:
+        preds.append(lambda s, found=ids[b"ID"]: s.id in found)
+    if b"NOT-ID" in ids:
+        preds.append(lambda s, found=ids[b"NOT-ID"]: s.id not in found)
+    if skipme:
+        preds.append(lambda s: s.id != me)
+    return lambda s: all(p(s) for p in preds)
+
+
 @command("client|list")
 def client_list(ctx, args):
     port = ctx.port
     sessions = port.clients.sessions()
-    c = ArgCursor(args, 2)
-    while c:
-        opt = c.next_upper()
-        if opt == b"TYPE" and c.left():
-            raw = c.next()
-            kind = raw.lower()
-            if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
-                raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(raw.decode("utf-8", "replace")))
-            kind = _CLIENT_TYPE_ALIASES.get(kind, kind)
-            sessions = [s for s in sessions if port.clients.kind(s) == kind]
-        elif opt == b"ID" and c.left():
-            ids = set()
-            while c:   # every argument after ID is a client ID, in Valkey's strict integer form
-                n = c.int(messages.CLIENT_INVALID_ID)
-                if n <= 0:
-                    raise CommandError(messages.CLIENT_INVALID_ID)
-                ids.add(n)
-            sessions = [s for s in sessions if s.id in ids]
-        else:
-            raise syntax_error()
+    if len(args) > 2:
+        wanted = _client_filter(ctx, args, 2, skipme=False)
+        sessions = [s for s in sessions if wanted(s)]
     return "".join(port.clients.line(s) + "\n" for s in sessions).encode()
 
 
@@ -227,50 +346,10 @@ def client_kill(ctx, args):
         raise CommandError(messages.NO_SUCH_CLIENT)
     if len(args) < 3:
         raise syntax_error()
-    filters = []
-    skipme = True
-    c = ArgCursor(args, 2)
-    while c:
-        opt, val = c.take(2)     # filters come in pairs: a lone last word is "ERR syntax error"
-        opt = opt.upper()
-        if opt == b"ID":
-            n = parse_int(val, messages.CLIENT_ID_POSITIVE)
-            if n <= 0:
-                raise CommandError(messages.CLIENT_ID_POSITIVE)
-            filters.append(lambda s, n=n: s.id == n)
-        elif opt == b"ADDR":
-            filters.append(lambda s, v=val.decode("utf-8", "replace"): s.addr == v)
-        elif opt == b"LADDR":
-            filters.append(lambda s, v=val.decode("utf-8", "replace"): s.laddr == v)
-        elif opt == b"USER":
-            acl = users_of(ctx)
-            user = acl.users.get(val) if acl is not None else None
-            if user is None:
-                raise CommandError(messages.NO_SUCH_USER.format(val.decode("utf-8", "replace")))
-            filters.append(lambda s, u=user: acl.user_of(s) is u)
-        elif opt == b"TYPE":
-            kind = val.lower()
-            if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
-                raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(val.decode("utf-8", "replace")))
-            filters.append(lambda s, k=_CLIENT_TYPE_ALIASES.get(kind, kind): port.clients.kind(s) == k)
-        elif opt == b"SKIPME":
-            v = val.lower()
-            if v not in (b"yes", b"no"):
-                raise syntax_error()
-            skipme = v == b"yes"
-        elif opt == b"MAXAGE":
-            age = parse_int(val, messages.MAXAGE_NOT_INTEGER)
-            if age <= 0:
-                raise CommandError(messages.MAXAGE_POSITIVE)
-            now = ctx.now_ms()
-            filters.append(lambda s, a=age: (now - s.created_ms) // 1000 >= a)
-        else:
-            raise syntax_error()
+    wanted = _client_filter(ctx, args, 2, skipme=True)
     killed = 0
     for s in sessions:
-        if skipme and s.id == me:
-            continue
-        if all(f(s) for f in filters):
+        if wanted(s):
             _kill(ctx, port, s, me)
             killed += 1
     return killed

@@ -15,7 +15,8 @@ import math
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import ZSet, encoding
-from ..protocol.resp import NullArray
+from ..protocol.numbers import string2ll
+from ..protocol.resp import NullArray, Raw
 from .args import ArgCursor
 from .base import syntax_error
 from .registry import command
@@ -36,7 +37,7 @@ _GEOALPHABET = b"0123456789bcdefghjkmnpqrstuvwxyz"
 
 _UNITS = {b"M": 1.0, b"KM": 1000.0, b"FT": 0.3048, b"MI": 1609.34}
 
-_CIRCLE, _BOX = 1, 2
+_CIRCLE, _BOX, _POLYGON = 1, 2, 3
 
 
 # -- geohash.c -------------------------------------------------------------------------------
@@ -191,13 +192,46 @@ def distance(lon1d, lat1d, lon2d, lat2d):
 
 
 class _Shape:
-    __slots__ = ("type", "lon", "lat", "conversion", "radius", "width", "height")
+    __slots__ = ("type", "lon", "lat", "conversion", "radius", "width", "height", "points")
 
     def __init__(self):
         self.type = 0
         self.lon = self.lat = 0.0
         self.conversion = 1.0
         self.radius = self.width = self.height = 0.0
+        self.points = None     # BYPOLYGON: [(lon, lat)] vertices, in order
+
+
+def _polygon(shape, points):
+    """BYPOLYGON (Valkey 9): searched in the box around the vertices' spherical centroid (the mean of their
+    unit vectors, which WITHDIST and ASC/DESC measure from) that reaches every vertex's longitude and latitude;
+    a member is in the polygon by the even-odd rule on longitude and latitude as plane coordinates. (Checked
+    against Valkey 9.1.2: the same members in the same scan order.)"""
+    x = y = z = 0.0
+    for lon, lat in points:
+        la, lo = lat * _D_R, lon * _D_R
+        x += math.cos(la) * math.cos(lo)
+        y += math.cos(la) * math.sin(lo)
+        z += math.sin(la)
+    shape.lon = math.atan2(y, x) / _D_R
+    shape.lat = math.atan2(z, math.hypot(x, y)) / _D_R
+    shape.width = 2 * max(distance(shape.lon, shape.lat, lon, shape.lat) for lon, _lat in points)
+    shape.height = 2 * max(_lat_distance(shape.lat, lat) for _lon, lat in points)
+    shape.conversion = 1.0
+    shape.points = points
+    shape.type = _POLYGON
+
+
+def _in_polygon(points, x, y) -> bool:
+    inside = False
+    j = len(points) - 1
+    for i in range(len(points)):
+        xi, yi = points[i]
+        xj, yj = points[j]
+        if (yi > y) != (yj > y) and x < (xj - xi) * (y - yi) / (yj - yi) + xi:
+            inside = not inside
+        j = i
+    return inside
 
 
 def _areas(shape):
@@ -254,6 +288,7 @@ def _search(z, shape, limit):
     found = []
     order = z.order
     circle = shape.type == _CIRCLE
+    polygon = shape.points
     cx, cy = shape.lon, shape.lat
     if circle:
         radius = shape.radius * shape.conversion
@@ -279,6 +314,10 @@ def _search(z, shape, limit):
                 d = distance(cx, cy, x, y)
                 if d > radius:
                     continue
+            elif polygon is not None:
+                if not _in_polygon(polygon, x, y):
+                    continue
+                d = distance(cx, cy, x, y)
             else:
                 if _lat_distance(y, cy) > height / 2:
                     continue
@@ -294,12 +333,13 @@ def _search(z, shape, limit):
 # -- replies and parsing ---------------------------------------------------------------------
 
 def _human(ctx, value):
-    """addReplyHumanLongDouble: a double in RESP3, "%.17Lf" minus trailing zeros in RESP2."""
-    if ctx.resp3:
-        return value
+    """addReplyHumanLongDouble: "%.17Lf" minus trailing zeros, a bulk string in RESP2 and the same text as a
+    double in RESP3 (",13.36138933897018433", not the shortest form)."""
     text = b"%.17f" % value
     text = text.rstrip(b"0").rstrip(b".")
-    return b"0" if text == b"-0" else text
+    if text == b"-0":
+        text = b"0"
+    return Raw(b",%s\r\n" % text) if ctx.resp3 else text
 
 
 def _dist_text(d):
@@ -444,7 +484,7 @@ def _georadius_generic(ctx, args, src_idx, flags):
             storekey = args[1]
 
     withdist = withhash = withcoord = False
-    frommember = fromloc = byradius = bybox = False
+    frommember = fromloc = byradius = bybox = bypolygon = False
     sort = _SORT_NONE
     any_ = False
     count = 0
@@ -478,18 +518,18 @@ def _georadius_generic(ctx, args, src_idx, flags):
             storedist = True
         elif arg == b"STOREDIST" and search and flags & _GEOSEARCHSTORE:
             storedist = True
-        elif arg == b"FROMMEMBER" and left >= 1 and search and not fromloc:
+        elif arg == b"FROMMEMBER" and left >= 1 and search and not fromloc and not bypolygon:
             member = c.next()
             if z is not None:
                 shape.lon, shape.lat = _member_lonlat(z, member)
             frommember = True
-        elif arg == b"FROMLONLAT" and left >= 2 and search and not frommember:
+        elif arg == b"FROMLONLAT" and left >= 2 and search and not frommember and not bypolygon:
             shape.lon, shape.lat = _lonlat(*c.take(2))
             fromloc = True
-        elif arg == b"BYRADIUS" and left >= 2 and search and not bybox:
+        elif arg == b"BYRADIUS" and left >= 2 and search and not bybox and not bypolygon:
             _radius(shape, *c.take(2))
             byradius = True
-        elif arg == b"BYBOX" and left >= 3 and search and not byradius:
+        elif arg == b"BYBOX" and left >= 3 and search and not byradius and not bypolygon:
             raw_w, raw_h, unit = c.take(3)
             w = _parse_double(raw_w, messages.GEO_NEED_WIDTH)
             h = _parse_double(raw_h, messages.GEO_NEED_HEIGHT)
@@ -499,15 +539,24 @@ def _georadius_generic(ctx, args, src_idx, flags):
             shape.conversion = _unit(unit)
             shape.type = _BOX
             bybox = True
+        elif (arg == b"BYPOLYGON" and left >= 2 and search and not byradius and not bybox and not frommember
+              and not fromloc):
+            n = string2ll(c.next())
+            if n is None or not -2 ** 31 <= n < 2 ** 31:
+                raise CommandError(messages.GEO_POLYGON_BAD_COUNT)
+            if n < 3 or c.left() // 2 < n:
+                raise CommandError(messages.GEO_POLYGON_VERTICES)
+            _polygon(shape, [_lonlat(*c.take(2)) for _ in range(n)])
+            bypolygon = True
         else:
             raise syntax_error()
 
     if storekey is not None and (withdist or withhash or withcoord):
         raise CommandError(messages.GEO_STORE_WITH.format(
             "GEOSEARCHSTORE" if flags & _GEOSEARCHSTORE else "STORE option in GEORADIUS"))
-    if search and not (frommember or fromloc):
+    if search and not (frommember or fromloc or bypolygon):
         raise CommandError(messages.GEO_FROM_ONE.format(args[0].decode("utf-8", "replace")))
-    if search and not (byradius or bybox):
+    if search and not (byradius or bybox or bypolygon):
         raise CommandError(messages.GEO_BY_ONE.format(args[0].decode("utf-8", "replace")))
     if any_ and not count:
         raise CommandError(messages.GEO_ANY_NEEDS_COUNT)

@@ -2,8 +2,10 @@
 
 HLLs are string values in Valkey's own byte format (keyspace/hll.py). Effects: PFADD and PFMERGE
 are deterministic and propagate themselves (PFADD only when a register changed or the key was
-created). PFCOUNT never writes: Valkey stores the computed cardinality in the string's header (and
-replicates that write); here the count is memoized outside the value, so reads produce no effects.
+created). PFCOUNT of one key whose cached cardinality is stale writes the count into the string's
+header and propagates itself, as Valkey does (its bytes are what GET, DUMP and a replica see), so it is
+a write then: journaled, and answered once that commits. A replica computes it without writing (its
+copy changes only with what it applies); PFCOUNT of several keys never writes.
 """
 
 import math
@@ -47,6 +49,12 @@ def pfadd(ctx, args):
     return 1
 
 
+def _writer(ctx) -> bool:
+    """This node writes its own data (not a replica following a journal or a primary)."""
+    gate = ctx.pipeline.gate
+    return gate is None or not gate.is_replica()
+
+
 def _max_registers(registers, value):
     """The register-wise max of registers (None: none read yet) and the HLL value's, as PFCOUNT's and
     PFMERGE's hllMerge; a corrupt value is Valkey's INVALIDOBJ error."""
@@ -60,13 +68,20 @@ def _max_registers(registers, value):
 @command("pfcount")
 def pfcount(ctx, args):
     if len(args) == 2:
-        value = _hll_value(ctx, args[1])
+        key = args[1]
+        value = _hll_value(ctx, key)
         if value is None:
             return 0
         try:
-            return hll.count(value)
+            card = hll.count(value)
         except hll.Corrupt:
             raise _corrupt() from None
+        if hll.cache_stale(value) and (ctx.replaying or ctx.client.from_primary or _writer(ctx)):
+            ctx.store(key, hll.with_cached_count(value, card), keep_ttl=True)
+            encoding.string_modified_in_place(ctx.db, key)
+            ctx.touch(ctx.db.id, key)          # signalModifiedKey: WATCH and tracking see the write
+            ctx.propagate(b"PFCOUNT", key)     # replayed, it writes the same count into the same bytes
+        return card
     registers = None
     for key in args[1:]:
         value = _hll_value(ctx, key)

@@ -47,7 +47,7 @@ import time
 
 from .. import messages
 from ..errors import CommandError
-from ..keyspace.db import estimate_key, estimate_key_overhead
+from ..keyspace.db import FeedOnly, estimate_key, estimate_key_overhead
 from ..protocol.resp import QUEUED, ErrorReply, NullArray
 from . import registry
 from .base import Blocked, Context
@@ -57,6 +57,7 @@ log = logging.getLogger("durakv.commands")
 
 # estimate_key(k, v) for a string value, inlined on the write path: this constant + len(k) + len(v).
 STRING_KEY_COST = _STRING_KEY_COST = estimate_key_overhead(b"")
+MULTI_ARG_COST = 8        # a queued argument besides its payload, as Valkey counts it (sizeof(robj *))
 _EXACT_CACHE_MAX = 4096   # distinct spellings of command names remembered (an attacker can send many)
 
 
@@ -184,6 +185,7 @@ class Pipeline:
         self.total_commands = 0
         self.total_errors = 0
         self.error_counts = {}       # error prefix -> count (at most ERRORSTATS_MAX prefixes, as Valkey)
+        self.qbuf_limit_disconnections = 0   # clients closed past client-query-buffer-limit (INFO stats)
         self.errorstats_disabled = False
         # While EXEC or a script runs one of its commands: whether it wrote before it (None outside them);
         # a message it publishes after writing waits for those writes (publish_ticket)
@@ -194,6 +196,7 @@ class Pipeline:
         self.import_mode = False     # import-mode: a primary evicts nothing (the import source owns the data)
         self.used_memory_fn = lambda: keyspace.used_bytes
         self.monitors = Monitors(keyspace, config)
+        self._config = config        # read where a setting is needed rarely (client-query-buffer-limit in MULTI)
         self.scripting = None        # scripting.runner.ScriptingState, made on first use
         self._exact = {}             # command name exactly as received -> Command
         self._plain = {}             # ... for commands without subcommands (the hot path's table)
@@ -350,6 +353,15 @@ class Pipeline:
         """A command while a transaction is being queued: the answer (QUEUED or an error), or None when it
         runs now (EXEC, DISCARD, MULTI's own family). Queued commands pass admission now, as in Valkey, and
         EXEC passes it again with the flags of everything it queued."""
+        cost = sum(map(len, args)) + MULTI_ARG_COST * len(args)
+        limit = self._config["client-query-buffer-limit"] if self._config is not None else 1 << 30
+        if session.multi_bytes + cost > limit:
+            # Valkey counts the queued commands as part of the client's query buffer (readToQueryBuf): a
+            # client whose queue and request pass client-query-buffer-limit is closed, its transaction gone
+            self.discard(session)
+            session.close_after_reply = True
+            self.query_buffer_limit_reached(session)
+            return ErrorReply("ERR " + messages.PROTO_QUERY_BUFFER_LIMIT)
         if cmd.no_multi:
             return self._rejected(session, cmd, messages.NOT_ALLOWED_IN_MULTI.format(cmd.fullname))
         queue = None
@@ -365,6 +377,7 @@ class Pipeline:
         if cmd.multi_immediate:
             return None
         session.multi_queue.append((cmd, args))
+        session.multi_bytes += cost
         session.multi_write |= write
         session.multi_denyoom |= denyoom
         session.multi_may_replicate |= may_replicate
@@ -413,10 +426,16 @@ class Pipeline:
                 if denyoom and run.pre_oom and not run.allow_oom:
                     return messages.OOM
             else:
-                if queueing and not cmd.multi_immediate:
-                    denyoom = True  # MULTI queueing may grow memory without bound (processCommand's rule)
-                if denyoom and self.used_memory_fn() > self._maxmemory and not self.evict():
-                    return messages.OOM
+                # Valkey 9.1 queues a command that would not be refused for memory on its own (reads, PING,
+                # CLIENT PAUSE) even while out of memory; only what may grow memory is refused, queued or not
+                if self.used_memory_fn() > self._maxmemory:
+                    # processCommand evicts before every command, a read too (a client tracking an evicted key
+                    # hears of it before this command's reply); only a command that may grow memory is refused
+                    fits = self.evict()
+                    if self.keyspace.deleted_by_server:
+                        self.server_deletes()
+                    if denyoom and not fits:
+                        return messages.OOM
         if write and self._min_replicas_to_write and not wrote and not self.enough_good_replicas():
             return messages.NOREPLICAS
         dur = self.durability
@@ -625,6 +644,8 @@ class Pipeline:
 
     def evict(self) -> bool:
         """Evicts until under maxmemory. False if the policy forbids it or nothing is left."""
+        if self.pause is not None:
+            return True   # CLIENT PAUSE pauses eviction too (PAUSE_ACTION_EVICT): nothing is written meanwhile
         if self.maxmemory_policy == "noeviction" or self.import_mode:
             return False
         used, limit = self.used_memory_fn, self.maxmemory
@@ -638,16 +659,19 @@ class Pipeline:
     def out_of_memory(self) -> bool:
         return bool(self.maxmemory) and self.used_memory_fn() > self.maxmemory and not self.evict()
 
-    def evict_to_limit(self):
-        """Evicts at once down to maxmemory, if it is set and passed (the policy permitting)."""
-        if self.maxmemory and self.used_memory_fn() > self.maxmemory:
-            self.evict()
-
     def reset_stats(self):
         """CONFIG RESETSTAT's part here: the command count and the error-reply counters."""
         self.total_commands = 0
         self.total_errors = 0
         self.error_counts.clear()
+        self.qbuf_limit_disconnections = 0
+
+    def query_buffer_limit_reached(self, session):
+        """handleQbLimitReached: the client is closed (after durakv's error reply), counted in INFO's
+        client_query_buffer_limit_disconnections and logged as a warning, not as a protocol error."""
+        self.qbuf_limit_disconnections += 1
+        log.warning("Closing client that reached max query buffer length: id=%d addr=%s name=%s", session.id,
+                    session.addr, session.name.decode("utf-8", "replace"))
 
     # -- call() ---------------------------------------------------------------------------------------
     def call(self, session, cmd, args, handler=None, caller=None, count_call=True):
@@ -776,6 +800,9 @@ class Pipeline:
     def submit_collected(self, effects, touched):
         """Effects whose commands already went through call() (a long script's, collected while it ran):
         only durability and the blocked-client wake-ups are left to do."""
+        if not self.durability.feeds:
+            # the SYNC connection that wanted its PUBLISHes went away while the script ran: never journaled
+            effects = [e for e in effects if type(e[1]) is not FeedOnly]
         ticket = self.durability.submit(effects, touched)
         obs = self.observer
         if obs is not None:
@@ -913,6 +940,7 @@ class Pipeline:
     def discard(self, session):
         session.in_multi = False
         session.multi_queue = []
+        session.multi_bytes = 0
         session.multi_error = False
         session.multi_write = session.multi_denyoom = session.multi_may_replicate = False
         session.multi_touches_data = False

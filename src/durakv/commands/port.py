@@ -39,6 +39,11 @@ class Clients:
         """One CLIENT LIST / CLIENT INFO line (without the newline)."""
         needs_server("CLIENT LIST")
 
+    def flags(self, session) -> str:
+        """The client's flags as CLIENT LIST's FLAGS filter matches them: the letters of its `flags=` field
+        ("N" when it has none), plus "S" for a MONITOR (Valkey marks one a replica too)."""
+        return "N"
+
     def exists(self, client_id) -> bool:
         return False
 
@@ -174,6 +179,10 @@ class Replication:
         """role ('master'|'replica'), primary_host, primary_port, offset, replicas [(host, port, offset)],
         state (a replica's link: connect, connecting, sync, connected)."""
         return {"role": "master", "primary_host": "", "primary_port": 0, "offset": 0, "replicas": []}
+
+    def streaming(self) -> bool:
+        """Whether a SYNC/PSYNC connection takes Valkey's replication stream now (PUBLISH then joins it)."""
+        return False
 
     def replicaof(self, host, port) -> bool:
         """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""

@@ -52,11 +52,15 @@ def sunsubscribe(ctx, args):
 
 @command("publish")
 def publish(ctx, args):
+    if ctx.port.replication.streaming():
+        ctx.propagate_feed(b"PUBLISH", args[1], args[2])   # Valkey's replicas deliver it to their subscribers
     return ctx.port.pubsub.publish(args[1], args[2])
 
 
 @command("spublish")
 def spublish(ctx, args):
+    if ctx.port.replication.streaming():
+        ctx.propagate_feed(b"SPUBLISH", args[1], args[2])
     return ctx.port.pubsub.publish(args[1], args[2], shard=True)
 
 

@@ -45,8 +45,9 @@ def _shebang_flags(body: bytes):
     parts = split_args(body[:nl])
     if not parts:
         raise CommandError("ERR Invalid engine in script shebang")
-    if parts[0] != b"#!lua":
-        raise CommandError("ERR Unexpected engine in script shebang: %s" % parts[0].decode("utf-8", "replace"))
+    engine = parts[0][2:]
+    if engine.lower() != b"lua":   # Valkey 9 looks the engine up by name, case-insensitively
+        raise CommandError(messages.SCRIPT_ENGINE_NOT_FOUND.format(engine.decode("utf-8", "replace")))
     flags = 0
     for part in parts[1:]:
         if not part.startswith(b"flags="):

@@ -94,10 +94,6 @@ def config_set(ctx, args):
             applied.append(opt.name)
         else:
             later.append(pending)
-    if any(opt.name in ("maxmemory", "maxmemory-policy") for _n, opt, _v in chosen):
-        # As Valkey's updateMaxmemory: evict at once down to the new limit (the policy permitting),
-        # not only when the next write arrives; the evicted keys are journaled and notified as usual.
-        ctx.pipeline.evict_to_limit()
     if not later:
         return OK
     # Shard settings and durability switches answer once they hold (on a primary: for every later write).

@@ -7,7 +7,7 @@ _ids = itertools.count(1)
 
 class Session:
     __slots__ = ("id", "db_id", "resp", "authenticated", "user", "name", "lib_name", "lib_ver",
-                 "in_multi", "multi_queue", "multi_error", "watched", "watch_broken", "ctx",
+                 "in_multi", "multi_queue", "multi_bytes", "multi_error", "watched", "watch_broken", "ctx",
                  "created_ms", "last_cmd", "last_interaction_ms", "flags", "readonly_mode",
                  "close_after_reply", "addr", "laddr", "fd", "tracking", "last_write_index",
                  "multi_write", "multi_denyoom", "multi_may_replicate", "multi_touches_data",
@@ -27,6 +27,7 @@ class Session:
         self.lib_ver = b""
         self.in_multi = False
         self.multi_queue = []
+        self.multi_bytes = 0       # the queued commands' arguments as Valkey counts them (mstate.argv_len_sums)
         self.multi_error = False
         self.watched = {}          # (db_id, key) -> the key was already expired when WATCHed
         self.watch_broken = False

@@ -13,6 +13,7 @@ def multi(ctx, args):
     s = ctx.client
     s.in_multi = True   # MULTI inside MULTI never gets here: it is flagged no-multi (the pipeline refuses it)
     s.multi_queue = []
+    s.multi_bytes = 0
     s.multi_error = False
     return OK
 

@@ -28,6 +28,7 @@ import heapq
 import itertools
 
 from .. import messages
+from ..keyspace.db import FeedOnly
 from ..protocol.resp import Deferred
 from .tracker import COMMIT_LATENCY_BOUNDS, Buckets, WriteTracker, failure_reason
 
@@ -122,7 +123,9 @@ class Durability:
             return
 
         def submit(effects, touched):
-            ticket = base(effects, touched)
+            journaled = [e for e in effects if type(e[1]) is not FeedOnly]
+            # only what Valkey's stream carries alone (a PUBLISH): no journal entry, so nothing to wait for
+            ticket = base(journaled, touched) if journaled or not effects else 0
             # The batch these effects joined (the tracker answers 0 in async mode, where the reply leaves at
             # once; the feed still waits for the commit).
             index = self.assigned if self.tracker is not None and effects else 0

@@ -79,6 +79,12 @@ class ServerDeletion(tuple):
     __slots__ = ()
 
 
+class FeedOnly(tuple):
+    """An effect only Valkey's replication stream carries (PUBLISH, as Valkey propagates it to its replicas):
+    never journaled, never applied. It is recorded only while a SYNC/PSYNC connection takes that stream."""
+    __slots__ = ()
+
+
 class FieldsExpired(tuple):
     """The `reason` of a deleted_by_server entry (db_id, key, reason) for hash fields the server removed
     because their TTL passed: the fields, in order. Its effect is `HDEL key field ...`. `silent` entries are

@@ -15,9 +15,9 @@ updates follow hllSparseSet step by step (split, then merge of adjacent VAL opco
 5-opcode window, promotion to dense past 3000 bytes or for a register above 32), so the bytes are
 identical to Valkey's, and deterministic: replaying the same PFADD/PFMERGE gives the same bytes.
 
-Unlike Valkey, reading never writes: PFCOUNT does not store the cardinality in the header (a valid
-cached value found in a value, e.g. one imported from Valkey, is still honoured). Counts are
-memoized in a small dict keyed by the (immutable) value instead.
+PFCOUNT stores the cardinality in the header as Valkey does (commands/hyperloglog.py: with_cached_count,
+a journaled write); where it must not write (a replica) the count is memoized in a small dict keyed by
+the (immutable) value.
 
 Vector work on all 16384 registers (decode, max-merge, histogram) uses bytes.translate and big-int
 arithmetic on byte lanes instead of per-register Python loops.
@@ -481,6 +481,16 @@ def count(value: bytes) -> int:
             del _count_cache[next(iter(_count_cache))]
         _count_cache[value] = card
     return card
+
+
+def cache_stale(value: bytes) -> bool:
+    """The header's cached cardinality is marked invalid (HLL_VALID_CACHE false)."""
+    return bool(value[15] & 0x80)
+
+
+def with_cached_count(value: bytes, card: int) -> bytes:
+    """The value with `card` stored as its valid cached cardinality (pfcountCommand's header write)."""
+    return value[:8] + card.to_bytes(8, "little") + value[16:]
 
 
 def count_raw(raw) -> int:

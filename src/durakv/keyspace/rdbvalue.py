@@ -14,8 +14,10 @@ version 80: dump(value, field_ttls), load_with_field_ttls.
 Streams: a loaded stream gets durakv's node model from the payload's listpacks (one node per listpack,
 its tombstones counted), so that XADD node splits, approximate trimming and XINFO's radix-tree-keys go on
 as on the server that made it. durakv keeps no deleted entries, so a dumped stream has one listpack per
-durakv node holding its live entries only. Consumer active-time does not exist in RDB 10: a payload made
-here restores with active-time = seen-time, which is what Valkey does for such payloads too.
+durakv node holding its live entries only. Consumer active-time does not exist in RDB 10: a stream whose
+consumers' active-times all equal their seen-times is written as RDB_TYPE_STREAM_LISTPACKS_2 in RDB 10
+(Valkey restores such a payload with active-time = seen-time), any other as RDB_TYPE_STREAM_LISTPACKS_3 in
+RDB 11 (Redis 7.2, Valkey 7.2 and later), so that no active-time is lost (a consumer never active has -1).
 """
 
 import struct
@@ -38,6 +40,7 @@ RDB_VERSION_MAX = 11      # the newest version Valkey 8.0 restores (verifyDumpPa
 # Valkey 9.0's RDB version (rdb.h: 12-79 are left to Redis' formats): a hash with field TTLs is written as
 # RDB_TYPE_HASH_2 in it, a payload or file with such a hash carries it (a file with the VALKEY magic)
 RDB_VERSION_FIELD_TTL = 80
+RDB_VERSION_ACTIVE_TIME = 11   # RDB_TYPE_STREAM_LISTPACKS_3: consumers' active-time (Redis 7.2, Valkey 7.2)
 
 
 def _version_read(version: int) -> bool:
@@ -876,7 +879,12 @@ def _stream_listpack(s, master, names, ids):
     return listpack_encode(items)
 
 
-def _dump_stream(s):
+def _active_times_needed(s) -> bool:
+    """Whether some consumer's active-time differs from its seen-time (RDB 10 cannot say it)."""
+    return any(c.active_time != c.seen_time for g in (s.groups or {}).values() for c in g.consumers.values())
+
+
+def _dump_stream(s, active_times=False):
     chunks = _stream_chunks(s)
     out = [_len(len(chunks))]
     for master, names, ids in chunks:
@@ -893,7 +901,10 @@ def _dump_stream(s):
         out.append(_len(len(g.consumers)))
         for cname in sorted(g.consumers):
             c = g.consumers[cname]
-            out += (_string(cname), struct.pack("<q", c.seen_time), _len(len(c.pel)))
+            out += (_string(cname), struct.pack("<q", c.seen_time))
+            if active_times:
+                out.append(struct.pack("<q", c.active_time))
+            out.append(_len(len(c.pel)))
             out += [i.to_bytes(16, "big") for i in c.pel.keys]
     return b"".join(out)
 
@@ -954,6 +965,8 @@ def _dump_body(value, field_ttls=None):
     if isinstance(value, (bytes, bytearray, memoryview)):
         return T_STRING, _string(bytes(value))
     if isinstance(value, Stream):
+        if _active_times_needed(value):
+            return T_STREAM_LISTPACKS_3, _dump_stream(value, active_times=True)
         return T_STREAM_LISTPACKS_2, _dump_stream(value)
     if isinstance(value, JsonDoc):
         return T_MODULE_2, b"".join([_len(module_type_id(JSON_TYPE_NAME, JSON_ENCVER)),
@@ -984,20 +997,25 @@ def _dump_body(value, field_ttls=None):
 
 def dump(value, field_ttls=None) -> bytes:
     """The DUMP payload of a durakv value (RDB version 10); of a hash with field TTLs ({field: expire_at_ms}),
-    Valkey 9's RDB_TYPE_HASH_2 in RDB version 80."""
+    Valkey 9's RDB_TYPE_HASH_2 in RDB version 80; of a stream with consumers' active-times, version 11."""
     rdbtype, body = _dump_body(value, field_ttls)
-    version = RDB_VERSION_FIELD_TTL if rdbtype == T_HASH_2 else RDB_VERSION_WRITTEN
+    version = (RDB_VERSION_FIELD_TTL if rdbtype == T_HASH_2 else RDB_VERSION_ACTIVE_TIME
+               if rdbtype == T_STREAM_LISTPACKS_3 else RDB_VERSION_WRITTEN)
     payload = bytes((rdbtype,)) + body + version.to_bytes(2, "little")
     return payload + crc64(payload).to_bytes(8, "little")
 
 
 def rdb_file(databases, libraries=(), aux=()) -> bytes:
-    """A whole RDB file (version 10, as rdbSaveRio lays it out): aux fields, function libraries (their
+    """A whole RDB file (version 10, or 11 when a stream has consumers' active-times, as rdbSaveRio lays it
+    out): aux fields, function libraries (their
     code), then per database SELECTDB, RESIZEDB and its keys (an expire time first where there is one),
     EOF and the CRC-64 of everything before it. databases: (db_id, [(key, value, expire_at_ms | None)
     [, field_ttls]]); when a hash has field TTLs the file is Valkey 9's (VALKEY080) and holds RDB_TYPE_HASH_2."""
     with_ttls = any(len(item) > 3 and item[3] for _db, items in databases for item in items)
-    out = [b"VALKEY%03d" % RDB_VERSION_FIELD_TTL if with_ttls else b"REDIS%04d" % RDB_VERSION_WRITTEN]
+    active_times = not with_ttls and any(isinstance(item[1], Stream) and _active_times_needed(item[1])
+                                         for _db, items in databases for item in items)
+    out = [b"VALKEY%03d" % RDB_VERSION_FIELD_TTL if with_ttls else
+           b"REDIS%04d" % (RDB_VERSION_ACTIVE_TIME if active_times else RDB_VERSION_WRITTEN)]
     for name, value in aux:
         out.append(b"\xfa" + _string(name) + _string(value))
     for code in libraries:

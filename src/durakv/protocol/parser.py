@@ -16,8 +16,10 @@ Two parsers share one byte stream:
   only when the exact parser has checked all its headers, found them canonical, and the request waits for
   nothing but the rest of its last payload, which hiredis reads as data.
 
-A ProtocolError ends the connection after its reply. One departure from Valkey 8.0 (which accepts up to
-INT_MAX arguments): a multibulk count above 1024*1024 is refused, as Redis before 7.0 did.
+A ProtocolError ends the connection after its reply. As Valkey, an authenticated request may announce up to
+INT_MAX arguments (an unauthenticated one 10); what bounds it is client-query-buffer-limit: the arguments a
+request has brought so far count toward it, each with ARG_COST bytes for what holding it costs besides its
+payload, and the connection is refused once they pass it, whether or not a partial line is kept.
 """
 
 import re
@@ -29,7 +31,8 @@ from ..config import split_args
 from ..errors import ProtocolError
 from .numbers import string2ll
 
-MAX_MULTIBULK = 1024 * 1024
+MAX_MULTIBULK = 2 ** 31 - 1     # INT_MAX: processMultibulkBuffer's "invalid multibulk length" above it
+ARG_COST = 48                   # a parsed argument besides its payload (a bytes object and its list slot)
 MAX_INLINE = 64 * 1024          # PROTO_INLINE_MAX_SIZE: an inline request or a header line
 UNAUTH_MAX_MULTIBULK = 10
 UNAUTH_MAX_BULK = 16384
@@ -288,7 +291,10 @@ class RequestParser:
         return n if t < 0 else min(n, t + 2)
 
     def _check_buffered(self):
-        if len(self._buf) + self._args_bytes > self.query_buffer_limit:
+        held = len(self._buf) + self._args_bytes
+        if self._args is not None:
+            held += ARG_COST * len(self._args)
+        if held > self.query_buffer_limit:
             raise ProtocolError(messages.PROTO_QUERY_BUFFER_LIMIT)
 
     def _fast(self, buf, pos, end, commands):
@@ -455,6 +461,8 @@ class RequestParser:
                     with memoryview(buf) as view:
                         args.append(bytes(view[pos:pos + bulklen]))
                 self._args_bytes += bulklen
+                if self._args_bytes + ARG_COST * len(args) > self.query_buffer_limit:
+                    raise ProtocolError(messages.PROTO_QUERY_BUFFER_LIMIT)
                 pos += bulklen + 2  # the two bytes after the payload are not checked, as in Valkey
                 self._bulklen = -1
                 self._mbulk -= 1

@@ -74,6 +74,14 @@ class HandoverMixin:
             return False
         return True
 
+    def hold_state(self):
+        """(actions, milliseconds left) of the hold as INFO's paused_* fields show it ("write" while it holds
+        writes, "all" once reads wait too), or None when nothing is held."""
+        if self.holding is None:
+            return None
+        return ("all" if self.holding == "data" else "write",
+                max(0, int((self._hold_deadline - time.monotonic()) * 1000)))
+
     def hold_data(self):
         """The lease is about to be handed over: the new primary may serve any moment from now, so reads wait
         too (answered afterwards by the replica this node becomes, or its -MOVED)."""

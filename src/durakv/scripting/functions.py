@@ -22,6 +22,8 @@ RDB_OPCODE_FUNCTION2 = 245
 RDB_OPCODE_FUNCTION_PRE_GA = 246
 NAME_ERROR = ("Library names can only contain letters, numbers, or underscores(_) and must be at least one "
               "character long")
+FUNCTION_NAME_ERROR = ("Function names can only contain letters, numbers, or underscores(_) and must be at least "
+                       "one character long")
 _NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _FLAG_BY_NAME = {name: flag for flag, name in FLAG_NAMES}
 
@@ -76,10 +78,11 @@ class LibCtx:
 class _LoadRun:
     """The run context while a library's top-level code runs (only register_function and log)."""
 
-    __slots__ = ("hook", "loading", "load_deadline", "library", "funcname", "resp", "caller_resp3")
+    __slots__ = ("hook", "loading", "load_deadline", "library", "registered", "funcname", "resp", "caller_resp3")
 
     def __init__(self, library, timeout_ms):
         self.library = library
+        self.registered = []       # FunctionInfo in registration order, names not yet checked
         self.loading = True
         self.hook = True
         self.load_deadline = time.monotonic() + timeout_ms / 1000.0 if timeout_ms else None
@@ -166,9 +169,18 @@ class Functions:
             fn, err = engine.compile(body, b"@user_function")
             if fn is None:
                 raise FunctionError("Error compiling function: %s" % err.decode("utf-8", "replace"))
-            ok, err = engine.load_library(_LoadRun(lib, timeout_ms), fn)
+            run = _LoadRun(lib, timeout_ms)
+            ok, err = engine.load_library(run, fn)
             if not ok:
                 raise FunctionError("Error registering functions: %s" % err.decode("utf-8", "replace"))
+            # Valkey 9 checks the names once the library's code has run (the engine only collects them), in
+            # registration order, and its error is FUNCTION LOAD's own, not a Lua error
+            for fi in run.registered:
+                if not verify_name(fi.name):
+                    raise FunctionError(FUNCTION_NAME_ERROR)
+                if fi.name in lib.functions:
+                    raise FunctionError("Function already exists in the library")
+                lib.functions[fi.name] = fi
             if not lib.functions:
                 raise FunctionError("No functions registered")
             for fi in lib.functions.values():
@@ -340,11 +352,7 @@ def _register(run, argc, args):
         callback = args[1]
         if not is_lua_function(callback):
             return _err("second argument to server.register_function must be a function")
-    if not verify_name(name):
-        return _err(NAME_ERROR)
-    if name in lib.functions:
-        return _err("Function already exists in the library")
-    lib.functions[name] = FunctionInfo(name, desc, flags, callback, lib)
+    run.registered.append(FunctionInfo(name, desc, flags, callback, lib))
     return None
 
 

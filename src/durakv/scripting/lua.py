@@ -377,6 +377,7 @@ class LuaEngine:
         self._run_eval = api[b"run_eval"]
         self._run_function = api[b"run_function"]
         self._load_library = api[b"load_library"]
+        self._arm_kill = api[b"arm_kill"]
         self._classify = api[b"classify"]
         self._error_info = api[b"error_info"]
         self._memory = api[b"memory"]
@@ -720,6 +721,13 @@ class LuaEngine:
         argv, err = self._argv(args)
         if err is not None:
             return True, err
+        stop = run.interrupt()
+        if stop is not None:
+            # SCRIPT KILL came while the script calls the server: the call fails with the kill and every line
+            # raises from now on. Past busy-reply-threshold each call waits for the loop, so the instruction
+            # count hook alone took seconds to come round (pause.tcl's kill of a pcall loop timed out).
+            self._arm_kill()
+            return True, self.err_table(stop.decode())
         try:
             reply = run.execute(argv)
             # room for the reply's Lua values, and for lupa pushing the value (the guard does not size it)

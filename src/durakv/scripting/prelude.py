@@ -411,6 +411,13 @@ local function clear_hook()
   hook_on = false
   dbg_sethook()
 end
+-- a killed script that calls the server: from now on every line raises (as interrupt_hook does once it
+-- sees the kill), so a loop of calls inside pcall cannot wait for the next instruction count to be stopped
+local function arm_kill()
+  if not hook_on then return end
+  hook_mask, hook_count = "l", 0
+  dbg_sethook(interrupt_hook, "l")
+end
 
 local co_create, co_resume = coroutine.create, coroutine.resume
 local function is_lua_function(f)
@@ -961,7 +968,7 @@ G0.debug = {traceback = traceback}
 
 return {compile = compile, run_eval = run_eval, run_function = run_function, load_library = load_library,
         classify = classify, error_info = error_info, memory = memory, full_gc = full_gc, null = JSON_NULL,
-        tostring = tostring, tonumber = tonumber, type = s_type_of}
+        tostring = tostring, tonumber = tonumber, type = s_type_of, arm_kill = arm_kill}
 """
 
 PRELUDE = PRELUDE.replace("--@LIBS@--", LIBS_LUA)

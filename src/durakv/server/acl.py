@@ -20,14 +20,15 @@ log = logging.getLogger("durakv.acl")
 
 _EXEC_REASON = {acl_check.DENIED_CMD: messages.ACL_EXEC_REASON_CMD,
                 acl_check.DENIED_KEY: messages.ACL_EXEC_REASON_KEY,
-                acl_check.DENIED_CHANNEL: messages.ACL_EXEC_REASON_CHANNEL}
+                acl_check.DENIED_CHANNEL: messages.ACL_EXEC_REASON_CHANNEL,
+                acl_check.DENIED_DB: messages.ACL_EXEC_REASON_DB}
 AUTH_LOG_INTERVAL_MS = 1000  # at most one line per interval about failed AUTH, with the count it stands for
 
 
-def _denial(user, cmd, args):
+def _denial(user, cmd, args, session, ndbs):
     """acl_check.check's (reason, argument position) for a denied command, or None; a user allowed everything
-    (no ACL rules: the common case) is not walked."""
-    return None if user.unrestricted else acl_check.check(user, cmd, args)
+    (no ACL rules: the common case) is not walked. The db= rules look at `session`'s current database."""
+    return None if user.unrestricted else acl_check.check(user, cmd, args, (session.db_id, ndbs))
 
 
 class ServerAcl:
@@ -137,7 +138,7 @@ class ServerAcl:
     def admit(self, session, cmd, args):
         """processCommand's ACL step: None or the -NOPERM reply text (the denial is logged and counted)."""
         user = session.acl_user or self.users.default
-        denied = _denial(user, cmd, args)
+        denied = _denial(user, cmd, args, session, self._ndbs())
         if denied is None:
             return None
         reason, pos = denied
@@ -148,7 +149,7 @@ class ServerAcl:
     def exec_denied(self, session, cmd, args):
         """execCommand's re-check of a queued command (the rules may have changed since it was queued)."""
         user = session.acl_user or self.users.default
-        denied = _denial(user, cmd, args)
+        denied = _denial(user, cmd, args, session, self._ndbs())
         if denied is None:
             return None
         reason, pos = denied
@@ -161,7 +162,7 @@ class ServerAcl:
             return None  # no client behind it (recovery, internal runs)
         user = caller.acl_user or self.users.default
         script_session.acl_user = caller.acl_user
-        denied = _denial(user, cmd, args)
+        denied = _denial(user, cmd, args, script_session, self._ndbs())
         if denied is None:
             return None
         reason, pos = denied
@@ -172,10 +173,17 @@ class ServerAcl:
     def allowed(self, caller, cmd, args) -> bool:
         """server.acl_check_cmd: the check alone, nothing logged."""
         user = self.users.default if caller is None or caller.acl_user is None else caller.acl_user
-        return acl_check.check(user, cmd, args) is None
+        db = (caller.db_id, self._ndbs()) if caller is not None else None
+        return acl_check.check(user, cmd, args, db) is None
+
+    def _ndbs(self) -> int:
+        return len(self.server.keyspace.dbs)
 
     def _log_denial(self, session, user, cmd, args, reason, pos, context, current):
-        obj = cmd.fullname.encode() if reason == acl_check.DENIED_CMD else args[pos]
+        # the command's name for a denied command or current database (Valkey logs its full name), else the
+        # argument: the key, the channel, the database number
+        obj = cmd.fullname.encode() if reason == acl_check.DENIED_CMD or (
+            reason == acl_check.DENIED_DB and pos == 0) else args[pos]
         self.log.add(reason, context, obj, user.name, self.client_info(session, current), self.server.clock_ms())
 
     def client_info(self, session, current) -> bytes:
@@ -367,6 +375,3 @@ class ServerAcl:
     # -- stats ----------------------------------------------------------------------------------------------
     def info_fields(self):
         return self.log.info_fields()
-
-    def reset_stats(self):
-        self.log.reset_stats()

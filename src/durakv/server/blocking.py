@@ -255,6 +255,7 @@ class Blocking:
             self.server.active_expire_enabled = self._saved_active_expire
             ks.expire_enabled, ks.hide_expired = self._saved_lazy_expire
             self._saved_active_expire = None
+        self.server.evict_soon()   # what the pause kept from being evicted goes now
         self.resume_postponed()
 
     def resume_postponed(self):

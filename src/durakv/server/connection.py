@@ -317,7 +317,10 @@ class Connection(asyncio.Protocol):
             if importing:
                 ks.expire_enabled, ks.hide_expired = saved_expiry
         if error is not None and not session.close_after_reply:
-            server.log_protocol_error(session, error)
+            if error == messages.PROTO_QUERY_BUFFER_LIMIT:
+                pipeline.query_buffer_limit_reached(session)
+            else:
+                server.log_protocol_error(session, error)
             # latin-1: a protocol error quotes the offending byte as it came (Valkey writes it raw)
             outbox.emit(0, b"-ERR %s\r\n" % error.encode("latin-1", "replace"))
             session.close_after_reply = True

@@ -58,7 +58,27 @@ def _section_clients(srv):
             "pubsub_clients": srv.pubsub.clients,
             "watching_clients": sum(1 for c in srv.clients.values() if c.session.watched),
             "clients_in_timeout_table": blocking.timed, "total_watched_keys": len(srv.pipeline.watchers),
-            "total_blocking_keys": blocking.blocking_keys(), "total_blocking_keys_on_nokey": blocking.blocking_keys_on_nokey()}
+            "total_blocking_keys": blocking.blocking_keys(), "total_blocking_keys_on_nokey": blocking.blocking_keys_on_nokey(),
+            **_paused(srv)}
+
+
+def _paused(srv):
+    """paused_reason / paused_actions / paused_timeout_milliseconds (Valkey 8.1+): the strictest pause in force
+    (all over write), and of those pausing it the one that ends last, with its reason: CLIENT PAUSE, or a
+    planned failover's hand-over holding commands (Valkey's manual failover pause)."""
+    pauses = []
+    blocking = srv.blocking
+    now_ms = srv.clock_ms()
+    if blocking.pause_mode is not None and blocking.pause_end_ms > now_ms:
+        pauses.append((blocking.pause_mode, blocking.pause_end_ms - now_ms, "client_pause"))
+    hold = getattr(srv.pipeline.gate, "hold_state", None)   # a cluster node's hand-over (replication/handover.py)
+    if hold is not None and hold() is not None:
+        pauses.append(hold() + ("failover_in_progress",))
+    if not pauses:
+        return {"paused_reason": "none", "paused_actions": "none", "paused_timeout_milliseconds": 0}
+    actions = "all" if any(p[0] == "all" for p in pauses) else "write"
+    _a, left_ms, reason = max((p for p in pauses if actions == "write" or p[0] == "all"), key=lambda p: p[1])
+    return {"paused_reason": reason, "paused_actions": actions, "paused_timeout_milliseconds": left_ms}
 
 
 def _human(n):
@@ -161,7 +181,7 @@ def _section_stats(srv):
             "total_reads_processed": srv.reads_processed, "total_writes_processed": srv.writes_processed,
             # every socket read and write happens on the event loop's thread: none on an I/O thread
             "io_threaded_reads_processed": 0, "io_threaded_writes_processed": 0,
-            "client_query_buffer_limit_disconnections": 0, "protocol_errors": srv.protocol_errors,
+            "client_query_buffer_limit_disconnections": d.qbuf_limit_disconnections, "protocol_errors": srv.protocol_errors,
             **srv.loop_stats.info_fields(_commands_usec()),
             **srv.acl.info_fields()}
 

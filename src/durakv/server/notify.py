@@ -107,13 +107,16 @@ _REMOVERS = {
     b"zremrangebylex": (ZSET, b"zremrangebylex"), b"zpopmin": (ZSET, b"zpopmin"),
     b"zpopmax": (ZSET, b"zpopmax"),
 }
-_NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish"}
+_NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish", b"pfcount"}   # PFCOUNT: its cache
 # what SET is called when another command was rewritten into it
 _SET_ORIGIN = {"incrbyfloat": b"incrbyfloat"}
 _ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpopmax", "bzpopmax": b"zpopmax"}
 _EXPIRE_OPTS = {b"ex", b"px", b"exat", b"pxat"}
 # commands whose HDEL effect removes fields they expired at once (a TTL in the past): "hexpired"
 _HEXPIRED_ORIGIN = {"hexpire", "hpexpire", "hexpireat", "hpexpireat", "hgetex", "hsetex"}
+# commands whose DEL / UNLINK effect deletes a key because the time they gave is already past
+# (deleteExpiredKeyFromOverwriteAndPropagate): "expired", as Valkey, not "del"
+_EXPIRED_ORIGIN = {"expire", "pexpire", "expireat", "pexpireat", "set", "getex"}
 # what HSET / HSETEX is called when another command was rewritten into it
 _HSET_ORIGIN = {"hincrbyfloat": b"hincrbyfloat", "hincrby": b"hincrby"}
 
@@ -330,7 +333,13 @@ class Tracking:
                 return
             redirected = True
         if target.session.resp == 3:
-            target.push(Push([b"invalidate", keys]))
+            hooks = self.server.hooks
+            if redirected and target is hooks.current:
+                # the redirect target is running the command that caused it: Valkey 9 queues the push behind
+                # that command's reply, as it does for a tracking client's own invalidations
+                hooks.push_after_reply(Push([b"invalidate", keys]))
+            else:
+                target.push(Push([b"invalidate", keys]))
         elif redirected and target.subs is not None and target.subs.total():
             self.server.pubsub.push_message(target, b"__redis__:invalidate", keys)
 
@@ -743,6 +752,8 @@ def _events(name, argv, db_id, origin, args):
                 out.append((SET, b"spop", db_id, k, False))
                 out.append((G, b"del", db_id, k, False))
             return out
+        if origin in _EXPIRED_ORIGIN:
+            return [(EXPIRED, b"expired", db_id, k, False) for k in argv[1:]]
         return [(G, b"del", db_id, k, False) for k in argv[1:]]
     if name == b"hset":
         return [(HASH, _HSET_ORIGIN.get(origin, b"hset"), db_id, argv[1], False)]

@@ -51,6 +51,13 @@ class ServerClients(_Served, Clients):
         conn = self._conn(session)
         return client_line(conn, self.server.clock_ms()) if conn is not None else ""
 
+    def flags(self, session) -> str:
+        conn = self._conn(session)
+        if conn is None:
+            return "N"
+        flags = client_flags(conn)
+        return flags + "S" if session.monitor else flags
+
     def exists(self, client_id) -> bool:
         return client_id in self.server.clients
 
@@ -185,7 +192,8 @@ class ServerAdmin(_Served, Admin):
         srv.ops_samples.clear()  # instantaneous_ops_per_sec restarts from the reset counter
         srv.sync_full = srv.sync_partial_err = srv.total_forks = 0
         srv.loop_stats.reset()
-        srv.acl.reset_stats()
+        # the acl_access_denied_* counters stay: Valkey sets them once at start (initServer), not in
+        # resetServerStats
 
     def shutdown(self):
         self.server.request_shutdown()
@@ -234,6 +242,9 @@ class ServerReplication(_Served, Replication):
 
     def status(self) -> dict:
         return self.server.replication_info()
+
+    def streaming(self) -> bool:
+        return bool(self.server.durability.feeds)
 
     def replicaof(self, host, port) -> bool:
         srv = self.server
@@ -619,17 +630,11 @@ class ScriptHost:
             self._saved_expire = None
 
 
-def client_line(conn, now_ms, current=None) -> str:
-    """One CLIENT LIST line, Valkey's fields in Valkey's order (`current`: the command name to show instead of
-    the last one, as ACL LOG shows the command being refused)."""
+def client_flags(conn) -> str:
+    """The `flags=` field of a CLIENT LIST line: Valkey's letters in Valkey's order, "N" for none."""
     s = conn.session
-    if current is None:
-        current = s.last_cmd.fullname if s.last_cmd is not None else "NULL"
-    age = (now_ms - s.created_ms) // 1000
-    idle = (now_ms - s.last_interaction_ms) // 1000
-    subs = conn.subs
     tracking = conn.tracking
-    flags = "".join((
+    return "".join((
         "S" if conn.replica_feed is not None and not s.monitor else "",
         "O" if s.monitor else "",
         "P" if s.subscribed else "",
@@ -644,17 +649,31 @@ def client_line(conn, now_ms, current=None) -> str:
         "e" if conn.no_evict else "",
         "T" if s.no_touch else "",
         "I" if s.import_source else "")) or "N"
+
+
+def client_line(conn, now_ms, current=None) -> str:
+    """One CLIENT LIST line, Valkey's fields in Valkey's order (`current`: the command name to show instead of
+    the last one, as ACL LOG shows the command being refused)."""
+    s = conn.session
+    if current is None:
+        current = s.last_cmd.fullname if s.last_cmd is not None else "NULL"
+    age = (now_ms - s.created_ms) // 1000
+    idle = (now_ms - s.last_interaction_ms) // 1000
+    subs = conn.subs
+    tracking = conn.tracking
+    flags = client_flags(conn)
     nsub, npsub, nssub = (len(subs.channels), len(subs.patterns), len(subs.shard)) if subs is not None else (0, 0, 0)
     redir = tracking.redirect if tracking is not None else -1
     held = len(conn.outbox.held) if conn.outbox is not None else 0
     omem = conn.output_memory()
     return ("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s capa=%s db=%d sub=%d psub=%d ssub=%d "
-            "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=%d omem=%d "
+            "multi=%d watch=%d qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=%d rbs=16384 rbp=0 obl=0 oll=%d omem=%d "
             "tot-mem=%d events=r cmd=%s user=%s redir=%d resp=%d lib-name=%s lib-ver=%s tot-net-in=%d "
             "tot-net-out=%d tot-cmds=%d" % (
                 s.id, s.addr, s.laddr, s.fd, s.name.decode("utf-8", "replace"), age, idle, flags,
                 "r" if s.capa_redirect else "", s.db_id,
-                nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), held, omem, omem,
+                nsub, npsub, nssub, len(s.multi_queue) if s.in_multi else -1, len(s.watched), s.multi_bytes, held,
+                omem, omem + s.multi_bytes,
                 current, s.user, redir, s.resp, s.lib_name.decode("utf-8", "replace"),
                 s.lib_ver.decode("utf-8", "replace"), s.net_in, s.net_out, s.commands_processed))
 

@@ -136,7 +136,21 @@ def _command(argv) -> bytes:
     return b"".join(parts)
 
 
+def _as_valkey_propagates(effects):
+    """A command's effects as Valkey's stream has them: XREADGROUP's CREATECONSUMER of a consumer that one of
+    its XCLAIMs names is left out (the XCLAIM creates it on a replica; Valkey propagates no CREATECONSUMER
+    then). durakv journals it all the same: its replicas and keyspace events need no such inference."""
+    claimed = {(db_id, argv[1], argv[2], argv[3]) for db_id, argv in effects
+               if len(argv) > 3 and argv[0].lower() == b"xclaim"}
+    if not claimed:
+        return effects
+    return [(db_id, argv) for db_id, argv in effects
+            if not (len(argv) == 5 and argv[0].lower() == b"xgroup" and argv[1].lower() == b"createconsumer"
+                    and (db_id, argv[2], argv[3], argv[4]) in claimed)]
+
+
 _MULTI = _command((b"MULTI",))
+_PING = _command((b"ping",))   # as Valkey writes it (replicationCron's argv, lower-case)
 _EXEC = _command((b"EXEC",))
 
 
@@ -155,6 +169,8 @@ class ReplicaFeed:
         # The server's own deletions (lazy expiry during the command) go out apart and first, as Valkey
         # propagates them at once; the command's own effects follow, wrapped when there are several.
         own = [e for e in effects if type(e[1]) is not ServerDeletion]
+        if len(own) > 1:
+            own = _as_valkey_propagates(own)
         if len(own) != len(effects):
             for db_id, argv in effects:
                 if type(argv) is ServerDeletion:
@@ -180,6 +196,14 @@ class ReplicaFeed:
         data = b"".join(out)
         self.offset += len(data)
         return data
+
+    def ping(self):
+        """replicationCron's PING to its replicas, every repl-ping-replica-period seconds: the stream's
+        keep-alive, counted in its offset, queued behind whatever of the stream still waits for a commit."""
+        if self.conn.closing:
+            return
+        self.offset += len(_PING)
+        self.conn.push(Raw(_PING))
 
     def _one(self, out, db_id, argv):
         if db_id != self.db_id:

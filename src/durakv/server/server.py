@@ -175,6 +175,8 @@ class Server:
         self.loop_stats = LoopStats()      # INFO's eventloop_* figures and the loop's heartbeat (loopstats.py)
         self.active_expire_enabled = True
         self.cron_paused = False
+        self._repl_cron_loops = 0          # replicationCron runs since start (repl-ping-replica-period)
+        self._repl_cron_next = 0.0         # monotonic s of its next run
         self.now_ms = self.clock_ms()         # refreshed per batch of requests (CLIENT LIST idle)
         self._durability_switch = None        # the mode a live none <-> journal switch is going to
         self.cluster_node = None           # set when the journal is JetStream (multi-AZ shard member)
@@ -250,10 +252,12 @@ class Server:
             d.requirepass = value or None
         elif name == "maxmemory":
             d.maxmemory = value
+            self.evict_soon()
         elif name == "maxmemory-policy":
             d.maxmemory_policy = value
             # Valkey keeps every object's LRU clock unless the policy is LFU (OBJECT IDLETIME answers from it)
             self.keyspace.track_access = "lfu" if value.endswith("lfu") else "lru"
+            self.evict_soon()
         elif name == "maxmemory-samples":
             d.maxmemory_samples = value
         elif name == "min-replicas-to-write":
@@ -285,6 +289,20 @@ class Server:
             self.config.values["notify-keyspace-events"] = notify_flags_to_string(self.hooks.notify_flags)
         elif name == "lua-memory-limit":
             set_lua_memory_limit(value)
+
+    def evict_soon(self):
+        """Valkey's startEvictionTimeProc: evict down to maxmemory on the next loop iteration, not inside the
+        command that lowered the limit (CONFIG SET in a MULTI evicts after EXEC), the evicted keys journaled
+        and notified as usual; skipped while CLIENT PAUSE holds writes (evictions then wait for its end)."""
+        if self.loop is not None and self.pipeline.maxmemory:
+            self.loop.call_soon(self._evict_now)
+
+    def _evict_now(self):
+        d = self.pipeline
+        if d.pause is None and d.maxmemory and d.used_memory_fn() > d.maxmemory:
+            d.mark()
+            d.evict()
+            d.server_deletes()
 
     def validate_config_set(self, name, value):
         """Extra checks CONFIG SET needs beyond parsing; returns an error reason or None."""
@@ -835,6 +853,8 @@ class Server:
     def cron_tick(self):
         ks = self.keyspace
         ks.lru_tick()
+        if time.monotonic() >= self._repl_cron_next:
+            self._replication_cron()
         if self.active_expire_enabled:
             ks.active_expire_cycle(25.0, time.perf_counter)
         if ks.deleted_by_server:
@@ -859,6 +879,18 @@ class Server:
                 if s.last_interaction_ms < limit and not conn.outbox.held and conn.blocked is None \
                         and not (conn.subs is not None and conn.subs.total()):
                     conn.close()
+
+    def _replication_cron(self):
+        """Valkey's replicationCron, once a second: a PING on every SYNC/PSYNC stream when the count of its
+        runs since start is a multiple of repl-ping-replica-period (so a stream attached to a fresh server
+        may start with one, as Valkey's does)."""
+        self._repl_cron_next = time.monotonic() + 1.0
+        if self._repl_cron_loops % self.config["repl-ping-replica-period"] == 0:
+            for feed in list(self.durability.feeds):
+                ping = getattr(feed, "ping", None)
+                if ping is not None:
+                    ping()
+        self._repl_cron_loops += 1
 
     def instantaneous_ops(self):
         s = self.ops_samples
