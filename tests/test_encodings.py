@@ -50,6 +50,9 @@ def test_encoding_configs_have_valkey_defaults_and_aliases(rc):
         "argument couldn't be parsed into an integer")
     assert error_of(rc, "CONFIG", "SET", "hash-max-listpack-value", "-1") == (
         "ERR CONFIG SET failed (possibly related to argument 'hash-max-listpack-value') - "
+        "argument must be a memory value")          # Valkey 9.1.2: a memory config, unsigned
+    assert error_of(rc, "CONFIG", "SET", "set-max-listpack-value", "-1") == (
+        "ERR CONFIG SET failed (possibly related to argument 'set-max-listpack-value') - "
         "argument must be between 0 and 9223372036854775807 inclusive")
 
 
