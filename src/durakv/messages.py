@@ -1,4 +1,8 @@
-"""Every error reply text, verbatim as Valkey sends it (prefix included, no leading '-')."""
+"""Every error reply text, verbatim as Valkey sends it (prefix included, no leading '-').
+
+The one home: no other module spells a reply text (tests/test_messages_home.py checks the source). A config
+value's problem (config.c's text after "CONFIG SET failed ... - ") stays with its option's rule in config.py,
+the one home of each option's facts; the Lua prelude's own runtime errors are Lua source (scripting/prelude.py)."""
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 SYNTAX = "ERR syntax error"
@@ -630,3 +634,120 @@ SEARCH_SORTBY_FIELD = "Index field `{}` does not exist"
 SEARCH_NO_NODES = "No available nodes to execute the query"
 SEARCH_FANOUT_FAILED = "Error while fanning out the query to shard {}: {}"
 SEARCH_ACL_PREFIX = "The user does not have permission to access the key prefix"
+
+# -- what needs a client connection or a server process (the handler port) --
+MONITOR_NEEDS_CONNECTION = "ERR MONITOR needs a client connection"
+TRACKING_NEEDS_CONNECTION = "ERR CLIENT TRACKING needs a client connection"
+PUBSUB_NEEDS_CONNECTION = "ERR pub/sub needs a client connection"
+SYNC_NEEDS_CONNECTION = "ERR SYNC needs a client connection"
+NEEDS_RUNNING_SERVER = "ERR %s needs a running server"
+REPLICAOF_NEEDS_SERVER = "ERR REPLICAOF needs a server process"
+
+# -- REPLCONF, SHUTDOWN ABORT, SWAPDB, REPLICAOF, MODULE (replication.c, server.c, db.c, module.c) --
+REPLICAOF_IN_CLUSTER_MODE = "ERR REPLICAOF not allowed in cluster mode."
+REPLICAOF_ON_SHARD_MEMBER = ("ERR REPLICAOF is not supported on a shard member: its replicas follow the shard's "
+                             "journal")
+REPLCONF_IP_TOO_LONG = "ERR REPLCONF ip-address provided by replica instance is too long: %d bytes"
+REPLCONF_FILTER_MISSING = "ERR Missing rdb-filter-only values"
+REPLCONF_FILTER_UNSUPPORTED = "ERR Unsupported rdb-filter-only option: %s"
+REPLCONF_VERSION_FORMAT = "ERR Unrecognized version format: %s"
+REPLCONF_UNKNOWN_OPTION = "ERR Unrecognized REPLCONF option: %s"
+SHUTDOWN_NONE_IN_PROGRESS = "ERR No shutdown in progress."
+SWAPDB_FIRST_INDEX = "ERR invalid first DB index"
+SWAPDB_SECOND_INDEX = "ERR invalid second DB index"
+NOT_VALID_FOR_REPLICA_CLIENT = "ERR Command is not valid when client is a replica."
+REPLICAOF_INVALID_PORT = "ERR Invalid master port"
+MODULE_LOAD_FAILED = "ERR Error loading the extension. Please check the server logs."
+MODULE_UNLOAD_NO_SUCH = "ERR Error unloading module: no such module with that name"
+
+# -- durakv's server: durability switches, shard settings, snapshots, DEBUG RELOAD --
+FAILOVER_TO_PRIMARY = "ERR You should send CLUSTER FAILOVER to a replica"
+FAILOVER_REQUEST_FAILED = "ERR failover request failed: %s"
+RDB_EXPORT_FAILED = "ERR the RDB export's child process failed (exit status {})"
+SHARD_SETTINGS_NOT_STORED = "ERR the shard's settings could not be stored: %s"
+DURABILITY_SWITCH_FAILED = "ERR switching durability to %s failed: %s"
+DEBUG_RELOAD_ON_SHARD_MEMBER = ("ERR DEBUG RELOAD is not supported on a shard member (its data is the shard's journal: "
+                                "restart the node instead)")
+DEBUG_RELOAD_LOAD_FAILED = "ERR Error trying to load the RDB dump, check server logs."
+SNAPSHOT_FAILED = "ERR snapshot failed: %s"
+SNAPSHOT_ON_JETSTREAM_PRIMARY = "ERR snapshots of a JetStream shard are taken on its replicas"
+
+# -- MIGRATE (cluster.c migrateCommand's I/O errors) --
+MIGRATE_IOERR_WRITING = "IOERR error or timeout writing to target instance"
+MIGRATE_IOERR_CONNECTING = "IOERR error or timeout connecting to the client"
+MIGRATE_IOERR_IO = "IOERR error or timeout %s to target instance"
+
+# -- scripting: the Lua engine and the script runner (script_lua.c, eval.c, function_lua.c) --
+FUNCTION_LOAD_TIMEOUT = "ERR FUNCTION LOAD timeout"
+SCRIPT_KILLED = "ERR Script killed by user with SCRIPT KILL."
+FUNCTION_KILLED = "ERR Script killed by user with FUNCTION KILL."
+SCRIPT_INTERNAL_ERROR = "ERR internal error: %s"
+SCRIPT_SERVER_SHUTTING_DOWN = "ERR the server is shutting down"
+SCRIPT_RUN_ERROR = "ERR Error running script %s, %s"
+SCRIPT_RUN_OOM = "ERR Error running script %s, not enough memory"
+SCRIPT_RUN_ERROR_SHORT = "ERR Error running script %s, %.100s"
+SCRIPT_UNKNOWN_ERROR = "ERR unknown error"
+LUA_STACK_LIMIT = "ERR reached lua stack limit"
+SCRIPT_REPLY_TYPE = "ERR reply of type %s cannot be passed to a script"
+SCRIPT_CALL_NO_ARGS = "ERR Please specify at least one argument for this call"
+SCRIPT_CALL_ARG_TYPE = "ERR Command arguments must be strings or integers"
+SCRIPT_CALL_OUTSIDE_RUN = "ERR server.call() can only be used while a script runs"
+SCRIPT_ACL_CHECK_INVALID = "ERR Invalid command passed to server.acl_check_cmd()"
+SCRIPT_WRONG_ARGS = "ERR wrong number of arguments"
+SCRIPT_LOG_ARGS = "ERR server.log() requires two arguments or more."
+SCRIPT_LOG_LEVEL_TYPE = "ERR First argument must be a number (log level)."
+SCRIPT_LOG_LEVEL = "ERR Invalid log level."
+SCRIPT_SETRESP_ARGS = "ERR server.setresp() requires one argument."
+SCRIPT_SETRESP_VERSION = "ERR RESP version must be 2 or 3."
+SCRIPT_SET_REPL_ARGS = "ERR server.set_repl() requires one argument."
+SCRIPT_SET_REPL_FLAGS = "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."
+FUNCTION_REGISTER_OUTSIDE_LOAD = "ERR server.register_function can only be called on FUNCTION LOAD command"
+LUA_INDEX_FUNCTION = "attempt to index a function value"
+
+# -- the pipeline's own --
+INTERNAL_ERROR_IN = "ERR internal error in '%s': %s"
+SCRIPT_COMMAND_NOT_CALLABLE = "ERR '%s' cannot be called from a script"
+UNKNOWN_PREFIX = "ERR unknown"   # UNKNOWN_COMMAND and UNKNOWN_SUBCOMMAND begin so
+UNKNOWN_COMMAND_PREFIX = "ERR unknown command"
+
+# -- PFDEBUG / PFSELFTEST (hyperloglog.c) --
+PFDEBUG_NO_KEY = "ERR The specified key does not exist"
+PFDEBUG_UNKNOWN = "ERR Unknown PFDEBUG subcommand '%s'"
+PFDEBUG_NOT_SPARSE = "ERR HLL encoding is not sparse"
+PFSELFTEST_REGISTER = "ERR TESTFAILED Register %d should be %d but is %d"
+PFSELFTEST_NOT_SPARSE = "ERR TESTFAILED sparse encoding not used"
+PFSELFTEST_DISAGREE = "ERR TESTFAILED dense/sparse disagree"
+PFSELFTEST_TOO_BIG = "ERR TESTFAILED Too big error. card:%d abserr:%d"
+
+# -- LOLWUT, search --
+SEARCH_NO_HNSWLIB = "ERR the HNSW algorithm needs the hnswlib package, which is not installed"
+LOLWUT_SYNTAX = "ERR Syntax error. Use: LOLWUT [columns rows] [real imaginary]"
+
+# -- HELLO / CLIENT SETNAME / SETINFO (networking.c) --
+HELLO_NOAUTH = ("NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+                "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+                "select the RESP protocol version at the same time")
+CLIENT_SETINFO_UNKNOWN_OPTION = "ERR Unrecognized option '%s'"
+CLIENT_SETINFO_BAD_VALUE = "ERR %s cannot contain spaces, newlines or special characters."
+
+# -- DEBUG (debug.c) and durakv's own DEBUG words --
+DEBUG_PROTOCOL_RESP2 = "ERR RESP2 is not supported by this command"
+DEBUG_PROTOCOL_TYPE = ("ERR Wrong protocol type name. Please use one of the following: "
+                       "string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false")
+DEBUG_NO_JOURNAL = "ERR no journal (durability none)"
+DEBUG_NOT_SHARD_REPLICA = "ERR only a replica of a shard follows a journal"
+DEBUG_RELOAD_OPTIONS = "ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options."
+DEBUG_MEMORY_VALUE = "ERR argument must be a memory value bigger than 1 and smaller than 4gb"
+DEBUG_UNKNOWN_SUBCOMMAND = "ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
+
+# -- EVAL shebangs, SCRIPT and FUNCTION subcommands (eval.c, functions.c) --
+SHEBANG_INVALID = "ERR Invalid script shebang"
+SHEBANG_INVALID_ENGINE = "ERR Invalid engine in script shebang"
+SHEBANG_UNKNOWN_OPTION = "ERR Unknown lua shebang option: %s"
+SHEBANG_UNEXPECTED_FLAG = "ERR Unexpected flag in script shebang: %s"
+SCRIPT_COMPILE_ERROR = "ERR Error compiling script (new function): %s"
+SCRIPT_FLUSH_OPTION = "ERR SCRIPT FLUSH only support SYNC|ASYNC option"
+SCRIPT_DEBUG_UNSUPPORTED = "ERR SCRIPT DEBUG (the Lua debugger) is not supported by durakv"
+SCRIPT_DEBUG_USAGE = "ERR Use SCRIPT DEBUG YES/SYNC/NO"
+FUNCTION_FLUSH_OPTION = "ERR FUNCTION FLUSH only supports SYNC|ASYNC option"
+FUNCTION_RESTORE_POLICY = "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE."

@@ -77,9 +77,7 @@ def hello(ctx, args):
         if not _authenticate(ctx, username, password, args[0]):
             raise CommandError(messages.WRONGPASS)
     if not s.authenticated:
-        raise CommandError("NOAUTH HELLO must be called with the client already authenticated, otherwise the "
-                           "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
-                           "select the RESP protocol version at the same time")
+        raise CommandError(messages.HELLO_NOAUTH)
     if proto is not None:
         s.resp = proto
     if name is not None:
@@ -168,11 +166,11 @@ def client_setinfo(ctx, args):
     attr = args[2].lower()
     value = args[3]
     if attr not in (b"lib-name", b"lib-ver"):
-        raise CommandError("ERR Unrecognized option '%s'" % args[2].decode("utf-8", "replace"))
+        raise CommandError(messages.CLIENT_SETINFO_UNKNOWN_OPTION % args[2].decode("utf-8", "replace"))
     for b in value:
         if b < 33 or b > 126:
             # validateClientAttr; the attribute is named as the client wrote it.
-            raise CommandError("ERR %s cannot contain spaces, newlines or special characters."
+            raise CommandError(messages.CLIENT_SETINFO_BAD_VALUE
                                % args[2].decode("utf-8", "replace"))
     if attr == b"lib-name":
         ctx.client.lib_name = value

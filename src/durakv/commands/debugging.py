@@ -287,7 +287,7 @@ def _protocol(ctx, args):
         return Raw(tail)
     if name == b"push":
         if not resp3:
-            raise CommandError("ERR RESP2 is not supported by this command")
+            raise CommandError(messages.DEBUG_PROTOCOL_RESP2)
         return Raw(b">2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n$40\r\nSome real reply following the push reply\r\n")
     if name == b"true":
         return True
@@ -296,8 +296,7 @@ def _protocol(ctx, args):
     if name == b"verbatim":
         text = b"This is a verbatim\nstring"
         return Raw(b"=%d\r\ntxt:%s\r\n" % (len(text) + 4, text)) if resp3 else text
-    raise CommandError("ERR Wrong protocol type name. Please use one of the following: "
-                       "string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false")
+    raise CommandError(messages.DEBUG_PROTOCOL_TYPE)
 
 
 _HELP = [
@@ -375,17 +374,17 @@ def debug(ctx, args):
     if sub == b"JOURNAL-STALL" and n == 3:
         # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
         if not port.faults.journal_stall(parse_int(args[2])):
-            raise CommandError("ERR no journal (durability none)")
+            raise CommandError(messages.DEBUG_NO_JOURNAL)
         return OK
     if sub == b"JOURNAL-FOLLOW-STALL" and n == 3:
         # durakv's fault hook: a replica holds the journal entries it receives for N ms, then applies them.
         if not port.faults.journal_follow_stall(parse_int(args[2])):
-            raise CommandError("ERR only a replica of a shard follows a journal")
+            raise CommandError(messages.DEBUG_NOT_SHARD_REPLICA)
         return OK
     if sub == b"RELOAD":
         opts = {a.upper() for a in args[2:]}
         if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:
-            raise CommandError("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.")
+            raise CommandError(messages.DEBUG_RELOAD_OPTIONS)
         return port.persistence.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts,
                                              merge=b"MERGE" in opts)
     if sub == b"SET-DISABLE-DENY-SCRIPTS" and n == 3:
@@ -412,12 +411,12 @@ def debug(ctx, args):
         except ValueError:
             size = -1
         if not 0 <= size < 1 << 32:
-            raise CommandError("ERR argument must be a memory value bigger than 1 and smaller than 4gb")
+            raise CommandError(messages.DEBUG_MEMORY_VALUE)
         ctx.keyspace.encoding_rules.list_packed_threshold = size
         return OK
     if sub == b"DICT-RESIZING" and n == 3:
         return OK
     if sub == b"REPLYBUFFER" and n == 4 and args[2].lower() in (b"peak-reset-time", b"resizing"):
         return OK  # durakv has no per-client reply buffers to resize: accepted, no effect
-    raise CommandError("ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
+    raise CommandError(messages.DEBUG_UNKNOWN_SUBCOMMAND
                        % args[1].decode("utf-8", "replace"))

@@ -128,18 +128,18 @@ def pfdebug(ctx, args):
     sub, key = args[1].lower(), args[2]
     value = ctx.lookup(key)
     if value is None:
-        raise CommandError("ERR The specified key does not exist")
+        raise CommandError(messages.PFDEBUG_NO_KEY)
     if type(value) is not bytes or not hll.is_hll(value):
         raise CommandError(messages.HLL_WRONGTYPE)
     if sub not in (b"getreg", b"decode", b"encoding", b"todense"):
-        raise CommandError("ERR Unknown PFDEBUG subcommand '%s'" % args[1].decode("utf-8", "replace"))
+        raise CommandError(messages.PFDEBUG_UNKNOWN % args[1].decode("utf-8", "replace"))
     # dbUnshareStringValue: PFDEBUG leaves the string raw whatever the subcommand.
     encoding.string_modified_in_place(ctx.db, key)
     if sub == b"encoding":
         return "dense" if value[4] == hll.DENSE else "sparse"
     if sub == b"decode":
         if value[4] != hll.SPARSE:
-            raise CommandError("ERR HLL encoding is not sparse")
+            raise CommandError(messages.PFDEBUG_NOT_SPARSE)
         return hll.sparse_decode(value)
     converted = False
     if value[4] == hll.SPARSE:
@@ -173,7 +173,7 @@ def pfselftest(ctx, args):
         for i, r in enumerate(expected):
             got = hll.registers_get(buf, i)
             if got != r:
-                raise CommandError("ERR TESTFAILED Register %d should be %d but is %d" % (i, r, got))
+                raise CommandError(messages.PFSELFTEST_REGISTER % (i, r, got))
     # Approximation error, with a dense and a sparse HLL fed the same elements.
     dense = hll.empty_dense()
     sparse = None
@@ -188,12 +188,12 @@ def pfselftest(ctx, args):
         dense = hll.add(dense, batch, sparse_max)[0] or dense
         sparse = hll.add(sparse, batch, sparse_max)[0] or sparse
         if checkpoint < sparse_max // 2 and sparse[4] != hll.SPARSE:
-            raise CommandError("ERR TESTFAILED sparse encoding not used")
+            raise CommandError(messages.PFSELFTEST_NOT_SPARSE)
         card = hll.count(dense)
         if card != hll.count(sparse):
-            raise CommandError("ERR TESTFAILED dense/sparse disagree")
+            raise CommandError(messages.PFSELFTEST_DISAGREE)
         maxerr = 1 if checkpoint == 10 else math.ceil(relerr * 6 * checkpoint)
         if abs(checkpoint - card) > maxerr:
-            raise CommandError("ERR TESTFAILED Too big error. card:%d abserr:%d" % (checkpoint, abs(checkpoint - card)))
+            raise CommandError(messages.PFSELFTEST_TOO_BIG % (checkpoint, abs(checkpoint - card)))
         checkpoint *= 10
     return OK

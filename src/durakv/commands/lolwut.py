@@ -244,7 +244,7 @@ def _long_double_to_float(text: bytes) -> float:
 def lolwut9(rng, args, signature):
     """LOLWUT [columns rows] [real imaginary]: the Julia set of the constant (random without one)."""
     if len(args) in (1, 3) or len(args) > 4:
-        raise CommandError("ERR Syntax error. Use: LOLWUT [columns rows] [real imaginary]")
+        raise CommandError(messages.LOLWUT_SYNTAX)
     cols = parse_int(args[0]) if args else 80
     rows = parse_int(args[1]) if len(args) > 1 else 40
     cols, rows = _clamp(cols, 1, 160), _clamp(rows, 1, 80)

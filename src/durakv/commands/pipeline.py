@@ -551,7 +551,7 @@ class Pipeline:
                 reply, ticket = self.complete(session, cmd, args, lambda c: finish(c, result))
             except Exception as exc:  # noqa: BLE001 - the client must get an answer and resume
                 self.port.log_exception(cmd.fullname, exc)
-                reply, ticket = ErrorReply("ERR internal error in '%s': %s" % (cmd.fullname, exc)), 0
+                reply, ticket = ErrorReply(messages.INTERNAL_ERROR_IN % (cmd.fullname, exc)), 0
             deferred.resolve(reply, ticket)
             resume()
 
@@ -708,7 +708,7 @@ class Pipeline:
         except CommandError as exc:
             reply = ErrorReply(exc.text)
         except Exception as exc:  # a handler bug must not take the server down
-            reply = ErrorReply("ERR internal error in '%s': %s" % (cmd.fullname, exc))
+            reply = ErrorReply(messages.INTERNAL_ERROR_IN % (cmd.fullname, exc))
             self.port.log_exception(cmd.fullname, exc)
         end = self._mark = self.perf_counter()
         keyspace.reading = False
@@ -1005,7 +1005,7 @@ class Pipeline:
         """server.call / server.pcall from a script: scriptCall's own checks (arity, noscript, read-only
         script), then admit() in its script form, then call(). Returns the reply value."""
         cmd, text = self.resolve(argv)
-        if cmd is None or (text is not None and text.startswith("ERR unknown")):
+        if cmd is None or (text is not None and text.startswith(messages.UNKNOWN_PREFIX)):
             return self._script_refusal(run, None, messages.SCRIPT_UNKNOWN_COMMAND)
         if text is not None:
             return self._script_refusal(run, cmd, messages.SCRIPT_WRONG_ARITY)
@@ -1031,7 +1031,7 @@ class Pipeline:
             run.effects.extend(effects)
             run.touched = _merge_touched(run.touched, touched)
         if type(reply) is Blocked or hasattr(reply, "resolve"):
-            return ErrorReply("ERR '%s' cannot be called from a script" % cmd.fullname)
+            return ErrorReply(messages.SCRIPT_COMMAND_NOT_CALLABLE % cmd.fullname)
         return reply
 
     def _script_refusal(self, run, cmd, text):
@@ -1053,7 +1053,7 @@ class Pipeline:
 
     def script_exists(self, argv) -> bool:
         cmd, text = self.resolve(argv)
-        return cmd is not None and (text is None or not text.startswith("ERR unknown"))
+        return cmd is not None and (text is None or not text.startswith(messages.UNKNOWN_PREFIX))
 
 
 # Commands with neither the readonly nor the write flag whose reply is still derived from the data: what they

@@ -15,13 +15,14 @@ Methods that answer later return a protocol.resp.Deferred, which durability rele
 import logging
 import time
 
+from .. import messages
 from ..errors import CommandError
 
 log = logging.getLogger("durakv.commands")
 
 
 def needs_server(what):
-    raise CommandError("ERR %s needs a running server" % what)
+    raise CommandError(messages.NEEDS_RUNNING_SERVER % what)
 
 
 class Clients:
@@ -89,10 +90,10 @@ class PubSub:
 
     def subscribe(self, session, names, kind):
         """SUBSCRIBE ('channel'), PSUBSCRIBE ('pattern'), SSUBSCRIBE ('shard'): the confirmations (Raw)."""
-        raise CommandError("ERR pub/sub needs a client connection")
+        raise CommandError(messages.PUBSUB_NEEDS_CONNECTION)
 
     def unsubscribe(self, session, names, kind):
-        raise CommandError("ERR pub/sub needs a client connection")
+        raise CommandError(messages.PUBSUB_NEEDS_CONNECTION)
 
     def publish(self, channel, message, shard=False) -> int:
         return 0
@@ -186,7 +187,7 @@ class Replication:
 
     def replicaof(self, host, port) -> bool:
         """REPLICAOF host port (host None: NO ONE); False when already a replica of that primary."""
-        raise CommandError("ERR REPLICAOF needs a server process")
+        raise CommandError(messages.REPLICAOF_NEEDS_SERVER)
 
     def attach_stream(self, session, preamble=b"", partial_asked=False):
         """SYNC: from now on this client receives every write's effects as commands (Valkey's replication
@@ -230,38 +231,38 @@ class Cluster:
         return None
 
     def request_failover(self):
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def identity(self) -> dict:
         """DURAKV IDENTITY: what the operator's tools need to place this node in a shard."""
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def join(self, doc: dict):
         """DURAKV JOIN: become a member of a cluster's shard (raises CommandError with the reason it cannot)."""
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     # The slot words carried out on the coordination store's topology (compare-and-set, cluster/reshard.py).
     # Each answers a Deferred: +OK once the change is stored and installed on this node, or the error.
     def migrate_slots(self, moves):
         """CLUSTER MIGRATESLOTS: moves = [(slots, target shard id)] out of this node's shard."""
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def cancel_slot_migrations(self):
         """CLUSTER CANCELSLOTMIGRATIONS: every move out of this node's shard, slot by slot."""
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def assign_slots(self, name, slots, shard_id):
         """CLUSTER ADDSLOTS(RANGE) / SETSLOT NODE of unowned slots: they become shard_id's."""
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def unassign_slots(self, name, slots, shard_id):
         """CLUSTER DELSLOTS(RANGE) / FLUSHSLOTS: shard_id's slots become nobody's."""
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def hand_over_slot(self, slot, shard_id):
         """CLUSTER SETSLOT slot NODE id of a slot another shard owns: its keys move there (a reshard of one
         slot); answered once the slot is shard_id's."""
-        raise CommandError("ERR This instance has cluster support disabled")
+        raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def migrate_exchange(self, host, port, timeout_ms, dbid, auth, commands):
         """Blocks the calling thread (a worker's, or the loop's in MULTI and scripts) sending AUTH (auth: its
@@ -269,7 +270,7 @@ class Cluster:
         `commands` to the target, reading one reply line each (up to timeout_ms per read or write). Returns
         (AUTH/SELECT error line or None, [reply line per command read], socket error after some replies);
         raises CommandError (-IOERR) when nothing could be exchanged."""
-        raise CommandError("IOERR error or timeout connecting to the client")
+        raise CommandError(messages.MIGRATE_IOERR_CONNECTING)
 
 
 class Faults:

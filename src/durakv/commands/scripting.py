@@ -41,22 +41,22 @@ def _shebang_flags(body: bytes):
         return EVAL_COMPAT, 0
     nl = body.find(b"\n")
     if nl < 0:
-        raise CommandError("ERR Invalid script shebang")
+        raise CommandError(messages.SHEBANG_INVALID)
     parts = split_args(body[:nl])
     if not parts:
-        raise CommandError("ERR Invalid engine in script shebang")
+        raise CommandError(messages.SHEBANG_INVALID_ENGINE)
     engine = parts[0][2:]
     if engine.lower() != b"lua":   # Valkey 9 looks the engine up by name, case-insensitively
         raise CommandError(messages.SCRIPT_ENGINE_NOT_FOUND.format(engine.decode("utf-8", "replace")))
     flags = 0
     for part in parts[1:]:
         if not part.startswith(b"flags="):
-            raise CommandError("ERR Unknown lua shebang option: %s" % part.decode("utf-8", "replace"))
+            raise CommandError(messages.SHEBANG_UNKNOWN_OPTION % part.decode("utf-8", "replace"))
         names = part[6:]
         for name in (names.split(b",") if names else ()):
             bit = _SHEBANG_FLAGS.get(name)
             if bit is None:
-                raise CommandError("ERR Unexpected flag in script shebang: %s" % name.decode("utf-8", "replace"))
+                raise CommandError(messages.SHEBANG_UNEXPECTED_FLAG % name.decode("utf-8", "replace"))
             flags |= bit
     return flags, nl
 
@@ -78,7 +78,7 @@ def _create_script(state, body: bytes, from_eval: bool) -> bytes:
     flags, shebang_len = _shebang_flags(body)
     fn, err = _engine(state).compile(body[shebang_len:], b"@user_script")
     if fn is None:
-        raise CommandError("ERR Error compiling script (new function): %s" % err.decode("utf-8", "replace"))
+        raise CommandError(messages.SCRIPT_COMPILE_ERROR % err.decode("utf-8", "replace"))
     if from_eval:
         lru = state.lru
         while len(lru) >= state.LRU_LIMIT:
@@ -261,7 +261,7 @@ def script_exists(ctx, args):
 @command("script|flush")
 def script_flush(ctx, args):
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"SYNC", b"ASYNC")):
-        raise CommandError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+        raise CommandError(messages.SCRIPT_FLUSH_OPTION)
     state = get_state(ctx.pipeline)
     state.scripts = {}
     state.lru.clear()
@@ -296,8 +296,8 @@ def script_debug(ctx, args):
     if mode == b"NO":
         return OK
     if mode in (b"YES", b"SYNC"):
-        raise CommandError("ERR SCRIPT DEBUG (the Lua debugger) is not supported by durakv")
-    raise CommandError("ERR Use SCRIPT DEBUG YES/SYNC/NO")
+        raise CommandError(messages.SCRIPT_DEBUG_UNSUPPORTED)
+    raise CommandError(messages.SCRIPT_DEBUG_USAGE)
 
 
 _SCRIPT_HELP = [
@@ -402,7 +402,7 @@ def function_flush(ctx, args):
     if len(args) > 3:
         raise CommandError(messages.SUBCOMMAND_SYNTAX.format("flush", "FUNCTION"))
     if len(args) == 3 and args[2].upper() not in (b"SYNC", b"ASYNC"):
-        raise CommandError("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")
+        raise CommandError(messages.FUNCTION_FLUSH_OPTION)
     funcs = get_functions(ctx.keyspace)
     if funcs:
         funcs.flush()
@@ -454,7 +454,7 @@ def function_restore(ctx, args):
     if len(args) == 4:
         policy = args[3].upper()
         if policy not in (b"APPEND", b"REPLACE", b"FLUSH"):
-            raise CommandError("ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.")
+            raise CommandError(messages.FUNCTION_RESTORE_POLICY)
     try:
         get_functions(ctx.keyspace).restore(args[2], policy)
     except FunctionError as exc:

@@ -87,7 +87,7 @@ def ft_create(ctx, args):
         raise CommandError(messages.SEARCH_MISSING_ARGUMENT)
     definition = parse_create(args[1:], json_available=_json_available())
     if hnswlib is None and any(a.algorithm == "HNSW" for a in definition.attributes):
-        raise CommandError("ERR the HNSW algorithm needs the hnswlib package, which is not installed")
+        raise CommandError(messages.SEARCH_NO_HNSWLIB)
     acl_prefix_check(ctx, definition.prefixes)
     search = get_search(ctx.keyspace)
     if search.get(ctx.db.id, definition.name) is not None:

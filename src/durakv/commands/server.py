@@ -241,7 +241,7 @@ def replconf(ctx, args):
             s.repl_listening_port = parse_int(value)
         elif opt == b"ip-address":
             if len(value) >= 46:
-                raise CommandError("ERR REPLCONF ip-address provided by replica instance is too long: %d bytes"
+                raise CommandError(messages.REPLCONF_IP_TOO_LONG
                                    % len(value))
         elif opt == b"capa":
             pass                                 # capabilities this server does not use are ignored
@@ -253,20 +253,20 @@ def replconf(ctx, args):
         elif opt == b"rdb-filter-only":
             filters = split_args(value)
             if filters is None:
-                raise CommandError("ERR Missing rdb-filter-only values")
+                raise CommandError(messages.REPLCONF_FILTER_MISSING)
             s.repl_rdb_data = s.repl_rdb_functions = False
             for f in filters:
                 if f.lower() != b"functions":
-                    raise CommandError("ERR Unsupported rdb-filter-only option: %s" % f.decode("utf-8", "replace"))
+                    raise CommandError(messages.REPLCONF_FILTER_UNSUPPORTED % f.decode("utf-8", "replace"))
                 s.repl_rdb_functions = True
         elif opt == b"version":
             if not re.fullmatch(rb"\d+\.\d+\.\d+", value):
-                raise CommandError("ERR Unrecognized version format: %s" % value.decode("utf-8", "replace"))
+                raise CommandError(messages.REPLCONF_VERSION_FORMAT % value.decode("utf-8", "replace"))
         elif opt == b"set-rdb-client-id":
             # the main channel of a dual-channel replica naming its RDB channel: durakv has none to find
             raise CommandError(messages.REPLCONF_UNKNOWN_RDB_CLIENT.format(parse_int(value)))
         else:
-            raise CommandError("ERR Unrecognized REPLCONF option: %s" % args[j].decode("utf-8", "replace"))
+            raise CommandError(messages.REPLCONF_UNKNOWN_OPTION % args[j].decode("utf-8", "replace"))
     return OK
 
 
@@ -354,7 +354,7 @@ def shutdown(ctx, args):
     if {b"SAVE", b"NOSAVE"} <= flags or (b"ABORT" in flags and len(flags) > 1):
         raise syntax_error()
     if b"ABORT" in flags:
-        raise CommandError("ERR No shutdown in progress.")
+        raise CommandError(messages.SHUTDOWN_NONE_IN_PROGRESS)
     ctx.port.admin.shutdown()
     ctx.client.close_after_reply = True
     return NO_REPLY
@@ -629,8 +629,8 @@ def swapdb(ctx, args):
         raise CommandError(messages.SWAPDB_IN_CLUSTER)
     dbs = ctx.keyspace.dbs
     try:
-        a = parse_int(args[1], "ERR invalid first DB index")
-        b = parse_int(args[2], "ERR invalid second DB index")
+        a = parse_int(args[1], messages.SWAPDB_FIRST_INDEX)
+        b = parse_int(args[2], messages.SWAPDB_SECOND_INDEX)
     except CommandError:
         raise
     if not (0 <= a < len(dbs)) or not (0 <= b < len(dbs)):
@@ -655,10 +655,10 @@ def replicaof(ctx, args):
         ctx.port.replication.replicaof(None, 0)
         return OK
     if ctx.client.from_primary:
-        raise CommandError("ERR Command is not valid when client is a replica.")
-    port = parse_int(args[2], "ERR Invalid master port")
+        raise CommandError(messages.NOT_VALID_FOR_REPLICA_CLIENT)
+    port = parse_int(args[2], messages.REPLICAOF_INVALID_PORT)
     if not 0 <= port <= 65535:
-        raise CommandError("ERR Invalid master port")
+        raise CommandError(messages.REPLICAOF_INVALID_PORT)
     if not ctx.port.replication.replicaof(args[1].decode("utf-8", "replace"), port):
         return Raw(b"+OK Already connected to specified master\r\n")
     return OK
@@ -705,7 +705,7 @@ def _module_load(ctx, args):
     import logging
     logging.getLogger("durakv.server").warning(
         "Module %s failed to load: durakv does not load Valkey modules", args[2].decode("utf-8", "replace"))
-    raise CommandError("ERR Error loading the extension. Please check the server logs.")
+    raise CommandError(messages.MODULE_LOAD_FAILED)
 
 
 command("module|load")(_module_load)
@@ -714,4 +714,4 @@ command("module|loadex")(_module_load)
 
 @command("module|unload")
 def module_unload(ctx, args):
-    raise CommandError("ERR Error unloading module: no such module with that name")
+    raise CommandError(messages.MODULE_UNLOAD_NO_SUCH)

@@ -11,6 +11,7 @@ move between durakv and Valkey (LZF-compressed and integer-encoded strings are r
 
 import time
 
+from .. import messages
 from ..config import split_args
 from ..keyspace.rdbvalue import crc64, lzf_decompress
 from .lua import LuaEngine, is_lua_function, is_lua_table
@@ -92,7 +93,7 @@ class _LoadRun:
 
     def interrupt(self):
         if self.load_deadline is not None and time.monotonic() > self.load_deadline:
-            return b"ERR FUNCTION LOAD timeout"
+            return messages.FUNCTION_LOAD_TIMEOUT.encode()
         return None
 
     def set_resp(self, resp):

@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - a lupa build without Lua 5.1: LuaJIT speaks the same dialect
     from lupa import luajit21 as _lupa
 
-from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION
+from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, messages
 from ..protocol.resp import ErrorReply, NullArray, Push, Raw, RespSet, encode, format_double
 from .bytecode import without_tail_calls
 from .libs import StructLib, bit_arg, bit_op, mp_double, mp_float_value
@@ -441,7 +441,7 @@ class LuaEngine:
 
     def _deny_attribute(self, obj, name, is_setting):
         # server.call and the like are C functions in Valkey: indexing one is Lua's error
-        self._raise_text(b"attempt to index a function value")
+        self._raise_text(messages.LUA_INDEX_FUNCTION.encode())
 
     def _grow_registry(self):
         """Leaves _REGISTRY_SPARE free slots in the Lua registry (Python drives the runtime: no limit)."""
@@ -493,10 +493,10 @@ class LuaEngine:
                 return self.to_reply(res, run.resp == 3, run.caller_resp3, 0)
             return self._script_error(res, run.funcname)
         except _lupa.LuaMemoryError:
-            return ErrorReply("ERR Error running script %s, not enough memory" % run.funcname.decode())
+            return ErrorReply(messages.SCRIPT_RUN_OOM % run.funcname.decode())
         except Exception as exc:  # noqa: BLE001 - a failure of the glue must not take the server down
             log.exception("script %s failed in the Lua glue", run.funcname)
-            return ErrorReply("ERR Error running script %s, %.100s" % (run.funcname.decode(), exc))
+            return ErrorReply(messages.SCRIPT_RUN_ERROR_SHORT % (run.funcname.decode(), exc))
         finally:
             self.run = None
             self._settle()
@@ -517,7 +517,7 @@ class LuaEngine:
             self.run = None
             self._settle()
         if kind == b"table":
-            text = msg if msg else b"ERR unknown error"
+            text = msg if msg else messages.SCRIPT_UNKNOWN_ERROR.encode()
         else:
             text = b"ERR " + msg
         return False, text
@@ -546,13 +546,13 @@ class LuaEngine:
     def _script_error(self, res, funcname: bytes):
         kind, msg, source, line = self._error_info(res)
         if kind == b"table":
-            text = msg if msg else b"ERR unknown error"
+            text = msg if msg else messages.SCRIPT_UNKNOWN_ERROR.encode()
             if source and line:
                 # Valkey 9.1.2 names neither the script's SHA nor the function here: "... script: on
                 # @user_script:1." (8.0 said "script: <sha>, on ..."); the oracle test compares it live.
                 text = b"%s script: on %s:%s." % (text, source, line)
             return ErrorReply(text.decode("utf-8", "replace"))
-        return ErrorReply("ERR Error running script %s, %.100s" % (
+        return ErrorReply(messages.SCRIPT_RUN_ERROR_SHORT % (
             funcname.decode("utf-8", "replace"), msg.decode("utf-8", "replace")))
 
     def to_reply(self, v, script_resp3: bool, caller_resp3: bool, depth: int):
@@ -569,7 +569,7 @@ class LuaEngine:
         if v is None or _lua_type(v) != "table":
             return None
         if depth >= MAX_REPLY_DEPTH:
-            return ErrorReply("ERR reached lua stack limit")
+            return ErrorReply(messages.LUA_STACK_LIMIT)
         kind, a, b = self._classify(v)
         depth += 1
         if kind == b"array":
@@ -664,13 +664,13 @@ class LuaEngine:
             return bytes(v)
         if isinstance(v, int):
             return int(v)
-        return self.err_table("ERR reply of type %s cannot be passed to a script" % t.__name__)
+        return self.err_table(messages.SCRIPT_REPLY_TYPE % t.__name__)
 
     # -- callbacks from Lua (never raise) ------------------------------------------------------------
     def _argv(self, args):
         """luaArgsToServerArgv: (argv, None) or (None, error table)."""
         if not args:
-            return None, self.err_table("ERR Please specify at least one argument for this call")
+            return None, self.err_table(messages.SCRIPT_CALL_NO_ARGS)
         argv = []
         for a in args:
             t = type(a)
@@ -679,7 +679,7 @@ class LuaEngine:
             elif t is int or t is float:
                 argv.append(number_arg(a))
             else:
-                return None, self.err_table("ERR Command arguments must be strings or integers")
+                return None, self.err_table(messages.SCRIPT_CALL_ARG_TYPE)
         return argv, None
 
     def _py_call(self, *args):
@@ -717,7 +717,7 @@ class LuaEngine:
     def _command(self, args):
         run = self.run
         if run is None:
-            return True, self.err_table("ERR server.call() can only be used while a script runs")
+            return True, self.err_table(messages.SCRIPT_CALL_OUTSIDE_RUN)
         argv, err = self._argv(args)
         if err is not None:
             return True, err
@@ -737,7 +737,7 @@ class LuaEngine:
             raise     # the reply does not fit in the Lua VM: the script fails with Lua's out-of-memory error
         except Exception as exc:  # noqa: BLE001
             log.exception("server.call(%r) failed", argv[:3])
-            return True, self.err_table("ERR internal error in '%s': %s" % (
+            return True, self.err_table(messages.INTERNAL_ERROR_IN % (
                 argv[0].decode("utf-8", "replace"), exc))
         return type(reply) is ErrorReply, value
 
@@ -747,7 +747,7 @@ class LuaEngine:
         if err is not None:
             raise_lua(err)
         if run is None or run.lookup(argv) is None:
-            raise_lua(self.err_table("ERR Invalid command passed to server.acl_check_cmd()"))
+            raise_lua(self.err_table(messages.SCRIPT_ACL_CHECK_INVALID))
         return run.acl_allowed(argv)
 
     # server.sha1hex, server.log, server.setresp, server.set_repl: Python callables, so C functions to Lua
@@ -772,19 +772,19 @@ class LuaEngine:
 
     def _py_sha1hex(self, *args):
         if len(args) != 1:
-            raise_lua(self.err_table("ERR wrong number of arguments"))
+            raise_lua(self.err_table(messages.SCRIPT_WRONG_ARGS))
         return sha1hex(self._lua_string(args[0]) or b"")
 
     def _py_log(self, *args):
         argc = len(args)
         if argc < 2:
-            raise_lua(self.err_table("ERR server.log() requires two arguments or more."))
+            raise_lua(self.err_table(messages.SCRIPT_LOG_ARGS))
         level = self._lua_number(args[0])
         if level is None:
-            raise_lua(self.err_table("ERR First argument must be a number (log level)."))
+            raise_lua(self.err_table(messages.SCRIPT_LOG_LEVEL_TYPE))
         level = _c_int(level)
         if level < 0 or level > 3:
-            raise_lua(self.err_table("ERR Invalid log level."))
+            raise_lua(self.err_table(messages.SCRIPT_LOG_LEVEL))
         parts = []
         for j in range(1, argc):
             text = self._lua_string(args[j])
@@ -796,19 +796,19 @@ class LuaEngine:
 
     def _py_setresp(self, *args):
         if len(args) != 1:
-            raise_lua(self.err_table("ERR server.setresp() requires one argument."))
+            raise_lua(self.err_table(messages.SCRIPT_SETRESP_ARGS))
         resp = _c_int(self._lua_number(args[0]) or 0)
         if resp != 2 and resp != 3:
-            raise_lua(self.err_table("ERR RESP version must be 2 or 3."))
+            raise_lua(self.err_table(messages.SCRIPT_SETRESP_VERSION))
         if self.run is not None:
             self.run.set_resp(resp)
 
     def _py_set_repl(self, *args):
         if len(args) != 1:
-            raise_lua(self.err_table("ERR server.set_repl() requires one argument."))
+            raise_lua(self.err_table(messages.SCRIPT_SET_REPL_ARGS))
         if _c_int(self._lua_number(args[0]) or 0) & ~3:
             raise_lua(self.err_table(
-                "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE."))
+                messages.SCRIPT_SET_REPL_FLAGS))
 
     def _py_interrupt(self):
         run = self.run
@@ -857,7 +857,7 @@ class LuaEngine:
 
     def _py_register(self, argc, *args):
         if self.register_fn is None or self.run is None or not getattr(self.run, "loading", False):
-            return b"ERR server.register_function can only be called on FUNCTION LOAD command"
+            return messages.FUNCTION_REGISTER_OUTSIDE_LOAD.encode()
         self._took_ref()      # the registered callback stays referenced from Python
         try:
             return self.register_fn(self.run, argc, args)

@@ -140,10 +140,10 @@ class ScriptRun:
 
     def interrupt(self):
         if self.killed:
-            return (b"ERR Script killed by user with SCRIPT KILL." if self.kind == "eval"
-                    else b"ERR Script killed by user with FUNCTION KILL.")
+            return (messages.SCRIPT_KILLED.encode() if self.kind == "eval"
+                    else messages.FUNCTION_KILLED.encode())
         if self.load_deadline is not None and time.monotonic() > self.load_deadline:
-            return b"ERR FUNCTION LOAD timeout"
+            return messages.FUNCTION_LOAD_TIMEOUT.encode()
         return None
 
     def execute(self, argv):
@@ -163,14 +163,14 @@ class ScriptRun:
                 box.append(calls.call(self, argv))
             except Exception as exc:  # noqa: BLE001
                 log.exception("server.call(%r) failed", argv[:3])
-                box.append(ErrorReply("ERR internal error: %s" % exc))
+                box.append(ErrorReply(messages.SCRIPT_INTERNAL_ERROR % exc))
             finally:
                 done.set()
 
         try:
             self.loop.call_soon_threadsafe(job)
         except RuntimeError:
-            return ErrorReply("ERR the server is shutting down")
+            return ErrorReply(messages.SCRIPT_SERVER_SHUTTING_DOWN)
         done.wait()
         return box[0]
 
@@ -253,7 +253,7 @@ class ScriptingState:
                 reply = call()
             except Exception as exc:  # noqa: BLE001
                 log.exception("script %s failed", run.funcname)
-                reply = ErrorReply("ERR Error running script %s, %s" % (run.funcname.decode(), exc))
+                reply = ErrorReply(messages.SCRIPT_RUN_ERROR % (run.funcname.decode(), exc))
             with run.lock:
                 run.reply = reply
                 run.finished = True

@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 
+from .. import messages
 from ..protocol.resp import encode_command
 
 MAX_CACHED = 64
@@ -89,15 +90,15 @@ class MigrateSockets:
             sock = socket.create_connection((host, port), timeout=timeout_s)
         except ConnectionRefusedError:
             # Valkey's non-blocking connect "succeeds" on a refused port and its first write fails
-            raise MigrateError("IOERR error or timeout writing to target instance") from None
+            raise MigrateError(messages.MIGRATE_IOERR_WRITING) from None
         except (OSError, OverflowError, ValueError):      # unreachable, or no such host or port
-            raise MigrateError("IOERR error or timeout connecting to the client") from None
+            raise MigrateError(messages.MIGRATE_IOERR_CONNECTING) from None
         if self.tls_context is not None:
             try:
                 sock = self.tls_context().wrap_socket(sock, server_hostname=host)
             except (OSError, ValueError):   # no TLS there, or a certificate the cluster CA did not sign
                 sock.close()
-                raise MigrateError("IOERR error or timeout connecting to the client") from None
+                raise MigrateError(messages.MIGRATE_IOERR_CONNECTING) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         cs = self.cache[name] = _Cached(sock)
         return name, cs
@@ -165,7 +166,7 @@ class MigrateSockets:
                 if not retried and not timed_out:
                     retried = True
                     continue
-                raise MigrateError("IOERR error or timeout %s to target instance"
+                raise MigrateError(messages.MIGRATE_IOERR_IO
                                    % ("writing" if writing else "reading")) from None
             if first_error is not None or any(r[:1] == b"-" for r in replies):
                 cs.last_dbid = -1               # on an error the selected db is no longer known

@@ -81,7 +81,7 @@ class ServerClients(_Served, Clients):
     def monitor(self, session) -> bool:
         conn = self._conn(session)
         if conn is None:
-            raise CommandError("ERR MONITOR needs a client connection")
+            raise CommandError(messages.MONITOR_NEEDS_CONNECTION)
         return self.server.hooks.add_monitor(conn)
 
     def reset(self, session):
@@ -105,7 +105,7 @@ class ServerClients(_Served, Clients):
     def tracking_enable(self, session, redirect, bcast, optin, optout, noloop, prefixes):
         conn = self._conn(session)
         if conn is None:
-            raise CommandError("ERR CLIENT TRACKING needs a client connection")
+            raise CommandError(messages.TRACKING_NEEDS_CONNECTION)
         hooks = self.server.hooks
         hooks.tracking.enable(conn, redirect, bcast, optin, optout, noloop, prefixes)
         session.tracking = True
@@ -125,7 +125,7 @@ class ServerPubSub(_Served, PubSub):
     def _sub_conn(self, session):
         conn = self._conn(session)
         if conn is None:
-            raise CommandError("ERR pub/sub needs a client connection")
+            raise CommandError(messages.PUBSUB_NEEDS_CONNECTION)
         return conn
 
     def subscribe(self, session, names, kind):
@@ -249,10 +249,9 @@ class ServerReplication(_Served, Replication):
     def replicaof(self, host, port) -> bool:
         srv = self.server
         if srv.cluster_routing is not None:
-            raise CommandError("ERR REPLICAOF not allowed in cluster mode.")
+            raise CommandError(messages.REPLICAOF_IN_CLUSTER_MODE)
         if srv.cluster_node is not None:
-            raise CommandError("ERR REPLICAOF is not supported on a shard member: its replicas follow the "
-                               "shard's journal")
+            raise CommandError(messages.REPLICAOF_ON_SHARD_MEMBER)
         return srv.replicaof(host, port)
 
     def full_resync_id(self):
@@ -267,7 +266,7 @@ class ServerReplication(_Served, Replication):
         from .replfeed import FORK_MIN_KEYS, ReplicaFeed, dataset_rdb, export_rdb_forked
         conn = self._conn(session)
         if conn is None:
-            raise CommandError("ERR SYNC needs a client connection")
+            raise CommandError(messages.SYNC_NEEDS_CONNECTION)
         server = self.server
         server.sync_full += 1                 # every SYNC / PSYNC is answered with the whole dataset
         server.sync_partial_err += partial_asked
@@ -367,15 +366,15 @@ class ServerCluster(_Served, Cluster):
     def request_failover(self):
         node = self.server.cluster_node
         if node is None:
-            raise CommandError("ERR This instance has cluster support disabled")
+            raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
         if node.role == "primary":
-            raise CommandError("ERR You should send CLUSTER FAILOVER to a replica")
+            raise CommandError(messages.FAILOVER_TO_PRIMARY)
         d = Deferred()
         task = self.server.loop.create_task(node.store.request_failover(node.shard, node.node_id))
 
         def done(t):
             exc = t.exception()
-            d.resolve(ErrorReply("ERR failover request failed: %s" % exc) if exc is not None else "OK")
+            d.resolve(ErrorReply(messages.FAILOVER_REQUEST_FAILED % exc) if exc is not None else "OK")
         task.add_done_callback(done)
         return d
 

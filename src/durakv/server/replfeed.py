@@ -62,7 +62,6 @@ def dataset_rdb(keyspace, data=True, functions=True, key_delay_us=0) -> bytes:
 log = logging.getLogger("durakv.server")
 
 FORK_MIN_KEYS = 10000   # below this many keys building the file in the loop takes milliseconds: cheaper than a fork
-RDB_EXPORT_FAILED = "ERR the RDB export's child process failed (exit status {})"
 
 
 def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket=0, still_valid=None,
@@ -109,7 +108,7 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
         try:
             if code != 0:
                 log.warning("RDB export child %d failed (exit status %d)", pid, code)
-                done.resolve(ErrorReply(RDB_EXPORT_FAILED.format(code)))
+                done.resolve(ErrorReply(messages.RDB_EXPORT_FAILED.format(code)))
                 return
             reason = still_valid() if still_valid is not None else None
             if reason is not None:

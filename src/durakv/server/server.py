@@ -450,7 +450,7 @@ class Server:
             await node.change_settings(name, value)
         except Exception as exc:  # noqa: BLE001 - the store unreachable, a lost race: the client is told
             log.warning("CONFIG SET %s %s for shard %s failed: %r", name, value, node.shard, exc)
-            d.resolve(ErrorReply("ERR the shard's settings could not be stored: %s" % (exc or type(exc).__name__)))
+            d.resolve(ErrorReply(messages.SHARD_SETTINGS_NOT_STORED % (exc or type(exc).__name__)))
             return
         d.resolve(None)
 
@@ -491,7 +491,7 @@ class Server:
                 self.config.set("durability", mode)
         except Exception as exc:  # noqa: BLE001 - the mode stays what it was; the client is told why
             log.error("switching durability %s -> %s failed: %s", previous, mode, exc)
-            d.resolve(ErrorReply("ERR switching durability to %s failed: %s" % (mode, exc)))
+            d.resolve(ErrorReply(messages.DURABILITY_SWITCH_FAILED % (mode, exc)))
             return
         finally:
             self._durability_switch = None
@@ -717,8 +717,7 @@ class Server:
         duplicate-key refusal, unless MERGE, where what was loaded replaces what is there."""
         d = Deferred()
         if self.cluster_node is not None:
-            d.resolve(ErrorReply("ERR DEBUG RELOAD is not supported on a shard member (its data is the shard's "
-                                 "journal: restart the node instead)"))
+            d.resolve(ErrorReply(messages.DEBUG_RELOAD_ON_SHARD_MEMBER))
             return d
 
         async def run():
@@ -740,7 +739,7 @@ class Server:
                 log.info("DEBUG RELOAD: %d keys loaded from disk in %.3fs", keys, time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - the client is told; the dataset is what it was or reloaded
                 log.error("DEBUG RELOAD failed: %s", exc)
-                d.resolve(ErrorReply("ERR Error trying to load the RDB dump, check server logs."))
+                d.resolve(ErrorReply(messages.DEBUG_RELOAD_LOAD_FAILED))
                 return
             d.resolve(OK)
         self.loop.create_task(run())
@@ -968,18 +967,18 @@ class Server:
             log.error("snapshot failed: %s", exc)
             self.last_bgsave_status = "err"
             self._snapshot_done()
-            fut.resolve(ErrorReply("ERR snapshot failed: %s" % exc))
+            fut.resolve(ErrorReply(messages.SNAPSHOT_FAILED % exc))
 
     async def _cluster_snapshot(self, d):
         """On a JetStream shard, snapshots are made by replicas into the object store."""
         node = self.cluster_node
         if node.role != "replica":
-            d.resolve(ErrorReply("ERR snapshots of a JetStream shard are taken on its replicas"))
+            d.resolve(ErrorReply(messages.SNAPSHOT_ON_JETSTREAM_PRIMARY))
             return
         try:
             index = await node.snapshot_now()
         except Exception as exc:  # noqa: BLE001
-            d.resolve(ErrorReply("ERR snapshot failed: %s" % exc))
+            d.resolve(ErrorReply(messages.SNAPSHOT_FAILED % exc))
             return
         self.last_snapshot_index = index
         self.lastsave = int(time.time())

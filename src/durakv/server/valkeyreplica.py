@@ -273,7 +273,7 @@ class ValkeyReplicaLink:
         pipeline = self.server.pipeline
         pipeline.mark()
         reply, _ticket, _cmd = pipeline.process(self.session, argv)
-        if type(reply) is ErrorReply and not reply.text.startswith(("ERR unknown command", "NOSCRIPT")):
+        if type(reply) is ErrorReply and not reply.text.startswith((messages.UNKNOWN_COMMAND_PREFIX, "NOSCRIPT")):
             # a write that did not happen here would leave this replica behind for good: sync again
             raise LinkError("applying %r failed: %s" % (argv[0], reply.text))
 
