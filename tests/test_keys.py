@@ -11,7 +11,8 @@ from durakv import messages
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace, ZSet
 from durakv.keyspace.glob import compile_glob, glob_match
-from durakv.keyspace.scan import ScanCursors, parse_cursor, parse_scan_options
+from durakv.commands.scanning import parse_scan_options
+from durakv.keyspace.scan import ScanCursors, parse_cursor
 from durakv.errors import CommandError
 from durakv.protocol.resp import ErrorReply
 from replay_util import NOW, Direct, apply_effects, dump, run_and_replay

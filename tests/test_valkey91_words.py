@@ -118,7 +118,11 @@ def test_slot_stats(pair):
                 ("SLOTSRANGE", "1"), ("ORDERBY", "cpu-usec"), ("ORDERBY", "foo"),
                 ("ORDERBY", "key-count", "LIMIT", "0"), ("ORDERBY", "key-count", "LIMIT", "16385"),
                 ("ORDERBY", "key-count", "ASC", "DESC"), ("ORDERBY", "key-count", "LIMIT", "2", "LIMIT", "3"),
-                ("FOO",), ("ORDERBY",)):
+                ("FOO",), ("ORDERBY",),
+                # Python's int() took these; Valkey's string2ll does not (found from outside: LIMIT " 5" listed
+                # five slots where 9.1.2 answers "value is not an integer")
+                ("ORDERBY", "key-count", "LIMIT", " 5"), ("ORDERBY", "key-count", "LIMIT", "1_0"),
+                ("ORDERBY", "key-count", "LIMIT", "+5"), ("ORDERBY", "key-count", "LIMIT", "abc")):
         assert same(pair, "CLUSTER", "SLOT-STATS", *bad)[0] == "error", bad
 
 
@@ -246,7 +250,7 @@ REFUSED = [
     (("ADDSLOTSRANGE", "0", "10"), "Slot 0 is already busy"), (("ADDSLOTS", "0"), "Slot 0 is already busy"),
     (("DELSLOTS", "0"), "no coordination store"), (("DELSLOTSRANGE", "0", "1"), "no coordination store"),
     (("SETSLOT", "0", "STABLE"), "use CLUSTER MIGRATESLOTS"),
-    (("MEET", "127.0.0.1", "7000"), "durakv cluster start-node"),
+    (("MEET", "127.0.0.1", "7000"), "durakv cluster add-node"),
     (("REPLICATE", "NO", "ONE"), "coordination store"), (("REPLICATE", "<myid>"), "coordination store"),
     (("SAVECONFIG",), "not in a nodes.conf"), (("SET-CONFIG-EPOCH", "5"), "compare-and-set"),
     (("BUMPEPOCH",), "compare-and-set"),

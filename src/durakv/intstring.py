@@ -26,3 +26,35 @@ def string2ll(s: bytes):
         return None
     v = -int(digits)
     return v if v >= INT64_MIN else None
+
+
+UINT64_MAX = (1 << 64) - 1
+_C_SPACE = b" \t\n\v\f\r"   # C's isspace(), which strtoull skips
+
+
+def strtol_whole(s: bytes):
+    """The base-10 integer C's strtol / strtoll / strtoull read when they consume all of `s` (leading blanks, an
+    optional sign, at least one ASCII digit, leading zeros allowed, nothing after), unbounded: the caller applies
+    its type's range. None when they would stop early or read no digit."""
+    text = s.lstrip(_C_SPACE)
+    sign = text[:1]
+    if sign == b"-" or sign == b"+":
+        text = text[1:]
+    if not text.isdigit():    # bytes.isdigit is ASCII-only; b"" is not digits
+        return None
+    v = int(text)
+    return -v if sign == b"-" else v
+
+
+def string2ull(s: bytes):
+    """Valkey's util.c `string2ull`: string2ll's value when `s` is one (a negative one is out of range: None),
+    else what C's strtoull takes whole (leading blanks, a sign, leading zeros; '-n' wraps modulo 2**64);
+    None when that fails (no digits, trailing bytes, past 2**64-1)."""
+    ll = string2ll(s)
+    if ll is not None:
+        return ll if ll >= 0 else None
+    v = strtol_whole(s)
+    if v is None or abs(v) > UINT64_MAX:
+        return None
+    return v & UINT64_MAX     # strtoull negates a '-n' in unsigned arithmetic
+

@@ -6,7 +6,7 @@ command names and rules are str (the command table's spelling).
 """
 
 from ..keyspace.glob import compile_glob
-from ..protocol.numbers import string2ll
+from ..protocol.numbers import string2ll, strtol_whole
 from .acl_check import CHANNEL_SPECS, DENIED_CHANNEL, DENIED_CMD, DENIED_DB, DENIED_KEY
 from .acl_keys import ALL_PERMS, READ, WRITE, key_info
 from .acl_rules import EEXIST, EINVAL, EISDIR, ENOENT, ECHILD, ERANGE, RuleError, has_spaces
@@ -14,7 +14,6 @@ from .acl_universe import (ALL_COMMANDS, CATEGORY_MEMBERS, CATEGORY_SET, COMMAND
                            lookup_rule_command)
 
 INT_MAX = 2 ** 31 - 1
-_BLANKS = b" \t\n\v\f\r"
 
 
 def parse_db_ids(text: bytes):
@@ -23,14 +22,9 @@ def parse_db_ids(text: bytes):
     an id out of range."""
     ids = set()
     for part in text.split(b","):
-        digits = part.lstrip(_BLANKS)
-        sign = digits[:1]
-        body = digits[1:] if sign in (b"+", b"-") else digits
-        if not body or not body.isdigit():
+        n = strtol_whole(part)
+        if n is None:
             raise RuleError(EINVAL)
-        n = int(body)
-        if sign == b"-":
-            n = -n
         if not 0 <= n <= INT_MAX:
             raise RuleError(ERANGE)
         ids.add(n)

@@ -29,8 +29,9 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace.bloom import (CAPACITY_MAX, CAPACITY_MIN, EXPANSION_MAX, EXPANSION_MIN, FIXED_SEED, SEED_BYTES,
                               Bloom, BloomError, max_scaled_capacity)
-from ..protocol.numbers import valkey_strtod
+from ..protocol.numbers import strtol_whole, valkey_strtod
 from ..protocol.resp import OK, ErrorReply
+from .args import ArgCursor
 from .registry import command
 
 ADD_EVENT = b"bloom.add"
@@ -45,7 +46,7 @@ def _rust_int(text: bytes):
     """str::parse::<i64> of the argument: the value, or None (not a number, or past i64)."""
     if _RUST_INT.match(text) is None:
         return None
-    n = int(text)   # the regex admitted only a sign and ASCII digits
+    n = strtol_whole(text)   # the regex admitted only a sign and ASCII digits: no blanks, as Rust
     return n if -(1 << 63) <= n < 1 << 63 else None
 
 
@@ -53,7 +54,7 @@ def _rust_u32(text: bytes):
     """str::parse::<u32>: a '+' but no '-' sign, within 32 bits; None otherwise."""
     if text[:1] == b"-" or _RUST_INT.match(text) is None:
         return None
-    n = int(text)
+    n = strtol_whole(text)
     return n if n <= EXPANSION_MAX else None
 
 
@@ -288,14 +289,13 @@ def bf_insert(ctx, args):
     seed = None
     nocreate = items_given = False
     scale_to = None
-    i = 2
-    while i < argc:
-        opt = args[i].upper()
+    c = ArgCursor(args, 2)
+    while c:
+        opt = c.next_upper()
         if opt in (b"ERROR", b"TIGHTENING", b"CAPACITY", b"SEED", b"EXPANSION", b"VALIDATESCALETO"):
-            if i >= argc - 1:
+            if not c:
                 raise _arity("BF.INSERT")
-            i += 1
-            value = args[i]
+            value = c.next()
             if opt == b"ERROR":
                 fp_rate = _error_rate(value)
             elif opt == b"TIGHTENING":
@@ -315,13 +315,11 @@ def bf_insert(ctx, args):
         elif opt == b"NONSCALING":
             expansion = 0
         elif opt == b"ITEMS":
-            i += 1
             items_given = True
             break
         else:
             raise CommandError(messages.BF_UNKNOWN_ARGUMENT)
-        i += 1
-    if i == argc and items_given:
+    if not c and items_given:
         raise _arity("BF.INSERT")   # ITEMS with no item after it
     if scale_to is not None:
         if expansion == 0:
@@ -330,7 +328,7 @@ def bf_insert(ctx, args):
             max_scaled_capacity(capacity, fp_rate, scale_to, tightening, expansion, d.memory_limit)
         except BloomError as exc:
             raise CommandError(exc.text) from None
-    items = args[i:]
+    items = args[c.pos:]
     bloom = _lookup(ctx, key)
     limit = _memory_limit(ctx)
     if bloom is not None:

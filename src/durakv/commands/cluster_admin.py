@@ -13,25 +13,22 @@ compare them with the binary).
 from .. import messages
 from ..errors import CommandError
 from ..keyspace.db import estimate_key, type_name
-from ..keyspace.scan import parse_scan_options
+from ..protocol.numbers import string2ll
 from ..protocol.resp import OK
 from ..routing import key_slot
+from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .cluster import _cluster
 from .registry import command
+from .scanning import parse_scan_options
 
 SLOTS = 16384
 
 
 def _slot(arg: bytes) -> int:
     """getSlotOrReply: a strict integer in 0..16383, else Valkey's one error for both."""
-    try:
-        if len(arg) > 20 or arg != b"%d" % int(arg):
-            raise ValueError
-        slot = int(arg)
-    except ValueError:
-        raise CommandError(messages.CLUSTER_BAD_SLOT) from None
-    if not 0 <= slot < SLOTS:
+    slot = string2ll(arg)
+    if slot is None or not 0 <= slot < SLOTS:
         raise CommandError(messages.CLUSTER_BAD_SLOT)
     return slot
 
@@ -98,25 +95,20 @@ def cluster_slot_stats(ctx, args):
         if args[3].lower() != b"key-count":
             raise CommandError(messages.SLOT_STATS_BAD_METRIC)
         limit, desc, seen_limit, seen_order = 16384, True, False, False
-        i = 4
-        while i < n:
-            opt = args[i].upper()
-            if opt == b"LIMIT" and i + 1 < n:
+        c = ArgCursor(args, 4)
+        while c:
+            opt = c.next_upper()
+            if opt == b"LIMIT" and c.left():
                 if seen_limit:
                     raise CommandError(messages.SLOT_STATS_REPEATED)
                 seen_limit = True
-                try:
-                    limit = int(args[i + 1])
-                except ValueError:
-                    raise CommandError(messages.NOT_INTEGER) from None
+                limit = c.int(messages.SLOT_STATS_BAD_LIMIT)     # getRangeLongFromObjectOrReply's one text
                 if not 1 <= limit <= SLOTS:
                     raise CommandError(messages.SLOT_STATS_BAD_LIMIT)
-                i += 2
             elif opt in (b"ASC", b"DESC"):
                 if seen_order:
                     raise CommandError(messages.SLOT_STATS_REPEATED)
                 seen_order, desc = True, opt == b"DESC"
-                i += 1
             else:
                 raise syntax_error()
         dbs = ctx.keyspace.dbs
@@ -185,15 +177,14 @@ def clusterscan(ctx, args):
     routing, topology = _cluster(ctx)
     only = None
     rest = []
-    i, n = 2, len(args)
-    while i < n:
-        if args[i].lower() == b"slot" and i + 1 < n:
-            only = _slot(args[i + 1])
-            i += 2
+    c = ArgCursor(args, 2)
+    while c:
+        arg = c.next()
+        if arg.lower() == b"slot" and c.left():
+            only = _slot(c.next())
         else:
-            rest.append(args[i])
-            i += 1
-    opts = parse_scan_options([b""] + rest, 1, "db")
+            rest.append(arg)            # SCAN's own options, parsed as SCAN parses them
+    opts = parse_scan_options(rest, 0, "db")
     parsed = _parse_cluster_cursor(args[1])
     if parsed is None:
         return [b"0-{%s}-0" % _slot_tag(only if only is not None else 0), []]
@@ -409,10 +400,7 @@ def cluster_setslot(ctx, args):
 
 def _is_integer(arg: bytes) -> bool:
     """getLongLongFromObject's test: what parseSlotRangesOrReply takes for the next slot of a range."""
-    try:
-        return arg == b"%d" % int(arg)
-    except ValueError:
-        return False
+    return string2ll(arg) is not None
 
 
 @command("cluster|migrateslots")
@@ -426,18 +414,17 @@ def cluster_migrateslots(ctx, args):
     if me is None or me.role != "primary":
         raise CommandError(messages.MIGRATESLOTS_NOT_PRIMARY)
     mine = routing.router.my_shard
-    i, n = 2, len(args)
+    c = ArgCursor(args, 2)
     groups = []
-    while i < n:
-        if args[i].upper() != b"SLOTSRANGE":
+    while c:
+        if c.next_upper() != b"SLOTSRANGE":
             raise syntax_error()
-        i += 1
         ranges, owner = [], None
-        while i < n and _is_integer(args[i]):
-            a = _slot(args[i])
-            if i + 1 >= n:
+        while c and _is_integer(c.peek()):
+            a = _slot(c.next())
+            if not c:
                 raise CommandError(messages.MIGRATESLOTS_NO_END)
-            b = _slot(args[i + 1])
+            b = _slot(c.next())
             if a > b:
                 raise CommandError(messages.MIGRATESLOTS_START_GT_END.format(a, b))
             for s in range(a, b + 1):
@@ -448,11 +435,10 @@ def cluster_migrateslots(ctx, args):
                     owner = shard
                 elif owner.id != shard.id:
                     raise CommandError(messages.MIGRATESLOTS_SPANS_SHARDS)
-            for c, d in ranges:
-                if a <= d and c <= b:
-                    raise CommandError(messages.MIGRATESLOTS_RANGE_OVERLAP.format(a, b, c, d))
+            for lo, hi in ranges:
+                if a <= hi and lo <= b:
+                    raise CommandError(messages.MIGRATESLOTS_RANGE_OVERLAP.format(a, b, lo, hi))
             ranges.append((a, b))
-            i += 2
         if not ranges:
             raise CommandError(messages.MIGRATESLOTS_NO_RANGES)
         if owner.id != mine.id:
@@ -463,10 +449,11 @@ def cluster_migrateslots(ctx, args):
                 raise CommandError(messages.MIGRATESLOTS_ALREADY.format(s))
         if any(set(slots) & set(other) for other, _dst in groups):
             raise CommandError(messages.MIGRATESLOTS_GROUPS_OVERLAP)
-        if i + 1 >= n or args[i].upper() != b"NODE":
+        if c.left() < 2 or c.next_upper() != b"NODE":
             raise syntax_error()
-        name = args[i + 1].decode("utf-8", "replace")
-        if len(args[i + 1]) != 40:
+        node_id = c.next()
+        name = node_id.decode("utf-8", "replace")
+        if len(node_id) != 40:
             raise CommandError(messages.MIGRATESLOTS_BAD_NODE.format(name))
         target = topology.nodes.get(name)
         if target is None:
@@ -476,7 +463,6 @@ def cluster_migrateslots(ctx, args):
         if target.role != "primary":
             raise CommandError(messages.MIGRATESLOTS_TARGET_REPLICA.format(name))
         groups.append((slots, target.shard_id))
-        i += 2
     return ctx.port.cluster.migrate_slots(groups)
 
 
@@ -513,12 +499,9 @@ def cluster_forget(ctx, args):
 
 
 def _port(arg: bytes, text: str):
-    try:
-        if arg != b"%d" % int(arg):
-            raise ValueError
-        value = int(arg)
-    except ValueError:
-        raise CommandError(text.format(arg.decode("utf-8", "replace"))) from None
+    value = string2ll(arg)
+    if value is None:
+        raise CommandError(text.format(arg.decode("utf-8", "replace")))
     return value
 
 
@@ -555,12 +538,7 @@ def cluster_saveconfig(ctx, args):
 @command("cluster|set-config-epoch")
 def cluster_set_config_epoch(ctx, args):
     _cluster(ctx)
-    try:
-        if len(args[2]) > 20 or args[2] != b"%d" % int(args[2]):
-            raise ValueError
-        epoch = int(args[2])
-    except ValueError:
-        raise CommandError(messages.NOT_INTEGER) from None
+    epoch = parse_int(args[2])
     if epoch < 0:
         raise CommandError(messages.CLUSTER_BAD_CONFIG_EPOCH.format(epoch))
     _refuse(args, messages.CLUSTER_EPOCHS_IN_STORE)

@@ -410,12 +410,12 @@ def client_import_source(ctx, args):
     as live (a migration tool copying data in, with the source's own DELs expiring them); ON outside
     import-mode is refused, OFF always answers OK (clientImportSourceCommand)."""
     mode = args[2].lower()
-    if mode == b"on":
-        if not ctx.port.config["import-mode"]:
-            raise CommandError(messages.NOT_IMPORT_MODE)
-        ctx.client.import_source = True
-    elif mode == b"off":
+    if mode == b"off":
         ctx.client.import_source = False
+    elif not ctx.port.config["import-mode"]:
+        raise CommandError(messages.NOT_IMPORT_MODE)      # checked before the word, as 9.1.2 answers "x"
+    elif mode == b"on":
+        ctx.client.import_source = True
     else:
         raise syntax_error()
     return OK

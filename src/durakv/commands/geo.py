@@ -85,7 +85,7 @@ def _encode(longitude, latitude, step, lat_min=GEO_LAT_MIN, lat_max=GEO_LAT_MAX)
         return 0
     lat_offset = (latitude - lat_min) / (lat_max - lat_min) * (1 << step)
     long_offset = (longitude - GEO_LONG_MIN) / (GEO_LONG_MAX - GEO_LONG_MIN) * (1 << step)
-    return _interleave64(int(lat_offset), int(long_offset))
+    return _interleave64(math.trunc(lat_offset), math.trunc(long_offset))
 
 
 def _decode_area(bits, step):
@@ -104,7 +104,7 @@ def _score_bits(score):
     """(uint64_t)score as x86-64 computes it."""
     if score != score or score in (math.inf, -math.inf):
         return 1 << 63
-    return int(score) & _U64
+    return math.trunc(score) & _U64
 
 
 def decode_score(score):
@@ -591,7 +591,7 @@ def _georadius_generic(ctx, args, src_idx, flags):
             if withdist:
                 row.append(_dist_text(d / conversion))
             if withhash:
-                row.append(int(score))
+                row.append(math.trunc(score))
             if withcoord:
                 row.append([_human(ctx, x), _human(ctx, y)])
             out.append(row)

@@ -14,6 +14,7 @@ HGETDEL -> `HDEL key field ...`.
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import encoding
+from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
 from .hashes import written
 from .registry import command
@@ -293,19 +294,15 @@ def _parse_ex_options(args, end, tokens):
     flags = 0
     unit_flag = 0
     value = None
-    i = 2
-    while i < end:
-        flag = tokens.get(args[i].lower())
+    c = ArgCursor(args, 2, end)
+    while c:
+        flag = tokens.get(c.next_lower())
         if flag is None or flags & (_CONFLICTS[flag] & ~flag):
             raise syntax_error()
         if flag & _TIME:
-            if i + 1 >= end:
-                raise syntax_error()
             unit_flag = flag
-            value = args[i + 1]
-            i += 1
+            value = c.next()          # a missing value: "ERR syntax error"
         flags |= flag
-        i += 1
     return flags, unit_flag, value
 
 

@@ -26,7 +26,9 @@ from ..keyspace.jsondoc import (DOC_HEADER_BYTES, INT64_MAX, INT64_MIN, NESTING_
                                 parse, path_depth, to_bytes, type_name, utf8_len, value_depth, write)
 from ..keyspace.jsonpath import (NONODE, SYNTAX_ERRORS, Selector, delete_order, get_at, has_v2_path,
                                  is_root_path, parent_of, shared_get)
+from ..protocol.numbers import strtol_whole
 from ..protocol.resp import OK, Raw
+from .args import ArgCursor
 from .base import parse_int
 from .registry import command
 
@@ -313,7 +315,7 @@ def _pointer_index(token):
     if type(token) is int:
         return token
     if token.isascii() and token.isdigit() and (len(token) == 1 or token[0] != "0"):
-        return int(token)
+        return strtol_whole(token.encode())
     return None
 
 
@@ -404,20 +406,19 @@ _FORMAT_OPTIONS = {b"newline": "newline", b"space": "space", b"indent": "indent"
 def json_get(ctx, args):
     fmt = Format()
     paths = []
-    i, n = 2, len(args)
-    while i < n:
-        token = args[i].lower()
+    c = ArgCursor(args, 2)
+    while c:
+        arg = c.next()
+        token = arg.lower()
         option = _FORMAT_OPTIONS.get(token)
         if option is not None:
-            if i == n - 1:
+            if not c:
                 raise _error("SYNTAX")
-            i += 1
-            setattr(fmt, option, _path(args[i]))
+            setattr(fmt, option, _path(c.next()))
         elif token == b"noescape":
             pass        # legacy, a no-op in valkey-json
         else:
-            paths.append(_path(args[i]))
-        i += 1
+            paths.append(_path(arg))
     doc = _read_doc(ctx, args[1])
     if doc is None:
         return None
@@ -620,8 +621,8 @@ def _num_op(ctx, args, multiply):
             res = number_value(v) * number_value(operand)
             if res in (_INF, -_INF):
                 raise _error("MULT_OVERFLOW")
-            if res == res and res == int(res) and INT64_MIN <= res < 2.0 ** 63:
-                new = int(res)
+            if res == res and res == math.trunc(res) and INT64_MIN <= res < 2.0 ** 63:
+                new = math.trunc(res)
             else:
                 new = make_double(res, format_double(res))
         else:

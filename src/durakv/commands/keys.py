@@ -16,12 +16,13 @@ from ..keyspace.bloom import Bloom
 from ..keyspace.db import estimate_key
 from ..keyspace.glob import compile_glob
 from ..keyspace.jsondoc import JsonDoc
-from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
+from ..keyspace.scan import parse_cursor, scan_page, scan_reply
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK
 from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
 from .registry import command
+from .scanning import parse_scan_options
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 # C's LLONG_MAX / 1000 and LLONG_MIN / 1000 (division truncates toward zero).

@@ -1,10 +1,63 @@
 """HSCAN / SSCAN over a collection (ZSCAN has its own reply shape in zsets.py)."""
 
-from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
+from .. import messages
+from ..errors import CommandError
+from ..keyspace.glob import compile_glob
+from ..keyspace.scan import parse_cursor, scan_page, scan_reply
+from .args import ArgCursor
 
 # Containers this small are returned whole at cursor 0, as Valkey does for its compact encodings
 # (hash-max-listpack-entries / set-max-listpack-entries default to 128).
 SCAN_WHOLE_LIMIT = 128
+
+SCAN_TYPE_NAMES = frozenset((b"string", b"list", b"set", b"zset", b"hash", b"stream", b"rejson-rl"))
+# module type names as TYPE shows them (getObjectTypeByName matches them in any case)
+_MODULE_TYPE_NAMES = {b"rejson-rl": "ReJSON-RL"}
+
+
+class ScanOptions:
+    __slots__ = ("count", "match", "type", "only_keys")
+
+    def __init__(self):
+        self.count = 10
+        self.match = None      # a compiled matcher (subject -> bool), None when everything matches
+        self.type = None       # lowercase type name for SCAN TYPE
+        self.only_keys = False  # HSCAN NOVALUES / ZSCAN NOSCORES
+
+
+def parse_scan_options(args, start: int, kind: str) -> ScanOptions:
+    """COUNT / MATCH / TYPE / NOVALUES / NOSCORES from args[start:], as scanGenericCommand parses
+    them. kind: 'db' (SCAN), 'hash', 'set' or 'zset'."""
+    opts = ScanOptions()
+    c = ArgCursor(args, start)
+    while c:
+        opt = c.next_lower()
+        more = c.left() >= 1
+        if opt == b"count" and more:
+            count = c.int()
+            if count < 1:
+                raise CommandError(messages.SYNTAX)
+            opts.count = count
+        elif opt == b"match" and more:
+            pattern = c.next()
+            opts.match = None if pattern == b"*" else compile_glob(pattern)
+        elif opt == b"type" and kind == "db" and more:
+            given = c.next()
+            name = given.lower()
+            if name not in SCAN_TYPE_NAMES:
+                raise CommandError(messages.UNKNOWN_TYPE_NAME.format(given.decode("utf-8", "replace")))
+            opts.type = _MODULE_TYPE_NAMES.get(name) or name.decode()
+        elif opt == b"novalues":
+            if kind != "hash":
+                raise CommandError(messages.NOVALUES_ONLY_HSCAN)
+            opts.only_keys = True
+        elif opt == b"noscores":
+            if kind != "zset":
+                raise CommandError(messages.NOSCORES_ONLY_ZSCAN)
+            opts.only_keys = True
+        else:
+            raise CommandError(messages.SYNTAX)
+    return opts
 
 
 def scan_collection(ctx, args, typ):

@@ -200,21 +200,18 @@ def failover(ctx, args):
     if n == 2 and args[1].lower() == b"abort":
         raise CommandError(messages.FAILOVER_NOT_IN_PROGRESS)
     timeout_ms, force, host = 0, False, None
-    j = 1
-    while j < n:
-        opt = args[j].lower()
-        if opt == b"timeout" and j + 1 < n and timeout_ms == 0:
-            timeout_ms = parse_int(args[j + 1])
+    c = ArgCursor(args, 1)
+    while c:
+        opt = c.next_lower()
+        if opt == b"timeout" and c.left() >= 1 and timeout_ms == 0:
+            timeout_ms = c.int()
             if timeout_ms <= 0:
                 raise CommandError(messages.FAILOVER_BAD_TIMEOUT)
-            j += 2
-        elif opt == b"to" and j + 2 < n and host is None:
-            parse_int(args[j + 2])
-            host = args[j + 1]
-            j += 3
+        elif opt == b"to" and c.left() >= 2 and host is None:
+            host = c.next()
+            c.int()                       # the port: an integer, as Valkey checks it
         elif opt == b"force" and not force:
             force = True
-            j += 1
         else:
             raise syntax_error()
     if ctx.port.replication.status()["role"] == "replica":

@@ -19,13 +19,12 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace.stream import (INVALID_ENTRIES_READ, MASK64, MAX_ID, TRIM_MAXLEN, TRIM_MINID, Nack, Stream,
                                id_bytes)
+from ..protocol.numbers import string2ull
 from ..protocol.resp import OK, NullArray
 from .args import ArgCursor
 from .base import INT64_MAX, Blocked, parse_int, syntax_error, wrong_arity
 from .registry import command
 
-_WS = b" \t\n\v\f\r"
-_INT64_MIN_ABS = 1 << 63
 _APPROX_LIMIT = 10000  # the default trim limit when 100 * stream-node-max-entries is out of bounds
 _AUTOCLAIM_MAX_COUNT = INT64_MAX // 16
 
@@ -37,25 +36,10 @@ def _invalid_id():
 
 
 def _ull(s: bytes) -> int:
-    """Valkey's string2ull: string2ll, then strtoull (leading blanks, a sign, leading zeros)."""
-    if s.isdigit():
-        v = int(s)
-        if v <= MASK64:
-            return v
+    """One part of a stream ID: Valkey's string2ull, or "Invalid stream ID"."""
+    v = string2ull(s)
+    if v is None:
         raise _invalid_id()
-    t = s.lstrip(_WS)
-    neg = t[:1] == b"-"
-    if neg or t[:1] == b"+":
-        t = t[1:]
-    if not t.isdigit():
-        raise _invalid_id()
-    v = int(t)
-    if v > MASK64:
-        raise _invalid_id()
-    if neg:
-        if len(s) == len(t) + 1 and t[0] != 48 and v <= _INT64_MIN_ABS:
-            raise _invalid_id()  # a negative number string2ll accepts: out of range
-        return (-v) & MASK64
     return v
 
 

@@ -12,13 +12,14 @@ import math
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import ZSet, encoding
-from ..keyspace.scan import parse_cursor, parse_scan_options, scan_page, scan_reply
+from ..keyspace.scan import parse_cursor, scan_page, scan_reply
 from ..protocol.numbers import string2d, valkey_strtod
 from ..protocol.resp import NullArray, format_double
 from .args import ArgCursor
 from .base import normalize_range, parse_int, syntax_error, wrong_arity
 from .lists import LONG_MAX, parse_mpop, positive_long, range_long
 from .registry import command
+from .scanning import parse_scan_options
 
 _INF = math.inf
 

@@ -19,20 +19,13 @@ from collections import OrderedDict
 
 from .. import messages
 from ..errors import CommandError
-from ..protocol.numbers import string2ll
-from .glob import compile_glob
+from ..protocol.numbers import string2ull
 
 MAX_SCANS = 32                 # live iterations kept
 MAX_SNAPSHOT_ITEMS = 4_000_000  # total items held by all snapshots (the newest is always kept)
 _POS_BITS = 32
 _POS_MASK = (1 << _POS_BITS) - 1
 _ID_LIMIT = 1 << 31
-_UINT64_MAX = (1 << 64) - 1
-_C_SPACE = b" \t\n\v\f\r"
-
-SCAN_TYPE_NAMES = frozenset((b"string", b"list", b"set", b"zset", b"hash", b"stream", b"rejson-rl"))
-# module type names as TYPE shows them (getObjectTypeByName matches them in any case)
-_MODULE_TYPE_NAMES = {b"rejson-rl": "ReJSON-RL"}
 
 
 class ScanCursors:
@@ -108,80 +101,12 @@ def scan_page(source, cursor: int, count: int, whole_limit: int = 0):
 
 
 def parse_cursor(value: bytes) -> int:
-    """Valkey's string2ull: a strict int64 that must not be negative, else whatever strtoull takes
-    whole (leading spaces, a sign, leading zeros; '-n' wraps). Otherwise 'ERR invalid cursor'."""
-    if string2ll(value) is not None:
-        n = int(value)
-        if -(1 << 63) <= n < (1 << 63):
-            if n < 0:
-                raise CommandError(messages.INVALID_CURSOR)
-            return n
-    text = value.lstrip(_C_SPACE)
-    neg = False
-    if text[:1] == b"+" or text[:1] == b"-":
-        neg = text[:1] == b"-"
-        text = text[1:]
-    if not text.isdigit():
+    """A SCAN cursor: Valkey's string2ull (a strict int64 that is not negative, else whatever strtoull takes
+    whole: leading spaces, a sign, leading zeros, '-n' wrapping). Otherwise 'ERR invalid cursor'."""
+    n = string2ull(value)
+    if n is None:
         raise CommandError(messages.INVALID_CURSOR)
-    n = int(text)
-    if n > _UINT64_MAX:
-        raise CommandError(messages.INVALID_CURSOR)
-    return (-n) & _UINT64_MAX if neg else n
-
-
-class ScanOptions:
-    __slots__ = ("count", "match", "type", "only_keys")
-
-    def __init__(self):
-        self.count = 10
-        self.match = None      # a compiled matcher (subject -> bool), None when everything matches
-        self.type = None       # lowercase type name for SCAN TYPE
-        self.only_keys = False  # HSCAN NOVALUES / ZSCAN NOSCORES
-
-
-def parse_scan_options(args, start: int, kind: str) -> ScanOptions:
-    """COUNT / MATCH / TYPE / NOVALUES / NOSCORES from args[start:], as scanGenericCommand parses
-    them. kind: 'db' (SCAN), 'hash', 'set' or 'zset'."""
-    opts = ScanOptions()
-    i, n = start, len(args)
-    while i < n:
-        opt = args[i].lower()
-        more = n - i >= 2
-        if opt == b"count" and more:
-            try:
-                count = int(args[i + 1])
-            except ValueError:
-                raise CommandError(messages.NOT_INTEGER) from None
-            if string2ll(args[i + 1]) is None or not (-(1 << 63) <= count < (1 << 63)):
-                raise CommandError(messages.NOT_INTEGER)
-            if count < 1:
-                raise CommandError(messages.SYNTAX)
-            opts.count = count
-            i += 2
-        elif opt == b"match" and more:
-            pattern = args[i + 1]
-            opts.match = None if pattern == b"*" else compile_glob(pattern)
-            i += 2
-        elif opt == b"type" and kind == "db" and more:
-            name = args[i + 1].lower()
-            if name not in SCAN_TYPE_NAMES:
-                raise CommandError(messages.UNKNOWN_TYPE_NAME.format(
-                    args[i + 1].decode("utf-8", "replace")))
-            opts.type = _MODULE_TYPE_NAMES.get(name) or name.decode()
-            i += 2
-        elif opt == b"novalues":
-            if kind != "hash":
-                raise CommandError(messages.NOVALUES_ONLY_HSCAN)
-            opts.only_keys = True
-            i += 1
-        elif opt == b"noscores":
-            if kind != "zset":
-                raise CommandError(messages.NOSCORES_ONLY_ZSCAN)
-            opts.only_keys = True
-            i += 1
-        else:
-            raise CommandError(messages.SYNTAX)
-    return opts
+    return n
 
 
 def scan_reply(cursor: int, items) -> list:

@@ -1,4 +1,4 @@
-"""Valkey's rules for numbers written as strings: integers (util.c `string2ll`, kept in intstring.py: the one
+"""Valkey's rules for numbers written as strings: integers (util.c `string2ll` and `string2ull`, kept in intstring.py: the one
 copy the request parser, the keyspace (encodings, RDB payloads, SCAN cursors) and the commands (argument
 parsing, ACL key extraction) use) and doubles (`string2d`, and Valkey 9's `valkey_strtod` consuming a whole
 string, as zslParseRange calls it). Long doubles (`string2ld`: INCRBYFLOAT, timeouts) are commands/numeric.py's
@@ -8,7 +8,7 @@ import math
 import re
 
 # The one copy lives in a leaf module so that config.py (below protocol/) can use it too; re-exported here.
-from ..intstring import INT64_MAX, INT64_MIN, string2ll  # noqa: F401
+from ..intstring import INT64_MAX, INT64_MIN, UINT64_MAX, string2ll, string2ull, strtol_whole  # noqa: F401
 
 
 _NONZERO_DIGITS = frozenset(b"123456789")
