@@ -152,33 +152,38 @@ def test_an_append_is_sent_by_the_call_that_makes_it_and_keeps_its_place_behind_
 
 
 def test_a_new_primary_moves_the_stream_leader_to_its_own_nats_server(module_nats, tmp_path):
+    import json
+
     async def main():
         j = await _opened(module_nats, tmp_path)
+        loop = asyncio.get_running_loop()
         here = j.nc._server_info["server_name"]
-        info = await j.js.stream_info(j.stream)
-        if info.cluster.leader == here:
-            # make it start elsewhere, so that there is something to move
+        if (await j.js.stream_info(j.stream)).cluster.leader == here:
+            # make it start elsewhere, so that there is something to move (retried: an election may be on)
             other = next(n.name for n in module_nats.nodes if n.name != here)
-            module_nats_view = await module_nats.connect()
-            import json
-            await module_nats_view.request("$JS.API.STREAM.LEADER.STEPDOWN.%s" % j.stream,
-                                           json.dumps({"placement": {"preferred": other}}).encode(), timeout=5)
-            await module_nats_view.close()
-            deadline = asyncio.get_running_loop().time() + 20
+            view = await module_nats.connect()
+            deadline = loop.time() + 30
             while (await j.js.stream_info(j.stream)).cluster.leader != other:
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.2)
-        assert await j.lead_here() is True
-        deadline = asyncio.get_running_loop().time() + 20
+                assert loop.time() < deadline, "could not move the leader away to start with"
+                try:
+                    await view.request("$JS.API.STREAM.LEADER.STEPDOWN.%s" % j.stream,
+                                       json.dumps({"placement": {"preferred": other}}).encode(), timeout=5)
+                except Exception:  # noqa: BLE001 - an election in progress: look again
+                    pass
+                await asyncio.sleep(0.5)
+            await view.close()
+        # best effort by design (an election in progress answers nothing): asked until the leader is here
+        deadline = loop.time() + 30
         while (await j.js.stream_info(j.stream)).cluster.leader != here:
-            assert asyncio.get_running_loop().time() < deadline, "the leader did not move"
-            await asyncio.sleep(0.2)
+            assert loop.time() < deadline, "the leader did not move"
+            await j.lead_here()
+            await asyncio.sleep(0.5)
         # appends in flight through the election, and after it, land once each and in order
         results = await asyncio.gather(*[j.append(b"a%d" % i) for i in range(50)])
         assert results == list(range(1, 51))
         assert await j.lead_here() is True      # already here: nothing to do
         await j.close()
-    _run(main(), timeout_s=90)
+    _run(main(), timeout_s=120)
 
 
 # -- the adaptive window (durability/tracker.py), against a journal the test answers ------------------------
