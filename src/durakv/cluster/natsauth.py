@@ -20,7 +20,8 @@ subscribe only to its own inbox and the bus subjects of its shard. It cannot cre
 stream, delete a message, or write the topology. What NATS permissions cannot express, and is therefore the
 residual risk of a stolen node identity (docs/security.md): purging its own shard's journal and snapshots (a
 purge of a prefix, which compacting the journal below a snapshot needs, is the same API as a purge of all),
-writing its own shard's journal (any node of a shard may become its primary), and changing the cluster's
+writing its own shard's journal (any node of a shard may become its primary), forcing a leader election of its
+own shard's journal stream (a new primary moves the leader next to itself), and changing the cluster's
 users (`auth`: ACL SETUSER on any node applies to every shard, as MemoryDB's ACLs do).
 
 Pure: bytes in, text out (pynacl through `nkeys`, the NATS project's own key library, which nats-py uses to
@@ -226,6 +227,9 @@ def node_permissions(shard, node_id: str) -> dict:
     # STREAM.NAMES: nats-py's object store finds a bucket's stream by subject (names only, no content)
     pub = [nn.journal_subject(shard), "$JS.API.INFO", "$JS.API.STREAM.NAMES"]
     pub += _stream_api(nn.journal_stream(shard), purge=True)
+    # a new primary moves its journal's stream leader to the NATS server it is connected to (JetStream's
+    # step-down; journal/jetstream.py lead_here): one route hop less on every commit
+    pub += ["$JS.API.STREAM.LEADER.STEPDOWN.%s" % nn.journal_stream(shard)]
     pub += [nn.kv_subject(k % shard) for k in (nn.KEY_LEASE, nn.KEY_FAILOVER, nn.KEY_SETTINGS, nn.KEY_STATE)]
     pub += [nn.kv_subject(nn.KEY_AUTH)]
     pub += _stream_api(kv_stream, purge=False)

@@ -7,12 +7,14 @@ once; the lag is the age of the oldest uncommitted batch, and above `durability-
 until it falls.
 
 Indices: the tracker issues one append per batch, in order, so the entry index of a batch is known when the
-batch is opened; replies are tagged with it and released when the commit index reaches it. Up to the
-journal's `max_appends_in_flight` batches (1 when it has none) are being appended at once; what arrives while
-that many are in flight joins the open batch, which leaves when the oldest completes. The journal
+batch is opened; replies are tagged with it and released when the commit index reaches it. Up to `window`
+batches are being appended at once: the journal's `max_appends_in_flight` (1 when it has none), less while
+the journal's round trips show entries queueing (WINDOW_QUEUED_MIN/MAX); what arrives while the window is full
+joins the open batch, which leaves when the oldest completes. The journal
 acknowledges appends in order only (the contiguous prefix), so the commit index never skips a batch. A
 journal with append_notify (the local one) reports each append through a callback in the iteration that
-completes it; the others through the awaitable of append(), whose done callback runs one iteration later.
+completes it (the JetStream one in the iteration that read the answer); the others through the awaitable of
+append(), whose done callback runs one iteration later.
 
 Bounds (docs/design.md "Bounds on the write path"): a journal entry holds at most the journal's `max_entry_bytes`.
 The encoded size of the open batch is counted as effects join it; an effect that would take it past the
@@ -55,6 +57,17 @@ ACK_BEFORE_COMMIT_DELAY_S = 0.5
 # next batch. Polled each loop iteration (call_soon), not a timer: the loop's
 # timers count whole milliseconds.
 COALESCE_MAX_S = 0.0005
+# The window of appends in flight adapts to the journal's latency (journals that take more than one: JetStream),
+# as TCP Vegas adapts its congestion window: each commit's round trip against the least one seen lately (the
+# journal's latency when nothing queues) tells how many of the appends in flight wait in a queue rather than
+# travel: in_flight * (1 - base / rtt). Above WINDOW_QUEUED_MAX the window shrinks by one, below
+# WINDOW_QUEUED_MIN it grows by one (if it held batches back meanwhile), at most once per round trip. A window
+# that only grows fills NATS with small entries when it is short of CPU: each entry costs its servers a Raft
+# round, two fsyncs each and their wake-ups whatever its size (docs/commit-path.md), so past the point where
+# entries queue, a smaller window makes fewer, larger ones at the same latency.
+WINDOW_QUEUED_MIN = 1.0
+WINDOW_QUEUED_MAX = 3.0
+BASE_RTT_PERIOD_S = 5.0     # the least round trip is the least of this period's and the one before
 
 
 class Buckets:
@@ -141,6 +154,13 @@ class WriteTracker:
         self._retry_handle = None
         self._in_flight = 0                 # batches handed to the journal and not yet acknowledged
         self.max_in_flight = max(1, int(getattr(journal, "max_appends_in_flight", 1)))
+        self.window = self.max_in_flight    # appends in flight allowed now (adapts: WINDOW_QUEUED_MIN/MAX)
+        self._held_back = False             # a batch waited for room since the window last changed
+        self._adjust_after = 0              # the window changes again once an entry issued after this commits
+        self._base_cur = self._base_prev = float("inf")   # least round trips of this period and the one before
+        self._base_period_end = 0.0
+        self.window_shrinks = 0             # INFO durability
+        self.window_grows = 0
         self._generation = 0                # bumped by _fail: completions of appends issued before are stale
         self.read_waits = 0                 # reads (sync) answered only after a commit: they touched a pending write
         self.ack_before_commit = getattr(owner, "ack_before_commit", False)   # tests only (config.py)
@@ -351,9 +371,11 @@ class WriteTracker:
 
     def _close_batch(self):
         index = self._batch_index
-        if not index or self._in_flight >= self.max_in_flight:
+        if not index or self._in_flight >= self.window:
             # The window is full: what arrives meanwhile joins the open batch, which is closed when the
             # oldest append completes (group commit).
+            if index:
+                self._held_back = True
             return
         self._append(*self._take_batch())
 
@@ -361,7 +383,7 @@ class WriteTracker:
         """Hands entry `index` to the journal (its position is fixed by this call: journal contract)."""
         self.appended_bytes += len(payload)
         self._in_flight += 1
-        self._sent_ms.append((index, self.clock_ms(), time.perf_counter()))
+        self._sent_ms.append((index, self.clock_ms(), self.clock_s()))
         self._sent_s = self.clock_s()
         if self.stall_ms and self._stall_handle is None:
             self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)
@@ -379,6 +401,28 @@ class WriteTracker:
             fut.set_exception(exc)
         fut.add_done_callback(lambda f, i=index, g=generation: self._on_appended(
             i, g, None if f.exception() is not None else f.result(), f.exception()))
+
+    def _adapt_window(self, index, rtt, now):
+        """One commit's round trip `rtt` (s): the window follows it (WINDOW_QUEUED_MIN/MAX above)."""
+        if now >= self._base_period_end:
+            self._base_prev, self._base_cur = self._base_cur, rtt
+            self._base_period_end = now + BASE_RTT_PERIOD_S
+        elif rtt < self._base_cur:
+            self._base_cur = rtt
+        if index <= self._adjust_after or rtt <= 0:
+            return
+        base = min(self._base_prev, self._base_cur)
+        queued = (self._in_flight + 1) * (1.0 - base / rtt)
+        if queued > WINDOW_QUEUED_MAX and self.window > 1:
+            self.window -= 1
+            self.window_shrinks += 1
+        elif queued < WINDOW_QUEUED_MIN and self.window < self.max_in_flight and self._held_back:
+            self.window += 1
+            self.window_grows += 1
+        else:
+            return
+        self._held_back = False
+        self._adjust_after = self.assigned      # once per round trip: judge the new window by its own entries
 
     def oldest_append_age_ms(self) -> int:
         """How long the oldest append handed to the journal has waited for its acknowledgement (0: none)."""
@@ -419,14 +463,16 @@ class WriteTracker:
             self._fail(index, exc)
             return
         sent = self._sent_ms
-        commit_s = self.clock_s() - self._sent_s if sent else 0.0
+        now = self.clock_s()
+        commit_s = now - self._sent_s if sent else 0.0
         latency = self.commit_latency
-        if latency is not None and sent and sent[0][0] <= index:
-            now = time.perf_counter()
-            while sent and sent[0][0] <= index:
-                latency.observe(now - sent.popleft()[2])
+        rtt = None
         while sent and sent[0][0] <= index:
-            sent.popleft()
+            rtt = now - sent.popleft()[2]
+            if latency is not None:
+                latency.observe(rtt)
+        if rtt is not None and self.max_in_flight > 1:
+            self._adapt_window(index, rtt, now)
         if type(where) is int and where - index != self._journal_delta:
             # The journal put this entry further on (it stepped over a deposed writer's entries).
             self._journal_delta = where - index

@@ -140,29 +140,147 @@ def _msg_entry(msg) -> Entry:
     epoch = int(text) if isinstance(text, str) and 0 < len(text) <= 19 and text.isascii() and text.isdigit() else -1
     if epoch > MAX_EPOCH:
         epoch = -1
-    seq = msg.metadata.sequence.stream if hasattr(msg, "metadata") else msg.seq
+    seq = _stream_seq(msg)
     return Entry(seq, epoch, bytes(msg.data or b""))
 
 
-class _Append:
-    """One append until it is acknowledged: what to send, and the state of its current send."""
-    __slots__ = ("payload", "epoch", "fut", "token", "answer", "deadline")
+def _stream_seq(msg) -> int:
+    """The stream sequence of a message: from a consumer's delivery, the 6th token of its v1 reply subject
+    ($JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>; nats-py's
+    metadata builds dataclasses and a datetime per message to say the same), any other form through nats-py;
+    from a direct or sequence read, its own field."""
+    if not hasattr(msg, "metadata"):
+        return msg.seq
+    reply = msg.reply
+    if reply:
+        tokens = reply.split(".")
+        if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK" and tokens[5].isdigit():
+            return int(tokens[5])
+    return msg.metadata.sequence.stream
 
-    def __init__(self, payload, epoch, fut):
+
+class _Append:
+    """One append until it is acknowledged: what to send, and the state of its current send. Its outcome goes
+    to a future (append) or a callback (append_notify)."""
+    __slots__ = ("payload", "epoch", "fut", "notify", "token", "answer", "deadline")
+
+    def __init__(self, payload, epoch, fut, notify=None):
         self.payload = payload
         self.epoch = epoch
         self.fut = fut
+        self.notify = notify    # fn(seq, None) or fn(None, exc), instead of fut
         self.token = 0          # reply token of the send in flight (0: not sent)
         self.answer = None      # None (no answer yet), the stream sequence, or an _Error
         self.deadline = 0.0
 
+    def settle(self, seq, exc):
+        notify = self.notify
+        if notify is not None:
+            self.notify = None      # once: a failure path may meet an item twice
+            notify(seq, exc)
+            return
+        fut = self.fut
+        if fut is not None and not fut.done():
+            if exc is None:
+                fut.set_result(seq)
+            else:
+                fut.set_exception(exc)
+
+
+class _DirectDelivery:
+    """Stands in for a nats-py Subscription's pending queue, so that its messages are handled by `handler(msg)`
+    right where the connection's parser delivers them, in the same event-loop iteration as the read.
+
+    nats-py hands every message to an asyncio.Queue that a task of the subscription drains, calling an async
+    callback: one more loop iteration (and a task switch, a coroutine) per message between the socket and its
+    handler. For an append's answer that iteration sat between the commit and the replies it releases; for a
+    replica, between an entry's arrival and its apply. The handler must not block or await; what it raises
+    is logged (it runs inside the connection's read loop, which an exception would end)."""
+    __slots__ = ("sub", "handler")
+
+    def __init__(self, sub, handler):
+        self.sub = sub
+        self.handler = handler
+
+    def put_nowait(self, msg):
+        self.sub._pending_size -= len(msg.data)     # nats-py counted it as pending for the queue's consumer
+        try:
+            self.handler(msg)
+        except Exception:  # noqa: BLE001 - see the class docstring
+            log.exception("handling a NATS message on %s", getattr(self.sub, "_subject", "?"))
+
+    def qsize(self):
+        return 0
+
+    def empty(self):
+        return True
+
+    def full(self):
+        return False
+
+    def task_done(self):
+        pass
+
+    async def join(self):
+        return None
+
+    async def get(self):
+        await asyncio.get_running_loop().create_future()     # never: nothing waits here
+
+
+def deliver_directly(sub, handler) -> bool:
+    """Makes `sub` (a nats-py Subscription, or a JetStream push subscription around one) call `handler(msg)`
+    synchronously from the connection's parser (_DirectDelivery). Messages already queued are handled first, in
+    order. Returns False (and changes nothing: the subscription's own callback keeps working) when this nats-py
+    does not have the internals it relies on; tests/test_jetstream_commit_path.py checks that the installed one does."""
+    inner = getattr(sub, "_sub", sub)
+    if not all(hasattr(inner, a) for a in ("_pending_queue", "_pending_size", "_wait_for_msgs_task")):
+        return False
+    old = inner._pending_queue
+    if isinstance(old, _DirectDelivery):
+        old.handler = handler
+        return True
+    if not hasattr(old, "get_nowait"):
+        return False
+    direct = _DirectDelivery(inner, handler)
+    inner._pending_queue = direct
+    task = inner._wait_for_msgs_task
+    if task is not None and not task.done():
+        task.cancel()       # it only ever waits in queue.get() (the callbacks it ran never awaited)
+    while not old.empty():
+        direct.put_nowait(old.get_nowait())
+    return True
+
+
+def hpub_bytes(subject: str, reply: str, headers, payload) -> bytes:
+    """A NATS HPUB command (what nats-py's publish builds, for headers known to be valid)."""
+    hdr = b"NATS/1.0\r\n" + b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers) + b"\r\n"
+    return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply.encode(), len(hdr), len(hdr) + len(payload),
+                                                hdr, payload)
+
+
+def _buffered(transport) -> int:
+    """Bytes a nats-py transport holds unsent (0 when it cannot say)."""
+    writer = getattr(transport, "_io_writer", None)
+    t = getattr(writer, "transport", None)
+    try:
+        return t.get_write_buffer_size() if t is not None else 0
+    except Exception:  # noqa: BLE001 - a closing transport
+        return 0
+
+
+# A send is written to the socket at once only while the transport holds less than this (else it joins
+# nats-py's buffer, which its flusher writes after waiting for the socket to drain).
+DIRECT_WRITE_MAX_BUFFERED = 1 << 20
+
 
 class _Error:
-    __slots__ = ("code", "text")
+    __slots__ = ("code", "text", "exc")
 
     def __init__(self, code, text):
         self.code = code
         self.text = text
+        self.exc = None         # what a send raised, when that is the error
 
     def __repr__(self):
         return "error %s (%s)" % (self.code, self.text)
@@ -207,6 +325,10 @@ class JetStreamJournal(Journal):
         self._inbox_sub = None
         self._solo_until = None         # sends go one at a time until _last reaches this (None: nothing landed)
         self._wake = None
+        self._recovering = False        # the writer task is reading the tail: nothing is sent or acknowledged
+        self._halted = False            # a send raised: nothing more is sent until the tail has been read
+        self._pumping = False           # _pump is running (a callback it made may call it again)
+        self._repump = False
         self._task = None
         self._open = False
         self._failed = None
@@ -295,9 +417,48 @@ class JetStreamJournal(Journal):
         if self._inbox_sub is None:
             # One wildcard subscription carries every append's answer (token = last subject token).
             self._inbox = self.nc.new_inbox() + "."
-            self._inbox_sub = await self.nc.subscribe(self._inbox + "*", cb=self._on_answer)
+            self._inbox_sub = await self.nc.subscribe(self._inbox + "*", cb=self._on_answer_cb)
+            # answers are handled where the parser meets them: the commit, and the replies it releases, happen
+            # in the iteration that read the answer
+            deliver_directly(self._inbox_sub, self._on_answer)
+        self._recovering = self._halted = False
         self._open = True
         self._task = asyncio.get_running_loop().create_task(self._writer(), name="durakv-jetstream-writer")
+
+    async def lead_here(self, timeout_s: float = 10.0) -> bool:
+        """Moves the stream's Raft leadership to the NATS server this journal's connection is on (JetStream's
+        leader step-down with a preferred server), if it is elsewhere. An append goes to the server the
+        connection is on, which forwards it to the stream leader over a route, and the answer comes back the
+        same way: with the leader elsewhere every commit pays that hop twice (across AZs: one more round trip
+        between them) and two servers' route reads and writes. Best effort: an election in progress, or an
+        identity minted before nodes were allowed the step-down, leaves the leader where it is (False). The
+        appends in flight meanwhile meet the election like any other (the writer reads the tail and sends
+        again)."""
+        nc = self.nc
+        here = (getattr(nc, "_server_info", None) or {}).get("server_name")
+        if not here or self.js is None:
+            return False
+        try:
+            info = await self.js.stream_info(self.stream)
+            leader = info.cluster.leader if info.cluster is not None else None
+            replicas = {r.name for r in (info.cluster.replicas or ())} if info.cluster is not None else set()
+            if leader == here:
+                return True
+            if here not in replicas:
+                return False        # our server holds no copy of the stream: it cannot lead it
+            body = json.dumps({"placement": {"preferred": here}}).encode()
+            msg = await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.%s" % self.stream, body, timeout=timeout_s)
+            ok = bool(json.loads(msg.data).get("success"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - best effort (see above)
+            log.info("%s: could not move the stream leader to %s (%r); appends go through the leader where it is",
+                     self.stream, here, exc)
+            return False
+        if ok:
+            log.info("%s: stream leader moved to %s, the server this primary's journal connection is on",
+                     self.stream, here)
+        return ok
 
     def stop_writer(self):
         """Stops appending (the node became a replica after a planned handover)."""
@@ -355,17 +516,31 @@ class JetStreamJournal(Journal):
         if self._failed is not None:
             fut.set_exception(self._failed)
             return fut
-        max_payload = getattr(self.nc, "max_payload", 0)
-        if max_payload and len(payload) > max_payload - HEADER_MARGIN_BYTES:
-            # NATS would refuse it: fail it (and, by the contract, every later append) without sending it.
-            self._failed = JournalFailed("append of %d bytes refused: over the NATS server's max_payload (%d bytes) "
-                                         "less %d for headers" % (len(payload), max_payload, HEADER_MARGIN_BYTES))
-            log.error("%s: %s", self.stream, self._failed)
-            fut.set_exception(self._failed)
-            return fut
-        self._queue.append(_Append(payload, self.epoch if epoch is None else epoch, fut))
-        self._wake.set()
+        self._enqueue(_Append(payload, self.epoch if epoch is None else epoch, fut))
         return fut
+
+    def append_notify(self, payload: bytes, notify, epoch: int = None):
+        """append() without a future: notify(seq, None) once the entry is stored, or notify(None, exc), called in
+        the event-loop iteration that read the answer (a future's done callbacks run one iteration later).
+        Raises JournalClosed / JournalFailed when the journal refuses at call time, as the local journal does."""
+        if not self._open:
+            raise JournalClosed("journal is closed")
+        if self._failed is not None:
+            raise self._failed
+        self._enqueue(_Append(payload, self.epoch if epoch is None else epoch, None, notify))
+
+    def _enqueue(self, item):
+        max_payload = getattr(self.nc, "max_payload", 0)
+        self._queue.append(item)
+        if max_payload and len(item.payload) > max_payload - HEADER_MARGIN_BYTES:
+            # NATS would refuse it: fail it (and, by the contract, every later append) without sending it. Its
+            # outcome is given in a later callback, never from inside the caller's append.
+            self._failed = JournalFailed("append of %d bytes refused: over the NATS server's max_payload (%d bytes) "
+                                         "less %d for headers" % (len(item.payload), max_payload, HEADER_MARGIN_BYTES))
+            log.error("%s: %s", self.stream, self._failed)
+            asyncio.get_running_loop().call_soon(self._fail, self._failed)
+            return
+        self._pump()
 
     async def append_marker(self, epoch: int) -> int:
         """Appends this writer's epoch marker after the last entry it has read (the caller read the
@@ -383,7 +558,11 @@ class JetStreamJournal(Journal):
             return 1
         return self.max_appends_in_flight
 
-    async def _on_answer(self, msg):
+    async def _on_answer_cb(self, msg):
+        self._on_answer(msg)     # only if direct delivery is not available (deliver_directly returned False)
+
+    def _on_answer(self, msg):
+        """An append's answer (from the parser of the journal's connection, see _DirectDelivery)."""
         try:
             token = int(msg.subject[len(self._inbox):])
         except (TypeError, ValueError):
@@ -404,18 +583,91 @@ class JetStreamJournal(Journal):
                     item.answer = int(resp["seq"])
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 item.answer = _Error(None, "unreadable answer %r: %r" % (bytes(msg.data[:200]), exc))
-        self._wake.set()
+        self._pump()
 
-    async def _send(self, item, expected):
+    def _pump(self):
+        """The writer's fast path, run synchronously wherever something changed (an append called, an answer
+        read): acknowledges the answered prefix (the contiguous successes, each at the position expected) and
+        sends what the window allows. Anything else at the head (a rejection, an error, an unexpected
+        sequence) wakes the writer task, which reads the tail and sends again (_writer). Settling an append
+        may make the tracker append the next batch, which calls back in here: that call only asks for one
+        more round."""
+        if self._pumping:
+            self._repump = True
+            return
+        if self._recovering or self._failed is not None or not self._open:
+            return
+        self._pumping = True
+        try:
+            queue = self._queue
+            while True:
+                self._repump = False
+                while queue:
+                    head = queue[0]
+                    answer = head.answer
+                    if answer is None or head.token == 0:
+                        break
+                    if type(answer) is int and answer == self._last + 1:
+                        self._acknowledge(answer)
+                        continue
+                    self._wake.set()        # not a plain success: the slow path decides
+                    return
+                if self._recovering or self._failed is not None or not self._open:
+                    return
+                window = self._window()
+                while self._sent < len(queue) and self._sent < window and not self._halted:
+                    item = queue[self._sent]
+                    self._sent += 1
+                    if self._sent > self.max_in_flight_seen:
+                        self.max_in_flight_seen = self._sent
+                    self._send(item, self._last + self._sent - 1)
+                    if self._sent == 1:
+                        self._wake.set()    # the writer task watches the head's deadline
+                if not self._repump:
+                    return
+        finally:
+            self._pumping = False
+
+    def _send(self, item, expected):
+        """Sends one append, synchronously: written to the socket at once when nothing is queued ahead of it in
+        nats-py's buffer (else it joins that buffer, behind what is there, and nats-py's flusher writes it).
+        A send that raises marks the item (an unknown outcome: the slow path reads the tail) and halts sending."""
         self._token += 1
         token = item.token = self._token
         item.answer = None
         item.deadline = asyncio.get_running_loop().time() + self._request_timeout_s
         self._by_token[token] = item
-        headers = {EXPECTED_LAST: str(expected), EPOCH_HEADER: str(item.epoch), EXPECTED_STREAM: self.stream}
-        await self.nc.publish(self.subject, item.payload, reply=self._inbox + str(token), headers=headers)
+        headers = ((EXPECTED_LAST, str(expected)), (EPOCH_HEADER, str(item.epoch)), (EXPECTED_STREAM, self.stream))
+        nc = self.nc
+        try:
+            if nc is None or nc.is_closed:
+                raise JournalClosed("the NATS connection is closed")
+            if len(item.payload) > nc._max_payload:
+                import nats.errors
+                raise nats.errors.MaxPayloadError
+            cmd = hpub_bytes(self.subject, self._inbox + str(token), headers, item.payload)
+            nc.stats["out_msgs"] += 1
+            nc.stats["out_bytes"] += len(item.payload)
+            transport = nc._transport
+            if (nc.is_connected and not nc._pending_data_size and transport is not None
+                    and _buffered(transport) < DIRECT_WRITE_MAX_BUFFERED):
+                transport.write(cmd)
+            else:
+                nc._pending.append(cmd)
+                nc._pending_data_size += len(cmd)
+                flush = nc._flush_queue
+                if flush is not None and flush.empty():
+                    flush.put_nowait(asyncio.get_running_loop().create_future())
+        except Exception as exc:  # noqa: BLE001 - outcome unknown (or nothing sent): the slow path decides
+            self._by_token.pop(token, None)
+            item.answer = _Error(None, "send failed: %r" % exc)
+            item.answer.exc = exc
+            self._halted = True
+            self._wake.set()
 
     async def _writer(self):
+        """The slow path: watches the head's deadline, and after anything but a plain success reads the tail
+        and sends again (the fast path is _pump)."""
         loop = asyncio.get_running_loop()
         trouble = None          # what went wrong first in this episode (logged once), and how often since
         troubles = 0
@@ -423,85 +675,84 @@ class JetStreamJournal(Journal):
         while self._open:
             queue = self._queue
             rejected = False        # a definite "not stored": sent again at once, no pause
-            try:
-                # Send what the window allows, each conditional on the position the one before will take.
-                window = self._window()
-                while self._sent < len(queue) and self._sent < window:
-                    item = queue[self._sent]
-                    self._sent += 1
-                    if self._sent > self.max_in_flight_seen:
-                        self.max_in_flight_seen = self._sent
-                    await self._send(item, self._last + self._sent - 1)
-                if not queue:
+            self._pump()
+            if self._failed is not None:
+                return
+            if not queue or queue[0].token == 0 and queue[0].answer is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            head = queue[0]
+            answer = head.answer
+            if answer is None:
+                remaining_s = head.deadline - loop.time()
+                if remaining_s > 0:
                     self._wake.clear()
-                    await self._wake.wait()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), remaining_s)
+                    except asyncio.TimeoutError:
+                        pass
                     continue
-                head = queue[0]
-                answer = head.answer
-                if answer is None:
-                    remaining_s = head.deadline - loop.time()
-                    if remaining_s > 0:
-                        self._wake.clear()
-                        try:
-                            await asyncio.wait_for(self._wake.wait(), remaining_s)
-                        except asyncio.TimeoutError:
-                            pass
-                        continue
-                    problem = "no answer in %.1fs" % self._request_timeout_s
-                elif isinstance(answer, int):
-                    if answer != self._last + 1:
-                        problem = "acknowledged at %d, expected %d" % (answer, self._last + 1)
-                    else:
-                        self._acknowledge(answer)
-                        if trouble is not None:
-                            log.warning("appends to %s acknowledged again after %d retries (first: %s)",
-                                        self.stream, troubles, trouble)
-                            trouble, troubles, delay_s = None, 0, RETRY_MIN_S
-                        continue
-                elif answer.code in RETRY_CODES or answer.code == 503 or answer.code is None:
-                    problem = repr(answer)
-                    rejected = answer.code in (WRONG_LAST_SEQUENCE, CONDITIONAL_IN_FLIGHT)
-                else:
-                    self._fail(JournalFailed("append rejected: %r" % answer))
-                    return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the send itself failed (disconnected): outcome unknown
-                import nats.errors
-                if isinstance(exc, nats.errors.MaxPayloadError):
-                    # Refused by the client before anything was sent: definite, and sending again cannot help.
-                    self._fail(JournalFailed("append of %d bytes refused: over the NATS server's max_payload "
-                                             "(%d bytes)" % (len(queue[self._sent - 1].payload) if self._sent
-                                                             else 0, getattr(self.nc, "max_payload", 0))))
-                    return
-                if self.nc is None or self.nc.is_closed:
-                    self._fail(JournalClosed("the NATS connection is closed"))
-                    return
-                problem = repr(exc)
+                problem = "no answer in %.1fs" % self._request_timeout_s
+            elif isinstance(answer, int):
+                if answer == self._last + 1:
+                    continue        # acknowledged by the next _pump
+                problem = "acknowledged at %d, expected %d" % (answer, self._last + 1)
+            elif answer.code in RETRY_CODES or answer.code == 503 or answer.code is None:
+                exc = getattr(answer, "exc", None)
+                if exc is not None:
+                    import nats.errors
+                    if isinstance(exc, nats.errors.MaxPayloadError):
+                        # Refused by the client before anything was sent: definite, sending again cannot help.
+                        self._fail(JournalFailed("append of %d bytes refused: over the NATS server's max_payload "
+                                                 "(%d bytes)" % (len(head.payload), getattr(self.nc, "max_payload", 0))))
+                        return
+                    if isinstance(exc, JournalClosed) or self.nc is None or self.nc.is_closed:
+                        self._fail(JournalClosed("the NATS connection is closed"))
+                        return
+                problem = repr(answer)
+                rejected = answer.code in (WRONG_LAST_SEQUENCE, CONDITIONAL_IN_FLIGHT)
+            else:
+                self._fail(JournalFailed("append rejected: %r" % answer))
+                return
             # Not acknowledged: stop, read the tail, send again what did not land.
+            self._recovering = True
             if trouble is None:
                 trouble = problem
                 log.warning("append to %s not acknowledged (%s); reading the tail and sending again",
                             self.stream, problem)
             troubles += 1
             self._abandon_sends()
-            if not rejected or troubles > 2:
-                await asyncio.sleep(delay_s)   # a timeout, an election, or no progress: give the stream a moment
-                delay_s = min(delay_s * 2, RETRY_MAX_S)
-            while self._open:
-                try:
-                    await self._inspect_tail()
-                    break
-                except _Fatal as fatal:
-                    self._fail(fatal.args[0])
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - no leader yet, disconnected: read it again later
-                    log.debug("reading the tail of %s failed: %r", self.stream, exc)
-                    await asyncio.sleep(delay_s)
+            try:
+                if not rejected or troubles > 2:
+                    await asyncio.sleep(delay_s)   # a timeout, an election, or no progress: give the stream a moment
                     delay_s = min(delay_s * 2, RETRY_MAX_S)
+                while self._open:
+                    try:
+                        await self._inspect_tail()
+                        break
+                    except _Fatal as fatal:
+                        self._fail(fatal.args[0])
+                        return
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - no leader yet, disconnected: read it again later
+                        log.debug("reading the tail of %s failed: %r", self.stream, exc)
+                        await asyncio.sleep(delay_s)
+                        delay_s = min(delay_s * 2, RETRY_MAX_S)
+            finally:
+                self._recovering = False
+                self._halted = False
             self.retries += 1
+            self._pump()
+            if trouble is not None and self._progress_after_trouble():
+                log.warning("appends to %s acknowledged again after %d retries (first: %s)", self.stream, troubles,
+                            trouble)
+                trouble, troubles, delay_s = None, 0, RETRY_MIN_S
+
+    def _progress_after_trouble(self):
+        """After a retry: the queue is empty or its head is in flight with no answer yet (so far so good)."""
+        return not self._queue or (self._queue[0].answer is None and self._queue[0].token != 0)
 
     def _acknowledge(self, seq):
         """The head append is stored at seq (= _last + 1)."""
@@ -513,12 +764,12 @@ class JetStreamJournal(Journal):
             self._solo_until = seq + MAX_APPENDS_IN_FLIGHT - 1
         self._bytes += len(item.payload)
         self.append_count += 1
-        if not item.fut.done():
-            item.fut.set_result(seq)
+        item.settle(seq, None)
 
     def _abandon_sends(self):
         for i in range(self._sent):
             self._queue[i].token = 0
+            self._queue[i].answer = None
         self._by_token.clear()
         self._sent = 0
 
@@ -556,9 +807,7 @@ class JetStreamJournal(Journal):
         self._by_token.clear()
         self._sent = 0
         while self._queue:
-            item = self._queue.popleft()
-            if not item.fut.done():
-                item.fut.set_exception(exc)
+            self._queue.popleft().settle(None, exc)
         if isinstance(exc, JournalFenced) and self.on_fenced is not None:
             self.on_fenced(exc)
 
@@ -580,13 +829,19 @@ class JetStreamJournal(Journal):
         consumer: gaps or redeliveries are impossible; it restarts itself after disconnects)."""
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
-        async def on_msg(msg):
+        def on_msg(msg):
             callback(_msg_entry(msg))
 
+        async def on_msg_cb(msg):
+            on_msg(msg)
+
         cfg = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
-        return await self.js.subscribe(self.subject, cb=on_msg, ordered_consumer=True, config=cfg,
-                                       stream=self.stream, pending_msgs_limit=1_000_000,
-                                       pending_bytes_limit=1 << 30)
+        sub = await self.js.subscribe(self.subject, cb=on_msg_cb, ordered_consumer=True, config=cfg,
+                                      stream=self.stream, pending_msgs_limit=1_000_000,
+                                      pending_bytes_limit=1 << 30)
+        # each entry is applied where the parser meets it, not one loop iteration (and a task switch) later
+        deliver_directly(sub, on_msg)
+        return sub
 
     async def last_index(self) -> int:
         info = await self.js.stream_info(self.stream)

@@ -63,6 +63,9 @@ class RolesMixin:
         self.promotions += 1
         log.info("promoted to primary of shard %s at epoch %d (marker %d) in %.3fs", self.shard, epoch,
                  marker_index, time.monotonic() - started)
+        lead_here = getattr(self.journal, "lead_here", None)
+        if lead_here is not None:
+            srv.loop.create_task(lead_here())   # the stream leader next to this primary (best effort)
         if self.routing is not None:
             topology = self.routing.topology
             if topology is not None and self.node_id in topology.nodes:

@@ -320,6 +320,9 @@ def _section_durability(srv):
             "journal_part_entries": t.part_entries if t else 0,
             "journal_appends_in_flight": t.in_flight if t else 0,
             "journal_max_appends_in_flight": t.max_in_flight if t else 0,
+            "journal_append_window": t.window if t else 0,
+            "journal_append_window_shrinks": t.window_shrinks if t else 0,
+            "journal_append_window_grows": t.window_grows if t else 0,
             "durability_read_waits": t.read_waits if t else 0,
             "journal_reloads": srv.journal_reloads,
             **({"shard_settings_revision": node.settings_revision} if node is not None else {})}

@@ -138,7 +138,33 @@ def compare_parser():
     p.add_argument("--keep-dir", action="store_true", help="keep the servers' data directories and logs")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--cluster-shape", choices=("seed-002", "seed-000", "one-shard"), default=None,
+                   help="run one of issue 28's cluster shapes instead (a local durakv cluster, sync, and for "
+                        "seed-002 a 3-shard redis-server cluster; memtier_benchmark drives them: "
+                        "tools/bench/clusters.py); --duration, --keys and --rate (seed-000) apply")
+    p.add_argument("--results", metavar="DIR", help="also write the report (with command, commit, date and "
+                                                    "load) into DIR (e.g. docs/results)")
     return p
+
+
+def _shape_main(args, argv):
+    from .clusters import ShapeError, format_shape, run_shape
+    args.rate_given = any(a == "--rate" or a.startswith("--rate=") for a in argv)
+    load_before = machine_load()
+    try:
+        report = run_shape(args.cluster_shape, args, log=sys.stderr)
+    except ShapeError as exc:
+        print(f"durakv bench compare: {exc}", file=sys.stderr)
+        return 1
+    text = format_shape(report)
+    if args.json:
+        _write_json(args.json, report)
+    if args.json != "-":
+        print(text)
+    if args.results:
+        print("results: " + write_results(args.results, "cluster-" + args.cluster_shape, report, text, load_before,
+                                          ["compare"] + list(argv)), file=sys.stderr)
+    return 0
 
 
 def _terminate_on_sigterm():
@@ -212,6 +238,9 @@ def main(argv=None):
 
 def compare_main(argv):
     args = compare_parser().parse_args(argv)
+    if args.cluster_shape:
+        _terminate_on_sigterm()
+        return _shape_main(args, argv)
     bad = [w for w in args.workloads if w not in WORKLOADS]
     if bad:
         print(f"durakv bench compare: unknown workload(s) {bad}; choose from {','.join(WORKLOADS)}",
