@@ -1,9 +1,11 @@
-"""Unit tests of the pure ACL model (commands/acl_*.py): rules, rendering, the check, the log, the file and
+"""Unit tests of the pure ACL model (the commands/acl package): rules, rendering, the check, the log, the file and
 dict forms. Expected texts are Valkey 8.0's (tests/unit/acl.tcl, acl-v2.tcl)."""
 
 import pytest
 
-from durakv.commands import acl_check, acl_log, acl_passwords, acl_pubsub, acl_store, acl_universe, acl_user
+from durakv.commands.acl import check as acl_check, log as acl_log, passwords as acl_passwords
+from durakv.commands.acl import pubsub as acl_pubsub, store as acl_store, universe as acl_universe
+from durakv.commands.acl import user as acl_user
 from durakv.commands import load_all, registry
 from durakv.config import split_args
 

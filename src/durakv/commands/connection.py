@@ -4,7 +4,7 @@ from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, messages
 from ..errors import CommandError
 from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, PONG, ErrorReply, Raw, RespSet
-from .acl import users_of
+from .acl.handlers import users_of
 from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
 from . import registry

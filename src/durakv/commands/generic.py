@@ -37,8 +37,9 @@ from ..keyspace.jsondoc import JsonDoc
 from ..keyspace.stream import Stream
 from ..protocol.numbers import string2d
 from ..protocol.resp import OK, ErrorReply, Raw
-from . import acl_check, acl_keys, registry
-from .acl import users_of
+from . import registry
+from .acl import check as acl_check, keys as acl_keys
+from .acl.handlers import users_of
 from .args import ArgCursor
 from .base import INT64_MAX, atoi, parse_int, syntax_error
 from .registry import command

@@ -18,7 +18,7 @@ from ..keyspace.search.query import parse_search
 from ..keyspace.search.schema import parse_create, text, to_double
 from ..keyspace.search.vectors import hnswlib
 from ..protocol.resp import OK
-from .acl_keys import READ
+from .acl.keys import READ
 from .registry import command, lookup
 
 

@@ -11,7 +11,7 @@ from ..keyspace.db import estimate_key
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw, RespSet
 from . import registry
 from . import keyspecs
-from .acl_universe import CATEGORIES, effective_categories
+from .acl.universe import CATEGORIES, effective_categories
 from .specs import MODULES
 from .args import ArgCursor
 from .base import parse_int, syntax_error

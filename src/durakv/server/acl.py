@@ -1,4 +1,4 @@
-"""The server's ACL state: its users (commands/acl_store.py), the ACL LOG, the aclfile, and what a change of
+"""The server's ACL state: its users (commands/acl/store.py), the ACL LOG, the aclfile, and what a change of
 users does to connected clients. This object is the one port ACL handlers reach (`ctx.server.acl`), and the
 command path asks it to admit every command (plain, queued in MULTI, re-checked at EXEC, called by a script,
 re-run after blocking).
@@ -12,7 +12,8 @@ import os
 import shlex
 
 from .. import messages
-from ..commands import acl_check, acl_log, acl_passwords, acl_pubsub, acl_rules, acl_store
+from ..commands.acl import check as acl_check, log as acl_log, passwords as acl_passwords
+from ..commands.acl import pubsub as acl_pubsub, rules as acl_rules, store as acl_store
 from ..errors import ConfigError
 from ..protocol.resp import Deferred, ErrorReply
 

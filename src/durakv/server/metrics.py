@@ -196,7 +196,7 @@ def scrape_users(server):
 
 
 def acl_allows(user, cmd):
-    from ..commands import acl_check
+    from ..commands.acl import check as acl_check
     return user.unrestricted or acl_check.check(user, cmd, [b"INFO"]) is None
 
 

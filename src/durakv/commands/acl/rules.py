@@ -5,7 +5,7 @@ Pure: no I/O, no clock, no randomness (callers pass them in); names and patterns
 command names and rules are str (the command table's spelling).
 """
 
-from .. import messages
+from ... import messages
 
 
 ENOENT, EINVAL, EEXIST, EISDIR, ENODEV, EBADMSG, EALREADY, ECHILD, ERANGE = (

@@ -5,14 +5,14 @@ one port. The rules, the check and every rendering are in the acl_*.py modules (
 acl_check: the check, acl_universe: the commands and categories, ...).
 """
 
-from .. import messages
-from ..errors import CommandError
-from ..protocol.resp import OK
-from . import acl_check, acl_passwords, acl_universe
-from . import registry
-from .base import parse_int
-from .registry import command
-from .specs import SPEC
+from ... import messages
+from ...errors import CommandError
+from ...protocol.resp import OK
+from . import check as acl_check, passwords as acl_passwords, universe as acl_universe
+from .. import registry
+from ..base import parse_int
+from ..registry import command
+from ..specs import SPEC
 
 
 def users_of(ctx):

@@ -6,7 +6,7 @@ are the declared ones plus the implicit ones server.c's setImplicitACLCategories
 flags. Pure: computed once from the table at import.
 """
 
-from .specs import MODULE_CATEGORIES, SPEC
+from ..specs import MODULE_CATEGORIES, SPEC
 
 
 CATEGORIES = ("keyspace", "read", "write", "set", "sortedset", "list", "hash", "string", "bitmap",

@@ -5,9 +5,9 @@ Pure: no I/O, no clock, no randomness (callers pass them in); names and patterns
 command names and rules are str (the command table's spelling).
 """
 
-from .. import messages
-from .acl_rules import EALREADY, EINVAL, ENOENT, ERROR_TEXT, RuleError, has_spaces, merge_selector_args
-from .acl_user import User
+from ... import messages
+from .rules import EALREADY, EINVAL, ENOENT, ERROR_TEXT, RuleError, has_spaces, merge_selector_args
+from .user import User
 
 
 class SetUserError(Exception):

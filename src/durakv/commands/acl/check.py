@@ -5,8 +5,8 @@ Pure: no I/O, no clock, no randomness (callers pass them in); names and patterns
 command names and rules are str (the command table's spelling).
 """
 
-from .. import messages
-from .acl_keys import READ
+from ... import messages
+from .keys import READ
 
 
 DENIED_CMD, DENIED_KEY, DENIED_AUTH, DENIED_CHANNEL, DENIED_DB = 1, 2, 3, 4, 5

@@ -5,7 +5,7 @@ Pure: GENPASS takes its random bytes from the caller.
 
 import hashlib
 
-from .acl_rules import EBADMSG, RuleError
+from .rules import EBADMSG, RuleError
 
 
 def hash_password(password: bytes) -> str:

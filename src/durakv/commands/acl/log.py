@@ -4,7 +4,7 @@ acl_access_denied_* counters.
 Pure: the caller passes the time.
 """
 
-from .acl_check import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_DB, DENIED_KEY, REASONS
+from .check import DENIED_AUTH, DENIED_CHANNEL, DENIED_CMD, DENIED_DB, DENIED_KEY, REASONS
 
 
 CTX_TOPLEVEL, CTX_LUA, CTX_MULTI, CTX_MODULE = "toplevel", "lua", "multi", "module"

@@ -7,11 +7,11 @@ command names and rules are str (the command table's spelling).
 
 import hmac
 
-from ..config import split_args
-from ..protocol.resp import RespSet
-from .acl_passwords import hash_password, rule_digest
-from .acl_rules import ENODEV, RuleError
-from .acl_selectors import Selector
+from ...config import split_args
+from ...protocol.resp import RespSet
+from .passwords import hash_password, rule_digest
+from .rules import ENODEV, RuleError
+from .selectors import Selector
 
 
 class User:

@@ -4,7 +4,7 @@ getKeysFromCommandWithSpecs over keyspecs, the one walker).
 Pure: a cache per command, no I/O.
 """
 
-from . import keyspecs
+from .. import keyspecs
 
 
 READ = 1

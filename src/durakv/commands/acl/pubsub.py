@@ -4,7 +4,7 @@ ACLShouldKillPubsubClient).
 Pure: the caller disconnects the clients.
 """
 
-from ..keyspace.glob import compile_glob
+from ...keyspace.glob import compile_glob
 
 
 def upcoming_channels(new, original):

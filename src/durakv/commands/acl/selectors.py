@@ -5,12 +5,12 @@ Pure: no I/O, no clock, no randomness (callers pass them in); names and patterns
 command names and rules are str (the command table's spelling).
 """
 
-from ..keyspace.glob import compile_glob
-from ..protocol.numbers import string2ll, strtol_whole
-from .acl_check import CHANNEL_SPECS, DENIED_CHANNEL, DENIED_CMD, DENIED_DB, DENIED_KEY
-from .acl_keys import ALL_PERMS, READ, WRITE, key_info
-from .acl_rules import EEXIST, EINVAL, EISDIR, ENOENT, ECHILD, ERANGE, RuleError, has_spaces
-from .acl_universe import (ALL_COMMANDS, CATEGORY_MEMBERS, CATEGORY_SET, COMMANDS, effective_categories,
+from ...keyspace.glob import compile_glob
+from ...protocol.numbers import string2ll, strtol_whole
+from .check import CHANNEL_SPECS, DENIED_CHANNEL, DENIED_CMD, DENIED_DB, DENIED_KEY
+from .keys import ALL_PERMS, READ, WRITE, key_info
+from .rules import EEXIST, EINVAL, EISDIR, ENOENT, ECHILD, ERANGE, RuleError, has_spaces
+from .universe import (ALL_COMMANDS, CATEGORY_MEMBERS, CATEGORY_SET, COMMANDS, effective_categories,
                            lookup_rule_command)
 
 INT_MAX = 2 ** 31 - 1
