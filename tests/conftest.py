@@ -111,8 +111,9 @@ def wait_new_primary(cluster, old_name, timeout_s=30.0):
                 with valkey.Valkey(host="127.0.0.1", port=p.port, socket_timeout=2) as c:
                     if c.set("__probe__", "1"):
                         return p, time.monotonic() - t0
-            except (valkey.exceptions.ResponseError, valkey.exceptions.ConnectionError):
-                pass
+            except (valkey.exceptions.ResponseError, valkey.exceptions.ConnectionError,
+                    valkey.exceptions.TimeoutError):
+                pass    # still electing, or too busy to answer the probe in time: ask again
         time.sleep(0.01)
     raise TimeoutError(f"no new primary within {timeout_s}s")
 

@@ -245,11 +245,6 @@ def parse_nonneg_int(value: bytes, message=messages.VALUE_OUT_OF_RANGE_POSITIVE)
     return n
 
 
-def parse_timeout_ms(value: bytes, unit_ms: int) -> int:
-    n = parse_int(value)
-    return n * unit_ms
-
-
 def normalize_range(start: int, stop: int, length: int):
     """Valkey's index normalization for inclusive [start, stop]; returns None if empty."""
     if start < 0:

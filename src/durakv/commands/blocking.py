@@ -17,7 +17,7 @@ from ..errors import CommandError
 from ..keyspace import ZSet
 from ..protocol.resp import NullArray
 from . import lists, zsets
-from .base import Blocked, INT64_MAX
+from .base import Blocked, INT64_MAX, parse_int
 from .numeric import parse_long_double
 from .registry import command
 
@@ -26,6 +26,26 @@ def parse_timeout(ctx, arg: bytes) -> int:
     """getTimeoutFromObjectOrReply(UNIT_SECONDS): a long double of seconds (string2ld: numeric's
     parse_long_double, exact) -> milliseconds rounded up (0 = block forever). Returns the relative timeout in
     ms."""
+    return _relative_ms(ctx, _seconds_as_ms(arg))
+
+
+def parse_timeout_ms(ctx, arg: bytes, now_ms=None) -> int:
+    """getTimeoutFromObjectOrReply(UNIT_MILLISECONDS): an integer of milliseconds (string2ll) -> the relative
+    timeout in ms (0 = forever). WAIT, WAITAOF, XREAD BLOCK and CLIENT PAUSE; `now_ms` when the caller
+    measures the end by another clock (CLIENT PAUSE's)."""
+    return _relative_ms(ctx, parse_int(arg, messages.TIMEOUT_NOT_INTEGER), now_ms)
+
+
+def _relative_ms(ctx, tval: int, now_ms=None) -> int:
+    """The checks both units share: not negative, and now + tval must fit in a long long."""
+    if tval < 0:
+        raise CommandError(messages.TIMEOUT_NEGATIVE)
+    if tval > 0 and tval > INT64_MAX - (ctx.now_ms() if now_ms is None else now_ms):
+        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
+    return tval
+
+
+def _seconds_as_ms(arg: bytes) -> int:
     value = parse_long_double(arg)
     if value is None:
         raise CommandError(messages.TIMEOUT_NOT_FLOAT)
@@ -36,12 +56,7 @@ def parse_timeout(ctx, arg: bytes) -> int:
     ms = value * 1000
     if ms > INT64_MAX:
         raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
-    tval = math.ceil(ms)
-    if tval < 0:
-        raise CommandError(messages.TIMEOUT_NEGATIVE)
-    if tval > 0 and tval > INT64_MAX - ctx.now_ms():
-        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
-    return tval
+    return math.ceil(ms)
 
 
 def _has(ctx, keys, typ) -> bool:

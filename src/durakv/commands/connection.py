@@ -6,7 +6,8 @@ from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, PONG, ErrorReply, Raw, RespSet
 from .acl.handlers import users_of
 from .args import ArgCursor
-from .base import INT64_MAX, parse_int, syntax_error
+from .base import parse_int, syntax_error
+from .blocking import parse_timeout_ms
 from . import registry
 from .registry import command
 
@@ -433,16 +434,10 @@ def _subcommand_syntax(args):
 
 
 def _ms_timeout_end(ctx, arg) -> int:
-    """getTimeoutFromObjectOrReply(UNIT_MILLISECONDS) -> absolute end in ms (0 for 0)."""
-    tval = parse_int(arg, messages.TIMEOUT_NOT_INTEGER)
-    if tval < 0:
-        raise CommandError(messages.TIMEOUT_NEGATIVE)
-    if tval > 0:
-        now = ctx.port.clock_ms()
-        if tval > INT64_MAX - now:
-            raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
-        tval += now
-    return tval
+    """getTimeoutFromObjectOrReply(UNIT_MILLISECONDS) -> absolute end in ms (0 for 0), by the pause's clock."""
+    now = ctx.port.clock_ms()
+    tval = parse_timeout_ms(ctx, arg, now)
+    return tval + now if tval > 0 else 0
 
 
 @command("client|pause")

@@ -42,6 +42,7 @@ from .acl import check as acl_check, keys as acl_keys
 from .acl.handlers import users_of
 from .args import ArgCursor
 from .base import INT64_MAX, atoi, parse_int, syntax_error
+from .blocking import parse_timeout_ms
 from .registry import command
 from .session import Session
 
@@ -667,16 +668,6 @@ def _set_lru_lfu(ctx, key, idletime, freq):
 
 # -- WAIT / WAITAOF -----------------------------------------------------------------------------------
 
-def _parse_timeout_ms(ctx, raw) -> int:
-    """getTimeoutFromObjectOrReply(UNIT_MILLISECONDS): a relative timeout, 0 = forever."""
-    t = parse_int(raw, messages.TIMEOUT_NOT_INTEGER)
-    if t < 0:
-        raise CommandError(messages.TIMEOUT_NEGATIVE)
-    if t > 0 and t > INT64_MAX - ctx.now_ms():
-        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
-    return t
-
-
 def _is_replica(ctx) -> bool:
     return ctx.port.replication.status()["role"] == "replica"
 
@@ -697,7 +688,7 @@ def wait(ctx, args):
     if _is_replica(ctx):
         raise CommandError(messages.WAIT_REPLICA)
     numreplicas = parse_int(args[1])
-    timeout_ms = _parse_timeout_ms(ctx, args[2])
+    timeout_ms = parse_timeout_ms(ctx, args[2])
     index = ctx.client.last_write_index
     acked = _acked_replicas(ctx, index)
     if acked >= numreplicas or not ctx.may_block:
@@ -713,7 +704,7 @@ def waitaof(ctx, args):
     numreplicas = parse_int(args[2])
     if numreplicas < 0:
         raise CommandError(messages.VALUE_OUT_OF_RANGE_POSITIVE)
-    timeout_ms = _parse_timeout_ms(ctx, args[3])
+    timeout_ms = parse_timeout_ms(ctx, args[3])
     if _is_replica(ctx):
         raise CommandError(messages.WAITAOF_REPLICA)
     port = ctx.port

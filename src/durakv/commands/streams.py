@@ -23,6 +23,7 @@ from ..protocol.numbers import string2ull
 from ..protocol.resp import OK, NullArray
 from .args import ArgCursor
 from .base import INT64_MAX, Blocked, parse_int, syntax_error, wrong_arity
+from .blocking import parse_timeout_ms
 from .registry import command
 
 _APPROX_LIMIT = 10000  # the default trim limit when 100 * stream-node-max-entries is out of bounds
@@ -345,15 +346,6 @@ class _ReadArgs:
                  "id_args_at")
 
 
-def _parse_timeout_ms(ctx, raw):
-    tval = parse_int(raw, messages.TIMEOUT_NOT_INTEGER)
-    if tval < 0:
-        raise CommandError(messages.TIMEOUT_NEGATIVE)
-    if tval > 0 and tval > INT64_MAX - ctx.now_ms():
-        raise CommandError(messages.TIMEOUT_OUT_OF_RANGE)
-    return tval
-
-
 def _parse_read(ctx, args, group_mode):
     """XREAD / XREADGROUP arguments, with keys, groups and IDs resolved (xreadCommand's first half)."""
     p = _ReadArgs()
@@ -368,7 +360,7 @@ def _parse_read(ctx, args, group_mode):
         o = c.next_lower()
         moreargs = c.left()
         if o == b"block" and moreargs:
-            p.timeout = _parse_timeout_ms(ctx, c.next())
+            p.timeout = parse_timeout_ms(ctx, c.next())
         elif o == b"count" and moreargs:
             p.count = max(c.int(), 0)
         elif o == b"streams" and moreargs:

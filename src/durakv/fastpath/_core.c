@@ -254,7 +254,7 @@ static int encode_command_into(Buf *b, PyObject *argv) {
             if (PyObject_CheckBuffer(a)) {
                 if (PyObject_GetBuffer(a, &v, PyBUF_SIMPLE) < 0) goto error;
             } else {
-                /* str(a).encode(): what codec._extend_command does with an argument of another type */
+                /* str(a).encode(): what protocol/resp.py extend_command does with an argument of another type */
                 PyObject *s = PyObject_Str(a);
                 if (s == NULL) goto error;
                 owned = PyUnicode_AsUTF8String(s);

@@ -256,10 +256,23 @@ def _encode(value, resp3, w):
 
 
 def encode_command(args) -> bytes:
-    """A command as a RESP array of bulk strings (used for effects, the journal and snapshots)."""
+    """A command as a RESP array of bulk strings: the one command encoder (effects, the journal, snapshots, the
+    replication stream, MIGRATE, the clients). An argument that is not bytes is written as str(a)."""
     parts = [b"*%d\r\n" % len(args)]
     for a in args:
         if type(a) is not bytes:
             a = a if isinstance(a, (bytes, bytearray)) else str(a).encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
     return b"".join(parts)
+
+
+def extend_command(parts, argv):
+    """encode_command(argv) as pieces appended to `parts`: a large argument is not copied into a formatted
+    string (b"%s" % value of 70 MB takes 0.7 s; one join at the end copies it once)."""
+    parts.append(b"*%d\r\n" % len(argv))
+    for a in argv:
+        if type(a) is not bytes and not isinstance(a, (bytearray, memoryview)):
+            a = str(a).encode()
+        parts.append(b"$%d\r\n" % len(a))
+        parts.append(a)
+        parts.append(b"\r\n")

@@ -5,7 +5,6 @@ import asyncio
 import logging
 import time
 
-from .. import messages
 from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import PartAssembler
 from .clock import monotonic_ms

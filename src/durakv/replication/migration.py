@@ -52,11 +52,11 @@ import collections
 import logging
 import time
 
-import hiredis
 
 from ..cluster.peers import PeerError, peer_address, peer_credentials
 from ..commands.generic import dump_payload
 from ..commands.session import Session
+from ..protocol.aclient import REPLY_TIMEOUT_S, AsyncRespConnection
 from ..protocol.resp import ErrorReply, encode_command
 from ..routing import key_slot
 
@@ -68,7 +68,6 @@ WINDOW = 4                      # batches sent before the replies of the oldest 
 HANDOVER_S = 0.25               # emptied slots wait at most this long to be handed over together
 HANDOVER_SLOTS = 512            # ... or until this many are waiting
 COMMIT_WAIT_MS = 10000          # WAITAOF's timeout on the target: past it the batch is sent again
-REPLY_TIMEOUT_S = 30.0          # no byte from the target for this long: the connection is given up
 IDLE_S = 0.05                   # between rounds while slots migrate and nothing could move
 RETRY_S = 0.5                   # after a failed move (target down, failover under way)
 
@@ -78,45 +77,6 @@ _ASKING = encode_command((b"ASKING",))
 
 class MigrationError(Exception):
     pass
-
-
-class _RespConnection:
-    """A minimal asyncio RESP client for the target primary: requests pipelined, replies read in order."""
-
-    def __init__(self, reader, writer):
-        self.reader = reader
-        self.writer = writer
-        self.parser = hiredis.Reader()
-        self.db_id = 0          # the database the target runs this connection's commands in (SELECT)
-
-    @classmethod
-    async def open(cls, host, port, tls_ctx, timeout_s):
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=tls_ctx), timeout_s)
-        return cls(reader, writer)
-
-    def send(self, data: bytes):
-        self.writer.write(data)
-
-    async def replies(self, count, timeout_s=REPLY_TIMEOUT_S):
-        """The next `count` replies (errors as hiredis.ReplyError values)."""
-        out = []
-        while len(out) < count:
-            reply = self.parser.gets()
-            if reply is not False:
-                out.append(reply)
-                continue
-            data = await asyncio.wait_for(self.reader.read(1 << 20), timeout_s)
-            if not data:
-                raise ConnectionError("the target closed the connection")
-            self.parser.feed(data)
-        return out
-
-    async def call(self, *args, timeout_s=10.0):
-        self.send(encode_command(args))
-        return (await self.replies(1, timeout_s))[0]
-
-    def close(self):
-        self.writer.close()
 
 
 class _Batch:
@@ -304,7 +264,7 @@ class SlotMigrator:
 
     async def _open(self, target):
         """A connection to a target primary, authenticated when this node has credentials for it."""
-        conn = await _RespConnection.open(*self._address(target), timeout_s=5.0)
+        conn = await AsyncRespConnection.open(*self._address(target), timeout_s=5.0)
         try:
             auth = self._credentials()
             if auth is not None:

@@ -29,7 +29,7 @@ from .. import VALKEY_VERSION, messages
 from ..config import debug_delay
 from ..keyspace import rdbvalue
 from ..keyspace.db import ServerDeletion
-from ..protocol.resp import Deferred, ErrorReply, Raw, RawView
+from ..protocol.resp import Deferred, ErrorReply, Raw, RawView, encode_command
 from ..scripting.functions import get_functions
 
 
@@ -126,15 +126,6 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
     return done
 
 
-def _command(argv) -> bytes:
-    parts = [b"*%d\r\n" % len(argv)]
-    for a in argv:
-        if type(a) is not bytes:
-            a = str(a).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(parts)
-
-
 def _as_valkey_propagates(effects):
     """A command's effects as Valkey's stream has them: XREADGROUP's CREATECONSUMER of a consumer that one of
     its XCLAIMs names is left out (the XCLAIM creates it on a replica; Valkey propagates no CREATECONSUMER
@@ -148,9 +139,9 @@ def _as_valkey_propagates(effects):
                     and (db_id, argv[2], argv[3], argv[4]) in claimed)]
 
 
-_MULTI = _command((b"MULTI",))
-_PING = _command((b"ping",))   # as Valkey writes it (replicationCron's argv, lower-case)
-_EXEC = _command((b"EXEC",))
+_MULTI = encode_command((b"MULTI",))
+_PING = encode_command((b"ping",))   # as Valkey writes it (replicationCron's argv, lower-case)
+_EXEC = encode_command((b"EXEC",))
 
 
 class ReplicaFeed:
@@ -206,6 +197,6 @@ class ReplicaFeed:
 
     def _one(self, out, db_id, argv):
         if db_id != self.db_id:
-            out.append(_command((b"SELECT", b"%d" % db_id)))
+            out.append(encode_command((b"SELECT", b"%d" % db_id)))
             self.db_id = db_id
-        out.append(_command(argv))
+        out.append(encode_command(argv))

@@ -12,7 +12,7 @@ import time
 
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__, messages
 from ..commands import load_all
-from .. import fastpath, messages
+from .. import fastpath
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
