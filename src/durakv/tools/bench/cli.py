@@ -28,6 +28,18 @@ def _ratio(text):
         raise argparse.ArgumentTypeError(str(exc))
 
 
+def _processes(text):
+    if text == "auto":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of processes or auto") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("processes must be >= 1 (or auto)")
+    return n
+
+
 def _cpus(text):
     out = []
     for part in text.split(","):
@@ -50,7 +62,14 @@ def bench_parser():
     p.add_argument("--rate", type=float, default=0.0,
                    help="target ops/s over all connections (open loop); 0 = closed loop (default)")
     p.add_argument("-c", "--clients", type=int, default=50, help="connections in total (default 50)")
-    p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--processes", type=_processes, default=0, metavar="N|auto",
+                   help="worker processes (default auto: open loop, short probes at the full rate with 1, 2, 4 ... "
+                        "processes, up to the CPUs it may use, until one keeps the schedule; closed loop, 1)")
+    p.add_argument("--late-ms", type=float, default=1.0,
+                   help="open loop: a request sent more than this after its scheduled time is late; the generator "
+                        "kept its schedule when at most 1%% of them were (default 1 ms)")
+    p.add_argument("--probe", type=float, default=2.0, metavar="S",
+                   help="--processes auto: seconds of each probe run (default 2)")
     p.add_argument("--ratio", type=_ratio, default=(1, 1), help="SET:GET (default 1:1)")
     p.add_argument("--workload", choices=tuple(WORKLOAD_COMMANDS) + ("vector",), default="setget",
                    help="setget: SET / GET (default); json: JSON.SET key . <doc> / JSON.GET key of documents of "
@@ -206,7 +225,8 @@ def main(argv=None):
                           cluster=args.cluster, tls=args.tls, tls_cacert=args.tls_cacert, tls_cert=args.tls_cert,
                           tls_key=args.tls_key, tls_skip_verify=args.tls_skip_verify, sni=args.sni, user=args.user,
                           password=args.password, max_outstanding=args.max_outstanding, drain=args.drain,
-                          cpus=args.cpus, seed=args.seed, bloom_filters=args.bloom_filters)
+                          cpus=args.cpus, seed=args.seed, bloom_filters=args.bloom_filters,
+                          late_ms=args.late_ms, probe_s=args.probe)
     except ValueError as exc:
         print(f"durakv bench: {exc}", file=sys.stderr)
         return 2
