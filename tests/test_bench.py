@@ -760,3 +760,20 @@ def test_json_workload_writes_documents_and_a_results_page(server_factory, tmp_p
     assert "--workload json" in text and "- commit: " in text and "load average" in text
     assert "JSON.SET" in text and "JSON.GET" in text
 
+
+def test_bench_a_locked_local_cluster_by_its_directory(local_cluster):
+    """`durakv cluster up` makes locked clusters (a password in DIR/secrets/resp.pass, TLS when asked): `bench
+    --dir DIR` takes the address, cluster mode, CA and password from the manifest and runs without errors."""
+    cluster = local_cluster(shards=1, replicas=0, durability="sync", tls=True, password=None)
+    assert cluster.secrets.resp_password
+    res = bench_cli("--dir", cluster.dir, "--rate", "200", "--duration", "1", "--clients", "2", "--processes",
+                    "1", "--key-maximum", "100", "--json", "-", "-q")
+    rep = json.loads(res.stdout)
+    assert rep["errors"] == {} and rep["ops"] == pytest.approx(200, rel=0.1)
+    assert rep["config"]["cluster"] is True and rep["config"]["tls"] is True
+    assert "password" not in rep["config"]
+    # without the password the locked cluster refuses the run: it is the manifest's password that opened it
+    res = bench_cli("-p", str(cluster.nodes[0].port), "--tls", "--tls-cacert", cluster.manifest["tls"]["ca"],
+                    "--cluster", "--rate", "100", "--duration", "1", "--clients", "2", "--processes", "1", "-q",
+                    check=False)
+    assert res.returncode != 0 and ("NOAUTH" in res.stderr or "Authentication" in res.stderr), res.stderr
