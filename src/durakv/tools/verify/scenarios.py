@@ -235,22 +235,26 @@ def dir_bytes(d) -> int:
 
 
 class _no_interrupts:
-    """SIGINT ignored (with a word) while a cleanup runs in the main thread: a second Ctrl-C must not leave
-    processes running or data behind halfway through stopping them."""
+    """SIGINT and SIGTERM ignored (with a word) while a cleanup runs in the main thread: a second Ctrl-C (or
+    TERM) must not leave processes running or data behind halfway through stopping them."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, say):
         self.say = say
-        self.old = None
+        self.old = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.old = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, lambda *_: self.say("still stopping what the run started ..."))
+            for sig in self.SIGNALS:
+                self.old[sig] = signal.getsignal(sig)
+                signal.signal(sig, lambda *_: self.say("still stopping what the run started ..."))
         return self
 
     def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        self.old = {}
 
 
 class FaultRun:
