@@ -13,13 +13,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import hiredis
 import pytest
 
 from conftest import ROOT, cluster_port, free_port, wait_until
-from durakv.tools.bench import BenchConfig, plan_clients, run_bench
+from durakv.tools.bench import BenchConfig, format_report, plan_clients, run_bench
 from durakv.tools.bench import hist as H
 from durakv.tools.bench.compare import check_targets, format_compare
 from durakv.tools.bench.config import GET, SET
@@ -296,6 +297,7 @@ class FakeState:
         self.stall_for = stall_for
         self.slots_reply = slots_reply
         self.first = None
+        self.served = multiprocessing.get_context("fork").Value("q", 0, lock=False)  # SET/GETs answered (shared)
 
 
 def _fake_reply(state, cmd, conn):
@@ -321,6 +323,7 @@ def _fake_reply(state, cmd, conn):
             return b"-MOVED %d 127.0.0.1:%d\r\n" % (slot, state.other)
         if state.first is None:
             state.first = time.monotonic()
+        state.served.value += 1
         return b"+OK\r\n" if name == b"SET" else b"$-1\r\n"
     return b"-ERR unknown command\r\n"
 
@@ -388,6 +391,122 @@ def test_latency_is_measured_from_intended_send_time(fake_servers):
     slow = sum(1 for v in _values(both) if v >= 50_000)
     assert slow >= 60, slow
     assert both.get_value_at_percentile(90) >= 50_000
+
+
+def _worker_pids(exclude=()):
+    """The bench's worker processes: this process's children (forked), but for the fake servers."""
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+        return [int(p) for p in f.read().split() if int(p) not in exclude]
+
+
+def _stall(pids, seconds):
+    """SIGSTOP the processes for `seconds` (then SIGCONT): the generator descheduled, as on a busy machine."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    timer = threading.Timer(seconds, lambda: [os.kill(pid, signal.SIGCONT) for pid in pids])
+    timer.start()
+    return timer
+
+
+def test_a_generator_behind_schedule_is_reported(fake_servers):
+    """Issue 29: the bench reported SET p99 491 ms while its own generator ran 277 ms behind schedule, and said
+    nothing. The worker is stopped for 0.4 s mid-run (the generator descheduled): the report says the schedule
+    was not kept, how many requests went late, by how much and in which second; and the requests due during
+    the stall are still charged from their scheduled time (their wait is in the latencies: no coordinated
+    omission), which is why the verdict matters."""
+    port = free_port()
+    server = fake_servers(FakeState(port))
+    stalls = []
+
+    def on_second(k, line):
+        if k == 0:
+            stalls.append(_stall(_worker_pids(exclude={server.pid}), 0.4))
+
+    cfg = BenchConfig(port=port, rate=400, duration=3, clients=4, processes=1, key_maximum=100, late_ms=50)
+    result = run_bench(cfg, on_second=on_second)
+    for t in stalls:
+        t.join()
+    rep = result.report
+    assert stalls and rep["errors"] == {} and rep["ops"] == pytest.approx(1200, rel=0.05)
+    sched = rep["schedule"]
+    assert sched["kept"] is False and sched["late_ms"] == 50
+    assert sched["sent"] == pytest.approx(1200, rel=0.05)
+    # the requests due in the first 0.35 s of the stall were sent more than 50 ms late: about 140 of them
+    assert 100 <= sched["late"] <= 300, sched
+    assert sched["lag_ms"]["max"] >= 350 and sched["late_seconds"] >= 1
+    assert sched["worst_second"]["lag_max_ms"] >= 350 and sched["worst_second"]["t"] in (2, 3)
+    stalled = [p for p in rep["timeline"] if p.get("late")]
+    assert stalled and max(p["lag_max_ms"] for p in stalled) >= 350
+    both = H.merge([result.hists["SET"], result.hists["GET"]])
+    assert both.get_max_value() >= 350_000       # us: charged from the scheduled time
+    text = format_report(rep)
+    assert "generator schedule: BEHIND:" in text and "sent more than 50 ms after their time" in text
+    assert "the latencies above include this lag" in text
+
+
+def test_auto_processes_split_the_load_until_the_schedule_is_kept(fake_servers):
+    """--processes auto: a probe at the full rate with one process; the generator stalls during it (stopped
+    0.5 s), so it is behind and the load is split over two processes; their probe keeps the schedule, and the
+    measured run uses two. Every probe is in the report."""
+    port = free_port()
+    state = FakeState(port)
+    server = fake_servers(state)
+    messages = []
+    stalls = []
+
+    class Progress:
+        def write(self, text):
+            messages.append(text)
+            if "schedule probe: 1 process(es), " in text and not stalls:
+                served = state.served.value
+                threading.Thread(target=stall_once_running, args=(served,), daemon=True).start()
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return False
+
+    def stall_once_running(served_before):
+        # the probe's worker is running its schedule once the server answers more than before
+        wait_until(lambda: state.served.value > served_before + 10, 30, interval_s=0.005,
+                   what="the probe to send")
+        stalls.append(_stall(_worker_pids(exclude={server.pid}), 0.5))
+
+    cfg = BenchConfig(port=port, rate=400, duration=2, clients=4, processes=0, probe_s=2, key_maximum=100,
+                      late_ms=50, cpus=(0, 1))
+    result = run_bench(cfg, progress=Progress())
+    for t in stalls:
+        t.join()
+    rep = result.report
+    gen = rep["generator"]
+    assert stalls, messages
+    assert gen["auto"] is True and gen["process_cap"] == 2
+    assert [p["processes"] for p in gen["probes"]] == [1, 2], gen["probes"]
+    assert gen["probes"][0]["kept"] is False and gen["probes"][0]["lag_max_ms"] >= 400
+    assert gen["probes"][1]["kept"] is True
+    assert gen["processes"] == 2 and rep["schedule"]["kept"] is True
+    assert rep["errors"] == {} and rep["ops"] == pytest.approx(800, rel=0.05)
+    text = format_report(rep)
+    assert "2 process(es) (auto)" in text and "generator schedule: kept:" in text
+    assert "probe 1 process(es): BEHIND schedule" in text and "probe 2 process(es): kept the schedule" in text
+    assert any("schedule probe: 1 process(es): BEHIND schedule" in m for m in messages), messages
+
+
+def test_requests_never_sent_are_counted(fake_servers):
+    """A server that stops answering: once a connection holds --max-outstanding requests, the open loop waits;
+    what falls due until the end is never sent. Those requests are counted (UNSENT), so every request of the
+    schedule is accounted for as answered, timed out or unsent."""
+    port = free_port()
+    fake_servers(FakeState(port, stall_after=0.5, stall_for=600))
+    cfg = BenchConfig(port=port, rate=200, duration=2, clients=2, processes=1, key_maximum=100,
+                      max_outstanding=10, drain=0.5)
+    rep = run_bench(cfg).report
+    errors = rep["errors"]
+    assert errors.get("UNSENT", 0) > 200 and errors.get("TIMEOUT", 0) >= 10, errors
+    assert rep["ops"] + errors["UNSENT"] + errors["TIMEOUT"] == pytest.approx(400, abs=4)
+    assert rep["schedule"]["unsent"] == errors["UNSENT"]
+    assert "never sent" in format_report(rep)
 
 
 def _values(hist):
@@ -640,3 +759,21 @@ def test_json_workload_writes_documents_and_a_results_page(server_factory, tmp_p
     text = page.read_text()
     assert "--workload json" in text and "- commit: " in text and "load average" in text
     assert "JSON.SET" in text and "JSON.GET" in text
+
+
+def test_bench_a_locked_local_cluster_by_its_directory(local_cluster):
+    """`durakv cluster up` makes locked clusters (a password in DIR/secrets/resp.pass, TLS when asked): `bench
+    --dir DIR` takes the address, cluster mode, CA and password from the manifest and runs without errors."""
+    cluster = local_cluster(shards=1, replicas=0, durability="sync", tls=True, password=None)
+    assert cluster.secrets.resp_password
+    res = bench_cli("--dir", cluster.dir, "--rate", "200", "--duration", "1", "--clients", "2", "--processes",
+                    "1", "--key-maximum", "100", "--json", "-", "-q")
+    rep = json.loads(res.stdout)
+    assert rep["errors"] == {} and rep["ops"] == pytest.approx(200, rel=0.1)
+    assert rep["config"]["cluster"] is True and rep["config"]["tls"] is True
+    assert "password" not in rep["config"]
+    # without the password the locked cluster refuses the run: it is the manifest's password that opened it
+    res = bench_cli("-p", str(cluster.nodes[0].port), "--tls", "--tls-cacert", cluster.manifest["tls"]["ca"],
+                    "--cluster", "--rate", "100", "--duration", "1", "--clients", "2", "--processes", "1", "-q",
+                    check=False)
+    assert res.returncode != 0 and ("NOAUTH" in res.stderr or "Authentication" in res.stderr), res.stderr

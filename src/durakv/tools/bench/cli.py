@@ -14,6 +14,7 @@ from .runner import BenchError, format_report, run_bench
 BENCH_EPILOG = """\
 examples:
   durakv bench -p 6379 --rate 20000 --duration 30 --prefill --plot latency.png
+  durakv bench --dir /tmp/dk --rate 5000 --duration 30     (a local cluster: its address, TLS and password)
   durakv bench -p 6379 --rate 0 --clients 50 --pipeline 16 --json result.json
   durakv bench --cluster -s 10.0.0.1 -p 7000 --tls --tls-cacert ca.crt --rate 30000 --clients 100 --processes 2
   durakv bench -p 6379 --workload bloom --bloom-filters 100 --prefill --rate 5000 --results docs/results
@@ -26,6 +27,18 @@ def _ratio(text):
         return parse_ratio(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc))
+
+
+def _processes(text):
+    if text == "auto":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of processes or auto") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("processes must be >= 1 (or auto)")
+    return n
 
 
 def _cpus(text):
@@ -47,10 +60,20 @@ def bench_parser():
                     "HDR histograms per command.")
     p.add_argument("-s", "--host", default="127.0.0.1")
     p.add_argument("-p", "--port", type=int, default=6379)
+    p.add_argument("--dir", metavar="DIR",
+                   help="a local cluster from `durakv cluster up`: its nodes, cluster mode, TLS CA and password "
+                        "from DIR's manifest (instead of -s/-p/--cluster/--tls/-a)")
     p.add_argument("--rate", type=float, default=0.0,
                    help="target ops/s over all connections (open loop); 0 = closed loop (default)")
     p.add_argument("-c", "--clients", type=int, default=50, help="connections in total (default 50)")
-    p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--processes", type=_processes, default=0, metavar="N|auto",
+                   help="worker processes (default auto: open loop, short probes at the full rate with 1, 2, 4 ... "
+                        "processes, up to the CPUs it may use, until one keeps the schedule; closed loop, 1)")
+    p.add_argument("--late-ms", type=float, default=1.0,
+                   help="open loop: a request sent more than this after its scheduled time is late; the generator "
+                        "kept its schedule when at most 1%% of them were (default 1 ms)")
+    p.add_argument("--probe", type=float, default=2.0, metavar="S",
+                   help="--processes auto: seconds of each probe run (default 2)")
     p.add_argument("--ratio", type=_ratio, default=(1, 1), help="SET:GET (default 1:1)")
     p.add_argument("--workload", choices=tuple(WORKLOAD_COMMANDS) + ("vector",), default="setget",
                    help="setget: SET / GET (default); json: JSON.SET key . <doc> / JSON.GET key of documents of "
@@ -167,6 +190,27 @@ def _shape_main(args, argv):
     return 0
 
 
+def _from_cluster_dir(args):
+    """-s/-p/--cluster/--tls/-a of a local cluster's manifest: its first node that answers (any node of a
+    cluster gives CLUSTER SLOTS), its cluster mode, its CA and its password (a locked cluster's, from
+    DIR/secrets/resp.pass)."""
+    from ...cluster.local import LocalCluster
+    from ...cluster.manifest import ClusterError
+    try:
+        cluster = LocalCluster.load(args.dir)
+    except (ClusterError, OSError) as exc:
+        raise ValueError(f"--dir {args.dir}: {exc}") from None
+    nodes = [p for p in cluster.nodes if p.alive] or cluster.nodes
+    if not nodes:
+        raise ValueError(f"--dir {args.dir}: no durakv node in its manifest")
+    args.host, args.port = "127.0.0.1", nodes[0].port
+    args.cluster = bool(cluster.options.get("cluster_mode"))
+    ca = (cluster.manifest.get("tls") or {}).get("ca")
+    if ca:
+        args.tls, args.tls_cacert = True, ca
+    args.password = nodes[0].password or args.password
+
+
 def _terminate_on_sigterm():
     def handler(signum, frame):
         raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop our processes
@@ -197,6 +241,8 @@ def main(argv=None):
             args.clients = 4     # searchers: the kv default of 50 connections is not the vector workload's
         return vector_main(args, argv)
     try:
+        if args.dir:
+            _from_cluster_dir(args)
         cfg = BenchConfig(host=args.host, port=args.port, rate=args.rate, clients=args.clients,
                           processes=args.processes, ratio=args.ratio,
                           data_size=args.data_size if args.data_size is not None else (
@@ -206,8 +252,9 @@ def main(argv=None):
                           cluster=args.cluster, tls=args.tls, tls_cacert=args.tls_cacert, tls_cert=args.tls_cert,
                           tls_key=args.tls_key, tls_skip_verify=args.tls_skip_verify, sni=args.sni, user=args.user,
                           password=args.password, max_outstanding=args.max_outstanding, drain=args.drain,
-                          cpus=args.cpus, seed=args.seed, bloom_filters=args.bloom_filters)
-    except ValueError as exc:
+                          cpus=args.cpus, seed=args.seed, bloom_filters=args.bloom_filters,
+                          late_ms=args.late_ms, probe_s=args.probe)
+    except (ValueError, OSError, KeyError) as exc:
         print(f"durakv bench: {exc}", file=sys.stderr)
         return 2
     _terminate_on_sigterm()

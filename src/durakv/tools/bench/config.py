@@ -4,6 +4,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 SET, GET = 0, 1
+LATE_SHARE_MAX = 0.01   # the generator kept its schedule: at most 1% of the requests sent more than late_ms late
 KIND_NAMES = ("SET", "GET")
 # What the two kinds of request are in each workload: a write and a read.
 WORKLOADS = {"setget": ("SET", "GET"), "json": ("JSON.SET", "JSON.GET"), "bloom": ("BF.ADD", "BF.EXISTS")}
@@ -31,7 +32,9 @@ class BenchConfig:
     port: int = 6379
     rate: float = 0.0              # ops/s over all connections; 0 = closed loop (each connection as fast as it can)
     clients: int = 50              # connections in total (over all processes)
-    processes: int = 1             # worker processes
+    # worker processes; 0 = automatic: open loop, short probes at the full rate with 1, 2, 4 ... processes (up
+    # to the CPUs it may use) until one keeps the schedule; closed loop, 1
+    processes: int = 1
     ratio: tuple = (1, 1)          # SET:GET
     data_size: int = 256
     key_maximum: int = 100_000     # keys are <key_prefix>1 .. <key_prefix><key_maximum>, chosen uniformly
@@ -60,6 +63,14 @@ class BenchConfig:
     # spread over that many filters (each scaling out as it fills)
     workload: str = "setget"
     bloom_filters: int = 100
+    # open loop: a request sent more than late_ms after its scheduled time is late; the generator kept its
+    # schedule when at most LATE_SHARE_MAX of the requests were
+    late_ms: float = 1.0
+    probe_s: float = 2.0           # processes=0, open loop: seconds of each probe run
+
+    @property
+    def auto_processes(self) -> bool:
+        return self.processes == 0
 
     def __post_init__(self):
         if isinstance(self.ratio, str):
@@ -69,8 +80,10 @@ class BenchConfig:
             raise ValueError("ratio must be SET:GET with non-negative integers, not both zero")
         if self.rate < 0:
             raise ValueError("rate must be >= 0")
-        if self.clients < 1 or self.processes < 1 or self.pipeline < 1:
-            raise ValueError("clients, processes and pipeline must be >= 1")
+        if self.clients < 1 or self.processes < 0 or self.pipeline < 1:
+            raise ValueError("clients and pipeline must be >= 1, processes >= 1 (or 0: automatic)")
+        if not self.late_ms > 0 or not self.probe_s > 0:
+            raise ValueError("late-ms and the probe's seconds must be > 0")
         if self.key_maximum < 1 or self.data_size < 0:
             raise ValueError("key-maximum must be >= 1 and data-size >= 0")
         if self.bloom_filters < 1:
@@ -139,7 +152,7 @@ def plan_clients(cfg: BenchConfig) -> list:
 
     # Deal each role's clients round-robin over the processes, so that every process gets its share of each.
     total = sum(g[2] for g in groups)
-    nproc = max(1, min(cfg.processes, total))
+    nproc = max(1, min(cfg.processes or 1, total))
     plan = [[] for _ in range(nproc)]
     index = 0
     for role, pattern, n, group_rate in groups:
@@ -150,3 +163,23 @@ def plan_clients(cfg: BenchConfig) -> list:
                                                   rate=per_client, phase=phase, role=role))
             index += 1
     return plan
+
+
+def client_count(cfg: BenchConfig) -> int:
+    """Connections (logical clients) the run has: at least one per role with separate connections."""
+    sets, gets = cfg.ratio
+    return max(cfg.clients, 2) if cfg.separate and sets > 0 and gets > 0 else cfg.clients
+
+
+def auto_process_cap(cfg: BenchConfig) -> int:
+    """The most processes automatic splitting tries: one per CPU the generator may use (--cpus, else this
+    process's affinity), and no more than there are clients to deal out."""
+    import os
+    if cfg.cpus:
+        cpus = len(cfg.cpus)
+    else:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    return max(1, min(cpus, client_count(cfg)))

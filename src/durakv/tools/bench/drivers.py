@@ -69,6 +69,8 @@ def run_builtin(server, wl, opts, gen_cpus, progress=None):
             "errors": sum(rep["errors"].values()), "error_types": rep["errors"],
             "cpu_s": cpu.get("end", math.nan) - cpu.get("start", math.nan),
             "send_lag_ms": rep.get("send_lag_ms"), "generator_cpu_util": rep["generator"]["cpu_util"],
+            "schedule": {k: (rep.get("schedule") or {}).get(k) for k in ("kept", "late_pct", "late_ms")}
+            if rep.get("schedule") else None,
             "notes": rep["notes"]}
 
 

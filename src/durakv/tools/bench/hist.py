@@ -19,8 +19,9 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
 
 
-def record_samples(hist, samples) -> int:
-    """Adds raw microsecond samples (any iterable of ints) to hist; returns how many were added."""
+def record_samples(hist, samples, weight=1) -> int:
+    """Adds raw microsecond samples (any iterable of ints) to hist, each counted `weight` times (a batch's
+    one sample for its requests); returns how many were added."""
     n = 0
     record = hist.record_value
     for value, count in Counter(samples).items():
@@ -28,8 +29,8 @@ def record_samples(hist, samples) -> int:
             value = 0
         elif value > HIGHEST_US:
             value = HIGHEST_US
-        record(value, count)
-        n += count
+        record(value, count * weight)
+        n += count * weight
     return n
 
 

@@ -1,14 +1,21 @@
 """Runs a benchmark: starts the worker processes, synchronises their start, merges what they report.
 
+Open loop, it also judges the generator: a request sent more than late_ms after its scheduled time was late,
+and the run kept its schedule when at most LATE_SHARE_MAX of them were (the report's `schedule`). A generator
+behind schedule measures itself: its lag is in every latency it records. With processes=0 (automatic) short
+probes at the full rate find the number of worker processes that keeps the schedule (1, 2, 4 ... up to the
+CPUs the generator may use) before the measured run.
+
 Every worker process is stopped by its pid when the run ends, fails or is interrupted.
 """
 
+import dataclasses
 import multiprocessing
 import queue as queue_mod
 import time
 
 from . import hist as histmod
-from .config import KIND_NAMES, BenchConfig, plan_clients
+from .config import KIND_NAMES, LATE_SHARE_MAX, BenchConfig, auto_process_cap, plan_clients
 from .worker import worker_main
 
 START_DELAY_S = 0.25
@@ -31,7 +38,7 @@ class BenchResult:
 
 
 class _Second:
-    __slots__ = ("ops", "hists", "reported", "errors", "shown")
+    __slots__ = ("ops", "hists", "reported", "errors", "shown", "sent", "late", "lag")
 
     def __init__(self):
         self.shown = False
@@ -39,6 +46,9 @@ class _Second:
         self.hists = {}
         self.reported = set()
         self.errors = 0
+        self.sent = 0       # requests the generator's timers sent in this second
+        self.late = 0       # ... of them more than late_ms after their scheduled time
+        self.lag = None     # their send lag (histogram)
 
 
 def run_bench(cfg: BenchConfig, progress=None, before_start=None, after_end=None, on_second=None) -> BenchResult:
@@ -47,7 +57,64 @@ def run_bench(cfg: BenchConfig, progress=None, before_start=None, after_end=None
     before_start(): called once every worker is connected and prefilled, right before the measured run.
     after_end(): called right after the last worker finished (before the report is built).
     on_second(k, line_dict): called as each second's figures are complete.
+    cfg.processes 0 (automatic), open loop: probe runs of cfg.probe_s at the full rate first (prefill in the
+    first), then the measured run with the processes that kept the schedule (report["generator"]["probes"]).
     """
+    if not cfg.auto_processes:
+        return _run_once(cfg, progress, before_start, after_end, on_second)
+    if not cfg.open_loop or cfg.duration <= 0:
+        # closed loop has no schedule to keep; one process as before (the CPU note says when it saturates)
+        result = _run_once(dataclasses.replace(cfg, processes=1), progress, before_start, after_end, on_second)
+        result.report["generator"]["auto"] = True
+        return result
+    live = _ProgressLine(progress, cfg)
+    cap = auto_process_cap(cfg)
+    probes = []
+    prefill = None
+    n = 1
+    while True:
+        probe_cfg = dataclasses.replace(cfg, processes=n, duration=min(cfg.probe_s, cfg.duration),
+                                        prefill=cfg.prefill if prefill is None else 0)
+        live.message(f"schedule probe: {n} process(es), {probe_cfg.duration:g}s at {cfg.rate:,.0f} ops/s"
+                     + (f" (after a prefill of {cfg.prefill:,} keys)" if probe_cfg.prefill else ""))
+        rep = _run_once(probe_cfg, None).report
+        if prefill is None:
+            prefill = rep["prefill"]
+        sched = rep["schedule"]
+        probes.append({"processes": n, "kept": sched["kept"], "late_pct": sched["late_pct"],
+                       "lag_p99_ms": sched["lag_ms"]["p99"], "lag_max_ms": sched["lag_ms"]["max"],
+                       "cpu_util": rep["generator"]["cpu_util"]})
+        live.message("schedule probe: " + describe_probe(probes[-1], cfg.late_ms))
+        if sched["kept"] or n >= cap:
+            break
+        n = min(cap, n * 2)
+    chosen = probes[-1] if probes[-1]["kept"] else min(probes, key=lambda p: (p["late_pct"], p["processes"]))
+    result = _run_once(dataclasses.replace(cfg, processes=chosen["processes"], prefill=0), progress,
+                       before_start, after_end, on_second)
+    report = result.report
+    report["prefill"] = prefill
+    report["config"]["processes"] = 0
+    gen = report["generator"]
+    gen["auto"] = True
+    gen["probes"] = probes
+    gen["process_cap"] = cap
+    if not chosen["kept"]:
+        report["notes"].append(
+            f"no probe kept the schedule up to {cap} process(es) (one per CPU the generator may use): this "
+            f"machine does not give the generator CPU time when it is due (other work, too few cores); the run "
+            f"used {chosen['processes']}, the probe that was least late")
+    return result
+
+
+def describe_probe(probe, late_ms) -> str:
+    return (f"{probe['processes']} process(es): " + ("kept the schedule" if probe["kept"] else "BEHIND schedule")
+            + f", {probe['late_pct']:.2f}% of requests more than {late_ms:g} ms late, send lag p99 "
+            + (f"{probe['lag_p99_ms']:.3f} ms, max {probe['lag_max_ms']:.3f} ms" if probe["lag_p99_ms"] is not None
+               else "-") + (f", generator CPU {probe['cpu_util']:.0%}" if probe["cpu_util"] is not None else ""))
+
+
+def _run_once(cfg: BenchConfig, progress=None, before_start=None, after_end=None, on_second=None) -> BenchResult:
+    """One run of cfg with cfg.processes worker processes."""
     plan = plan_clients(cfg)
     nproc = len(plan)
     ctx = multiprocessing.get_context("fork")
@@ -59,6 +126,7 @@ def run_bench(cfg: BenchConfig, progress=None, before_start=None, after_end=None
     seconds = {}
     totals = {name: histmod.new_histogram() for name in KIND_NAMES}
     lag_total = histmod.new_histogram()
+    held_total = histmod.new_histogram()
     errors = {}
     prefill_errors = {}
     redirects = {}
@@ -113,7 +181,16 @@ def run_bench(cfg: BenchConfig, progress=None, before_start=None, after_end=None
                     else:
                         sec.hists[name] = h
                 if "lag" in payload:
-                    lag_total.add(histmod.decode(payload["lag"]))
+                    h = histmod.decode(payload["lag"])
+                    lag_total.add(h)
+                    if sec.lag is None:
+                        sec.lag = h
+                    else:
+                        sec.lag.add(h)
+                if "held_lag" in payload:
+                    held_total.add(histmod.decode(payload["held_lag"]))
+                sec.sent += payload.get("sent", 0)
+                sec.late += payload.get("late", 0)
                 for (cmd, etype), n in payload["errors"].items():
                     errors.setdefault(cmd, {})
                     errors[cmd][etype] = errors[cmd].get(etype, 0) + n
@@ -153,12 +230,44 @@ def run_bench(cfg: BenchConfig, progress=None, before_start=None, after_end=None
     report = _build_report(cfg, plan, totals, lag_total, errors, merged_redirects, seconds, elapsed, notes,
                            prefill_s, prefill_errors, sum(d.get("connections", 0) for d in done.values()))
     cores = min(nproc, len(cfg.cpus)) if cfg.cpus else nproc
-    report["generator"] = {"processes": nproc, "cpu_s": round(gen_cpu, 3),
+    report["generator"] = {"processes": nproc, "auto": False, "cpu_s": round(gen_cpu, 3),
                            "cpu_util": round(gen_cpu / elapsed / cores, 3) if cfg.duration > 0 else None}
     if cfg.duration > 0 and gen_cpu / elapsed / cores > 0.9:
         report["notes"].append(f"the load generator used {gen_cpu / elapsed / cores:.0%} of its CPU: throughput may be "
                                "capped by the generator (add --processes / CPUs, or check with memtier)")
-    return BenchResult(report, {**totals, "lag": lag_total}, {k: seconds[k].hists for k in sorted(seconds)})
+    if cfg.open_loop and cfg.duration > 0:
+        report["schedule"] = _schedule(cfg, seconds, lag_total, held_total, errors)
+    return BenchResult(report, {**totals, "lag": lag_total, "held_lag": held_total},
+                       {k: seconds[k].hists for k in sorted(seconds)})
+
+
+def _schedule(cfg, seconds, lag_total, held_total, errors) -> dict:
+    """Whether the generator sent on time (open loop): how many requests its timers sent late, how late, in
+    how many seconds of the run; the requests the server held back (max_outstanding) and those never sent."""
+    sent = sum(sec.sent for sec in seconds.values())
+    late = sum(sec.late for sec in seconds.values())
+    late_seconds = [k + 1 for k in sorted(seconds) if seconds[k].late]
+    worst = max(seconds, key=lambda k: (seconds[k].late, seconds[k].lag.get_max_value() if seconds[k].lag else 0),
+                default=None)
+    unsent = sum(errs.get("UNSENT", 0) for errs in errors.values())
+    out = {
+        "late_ms": cfg.late_ms,
+        "sent": sent,
+        "late": late,
+        "late_pct": round(100.0 * late / sent, 3) if sent else 0.0,
+        "kept": late <= LATE_SHARE_MAX * sent,
+        "late_seconds": len(late_seconds),
+        "seconds": len(seconds),
+        "lag_ms": histmod.summarize(lag_total),
+        "held": held_total.get_total_count(),
+        "held_lag_ms": histmod.summarize(held_total),
+        "unsent": unsent,
+    }
+    if worst is not None and seconds[worst].late:
+        sec = seconds[worst]
+        out["worst_second"] = {"t": worst + 1, "late": sec.late, "sent": sec.sent,
+                               "lag_max_ms": round(sec.lag.get_max_value() / 1000.0, 3) if sec.lag else None}
+    return out
 
 
 def _get(q, procs, finished, timeout=0.5):
@@ -186,6 +295,9 @@ def _stop_processes(procs):
 
 def _second_line(k, sec):
     line = {"t": k + 1, "ops_per_sec": sum(sec.ops), "errors": sec.errors}
+    if sec.sent:
+        line["late"] = sec.late
+        line["lag_max_ms"] = round(sec.lag.get_max_value() / 1000.0, 3) if sec.lag is not None else 0.0
     for name in KIND_NAMES:
         h = sec.hists.get(name)
         if h is not None and h.get_total_count():
@@ -263,6 +375,8 @@ class _ProgressLine:
                 d = line[name]
                 parts.append(f"{name} p50 {d['p50']:.3f} p99 {d['p99']:.3f} max {d['max']:.3f} ms")
         parts.append(f"errors {line['errors']}")
+        if line.get("late"):
+            parts.append(f"generator late {line['late']:,} (lag max {line['lag_max_ms']:.1f} ms)")
         text = " | ".join(parts)
         if self.tty:
             self.stream.write("\r\x1b[2K" + text)
@@ -292,9 +406,11 @@ def format_report(report) -> str:
         mode = f"open loop, target {cfg['rate']:,.0f} ops/s"
     else:
         mode = "closed loop"
+    gen = report.get("generator") or {}
+    procs = f"{gen.get('processes', cfg['processes'])} process(es)" + (" (auto)" if gen.get("auto") else "")
     lines = [
         f"durakv bench -> {report['target']}: {mode}, {report['duration_s']:g} s, "
-        f"{sum(roles.values())} clients ({role_text}), {cfg['processes']} process(es), pipeline {cfg['pipeline']}, "
+        f"{sum(roles.values())} clients ({role_text}), {procs}, pipeline {cfg['pipeline']}, "
         f"ratio {cfg['ratio']}, {cfg['data_size']} B values, {cfg['key_maximum']:,} keys"
         + (", cluster" if cfg["cluster"] else "") + (", TLS" if cfg["tls"] else ""),
         "",
@@ -318,10 +434,8 @@ def format_report(report) -> str:
         lines.append("errors by type: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report["errors"].items())))
     if report["redirects"]:
         lines.append("redirects followed: " + ", ".join(f"{k} {v:,}" for k, v in report["redirects"].items()))
-    if report.get("send_lag_ms") and report["send_lag_ms"]["count"]:
-        lag = report["send_lag_ms"]
-        lines.append(f"generator send lag behind schedule (included in the latencies above): p50 {lag['p50']:.3f} "
-                     f"p99 {lag['p99']:.3f} max {lag['max']:.3f} ms")
+    if report.get("schedule"):
+        lines.extend(format_schedule(report))
     if report["prefill"]["keys"]:
         pf = report["prefill"]
         lines.append(f"prefill: {pf['keys']:,} keys in {pf['seconds']:.1f} s"
@@ -329,3 +443,35 @@ def format_report(report) -> str:
     for note in report["notes"]:
         lines.append("note: " + note)
     return "\n".join(lines)
+
+
+def format_schedule(report) -> list:
+    """The report's lines on the generator's schedule (open loop): kept or behind, how far, how often; the
+    probes of automatic process splitting; what the server held back or what was never sent."""
+    sc = report["schedule"]
+    lag = sc["lag_ms"]
+    lines = []
+    if lag["count"]:
+        how_late = f"send lag p50 {lag['p50']:.3f} p99 {lag['p99']:.3f} max {lag['max']:.3f} ms"
+        if sc["kept"]:
+            lines.append(f"generator schedule: kept: {sc['sent'] - sc['late']:,} of {sc['sent']:,} requests sent "
+                         f"within {sc['late_ms']:g} ms of their time ({sc['late_pct']:.2f}% later); {how_late}")
+        else:
+            worst = sc.get("worst_second") or {}
+            lines.append(f"generator schedule: BEHIND: {sc['late']:,} of {sc['sent']:,} requests "
+                         f"({sc['late_pct']:.2f}%) sent more than {sc['late_ms']:g} ms after their time, in "
+                         f"{sc['late_seconds']} of {sc['seconds']} seconds (worst: second {worst.get('t', '-')}, "
+                         f"{worst.get('late', 0):,} late, up to {worst.get('lag_max_ms') or 0:.1f} ms); {how_late}")
+            lines.append("  the latencies above include this lag: they measure the generator as much as the server "
+                         "(--processes auto splits the load until it keeps the schedule; or give it CPUs)")
+    for probe in (report.get("generator") or {}).get("probes", ()):
+        from_runner = describe_probe(probe, sc["late_ms"])
+        lines.append(f"  probe {from_runner}")
+    if sc["held"]:
+        held = sc["held_lag_ms"]
+        lines.append(f"server backpressure: {sc['held']:,} requests waited for a connection under --max-outstanding "
+                     f"(up to {held['max']:.1f} ms; counted in their latency, not as generator lag)")
+    if sc["unsent"]:
+        lines.append(f"never sent: {sc['unsent']:,} requests (UNSENT errors): the server did not answer enough of "
+                     f"those in flight before the end")
+    return lines

@@ -6,9 +6,13 @@ hiredis and hands each to its client, which records the latency sample and, in c
 Open loop: client c sends batch i at its *intended* time t0 + phase_c + i / batch_rate, whether or not earlier
 replies have come back (up to max_outstanding in flight), and latency is measured from that intended time, so a
 server stall is charged to every request that should have been sent during it (no coordinated omission). How
-late the generator itself was at sending is recorded separately ("send lag"). Open-loop workers wait with
-select() on the epoll descriptor (PreciseEpollSelector): microsecond timeouts, which epoll_wait and libuv round
-to milliseconds, at the cost of one descriptor rather than one per connection.
+late the generator itself was at sending is recorded per batch ("send lag": the send time minus the intended
+time, for the batches its timers sent), apart from the batches the server held back (sent only once replies
+brought a connection under max_outstanding: that wait is the server's) and the batches never sent (still held
+back, or their connection lost, when the run ended: counted as UNSENT errors). A generator whose own lag is
+large measured itself, not the server: the runner reports it and splits the load over processes. Open-loop
+workers wait with select() on the epoll descriptor (PreciseEpollSelector): microsecond timeouts, which
+epoll_wait and libuv round to milliseconds, at the cost of one descriptor rather than one per connection.
 
 Closed loop: each client keeps `pipeline` requests in flight; latency is measured from the actual send time.
 """
@@ -384,12 +388,13 @@ class OpenLoopClient(Client):
         self.sending = True
         if self.t0 >= end or (self.conn is not None and self.conn.lost):
             self.sending = False
-            self.sending = False
             self.finish()
             return
         self.timer = self.w.loop.call_later(max(0.0, self.t0 - monotonic()), self.tick)
 
-    def tick(self):
+    def tick(self, held=False):
+        """Sends every batch that is due. held: called because replies brought the connection back under
+        max_outstanding, so the lateness of what goes now is the server's (recorded apart), not the timer's."""
         self.timer = None
         if not self.sending:
             return
@@ -398,13 +403,14 @@ class OpenLoopClient(Client):
         if due > now:  # woke early
             self.timer = self.w.loop.call_later(due - now, self.tick)
             return
-        self.w.lag.append(int((now - due) * _US))
+        lags = self.w.held if held else self.w.lag
         end, cap = self.end, self.cap
         while due <= now and due < end:
             if self.outstanding + self.pipeline > cap:
                 self.blocked = True
                 break
             self.emit(self.pipeline, due)
+            lags.append(int((now - due) * _US))   # one sample per batch: the runner weighs it by the pipeline
             self.i += 1
             due = self.t0 + self.i * self.interval
         self.flush()
@@ -420,7 +426,7 @@ class OpenLoopClient(Client):
     def after_replies(self, now):
         if self.blocked and self.outstanding + self.pipeline <= self.cap:
             self.blocked = False
-            self.tick()
+            self.tick(held=True)
         elif self.outstanding == 0:
             Client.after_replies(self, now)
 
@@ -429,6 +435,22 @@ class OpenLoopClient(Client):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+
+    def unsent(self) -> dict:
+        """{kind: requests} the schedule had due before the end that were never sent (the connection stayed at
+        max_outstanding, or was lost): without them a server that stops answering would look faster."""
+        if not self.started or self.t0 >= self.end:
+            return {}
+        batches = max(0, math.ceil((self.end - self.t0) / self.interval) - self.i)
+        n = batches * self.pipeline
+        full, rem = divmod(n, self.plen)
+        out = {}
+        for j in range(self.plen):
+            kind = self.pattern[(self.pidx + j) % self.plen]
+            count = full + (1 if j < rem else 0)
+            if count:
+                out[kind] = out.get(kind, 0) + count
+        return out
 
 
 class Worker:
@@ -456,7 +478,9 @@ class Worker:
             self.get_fmt = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"
         self.value_part = b"$%d\r\n%b\r\n" % (len(value), value)
         self.lat = [array("q"), array("q")]
-        self.lag = array("q")
+        self.lag = array("q")     # us each batch its timer sent was late by (the generator's own lag)
+        self.held = array("q")    # us each batch waited for the server (held at max_outstanding)
+        self.late_us = int(cfg.late_ms * 1000)
         self.errors = {}
         self.redirects = {}
         self.prefilled = 0
@@ -562,9 +586,14 @@ class Worker:
         except asyncio.TimeoutError:
             pass
         self.stopping = True
+        unsent = 0
         for c in self.clients:
             if isinstance(c, OpenLoopClient):
                 c.stop()
+                for kind, n in c.unsent().items():
+                    key = (KIND_NAMES[kind], "UNSENT")
+                    self.errors[key] = self.errors.get(key, 0) + n
+                    unsent += n
             timed_out = 0
             for conn in c.conns.values():
                 for entry in conn.pending:
@@ -573,6 +602,9 @@ class Worker:
                         timed_out += 1
             if timed_out:
                 self.note(f"{timed_out} requests without a reply {cfg.drain:g}s after the last send")
+        if unsent:
+            self.note(f"{unsent} requests due before the end were never sent (UNSENT): their connections stayed "
+                      f"at --max-outstanding {cfg.max_outstanding} unanswered requests, or were lost")
         self.finish_message(t0)
 
     async def prefill(self):
@@ -602,18 +634,24 @@ class Worker:
         lat = (self.lat[SET], self.lat[GET])
         self.lat[SET], self.lat[GET] = array("q"), array("q")
         lag, self.lag = self.lag, array("q")
+        held, self.held = self.held, array("q")
+        pipeline, late_us = self.cfg.pipeline, self.late_us
         payload = {"ops": [len(lat[SET]), len(lat[GET])], "hist": {}, "errors": self.take_errors(),
-                   "redirects": dict(self.redirects)}
+                   "redirects": dict(self.redirects),
+                   # requests sent by the timers, and those of them sent more than late_ms after their time
+                   "sent": len(lag) * pipeline, "late": sum(1 for v in lag if v > late_us) * pipeline,
+                   "held": len(held) * pipeline}
         for kind in (SET, GET):
             if lat[kind]:
                 h = histmod.new_histogram()
                 histmod.record_samples(h, lat[kind])
                 payload["hist"][KIND_NAMES[kind]] = histmod.encode(h)
                 self.totals[kind] += len(lat[kind])
-        if lag:
-            h = histmod.new_histogram()
-            histmod.record_samples(h, lag)
-            payload["lag"] = histmod.encode(h)
+        for name, samples in (("lag", lag), ("held_lag", held)):
+            if samples:
+                h = histmod.new_histogram()
+                histmod.record_samples(h, samples, weight=pipeline)
+                payload[name] = histmod.encode(h)
         self.send("tick", self.wid, second, payload)
 
     def finish_message(self, t0):

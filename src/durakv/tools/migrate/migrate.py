@@ -14,8 +14,9 @@ The cut-over (--cutover) first streams until the target acknowledged each source
 found it (so the pause does not wait for what was written during the full sync), then pauses writes on every
 source primary (CLIENT PAUSE WRITE), waits until each one's master_repl_offset is acknowledged by the target,
 and reports the lag it had; clients may switch then.
---verify compares the key count of every slot and the value (DUMP payloads decoded by keyspace/rdbvalue and
-compared re-encoded) of every key, or of --verify-sample N of them.
+--verify compares the key count of every slot and the value of every key (or of --verify-sample N of them) as
+DEBUG DIGEST-VALUE would: the DUMP payloads decoded by keyspace/rdbvalue and digested as debug.c does (order-free
+for sets and hashes), with the key's expire flag and a hash's field TTLs.
 
 A source transaction (MULTI ... EXEC in the stream: a client's, or a script's effects) is sent as one
 MULTI/EXEC to the node owning its keys; one whose keys span slots of a cluster target goes as its commands
@@ -35,6 +36,7 @@ import time
 
 from ... import commands
 from ...commands import registry
+from ...commands.debugging import object_digest
 from ...keyspace import rdbvalue
 from ...protocol.client import RespClient, RespError
 from ...protocol.resp import encode_command
@@ -535,15 +537,58 @@ def _scan_keys(conn, db):
             return keys
 
 
-def _normalized(payload):
+def value_digest(payload, has_expire=False):
+    """What two copies of a key must agree on: DEBUG DIGEST-VALUE of the value in its DUMP payload (debug.c's
+    xorObjectDigest, commands/debugging.py: order-free for sets and hashes, in order for lists and strings,
+    zsets by member and score, streams entry by entry, modules by their own digest) and its expire flag, plus
+    a hash's field TTLs ({field: expire-at ms}, order-free), which the digest leaves out. A re-encoded payload
+    is no such measure: a set's or a hash's members come out in whatever order the decoder's dict or set
+    holds them, which differs between equal values built in another order (an intset read back from a
+    hashtable)."""
     value, ttls = rdbvalue.load_with_field_ttls(payload)
-    return rdbvalue.dump(value, ttls)
+    return object_digest(bytes(20), value, has_expire), dict(ttls or {})
 
 
-def _shown(payload):
-    value = rdbvalue.load_with_field_ttls(payload)[0]
+def _shown(value):
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _members(value):
+    """The members of a set or the fields of a hash (None for other types): what 'differs' can name."""
+    if isinstance(value, (set, frozenset)):
+        return value
+    if isinstance(value, dict):
+        return {(f, v) for f, v in value.items()}
+    return None
+
+
+def describe_difference(source_payload, target_payload, source_ttl=False, target_ttl=False) -> str:
+    """Why two DUMP payloads of a key differ, for the report: the members only one side has (sets, hashes),
+    else both values shown short."""
+    (a, a_ttls), (b, b_ttls) = (rdbvalue.load_with_field_ttls(p) for p in (source_payload, target_payload))
+    if type(a) is not type(b):
+        return f"source is a {type(a).__name__} {_shown(a)}, target a {type(b).__name__} {_shown(b)}"
+    ma, mb = _members(a), _members(b)
+    if ma is not None and ma != mb:
+        only_a, only_b = sorted(ma - mb), sorted(mb - ma)
+        return (f"{len(only_a)} member(s) only on the source {_shown(only_a)}, {len(only_b)} only on the target "
+                f"{_shown(only_b)}")
+    if source_ttl != target_ttl:
+        return f"the key has {'a' if source_ttl else 'no'} TTL on the source, {'a' if target_ttl else 'no'} TTL on the target"
+    if (a_ttls or {}) != (b_ttls or {}):
+        return f"field TTLs differ: source {_shown(a_ttls)}, target {_shown(b_ttls)}"
+    return f"source {_shown(a)}, target {_shown(b)}"
+
+
+def _dump_and_pttl(conn, keys):
+    """[(DUMP payload or None, PTTL in ms)] of keys, one pipeline: the payload for the value's digest, the PTTL
+    for its expire flag (-2: the key went away between the two)."""
+    replies = conn.pipeline([cmd for k in keys for cmd in (("DUMP", k), ("PTTL", k))])
+    for r in replies[1::2]:
+        if isinstance(r, RespError):
+            raise r
+    return list(zip(replies[0::2], replies[1::2]))
 
 
 def _count_keys_in_slots(conn, slots, counts):
@@ -597,7 +642,7 @@ def verify(source_addrs, source_auth, target, dbs=(0,), sample=None, rng=None, s
                 part = keys[at:at + VERIFY_BATCH]
                 with _connect(addr[0], addr[1], ssl_context, user, password) as c:
                     c.execute("SELECT", str(db))
-                    theirs = dict(zip(part, c.pipeline([("DUMP", k) for k in part])))
+                    theirs = dict(zip(part, _dump_and_pttl(c, part)))
                 by_owner = {}
                 for k in part:
                     owner = target.slots.node_for(key_slot(k)) if target.cluster else (target.host, target.port)
@@ -605,15 +650,22 @@ def verify(source_addrs, source_auth, target, dbs=(0,), sample=None, rng=None, s
                 for owner, owned in by_owner.items():
                     with _connect(owner[0], owner[1], target.ssl_context, target.user, target.password) as d:
                         d.execute("SELECT", str(db))
-                        ours = d.pipeline([("DUMP", k) for k in owned])
-                    for k, payload in zip(owned, ours):
-                        if theirs[k] is None:
+                        ours = _dump_and_pttl(d, owned)
+                    for k, (payload, ttl_ms) in zip(owned, ours):
+                        source_payload, source_ttl_ms = theirs[k]
+                        if source_payload is None or source_ttl_ms == -2:
                             continue                  # gone from the source meanwhile (expired)
+                        if isinstance(source_payload, RespError):
+                            problems.append(f"db {db}: key {k!r}: DUMP on the source failed: {source_payload}")
+                            continue
                         if payload is None or isinstance(payload, RespError):
                             problems.append(f"db {db}: key {k!r} is missing on the target ({payload})")
-                        elif _normalized(payload) != _normalized(theirs[k]):
-                            problems.append(f"db {db}: key {k!r} differs: source {_shown(theirs[k])}, "
-                                            f"target {_shown(payload)}")
+                        elif ttl_ms == -2:
+                            continue                  # expired on the target meanwhile (its TTL ran out first)
+                        elif (value_digest(payload, ttl_ms >= 0)
+                              != value_digest(source_payload, source_ttl_ms >= 0)):
+                            problems.append(f"db {db}: key {k!r} differs: " + describe_difference(
+                                source_payload, payload, source_ttl_ms >= 0, ttl_ms >= 0))
     return problems
 
 

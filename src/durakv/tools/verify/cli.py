@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import signal
 import sys
 
 from ...cluster.manifest import ClusterError
@@ -63,7 +64,9 @@ def build_parser():
         o.add_argument("--shards", type=int, default=1)
         o.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                        help="extra argument for every durakv node (repeat it)")
-        o.add_argument("--keep", action="store_true", help="leave that cluster running")
+        o.add_argument("--keep", action="store_true",
+                       help="leave that cluster running and keep its directory (default: it is stopped and its "
+                            "directory removed at the end, also when the run fails or is interrupted)")
         o.add_argument("--workdir", default=None, help="where its temp dir goes (default: the system's)")
         out = sp.add_argument_group("output")
         out.add_argument("--json", metavar="FILE", help="write the result as JSON")
@@ -283,20 +286,38 @@ def _bench(args):
     groups = []
     if "none" in args.modes:
         groups.append((lambda: sc.Env.start_standalone("none", tls=not args.no_tls, server_args=args.server_arg,
-                                                      say=say, parent=args.workdir), [("none", None)]))
+                                                      say=say, parent=args.workdir, keep=args.keep),
+                       [("none", None)]))
     durable = [m for m in args.modes if m in ("async", "sync")]
     if durable:
         groups.append((lambda: _env(args, durable[0]), [(m, switch_to(m)) for m in durable]))
     return sc.bench(groups, **kw)
 
 
+def _terminate_on_sigterm():
+    """SIGTERM unwinds like Ctrl-C (SystemExit through the `with env` blocks), so what the run started is
+    stopped and its data removed; by default it would end the process on the spot and leave both."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
 def main(argv) -> int:
     args = build_parser().parse_args(argv)
+    _terminate_on_sigterm()
     try:
         result = run(args)
     except (ClusterError, ProcessError, TimeoutError, RuntimeError, KeyError, OSError) as exc:
         print(f"durakv verify {args.scenario}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\ndurakv verify {args.scenario}: interrupted ("
+              + ("--keep: its own cluster is left with its data" if getattr(args, "keep", False)
+                 else "what it started was stopped and its data removed") + ")", file=sys.stderr)
+        return 130
     print()
     print(result.report.to_text())
     word = {sc.PASS: "ok", sc.FAILED: "FAIL", sc.UNKNOWN: "unknown"}[result.status]

@@ -17,6 +17,7 @@ reasons behind it. The seed (shared/seeds/000_e664b13db1353243.txt) is what they
 import collections
 import heapq
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from ...cluster.local import LocalCluster
 from ...cluster.manifest import ClusterError
+from ...cluster.roles import ClusterNotReady
 from ...cluster.procs import package_env
 from ..chaos import events_path, log_size, read_events, wait_healthy
 from ..chaos.events import START, STOP
@@ -70,8 +72,9 @@ class Env:
         self.cluster = cluster
         self.fault_cmd = fault_cmd
         self.say = say
-        self.own_dir = own_dir
-        self.keep = keep
+        self.own_dir = own_dir  # a directory this run made (removed at close unless kept)
+        self.keep = keep        # leave the run's own cluster running, with its data
+        self.keep_data = False  # keep own_dir (the standalone server's, with --keep)
         self.active = set()     # FaultRuns whose process still runs
 
     @classmethod
@@ -91,22 +94,37 @@ class Env:
         d = tempfile.mkdtemp(prefix="durakv-verify-", dir=parent)
         say(f"no --dir given: starting a local cluster in {d} (3 NATS + {shards} x 3 durakv nodes, durability "
             f"{durability}{', TLS' if tls else ''}{', partitionable' if partitionable else ''}); "
-            + ("it is left running (--keep)" if keep else "it is stopped at the end (--keep leaves it running)"))
+            + ("it is left running with its data (--keep)" if keep else
+               "it is stopped and its directory removed at the end, also on failure or interrupt (--keep "
+               "leaves both)"))
+        own = cls(None, None, None, say, own_dir=d, keep=keep)
         try:
-            cluster = LocalCluster.up(os.path.join(d, "cluster"), shards=shards, durability=durability, tls=tls,
-                                      partitionable=partitionable, extra_server_args=tuple(server_args), env=env,
-                                      timeout_s=90.0)
-        except BaseException:
-            if os.path.exists(os.path.join(d, "cluster", "manifest.json")):
-                LocalCluster.load(os.path.join(d, "cluster")).down()
+            own.cluster = LocalCluster.up(os.path.join(d, "cluster"), shards=shards, durability=durability,
+                                          tls=tls, partitionable=partitionable,
+                                          extra_server_args=tuple(server_args), env=env, timeout_s=90.0)
+            own.target = Target.from_cluster(own.cluster)
+        except BaseException as exc:
+            # a start that failed or was interrupted: whatever it started is stopped, its data removed
+            if own.cluster is None and os.path.exists(os.path.join(d, "cluster", "manifest.json")):
+                own.cluster = LocalCluster.load(os.path.join(d, "cluster"))
+            own.keep = False                # a half-started cluster is never left running
+            own.close(keep_data=keep)
+            if isinstance(exc, ClusterNotReady):
+                # its text tells to stop processes that are stopped now, in a directory that may be gone
+                lines = [line for line in str(exc).splitlines() if not line.startswith("processes are left")]
+                lines.append("the cluster's processes are stopped; " + (
+                    f"its directory {d} is kept (--keep)" if keep else "its directory is removed (--keep keeps "
+                    "it, with the logs)"))
+                raise ClusterError("\n".join(lines)) from None
             raise
-        return cls(Target.from_cluster(cluster), cluster, None, say, own_dir=d, keep=keep)
+        return own
 
     @classmethod
-    def start_standalone(cls, durability="none", tls=True, server_args=(), say=print, parent=None):
+    def start_standalone(cls, durability="none", tls=True, server_args=(), say=print, parent=None, keep=False):
         """One durakv server of its own (the bench's `none` row: a shard follows its journal, so a cluster
         cannot run none; the seed's none is a non-durable cluster of one shard, which one server stands for).
-        TLS like the cluster's when tls, so the rows differ by durability only."""
+        TLS like the cluster's when tls, so the rows differ by durability only. It is stopped at the end and
+        its directory removed (keep: the directory is kept)."""
         from ...cluster.nats_procs import free_ports, spawn, wait_for
         from ...cluster.tls import make_certs
         d = tempfile.mkdtemp(prefix="durakv-verify-", dir=parent)
@@ -126,6 +144,7 @@ class Env:
         say(f"durability {durability}: a standalone durakv server of its own on 127.0.0.1:{port} (pid {pid}, "
             f"{d}){', TLS' if tls else ''}: a shard cannot run none")
         env = cls(None, None, None, say, own_dir=d)
+        env.keep_data = keep
         env.server_pid = (pid, start)
         try:
             target = Target("127.0.0.1", port, tls=tls, tls_ca=ca, cluster_mode=False,
@@ -141,18 +160,39 @@ class Env:
         env.target = target
         return env
 
-    def close(self):
-        for fr in list(self.active):
-            fr.interrupt()   # a run cut short (an error, Ctrl-C): the nemesis heals before anything else
-        if self.own_dir and self.cluster is not None and not self.keep:
-            self.cluster.down()
-            self.say(f"local cluster in {self.cluster.dir} stopped")
-        pid = getattr(self, "server_pid", None)
-        if pid is not None:
-            from ...cluster.nats_procs import stop_many
-            self.server_pid = None
-            stop_many({"server": pid})
-            self.say(f"standalone server (pid {pid[0]}) stopped")
+    def close(self, keep_data=None):
+        """Ends the run's use of the target: the nemesis heals, and what this run started (its own cluster or
+        standalone server) is stopped and its directory removed (data, logs, certificates, the chaos event
+        log), unless kept (--keep: the cluster is left running with its data; the standalone server's
+        directory is kept). Runs to the end through a second Ctrl-C, which would otherwise leave both."""
+        with _no_interrupts(self.say):
+            for fr in list(self.active):
+                fr.interrupt()   # a run cut short (an error, Ctrl-C): the nemesis heals before anything else
+            if self.own_dir and self.cluster is not None and not self.keep:
+                self.cluster.down()
+                self.say(f"local cluster in {self.cluster.dir} stopped")
+            pid = getattr(self, "server_pid", None)
+            if pid is not None:
+                from ...cluster.nats_procs import stop_many
+                self.server_pid = None
+                stop_many({"server": pid})
+                self.say(f"standalone server (pid {pid[0]}) stopped")
+            if keep_data is None:
+                keep_data = self.keep or self.keep_data
+            if self.own_dir and not keep_data:
+                self.remove_own_dir()
+
+    def remove_own_dir(self):
+        d, self.own_dir = self.own_dir, None
+        if not d or not os.path.isdir(d):
+            return
+        size = dir_bytes(d)
+        errors = []
+        shutil.rmtree(d, onerror=lambda _fn, path, exc: errors.append(f"{path}: {exc[1]}"))
+        if errors:
+            self.say(f"could not remove all of {d}: {'; '.join(errors[:3])}")
+        else:
+            self.say(f"removed {d} ({size / 1e6:.1f} MB; --keep keeps it)")
 
     def __enter__(self):
         return self
@@ -180,6 +220,41 @@ class Env:
                 c.config_set(name, value)
                 out.append((f"{host}:{port}", time.monotonic() - t0))
         return out
+
+
+def dir_bytes(d) -> int:
+    """The bytes of the files under d (what a run leaves behind if it is not removed)."""
+    total = 0
+    for root, _dirs, files in os.walk(d):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class _no_interrupts:
+    """SIGINT and SIGTERM ignored (with a word) while a cleanup runs in the main thread: a second Ctrl-C (or
+    TERM) must not leave processes running or data behind halfway through stopping them."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, say):
+        self.say = say
+        self.old = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.old[sig] = signal.getsignal(sig)
+                signal.signal(sig, lambda *_: self.say("still stopping what the run started ..."))
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        self.old = {}
 
 
 class FaultRun:
@@ -963,13 +1038,20 @@ def bench_one(target, rate, clients, duration_s, key_maximum, data_size, prefill
     """One fixed-rate run, SETs and GETs on separate connections: {"SET": {...}, "GET": {...}} per command."""
     from ..bench.config import BenchConfig
     from ..bench.runner import run_bench
+    # processes=0: the load is split over worker processes until the generator keeps its schedule (a generator
+    # behind schedule puts its own lag into every latency of the table)
     cfg = BenchConfig(host=target.host, port=target.port, rate=rate, clients=clients, ratio=(1, 1),
                       data_size=data_size, key_maximum=key_maximum, prefill=prefill, duration=duration_s,
                       separate=True, cluster=target.cluster_mode, tls=target.tls, tls_cacert=target.tls_ca or "",
-                      password=target.password or "")
+                      password=target.password or "", processes=0)
     result = run_bench(cfg)
     rep = result.report
-    out = {"errors": rep["errors"], "ops_per_sec": rep["ops_per_sec"], "notes": rep["notes"]}
+    sched = rep.get("schedule") or {}
+    out = {"errors": rep["errors"], "ops_per_sec": rep["ops_per_sec"], "notes": rep["notes"],
+           "processes": rep["generator"]["processes"],
+           "schedule": {"kept": sched.get("kept"), "late_pct": sched.get("late_pct"),
+                        "lag_p99_ms": (sched.get("lag_ms") or {}).get("p99"),
+                        "lag_max_ms": (sched.get("lag_ms") or {}).get("max")}}
     for cmd in ("SET", "GET"):
         c = rep["commands"].get(cmd)
         if c:
@@ -1021,6 +1103,13 @@ def bench(groups, rate=5000.0, clients=50, duration_s=30.0, key_maximum=100_000,
             "Effective durability reported by the primaries during each mode's run: "
             + "; ".join(f"{m}: {', '.join(sorted(set(v))) or '-'}" for m, v in effective.items()) + ".",
             SEED["bench"]]
+    behind = [(m, r) for m, runs in raw.items() for r in runs if r["schedule"]["kept"] is False]
+    if behind:
+        text.append("The load generator fell behind its schedule (more than 1% of requests sent over 1 ms late) "
+                    "in " + "; ".join(f"{m} ({r['processes']} process(es): {r['schedule']['late_pct']:.1f}% late, "
+                                      f"send lag p99 {r['schedule']['lag_p99_ms']:.1f} ms, max "
+                                      f"{r['schedule']['lag_max_ms']:.1f} ms)" for m, r in behind)
+                    + ": those latencies include its own lag (a machine short of CPU for the generator).")
     # A mode whose primaries run something else is labelled with what they run (the table must not claim it).
     def label(m):
         runs = set(effective.get(m) or [])
