@@ -26,6 +26,7 @@ from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
+from .backup import BackupSessions
 from .clientevict import ClientEviction
 from ..cluster.identity import persistent_node_id
 from ..cluster.tls import node_client_context
@@ -205,6 +206,7 @@ class Server:
         self.plain_listeners = []          # the client port's listeners (CONFIG SET port replaces them)
         self.client_eviction = ClientEviction(self)   # maxmemory-clients (server/clientevict.py)
         self.watchdog = Watchdog(self)     # watchdog-period (server/watchdog.py)
+        self.backups = BackupSessions(self)   # DURAKV BACKUP: what `durakv backup create` copies (server/backup.py)
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
@@ -955,7 +957,8 @@ class Server:
                 if upto > self.last_snapshot_index:
                     adopted = await build_snapshot(self.dir, upto, databases=self.config.database_count(),
                                                    key_save_delay_us=self.config["rdb-key-save-delay"])
-                    await self.journal.truncate_before(adopted.journal_from)  # keep what the older snapshot needs
+                    # keep what the older snapshot needs, what a backup copies and what the last one asked to keep
+                    await self.journal.truncate_before(self.backups.journal_keep_from(adopted.journal_from))
                     self.last_snapshot_index = upto
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())
