@@ -89,16 +89,15 @@ def keep_until_ms(retention_days, now_ms=None) -> int:
 
 # -- a single server -------------------------------------------------------------------------------------------
 
-def create_from_server(storage, conn, describe, retention_days=0, progress=None, tag=None) -> dict:
-    """Backs up the single server behind conn (an authenticated RespClient) into storage."""
+def create_from_server(storage, api, describe, retention_days=0, progress=None, tag=None, backup_id=None,
+                       created_ms=None, expire=False) -> dict:
+    """Backs up a single server into storage through DURAKV BACKUP's calls (sources.RespSessions over RESP, or
+    sources.LocalSessions in the server itself). Blocking: run it off any event loop."""
     from .sources import ServerSource
-    source = ServerSource(conn, describe)
-    created = _now_ms()
-    backup_id = new_backup_id(created, tag)
-    info = conn.execute("DURAKV", "BACKUP", "BEGIN")
-    fields = {info[i].decode(): info[i + 1] for i in range(0, len(info), 2)}
-    conn.execute("DURAKV", "BACKUP", "END", fields["token"])
-    source_id = fields["source-id"].decode()
+    source = ServerSource(api, describe)
+    created = created_ms or _now_ms()
+    backup_id = backup_id or new_backup_id(created, tag)
+    source_id = source.source_id()
     after = previous_ends(storage, source_id).get("0")
     workdir = tempfile.mkdtemp(prefix="durakv-backup-")
     try:
@@ -106,8 +105,11 @@ def create_from_server(storage, conn, describe, retention_days=0, progress=None,
         entry = upload_piece(storage, backup_id, workdir, piece)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return write_manifest(storage, backup_id, "server", source_id, created, [entry], {"0": None},
-                          piece["databases"])
+    manifest = write_manifest(storage, backup_id, "server", source_id, created, [entry], {"0": None},
+                              piece["databases"], scheduled=tag == "scheduled")
+    if expire:
+        expire_backups(storage, retention_days)
+    return manifest
 
 
 # -- a cluster -------------------------------------------------------------------------------------------------

@@ -48,25 +48,69 @@ def piece_doc(shard, kind, databases, snapshot, chunks, journal_from, end_index,
 
 # -- a single server -------------------------------------------------------------------------------------------
 
+class RespSessions:
+    """DURAKV BACKUP over an authenticated protocol.client.RespClient (`durakv backup create --host/--port`)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def begin(self, after=None) -> dict:
+        reply = self.conn.execute("DURAKV", "BACKUP", "BEGIN", *(["AFTER", str(after)] if after is not None else []))
+        info = {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
+        for k in ("token", "source-id"):
+            info[k] = info[k].decode()
+        return info
+
+    def read_snapshot(self, token, offset, count) -> bytes:
+        return self.conn.execute("DURAKV", "BACKUP", "READ", token, "SNAPSHOT", str(offset), str(count))
+
+    def read_journal(self, token, after, max_bytes) -> list:
+        return self.conn.execute("DURAKV", "BACKUP", "READ", token, "JOURNAL", str(after), str(max_bytes))
+
+    def end(self, token, keep_from=None, keep_until_ms=None):
+        keep = ["KEEP-JOURNAL-FROM", str(keep_from), str(keep_until_ms)] if keep_from is not None else []
+        self.conn.execute("DURAKV", "BACKUP", "END", token, *keep)
+
+
+class LocalSessions:
+    """The same calls on a server's own BackupSessions (server/backup.py), for its scheduled backups: run from a
+    worker thread (they read files), never on the event loop."""
+
+    def __init__(self, sessions):
+        self.sessions = sessions
+
+    def begin(self, after=None) -> dict:
+        return self.sessions.begin(after)
+
+    def read_snapshot(self, token, offset, count) -> bytes:
+        return self.sessions.read_snapshot(self.sessions.session(token), offset, count)
+
+    def read_journal(self, token, after, max_bytes) -> list:
+        return self.sessions.read_journal(self.sessions.session(token), after, max_bytes)
+
+    def end(self, token, keep_from=None, keep_until_ms=None):
+        self.sessions.end(token, keep_from, keep_until_ms)
+
+
 class ServerSource:
-    """A single durakv server, through DURAKV BACKUP (server/backup.py). conn: a connected, authenticated
-    protocol.client.RespClient."""
+    """A single durakv server's snapshot and journal, through DURAKV BACKUP's calls (RespSessions or
+    LocalSessions)."""
 
     kind = "server"
 
-    def __init__(self, conn, describe):
-        self.conn = conn
+    def __init__(self, api, describe):
+        self.api = api
         self.describe = describe
 
-    def shards(self):
-        return [("0", None)]          # one shard owning every slot
+    def source_id(self) -> str:
+        info = self.api.begin()
+        self.api.end(info["token"])
+        return info["source-id"]
 
     def copy(self, shard, workdir, after=None, keep_until_ms=0, progress=None) -> dict:
-        conn = self.conn
-        args = ["DURAKV", "BACKUP", "BEGIN"] + (["AFTER", str(after)] if after is not None else [])
-        reply = conn.execute(*args)
-        info = {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
-        token = info["token"].decode()
+        api = self.api
+        info = api.begin(after)
+        token = info["token"]
         try:
             snapshot = None
             if info["snapshot-index"]:
@@ -74,7 +118,7 @@ class ServerSource:
                 with open(path, "wb") as f:
                     offset = 0
                     while offset < info["snapshot-bytes"]:
-                        data = conn.execute("DURAKV", "BACKUP", "READ", token, "SNAPSHOT", str(offset), str(READ_BYTES))
+                        data = api.read_snapshot(token, offset, READ_BYTES)
                         if not data:
                             raise BackupError("%s: the snapshot ended at byte %d of %d" % (
                                 self.describe, offset, info["snapshot-bytes"]))
@@ -89,7 +133,7 @@ class ServerSource:
             pos = info["journal-from"] - 1
             upto = info["journal-upto"]
             while pos < upto:
-                entries = conn.execute("DURAKV", "BACKUP", "READ", token, "JOURNAL", str(pos), str(READ_BYTES))
+                entries = api.read_journal(token, pos, READ_BYTES)
                 if not entries:
                     raise BackupError("%s: the journal ended at entry %d, before %d" % (self.describe, pos, upto))
                 for index, epoch, time_ms, payload in entries:
@@ -98,17 +142,18 @@ class ServerSource:
                 if progress:
                     progress("journal", pos, upto)
             chunks = writer.finish()
-            keep = ["KEEP-JOURNAL-FROM", str(upto + 1), str(keep_until_ms)] if keep_until_ms else []
-            conn.execute("DURAKV", "BACKUP", "END", token, *keep)
+            api.end(token, upto + 1 if keep_until_ms else None, keep_until_ms or None)
             token = None
         finally:
             if token is not None:
                 try:
-                    conn.execute("DURAKV", "BACKUP", "END", token)
+                    api.end(token)
                 except Exception:  # noqa: BLE001 - it expires on its own
                     pass
-        return piece_doc(shard, "server", info["databases"], snapshot, chunks,
-                         info["journal-from"] if chunks else None, upto, info["end-time-ms"], epochs=False)
+        piece = piece_doc(shard, "server", info["databases"], snapshot, chunks,
+                          info["journal-from"] if chunks else None, upto, info["end-time-ms"], epochs=False)
+        piece["source_id"] = info["source-id"]
+        return piece
 
 
 # -- a cluster's shard, through NATS ---------------------------------------------------------------------------

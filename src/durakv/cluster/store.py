@@ -621,6 +621,22 @@ class NatsStore(CoordinationStore):
                 await asyncio.sleep(0.02)
         raise StaleRevision("the backup document of shard %s kept changing" % shard)
 
+    async def get_backup_run(self, shard):
+        """(dict, revision) of the shard's scheduled-backup claim (durakv/backup/schedule.py), {} when absent or
+        not a JSON object."""
+        def decode(raw):
+            try:
+                doc = json.loads(raw) if len(raw) < 4096 else {}
+            except (ValueError, RecursionError):
+                doc = {}
+            return doc if isinstance(doc, dict) else {}
+        doc, revision = await self._get(nn.KEY_BACKUP_RUN % shard, decode)
+        return doc or {}, revision
+
+    async def put_backup_run(self, shard, doc, expected_revision):
+        """Compare-and-set of the claim; StaleRevision when another node wrote it first."""
+        return await self._compare_and_set(nn.KEY_BACKUP_RUN % shard, json.dumps(doc).encode(), expected_revision)
+
     async def backup_keep_from(self, shard, now_ms=None):
         """The first journal index a purge must keep for backups (None: no constraint)."""
         doc, _rev = await self.get_backup_doc(shard)

@@ -205,3 +205,146 @@ class BackupSessions:
                 if s.fd >= 0:
                     os.close(s.fd)
             self._sessions.clear()
+
+
+class BackupScheduler:
+    """backup-schedule on this server (durakv/backup/schedule.py): a single server backs itself up through its
+    own sessions in a worker thread; a cluster node takes part in its shard's election and, when it wins, copies
+    its shard's piece from NATS. Checked once a second; a run never overlaps the next."""
+
+    DONE_FILE = "backup-schedule.json"
+
+    def __init__(self, server):
+        self.server = server
+        self.running = False
+        self.last_ok_ms = 0
+        self.last_error = ""
+        self.last_backup = ""
+        self.runs = 0
+        self._done_slot = None
+        self._checked_ms = 0
+        from ..logs import Recurring
+        self._log = Recurring(log)
+
+    async def run(self):
+        import asyncio
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported, tried again at the next tick
+                self.last_error = str(exc)[:300]
+                self._log("tick", "scheduled backup failed: %s", exc)
+
+    def _storage(self):
+        from ..backup.storage import open_storage
+        cfg = self.server.config
+        return open_storage(cfg["backup-destination"], {
+            "endpoint_url": cfg["backup-s3-endpoint-url"] or None, "region": cfg["backup-s3-region"] or None,
+            "access_key_id": cfg["backup-s3-access-key-id"] or None,
+            "secret_access_key": cfg["backup-s3-secret-access-key"] or None})
+
+    async def tick(self):
+        from ..backup.schedule import current_slot, parse_schedule
+        srv = self.server
+        cfg = srv.config
+        schedule = parse_schedule(cfg["backup-schedule"])
+        if schedule is None or not cfg["backup-destination"] or self.running:
+            return
+        now = _now_ms()
+        slot = current_slot(schedule, now)
+        self.running = True
+        try:
+            if srv.cluster_node is not None:
+                await self._cluster(slot, now)
+            elif srv.journal is not None:
+                await self._single(slot)
+        finally:
+            self.running = False
+
+    # -- a single server -------------------------------------------------------------------------------------
+    def _load_done(self):
+        try:
+            with open(os.path.join(self.server.dir, self.DONE_FILE), "rb") as f:
+                slot = json.loads(f.read(4096)).get("slot", 0)
+            return slot if isinstance(slot, int) else 0
+        except (OSError, ValueError, AttributeError):
+            return 0
+
+    def _save_done(self, slot):
+        path = os.path.join(self.server.dir, self.DONE_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump({"slot": slot}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+        self._done_slot = slot
+
+    async def _single(self, slot):
+        import asyncio
+        from ..backup.create import create_from_server
+        from ..backup.format import new_backup_id
+        from ..backup.sources import LocalSessions
+        if self._done_slot is None:
+            self._done_slot = self._load_done()
+        if slot <= self._done_slot:
+            return
+        cfg = self.server.config
+        backup_id = new_backup_id(slot, "scheduled")
+
+        def work():
+            try:
+                return create_from_server(self._storage(), LocalSessions(self.server.backups), "this server",
+                                          retention_days=cfg["backup-retention-days"], tag="scheduled",
+                                          backup_id=backup_id, created_ms=slot, expire=True)
+            except CommandError as exc:
+                from ..backup.format import BackupError
+                raise BackupError(str(exc).removeprefix("ERR durakv: ")) from None
+        t0 = time.monotonic()
+        await asyncio.get_running_loop().run_in_executor(self.server.off_loop_pool(), work)
+        self._save_done(slot)
+        self._done(backup_id, t0)
+
+    def _done(self, backup_id, t0):
+        self.runs += 1
+        self.last_ok_ms = _now_ms()
+        self.last_backup = backup_id
+        self.last_error = ""
+        self._log.clear("tick")
+        log.info("scheduled backup %s taken in %.2f s", backup_id, time.monotonic() - t0)
+
+    # -- a cluster node ---------------------------------------------------------------------------------------
+    async def _cluster(self, slot, now):
+        import asyncio
+        from ..backup import schedule as sch
+        node = self.server.cluster_node
+        if node.store is None or node.nc is None or node.phase not in ("following", "primary"):
+            return
+        if self._done_slot is not None and slot <= self._done_slot:
+            return
+        if node.role == "primary" and now - slot < sch.PRIMARY_GRACE_MS:
+            return                   # a replica copies it, if the shard has one that is alive
+        if now - self._checked_ms < 2000:
+            return
+        self._checked_ms = now
+        if not await sch.claim(node.store, node.shard, slot, node.node_id, now):
+            self._done_slot = max(self._done_slot or 0, await sch.last_done_slot(node.store, node.shard))
+            return
+        loop = asyncio.get_running_loop()
+        cfg = self.server.config
+        t0 = time.monotonic()
+        try:
+            storage = await loop.run_in_executor(None, self._storage)
+            topology = node.routing.topology if node.routing is not None and node.routing.topology else None
+            if topology is None:
+                topology, _rev = await node.store.get_topology()
+            backup_id = await sch.run_cluster_shard(node.store, node.nc, node.shard, node.membership.cluster_id,
+                                                    topology, storage, slot, cfg["backup-retention-days"], loop)
+        except Exception as exc:
+            await sch.finish(node.store, node.shard, slot, node.node_id, False, _now_ms(), str(exc))
+            raise
+        await sch.finish(node.store, node.shard, slot, node.node_id, True, _now_ms())
+        self._done_slot = slot
+        self._done(backup_id, t0)

@@ -113,10 +113,12 @@ def _cmd_create(args):
     t0 = time.monotonic()
     if args.host is not None or args.port is not None:
         from ...backup.create import create_from_server
+        from ...backup.sources import RespSessions
         host, port = args.host or "127.0.0.1", args.port or 6379
         conn = _connect(args, host, port)
         try:
-            manifest = create_from_server(storage, conn, "%s:%d" % (host, port), retention_days=args.retention_days)
+            manifest = create_from_server(storage, RespSessions(conn), "%s:%d" % (host, port),
+                                          retention_days=args.retention_days)
         finally:
             conn.close()
     elif args.secrets or args.dir:
