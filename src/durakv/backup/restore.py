@@ -53,22 +53,22 @@ class Plan(NamedTuple):
     backups: list            # the backup ids used
 
 
-def _complete_backups(storage):
-    rows = [r for r in list_backups(storage) if r["complete"]]
-    return rows
-
-
 def plan(storage, backup_id=None, at_ms=None) -> Plan:
-    rows = _complete_backups(storage)
-    if not rows:
-        raise BackupError("%s holds no complete backup" % storage.url)
-    ids = [r["id"] for r in rows]
     if backup_id is not None:
         if backup_id not in storage.backup_ids():
             raise BackupError("no backup %s in %s" % (backup_id, storage.url))
-        if backup_id not in ids:
-            read_manifest(storage, backup_id)        # says what is wrong with it
-            raise BackupError("backup %s is incomplete (no manifest): it cannot be restored" % backup_id)
+        if not storage.exists("%s/%s" % (backup_id, MANIFEST)):
+            raise BackupError("backup %s is incomplete: %s is missing" % (
+                backup_id, storage.describe("%s/%s" % (backup_id, MANIFEST))))
+        read_manifest(storage, backup_id)            # says what is wrong with it, naming the file
+    all_rows = list_backups(storage)
+    rows = [r for r in all_rows if r["complete"]]
+    if backup_id is not None and backup_id not in [r["id"] for r in rows]:
+        raise BackupError(next(r["error"] for r in all_rows if r["id"] == backup_id))
+    if not rows:
+        damaged = [r["error"] for r in all_rows if r["error"]]
+        raise BackupError("%s holds no complete backup%s" % (storage.url, ": " + damaged[-1] if damaged else ""))
+    ids = [r["id"] for r in rows]
     if at_ms is None:
         chosen = backup_id or ids[-1]
         manifest = read_manifest(storage, chosen)
@@ -341,11 +341,6 @@ def key_records(keyspace):
 def verify(storage, backup_id, progress=None) -> list:
     """Checks every checksum of a backup and replays each shard to its recorded end. Returns [ShardResult];
     raises BackupCorrupt / BackupError naming what failed."""
-    if not storage.exists("%s/%s" % (backup_id, MANIFEST)):
-        if backup_id not in storage.backup_ids():
-            raise BackupError("no backup %s in %s" % (backup_id, storage.url))
-        raise BackupError("backup %s is incomplete: %s is missing" % (backup_id, storage.describe(
-            "%s/%s" % (backup_id, MANIFEST))))
     p = plan(storage, backup_id)
     workdir = tempfile.mkdtemp(prefix="durakv-verify-")
     try:
