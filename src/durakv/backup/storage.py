@@ -26,6 +26,13 @@ def open_storage(url: str, s3_options: dict = None):
     return DirStorage(url)
 
 
+def _tmp_name(path):
+    """A temporary name of its own: two nodes of a cluster may write the same manifest at once (a shared
+    directory), each its own temporary file, renamed atomically."""
+    import secrets
+    return "%s.%d.%s.tmp" % (path, os.getpid(), secrets.token_hex(4))
+
+
 class DirStorage:
     def __init__(self, path):
         self.root = os.path.abspath(path)
@@ -43,14 +50,14 @@ class DirStorage:
     def put_file(self, key, local_path):
         path = self._path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
+        tmp = _tmp_name(path)
         shutil.copyfile(local_path, tmp)
         self._commit(tmp, path)
 
     def put_bytes(self, key, data: bytes):
         path = self._path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
+        tmp = _tmp_name(path)
         with open(tmp, "wb") as f:
             f.write(data)
         self._commit(tmp, path)
