@@ -82,3 +82,7 @@ def test_cluster_backups_scheduled_operator_restore_other_shard_count_and_pitr(l
     assert {k: v[1] for k, v in rdb_state(rdb).items()} == at_mid
     c.close()
     d.close()
+
+    # durakv verify backup-restore: its table, and exactly the acknowledged writes at its instant
+    res = cli("verify", "backup-restore", "--dir", src.dir, "--phase", "2", "--writers", "2")
+    assert "verify backup-restore: ok" in res.stdout and "Acked before T" in res.stdout
