@@ -9,8 +9,10 @@ import logging
 import os
 import shutil
 import subprocess
+import struct
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -71,7 +73,10 @@ def test_segment_files_are_named_by_first_index_and_framed(tmp_path):
     assert os.path.basename(path) == "00000000000000000001.seg"
     with open(path, "rb") as f:
         data = f.read()
-    expected = b"".join(encode_frame(i + 1, 3, p) for i, p in enumerate(PAYLOADS))
+    # each record carries the wall-clock time it was queued at (format 3: point-in-time restore replays by it)
+    times = [struct.unpack_from("<Q", data, off + 25)[0] for off in offsets(PAYLOADS)[:-1]]
+    assert all(abs(t - time.time() * 1000) < 600_000 for t in times) and times == sorted(times)
+    expected = b"".join(encode_frame(i + 1, 3, p, times[i]) for i, p in enumerate(PAYLOADS))
     assert data[:8] == b"DKVJSEG\n"
     assert data[DATA_START:] == expected
     assert data[DATA_START] == MAGIC
@@ -894,7 +899,7 @@ def test_appends_queued_behind_a_failed_batch_fail_and_numbering_restarts(tmp_pa
 
 def test_emfile_at_rotation_keeps_what_was_written_before_it(tmp_path):
     io = FaultyIO()
-    payload = b"r" * 75     # 100-byte records: 4 per 400-byte segment
+    payload = b"r" * (100 - HEADER_SIZE)     # 100-byte records: 4 per 400-byte segment
 
     async def main():
         j = LocalJournal(tmp_path, segment_bytes=400, io=io)

@@ -143,12 +143,15 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
     parser.add_argument("command", nargs="?", default="server",
-                        choices=["server", "cluster", "bench", "chaos", "verify", "import", "migrate"],
+                        choices=["server", "cluster", "bench", "chaos", "verify", "import", "migrate", "backup",
+                                 "restore"],
                         help="server: start a node (default); cluster: a local multi-AZ cluster; "
                              "bench: load generator (bench compare: durakv vs redis/valkey); "
                              "chaos: faults on a local cluster; verify: the seed's verification scenarios; "
                              "import: an RDB file into a running server or cluster; migrate: a running "
-                             "Valkey/Redis (or cluster) into durakv, online")
+                             "Valkey/Redis (or cluster) into durakv, online; backup: backups of a server or "
+                             "cluster (create, list, verify, delete, expire); restore: a backup, or an instant "
+                             "(--at), into a data directory, an RDB file or a cluster")
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else run_server([])
@@ -173,6 +176,12 @@ def main(argv=None):
     if cmd == "migrate":
         from .tools.migrate.cli import migrate_main
         return migrate_main(rest)
+    if cmd == "backup":
+        from .tools.backup.cli import main as backup_main
+        return backup_main(rest)
+    if cmd == "restore":
+        from .tools.backup.cli import restore_main
+        return restore_main(rest)
     parser.error(f"unknown command {cmd!r}")
     return 2
 

@@ -262,6 +262,45 @@ _SHARD_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}\Z")
 _NODE_LABEL = re.compile(r"[A-Za-z0-9_.\-]{0,64}\Z")
 
 
+_BACKUP_EVERY = re.compile(r"^every\s+(\d{1,9})\s*(s|m|h|d)$")
+_BACKUP_DAILY = re.compile(r"^(\d{1,2}):(\d{2})$")
+_BACKUP_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_backup_schedule(text):
+    """backup-schedule as (every_ms, daily_ms): an interval, or the time of day (ms after 00:00 UTC) when
+    every_ms is 0; None for "" (none). ValueError with the reason otherwise."""
+    t = text.strip().lower()
+    if not t:
+        return None
+    m = _BACKUP_EVERY.match(t)
+    if m:
+        every = int(m.group(1)) * _BACKUP_UNIT_MS[m.group(2)]
+        if every < 10_000:
+            raise ValueError("a backup interval is at least 10s")
+        return every, 0
+    m = _BACKUP_DAILY.match(t)
+    if m and int(m.group(1)) < 24 and int(m.group(2)) < 60:
+        return 0, (int(m.group(1)) * 60 + int(m.group(2))) * 60_000
+    raise ValueError("a daily UTC time HH:MM (05:30), or an interval 'every N' with s, m, h or d (every 6h)")
+
+
+def backup_schedule_problem(text):
+    try:
+        parse_backup_schedule(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _backup_destination_problem(text):
+    if not text or text.startswith("s3://") and len(text) > 5 and not text[5:].startswith("/"):
+        return None
+    if "://" in text:
+        return "a directory or s3://BUCKET/PREFIX"
+    return None if os.path.isabs(text) else "an absolute directory (or s3://BUCKET/PREFIX)"
+
+
 def _shard_problem(text):
     if not _SHARD_NAME.match(text):
         return "a shard name is 1 to 64 letters, digits, '-' or '_' (it names the shard's NATS stream)"
@@ -805,6 +844,26 @@ OPTIONS = [
     Option("auto-snapshot-journal-bytes", 256 * MB, _mem(0, LLONG_MAX),
            help="durakv: journal bytes written since the last snapshot after which a snapshot is built (and the "
                 "journal before it dropped); 0: never"),
+    # Scheduled backups (durakv/backup/schedule.py; docs/multi-az.md "Backups and restore"). MemoryDB keeps
+    # automatic snapshots 0..35 days: the same bounds.
+    Option("backup-schedule", "", Text(lambda t: backup_schedule_problem(t),
+                                       "a daily UTC time HH:MM, or 'every N' with s, m, h or d (at least 10s); "
+                                       "empty: none"),
+           help="durakv: when backups are taken (a daily UTC time 05:30, or an interval every 6h); in a cluster one "
+                "node per shard (a replica first) takes each; empty: no scheduled backups"),
+    Option("backup-destination", "", Text(_backup_destination_problem, "an absolute directory or s3://BUCKET/PREFIX"),
+           help="durakv: where scheduled backups go: an absolute directory (shared by the nodes of a cluster) or "
+                "s3://BUCKET/PREFIX"),
+    Option("backup-retention-days", 0, _int(0, 35),
+           help="durakv: scheduled backups older than this many days are deleted (never the newest), and the journal "
+                "is kept that long for the next backup to continue from; 0: keep every backup (the journal 7 days)"),
+    Option("backup-s3-endpoint-url", "", _string,
+           help="durakv: the S3 endpoint of backup-destination (empty: AWS, or AWS_ENDPOINT_URL)"),
+    Option("backup-s3-region", "", _string, help="durakv: the S3 region of backup-destination (empty: boto3's default)"),
+    Option("backup-s3-access-key-id", "", _string, sensitive=True,
+           help="durakv: the S3 access key id (empty: boto3's standard environment and files)"),
+    Option("backup-s3-secret-access-key", "", _string, sensitive=True,
+           help="durakv: the S3 secret key (never logged or shown in INFO; keep it in the config file, not argv)"),
     Option("journal-load-truncated", False, _bool,
            help="Like Valkey's aof-load-truncated, for the local journal (default no, unlike Valkey's: an "
                 "acknowledged write must not vanish quietly). no: start-up stops when the journal is damaged "

@@ -324,6 +324,18 @@ CLUSTER_SLOT_OTHER_SHARD = ("ERR Slot {} is owned by shard {}: send CLUSTER DELS
 REPLICA_APPLY_STOPPED = ("MASTERDOWN This replica stopped applying the shard's journal at {} (it serves no data "
                          "until an operator deals with that entry)")
 JOIN_REFUSED = "ERR durakv: cannot join: {}"
+# DURAKV BACKUP (server/backup.py): what `durakv backup create --host/--port` copies a single server with
+BACKUP_IN_CLUSTER = ("ERR durakv: a cluster's shards are backed up through its NATS, not one node: durakv backup "
+                     "create --secrets DIR --to DEST")
+BACKUP_NO_JOURNAL = ("ERR durakv: this server keeps no journal (durability none): a backup is a snapshot plus the "
+                     "journal after it; switch to async or sync first (CONFIG SET durability sync)")
+BACKUP_TOO_MANY = "ERR durakv: {} backup sessions are open already (END them, or wait for them to expire)"
+DURAKV_PREFIX = "ERR durakv: "  # what durakv's own errors start with (a tool strips it when it reports one)
+BACKUP_READ_FAILED = "ERR durakv: backup read failed: {}"
+BACKUP_NO_SESSION = "ERR durakv: no such backup session (it ended, or expired after 120 s without a request)"
+BACKUP_JOURNAL_GONE = ("ERR durakv: the journal no longer holds entry {} (it starts at {}): take the backup again "
+                       "once a snapshot covers it")
+BACKUP_OUTSIDE_RANGE = "ERR durakv: entry {} is outside this backup session's journal range {}..{}"
 JOIN_NEEDS_JETSTREAM = ("ERR durakv: only a node started with --journal-backend jetstream can join a cluster (this one "
                         "keeps its journal on its own disk)")
 ACL_SHARE_FAILED = "ERR the cluster's ACL users could not be stored: {}"

@@ -230,7 +230,10 @@ def node_permissions(shard, node_id: str) -> dict:
     # a new primary moves its journal's stream leader to the NATS server it is connected to (JetStream's
     # step-down; journal/jetstream.py lead_here): one route hop less on every commit
     pub += ["$JS.API.STREAM.LEADER.STEPDOWN.%s" % nn.journal_stream(shard)]
-    pub += [nn.kv_subject(k % shard) for k in (nn.KEY_LEASE, nn.KEY_FAILOVER, nn.KEY_SETTINGS, nn.KEY_STATE)]
+    # backup.<shard> and backuprun.<shard>: its scheduled backup (elected through backuprun, and keeping the
+    # journal the next backup continues from in backup); it reads its own stream and snapshots for it already
+    pub += [nn.kv_subject(k % shard) for k in (nn.KEY_LEASE, nn.KEY_FAILOVER, nn.KEY_SETTINGS, nn.KEY_STATE,
+                                               nn.KEY_BACKUP, nn.KEY_BACKUP_RUN)]
     pub += [nn.kv_subject(nn.KEY_AUTH)]
     pub += _stream_api(kv_stream, purge=False)
     pub += ["$O.%s.>" % bucket] + _stream_api("OBJ_%s" % bucket, purge=True)

@@ -21,6 +21,11 @@ KEY_LEASE = "lease.%s"
 KEY_FAILOVER = "failover.%s"
 KEY_SETTINGS = "settings.%s"
 KEY_STATE = "state.%s"             # a shard's own view: its primary, its nodes' health, slots it handed over
+# backups (durakv/backup): the journal a backup copies or the next one needs (purges keep it), written by the
+# operator's `durakv backup create` and by the node that runs a shard's scheduled backup ...
+KEY_BACKUP = "backup.%s"
+# ... and which node runs the shard's scheduled backup of a given slot (compare-and-set: one per shard)
+KEY_BACKUP_RUN = "backuprun.%s"
 # snapshots: one object store bucket per shard, so a node can be allowed its own shard's and no other
 SNAPSHOT_BUCKET = "DURAKV_SNAPSHOTS_%s"
 

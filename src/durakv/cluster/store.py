@@ -193,6 +193,25 @@ class CoordinationStore(abc.ABC):
         return {"kept": kept, "bytes": 0, "messages": 0, "objects": len(kept)}
 
 
+def backup_floor(doc, now_ms):
+    """The lowest journal index a backup document asks purges to keep, among its unexpired pins and retention."""
+    floor = None
+
+    def lower(value):
+        nonlocal floor
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            floor = value if floor is None else min(floor, value)
+    pins = doc.get("pins")
+    if isinstance(pins, dict):
+        for pin in pins.values():
+            if isinstance(pin, dict) and isinstance(pin.get("until_ms"), int) and pin["until_ms"] > now_ms:
+                lower(pin.get("from"))
+    until = doc.get("keep_until_ms")
+    if isinstance(until, int) and until > now_ms:
+        lower(doc.get("keep_from"))
+    return floor
+
+
 class TopologyWatch:
     """A running watch of one KV key holding a document: `await stop()` ends it; `revision` is the last
     delivered revision. `parse` turns the stored bytes into the document (raising `invalid` when they do not
@@ -574,6 +593,54 @@ class NatsStore(CoordinationStore):
 
     async def put_cluster(self, doc, expected_revision):
         return await self._compare_and_set(nn.KEY_CLUSTER, doc.to_json(), expected_revision)
+
+    # -- backups (durakv/backup): what purges must keep --------------------------------------------------------
+    async def get_backup_doc(self, shard):
+        """(dict, revision) of the shard's backup document ({} when absent): `pins` {token: {"from", "until_ms"}}
+        (journal a backup is copying) and `keep_from`/`keep_until_ms` (journal the next backup continues from).
+        Data from NATS is untrusted: a document that does not decode counts as empty."""
+        def decode(raw):
+            if len(raw) > 64 * 1024:
+                return {}
+            try:
+                doc = json.loads(raw)
+            except (ValueError, RecursionError):
+                return {}
+            return doc if isinstance(doc, dict) else {}
+        doc, revision = await self._get(nn.KEY_BACKUP % shard, decode)
+        return doc or {}, revision
+
+    async def update_backup_doc(self, shard, change, attempts=50):
+        """Applies change(doc) -> doc by compare-and-set, re-reading on races."""
+        for _ in range(attempts):
+            doc, revision = await self.get_backup_doc(shard)
+            new = change(dict(doc))
+            try:
+                return await self._compare_and_set(nn.KEY_BACKUP % shard, json.dumps(new).encode(), revision)
+            except StaleRevision:
+                await asyncio.sleep(0.02)
+        raise StaleRevision("the backup document of shard %s kept changing" % shard)
+
+    async def get_backup_run(self, shard):
+        """(dict, revision) of the shard's scheduled-backup claim (durakv/backup/schedule.py), {} when absent or
+        not a JSON object."""
+        def decode(raw):
+            try:
+                doc = json.loads(raw) if len(raw) < 4096 else {}
+            except (ValueError, RecursionError):
+                doc = {}
+            return doc if isinstance(doc, dict) else {}
+        doc, revision = await self._get(nn.KEY_BACKUP_RUN % shard, decode)
+        return doc or {}, revision
+
+    async def put_backup_run(self, shard, doc, expected_revision):
+        """Compare-and-set of the claim; StaleRevision when another node wrote it first."""
+        return await self._compare_and_set(nn.KEY_BACKUP_RUN % shard, json.dumps(doc).encode(), expected_revision)
+
+    async def backup_keep_from(self, shard, now_ms=None):
+        """The first journal index a purge must keep for backups (None: no constraint)."""
+        doc, _rev = await self.get_backup_doc(shard)
+        return backup_floor(doc, self.clock_ms() if now_ms is None else now_ms)
 
     async def _compare_and_set(self, key, raw, expected_revision):
         from nats.js.errors import KeyWrongLastSequenceError

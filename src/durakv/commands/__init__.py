@@ -5,7 +5,7 @@ from . import registry  # noqa: F401
 FAMILIES = ("strings", "keys", "hashes", "lists", "sets", "zsets", "transactions",
             "connection", "server", "bitmaps", "hyperloglog", "streams", "blocking", "pubsub",
             "scripting", "generic", "introspection", "hash_ttl", "cluster", "cluster_admin", "geo", "acl.handlers", "debugging", "lolwut",
-            "membership", "json_commands", "bloom", "search")
+            "membership", "json_commands", "bloom", "search", "backup")
 
 
 def load_all():

@@ -37,5 +37,7 @@ def durakv_help(ctx, args):
             "    This node's id, availability zone, addresses, NATS public key and cluster membership.",
             "JOIN <document>",
             "    Join a cluster (sent by `durakv cluster create` / `add-node`).",
+            "BACKUP BEGIN [AFTER <index>] | READ <token> SNAPSHOT|JOURNAL <from> <count> | END <token>",
+            "    Copy this server's newest snapshot and the journal after it (sent by `durakv backup create`).",
             "HELP",
             "    Print this help."]

@@ -172,6 +172,11 @@ class Persistence:
         timeout passes (0: no timeout)."""
         return reply_fn()
 
+    def backups(self):
+        """DURAKV BACKUP's sessions (server/backup.BackupSessions: begin, session, read_snapshot, read_journal,
+        end); raises CommandError without a server."""
+        needs_server("DURAKV BACKUP")
+
 
 class Replication:
     """Replication: the node's role and replicas, REPLICAOF, SYNC's stream, WAIT and min-replicas-to-write."""

@@ -1,5 +1,6 @@
 """durakv's own commands (not Valkey's, not a module's), in commands/spec.py's shape: the cluster membership
-words the operator's tools send a node (`durakv cluster create`, `add-node`; cluster/admin.py)."""
+words the operator's tools send a node (`durakv cluster create`, `add-node`; cluster/admin.py), and DURAKV BACKUP
+(`durakv backup create --host/--port`; server/backup.py)."""
 
 _ADMIN = {"flags": ["admin", "noscript", "loading", "stale"], "acl": ["admin", "slow", "dangerous"],
           "key_specs": [], "group": "server", "since": "0.1.0", "doc_flags": [], "complexity": ""}
@@ -12,6 +13,8 @@ SPEC = {
             "identity": {**_ADMIN, "name": "durakv|identity", "arity": 2, "arguments": []},
             "join": {**_ADMIN, "name": "durakv|join", "arity": 3,
                      "arguments": [{"name": "document", "type": "string"}]},
+            "backup": {**_ADMIN, "name": "durakv|backup", "arity": -3,
+                       "arguments": [{"name": "subcommand", "type": "string"}]},
             "help": {"name": "durakv|help", "arity": 2, "flags": ["loading", "stale"], "acl": ["slow"],
                      "key_specs": [], "group": "server", "since": "0.1.0", "doc_flags": [], "complexity": "",
                      "arguments": []},

@@ -31,10 +31,24 @@ from typing import AsyncIterator, Awaitable, NamedTuple
 from ..errors import DurakvError, JournalCorrupt  # noqa: F401  (re-exported for backends)
 
 
-class Entry(NamedTuple):
+class _Entry(NamedTuple):
     index: int
     epoch: int
     payload: bytes
+
+
+class Entry(_Entry):
+    """One journal entry. `time_ms` is its commit time (wall clock, ms since the Unix epoch) where the backend
+    keeps one (the local journal's format 3 records; JetStream's stored time of the message), else 0. It is an
+    attribute, not a field: entries compare (and unpack) as (index, epoch, payload)."""
+    time_ms = 0
+
+    @classmethod
+    def timed(cls, index, epoch, payload, time_ms):
+        entry = cls(index, epoch, payload)
+        if time_ms:
+            entry.time_ms = time_ms
+        return entry
 
 
 class JournalError(DurakvError):

@@ -140,23 +140,32 @@ def _msg_entry(msg) -> Entry:
     epoch = int(text) if isinstance(text, str) and 0 < len(text) <= 19 and text.isascii() and text.isdigit() else -1
     if epoch > MAX_EPOCH:
         epoch = -1
-    seq = _stream_seq(msg)
-    return Entry(seq, epoch, bytes(msg.data or b""))
+    seq, time_ms = _stream_seq_time(msg)
+    # The stream's stored time of the message, set by the stream leader when it stored it (before the quorum's
+    # acknowledgement): the entry's commit time for point-in-time restore. A mirror keeps its origin's.
+    return Entry.timed(seq, epoch, bytes(msg.data or b""), time_ms)
 
 
 def _stream_seq(msg) -> int:
-    """The stream sequence of a message: from a consumer's delivery, the 6th token of its v1 reply subject
-    ($JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>; nats-py's
-    metadata builds dataclasses and a datetime per message to say the same), any other form through nats-py;
-    from a direct or sequence read, its own field."""
+    return _stream_seq_time(msg)[0]
+
+
+def _stream_seq_time(msg):
+    """(stream sequence, stored time in ms) of a message: from a consumer's delivery, the 6th and 8th tokens of
+    its v1 reply subject ($JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time ns>.<pending>;
+    nats-py's metadata builds dataclasses and a datetime per message to say the same), any other form through
+    nats-py; from a direct or sequence read, its own fields."""
     if not hasattr(msg, "metadata"):
-        return msg.seq
+        stored = getattr(msg, "time", None)
+        return msg.seq, int(stored.timestamp() * 1000) if stored else 0
     reply = msg.reply
     if reply:
         tokens = reply.split(".")
-        if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK" and tokens[5].isdigit():
-            return int(tokens[5])
-    return msg.metadata.sequence.stream
+        if (len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK" and tokens[5].isdigit()
+                and tokens[7].isdigit()):
+            return int(tokens[5]), int(tokens[7]) // 1_000_000
+    meta = msg.metadata
+    return meta.sequence.stream, int(meta.timestamp.timestamp() * 1000) if meta.timestamp else 0
 
 
 class _Append:

@@ -2,15 +2,22 @@
 
 Layout: `<dir>/journal/<first_index:020d>.seg`, each file a 512-byte segment header, then a run of records:
 
-    record     magic u8 (0xD7) | length u32 | crc u32 | index u64 | epoch u64 | payload (length bytes)
-    header     magic b"DKVJSEG\\n" | version u16 (2) | flags u16 | reserved u32 | first_index u64 |
+    record     magic u8 (0xD8) | length u32 | crc u32 | index u64 | epoch u64 | time_ms u64 | payload (length bytes)
+    header     magic b"DKVJSEG\\n" | version u16 (3) | flags u16 | reserved u32 | first_index u64 |
                created_ms u64 | crc u32 (CRC32C of the 32 bytes before it)        at offset 0
     state      two slots (at offsets 64 and 128), the newer (higher seq) valid one counts:
                magic b"DKVS" | reserved u32 | seq u64 | end u64 | batch_start u64 | last_index u64 |
                sealed u8 | fsync u8 | 2 pad | crc u32
 
-little-endian; a record's crc is CRC32C over index, epoch and payload. The name of a segment is the index of
-its first record, so segment names and record indices together must form one contiguous sequence.
+little-endian; a record's crc is CRC32C over index, epoch, time_ms and payload. The name of a segment is the index
+of its first record, so segment names and record indices together must form one contiguous sequence.
+
+Commit time (format version 3): `time_ms` is the wall-clock time (ms since the Unix epoch) at which the writer
+queued the record, just before its write and fsync, so it is never later than the acknowledgement of any write
+the record carries. Point-in-time restore (durakv/backup) replays a journal up to the last record stamped at or
+before an instant. Records of version 2 (magic 0xD7, no time_ms) are still read, in any segment: their time is
+0 (unknown). A version-3 segment is refused by a durakv that knows only version 2 ("unsupported segment
+version 3"), instead of being misread as damage at its first record.
 
 Why a state slot: only the bytes of the last append can be torn by a crash, but the records alone cannot
 tell a torn last append from a cut that took acknowledged entries with it. Every batch writes its records
@@ -38,11 +45,15 @@ from typing import NamedTuple, Optional
 
 from crc32c import crc32c
 
-MAGIC = 0xD7
-HEADER = struct.Struct("<BIIQQ")
-HEADER_SIZE = HEADER.size  # 25
-_INDEX_EPOCH = struct.Struct("<QQ")
-CRC_FROM = 9  # offset of index+epoch inside the header
+MAGIC = 0xD8                    # a record with its commit time (format version 3)
+HEADER = struct.Struct("<BIIQQQ")
+HEADER_SIZE = HEADER.size      # 33: what the writer writes
+MAGIC_V2 = 0xD7                 # a record without it (format version 2 and the legacy `.wal` segments)
+HEADER_V2 = struct.Struct("<BIIQQ")
+HEADER_SIZE_V2 = HEADER_V2.size  # 25
+HEADER_BY_MAGIC = {MAGIC: HEADER, MAGIC_V2: HEADER_V2}
+_INDEX_EPOCH_TIME = struct.Struct("<QQQ")
+CRC_FROM = 9  # offset of index (+epoch, +time) inside either header
 U32 = struct.Struct("<I")
 
 SEG_SUFFIX = ".seg"
@@ -55,7 +66,8 @@ TMP_RE = re.compile(r"^(\d{20})\.seg\.tmp$")
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
 
 SEG_MAGIC = b"DKVJSEG\n"
-SEG_VERSION = 2
+SEG_VERSION = 3                # written; read: SEG_VERSIONS_READ
+SEG_VERSIONS_READ = (2, 3)
 SEG_HEAD = struct.Struct("<8sHHIQQ")
 _SLOT = struct.Struct("<4sIQQQQBB2x")
 _SLOT_MAGIC = b"DKVS"
@@ -63,15 +75,40 @@ SLOT_OFFSETS = (64, 128)
 DATA_START = 512  # records of a segment start here; header and slots share its first sector
 
 
-def encode_header(index: int, epoch: int, payload) -> bytes:
-    """The 25-byte record header for payload (the record is header + payload)."""
-    ie = _INDEX_EPOCH.pack(index, epoch)
-    return HEADER.pack(MAGIC, len(payload), crc32c(payload, crc32c(ie)), index, epoch)
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
-def encode_frame(index: int, epoch: int, payload: bytes) -> bytes:
+def encode_header(index: int, epoch: int, payload, time_ms: Optional[int] = None) -> bytes:
+    """The 33-byte record header for payload (the record is header + payload), stamped with time_ms (now when
+    None)."""
+    t = now_ms() if time_ms is None else time_ms
+    iet = _INDEX_EPOCH_TIME.pack(index, epoch, t)
+    return HEADER.pack(MAGIC, len(payload), crc32c(payload, crc32c(iet)), index, epoch, t)
+
+
+def encode_frame(index: int, epoch: int, payload: bytes, time_ms: Optional[int] = None) -> bytes:
     """One whole record (used by tests and tools; the writer joins header and payload itself)."""
-    return encode_header(index, epoch, payload) + bytes(payload)
+    return encode_header(index, epoch, payload, time_ms) + bytes(payload)
+
+
+def encode_frame_v2(index: int, epoch: int, payload: bytes) -> bytes:
+    """A record of format version 2 (no commit time), as durakv before it wrote them (tests of the reader)."""
+    ie = struct.pack("<QQ", index, epoch)
+    return HEADER_V2.pack(MAGIC_V2, len(payload), crc32c(payload, crc32c(ie)), index, epoch) + bytes(payload)
+
+
+def unpack_record_header(buf, pos):
+    """(header size, length, crc, index, epoch, time_ms) of the record at pos, or None when the byte there is
+    no record magic (or fewer bytes than its header remain)."""
+    st = HEADER_BY_MAGIC.get(buf[pos])
+    if st is None or len(buf) - pos < st.size:
+        return None
+    if st is HEADER:
+        _m, length, crc, index, epoch, t = st.unpack_from(buf, pos)
+        return st.size, length, crc, index, epoch, t
+    _m, length, crc, index, epoch = st.unpack_from(buf, pos)
+    return st.size, length, crc, index, epoch, 0
 
 
 class SegmentState(NamedTuple):

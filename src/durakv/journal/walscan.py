@@ -9,9 +9,9 @@ from crc32c import crc32c
 
 from ..errors import JournalCorrupt
 from .base import Entry, JournalTruncated
-from .walformat import (CRC_FROM, DATA_START, HEADER, HEADER_SIZE, LEGACY_SUFFIX, MAGIC, SEG_HEAD, SEG_MAGIC,
-                        SEG_VERSION, SLOT_OFFSETS, U32, decode_slot, journal_dir, list_segments, read_file,
-                        segment_name)
+from .walformat import (CRC_FROM, DATA_START, HEADER_SIZE, HEADER_SIZE_V2, LEGACY_SUFFIX, MAGIC, MAGIC_V2,
+                        SEG_HEAD, SEG_MAGIC, SEG_VERSIONS_READ, SLOT_OFFSETS, U32, decode_slot, journal_dir,
+                        list_segments, read_file, segment_name, unpack_record_header)
 
 # verdicts of a segment scan
 TORN = "torn"          # an append that never completed: cut it
@@ -54,8 +54,9 @@ class SegScan:
         (crc,) = U32.unpack_from(buf, SEG_HEAD.size)
         if magic != SEG_MAGIC or crc32c(bytes(buf[:SEG_HEAD.size])) != crc:
             return "segment header damaged (bad magic or checksum)"
-        if version != SEG_VERSION:
-            return "unsupported segment version %d" % version
+        if version not in SEG_VERSIONS_READ:
+            return ("unsupported segment version %d (this durakv reads versions %s: the journal was written by a "
+                    "newer durakv)" % (version, ", ".join(map(str, SEG_VERSIONS_READ))))
         if first != self.first:
             return "segment header says first index %d, its file name %d" % (first, self.first)
         states = [s for s in (decode_slot(buf, off) for off in SLOT_OFFSETS) if s is not None]
@@ -65,28 +66,31 @@ class SegScan:
         return None
 
     def records(self, buf, expected, verify_from=0):
-        """Yields (offset, index, epoch, payload memoryview) for every record, checking that indices
-        continue from `expected`. Records with index < verify_from skip the CRC check (a reader skipping to
-        a position); their framing and indices are still checked. Stops at the first damage (self.damage)."""
+        """Yields (offset, index, epoch, payload memoryview, time_ms) for every record (time_ms 0 for a record of
+        format version 2), checking that indices continue from `expected`. Records with index < verify_from skip
+        the CRC check (a reader skipping to a position); their framing and indices are still checked. Stops at
+        the first damage (self.damage)."""
         mv = memoryview(buf)
         n = len(buf)
         pos = self.start
-        unpack = HEADER.unpack_from
         while pos < n:
             problem = None
             gap = False
-            if n - pos < HEADER_SIZE:
-                problem = "incomplete record header (%d of %d bytes)" % (n - pos, HEADER_SIZE)
+            head = unpack_record_header(buf, pos)
+            if head is None:
+                if buf[pos] not in (MAGIC, MAGIC_V2):
+                    problem = "bad magic byte 0x%02x" % buf[pos]
+                else:
+                    problem = "incomplete record header (%d of %d bytes)" % (
+                        n - pos, HEADER_SIZE_V2 if buf[pos] == MAGIC_V2 else HEADER_SIZE)
             else:
-                magic, length, crc, index, epoch = unpack(buf, pos)
-                end = pos + HEADER_SIZE + length
-                if magic != MAGIC:
-                    problem = "bad magic byte 0x%02x" % magic
-                elif end > n:
+                hsize, length, crc, index, epoch, time_ms = head
+                end = pos + hsize + length
+                if end > n:
                     problem = "incomplete record (%d payload bytes declared, %d present)" % (
-                        length, n - pos - HEADER_SIZE)
+                        length, n - pos - hsize)
                 elif (index >= verify_from
-                      and crc32c(mv[pos + HEADER_SIZE:end], crc32c(mv[pos + CRC_FROM:pos + HEADER_SIZE])) != crc):
+                      and crc32c(mv[pos + hsize:end], crc32c(mv[pos + CRC_FROM:pos + hsize])) != crc):
                     problem = "CRC mismatch in record of %d payload bytes" % length
                 elif index != expected:
                     problem = "record has index %d, expected %d" % (index, expected)
@@ -94,7 +98,7 @@ class SegScan:
             if problem is not None:
                 self.damage = (pos, problem, gap)
                 return
-            yield pos, index, epoch, mv[pos + HEADER_SIZE:end]
+            yield pos, index, epoch, mv[pos + hsize:end], time_ms
             expected += 1
             self.count += 1
             pos = end
@@ -150,16 +154,23 @@ def find_valid_record(buf, start, expected):
     Used to tell an incomplete tail (nothing valid after the damage) from corruption in the middle."""
     n = len(buf)
     mv = memoryview(buf)
-    magic = bytes([MAGIC])
-    max_index = expected + (n - start) // HEADER_SIZE + 1
-    pos = buf.find(magic, start)
-    while 0 <= pos <= n - HEADER_SIZE:
-        _m, length, crc, index, _epoch = HEADER.unpack_from(buf, pos)
-        end = pos + HEADER_SIZE + length
-        if (expected <= index <= max_index and end <= n
-                and crc32c(mv[pos + HEADER_SIZE:end], crc32c(mv[pos + CRC_FROM:pos + HEADER_SIZE])) == crc):
-            return pos
-        pos = buf.find(magic, pos + 1)
+    max_index = expected + (n - start) // HEADER_SIZE_V2 + 1
+    candidates = []
+    for magic in (MAGIC, MAGIC_V2):
+        pos = buf.find(bytes([magic]), start)
+        if pos >= 0:
+            candidates.append(pos)
+    pos = min(candidates) if candidates else -1
+    while 0 <= pos < n:
+        head = unpack_record_header(buf, pos)
+        if head is not None:
+            hsize, length, crc, index, _epoch, _t = head
+            end = pos + hsize + length
+            if (expected <= index <= max_index and end <= n
+                    and crc32c(mv[pos + hsize:end], crc32c(mv[pos + CRC_FROM:pos + hsize])) == crc):
+                return pos
+        nxt = [p for p in (buf.find(bytes([MAGIC]), pos + 1), buf.find(bytes([MAGIC_V2]), pos + 1)) if p >= 0]
+        pos = min(nxt) if nxt else -1
     return None
 
 
@@ -171,9 +182,9 @@ def segment_entries(path, first_index, after, upto):
     if problem is not None:
         raise JournalCorrupt("journal %s: %s" % (path, problem))
     out = []
-    for _off, index, epoch, payload in scan.records(buf, first_index, verify_from=after + 1):
+    for _off, index, epoch, payload, time_ms in scan.records(buf, first_index, verify_from=after + 1):
         if index > after:
-            out.append(Entry(index, epoch, bytes(payload)))
+            out.append(Entry.timed(index, epoch, bytes(payload), time_ms))
         if upto is not None and index >= upto:
             break  # before looking at the next record, which a concurrent batch may be writing
     return out
@@ -228,12 +239,12 @@ def iter_entries(dir, after=0, upto=None):
                 problem = scan.head(buf)
                 if problem is not None:
                     raise JournalCorrupt("journal %s: %s" % (path, problem))
-                for _off, index, epoch, payload in scan.records(buf, first, verify_from=last + 1):
+                for _off, index, epoch, payload, time_ms in scan.records(buf, first, verify_from=last + 1):
                     if index > end:
                         end = index
                     if index <= last:
                         continue
-                    yield Entry(index, epoch, bytes(payload))
+                    yield Entry.timed(index, epoch, bytes(payload), time_ms)
                     last = index
                     progressed = True
                     if index == upto:

@@ -93,7 +93,18 @@ class SnapshotsMixin:
             floor = kept[0] + 1
             for peer in self.replica_statuses():
                 floor = min(floor, peer.applied + 1)
-            await self.journal.truncate_before(floor)
+            # ... and what a backup is copying or the next backup continues from (durakv/backup); when that
+            # cannot be read, nothing is purged this time
+            try:
+                keep = await self.store.backup_keep_from(self.shard)
+            except Exception as exc:  # noqa: BLE001 - purge next time
+                log.warning("not purging the journal of shard %s: the backup document cannot be read: %r",
+                            self.shard, exc)
+                keep = 0
+            if keep is not None:
+                floor = min(floor, keep)
+            if floor > 1:
+                await self.journal.truncate_before(floor)
         log.info("snapshot of shard %s at index %d stored (%d bytes); journal kept from index %d; snapshot store "
                  "%d bytes in %d messages", self.shard, index, len(data), self.journal.first_index,
                  pruned["bytes"], pruned["messages"])

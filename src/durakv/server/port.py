@@ -236,6 +236,9 @@ class ServerPersistence(_Served, Persistence):
         self.server.durability.when_committed(index, lambda: d.resolve(reply_fn()))
         return d
 
+    def backups(self):
+        return self.server.backups
+
 
 class ServerReplication(_Served, Replication):
     """The node's replication: its link or shard, SYNC's feed, the replicas' offsets."""

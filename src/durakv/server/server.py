@@ -26,6 +26,7 @@ from ..snapshot.datadir import open_data_dir
 from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
+from .backup import BackupScheduler, BackupSessions
 from .clientevict import ClientEviction
 from ..cluster.identity import persistent_node_id
 from ..cluster.tls import node_client_context
@@ -205,6 +206,8 @@ class Server:
         self.plain_listeners = []          # the client port's listeners (CONFIG SET port replaces them)
         self.client_eviction = ClientEviction(self)   # maxmemory-clients (server/clientevict.py)
         self.watchdog = Watchdog(self)     # watchdog-period (server/watchdog.py)
+        self.backups = BackupSessions(self)   # DURAKV BACKUP: what `durakv backup create` copies (server/backup.py)
+        self.backup_scheduler = BackupScheduler(self)   # backup-schedule
         self._apply_config_all()
         config.listeners.append(self._on_config_set)
 
@@ -584,6 +587,7 @@ class Server:
     def _start_cron_and_signals(self):
         """The last step of either start-up: serverCron on its timer, SIGTERM/SIGINT a graceful shutdown."""
         self._timer = self.loop.create_task(self._cron())
+        self._backup_task = self.loop.create_task(self.backup_scheduler.run())
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 self.loop.add_signal_handler(sig, self.request_shutdown)
@@ -955,7 +959,8 @@ class Server:
                 if upto > self.last_snapshot_index:
                     adopted = await build_snapshot(self.dir, upto, databases=self.config.database_count(),
                                                    key_save_delay_us=self.config["rdb-key-save-delay"])
-                    await self.journal.truncate_before(adopted.journal_from)  # keep what the older snapshot needs
+                    # keep what the older snapshot needs, what a backup copies and what the last one asked to keep
+                    await self.journal.truncate_before(self.backups.journal_keep_from(adopted.journal_from))
                     self.last_snapshot_index = upto
                 self.snapshot_journal_bytes = self.journal.bytes_size
             self.lastsave = int(time.time())
@@ -1028,6 +1033,10 @@ class Server:
         timer = getattr(self, "_timer", None)
         if timer is not None:
             timer.cancel()
+        task = getattr(self, "_backup_task", None)
+        if task is not None:
+            task.cancel()
+        self.backups.close()
         for srv in self.listeners:
             srv.close()
         if self.metrics is not None:

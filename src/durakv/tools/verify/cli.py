@@ -11,7 +11,8 @@ from ...cluster.nats_procs import ProcessError
 from . import scenarios as sc
 from .report import write_report
 
-SCENARIOS = ("acked-writes", "async-rpo", "switch", "failover", "linearizable", "dirty-reads", "bench")
+SCENARIOS = ("acked-writes", "async-rpo", "switch", "failover", "linearizable", "dirty-reads", "bench",
+             "backup-restore")
 TARGET_OK = ("acked-writes", "linearizable", "bench")
 
 EPILOG = """\
@@ -27,6 +28,7 @@ examples:
   durakv verify linearizable --faults kill,pause,failover,partition
   durakv verify dirty-reads --fault partition                 no client sees a write a failover takes back
   durakv verify bench --rate 5000 --duration 30               the seed's two tables, none/async/sync
+  durakv verify backup-restore --phase 5                      back up during writes, restore an instant between
   durakv verify acked-writes --target 10.0.0.5:6379 --tls --tls-ca ca.pem \\
       --fault-cmd "aws elasticache test-failover --replication-group-id g --node-group-id 0001"
 """
@@ -149,6 +151,12 @@ def build_parser():
     be.add_argument("--key-maximum", type=int, default=100_000)
     be.add_argument("--data-size", type=int, default=256)
     be.add_argument("--repeat", type=int, default=1, help="runs per mode (the tables show the median)")
+    br = common(sub.add_parser("backup-restore", help="write, back up, write more, back up, restore an instant "
+                                                      "between: exactly the writes acknowledged by then"),
+                "backup-restore")
+    br.add_argument("--writers", type=int, default=4)
+    br.add_argument("--phase", type=float, default=5.0, help="seconds of writes before, between and after")
+    br.add_argument("--to", default=None, help="where the backups go (default: a temp dir, removed after)")
     return p
 
 
@@ -235,6 +243,10 @@ def run(args) -> sc.Result:
                                   after_s=args.after)
     if s == "bench":
         return _bench(args)
+    if s == "backup-restore":
+        from .backups import backup_restore
+        with _env(args, "sync") as env:
+            return backup_restore(env, writers=args.writers, phase_s=args.phase, dest=args.to)
     raise ValueError(s)
 
 
