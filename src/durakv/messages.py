@@ -54,6 +54,9 @@ VALUE_OUT_OF_RANGE_POSITIVE = "ERR value is out of range, must be positive"
 CLUSTERDOWN_DURABILITY = ("CLUSTERDOWN The durability buffer is full: the journal is more than {} ms behind; "
                           "writes are refused until it catches up")
 BUSY_LOADING = "LOADING Valkey is loading the dataset in memory"
+# CONFIG SET durability while a standalone server loads: the journal is opened once the load ends (the reason
+# part of CONFIG_BAD_VALUE)
+DURABILITY_WHILE_LOADING = "durability cannot change while the dataset is loading"
 SAVE_IN_PROGRESS = "ERR Background save already in progress"
 NO_SUCH_CLIENT = "ERR No such client"
 CONFIG_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}'"
@@ -119,6 +122,11 @@ LCS_TOO_LONG = "ERR String too long for LCS"
 LCS_TOO_MUCH_MEMORY = "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len"
 HLL_WRONGTYPE = "WRONGTYPE Key is not a valid HyperLogLog string value."
 HLL_INVALID = "INVALIDOBJ Corrupted HLL object detected"
+# PFSELFTEST's failures (hyperloglog.c pfselftestCommand)
+HLL_TEST_REGISTER = "ERR TESTFAILED Register {} should be {} but is {}"
+HLL_TEST_NOT_SPARSE = "ERR TESTFAILED sparse encoding not used"
+HLL_TEST_DISAGREE = "ERR TESTFAILED dense/sparse disagree"
+HLL_TEST_ERROR = "ERR TESTFAILED Too big error. card:{} abserr:{}"
 # -- generic leftovers / introspection (SORT DUMP RESTORE WAIT OBJECT SLOWLOG LATENCY) --
 SUBCOMMAND_SYNTAX = "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP."
 SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
