@@ -835,11 +835,46 @@ class JetStreamJournal(Journal):
 
     async def follow(self, after: int, callback):
         """Push-consumes every entry with index > after, calling callback(entry) in order (an ordered
-        consumer: gaps or redeliveries are impossible; it restarts itself after disconnects)."""
+        consumer: gaps or redeliveries are impossible; it restarts itself after disconnects). callback returns
+        None, or an awaitable (a reader applying in slices): the entries after it are then held, in order,
+        until it is done."""
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
+        held = collections.deque()      # entries that arrived while an awaitable of the callback was pending
+        waiter = None                   # the task awaiting it, then delivering `held`
+
         def on_msg(msg):
-            callback(_msg_entry(msg))
+            # Runs in the connection's parser (deliver_directly), which cannot wait: an awaitable is waited
+            # for by a task of its own, and what arrives meanwhile queues behind it.
+            nonlocal waiter
+            entry = _msg_entry(msg)
+            if waiter is not None:
+                held.append(entry)
+                return
+            pending = callback(entry)
+            if pending is not None:
+                waiter = asyncio.ensure_future(deliver_held(pending))
+
+        async def deliver_held(pending):
+            nonlocal waiter
+            inner = getattr(sub, "_sub", sub)
+            try:
+                while pending is not None:
+                    try:
+                        await pending
+                    except Exception:  # noqa: BLE001 - as a callback's error: logged, the next entry goes on
+                        log.exception("applying a journal entry on %s", self.subject)
+                    pending = None
+                    while held and pending is None:
+                        if getattr(inner, "_closed", False):
+                            held.clear()    # unsubscribed meanwhile: nothing more is delivered
+                            return
+                        try:
+                            pending = callback(held.popleft())
+                        except Exception:  # noqa: BLE001 - as _DirectDelivery: logged, the next entry goes on
+                            log.exception("applying a journal entry on %s", self.subject)
+            finally:
+                waiter = None
 
         async def on_msg_cb(msg):
             on_msg(msg)

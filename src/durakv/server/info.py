@@ -134,9 +134,15 @@ def _section_persistence(srv):
     t = srv.durability.tracker
     building = srv.snapshot_in_progress is not None
     current = int(time.monotonic() - srv.snapshot_started) if building and srv.snapshot_started else -1
+    node = getattr(srv, "cluster_node", None)
+    if node is not None and node.snapshot_started_s is not None:
+        # a shard replica writing its snapshot (a forked child) and storing it in the object store
+        building = True
+        current = int(time.monotonic() - node.snapshot_started_s)
     # A snapshot is both durakv's BGSAVE and its BGREWRITEAOF (it compacts the journal), so the rdb_ and aof_
-    # fields describe the same builds. It is built by a separate process that reads the snapshot and journal
-    # files (snapshot/adopt.py), not by a fork of this one: nothing is copied on write (aof_last_cow_size).
+    # fields describe the same builds. A standalone server's is built by a separate process that reads the
+    # snapshot and journal files (snapshot/adopt.py), not by a fork of this one: nothing is copied on write
+    # (aof_last_cow_size). A shard replica's is written by a forked child (replication/snapshots.py).
     fields = {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
             "rdb_changes_since_last_save": srv.keyspace.changes - srv.keyspace.changes_saved,
             "rdb_bgsave_in_progress": int(building),
