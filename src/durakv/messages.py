@@ -122,11 +122,6 @@ LCS_TOO_LONG = "ERR String too long for LCS"
 LCS_TOO_MUCH_MEMORY = "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len"
 HLL_WRONGTYPE = "WRONGTYPE Key is not a valid HyperLogLog string value."
 HLL_INVALID = "INVALIDOBJ Corrupted HLL object detected"
-# PFSELFTEST's failures (hyperloglog.c pfselftestCommand)
-HLL_TEST_REGISTER = "ERR TESTFAILED Register {} should be {} but is {}"
-HLL_TEST_NOT_SPARSE = "ERR TESTFAILED sparse encoding not used"
-HLL_TEST_DISAGREE = "ERR TESTFAILED dense/sparse disagree"
-HLL_TEST_ERROR = "ERR TESTFAILED Too big error. card:{} abserr:{}"
 # -- generic leftovers / introspection (SORT DUMP RESTORE WAIT OBJECT SLOWLOG LATENCY) --
 SUBCOMMAND_SYNTAX = "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP."
 SLOWLOG_COUNT = "ERR count should be greater than or equal to -1"
