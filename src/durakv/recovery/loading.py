@@ -79,10 +79,13 @@ class Slicer:
     def due(self) -> bool:
         return self._perf_counter() >= self.end
 
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop()
+
     async def pause(self):
         await asyncio.sleep(0)
         self.pauses += 1
-        if self.stop is not None and self.stop():
+        if self.stopped():
             raise LoadStopped("the server is shutting down")
         self.end = self._perf_counter() + self.slice_s
 

@@ -7,6 +7,7 @@ import time
 
 from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import PartAssembler
+from ..recovery.loading import LoadStopped
 from .clock import monotonic_ms
 
 log = logging.getLogger("durakv.replication")
@@ -83,6 +84,8 @@ class FollowMixin:
     async def _apply_sliced(self, entry, slicer):
         try:
             await slicer.run(self._entry_steps(entry, sliced=True))
+        except LoadStopped:
+            pass    # shutting down (catch_up says so to start-up): the entry stays half applied, the process ends
         finally:
             self._in_flight = None
 
@@ -204,6 +207,8 @@ class FollowMixin:
                 raise ApplyStopped(self.apply_stopped)
             if time.monotonic() > deadline:
                 raise TimeoutError("catch-up stalled at %d of %d" % (self.applied_index, last))
+            if self._slicer is not None and self._slicer.stopped():
+                raise LoadStopped("the server is shutting down")   # (start-up's catch-up: SHUTDOWN)
             await self.resubscribe_if_stalled()
             await asyncio.sleep(0.002)
         return last
