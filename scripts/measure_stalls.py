@@ -350,6 +350,9 @@ def cluster_phases(opts, phases, rows, notable, dumps, server_env):
                 wait_until(lambda: int(r.info("replication")["snapshots_stored"]) > stored, opts.timeout_s,
                            "the replica's snapshot stored")
                 took_s = time.perf_counter() - t0
+                # then the store is pruned and the stream purged below the snapshot
+                wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0, opts.timeout_s,
+                           "the store's end")
             dumps += pinger.dumps
             stats = r.info("stats")
             rep = r.info("replication")

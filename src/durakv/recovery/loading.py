@@ -67,14 +67,21 @@ class Slicer:
     (a snapshot, then journal entries), so the slice is counted across them. `stop()`, if given, is asked after
     each pause: True raises LoadStopped."""
 
-    __slots__ = ("slice_s", "end", "pauses", "stop", "_perf_counter")
+    __slots__ = ("slice_s", "end", "pauses", "stop", "longest_s", "longest_cpu_s", "_perf_counter", "_started",
+                 "_started_cpu")
 
     def __init__(self, slice_ms=SLICE_MAX_MS, perf_counter=time.perf_counter, stop=None):
         self.slice_s = slice_ms / 1000.0
         self._perf_counter = perf_counter
-        self.end = perf_counter() + self.slice_s
+        self._started = perf_counter()
+        self._started_cpu = time.thread_time()
+        self.end = self._started + self.slice_s
         self.pauses = 0
         self.stop = stop
+        # the longest slice so far, by the clock and in this thread's CPU time: on a machine whose cores are all
+        # busy the first includes the time the process waited for a core, the second is the load's own
+        self.longest_s = 0.0
+        self.longest_cpu_s = 0.0
 
     def due(self) -> bool:
         return self._perf_counter() >= self.end
@@ -82,22 +89,39 @@ class Slicer:
     def stopped(self) -> bool:
         return self.stop is not None and self.stop()
 
+    def summary(self) -> str:
+        return "%d pauses for the loop, longest slice %.1f ms (%.1f ms of CPU)" % (
+            self.pauses, self.longest_s * 1000, self.longest_cpu_s * 1000)
+
     async def pause(self):
+        self._measure()
         await asyncio.sleep(0)
         self.pauses += 1
         if self.stopped():
             raise LoadStopped("the server is shutting down")
-        self.end = self._perf_counter() + self.slice_s
+        self._started = self._perf_counter()
+        self._started_cpu = time.thread_time()
+        self.end = self._started + self.slice_s
 
     async def run(self, steps):
         """Drives the generator `steps` to its end, pausing between steps whenever the slice is used up; returns
         what the generator returns."""
         perf_counter = self._perf_counter
+        if perf_counter() >= self.end:
+            # the loop ran other work since the last run (entries arrive one by one): a new slice
+            self._started = perf_counter()
+            self._started_cpu = time.thread_time()
+            self.end = self._started + self.slice_s
         while True:
             try:
                 next(steps)
             except StopIteration as stop:
+                self._measure()
                 return stop.value
             if perf_counter() >= self.end:
                 await self.pause()
+
+    def _measure(self):
+        self.longest_s = max(self.longest_s, self._perf_counter() - self._started)
+        self.longest_cpu_s = max(self.longest_cpu_s, time.thread_time() - self._started_cpu)
 

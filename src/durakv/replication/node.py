@@ -216,7 +216,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         search.resume()
         # Loaded: from here on entries apply whole as they arrive (one still being applied in slices finishes
         # first, and the next waits for it: follow.py _deliver)
-        self._slicer = None
+        slicer, self._slicer = self._slicer, None
         t2 = time.monotonic()
         ttl_ms = srv.config["lease-ttl-ms"]
         self.renewer = LeaseRenewer(self._open_renewer_store, self.shard, ttl_ms, self._publish_lease,
@@ -233,9 +233,9 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
             self.phase = "following"
         keys = sum(len(db) for db in srv.keyspace.dbs)
         log.info("node %s (az %s) following shard %s at index %d: snapshot %.2fs (%d keys), journal %d..%d in %.2fs "
-                 "(%d entries, +%d keys, %.0f entries/s)", self.node_id, self.az, self.shard, self.applied_index,
+                 "(%d entries, +%d keys, %.0f entries/s); %s", self.node_id, self.az, self.shard, self.applied_index,
                  t1 - t0, keys_before, from_index + 1, self.applied_index, t2 - t1, self.applied_index - from_index,
-                 keys - keys_before, (self.applied_index - from_index) / max(t2 - t1, 1e-6))
+                 keys - keys_before, (self.applied_index - from_index) / max(t2 - t1, 1e-6), slicer.summary())
 
     async def _check_cluster(self):
         """Refuses to run on a coordination store of another cluster or format (the cluster document, written

@@ -560,9 +560,8 @@ class Server:
             self.hooks.search.resume()
         self.last_snapshot_index = snap_index
         self.recovered_index = last_index
-        log.info("loaded snapshot index %d and journal up to %d in %.3fs (%d keys, %d pauses for the loop)",
-                 snap_index, last_index, time.monotonic() - started, sum(len(db) for db in self.keyspace.dbs),
-                 slicer.pauses)
+        log.info("loaded snapshot index %d and journal up to %d in %.3fs (%d keys; %s)", snap_index, last_index,
+                 time.monotonic() - started, sum(len(db) for db in self.keyspace.dbs), slicer.summary())
         if mode != "none":
             from ..journal.local import LocalJournal
             self.journal = LocalJournal(os.path.join(self.dir), segment_bytes=self.config["journal-segment-bytes"],
@@ -621,6 +620,8 @@ class Server:
 
     def _start_cron_and_signals(self):
         """The last step of either start-up: serverCron on its timer, SIGTERM/SIGINT a graceful shutdown."""
+        if self.metrics is not None:
+            self.metrics.publish()   # what the load changed (the journal, the role), before the first cron tick
         self._timer = self.loop.create_task(self._cron())
         self._backup_task = self.loop.create_task(self.backup_scheduler.run())
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -853,15 +854,17 @@ class Server:
                         continue
                     raise
                 self.listeners.append(srv)
+        # the metrics port first: importing prometheus_client takes a while, which a client already connected
+        # (a restarted node answers while it loads) would wait out
+        if cfg["metrics-port"] and self.metrics is None:
+            from .metrics import Metrics
+            self.metrics = Metrics(self)
+            self.metrics.start(hosts[0] if hosts else "127.0.0.1", cfg["metrics-port"])
         # every port serves only once all listen: a client that reached the plain port (a readiness check)
         # must find the TLS port there too, not refused while its certificate loads
         for srv in self.listeners:
             if not srv.is_serving():
                 await srv.start_serving()
-        if cfg["metrics-port"] and self.metrics is None:
-            from .metrics import Metrics
-            self.metrics = Metrics(self)
-            self.metrics.start(hosts[0] if hosts else "127.0.0.1", cfg["metrics-port"])
         if ready:
             self._log_ready()
 

@@ -281,11 +281,13 @@ class ValkeyReplicaLink:
         server = self.server
         server.load_progress = progress = LoadProgress(os.path.getsize(path))
         server.loading = True
+        slicer = Slicer()
         try:
-            return await Slicer().run(self._load_steps(path, progress))
+            return await slicer.run(self._load_steps(path, progress))
         finally:
             server.loading = False
             server.load_progress = None
+            log.info("replica of %s:%d: the sync's load took %s", self.host, self.port, slicer.summary())
 
     def _load_steps(self, path, progress):
         """_load's work as a generator: yields after each key, library and record read."""
