@@ -130,6 +130,8 @@ class SnapshotsMixin:
             # apply (a restarted node catching up from an older point would otherwise lose them mid-way).
             floor = kept[0] + 1
             for peer in self.replica_statuses():
+                if peer.loading and not peer.applied:
+                    continue    # not yet at its snapshot: it will start from a kept one, not from entry 1
                 floor = min(floor, peer.applied + 1)
             # ... and what a backup is copying or the next backup continues from (durakv/backup); when that
             # cannot be read, nothing is purged this time
