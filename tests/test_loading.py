@@ -300,3 +300,21 @@ def test_a_server_without_journal_loads_its_snapshot_in_slices(server_factory, d
         assert conn.call("DBSIZE") == 300000
     finally:
         conn.close()
+
+
+def test_a_long_replicaof_load_keeps_the_link(redis_server, server_factory):
+    """REPLICAOF from a redis-server with repl-timeout 2: the primary counts the replica online once the RDB is sent
+    and drops one it heard nothing from for that long; the load (300,000 keys) takes longer. The replica sends a
+    newline every second while it loads, as Valkey's replica does, so one full sync is enough and the link comes
+    up. Before, the primary dropped it after every load and it synced again and again."""
+    port, src = redis_server("--repl-diskless-sync", "no", "--repl-timeout", "2", "--enable-debug-command", "local")
+    src.execute_command("DEBUG", "POPULATE", 300000, "key", 20)
+    srv = server_factory("--durability", "sync")
+    with srv.client(socket_timeout=60) as c:
+        c.execute_command("REPLICAOF", "127.0.0.1", port)
+        wait_until(lambda: c.execute_command("ROLE")[3] == b"connected", 120, what="the link up")
+        src.set("after", "the load")
+        wait_until(lambda: c.get("after") == b"the load", 30, what="the stream")
+        assert c.dbsize() == 300001
+        assert src.info("stats")["sync_full"] == 1
+        c.execute_command("REPLICAOF", "NO", "ONE")

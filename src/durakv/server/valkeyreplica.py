@@ -195,7 +195,7 @@ class ValkeyReplicaLink:
                 raise with_path(exc, path) from exc     # a full data directory: say which file
             self._marks.clear()
             self.durable_offset, self._owed = 0, 0
-            keys = await self._load(path)
+            keys = await self._load(path, writer)
         finally:
             os.unlink(path)
         self.replid = replid.decode()
@@ -274,17 +274,23 @@ class ValkeyReplicaLink:
             # a write that did not happen here would leave this replica behind for good: sync again
             raise LinkError("applying %r failed: %s" % (argv[0], reply.text))
 
-    async def _load(self, path) -> int:
+    async def _load(self, path, writer) -> int:
         """Replaces the dataset with the RDB file's, as the primary's session (journaled), in slices of the loop
         (recovery/loading.py); returns the number of keys. Each key is RESTOREd from its payload as the file has
-        it (no decode and re-dump)."""
+        it (no decode and re-dump). Meanwhile the primary gets a newline every second, as Valkey's replica sends
+        while it loads (replicationSendNewlineToPrimary): the primary counts this replica online once the RDB is
+        sent and drops one it heard nothing from for repl-timeout (60 s), which a long load would pass, and each
+        resync would then fail the same way; a newline refreshes its clock without an ACK, which would start a
+        diskless sync's command stream before this replica reads it."""
         server = self.server
         server.load_progress = progress = LoadProgress(os.path.getsize(path))
         server.loading = True
         slicer = Slicer()
+        keepalive = server.loop.create_task(self._newlines(writer))
         try:
             return await slicer.run(self._load_steps(path, progress))
         finally:
+            keepalive.cancel()
             server.loading = False
             server.load_progress = None
             log.info("replica of %s:%d: the sync's load took %s", self.host, self.port, slicer.summary())
@@ -377,6 +383,11 @@ class ValkeyReplicaLink:
 
     def _ack(self, writer):
         writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.durable_offset]))
+
+    async def _newlines(self, writer):
+        while True:
+            await asyncio.sleep(ACK_INTERVAL_S)
+            writer.write(b"\n")
 
     async def _ack_loop(self, writer):
         # the first ACK at once: a primary that sent the RDB diskless streams commands only after it
