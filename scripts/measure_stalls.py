@@ -229,6 +229,7 @@ def standalone_phases(opts, phases, rows, notable, dumps, server_env):
                 rows.append(row("REPLICAOF full sync", stall_ms, pinger,
                                 "%d keys in %.2f s: %d keys/s (REPLICAOF to link up %.2f s)"
                                 % (opts.keys, sync_s, opts.keys / sync_s, took_s)))
+                notable += log_since(log_path, 0, rb"full sync|the sync's load took")
                 d.execute_command("REPLICAOF", "NO", "ONE")
             else:
                 d.execute_command("DEBUG", "POPULATE", opts.keys, "key", opts.value_bytes)
@@ -395,7 +396,7 @@ def cluster_phases(opts, phases, rows, notable, dumps, server_env):
         rows.append(row("replica rejoin", stall_ms, pinger,
                         "%d keys (%d in the journal after the snapshot), caught up %.2f s after the restart "
                         "(connected after %.2f s)" % (total, after, took_s, first_s)))
-        notable += [line.split(" I ", 1)[-1][:220] for line in lines]
+        notable += [line.split(" I ", 1)[-1] for line in lines]
     finally:
         cluster.down()
         shutil.rmtree(d, ignore_errors=True)
