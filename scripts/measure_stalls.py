@@ -125,8 +125,12 @@ class Pinger:
             next_s = time.perf_counter()
             while not self.stop_event.is_set():
                 t0 = self.in_flight = time.perf_counter()
-                sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-                answer = f.readline()           # +PONG or -LOADING ...: one line either way
+                try:
+                    sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+                    answer = f.readline()           # +PONG or -LOADING ...: one line either way
+                except OSError as exc:
+                    self.error = exc
+                    return
                 self.in_flight = None
                 if not answer.startswith((b"+PONG", b"-LOADING")):
                     self.error = RuntimeError("PING answered %r" % answer)
