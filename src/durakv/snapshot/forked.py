@@ -37,10 +37,15 @@ def _die_with_parent():
             pass      # the parent's pidfd wait still reaps it; it only may outlive a parent killed meanwhile
 
 
+# A child whose work failed with an OSError exits with ERRNO_STATUS + its errno (errnos are below 134 on Linux),
+# so that the parent can say what failed (a full disk) and where; any other failure exits 1.
+ERRNO_STATUS = 100
+
+
 def fork_child(work, keep_fd=None):
-    """Forks; the child runs work() on its copy of memory and exits 0 (1 if work raised), keeping only
-    descriptor `keep_fd` (None: none). Returns (pid, fork_usec) in the parent: how long the fork took
-    (INFO stats latest_fork_usec)."""
+    """Forks; the child runs work() on its copy of memory and exits 0 (ERRNO_STATUS + errno if work raised an
+    OSError, else 1 if it raised), keeping only descriptor `keep_fd` (None: none). Returns (pid, fork_usec) in
+    the parent: how long the fork took (INFO stats latest_fork_usec)."""
     started = time.perf_counter()
     pid = os.fork()
     if pid == 0:
@@ -56,9 +61,20 @@ def fork_child(work, keep_fd=None):
                 os.closerange(keep_fd + 1, top)
             work()
             status = 0
+        except OSError as exc:
+            if exc.errno and 0 < exc.errno < 256 - ERRNO_STATUS:
+                status = ERRNO_STATUS + exc.errno
         finally:
             os._exit(status)
     return pid, int((time.perf_counter() - started) * 1e6)
+
+
+def child_error(code, path):
+    """What a child's exit status says failed: an OSError naming `path` (the file it wrote), else ChildFailed."""
+    if code > ERRNO_STATUS:
+        errno = code - ERRNO_STATUS
+        return OSError(errno, os.strerror(errno), str(path))
+    return ChildFailed("writing %s failed in a child process (exit status %d)" % (path, code))
 
 
 def watch_exit(loop, pid, callback):
@@ -91,8 +107,9 @@ def watch_exit(loop, pid, callback):
 
 async def write_snapshot_forked(path, keyspace, index: int, journal_follows=False, forked=None) -> int:
     """write_snapshot_file(path, keyspace, index) in a forked child: the image is memory at the moment of the
-    call, whatever the loop changes while the child writes. Returns the file's size; raises ChildFailed (the file
-    removed) if the child failed. forked(usec): told how long the fork took. Cancelled, it kills the child."""
+    call, whatever the loop changes while the child writes. Returns the file's size; raises (the file removed)
+    an OSError naming path if the child's write failed (a full disk), else ChildFailed if the child failed.
+    forked(usec): told how long the fork took. Cancelled, it kills the child."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     pid, fork_usec = fork_child(lambda: write_snapshot_file(path, keyspace, index, journal_follows=journal_follows))
@@ -107,7 +124,7 @@ async def write_snapshot_forked(path, keyspace, index: int, journal_follows=Fals
         raise
     if code != 0:
         _remove(path)
-        raise ChildFailed("the snapshot's child process %d failed (exit status %d)" % (pid, code))
+        raise child_error(code, path)
     return os.path.getsize(path)
 
 
