@@ -194,7 +194,7 @@ def standalone_phases(opts, phases, rows, notable, dumps, server_env):
             logs.append(open(log_path, "ab"))
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "durakv", "server", "--port", str(port), "--bind", "127.0.0.1",
-                 "--dir", data_dir, "--durability", opts.durability],
+                 "--dir", data_dir, "--durability", opts.durability, "--enable-debug-command", "local"],
                 stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True, env=server_env))
             return procs[-1]
 

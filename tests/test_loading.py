@@ -15,7 +15,7 @@ import hiredis
 import pytest
 import valkey
 
-from conftest import wait_until
+from conftest import DEBUG_ARGS, wait_until
 
 LOADING_TEXT = "Valkey is loading the dataset in memory"
 # Valkey's INFO persistence ends with these while it loads (server.c genValkeyInfoString), in this order
@@ -202,7 +202,8 @@ def test_a_replica_stores_its_snapshot_while_it_follows_and_answers(local_cluste
     """A shard replica writes its snapshot in a forked child and stores it while the loop goes on: during the
     store (INFO rdb_bgsave_in_progress:1, as Valkey's BGSAVE) it applies a write the primary made meanwhile and
     serves it. Before, the image was written on the loop: nothing was applied or answered until it was done."""
-    cluster = local_cluster(durability="sync", extra_server_args=("--replica-snapshot-interval-ms", "0"))
+    cluster = local_cluster(durability="sync",
+                            extra_server_args=("--replica-snapshot-interval-ms", "0", *DEBUG_ARGS))
     primary = cluster.primary(0)
     replica = cluster.replicas(0)[0]
     with valkey.Valkey(port=primary.port, socket_timeout=120) as p:
@@ -228,7 +229,8 @@ def test_a_rejoining_replica_answers_and_is_heard_while_it_loads(local_cluster):
     it answers INFO with the load moving (loading:1, Valkey's loading_* fields), GET with -LOADING, and the
     primary hears its heartbeats (it lists it again) while it is still loading the snapshot; then it serves every
     key. Before, the snapshot was applied in one go: no answer, no heartbeat until it was done."""
-    cluster = local_cluster(durability="sync", extra_server_args=("--replica-snapshot-interval-ms", "0"))
+    cluster = local_cluster(durability="sync",
+                            extra_server_args=("--replica-snapshot-interval-ms", "0", *DEBUG_ARGS))
     primary = cluster.primary(0)
     keeper, victim = cluster.replicas(0)[:2]
     with valkey.Valkey(port=primary.port, socket_timeout=120) as p:
