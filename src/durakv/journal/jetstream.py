@@ -857,7 +857,6 @@ class JetStreamJournal(Journal):
 
         async def deliver_held(pending):
             nonlocal waiter
-            inner = getattr(sub, "_sub", sub)
             try:
                 while pending is not None:
                     try:
@@ -866,9 +865,6 @@ class JetStreamJournal(Journal):
                         log.exception("applying a journal entry on %s", self.subject)
                     pending = None
                     while held and pending is None:
-                        if getattr(inner, "_closed", False):
-                            held.clear()    # unsubscribed meanwhile: nothing more is delivered
-                            return
                         try:
                             pending = callback(held.popleft())
                         except Exception:  # noqa: BLE001 - as _DirectDelivery: logged, the next entry goes on
@@ -885,6 +881,17 @@ class JetStreamJournal(Journal):
                                       pending_bytes_limit=1 << 30)
         # each entry is applied where the parser meets it, not one loop iteration (and a task switch) later
         deliver_directly(sub, on_msg)
+        unsubscribe = sub.unsubscribe
+
+        async def unsubscribe_and_drop(*args, **kwargs):
+            # An awaitable of the callback still pending, and the entries held behind it, go with the
+            # subscription (as nats-py cancels its callback task, and what it was awaiting, on unsubscribe).
+            held.clear()
+            if waiter is not None:
+                waiter.cancel()
+            return await unsubscribe(*args, **kwargs)
+
+        sub.unsubscribe = unsubscribe_and_drop
         return sub
 
     async def last_index(self) -> int:
