@@ -161,7 +161,8 @@ def test_shutdown_while_loading_stops_the_load(server_factory):
     finally:
         conn.close()
     assert "shutdown requested while loading" in srv.read_log()
-    srv.start()
+    srv.start(wait=False)
+    srv.wait_ready(timeout_s=120)   # the whole load, on a machine that may be busy (PING is -LOADING until then)
     with srv.client() as c:
         assert c.dbsize() == 300000
 
