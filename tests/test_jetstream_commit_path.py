@@ -312,3 +312,65 @@ def test_a_one_append_journal_never_adapts():
         assert max(seen) == 1
         assert d.tracker.window == 1 and d.tracker.window_shrinks == 0 and d.tracker.window_grows == 0
     asyncio.run(main())
+
+
+def test_a_follower_awaitable_holds_the_entries_after_it_in_order(module_nats, tmp_path):
+    """A follower's callback may return an awaitable (a replica applying an entry in slices while it loads,
+    replication/follow.py): the parser cannot wait for it, so the entries arriving meanwhile are held and
+    delivered in order once it is done; unsubscribing drops it and what is held behind it."""
+    async def main():
+        j = await _opened(module_nats, tmp_path)
+        follower = JetStreamJournal(module_nats.urls, j.shard, creds=module_nats.secrets.operator_creds)
+        await follower.open()
+        loop = asyncio.get_running_loop()
+        got = []
+        gates = {3: asyncio.Event(), 11: asyncio.Event()}
+        cancelled = []
+
+        async def slow(entry):
+            try:
+                await gates[entry.index].wait()
+            except asyncio.CancelledError:
+                cancelled.append(entry.index)
+                raise
+            got.append(entry.index)
+
+        def callback(entry):
+            if entry.index in gates:
+                return slow(entry)
+            got.append(entry.index)
+            return None
+
+        async def delivered(sub, seq):
+            # the server sent every entry up to seq, and the follower's connection read them
+            deadline = loop.time() + 10
+            while (await sub.consumer_info()).delivered.stream_seq < seq:
+                assert loop.time() < deadline, "entries not delivered"
+                await asyncio.sleep(0.01)
+            await follower.nc.flush()
+
+        sub = await follower.follow(0, callback)
+        for i in range(10):
+            await j.append(b"e%d" % i)
+        await delivered(sub, 10)
+        assert got == [1, 2]                # 4..10 arrived and are held behind 3
+        gates[3].set()
+        deadline = loop.time() + 10
+        while len(got) < 10:
+            assert loop.time() < deadline, got
+            await asyncio.sleep(0.005)
+        assert got == list(range(1, 11))
+        for i in range(10, 12):
+            await j.append(b"e%d" % i)
+        await delivered(sub, 12)
+        await sub.unsubscribe()             # 11 is pending, 12 held behind it
+        deadline = loop.time() + 10
+        while not cancelled:
+            assert loop.time() < deadline, "the pending awaitable was not cancelled"
+            await asyncio.sleep(0.005)
+        gates[11].set()
+        await asyncio.sleep(0)
+        assert cancelled == [11] and got == list(range(1, 11))
+        await follower.close()
+        await j.close()
+    _run(main())

@@ -54,6 +54,9 @@ VALUE_OUT_OF_RANGE_POSITIVE = "ERR value is out of range, must be positive"
 CLUSTERDOWN_DURABILITY = ("CLUSTERDOWN The durability buffer is full: the journal is more than {} ms behind; "
                           "writes are refused until it catches up")
 BUSY_LOADING = "LOADING Valkey is loading the dataset in memory"
+# CONFIG SET durability while a standalone server loads: the journal is opened once the load ends (the reason
+# part of CONFIG_BAD_VALUE)
+DURABILITY_WHILE_LOADING = "durability cannot change while the dataset is loading"
 SAVE_IN_PROGRESS = "ERR Background save already in progress"
 NO_SUCH_CLIENT = "ERR No such client"
 CONFIG_UNKNOWN = "ERR Unknown option or number of arguments for CONFIG SET - '{}'"

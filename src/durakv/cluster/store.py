@@ -169,10 +169,10 @@ class CoordinationStore(abc.ABC):
         """Stores a snapshot covering journal index `index`."""
 
     @abc.abstractmethod
-    async def latest_snapshot(self, shard: str, into=None):
+    async def latest_snapshot(self, shard: str, into=None, sized=None):
         """(index, epoch, bytes) of the newest snapshot, or None. With `into` (a binary file), the bytes are
         written there as they arrive and None is returned in their place (a snapshot may be larger than memory
-        should hold twice)."""
+        should hold twice). sized(n), if given, is told the snapshot's size before it is fetched."""
 
     @abc.abstractmethod
     async def snapshot_indexes(self, shard: str):
@@ -712,11 +712,13 @@ class NatsStore(CoordinationStore):
     async def snapshot_indexes(self, shard):
         return sorted(int(o.name) for o in await self._objects(shard) if not o.deleted and o.name.isdigit())
 
-    async def latest_snapshot(self, shard, into=None):
+    async def latest_snapshot(self, shard, into=None, sized=None):
         obs = await self._bucket(shard)
         for index in reversed(await self.snapshot_indexes(shard)):
             name = self._snap_name(index)
             try:
+                if sized is not None:
+                    sized((await obs.get_info(name)).size or 0)
                 if into is not None:
                     into.seek(0)
                     into.truncate()

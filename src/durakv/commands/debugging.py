@@ -381,6 +381,10 @@ def debug(ctx, args):
         if not port.faults.journal_follow_stall(parse_int(args[2])):
             raise CommandError(messages.DEBUG_NOT_SHARD_REPLICA)
         return OK
+    if sub in (b"RELOAD", b"LOADAOF", b"POPULATE") and ctx.pipeline.loading:
+        # DEBUG may run while loading (Valkey's `loading` flag), but these change or reload the dataset: a key
+        # written before the journal is open would be acknowledged and lost, a reload would race the load
+        raise CommandError(messages.BUSY_LOADING)
     if sub == b"RELOAD":
         opts = {a.upper() for a in args[2:]}
         if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:

@@ -86,8 +86,12 @@ class _Decoder:
         self.total = 0
 
     def feed(self, data):
+        self.out.extend(self.iter_feed(data))
+
+    def iter_feed(self, data):
+        """Yields the (db_id, argv) of data's commands as each is decoded (feed() collects them): a reader that
+        works in slices (start-up replay) meets a large payload one command at a time."""
         reader = self.reader
-        out = self.out
         size = len(data)
         fed = 0
         step = FEED_BYTES
@@ -116,13 +120,21 @@ class _Decoder:
                     raise ValueError("bad SELECT %r in payload" % argv[1])
                 self.db_id = int(argv[1])
             else:
-                out.append((self.db_id, argv))
+                yield self.db_id, argv
         self.total += size
 
     def finish(self) -> list:
         if self.consumed != self.total:
             raise ValueError("payload ends inside a command (%d of %d bytes decoded)" % (self.consumed, self.total))
         return self.out
+
+
+def iter_payload(payload):
+    """decode_payload one command at a time: yields (db_id, argv); raises ValueError as decode_payload does,
+    for a payload that ends inside a command once the commands before it were yielded."""
+    decoder = _Decoder()
+    yield from decoder.iter_feed(payload)
+    decoder.finish()
 
 
 def decode_payload(payload) -> list:
@@ -242,6 +254,15 @@ class PartAssembler:
             self.discarded += 1
         self._n = self._next = 0
         self._decoder = None
+
+    def feed_iter(self, payload, index=0):
+        """feed() for a reader that works in slices: an iterable of the effects to apply now, a whole entry's
+        decoded one command at a time as it is iterated (iter_payload). Iterate it to its end before the next
+        feed."""
+        if not is_part(payload):
+            self.reset()
+            return iter_payload(payload)
+        return self.feed(payload, index)
 
     def feed(self, payload, index=0) -> list:
         """Raises ValueError for a payload that is not commands (as decode_payload). A part's chunk is decoded

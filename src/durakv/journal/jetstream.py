@@ -835,11 +835,42 @@ class JetStreamJournal(Journal):
 
     async def follow(self, after: int, callback):
         """Push-consumes every entry with index > after, calling callback(entry) in order (an ordered
-        consumer: gaps or redeliveries are impossible; it restarts itself after disconnects)."""
+        consumer: gaps or redeliveries are impossible; it restarts itself after disconnects). callback returns
+        None, or an awaitable (a reader applying in slices): the entries after it are then held, in order,
+        until it is done."""
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
+        held = collections.deque()      # entries that arrived while an awaitable of the callback was pending
+        waiter = None                   # the task awaiting it, then delivering `held`
+
         def on_msg(msg):
-            callback(_msg_entry(msg))
+            # Runs in the connection's parser (deliver_directly), which cannot wait: an awaitable is waited
+            # for by a task of its own, and what arrives meanwhile queues behind it.
+            nonlocal waiter
+            entry = _msg_entry(msg)
+            if waiter is not None:
+                held.append(entry)
+                return
+            pending = callback(entry)
+            if pending is not None:
+                waiter = asyncio.ensure_future(deliver_held(pending))
+
+        async def deliver_held(pending):
+            nonlocal waiter
+            try:
+                while pending is not None:
+                    try:
+                        await pending
+                    except Exception:  # noqa: BLE001 - as a callback's error: logged, the next entry goes on
+                        log.exception("applying a journal entry on %s", self.subject)
+                    pending = None
+                    while held and pending is None:
+                        try:
+                            pending = callback(held.popleft())
+                        except Exception:  # noqa: BLE001 - as _DirectDelivery: logged, the next entry goes on
+                            log.exception("applying a journal entry on %s", self.subject)
+            finally:
+                waiter = None
 
         async def on_msg_cb(msg):
             on_msg(msg)
@@ -850,6 +881,17 @@ class JetStreamJournal(Journal):
                                       pending_bytes_limit=1 << 30)
         # each entry is applied where the parser meets it, not one loop iteration (and a task switch) later
         deliver_directly(sub, on_msg)
+        unsubscribe = sub.unsubscribe
+
+        async def unsubscribe_and_drop(*args, **kwargs):
+            # An awaitable of the callback still pending, and the entries held behind it, go with the
+            # subscription (as nats-py cancels its callback task, and what it was awaiting, on unsubscribe).
+            held.clear()
+            if waiter is not None:
+                waiter.cancel()
+            return await unsubscribe(*args, **kwargs)
+
+        sub.unsubscribe = unsubscribe_and_drop
         return sub
 
     async def last_index(self) -> int:

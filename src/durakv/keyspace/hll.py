@@ -473,10 +473,7 @@ def count(value: bytes) -> int:
         return int.from_bytes(value[8:16], "little")
     card = _count_cache.get(value)
     if card is None:
-        if value[4] == DENSE:
-            card = estimate(raw_histogram(dense_to_raw(value[HDR_SIZE:])))
-        else:
-            card = estimate(Sparse(value[HDR_SIZE:]).histogram())
+        card = estimate_value(value)
         if len(_count_cache) >= _COUNT_CACHE_MAX:
             del _count_cache[next(iter(_count_cache))]
         _count_cache[value] = card
@@ -491,6 +488,13 @@ def cache_stale(value: bytes) -> bool:
 def with_cached_count(value: bytes, card: int) -> bytes:
     """The value with `card` stored as its valid cached cardinality (pfcountCommand's header write)."""
     return value[:8] + card.to_bytes(8, "little") + value[16:]
+
+
+def estimate_value(value: bytes) -> int:
+    """The cardinality of an HLL value, computed (no cache: also safe off the event loop, PFSELFTEST)."""
+    if value[4] == DENSE:
+        return estimate(raw_histogram(dense_to_raw(value[HDR_SIZE:])))
+    return estimate(Sparse(value[HDR_SIZE:]).histogram())
 
 
 def count_raw(raw) -> int:
@@ -559,11 +563,22 @@ def _promote(header: bytearray, sparse: Sparse) -> bytearray:
 def add(value, elements, sparse_max_bytes=SPARSE_MAX_BYTES):
     """PFADD: (new value, updated) for adding elements to value (None: a new HLL). The new value is
     None when nothing changed. Corrupt for a bad sparse body (nothing is changed then)."""
+    return add_pats(value, _pat_lens(elements), sparse_max_bytes)
+
+
+def pat_lens(elements) -> list:
+    """[(register index, run length)] of elements, as add() computes them (hllPatLen), for a caller that adds the
+    same elements to several HLLs (PFSELFTEST's dense and sparse twins): hashed once."""
+    return list(_pat_lens(elements))
+
+
+def add_pats(value, pats, sparse_max_bytes=SPARSE_MAX_BYTES):
+    """add() of elements already hashed: pats iterates (register index, run length) pairs (pat_lens)."""
     updated = 0
     if value is None:
         value = new_sparse()
         updated = 1
-    pats = _pat_lens(elements)
+    pats = iter(pats)
     buf = None
     if value[4] == SPARSE:
         header = bytearray(value[:HDR_SIZE])

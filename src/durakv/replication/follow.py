@@ -7,6 +7,7 @@ import time
 
 from ..journal.base import EpochFilter, JournalTruncated
 from ..journal.codec import PartAssembler
+from ..recovery.loading import LoadStopped
 from .clock import monotonic_ms
 
 log = logging.getLogger("durakv.replication")
@@ -28,7 +29,22 @@ class FollowMixin:
         info = await self.journal.refresh()
         if info.state.first_seq > after + 1:
             raise JournalTruncated("entry %d was purged (the stream starts at %d)" % (after + 1, info.state.first_seq))
-        self.subscription = await self.journal.follow(after, self._on_entry)
+        self.subscription = await self.journal.follow(after, self._deliver)
+
+    async def _count_journal_to_load(self):
+        """Start-up: adds the bytes of the entries after the applied index to the load's total (INFO
+        loading_total_bytes), estimated from the stream's size per entry (the store does not say where in it
+        an index lies)."""
+        progress = self.server.load_progress
+        if progress is None:
+            return
+        try:
+            state = (await self.journal.refresh()).state
+        except Exception:  # noqa: BLE001 - only a figure for INFO; following retries its own requests
+            return
+        ahead = max(0, state.last_seq - max(self.applied_index, state.first_seq - 1))
+        if state.messages:
+            progress.total_bytes += state.bytes * ahead // state.messages
 
     def _clear_dataset(self):
         """Forgets everything loaded (start-up only: nobody is served data yet), to load a newer snapshot."""
@@ -43,7 +59,48 @@ class FollowMixin:
         self.filter = EpochFilter(0)
         self.parts = PartAssembler()
 
+    def _deliver(self, entry):
+        """The journal subscription's callback. Following, an entry is applied at once and whole (readers see
+        every command of it or none); while the node loads (start-up's catch-up: nobody reads data, -LOADING),
+        it is applied in slices of the loop (`_slicer`), so that a large entry does not stop the loop. Returns
+        None, or an awaitable the subscription waits for before it delivers the next entry."""
+        if self._slicer is None and self._in_flight is None:
+            self._on_entry(entry)
+            return None
+        return self._deliver_sliced(entry)
+
+    async def _deliver_sliced(self, entry):
+        # One entry at a time: a subscription that was replaced (resubscribed after a stall) may have left one
+        # half applied, which goes on in its own task (shielded: the old subscription's cancellation must not
+        # stop it mid-entry) and is waited for here; a redelivered entry is then skipped by its index.
+        await self._settle_apply()
+        slicer = self._slicer
+        if slicer is None:
+            self._on_entry(entry)
+            return
+        task = self._in_flight = self.server.loop.create_task(self._apply_sliced(entry, slicer))
+        await asyncio.shield(task)
+
+    async def _apply_sliced(self, entry, slicer):
+        try:
+            await slicer.run(self._entry_steps(entry, sliced=True))
+        except LoadStopped:
+            pass    # shutting down (catch_up says so to start-up): the entry stays half applied, the process ends
+        finally:
+            self._in_flight = None
+
+    async def _settle_apply(self):
+        """Waits until no entry is being applied in slices (before anything else applies or clears entries)."""
+        while self._in_flight is not None:
+            await asyncio.shield(self._in_flight)
+
     def _on_entry(self, entry):
+        for _ in self._entry_steps(entry, sliced=False):
+            pass
+
+    def _entry_steps(self, entry, sliced):
+        """Applies one journal entry in order; a generator that yields after each effect when `sliced` (the entry
+        decoded one command at a time), else only at its end."""
         if entry.index <= self.applied_index:
             return  # an ordered consumer restart may resend what we have
         if self.role == "primary":
@@ -71,9 +128,15 @@ class FollowMixin:
             accepted = self.filter.accept(entry)
             if accepted:
                 ks.hide_expired = False  # effects see every stored key, expired or not, as on the primary
+                apply = self.server.apply_effect
                 try:
-                    for db_id, argv in self.parts.feed(entry.payload, entry.index):
-                        self.server.apply_effect(db_id, argv)
+                    if sliced:
+                        for db_id, argv in self.parts.feed_iter(entry.payload, entry.index):
+                            apply(db_id, argv)
+                            yield
+                    else:
+                        for db_id, argv in self.parts.feed(entry.payload, entry.index):
+                            apply(db_id, argv)
                 finally:
                     ks.hide_expired = True
             else:
@@ -89,8 +152,12 @@ class FollowMixin:
         self.applied_at_ms = self.server.clock_ms()
         if self._behind_since_ms and self.applied_index >= self.known_index:
             self._behind_since_ms = 0
+        progress = self.server.load_progress
+        if progress is not None:
+            progress.loaded_bytes += len(entry.payload)
         if self._status_handle is None:
             self.send_status_soon()
+        yield
 
     def _stop_applying(self, index, exc):
         """Fail closed: entry `index` does not decode or apply (data from NATS is untrusted: a damaged or forged
@@ -140,6 +207,8 @@ class FollowMixin:
                 raise ApplyStopped(self.apply_stopped)
             if time.monotonic() > deadline:
                 raise TimeoutError("catch-up stalled at %d of %d" % (self.applied_index, last))
+            if self._slicer is not None and self._slicer.stopped():
+                raise LoadStopped("the server is shutting down")   # (start-up's catch-up: SHUTDOWN)
             await self.resubscribe_if_stalled()
             await asyncio.sleep(0.002)
         return last

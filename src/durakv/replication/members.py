@@ -1,12 +1,16 @@
 """A shard's members as each hears the others: heartbeats with applied offsets (INFO replication, ROLE, WAIT)
 and every node's liveness beat (the failure detector of CLUSTER SLOTS/NODES)."""
 
+import asyncio
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 
 from ..cluster import natsnames as nn
 from .clock import monotonic_ms
+
+log = logging.getLogger("durakv.replication")
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,7 @@ class PeerStatus:
     applied: int          # journal index it has applied (its replication offset)
     epoch: int
     seen_ms: int          # monotonic, when its heartbeat arrived
+    loading: bool = False  # still loading its snapshot and the journal (it answers -LOADING)
 
 
 class MembersMixin:
@@ -27,6 +32,7 @@ class MembersMixin:
     Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
 
     PEER_FRESH_MS = 3000     # a node not heard from for this long is not listed as connected
+    HEARTBEAT_S = 0.5        # how often a node tells the shard its applied index, and every node it is alive
 
     def _status_subject(self):
         return nn.STATUS % self.shard
@@ -48,6 +54,18 @@ class MembersMixin:
         return {n for n in node_ids
                 if n != self.node_id and now - self.heard_ms.get(n, self.started_ms) > timeout_ms}
 
+    async def _beat_while_loading(self):
+        """Start-up: the heartbeats go out while the node loads (the control loop, which sends them once it runs,
+        starts after the load), so the shard hears a restarted node at once: its failure detector does not call
+        it failed, and a replica storing a snapshot keeps the entries it still has to apply."""
+        while True:
+            try:
+                self._send_status()
+                self._send_alive()
+            except Exception as exc:  # noqa: BLE001 - a beat that failed is sent again next time
+                log.debug("heartbeat while loading failed: %r", exc)
+            await asyncio.sleep(self.HEARTBEAT_S)
+
     def send_status_soon(self):
         """A replica tells the shard its applied index, at most every 5 ms while entries arrive (WAIT on the
         primary is answered from these), and every control tick anyway."""
@@ -60,9 +78,11 @@ class MembersMixin:
             return
         cfg = self.server.config
         ip, port, tls_port = cfg.announced()
-        body = json.dumps({"id": self.node_id, "ip": ip, "port": port or tls_port,
-                           "az": self.az, "role": self.role, "applied": self.applied_index,
-                           "epoch": self.epoch}).encode()
+        doc = {"id": self.node_id, "ip": ip, "port": port or tls_port, "az": self.az, "role": self.role,
+               "applied": self.applied_index, "epoch": self.epoch}
+        if self.server.loading:
+            doc["loading"] = 1
+        body = json.dumps(doc).encode()
         self.server.loop.create_task(self._publish_bus(self._status_subject(), body))
 
     async def _on_status(self, msg):
@@ -70,7 +90,8 @@ class MembersMixin:
             doc = json.loads(msg.data)
             peer_id = str(doc["id"])
             status = PeerStatus(peer_id, str(doc["ip"]), int(doc["port"]), str(doc.get("az", "")),
-                                str(doc["role"]), int(doc["applied"]), int(doc.get("epoch", 0)), monotonic_ms())
+                                str(doc["role"]), int(doc["applied"]), int(doc.get("epoch", 0)), monotonic_ms(),
+                                bool(doc.get("loading", 0)))
         except (ValueError, KeyError, TypeError):
             return
         if peer_id == self.node_id:
@@ -89,8 +110,11 @@ class MembersMixin:
                             key=lambda p: p.node_id))
 
     def replicas_heard_within(self, max_lag_ms) -> int:
+        """Replicas for min-replicas-to-write: heard from within max_lag_ms and not loading (as Valkey counts a
+        replica only once its sync is done)."""
         now = monotonic_ms()
-        return sum(1 for p in self.peers.values() if p.role == "replica" and now - p.seen_ms <= max_lag_ms)
+        return sum(1 for p in self.peers.values()
+                   if p.role == "replica" and not p.loading and now - p.seen_ms <= max_lag_ms)
 
     def replicas_at(self, index) -> int:
         return sum(1 for p in self.replica_statuses() if p.applied >= index)

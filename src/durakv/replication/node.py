@@ -31,6 +31,7 @@ from ..journal.codec import PartAssembler
 from ..journal.jetstream import JetStreamJournal, connect
 from ..keyspace.search import get_search
 from ..logs import Recurring
+from ..recovery.loading import Slicer
 from .bus import BusMixin
 from .clock import monotonic_ms
 from .follow import ApplyStopped, FollowMixin
@@ -122,6 +123,11 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self.lease_refusals = 0         # commands refused for that reason
         self._lease_lapsed = False
         self._lapse_log = Recurring(log)
+        self._slicer = None             # while loading: the slices of the loop the snapshot and entries apply in
+        self._in_flight = None          # the task applying an entry in slices (follow.py)
+        self._loading_beats = None      # the heartbeats sent while loading, before the control loop runs
+        self._snapshot_lock = None      # one snapshot stored at a time (snapshots.py)
+        self.snapshot_started_s = None  # monotonic s since a snapshot is being written and stored, else None
 
     # -- start-up -------------------------------------------------------------------------------
     def nats_tls(self):
@@ -145,6 +151,10 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
 
     async def start(self):
         srv = self.server
+        # The snapshot and the journal load in slices of the loop (recovery/loading.py): clients are answered
+        # (-LOADING, INFO with the progress) and the heartbeats go out meanwhile.
+        self._slicer = Slicer(stop=srv.shutdown_event.is_set if srv.shutdown_event is not None else None)
+        self._remove_stale_snapshot_temps()
         self.nc = await self.nats_connect()
         # Start-up often meets NATS electing (a cluster starting, an AZ back, a node re-executed after it was
         # replaced): every request is retried while NATS cannot answer yet, instead of exiting.
@@ -166,6 +176,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 "watching the topology", lambda: self.store.watch_topology(self._on_topology))
             await self._subscribe_pubsub()
             self._pubsub_subs.append(await self.nc.subscribe(self._ALIVE, cb=self._on_alive))
+        self._loading_beats = srv.loop.create_task(self._beat_while_loading())
         t0 = time.monotonic()
         # search indexes are built once the snapshot and the journal are in, in slices while serving
         search = get_search(srv.keyspace)
@@ -180,6 +191,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         keys_before = sum(len(db) for db in srv.keyspace.dbs)
         for attempt in range(5):
             try:
+                await self._count_journal_to_load()
                 await retry_transient("following the journal", lambda: self._follow_from(self.applied_index))
                 await self.catch_up(timeout_s=120)
                 break
@@ -192,13 +204,19 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 log.warning("catching up from index %d: %s; loading the newest snapshot again", self.applied_index,
                             exc)
                 await self._unfollow()
+                await self._settle_apply()
                 self._clear_dataset()
+                if srv.load_progress is not None:
+                    srv.load_progress.start_over()
                 self.phase = "loading snapshot"
                 await self._load_snapshot()
                 self.phase = "replaying journal"
                 from_index = self.applied_index
                 keys_before = sum(len(db) for db in srv.keyspace.dbs)
         search.resume()
+        # Loaded: from here on entries apply whole as they arrive (one still being applied in slices finishes
+        # first, and the next waits for it: follow.py _deliver)
+        slicer, self._slicer = self._slicer, None
         t2 = time.monotonic()
         ttl_ms = srv.config["lease-ttl-ms"]
         self.renewer = LeaseRenewer(self._open_renewer_store, self.shard, ttl_ms, self._publish_lease,
@@ -207,15 +225,17 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                                     mono_ms=monotonic_ms, name="durakv-lease-%s" % self.shard).start()
         self.controller = Controller(self.store, self, self.shard, ttl_ms, srv.clock_ms, monotonic_ms,
                                      renewer=self.renewer)
+        self._loading_beats.cancel()    # the control loop sends them from now on
+        self._loading_beats = None
         self._task = srv.loop.create_task(self._control_loop())
         self._snap_task = srv.loop.create_task(self._snapshot_loop())
         if self.apply_stopped is None:
             self.phase = "following"
         keys = sum(len(db) for db in srv.keyspace.dbs)
         log.info("node %s (az %s) following shard %s at index %d: snapshot %.2fs (%d keys), journal %d..%d in %.2fs "
-                 "(%d entries, +%d keys, %.0f entries/s)", self.node_id, self.az, self.shard, self.applied_index,
+                 "(%d entries, +%d keys, %.0f entries/s); %s", self.node_id, self.az, self.shard, self.applied_index,
                  t1 - t0, keys_before, from_index + 1, self.applied_index, t2 - t1, self.applied_index - from_index,
-                 keys - keys_before, (self.applied_index - from_index) / max(t2 - t1, 1e-6))
+                 keys - keys_before, (self.applied_index - from_index) / max(t2 - t1, 1e-6), slicer.summary())
 
     async def _check_cluster(self):
         """Refuses to run on a coordination store of another cluster or format (the cluster document, written
@@ -246,7 +266,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 log.info("controller: %s", reason)
             previous = reason
             now = time.monotonic()
-            if now - self._last_heartbeat >= 0.5:
+            if now - self._last_heartbeat >= self.HEARTBEAT_S:
                 self._last_heartbeat = now
                 self._send_status()
                 self._send_alive()

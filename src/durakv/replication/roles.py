@@ -29,6 +29,7 @@ class RolesMixin:
             except Exception:  # noqa: BLE001
                 pass
             self.subscription = None
+        await self._settle_apply()   # (an entry still being applied in slices of the load finishes first)
         # Entries may have landed between catch_up and the unsubscribe: read them too.
         async for entry in self.journal.read(self.applied_index):
             self._on_entry(entry)

@@ -10,8 +10,12 @@ import time
 from ..errors import with_path
 from ..journal.base import EpochFilter
 from ..journal.codec import PartAssembler
+from ..snapshot.forked import write_snapshot_forked
 
 log = logging.getLogger("durakv.replication")
+
+# A snapshot fetched from the object store or written for it goes through a temporary file in the data dir
+SNAPSHOT_TEMP_PREFIX = "snap-"
 
 
 class SnapshotsMixin:
@@ -20,14 +24,22 @@ class SnapshotsMixin:
     Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
 
     async def _load_snapshot(self):
-        """The shard's newest snapshot from the object store, streamed into a file (not into memory) and loaded."""
-        from ..snapshot.format import load_snapshot
-        fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
+        """The shard's newest snapshot from the object store, streamed into a file (not into memory) and loaded
+        in slices of the loop (recovery/loading.py: the node answers -LOADING and INFO meanwhile)."""
+        from ..snapshot.format import load_snapshot_steps
+        fd, path = tempfile.mkstemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".dks", dir=self.server.dir)
         try:
             started = time.monotonic()
+            progress = self.server.load_progress
+            total_before = progress.total_bytes if progress is not None else 0
+
+            def sized(n):
+                # INFO loading_total_bytes: the snapshot (the one tried, if an earlier one failed) from the start
+                if progress is not None:
+                    progress.total_bytes = total_before + n
             try:
                 with os.fdopen(fd, "wb") as f:
-                    snap = await self.store.latest_snapshot(self.shard, into=f)
+                    snap = await self.store.latest_snapshot(self.shard, into=f, sized=sized)
             except OSError as exc:
                 raise with_path(exc, path) from exc     # a full data directory: say which file
             if snap is None:
@@ -38,7 +50,8 @@ class SnapshotsMixin:
             saved = ks.expire_enabled
             ks.expire_enabled = False
             try:
-                load_snapshot(path, ks, self.server.apply_effect)
+                await self._slicer.run(load_snapshot_steps(path, ks, self.server.apply_effect, progress,
+                                                           count_total=False))
             finally:
                 ks.expire_enabled = saved
             size = os.path.getsize(path)
@@ -53,6 +66,16 @@ class SnapshotsMixin:
         log.info("loaded snapshot of shard %s at index %d (epoch %d): %d bytes fetched in %.2fs, %d keys loaded in "
                  "%.2fs (%.0f keys/s)", self.shard, index, epoch, size, fetched - started, keys, loaded - fetched,
                  keys / max(loaded - fetched, 1e-6))
+
+    def _remove_stale_snapshot_temps(self):
+        """The files a killed process of this node left while fetching or writing a snapshot (this process has
+        none yet: it calls this at start-up, holding the data directory's lock)."""
+        for name in os.listdir(self.server.dir):
+            if name.startswith(SNAPSHOT_TEMP_PREFIX) and name.endswith(".dks"):
+                try:
+                    os.unlink(os.path.join(self.server.dir, name))
+                except OSError:
+                    pass
 
     async def _snapshot_loop(self):
         interval_ms = self.server.config["replica-snapshot-interval-ms"]
@@ -71,17 +94,32 @@ class SnapshotsMixin:
         """Writes this replica's state at its applied index to the object store, then prunes the store (the
         SNAPSHOTS_KEPT newest of this shard stay; older ones, tombstones and chunks a crash left behind go) and
         drops stream entries that no kept snapshot needs."""
-        from ..snapshot.format import write_snapshot
+        if self._snapshot_lock is None:
+            self._snapshot_lock = asyncio.Lock()
+        async with self._snapshot_lock:     # one at a time (the periodic one and a BGSAVE)
+            self.snapshot_started_s = time.monotonic()   # INFO rdb_bgsave_in_progress meanwhile
+            try:
+                return await self._store_snapshot()
+            finally:
+                self.snapshot_started_s = None
+
+    async def _store_snapshot(self):
         index = self.whole_index   # never inside a command carried in parts: its first parts are not applied
-        fd, path = tempfile.mkstemp(prefix="snap-", suffix=".dks", dir=self.server.dir)
+        epoch = self.filter.epoch  # both as memory stands at the fork
+        fd, path = tempfile.mkstemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".dks", dir=self.server.dir)
         os.close(fd)
         try:
-            write_snapshot(path, self.server.keyspace, index)
+            # Written by a forked child from memory as it is now (as Valkey's BGSAVE forks): the loop goes on
+            # applying entries and answering clients while the image is encoded, and the store reads the file
+            # in chunks on a worker thread (nats-py's object store), never the whole of it in the loop.
+            size = await write_snapshot_forked(path, self.server.keyspace, index, forked=self.server.note_fork)
             with open(path, "rb") as f:
-                data = f.read()
+                await self.store.put_snapshot(self.shard, index, epoch, f)
         finally:
-            os.unlink(path)
-        await self.store.put_snapshot(self.shard, index, self.filter.epoch, data)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         self.snapshot_index = index
         self.snapshots_stored += 1
         pruned = await self.store.prune_snapshots(self.shard)
@@ -92,6 +130,8 @@ class SnapshotsMixin:
             # apply (a restarted node catching up from an older point would otherwise lose them mid-way).
             floor = kept[0] + 1
             for peer in self.replica_statuses():
+                if peer.loading and not peer.applied:
+                    continue    # not yet at its snapshot: it will start from a kept one, not from entry 1
                 floor = min(floor, peer.applied + 1)
             # ... and what a backup is copying or the next backup continues from (durakv/backup); when that
             # cannot be read, nothing is purged this time
@@ -106,6 +146,6 @@ class SnapshotsMixin:
             if floor > 1:
                 await self.journal.truncate_before(floor)
         log.info("snapshot of shard %s at index %d stored (%d bytes); journal kept from index %d; snapshot store "
-                 "%d bytes in %d messages", self.shard, index, len(data), self.journal.first_index,
+                 "%d bytes in %d messages", self.shard, index, size, self.journal.first_index,
                  pruned["bytes"], pruned["messages"])
         return index

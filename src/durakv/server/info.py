@@ -134,10 +134,16 @@ def _section_persistence(srv):
     t = srv.durability.tracker
     building = srv.snapshot_in_progress is not None
     current = int(time.monotonic() - srv.snapshot_started) if building and srv.snapshot_started else -1
+    node = getattr(srv, "cluster_node", None)
+    if node is not None and node.snapshot_started_s is not None:
+        # a shard replica writing its snapshot (a forked child) and storing it in the object store
+        building = True
+        current = int(time.monotonic() - node.snapshot_started_s)
     # A snapshot is both durakv's BGSAVE and its BGREWRITEAOF (it compacts the journal), so the rdb_ and aof_
-    # fields describe the same builds. It is built by a separate process that reads the snapshot and journal
-    # files (snapshot/adopt.py), not by a fork of this one: nothing is copied on write (aof_last_cow_size).
-    return {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
+    # fields describe the same builds. A standalone server's is built by a separate process that reads the
+    # snapshot and journal files (snapshot/adopt.py), not by a fork of this one: nothing is copied on write
+    # (aof_last_cow_size). A shard replica's is written by a forked child (replication/snapshots.py).
+    fields = {"loading": int(srv.loading), "async_loading": 0, "current_cow_peak": 0,
             "rdb_changes_since_last_save": srv.keyspace.changes - srv.keyspace.changes_saved,
             "rdb_bgsave_in_progress": int(building),
             "rdb_last_save_time": srv.lastsave, "rdb_last_bgsave_status": srv.last_bgsave_status,
@@ -150,6 +156,12 @@ def _section_persistence(srv):
             "aof_last_cow_size": 0,
             # durakv loads no modules (MODULE LOAD is refused), so no module child ever runs
             "module_fork_in_progress": 0, "module_fork_last_cow_size": 0}
+    # While loading, Valkey ends the section with the load's progress (bytes of the snapshot and the journal,
+    # or of a REPLICAOF sync's RDB: recovery/loading.py)
+    progress = getattr(srv, "load_progress", None)
+    if srv.loading and progress is not None:
+        fields.update(progress.info_fields())
+    return fields
 
 
 def _section_stats(srv):

@@ -18,7 +18,6 @@ joined, so a SYNC client never holds a write a failover could take back. If that
 chunk is dropped; if the RDB's entries fail, the client gets the journal's error and the connection closes.
 """
 
-import gc
 import logging
 import mmap
 import os
@@ -31,6 +30,7 @@ from ..keyspace import rdbvalue
 from ..keyspace.db import ServerDeletion
 from ..protocol.resp import Deferred, ErrorReply, Raw, RawView, encode_command
 from ..scripting.functions import get_functions
+from ..snapshot.forked import fork_child, watch_exit
 
 
 def dataset_rdb(keyspace, data=True, functions=True, key_delay_us=0) -> bytes:
@@ -73,38 +73,28 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
     took (INFO stats latest_fork_usec)."""
     done = Deferred()
     fd, path = tempfile.mkstemp(prefix="temp-sync-%d-" % os.getpid(), suffix=".rdb", dir=tmp_dir)
-    fork_started = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        # The child: a copy of memory at the fork. Nothing but the file: no logging, no journal, no loop; the
-        # collector stays off so that no finalizer of a copied object (a transport, a file) runs here.
-        status = 1
-        try:
-            gc.disable()
-            # Drop the copies of every other descriptor (client sockets, listeners, NATS, the journal): while
-            # the child held them, a connection the server closes would stay open until the child exits.
-            os.closerange(0, fd)
-            os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-            rdb = dataset_rdb(keyspace, data=data, functions=functions, key_delay_us=key_delay_us)
-            # the whole reply, so that the loop sends the file as it is (RawView) without building it
-            for part in (preamble + b"$%d\r\n" % len(rdb), rdb):
-                view = memoryview(part)
-                while view:
-                    view = view[os.write(fd, view):]
-            status = 0
-        finally:
-            os._exit(status)
-    if forked is not None:
-        forked(int((time.perf_counter() - fork_started) * 1e6))
-    os.close(fd)
-    log.info("Background RDB transfer started by pid %d", pid)
-    pidfd = os.pidfd_open(pid)
 
-    def child_exited():
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-        _pid, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
+    def work():
+        # The child: nothing but the file (snapshot/forked.py: no logging, no journal, no loop)
+        rdb = dataset_rdb(keyspace, data=data, functions=functions, key_delay_us=key_delay_us)
+        # the whole reply, so that the loop sends the file as it is (RawView) without building it
+        for part in (preamble + b"$%d\r\n" % len(rdb), rdb):
+            view = memoryview(part)
+            while view:
+                view = view[os.write(fd, view):]
+
+    try:
+        pid, fork_usec = fork_child(work, keep_fd=fd)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+    if forked is not None:
+        forked(fork_usec)
+    log.info("Background RDB transfer started by pid %d", pid)
+
+    def child_exited(code):
         try:
             if code != 0:
                 log.warning("RDB export child %d failed (exit status %d)", pid, code)
@@ -122,7 +112,7 @@ def export_rdb_forked(loop, keyspace, tmp_dir, data=True, functions=True, ticket
             done.resolve(RawView(memoryview(mapped)), ticket)
         finally:
             os.unlink(path)
-    loop.add_reader(pidfd, child_exited)
+    watch_exit(loop, pid, child_exited)
     return done
 
 

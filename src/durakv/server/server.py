@@ -20,9 +20,11 @@ from ..config import debug_delay, obuf_limits
 from ..errors import ConfigError
 from ..keyspace import Keyspace
 from ..protocol.resp import OK, Deferred, ErrorReply
-from ..recovery import recover
+from ..recovery import planned_bytes, recover, recover_steps
+from ..recovery.loading import LoadProgress, LoadStopped, Slicer
 from ..snapshot.adopt import build_snapshot
-from ..snapshot.datadir import open_data_dir
+from ..journal.lock import lock_data_dir
+from ..snapshot.datadir import check_data_dir, open_data_dir
 from .acl import ServerAcl
 from ..scripting.lua import set_memory_limit as set_lua_memory_limit
 from .blocking import Blocking
@@ -34,6 +36,9 @@ from ..cluster.settings import CONFIG_FIELDS as SHARD_SETTINGS, NONE_REFUSED
 from .cluster import ClusterRouting, single_node_topology, unassigned_topology
 from ..routing import key_slot
 from .connection import Connection
+# imported with the server, not at the first INFO: a node answers INFO while it loads, and an import then is a
+# stall of its own
+from .info import render_info
 from .loopstats import LoopStats
 from .migrate import MigrateSockets
 from .notify import Hooks, notify_flags_to_string, parse_notify_flags
@@ -171,6 +176,7 @@ class Server:
         self.total_forks = 0
         self.latest_fork_usec = 0
         self.loading = False
+        self.load_progress = None          # recovery/loading.LoadProgress while loading (INFO's loading_* fields)
         self.shutdown_event = None
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
         self.loop_stats = LoopStats()      # INFO's eventloop_* figures and the loop's heartbeat (loopstats.py)
@@ -316,6 +322,8 @@ class Server:
         if name == "durability":
             if self.cluster_node is not None and value == "none":
                 return NONE_REFUSED
+            if self.loading and self.cluster_node is None:
+                return messages.DURABILITY_WHILE_LOADING
             if self._durability_switch is not None:
                 return "a switch of durability (to %s) is in progress" % self._durability_switch
         return None
@@ -504,8 +512,6 @@ class Server:
     # -- start-up -------------------------------------------------------------------------------
     async def start(self):
         adjust_open_files_limit(self.config)
-        # Lock --dir (one server per data directory) and check the journal against the snapshots first.
-        self.data_dir_lock = open_data_dir(self.dir, self.config)
         # The journal thread needs the GIL back the moment its fsync returns, or every sync reply waits
         # for the interpreter's 5 ms switch interval while the event loop serves other clients.
         sys.setswitchinterval(0.0002)
@@ -513,16 +519,30 @@ class Server:
         self.loop_stats.start(self.loop)
         self.durability.loop = self.loop
         self.shutdown_event = asyncio.Event()
-        os.makedirs(self.dir, exist_ok=True)
         mode = self.config["durability"]
         if self.config["journal-backend"] == "jetstream":
+            # Lock --dir (one server per data directory) and check it first.
+            self.data_dir_lock = open_data_dir(self.dir, self.config)
+            os.makedirs(self.dir, exist_ok=True)
             await self._start_cluster_node()
             return
+        # Lock --dir first (one server per data directory), then listen, as Valkey listens before it loads:
+        # from here on clients are answered (-LOADING to data commands, INFO with the load's progress) while
+        # the journal is checked and the dataset is loaded in slices of the loop (recovery/loading.py).
+        self.data_dir_lock = lock_data_dir(self.dir)
+        self.load_progress = LoadProgress(planned_bytes(self.dir))
         self.loading = True
+        try:
+            await self._listen(ready=False)
+            # reading and checking every segment of a large journal takes a while: on a worker thread
+            await self.loop.run_in_executor(None, check_data_dir, self.dir, self.config)
+        except BaseException:
+            self.data_dir_lock.release()
+            raise
         started = time.monotonic()
+        slicer = Slicer(stop=self.shutdown_event.is_set)
         self.keyspace.expire_enabled = False
-        self.pipeline.stats_enabled = False   # replayed commands are not client commands
-        apply = self.apply_effect
+        apply = self._replay_effect
         delay_us = self.config["key-load-delay"]
         if delay_us:
             def apply(db_id, argv, apply=apply):   # key-load-delay: slows loading for tests that watch it
@@ -530,15 +550,18 @@ class Server:
                 apply(db_id, argv)
         self.hooks.search.pause()             # indexes are built once the data is in, in the background
         try:
-            snap_index, last_index = recover(self.dir, self.keyspace, apply)
+            snap_index, last_index = await slicer.run(recover_steps(self.dir, self.keyspace, apply,
+                                                                    progress=self.load_progress))
+        except LoadStopped:
+            log.warning("shutdown requested while loading: the load stops here (nothing was written)")
+            return
         finally:
             self.keyspace.expire_enabled = True
-            self.pipeline.stats_enabled = True
             self.hooks.search.resume()
         self.last_snapshot_index = snap_index
         self.recovered_index = last_index
-        log.info("loaded snapshot index %d and journal up to %d in %.3fs (%d keys)", snap_index, last_index,
-                 time.monotonic() - started, sum(len(db) for db in self.keyspace.dbs))
+        log.info("loaded snapshot index %d and journal up to %d in %.3fs (%d keys; %s)", snap_index, last_index,
+                 time.monotonic() - started, sum(len(db) for db in self.keyspace.dbs), slicer.summary())
         if mode != "none":
             from ..journal.local import LocalJournal
             self.journal = LocalJournal(os.path.join(self.dir), segment_bytes=self.config["journal-segment-bytes"],
@@ -557,7 +580,8 @@ class Server:
             routing.install(single_node_topology(routing.myself_id, ip, port, tls_port))
             self.cluster_routing = self.pipeline.router = routing
         self.loading = False
-        await self._listen()
+        self.load_progress = None
+        self._log_ready()
         self.watchdog.configure()
         primary = self.config["replicaof"]
         if primary:   # `replicaof host port` in the config (Config.check refused it with a cluster or JetStream)
@@ -584,8 +608,20 @@ class Server:
             self._backfill_scheduled = True
             self.loop.call_soon(self._backfill_tick)
 
+    def _replay_effect(self, db_id, argv):
+        """One effect of start-up's snapshot or journal, uncounted: replayed commands are not client commands
+        (the clients answered meanwhile, INFO and the like, are counted)."""
+        pipeline = self.pipeline
+        pipeline.stats_enabled = False
+        try:
+            self.apply_effect(db_id, argv)
+        finally:
+            pipeline.stats_enabled = True
+
     def _start_cron_and_signals(self):
         """The last step of either start-up: serverCron on its timer, SIGTERM/SIGINT a graceful shutdown."""
+        if self.metrics is not None:
+            self.metrics.publish()   # what the load changed (the journal, the role), before the first cron tick
         self._timer = self.loop.create_task(self._cron())
         self._backup_task = self.loop.create_task(self.backup_scheduler.run())
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -622,8 +658,8 @@ class Server:
             self._start_cron_and_signals()
             return
         await self._listen(ready=False)
-        await self._become_member()
-        self._start_cron_and_signals()
+        if await self._become_member():
+            self._start_cron_and_signals()
 
     def join_cluster(self, doc):
         """DURAKV JOIN: keeps what the operator's tool sent (cluster/membership.py validates it and fsyncs it)
@@ -640,21 +676,28 @@ class Server:
     async def _become_member(self):
         """Starts serving the shard this node is a member of: loads and follows its journal, takes part in
         failover. A start that fails logs why and leaves the node up (INFO and the log say it), instead of
-        exiting into a restart loop."""
+        exiting into a restart loop. False if SHUTDOWN stopped the load."""
         from ..replication.node import ClusterNode
+        self.load_progress = LoadProgress()
         self.loading = True
         self.cluster_node = ClusterNode(self, self.membership)
         self.journal = None  # the shard's journal belongs to the node; INFO reads it from there
         self.pipeline.gate = self.cluster_node   # role and lease checks in admission
         # Answer at once while the snapshot and the journal load: -LOADING to data commands (as Valkey), INFO
         # with the progress, so a restarted node is visibly catching up rather than silent.
-        await self.cluster_node.start()
+        try:
+            await self.cluster_node.start()
+        except LoadStopped:
+            log.warning("shutdown requested while loading: the load stops here")
+            return False
         self.loading = False
+        self.load_progress = None
         self.watchdog.configure()
         log.info("durakv %s ready: port %s, tls-port %s, durability %s (%s), dir %s, core %s", __version__,
                  self.config["port"], self.config["tls-port"], self.effective_durability(),
                  "primary" if self.cluster_node.role == "primary" else "replica", self.dir, fastpath.NAME)
         fastpath.warn_if_missing()
+        return True
 
     def _journal_failed(self, first, exc):
         """The journal could not persist entries from `first` on. Their effects are in memory but not on disk,
@@ -811,19 +854,25 @@ class Server:
                         continue
                     raise
                 self.listeners.append(srv)
+        # the metrics port first: importing prometheus_client takes a while, which a client already connected
+        # (a restarted node answers while it loads) would wait out
+        if cfg["metrics-port"] and self.metrics is None:
+            from .metrics import Metrics
+            self.metrics = Metrics(self)
+            self.metrics.start(hosts[0] if hosts else "127.0.0.1", cfg["metrics-port"])
         # every port serves only once all listen: a client that reached the plain port (a readiness check)
         # must find the TLS port there too, not refused while its certificate loads
         for srv in self.listeners:
             if not srv.is_serving():
                 await srv.start_serving()
-        if cfg["metrics-port"] and self.metrics is None:
-            from .metrics import Metrics
-            self.metrics = Metrics(self)
-            self.metrics.start(hosts[0] if hosts else "127.0.0.1", cfg["metrics-port"])
         if ready:
-            log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s, core %s", __version__, port,
-                     cfg["tls-port"], self.effective_durability(), self.dir, fastpath.NAME)
-            fastpath.warn_if_missing()
+            self._log_ready()
+
+    def _log_ready(self):
+        cfg = self.config
+        log.info("durakv %s ready: port %s, tls-port %s, durability %s, dir %s, core %s", __version__, cfg["port"],
+                 cfg["tls-port"], self.effective_durability(), self.dir, fastpath.NAME)
+        fastpath.warn_if_missing()
 
     def _tls_context(self):
         cfg = self.config
@@ -1081,7 +1130,6 @@ class Server:
 
     # -- INFO -----------------------------------------------------------------------------------
     def info(self, sections):
-        from .info import render_info
         return render_info(self, sections)
 
     def memory_rss(self):

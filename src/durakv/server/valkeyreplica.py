@@ -8,8 +8,8 @@ diskless with an EOF mark), then the command stream.
 
 The full sync stays off the event loop's critical path: the RDB is streamed from the socket to a temporary file
 in the data dir (never whole in memory; removed afterwards, also on errors), then read back record by record
-(rdbvalue.iter_rdb_file) and applied in slices of at most SLICE_MAX_KEYS keys or SLICE_MAX_MS, yielding to the
-loop between slices. Meanwhile the server is loading (server.loading, as at start-up): other clients get
+(rdbvalue.iter_rdb) and applied in slices of the loop (recovery/loading.py Slicer: SLICE_MAX_MS), yielding
+to the loop between slices. Meanwhile the server is loading (server.loading, as at start-up): other clients get
 -LOADING to data commands, INFO and the like answer. What the primary sends is
 run through the pipeline on one session marked `from_primary` (the only one a replica accepts writes from), so
 every key loaded and every command applied is journaled like a client's write: a kill -9 of a durakv replica
@@ -41,6 +41,7 @@ from .. import fastpath, messages
 from ..commands.session import Session
 from ..errors import with_path
 from ..keyspace import rdbvalue
+from ..recovery.loading import LoadProgress, Slicer
 from ..protocol.resp import ErrorReply, encode_command
 
 log = logging.getLogger("durakv.replicaof")
@@ -56,10 +57,6 @@ SYNC_READ_BYTES = 1 << 20
 SYNC_READ_TIMEOUT_S = 300
 # The temporary file of a full sync in the data dir: temp-replicaof-<pid>-<random>.rdb
 SYNC_FILE_PREFIX = "temp-replicaof-"
-# One slice of the load (keys applied between two yields to the loop): short enough that other clients are
-# answered within a few milliseconds, long enough that yielding costs little of the load's time.
-SLICE_MAX_KEYS = 1000
-SLICE_MAX_MS = 5
 
 
 class LinkError(Exception):
@@ -198,7 +195,7 @@ class ValkeyReplicaLink:
                 raise with_path(exc, path) from exc     # a full data directory: say which file
             self._marks.clear()
             self.durable_offset, self._owed = 0, 0
-            keys = await self._load(path)
+            keys = await self._load(path, writer)
         finally:
             os.unlink(path)
         self.replid = replid.decode()
@@ -277,20 +274,40 @@ class ValkeyReplicaLink:
             # a write that did not happen here would leave this replica behind for good: sync again
             raise LinkError("applying %r failed: %s" % (argv[0], reply.text))
 
-    async def _load(self, path) -> int:
-        """Replaces the dataset with the RDB file's, as the primary's session (journaled), in slices; returns
-        the number of keys. Each key is RESTOREd from its payload as the file has it (no decode and re-dump)."""
+    async def _load(self, path, writer) -> int:
+        """Replaces the dataset with the RDB file's, as the primary's session (journaled), in slices of the loop
+        (recovery/loading.py); returns the number of keys. Each key is RESTOREd from its payload as the file has
+        it (no decode and re-dump). Meanwhile the primary gets a newline every second, as Valkey's replica sends
+        while it loads (replicationSendNewlineToPrimary): the primary counts this replica online once the RDB is
+        sent and drops one it heard nothing from for repl-timeout (60 s), which a long load would pass, and each
+        resync would then fail the same way; a newline refreshes its clock without an ACK, which would start a
+        diskless sync's command stream before this replica reads it."""
+        server = self.server
+        server.load_progress = progress = LoadProgress(os.path.getsize(path))
+        server.loading = True
+        slicer = Slicer()
+        keepalive = server.loop.create_task(self._newlines(writer))
+        try:
+            return await slicer.run(self._load_steps(path, progress))
+        finally:
+            keepalive.cancel()
+            server.loading = False
+            server.load_progress = None
+            log.info("replica of %s:%d: the sync's load took %s", self.host, self.port, slicer.summary())
+
+    def _load_steps(self, path, progress):
+        """_load's work as a generator: yields after each key, library and record read."""
         server = self.server
         apply = self._apply
-        server.loading = True
-        try:
-            apply([b"FLUSHALL"])
-            apply([b"FUNCTION", b"FLUSH"])
-            selected, keys, in_slice = None, 0, 0
-            perf_counter = time.perf_counter
-            slice_s = SLICE_MAX_MS / 1000
-            slice_end = perf_counter() + slice_s
-            for rec in rdbvalue.iter_rdb_file(path, server.keyspace.clock_ms):
+        apply([b"FLUSHALL"])
+        apply([b"FUNCTION", b"FLUSH"])
+        selected, keys = None, 0
+        with open(path, "rb", buffering=0) as f:
+            def read(n):
+                data = f.read(n)
+                progress.loaded_bytes += len(data)
+                return data
+            for rec in rdbvalue.iter_rdb(read, server.keyspace.clock_ms):
                 kind = rec[0]
                 if kind == "key":
                     _, db_id, key, payload, expire_at_ms = rec
@@ -299,23 +316,16 @@ class ValkeyReplicaLink:
                         selected = db_id
                     apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0), payload, b"REPLACE", b"ABSTTL"])
                     keys += 1
-                    in_slice += 1
                 elif kind == "function":
                     apply([b"FUNCTION", b"LOAD", b"REPLACE", rec[1]])
                 elif kind == "resizedb" and fastpath.core is not None and rec[1] < len(server.keyspace.dbs):
                     # the dicts sized for the whole load first: no insert rebuilds one (a stall of its own)
                     server.keyspace.dbs[rec[1]].reserve(rec[2], rec[3], fastpath.core.presized_dict)
-                    continue
-                else:
-                    continue
-                if in_slice >= SLICE_MAX_KEYS or perf_counter() >= slice_end:
-                    await asyncio.sleep(0)
-                    in_slice = 0
-                    slice_end = perf_counter() + slice_s
-            apply([b"SELECT", b"0"])
-            return keys
-        finally:
-            server.loading = False
+                elif kind == "aux" and rec[1] == b"used-mem" and rec[2].isdigit():
+                    progress.rdb_used_mem = int(rec[2])     # INFO loading_rdb_used_mem, as Valkey reads it
+                yield
+        apply([b"SELECT", b"0"])
+        return keys
 
     async def _stream(self, reader, writer):
         parser = hiredis.Reader()
@@ -373,6 +383,11 @@ class ValkeyReplicaLink:
 
     def _ack(self, writer):
         writer.write(encode_command([b"REPLCONF", b"ACK", b"%d" % self.durable_offset]))
+
+    async def _newlines(self, writer):
+        while True:
+            await asyncio.sleep(ACK_INTERVAL_S)
+            writer.write(b"\n")
 
     async def _ack_loop(self, writer):
         # the first ACK at once: a primary that sent the RDB diskless streams commands only after it

@@ -45,12 +45,19 @@ def open_data_dir(data_dir, config):
     caller keeps for the life of the process. Raises DataDirInUse, JournalCorrupt or OSError."""
     lock = lock_data_dir(data_dir)
     try:
-        remove_stale_temps(data_dir)
-        if config["journal-backend"] == "local":
-            expect_after, reason = journal_expectation(data_dir)
-            check_journal(data_dir, load_truncated=config["journal-load-truncated"], expect_after=expect_after,
-                          expect_reason=reason, remember=True)
+        check_data_dir(data_dir, config)
     except BaseException:
         lock.release()
         raise
     return lock
+
+
+def check_data_dir(data_dir, config):
+    """Steps 2 and 3 of open_data_dir, for a caller that holds the lock already: a standalone server takes the
+    lock, listens (answering -LOADING) and runs this on a worker thread, since reading and checking a large
+    journal takes a while. Raises JournalCorrupt or OSError."""
+    remove_stale_temps(data_dir)
+    if config["journal-backend"] == "local":
+        expect_after, reason = journal_expectation(data_dir)
+        check_journal(data_dir, load_truncated=config["journal-load-truncated"], expect_after=expect_after,
+                      expect_reason=reason, remember=True)

@@ -291,9 +291,26 @@ def _parse_header(path, head) -> SnapshotInfo:
     return SnapshotInfo(index, created, bool(flags & JOURNAL_FOLLOWS), size)
 
 
+def run_steps(steps):
+    """Drives a generator of load steps (load_snapshot_steps, recovery's recover_steps) to its end at once and
+    returns what it returns: the caller has no event loop to yield to (the snapshot builder, tools, tests).
+    On a server's loop, recovery/loading.py's Slicer runs them in slices instead."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
 def verify_snapshot(path):
     """Checks size, header, trailer and checksum. Returns (index, created_ms, commands); raises
     SnapshotCorrupt."""
+    return run_steps(verify_snapshot_steps(path))
+
+
+def verify_snapshot_steps(path):
+    """verify_snapshot as a generator: yields after each chunk of _READ_SIZE read and checked (a large file is
+    checked without holding the caller for the whole of it); returns (index, created_ms, commands)."""
     size = os.path.getsize(path)
     if size < HEADER_V1.size + TRAILER.size:
         raise SnapshotCorrupt("snapshot %s: truncated (%d bytes)" % (path, size))
@@ -312,6 +329,7 @@ def verify_snapshot(path):
                 raise SnapshotCorrupt("snapshot %s: shorter than its size while reading" % path)
             crc = crc32c(chunk, crc)
             pos += len(chunk)
+            yield
         f.seek(size - TRAILER.size)
         magic, commands, stored = TRAILER.unpack(f.read(TRAILER.size))
     if magic != TRAILER_MAGIC:
@@ -325,9 +343,20 @@ def load_snapshot(path, keyspace, apply_fn) -> int:
     """Verifies the snapshot's checksum, then applies its commands with apply_fn(db_id, argv) (expiry off
     in keyspace meanwhile). Returns the journal index it covers. Raises SnapshotCorrupt before applying
     anything when the file is damaged."""
-    index, _created, commands = verify_snapshot(path)
-    header_size = read_info(path).header_size
+    return run_steps(load_snapshot_steps(path, keyspace, apply_fn))
+
+
+def load_snapshot_steps(path, keyspace, apply_fn, progress=None, count_total=True):
+    """load_snapshot as a generator: yields after each chunk verified and after each command applied, so that
+    a server loads in slices of its event loop (recovery/loading.py); returns the journal index the snapshot
+    covers. `progress` (recovery/loading.LoadProgress, or None) counts the file's bytes: loaded_bytes grows
+    with the commands applied, and the file's size joins total_bytes (unless count_total is False: the caller
+    counted it). Expiry is off in keyspace from the first command to the last (between the steps too)."""
     size = os.path.getsize(path)
+    if progress is not None and count_total:
+        progress.total_bytes += size
+    index, _created, commands = yield from verify_snapshot_steps(path)
+    header_size = read_info(path).header_size
     end = size - TRAILER.size
     reader = hiredis.Reader()
     db_id = 0
@@ -340,6 +369,8 @@ def load_snapshot(path, keyspace, apply_fn) -> int:
         with open(path, "rb") as f:
             f.seek(header_size)
             pos = header_size
+            if progress is not None:
+                progress.loaded_bytes += header_size
             while pos < end:
                 chunk = f.read(min(_READ_SIZE, end - pos))
                 if not chunk:
@@ -356,7 +387,8 @@ def load_snapshot(path, keyspace, apply_fn) -> int:
                         break
                     if type(argv) is not list or not argv or any(type(a) is not bytes for a in argv):
                         raise SnapshotCorrupt("snapshot %s: body holds something other than a command" % path)
-                    consumed += request_len(argv)
+                    n = request_len(argv)
+                    consumed += n
                     count += 1
                     if len(argv) == 2 and argv[0].upper() == b"SELECT":
                         if not argv[1].isdigit():
@@ -364,11 +396,16 @@ def load_snapshot(path, keyspace, apply_fn) -> int:
                         db_id = int(argv[1])
                     else:
                         apply_fn(db_id, argv)
+                    if progress is not None:
+                        progress.loaded_bytes += n
+                    yield
     finally:
         keyspace.expire_enabled = saved
     if consumed != fed or count != commands:
         raise SnapshotCorrupt("snapshot %s: body ends inside a command or holds %d commands, not %d"
                               % (path, count, commands))
+    if progress is not None:
+        progress.loaded_bytes += TRAILER.size
     return index
 
 
@@ -388,13 +425,21 @@ def newest_valid_snapshot(data_dir):
 def load_newest_snapshot(data_dir, keyspace, apply_fn):
     """Loads the newest valid snapshot into keyspace; returns its index and path, or (0, None) when there
     is none. Each candidate's checksum is verified before any of it is applied."""
+    return run_steps(load_newest_snapshot_steps(data_dir, keyspace, apply_fn))
+
+
+def load_newest_snapshot_steps(data_dir, keyspace, apply_fn, progress=None, count_total=True):
+    """load_newest_snapshot as a generator of steps (load_snapshot_steps'); returns (index, path)."""
     for index, path in list_snapshots(data_dir):
+        total_before = progress.total_bytes if progress is not None else 0
         try:
-            load_snapshot(path, keyspace, apply_fn)
+            yield from load_snapshot_steps(path, keyspace, apply_fn, progress, count_total)
         except SnapshotCorrupt as exc:
             if any(len(db.data) for db in keyspace.dbs):
                 raise  # damage found after applying part of it (the count check): cannot fall back
             log.error("snapshot %s is not usable, falling back to an older one: %s", path, exc)
+            if progress is not None:
+                progress.total_bytes = total_before
             continue
         return index, path
     return 0, None
