@@ -205,9 +205,8 @@ class Context:
         """notifyKeyspaceEvent: raises a keyspace event of this command's database where the handler changed
         key, in Valkey's order. `event_class` is one of keyspace/events.py's classes. While notify-keyspace-events
         has no class of it (the default: none) this is one test."""
-        ks = self.keyspace
-        if ks.notify_flags & event_class:
-            ks.event_sink(event_class, event, self.db.id, key)
+        if self.keyspace.notify_flags & event_class:
+            self.keyspace.event_sink(event_class, event, self.db.id, key)
 
     def notify_in(self, db_id: int, event_class: int, event: bytes, key: bytes):
         """notify for a key of another database (MOVE's target, COPY ... DB)."""
