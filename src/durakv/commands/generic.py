@@ -414,7 +414,7 @@ def _rebuild_stream(commands, clock_ms):
 # the hash's 25 MB payload 1.94 s (its CRC-64 0.03 s). A value of at least DUMP_OFF_LOOP_ELEMENTS elements or
 # DUMP_OFF_LOOP_BYTES bytes (about 10 ms of encoding) is encoded on a worker thread while writes to its key
 # wait, and a RESTORE payload of at least RESTORE_OFF_LOOP_BYTES (about 80 ms of decoding) is decoded on one
-# before the command runs (server/connection.py), so the loop keeps answering other clients meanwhile.
+# before the command runs (its declared prepare_off_loop), so the loop keeps answering other clients meanwhile.
 DUMP_OFF_LOOP_ELEMENTS = 10000
 DUMP_OFF_LOOP_BYTES = 2 << 20
 RESTORE_OFF_LOOP_BYTES = 1 << 20
@@ -476,7 +476,7 @@ def decode_payload(payload, clock_ms):
         return CommandError(messages.DUMP_BAD_DATA)
 
 
-@command("restore")
+@command("restore", prepare_off_loop=(3, RESTORE_OFF_LOOP_BYTES, decode_payload))
 def restore(ctx, args):
     replace = absttl = False
     idletime = freq = None
@@ -556,7 +556,7 @@ def restore(ctx, args):
     return OK
 
 
-@command("restore-asking")
+@command("restore-asking", prepare_off_loop=(3, RESTORE_OFF_LOOP_BYTES, decode_payload))
 def restore_asking(ctx, args):
     """RESTORE as MIGRATE sends it in cluster mode: flagged "asking", so a slot being imported accepts it."""
     return restore(ctx, args)
