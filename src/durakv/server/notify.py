@@ -25,7 +25,6 @@ from ..protocol.resp import Push, Raw
 
 _CLIENT_FAMILY = {"client"}
 _SEARCH_DEFINITIONS = {b"ft.create", b"ft.dropindex"}   # index definitions: no key of the database changed
-_RO_SCRIPTS = {"eval_ro", "evalsha_ro", "fcall_ro"}
 
 
 def _repr(arg: bytes) -> bytes:
@@ -352,8 +351,9 @@ class Hooks:
         if self.monitors and not cmd.skip_monitor and not retry:
             self._feed(session, cmd, args)
         current = self.current
+        # a read-only script (EVAL_RO, FCALL_RO: readonly and calls_commands) has its commands remember their keys
         if current is not None and current.tracking is not None and not current.tracking.bcast \
-                and cmd.readonly and cmd.name not in _RO_SCRIPTS:
+                and cmd.readonly and not cmd.calls_commands:
             self.tracking.remember(current, cmd, args)
         if effects and not cmd.calls_commands:   # EXEC's and scripts' own commands reported theirs
             if self.search:
