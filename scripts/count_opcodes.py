@@ -1,4 +1,4 @@
-"""Python bytecodes the server executes per unpipelined SET and GET, by function: a measure of the per-command
+"""Python bytecodes the server executes per unpipelined SET and GET (or --commands), by function: a measure of the per-command
 interpreter work that, unlike ops/s on a shared machine, does not move with the load of other processes.
 
 Starts a Server in this process (the sources on PYTHONPATH) with --durability MODE, feeds one connection (a
@@ -82,8 +82,18 @@ async def main(args):
         conn = Connection(server)
         conn.connection_made(Transport())
         value = b"x" * args.data_size
-        for name, make in (("SET", lambda i: request(b"SET", b"key:%012d" % i, value)),
-                           ("GET", lambda i: request(b"GET", b"key:%012d" % i))):
+        makers = {
+            "SET": lambda i: request(b"SET", b"key:%012d" % i, value),
+            "GET": lambda i: request(b"GET", b"key:%012d" % i),
+            # commands whose handlers run in Python (not in the compiled core's fast path)
+            "INCR": lambda i: request(b"INCR", b"n:%012d" % i),
+            "LPUSH": lambda i: request(b"LPUSH", b"l:%03d" % (i % 100), value),
+            "HSET": lambda i: request(b"HSET", b"h:%03d" % (i % 100), b"f%d" % i, value),
+            "SADD": lambda i: request(b"SADD", b"s:%03d" % (i % 100), b"m%d" % i),
+            "ZADD": lambda i: request(b"ZADD", b"z:%03d" % (i % 100), b"%d" % i, b"m%d" % i),
+        }
+        for name in args.commands.split(","):
+            make = makers[name.upper()]
             requests = [make(i) for i in range(args.requests)]
             for data in requests[:50]:      # warm: the command caches, the first batch of the journal
                 conn.data_received(data)
@@ -102,5 +112,6 @@ if __name__ == "__main__":
     p.add_argument("--requests", type=int, default=500)
     p.add_argument("--data-size", type=int, default=256)
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--commands", default="SET,GET", help="of SET,GET,INCR,LPUSH,HSET,SADD,ZADD")
     p.add_argument("--by-line", action="store_true", help="count by source line instead of by function")
     asyncio.run(main(p.parse_args()))

@@ -11,6 +11,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import ZSet
 from ..keyspace.db import FeedOnly
+from ..keyspace.events import GENERIC, NEW
 from ..protocol.numbers import INT64_MAX, INT64_MIN, string2ll  # noqa: F401  (INT64_* re-exported)
 
 
@@ -43,7 +44,7 @@ class Context:
     commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
 
     __slots__ = ("keyspace", "db", "client", "port", "effects", "touched", "replaying", "pipeline", "may_block",
-                 "touched_exact", "events")
+                 "touched_exact")
 
     def __init__(self, keyspace, port=None, client=None, pipeline=None):
         self.keyspace = keyspace
@@ -56,7 +57,6 @@ class Context:
         self.touched_exact = False   # the handler reported exactly the keys it changed (ctx.touch)
         self.replaying = False
         self.may_block = True
-        self.events = []         # (db_id, class letter, event, key) this command named itself (notify)
 
     @property
     def resp3(self) -> bool:
@@ -80,6 +80,18 @@ class Context:
     # -- keys ---------------------------------------------------------------------------------
     def lookup(self, key):
         return self.keyspace.lookup(self.db, key)
+
+    def lookup_read(self, key):
+        """The value at key as a read sees it inside a command that writes (Valkey's lookupKeyRead there:
+        counted as a hit or miss, "keymiss" when missing); a read-only command's lookups are such already."""
+        return self.keyspace.lookup_read(self.db, key)
+
+    def read_type(self, key, typ):
+        """lookup_type through lookup_read."""
+        value = self.keyspace.lookup_read(self.db, key)
+        if value is None or type(value) is typ:
+            return value
+        raise WrongType()
 
     def lookup_type(self, key, typ):
         """The value at key if it is of Python type `typ`, None if missing; WRONGTYPE otherwise."""
@@ -124,8 +136,11 @@ class Context:
         return self.keyspace.peek(self.db, key)
 
     def store(self, key, value, keep_ttl=False):
-        """Sets key to value (any type), dropping its TTL unless keep_ttl."""
+        """Sets key to value (any type), dropping its TTL unless keep_ttl. A key that was not there is created:
+        "new" (dbAdd)."""
         db = self.db
+        if self.keyspace.notify_flags & NEW and key not in db.data:
+            self.keyspace.event_sink(NEW, b"new", db.id, key)
         if db.slots is not None:
             db.slots.add(key)
         db.data[key] = value
@@ -143,6 +158,15 @@ class Context:
     def delete_if_empty(self, key, value):
         if not value:
             self.keyspace.delete(self.db, key)
+
+    def remove_if_empty(self, key, value):
+        """A removal's end in Valkey: the collection it emptied is deleted, "del" after the removal's own event
+        (which the handler raised already). True if it was."""
+        if value:
+            return False
+        self.keyspace.delete(self.db, key)
+        self.notify(GENERIC, b"del", key)
+        return True
 
     def ttl_ms(self, key):
         """Expire time (absolute ms) of key, or None."""
@@ -177,14 +201,18 @@ class Context:
         self._flush_server_deletes()
         self.effects.append((self.db.id, tuple(args)))
 
-    def notify(self, event_class: str, event: bytes, key: bytes):
-        """Names a keyspace event of this command, as a module's handler calls ValkeyModule_NotifyKeyspaceEvent:
-        `event_class` is a notify-keyspace-events letter ('g', 'd', ...). The observer (server/notify.py)
-        publishes it after the command, in order, instead of deriving events from the command's effects (it
-        derives none for a command that names its own). Nothing is kept while nobody observes."""
-        pipeline = self.pipeline
-        if pipeline is not None and pipeline.observer is not None:
-            self.events.append((self.db.id, event_class, event, key))
+    def notify(self, event_class: int, event: bytes, key: bytes):
+        """notifyKeyspaceEvent: raises a keyspace event of this command's database where the handler changed
+        key, in Valkey's order. `event_class` is one of keyspace/events.py's classes. While notify-keyspace-events
+        has no class of it (the default: none) this is one test."""
+        if self.keyspace.notify_flags & event_class:
+            self.keyspace.event_sink(event_class, event, self.db.id, key)
+
+    def notify_in(self, db_id: int, event_class: int, event: bytes, key: bytes):
+        """notify for a key of another database (MOVE's target, COPY ... DB)."""
+        ks = self.keyspace
+        if ks.notify_flags & event_class:
+            ks.event_sink(event_class, event, db_id, key)
 
     def touch(self, db_id, key, exact=False):
         """Reports a key this command's effects changed that its key specs do not name (MOVE's target db,

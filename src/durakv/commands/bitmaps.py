@@ -18,6 +18,7 @@ is empty deletes the destination and propagates DEL.
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import encoding
+from ..keyspace.events import GENERIC, STRING
 from .args import ArgCursor
 from .base import parse_int, syntax_error
 from .registry import command
@@ -45,7 +46,7 @@ def _bit_offset(arg, bits=0):
 
 def _read_string(ctx, key):
     """lookupKeyRead + checkType(OBJ_STRING)."""
-    value = ctx.lookup(key)
+    value = ctx.lookup_read(key)
     if value is not None and type(value) is not bytes:
         raise WrongType()
     return value
@@ -67,6 +68,7 @@ def setbit(ctx, args):
         ctx.store(key, bytes(byte) + bytes((on << shift,)))
         encoding.string_modified_in_place(ctx.db, key)
         ctx.propagate_args(args)
+        ctx.notify(STRING, b"setbit", key)
         return 0
     # lookupStringForBitCommand makes the string raw before looking at the bit, changed or not.
     encoding.string_modified_in_place(ctx.db, key)
@@ -84,6 +86,7 @@ def setbit(ctx, args):
     ctx.store(key, new, keep_ttl=True)
     encoding.string_modified_in_place(ctx.db, key)
     ctx.propagate_args(args)
+    ctx.notify(STRING, b"setbit", key)
     return bitval
 
 
@@ -259,6 +262,7 @@ def bitop(ctx, args):
     if not maxlen:
         if ctx.delete(dest):
             ctx.propagate(b"DEL", dest)
+            ctx.notify(GENERIC, b"del", dest)
         return 0
 
     def as_int(v):
@@ -281,6 +285,7 @@ def bitop(ctx, args):
     ctx.store(dest, acc.to_bytes(maxlen, "big"))
     encoding.string_modified_in_place(ctx.db, dest)
     ctx.propagate_args(args)
+    ctx.notify(STRING, b"set", dest)
     return maxlen
 
 
@@ -454,6 +459,8 @@ def _bitfield(ctx, args, readonly_command):
         encoding.string_modified_in_place(ctx.db, key)
     if changes or grown:
         ctx.propagate_args(args)
+    if changes:
+        ctx.notify(STRING, b"setbit", key)
     return out
 
 

@@ -29,6 +29,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace.bloom import (CAPACITY_MAX, CAPACITY_MIN, EXPANSION_MAX, EXPANSION_MIN, FIXED_SEED, SEED_BYTES,
                               Bloom, BloomError, max_scaled_capacity)
+from ..keyspace.events import GENERIC
 from ..protocol.numbers import strtol_whole, valkey_strtod
 from ..protocol.resp import OK, ErrorReply
 from .args import ArgCursor
@@ -36,7 +37,7 @@ from .registry import command
 
 ADD_EVENT = b"bloom.add"
 RESERVE_EVENT = b"bloom.reserve"
-_EVENT_CLASS = "g"
+_EVENT_CLASS = GENERIC
 
 # Rust's integer grammar for str::parse::<i64>/<u32>: an optional sign, ASCII digits, nothing else.
 _RUST_INT = re.compile(rb"[+-]?[0-9]+\Z")

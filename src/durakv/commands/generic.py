@@ -31,6 +31,7 @@ from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import Keyspace, ZSet, encoding
 from ..keyspace.db import estimate_key
+from ..keyspace.events import GENERIC, LIST
 from ..keyspace import rdbvalue
 from ..keyspace.bloom import Bloom
 from ..keyspace.jsondoc import JsonDoc
@@ -75,7 +76,7 @@ def _lookup_by_pattern(ctx, compiled, element):
         return element
     prefix, suffix, field = compiled
     key = prefix + element + suffix
-    value = ctx.keyspace.lookup(ctx.db, key)
+    value = ctx.lookup_read(key)   # lookupKeyRead: "keymiss" for each missing one
     if value is None:
         return None
     if field is not None:
@@ -135,7 +136,7 @@ def _sort(ctx, args, readonly):
             raise syntax_error()
 
     key = args[1]
-    value = ctx.lookup(key)
+    value = ctx.lookup_read(key)
     t = type(value)
     if value is not None and t is not set and t is not deque and t is not ZSet:
         raise WrongType()
@@ -234,17 +235,18 @@ def _store_result(ctx, src, dst, result):
     if result:
         new = deque(result)
         if old is not None:
-            ctx.delete(dst)
-            ctx.propagate(b"DEL", dst)
+            ctx.propagate(b"DEL", dst)   # replaced whole (setKey overwrites: no "new" for it)
         ctx.store(dst, new)
         encoding.list_stored(ctx.keyspace.encoding_rules, ctx.db, dst, new)
         for i in range(0, len(result), RPUSH_CHUNK):
             ctx.propagate(b"RPUSH", dst, *result[i:i + RPUSH_CHUNK])
+        ctx.notify(LIST, b"sortstore", dst)
         if account:
             ks.used_bytes += estimate_key(dst, new) - (estimate_key(dst, old) if old is not None else 0)
     elif old is not None:
         ctx.delete(dst)
         ctx.propagate(b"DEL", dst)
+        ctx.notify(GENERIC, b"del", dst)
         if account:
             ks.used_bytes -= estimate_key(dst, old)
 
@@ -412,7 +414,7 @@ def _rebuild_stream(commands, clock_ms):
 # the hash's 25 MB payload 1.94 s (its CRC-64 0.03 s). A value of at least DUMP_OFF_LOOP_ELEMENTS elements or
 # DUMP_OFF_LOOP_BYTES bytes (about 10 ms of encoding) is encoded on a worker thread while writes to its key
 # wait, and a RESTORE payload of at least RESTORE_OFF_LOOP_BYTES (about 80 ms of decoding) is decoded on one
-# before the command runs (server/connection.py), so the loop keeps answering other clients meanwhile.
+# before the command runs (its declared prepare_off_loop), so the loop keeps answering other clients meanwhile.
 DUMP_OFF_LOOP_ELEMENTS = 10000
 DUMP_OFF_LOOP_BYTES = 2 << 20
 RESTORE_OFF_LOOP_BYTES = 1 << 20
@@ -474,7 +476,7 @@ def decode_payload(payload, clock_ms):
         return CommandError(messages.DUMP_BAD_DATA)
 
 
-@command("restore")
+@command("restore", prepare_off_loop=(3, RESTORE_OFF_LOOP_BYTES, decode_payload))
 def restore(ctx, args):
     replace = absttl = False
     idletime = freq = None
@@ -532,8 +534,9 @@ def restore(ctx, args):
         # Already expired (or past the clock's range, which wraps negative in Valkey): nothing is created.
         if deleted:
             ctx.propagate(b"UNLINK" if ctx.keyspace.unlink_server_del else b"DEL", key)   # lazyfree-lazy-server-del
+            ctx.notify(GENERIC, b"del", key)
         return OK
-    ctx.store(key, value)
+    ctx.store(key, value)   # dbAdd: "new", the one it replaced deleted first
     if field_ttls:
         ctx.db.field_ttls_into(key, field_ttls)
         ctx.db.enc[key] = encoding.HASHTABLE   # RDB_TYPE_HASH_2 loads as a hashtable
@@ -545,13 +548,15 @@ def restore(ctx, args):
             argv.append(b"ABSTTL")
             ctx.propagate_args(argv)
             _set_lru_lfu(ctx, key, idletime, freq)
+            ctx.notify(GENERIC, b"restore", key)
             return OK
     ctx.propagate_args(args)
     _set_lru_lfu(ctx, key, idletime, freq)
+    ctx.notify(GENERIC, b"restore", key)
     return OK
 
 
-@command("restore-asking")
+@command("restore-asking", prepare_off_loop=(3, RESTORE_OFF_LOOP_BYTES, decode_payload))
 def restore_asking(ctx, args):
     """RESTORE as MIGRATE sends it in cluster mode: flagged "asking", so a slot being imported accepts it."""
     return restore(ctx, args)
@@ -647,6 +652,7 @@ def _migrate_finish(ctx, keys, copy, exchanged):
                 error = line
         elif not copy and ctx.delete(key):   # (one that expired meanwhile is gone already)
             deleted.append(key)
+            ctx.notify(GENERIC, b"del", key)
     if deleted:
         ctx.propagate(b"DEL", *deleted)
     if error is not None:

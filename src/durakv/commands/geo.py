@@ -15,6 +15,7 @@ import math
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import ZSet, encoding
+from ..keyspace.events import GENERIC, ZSET
 from ..protocol.numbers import string2ll
 from ..protocol.resp import NullArray, Raw
 from .args import ArgCursor
@@ -464,7 +465,7 @@ _SORT_NONE, _SORT_ASC, _SORT_DESC = 0, 1, 2
 
 
 def _georadius_generic(ctx, args, src_idx, flags):
-    z = ctx.lookup_zset(args[src_idx])
+    z = ctx.read_type(args[src_idx], ZSet)   # lookupKeyRead, in the commands that may store too
     shape = _Shape()
     storekey = None
     storedist = False
@@ -565,6 +566,7 @@ def _georadius_generic(ctx, args, src_idx, flags):
         if storekey is not None:
             if ctx.delete(storekey):
                 ctx.propagate(b"DEL", storekey)
+                ctx.notify(GENERIC, b"del", storekey)
             return 0
         return []
 
@@ -600,6 +602,7 @@ def _georadius_generic(ctx, args, src_idx, flags):
     if not found:
         if ctx.delete(storekey):
             ctx.propagate(b"DEL", storekey)
+            ctx.notify(GENERIC, b"del", storekey)
         return 0
     if storedist:
         scores = {member: d / conversion for d, _score, member, _x, _y in found}
@@ -614,6 +617,7 @@ def _georadius_generic(ctx, args, src_idx, flags):
         zargs.append(member)
     ctx.propagate(b"DEL", storekey)
     ctx.propagate(*zargs)
+    ctx.notify(ZSET, b"geosearchstore" if flags & _GEOSEARCH else b"georadiusstore", storekey)
     return len(found)
 
 

@@ -14,6 +14,7 @@ HGETDEL -> `HDEL key field ...`.
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import encoding
+from ..keyspace.events import GENERIC, HASH, NEW
 from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
 from .hashes import written
@@ -145,11 +146,12 @@ def _hexpire(ctx, args, relative: bool, unit: int, name: str):
             out.append(_SUCCESSFUL)
     if deleted:
         ctx.keyspace.expired_fields += len(deleted)   # counted as active expiry counts them
-        if not h:
-            ctx.delete(key)
         ctx.propagate(b"HDEL", key, *deleted)
+        ctx.notify(HASH, b"hexpired", key)
+        ctx.remove_if_empty(key, h)
     if updated:
         ctx.propagate(b"HPEXPIREAT", key, b"%d" % when, b"FIELDS", b"%d" % len(updated), *updated)
+        ctx.notify(HASH, b"hexpire", key)
     return out
 
 
@@ -244,6 +246,7 @@ def hpersist(ctx, args):
             out.append(_FAILED)
     if persisted:
         ctx.propagate(b"HPERSIST", key, b"FIELDS", b"%d" % len(persisted), *persisted)
+        ctx.notify(HASH, b"hpersist", key)
     return out
 
 
@@ -265,12 +268,14 @@ def hgetdel(ctx, args):
             db.clear_field_expire(key, f)
             deleted.append(f)
             if not h:
-                ctx.delete(key)
-                h = None
+                break
         else:
             out.append(None)
+    out.extend([None] * (len(fields) - len(out)))   # the hash went with its last field
     if deleted:
         ctx.propagate(b"HDEL", key, *deleted)
+        ctx.notify(HASH, b"hdel", key)
+        ctx.remove_if_empty(key, h)
     return out
 
 
@@ -329,7 +334,7 @@ def _when(ctx, unit_flag, value, name, now_ms):
 def hgetex(ctx, args):
     flags, unit_flag, value, start = _ex_fields(args, _GETEX_TOKENS, False)
     key = args[1]
-    h = ctx.lookup_hash(key)
+    h = ctx.read_type(key, dict)   # a read's lookup (lookupKeyRead), as HGET's
     fields = args[start:]
     when = None
     expire_now = False
@@ -357,13 +362,15 @@ def hgetex(ctx, args):
     if changed:
         if expire_now:
             ctx.keyspace.expired_fields += len(changed)
-            if not h:
-                ctx.delete(key)
             ctx.propagate(b"HDEL", key, *changed)
+            ctx.notify(HASH, b"hexpired", key)
+            ctx.remove_if_empty(key, h)
         elif when is not None:
             ctx.propagate(b"HPEXPIREAT", key, b"%d" % when, b"FIELDS", b"%d" % len(changed), *changed)
+            ctx.notify(HASH, b"hexpire", key)
         else:
             ctx.propagate(b"HPERSIST", key, b"FIELDS", b"%d" % len(changed), *changed)
+            ctx.notify(HASH, b"hpersist", key)
     return out
 
 
@@ -396,8 +403,17 @@ def hsetex(ctx, args):
         named = list(dict.fromkeys(fields))
         if h is not None:
             _delete_fields(ctx, key, h, named)
+            gone = key not in db.data
+        else:
+            ctx.notify(NEW, b"new", key)   # the hash made for them (dbAdd), gone with them
+            gone = True
         ks.expired_fields += len(named)
         ctx.propagate(b"HDEL", key, *named)
+        ctx.notify(HASH, b"hset", key)
+        ctx.notify(HASH, b"hexpire", key)
+        ctx.notify(HASH, b"hexpired", key)
+        if gone:
+            ctx.notify(GENERIC, b"del", key)
         return 1
     new_key = h is None
     if new_key:
@@ -420,8 +436,12 @@ def hsetex(ctx, args):
     if when is not None:
         db.enc[key] = encoding.HASHTABLE
         ctx.propagate(b"HSETEX", key, b"PXAT", b"%d" % when, b"FIELDS", args[start - 1], *pairs)
+        ctx.notify(HASH, b"hset", key)
+        ctx.notify(HASH, b"hexpire", key)
     elif flags & _KEEPTTL:
         ctx.propagate(b"HSETEX", key, b"KEEPTTL", b"FIELDS", args[start - 1], *pairs)
+        ctx.notify(HASH, b"hset", key)
     else:
         ctx.propagate(b"HSETEX", key, b"FIELDS", args[start - 1], *pairs)
+        ctx.notify(HASH, b"hset", key)
     return 1

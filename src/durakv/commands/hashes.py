@@ -16,6 +16,7 @@ from itertools import islice
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import encoding
+from ..keyspace.events import HASH
 from ..protocol.resp import OK
 from .base import INT64_MAX, INT64_MIN, parse_int, syntax_error, wrong_arity
 from .numeric import format_long_double_human, parse_long_double, round_long_double
@@ -45,6 +46,7 @@ def hset(ctx, args):
         h.update(zip(it, it))
     written(ctx, key, h, args[2:], new_key)
     ctx.propagate_args(args)
+    ctx.notify(HASH, b"hset", key)
     return len(h) - before + revived
 
 
@@ -101,11 +103,13 @@ def hsetnx(ctx, args):
         ctx.db.clear_field_expire(key, field)
         written(ctx, key, h, args[2:4])
         ctx.propagate(b"HSET", key, field, args[3])
+        ctx.notify(HASH, b"hset", key)
         return 1
     else:
         h[field] = args[3]
     written(ctx, key, h, args[2:4], new_key)
     ctx.propagate_args(args)
+    ctx.notify(HASH, b"hset", key)
     return 1
 
 
@@ -150,7 +154,8 @@ def hdel(ctx, args):
                 if not h:
                     break
         if gone:
-            ctx.delete_if_empty(key, h)
+            ctx.notify(HASH, b"hdel", key)
+            ctx.remove_if_empty(key, h)
             ctx.propagate(b"HDEL", key, *gone)
         return len(gone)
     deleted = 0
@@ -160,7 +165,8 @@ def hdel(ctx, args):
             if not h:
                 break
     if deleted:
-        ctx.delete_if_empty(key, h)
+        ctx.notify(HASH, b"hdel", key)
+        ctx.remove_if_empty(key, h)
         ctx.propagate_args(args)
     return deleted
 
@@ -231,6 +237,7 @@ def hincrby(ctx, args):
         ctx.propagate(b"HSET", key, field, h[field])
     else:
         ctx.propagate_args(args)   # a live field keeps its TTL (hincrbyCommand), here and on replay
+    ctx.notify(HASH, b"hincrby", key)
     return value
 
 
@@ -274,6 +281,7 @@ def hincrbyfloat(ctx, args):
         ctx.propagate(b"HSETEX", key, b"KEEPTTL", b"FIELDS", b"1", field, text)
     else:
         ctx.propagate(b"HSET", key, field, text)
+    ctx.notify(HASH, b"hincrbyfloat", key)
     return text
 
 

@@ -14,13 +14,15 @@ import random
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import encoding, hll
+from ..keyspace.events import STRING
 from ..protocol.resp import OK
 from .registry import command
 
 
-def _hll_value(ctx, key):
-    """The HLL string at key, None if missing; WRONGTYPE for other types or non-HLL strings."""
-    value = ctx.lookup_string(key)
+def _hll_value(ctx, key, read=False):
+    """The HLL string at key, None if missing; WRONGTYPE for other types or non-HLL strings. read: a read's
+    lookup (lookupKeyRead) inside a command that writes (PFMERGE's sources)."""
+    value = ctx.read_type(key, bytes) if read else ctx.lookup_string(key)
     if value is not None and not hll.is_hll(value):
         raise CommandError(messages.HLL_WRONGTYPE)
     return value
@@ -47,6 +49,7 @@ def pfadd(ctx, args):
     ctx.store(key, new, keep_ttl=True)
     encoding.string_modified_in_place(ctx.db, key)  # an HLL is always a raw string in Valkey
     ctx.propagate_args(args)
+    ctx.notify(STRING, b"pfadd", key)
     return 1
 
 
@@ -100,7 +103,7 @@ def pfmerge(ctx, args):
     use_dense = False
     dest_value = None
     for i in range(1, len(args)):  # the destination is also a source, as in Valkey
-        value = _hll_value(ctx, args[i])
+        value = _hll_value(ctx, args[i], read=True)
         if value is None:
             continue
         if i == 1:
@@ -117,6 +120,7 @@ def pfmerge(ctx, args):
     ctx.store(args[1], new, keep_ttl=True)
     encoding.string_modified_in_place(ctx.db, args[1])
     ctx.propagate_args(args)
+    ctx.notify(STRING, b"pfadd", args[1])   # pfmergeCommand's event
     return OK
 
 

@@ -20,6 +20,7 @@ from decimal import Decimal
 
 from .. import messages
 from ..errors import CommandError
+from ..keyspace.events import GENERIC
 from ..keyspace.jsondoc import (DOC_HEADER_BYTES, INT64_MAX, INT64_MIN, NESTING_CEILING, VALUE_BYTES, Format,
                                 JFloat, JsonDoc, JsonError, count_fields, dumps, element_size, encode_string,
                                 equal, format_double, is_number, jsize, make_double, member_size, number_value,
@@ -192,7 +193,7 @@ def _propagate(ctx, args):
     """The write journals itself (ReplicateVerbatim) and names its keyspace event as valkey-json does
     (ValkeyModule_NotifyKeyspaceEvent, class generic): json.<command> on its key."""
     ctx.propagate_args(args)
-    ctx.notify("g", b"json." + args[0].lower()[5:], args[1])
+    ctx.notify(GENERIC, b"json." + args[0].lower()[5:], args[1])
 
 
 # -- JSON.SET / JSON.MSET ---------------------------------------------------------------------------------
@@ -392,7 +393,7 @@ def json_mset(ctx, args):
                 _set_value(ctx, doc, path, text, False, False, limits)
             except CommandError:
                 continue
-        ctx.notify("g", b"json.mset", key)
+        ctx.notify(GENERIC, b"json.mset", key)
     ctx.propagate_args(args)
     return OK
 
@@ -549,7 +550,7 @@ def json_del(ctx, args):
     if is_root_path(path):
         ctx.delete(key)
         ctx.propagate(*effect)
-        ctx.notify("g", b"json.del", key)
+        ctx.notify(GENERIC, b"json.del", key)
         return 1
     sel = Selector()
     rc = sel.delete_values(doc.root, path)
@@ -560,7 +561,7 @@ def json_del(ctx, args):
     if not sel.result:
         # a JSONPath that selected nothing: nothing deleted, but the command ran (and is replicated)
         ctx.propagate(*effect)
-        ctx.notify("g", b"json.del", key)
+        ctx.notify(GENERIC, b"json.del", key)
         return 0
     deleted = 0
     paths = [p for _v, p in sel.result]
@@ -582,7 +583,7 @@ def json_del(ctx, args):
             doc.size -= element_size(old)
         deleted += 1
     ctx.propagate(*effect)
-    ctx.notify("g", b"json.del", key)
+    ctx.notify(GENERIC, b"json.del", key)
     return deleted
 
 

@@ -14,6 +14,7 @@ from ..errors import CommandError
 from ..keyspace import ZSet, type_name
 from ..keyspace.bloom import Bloom
 from ..keyspace.db import estimate_key
+from ..keyspace.events import EXPIRED, GENERIC, KEY_MISS, NEW
 from ..keyspace.glob import compile_glob
 from ..keyspace.jsondoc import JsonDoc
 from ..keyspace.scan import parse_cursor, scan_page, scan_reply
@@ -33,17 +34,22 @@ _EXPIRE_NX, _EXPIRE_XX, _EXPIRE_GT, _EXPIRE_LT = 1, 2, 4, 8
 _EXPIRE_FLAGS = {b"nx": _EXPIRE_NX, b"xx": _EXPIRE_XX, b"gt": _EXPIRE_GT, b"lt": _EXPIRE_LT}
 
 
-def _peek(ctx, key):
-    """The live value of key without touching its LRU/LFU data (Valkey's LOOKUP_NOTOUCH)."""
+def _peek(ctx, key, read=False):
+    """The live value of key without touching its LRU/LFU data (Valkey's LOOKUP_NOTOUCH). read: the lookup of
+    a read (EXISTS, TYPE, TTL: lookupKeyReadWithFlags), whose miss raises "keymiss"."""
     db = ctx.db
     value = db.data.get(key)
     if value is None:
+        if read:
+            ctx.notify(KEY_MISS, b"keymiss", key)
         return None
     expires = db.expires
     if expires and key in expires:
         ks = ctx.keyspace
         if ks.is_expired(db, key):
             ks.server_delete(db, key, "expired")
+            if read:
+                ctx.notify(KEY_MISS, b"keymiss", key)
             return None
     return value
 
@@ -92,6 +98,7 @@ def _delete_keys(ctx, args):
         if _peek(ctx, key) is not None:
             ctx.delete(key)
             removed.append(key)
+            ctx.notify(GENERIC, b"del", key)
     if removed:
         ctx.propagate(b"DEL", *removed)
     return len(removed)
@@ -101,7 +108,7 @@ def _delete_keys(ctx, args):
 def exists(ctx, args):
     count = 0
     for key in args[1:]:
-        if _peek(ctx, key) is not None:
+        if _peek(ctx, key, True) is not None:
             count += 1
     return count
 
@@ -118,7 +125,7 @@ def touch(ctx, args):
 
 @command("type")
 def type_(ctx, args):
-    return type_name(_peek(ctx, args[1]))
+    return type_name(_peek(ctx, args[1], True))
 
 
 # -- renaming, copying, moving -----------------------------------------------------------------
@@ -155,6 +162,8 @@ def _rename(ctx, src, dst, nx):
     if expire is not None:
         ctx.set_expire(dst, expire)
     ctx.propagate(b"RENAME", src, dst)
+    ctx.notify(GENERIC, b"rename_from", src)
+    ctx.notify(GENERIC, b"rename_to", dst)
     return 1 if nx else OK
 
 
@@ -175,7 +184,7 @@ def copy(ctx, args):
     key, newkey = args[1], args[2]
     if dst_db is src_db and key == newkey:
         raise CommandError(messages.SAME_OBJECT)
-    value = ctx.lookup(key)
+    value = ctx.lookup_read(key)   # lookupKeyRead: "keymiss" for a missing source
     if value is None:
         return 0
     expire = src_db.expires.get(key)
@@ -189,6 +198,7 @@ def copy(ctx, args):
         dst_db.slots.add(newkey)
     dst_db.data[newkey] = new
     ks.created(dst_db, newkey)
+    ctx.notify_in(dst_db.id, NEW, b"new", newkey)   # dbAdd, after the one it replaces went
     enc = src_db.enc.get(key)  # Valkey's COPY duplicates the object, encoding included
     if enc is not None:
         dst_db.enc[newkey] = enc
@@ -203,6 +213,7 @@ def copy(ctx, args):
             estimate_key(newkey, existing) if existing is not None else 0)
     ctx.touch(dst_db.id, newkey, exact=True)  # the source is only read
     ctx.propagate_args(args)
+    ctx.notify_in(dst_db.id, GENERIC, b"copy_to", newkey)
     return 1
 
 
@@ -227,6 +238,7 @@ def move(ctx, args):
         dst_db.slots.add(key)
     dst_db.data[key] = value
     ks.created(dst_db, key)
+    ctx.notify_in(dst_db.id, NEW, b"new", key)   # dbAdd
     if enc is not None:
         dst_db.enc[key] = enc
     if field_ttls is not None:
@@ -236,6 +248,8 @@ def move(ctx, args):
     ks.used_bytes += estimate_key(key, value)  # the pipeline saw it leave the source db
     ctx.touch(dst_db.id, key)
     ctx.propagate_args(args)
+    ctx.notify(GENERIC, b"move_from", key)
+    ctx.notify_in(dst_db.id, GENERIC, b"move_to", key)
     return 1
 
 
@@ -367,14 +381,16 @@ def _expire(ctx, args, basetime, unit, name):
         ctx.delete(key)
         ks.expired_keys += 1
         ctx.propagate(b"UNLINK" if ks.unlink_expired else b"DEL", key)   # lazyfree-lazy-expire, as Valkey
+        ctx.notify(EXPIRED, b"expired", key)   # deleteExpiredKeyFromOverwriteAndPropagate
     else:
         ctx.set_expire(key, when)
         ctx.propagate(b"PEXPIREAT", key, b"%d" % when)
+        ctx.notify(GENERIC, b"expire", key)
     return 1
 
 
 def _ttl(ctx, key, in_ms, absolute):
-    if _peek(ctx, key) is None:
+    if _peek(ctx, key, True) is None:
         return -2
     at = ctx.db.expires.get(key)
     if at is None:
@@ -411,4 +427,5 @@ def persist(ctx, args):
     if ctx.lookup(key) is None or not ctx.persist(key):
         return 0
     ctx.propagate(b"PERSIST", key)
+    ctx.notify(GENERIC, b"persist", key)
     return 1

@@ -10,6 +10,7 @@ from itertools import islice
 from .. import messages
 from ..errors import CommandError
 from ..keyspace import encoding
+from ..keyspace.events import LIST
 from ..protocol.resp import OK, NullArray
 from .args import ArgCursor
 from .base import INT64_MAX, normalize_range, parse_int, syntax_error, wrong_arity
@@ -69,6 +70,13 @@ def shrunk(ctx, key, dq, removed=None):
         encoding.list_shrunk(ctx.keyspace.encoding_rules, ctx.db, key, dq, removed)
 
 
+def elements_removed(ctx, key, dq, left, popped):
+    """listElementsRemoved: "lpop" or "rpop", then an emptied list is deleted ("del")."""
+    ctx.notify(LIST, b"lpop" if left else b"rpop", key)
+    if not ctx.remove_if_empty(key, dq):
+        shrunk(ctx, key, dq, popped)
+
+
 def _where(arg: bytes) -> bool:
     """True for LEFT, False for RIGHT."""
     a = arg.upper()
@@ -95,6 +103,7 @@ def _push(ctx, args, left: bool, xx: bool):
         dq.extend(args[2:])
     grown(ctx, key, dq, args[2:])
     ctx.propagate_args(args)
+    ctx.notify(LIST, b"lpush" if left else b"rpush", key)
     return len(dq)
 
 
@@ -136,8 +145,7 @@ def _pop(ctx, args, left: bool):
         return []
     else:
         result = _pop_many(dq, count, left)
-    ctx.delete_if_empty(key, dq)
-    shrunk(ctx, key, dq, (result,) if count is None else result)
+    elements_removed(ctx, key, dq, left, (result,) if count is None else result)
     ctx.propagate_args(args)
     return result
 
@@ -184,8 +192,7 @@ def lmpop(ctx, args):
         if not dq:
             continue
         popped = _pop_many(dq, count, left)
-        ctx.delete_if_empty(key, dq)
-        shrunk(ctx, key, dq, popped)
+        elements_removed(ctx, key, dq, left, popped)
         ctx.propagate(b"LPOP" if left else b"RPOP", key, b"%d" % len(popped))
         return [key, popped]
     return NullArray
@@ -298,6 +305,7 @@ def lset(ctx, args):
     dq[index] = args[3]
     shrunk(ctx, key, dq)
     ctx.propagate_args(args)
+    ctx.notify(LIST, b"lset", key)
     return OK
 
 
@@ -321,6 +329,7 @@ def linsert(ctx, args):
     dq.insert(i + 1 if after else i, args[4])
     grown(ctx, key, dq, (args[4],))
     ctx.propagate_args(args)
+    ctx.notify(LIST, b"linsert", key)
     return len(dq)
 
 
@@ -338,13 +347,14 @@ def ltrim(ctx, args):
         left_trim, right_trim = n, 0      # an empty range trims everything, as Valkey
     else:
         left_trim, right_trim = bounds[0], n - 1 - bounds[1]
-    removed = left_trim + right_trim
-    if not removed:
+    trimmed = left_trim + right_trim
+    if not trimmed:
+        ctx.notify(LIST, b"ltrim", key)   # Valkey tells of a trim that kept everything too
         return OK
-    kept = n - removed
+    kept = n - trimmed
     if kept == 0:
         dq.clear()
-    elif removed <= kept:
+    elif trimmed <= kept:
         for _ in range(left_trim):
             dq.popleft()
         for _ in range(right_trim):
@@ -353,8 +363,9 @@ def ltrim(ctx, args):
         keep = list(islice(dq, left_trim, left_trim + kept))
         dq.clear()
         dq.extend(keep)
-    ctx.delete_if_empty(key, dq)
-    shrunk(ctx, key, dq)
+    ctx.notify(LIST, b"ltrim", key)
+    if not ctx.remove_if_empty(key, dq):
+        shrunk(ctx, key, dq)
     ctx.propagate_args(args)
     return OK
 
@@ -396,8 +407,9 @@ def lrem(ctx, args):
             dq.clear()
             dq.extend(kept)
     if removed:
-        ctx.delete_if_empty(key, dq)
-        shrunk(ctx, key, dq)
+        ctx.notify(LIST, b"lrem", key)
+        if not ctx.remove_if_empty(key, dq):
+            shrunk(ctx, key, dq)
         ctx.propagate_args(args)
     return removed
 
@@ -419,8 +431,9 @@ def _move(ctx, args, src_left: bool, dst_left: bool):
     else:
         ddq.append(value)
     grown(ctx, dst, ddq, (value,))
-    ctx.delete_if_empty(src, sdq)
-    if sdq is not ddq:
+    ctx.notify(LIST, b"lpush" if dst_left else b"rpush", dst)   # lmoveHandlePush, then listElementsRemoved
+    ctx.notify(LIST, b"lpop" if src_left else b"rpop", src)
+    if not ctx.remove_if_empty(src, sdq) and sdq is not ddq:
         shrunk(ctx, src, sdq, (value,))
     ctx.propagate_args(args)
     return value

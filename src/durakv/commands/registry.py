@@ -16,7 +16,7 @@ class Command:
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
-                 "argc_min", "argc_max", "changes_protocol", "latency", "protected")
+                 "argc_min", "argc_max", "changes_protocol", "latency", "protected", "prepare_off_loop")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -34,6 +34,9 @@ class Command:
         # Scripts: (pipeline, args) -> (write, may_replicate, denyoom) from the script's own flags
         # (Valkey's getCommandFlags for EVAL/FCALL), or None to use the static flags.
         self.queue_flags_fn = None
+        # (argument index, min bytes, fn(argument, clock_ms)): an argument that long is prepared (RESTORE's
+        # payload decoded) on a worker thread before the command runs (`command(prepare_off_loop=...)`)
+        self.prepare_off_loop = None
         self._set_flags()
         self.calls = self.usec = self.rejected_calls = self.failed_calls = 0
         # LATENCY HISTOGRAM: calls per power-of-two microsecond bucket (index = usec.bit_length()).
@@ -126,11 +129,31 @@ def _entry(fullname):
     return sub
 
 
-def command(fullname: str, *, flags=None, arity=None, extra_flags=()):
-    """Declare `fn(ctx, args) -> reply` as the handler of a command (or 'container|sub')."""
+# The commands that declare prepare_off_loop, and the one argument position and the least length that the read
+# path tests before it looks any of them up (server/connection.py): a request whose argument there is shorter
+# costs two length tests, whatever its command.
+OFF_LOOP = {}                 # lowercase bytes name -> Command
+OFF_LOOP_ARG = 0
+OFF_LOOP_MIN_BYTES = 1 << 62
+
+
+def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_off_loop=None):
+    """Declare `fn(ctx, args) -> reply` as the handler of a command (or 'container|sub'). prepare_off_loop:
+    (argument index, min bytes, fn(argument, clock_ms)) -> what the handler finds in ctx.client.decoded, a
+    value or an exception: a long argument the connection has a worker thread prepare while it waits, so that
+    the loop keeps serving others (RESTORE's payload). Every declaration names the same argument index."""
     def register(fn):
+        global OFF_LOOP_ARG, OFF_LOOP_MIN_BYTES
         cmd = _entry(fullname.lower())
         cmd.handler = fn
+        if prepare_off_loop is not None:
+            index, min_bytes, _prepare = prepare_off_loop
+            if OFF_LOOP and index != OFF_LOOP_ARG:
+                raise ValueError(f"{fullname}: prepare_off_loop names argument {index}, others {OFF_LOOP_ARG}")
+            cmd.prepare_off_loop = prepare_off_loop
+            OFF_LOOP[cmd.name.encode()] = cmd
+            OFF_LOOP_ARG = index
+            OFF_LOOP_MIN_BYTES = min(OFF_LOOP_MIN_BYTES, min_bytes)
         if flags is not None or extra_flags:
             cmd.flags = frozenset(flags if flags is not None else cmd.flags) | frozenset(extra_flags)
             cmd._set_flags()

@@ -22,6 +22,7 @@ from itertools import islice
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import encoding
+from ..keyspace.events import GENERIC, SET
 from ..protocol.resp import RespSet
 from .args import ArgCursor
 from .base import INT64_MAX, parse_int, syntax_error
@@ -159,6 +160,7 @@ def sadd(ctx, args):
         ctx.store(key, s)
         encoding.set_added(rules, ctx.db, key, s, members, len(args) - 2, created=True)
         ctx.propagate_args(args)
+        ctx.notify(SET, b"sadd", key)
         return len(s)
     # Once a hashtable, a set stays one: only smaller encodings need the new members.
     track = ctx.db.enc.get(key) is not encoding.HASHTABLE
@@ -176,6 +178,7 @@ def sadd(ctx, args):
         encoding.set_added(rules, ctx.db, key, s, new, len(args) - 2)
     if added:
         ctx.propagate_args(args)
+        ctx.notify(SET, b"sadd", key)
     return added
 
 
@@ -187,7 +190,8 @@ def srem(ctx, args):
         return 0
     deleted = _remove_members(s, args[2:])
     if deleted:
-        ctx.delete_if_empty(key, s)
+        ctx.notify(SET, b"srem", key)
+        ctx.remove_if_empty(key, s)
         ctx.propagate_args(args)
     return deleted
 
@@ -206,7 +210,8 @@ def smove(ctx, args):
     if member not in src:
         return 0
     _remove_members(src, (member,))
-    ctx.delete_if_empty(src_key, src)
+    ctx.notify(SET, b"srem", src_key)
+    ctx.remove_if_empty(src_key, src)
     rules = ctx.keyspace.encoding_rules
     if dst is None:
         dst = {member}
@@ -222,6 +227,7 @@ def smove(ctx, args):
         ctx.touch(ctx.db.id, src_key, exact=True)
         return 1
     ctx.propagate_args(args)
+    ctx.notify(SET, b"sadd", dst_key)
     return 1
 
 
@@ -297,7 +303,8 @@ def spop(ctx, args):
             i, member = _draw(sm, s, ctx.keyspace.rng)
             _swap_remove(sm.items, i)
         s.remove(member)
-        ctx.delete_if_empty(key, s)
+        ctx.notify(SET, b"spop", key)
+        ctx.remove_if_empty(key, s)
         ctx.propagate(b"SREM", key, member)
         return member
     count = parse_int(args[2], messages.VALUE_OUT_OF_RANGE_POSITIVE)
@@ -306,9 +313,11 @@ def spop(ctx, args):
     s = ctx.lookup_set(key)
     if s is None or count == 0:
         return RespSet()
+    ctx.notify(SET, b"spop", key)
     if count >= len(s):
         ctx.delete(key)
         ctx.propagate(b"UNLINK" if ctx.keyspace.unlink_server_del else b"DEL", key)   # lazyfree-lazy-server-del
+        ctx.notify(GENERIC, b"del", key)
         return RespSet(s)
     popped = _random_members_unique(ctx, s, count)
     _remove_members(s, popped)
@@ -318,9 +327,10 @@ def spop(ctx, args):
 
 
 def _lookup_sets(ctx, keys):
-    """The sets at keys (None for a missing key); WRONGTYPE if any key holds another type."""
+    """The sets at keys (None for a missing key); WRONGTYPE if any key holds another type. Each a read's lookup
+    (lookupKeyRead), in the *STORE commands too."""
     out = []
-    lookup = ctx.lookup
+    lookup = ctx.lookup_read
     for k in keys:
         v = lookup(k)
         if v is not None and type(v) is not set:
@@ -349,15 +359,17 @@ def _diff(sets):
     return first.difference(*[s for s in sets[1:] if s is not None])
 
 
-def _store(ctx, args, result):
+def _store(ctx, args, result, event):
     dst = args[1]
     if result:
         ctx.store(dst, result)
         encoding.set_stored(ctx.keyspace.encoding_rules, ctx.db, dst, result)
         ctx.propagate_args(args)
+        ctx.notify(SET, event, dst)
         return len(result)
     if ctx.delete(dst):
         ctx.propagate(b"DEL", dst)
+        ctx.notify(GENERIC, b"del", dst)
     return 0
 
 
@@ -371,7 +383,7 @@ def sinter(ctx, args):
 
 @command("sinterstore")
 def sinterstore(ctx, args):
-    return _store(ctx, args, _inter(_lookup_sets(ctx, args[2:])))
+    return _store(ctx, args, _inter(_lookup_sets(ctx, args[2:])), b"sinterstore")
 
 
 @command("sunion")
@@ -381,7 +393,7 @@ def sunion(ctx, args):
 
 @command("sunionstore")
 def sunionstore(ctx, args):
-    return _store(ctx, args, _union(_lookup_sets(ctx, args[2:])))
+    return _store(ctx, args, _union(_lookup_sets(ctx, args[2:])), b"sunionstore")
 
 
 @command("sdiff")
@@ -391,7 +403,7 @@ def sdiff(ctx, args):
 
 @command("sdiffstore")
 def sdiffstore(ctx, args):
-    return _store(ctx, args, _diff(_lookup_sets(ctx, args[2:])))
+    return _store(ctx, args, _diff(_lookup_sets(ctx, args[2:])), b"sdiffstore")
 
 
 @command("sintercard")

@@ -17,6 +17,7 @@ Consumer seen/active times are soft state (set from the clock of whoever applies
 
 from .. import messages
 from ..errors import CommandError, WrongType
+from ..keyspace.events import STREAM
 from ..keyspace.stream import (INVALID_ENTRIES_READ, MASK64, MAX_ID, TRIM_MAXLEN, TRIM_MINID, Nack, Stream,
                                id_bytes)
 from ..protocol.numbers import string2ull
@@ -232,8 +233,10 @@ def xadd(ctx, args):
     rules = ctx.keyspace.encoding_rules
     s.append(new, fields, rules.stream_node_max_bytes, rules.stream_node_max_entries)
     idb = id_bytes(new)
+    ctx.notify(STREAM, b"xadd", key)
     if t.strategy and _trim(s, t):
         ctx.propagate(b"XADD", args[1], *_exact_trim_args(s, t), idb, *fields)
+        ctx.notify(STREAM, b"xtrim", key)
     else:
         ctx.propagate(b"XADD", args[1], idb, *fields)
     return idb
@@ -248,6 +251,7 @@ def xtrim(ctx, args):
     deleted = _trim(s, t)
     if deleted:
         ctx.propagate(b"XTRIM", args[1], *_exact_trim_args(s, t))
+        ctx.notify(STREAM, b"xtrim", args[1])
     return deleted
 
 
@@ -260,6 +264,7 @@ def xdel(ctx, args):
     deleted = [i for i in ids if s.delete(i)]
     if deleted:
         ctx.propagate(b"XDEL", args[1], *[id_bytes(i) for i in deleted])
+        ctx.notify(STREAM, b"xdel", args[1])
     return len(deleted)
 
 
@@ -303,6 +308,7 @@ def xsetid(ctx, args):
     if max_xdel:
         s.max_deleted_id = max_xdel
     ctx.propagate_args(args)
+    ctx.notify(STREAM, b"xsetid", args[1])
     return OK
 
 
@@ -392,7 +398,7 @@ def _parse_read(ctx, args, group_mode):
     group = p.group
     for idx in range(nkeys):
         key = keys[idx]
-        s = _lookup(ctx, key)
+        s = ctx.read_type(key, Stream)   # lookupKeyRead, XREADGROUP's too
         streams.append(s)
         if group is not None:
             g = s.get_group(group) if s is not None else None
@@ -428,10 +434,12 @@ def _serve_read(ctx, p):
     group = p.group
     now = ctx.now_ms() if group is not None else 0
     count = p.count
-    for idx, s in enumerate(p.streams):
-        if s is None:
+    lookup_read = ctx.lookup_read
+    for idx, key in enumerate(p.keys):
+        # xreadCommand looks every key up a second time to serve it (a second "keymiss" for a missing one)
+        if lookup_read(key) is None:
             continue
-        key = p.keys[idx]
+        s = p.streams[idx]
         gt = p.ids[idx]
         if group is not None:
             g = p.groups[idx]
@@ -444,6 +452,7 @@ def _serve_read(ctx, p):
             if consumer is None:
                 consumer = g.create_consumer(p.consumer, now)
                 ctx.propagate(b"XGROUP", b"CREATECONSUMER", key, group, p.consumer)
+                ctx.notify(STREAM, b"xgroup-createconsumer", key)
             consumer.seen_time = now
             if not serve:
                 continue
@@ -622,6 +631,7 @@ def xgroup_create(ctx, args):
         effect.append(b"MKSTREAM")
     effect += [b"ENTRIESREAD", b"%d" % entries_read]
     ctx.propagate(*effect)
+    ctx.notify(STREAM, b"xgroup-create", key)
     return OK
 
 
@@ -634,6 +644,7 @@ def xgroup_setid(ctx, args):
     g.last_id = last
     g.entries_read = entries_read
     _propagate_group_id(ctx, args[2], args[3], g)
+    ctx.notify(STREAM, b"xgroup-setid", args[2])
     return OK
 
 
@@ -644,6 +655,7 @@ def xgroup_destroy(ctx, args):
         return 0
     del s.groups[args[3]]
     ctx.propagate_args(args)
+    ctx.notify(STREAM, b"xgroup-destroy", args[2])
     return 1
 
 
@@ -653,6 +665,7 @@ def xgroup_createconsumer(ctx, args):
     if g.create_consumer(args[4], ctx.now_ms()) is None:
         return 0
     ctx.propagate_args(args)
+    ctx.notify(STREAM, b"xgroup-createconsumer", args[2])
     return 1
 
 
@@ -665,6 +678,7 @@ def xgroup_delconsumer(ctx, args):
     pending = len(consumer.pel)
     g.delete_consumer(consumer)
     ctx.propagate_args(args)
+    ctx.notify(STREAM, b"xgroup-delconsumer", args[2])
     return pending
 
 
@@ -696,7 +710,7 @@ def xgroup_help(ctx, args):
 
 @command("xack")
 def xack(ctx, args):
-    s = _lookup(ctx, args[1])
+    s = ctx.read_type(args[1], Stream)   # lookupKeyRead
     g = s.get_group(args[2]) if s is not None else None
     if g is None:
         return 0
@@ -766,6 +780,7 @@ def _claim_consumer(ctx, key, group_name, g, name, now):
     if consumer is None:
         consumer = g.create_consumer(name, now)
         ctx.propagate(b"XGROUP", b"CREATECONSUMER", key, group_name, name)
+        ctx.notify(STREAM, b"xgroup-createconsumer", key)
     consumer.seen_time = now
     return consumer
 
@@ -773,7 +788,7 @@ def _claim_consumer(ctx, key, group_name, g, name, now):
 @command("xclaim")
 def xclaim(ctx, args):
     key, group_name = args[1], args[2]
-    s = _lookup(ctx, key)
+    s = ctx.read_type(key, Stream)   # lookupKeyRead
     g = s.get_group(group_name) if s is not None else None
     if g is None:
         raise CommandError(messages.STREAM_NOGROUP.format(_text(key), _text(group_name)))
@@ -872,7 +887,7 @@ def xautoclaim(ctx, args):
             justid = True
         else:
             raise syntax_error()
-    s = _lookup(ctx, key)
+    s = ctx.read_type(key, Stream)   # lookupKeyRead
     g = s.get_group(group_name) if s is not None else None
     if g is None:
         raise CommandError(messages.STREAM_NOGROUP.format(_text(key), _text(group_name)))

@@ -10,6 +10,7 @@ propagate themselves.
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import encoding
+from ..keyspace.events import EXPIRED, GENERIC, STRING
 from ..protocol.resp import OK
 from .args import ArgCursor
 from .base import INT64_MAX, INT64_MIN, parse_int, syntax_error, wrong_arity
@@ -88,6 +89,7 @@ def _delete_expired(ctx, key):
     ctx.delete(key)
     ctx.keyspace.expired_keys += 1
     ctx.propagate(b"UNLINK" if ctx.keyspace.unlink_expired else b"DEL", key)
+    ctx.notify(EXPIRED, b"expired", key)
 
 
 def _check_length(size, append):
@@ -119,7 +121,7 @@ def _set(ctx, key, value, flags, expire_flag, expire_arg, name, verbatim=None, c
         expire_at, expired = _expire_at_ms(ctx, expire_arg, expire_flag, name)
     get_old = flags & _GET
     if get_old:
-        old = ctx.lookup_string(key)
+        old = ctx.read_type(key, bytes)   # getGenericCommand: a read
         found = old is not None
     else:
         found = ctx.lookup(key) is not None
@@ -132,12 +134,14 @@ def _set(ctx, key, value, flags, expire_flag, expire_arg, name, verbatim=None, c
             _delete_expired(ctx, key)
         return old if get_old else OK
     ctx.store(key, value, keep_ttl=bool(flags & _KEEPTTL))
+    ctx.notify(STRING, b"set", key)
     if expire_at is not None:
         ctx.set_expire(key, expire_at)
         if verbatim is not None:
             ctx.propagate_args(verbatim)
         else:
             ctx.propagate(b"SET", key, value, b"PXAT", b"%d" % expire_at)
+        ctx.notify(GENERIC, b"expire", key)
     elif flags & _KEEPTTL:
         ctx.propagate(b"SET", key, value, b"KEEPTTL")
     else:
@@ -152,6 +156,7 @@ def setnx(ctx, args):
         return 0
     ctx.store(key, args[2])
     ctx.propagate(b"SET", key, args[2])
+    ctx.notify(STRING, b"set", key)
     return 1
 
 
@@ -168,19 +173,21 @@ def psetex(ctx, args):
 @command("getset")
 def getset(ctx, args):
     key = args[1]
-    old = ctx.lookup_string(key)
+    old = ctx.read_type(key, bytes)   # getGenericCommand: a read
     ctx.store(key, args[2])
     ctx.propagate(b"SET", key, args[2])
+    ctx.notify(STRING, b"set", key)
     return old
 
 
 @command("getdel")
 def getdel(ctx, args):
     key = args[1]
-    old = ctx.lookup_string(key)
+    old = ctx.read_type(key, bytes)   # getGenericCommand: a read
     if old is not None:
         ctx.delete(key)
         ctx.propagate(b"DEL", key)
+        ctx.notify(GENERIC, b"del", key)
     return old
 
 
@@ -194,6 +201,7 @@ def delifeq(ctx, args):
         return 0
     ctx.delete(key)
     ctx.propagate(b"DEL", key)
+    ctx.notify(GENERIC, b"del", key)
     return 1
 
 
@@ -203,7 +211,7 @@ def getex(ctx, args):
     if expire_arg is not None:   # Valkey 9 checks the time before it looks the key up (or at its type)
         when, expired = _expire_at_ms(ctx, expire_arg, expire_flag, "getex")
     key = args[1]
-    value = ctx.lookup_string(key)
+    value = ctx.read_type(key, bytes)
     if value is None:
         return None
     if expire_arg is not None:
@@ -212,8 +220,10 @@ def getex(ctx, args):
         else:
             ctx.set_expire(key, when)
             ctx.propagate(b"PEXPIREAT", key, b"%d" % when)
+            ctx.notify(GENERIC, b"expire", key)
     elif flags & _PERSIST and ctx.persist(key):
         ctx.propagate(b"PERSIST", key)
+        ctx.notify(GENERIC, b"persist", key)
     return value
 
 
@@ -232,8 +242,10 @@ def mset(ctx, args):
     if len(args) % 2 == 0:
         raise wrong_arity("mset")
     store = ctx.store
+    notify = ctx.notify
     for i in range(1, len(args), 2):
         store(args[i], args[i + 1])
+        notify(STRING, b"set", args[i])
     ctx.propagate_args(args)
     return OK
 
@@ -247,8 +259,10 @@ def msetnx(ctx, args):
         if lookup(args[i]) is not None:
             return 0
     store = ctx.store
+    notify = ctx.notify
     for i in range(1, len(args), 2):
         store(args[i], args[i + 1])
+        notify(STRING, b"set", args[i])
     ctx.propagate(b"MSET", *args[1:])
     return 1
 
@@ -286,10 +300,12 @@ def msetex(ctx, args):
     for i in range(2, end, 2):
         key, value = args[i], args[i + 1]
         store(key, value, keep_ttl=keep_ttl)
+        ctx.notify(STRING, b"set", key)
         if expire_at is not None:
             ctx.set_expire(key, expire_at)
             # the absolute time, as SET's EX/PX: a replay or a replica gets the same deadline
             ctx.propagate(b"SET", key, value, b"PXAT", b"%d" % expire_at)
+            ctx.notify(GENERIC, b"expire", key)
         elif keep_ttl:
             ctx.propagate(b"SET", key, value, b"KEEPTTL")
     if expire_at is None and not keep_ttl:
@@ -329,6 +345,7 @@ def _incr(ctx, args, delta):
         raise CommandError(messages.OVERFLOW)
     ctx.store(key, b"%d" % result, keep_ttl=True)
     ctx.propagate_args(args)        # deterministic on the same state: propagated as it came, as in Valkey
+    ctx.notify(STRING, b"incrby", key)
     return result
 
 
@@ -355,6 +372,7 @@ def incrbyfloat(ctx, args):
     text = format_long_double_human(value)
     ctx.store(key, text, keep_ttl=True)
     ctx.propagate(b"SET", key, text, b"KEEPTTL")
+    ctx.notify(STRING, b"incrbyfloat", key)
     return text
 
 
@@ -365,12 +383,14 @@ def append(ctx, args):
     if old is None:
         ctx.store(key, tail)
         ctx.propagate_args(args)
+        ctx.notify(STRING, b"append", key)
         return len(tail)
     _check_length(len(old), len(tail))
     value = old + tail
     ctx.store(key, value, keep_ttl=True)
     encoding.string_modified_in_place(ctx.db, key)
     ctx.propagate_args(args)
+    ctx.notify(STRING, b"append", key)
     return len(value)
 
 
@@ -436,4 +456,5 @@ def setrange(ctx, args):
         ctx.store(key, value, keep_ttl=True)
     encoding.string_modified_in_place(ctx.db, key)
     ctx.propagate_args(args)
+    ctx.notify(STRING, b"setrange", key)
     return len(value)

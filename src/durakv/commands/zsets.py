@@ -12,6 +12,7 @@ import math
 from .. import messages
 from ..errors import CommandError, WrongType
 from ..keyspace import ZSet, encoding
+from ..keyspace.events import GENERIC, ZSET
 from ..keyspace.scan import parse_cursor, scan_page, scan_reply
 from ..protocol.numbers import string2d, valkey_strtod
 from ..protocol.resp import NullArray, format_double
@@ -185,8 +186,10 @@ def _zadd(ctx, args, incr):
         # The exact resulting score, so that replay does no arithmetic.
         member, s = next(iter(changed.items()))
         ctx.propagate(b"ZADD", key, format_score(s), member)
+        ctx.notify(ZSET, b"zincr", key)
     else:
         ctx.propagate_args(args)
+        ctx.notify(ZSET, b"zadd", key)
     if incr:
         return score if processed else None
     return added + updated if ch else added
@@ -218,7 +221,8 @@ def zrem(ctx, args):
             if not z:
                 break
     if deleted:
-        ctx.delete_if_empty(key, z)
+        ctx.notify(ZSET, b"zrem", key)
+        ctx.remove_if_empty(key, z)
         ctx.propagate_args(args)
     return deleted
 
@@ -346,7 +350,8 @@ def _zrange_generic(ctx, args, start_idx, store, rangetype, reverse):
     else:
         lex = _parse_lex_range(args[minidx], args[maxidx])
 
-    z = ctx.lookup_zset(args[start_idx])
+    # ZRANGESTORE's source is a read's lookup (lookupKeyRead) as ZRANGE's
+    z = ctx.read_type(args[start_idx], ZSet) if store else ctx.lookup_zset(args[start_idx])
     if z is None:
         return []
     order = z.order
@@ -386,16 +391,18 @@ def _zrange_generic(ctx, args, start_idx, store, rangetype, reverse):
     return _items_reply(ctx, items, withscores)
 
 
-def _store_result(ctx, args, dst, scores):
+def _store_result(ctx, args, dst, scores, event):
     """Sets dst to a sorted set of `scores` (member -> score), deleting it when empty."""
     if scores:
         z = ZSet.from_scores(scores)
         ctx.store(dst, z)
         encoding.zset_stored(ctx.keyspace.encoding_rules, ctx.db, dst, z)
         ctx.propagate_args(args)
+        ctx.notify(ZSET, event, dst)
         return len(scores)
     if ctx.delete(dst):
         ctx.propagate_args(args)
+        ctx.notify(GENERIC, b"del", dst)
     return 0
 
 
@@ -407,7 +414,7 @@ def zrange(ctx, args):
 @command("zrangestore")
 def zrangestore(ctx, args):
     items = _zrange_generic(ctx, args, 2, True, _AUTO, None)
-    return _store_result(ctx, args, args[1], {m: s for s, m in items})
+    return _store_result(ctx, args, args[1], {m: s for s, m in items}, b"zrangestore")
 
 
 @command("zrevrange")
@@ -437,6 +444,9 @@ def zrevrangebylex(ctx, args):
 
 # -- range removal --------------------------------------------------------------------------------
 
+_ZREMRANGE_EVENTS = {_RANK: b"zremrangebyrank", _SCORE: b"zremrangebyscore", _LEX: b"zremrangebylex"}
+
+
 def _zremrange(ctx, args, rangetype):
     if rangetype == _RANK:
         start = parse_int(args[2])
@@ -460,7 +470,8 @@ def _zremrange(ctx, args, rangetype):
         i, k = _lex_slice(z, lex)
     removed = len(z.delete_slice(i, k))
     if removed:
-        ctx.delete_if_empty(key, z)
+        ctx.notify(ZSET, _ZREMRANGE_EVENTS[rangetype], key)
+        ctx.remove_if_empty(key, z)
         ctx.propagate_args(args)
     return removed
 
@@ -490,7 +501,8 @@ def _pop_items(ctx, key, z, count, from_max, count_arg=_POPPED):
     ZMPOP, BZPOPMIN/MAX and BZMPOP: n is how many were popped; `count_arg` None: the one-element form
     (ZPOPMIN key), bytes: that count as the client gave it (ZPOPMIN propagates itself)."""
     items = z.pop(count, from_max)
-    ctx.delete_if_empty(key, z)
+    ctx.notify(ZSET, b"zpopmax" if from_max else b"zpopmin", key)
+    ctx.remove_if_empty(key, z)
     name = b"ZPOPMAX" if from_max else b"ZPOPMIN"
     if count_arg is None:
         ctx.propagate(name, key)
@@ -617,7 +629,7 @@ def _setop(ctx, args, name, dst, numkeys_idx, op, card_only=False):
     srcs = []
     j = numkeys_idx + 1
     for _ in range(setnum):
-        v = ctx.lookup(args[j])
+        v = ctx.lookup_read(args[j])
         if v is not None and type(v) is not ZSet and type(v) is not set:
             raise WrongType()
         srcs.append(v)
@@ -705,7 +717,7 @@ def _setop(ctx, args, name, dst, numkeys_idx, op, card_only=False):
                     result[member] = s
 
     if dst is not None:
-        return _store_result(ctx, args, dst, result)
+        return _store_result(ctx, args, dst, result, name.encode())
     items = sorted([(s, m) for m, s in result.items()])
     return _items_reply(ctx, items, withscores)
 

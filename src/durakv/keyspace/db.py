@@ -7,6 +7,7 @@ from collections import deque
 
 from .bloom import Bloom, BloomDefaults
 from .encoding import EncodingRules
+from .events import KEY_MISS
 from .jsondoc import TYPE_NAME as _JSON_TYPE_NAME, JsonDoc
 from .slotindex import SlotIndex
 from .stream import Stream
@@ -223,7 +224,7 @@ class Keyspace:
     """
     # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict
     __slots__ = ("_track", "lru_stamp", "expire_enabled", "hide_expired", "deleted_by_server", "hits", "misses",
-                 "used_bytes", "changes",
+                 "used_bytes", "changes", "notify_flags",
                  "__dict__", "__weakref__")
 
 
@@ -241,6 +242,10 @@ class Keyspace:
         self.reading = False         # a read-only command runs: its lookups count as hits / misses
         self.hits = 0
         self.misses = 0
+        # Keyspace events (keyspace/events.py): the classes published, 0 while nobody publishes (the one test an
+        # event costs then), and (class, event, db_id, key) -> None, the publisher that sets them
+        self.notify_flags = 0
+        self.event_sink = None
         self.expired_keys = 0
         self.expired_time_cap_reached = 0   # active expiry cycles cut by their time budget (INFO stats)
         self.dump_payload_sanitizations = 0  # RESTORE payloads decoded (each one checked whole: INFO stats)
@@ -283,21 +288,22 @@ class Keyspace:
         return at <= (now_ms if now_ms is not None else self.clock_ms())
 
     def lookup(self, db: Db, key: bytes):
-        """The live value of key, or None. Deletes an expired key (lazy expiry)."""
+        """The live value of key, or None. Deletes an expired key (lazy expiry). While a command reads
+        (`reading`: lookupKeyRead) a hit or a miss is counted and a miss raises "keymiss"."""
         value = db.data.get(key)
         if value is None:
             if self.reading:
-                self.misses += 1
+                self._missed(db, key)
             return None
         if db.expires and key in db.expires and db.expires[key] <= self.clock_ms():
             if self.expire_enabled:
                 self.server_delete(db, key, "expired")
                 if self.reading:
-                    self.misses += 1
+                    self._missed(db, key)
                 return None
             if self.hide_expired:
                 if self.reading:
-                    self.misses += 1
+                    self._missed(db, key)
                 return None  # a replica: the key is gone for readers; the primary's DEL will remove it
         stamp = self.lru_stamp
         if stamp is not None:
@@ -307,6 +313,22 @@ class Keyspace:
         if self.reading:
             self.hits += 1
         return value
+
+    def _missed(self, db: Db, key: bytes):
+        self.misses += 1
+        if self.notify_flags & KEY_MISS:
+            self.event_sink(KEY_MISS, b"keymiss", db.id, key)
+
+    def lookup_read(self, db: Db, key: bytes):
+        """lookupKeyRead inside a command that writes (SET .. GET, GETDEL, the sources of SUNIONSTORE, ...): a
+        read's lookup, counted as a hit or a miss, "keymiss" when the key is missing."""
+        if self.reading:
+            return self.lookup(db, key)
+        self.reading = True
+        try:
+            return self.lookup(db, key)
+        finally:
+            self.reading = False
 
     def peek(self, db: Db, key: bytes):
         """The live value of key, or None, with no effect at all (Valkey's LOOKUP_NOEFFECTS): an expired key

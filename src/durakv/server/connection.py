@@ -14,7 +14,7 @@ import logging
 
 from .. import messages
 from ..commands.base import Blocked
-from ..commands.generic import RESTORE_OFF_LOOP_BYTES, decode_payload
+from ..commands import registry
 from ..commands.pipeline import Postponed
 from ..commands.session import Session
 from ..protocol.parser import RequestParser, unauthenticated_limit
@@ -28,7 +28,6 @@ _RAW = Raw
 # reading (the transport is above its high-water mark) the rest of the batch waits until it drains, so a
 # pipeline of large reads never piles up more than about this much per client.
 OUTPUT_FLUSH_BYTES = 1 << 20
-_RESTORES = (b"restore", b"restore-asking")
 
 
 class Connection(asyncio.Protocol):
@@ -212,6 +211,8 @@ class Connection(asyncio.Protocol):
             ks.expire_enabled = ks.hide_expired = False
         size = 0
         monitors = pipeline.monitors
+        # the argument the commands declaring prepare_off_loop (RESTORE) have prepared off the loop when long
+        off_arg, off_min_bytes = registry.OFF_LOOP_ARG, registry.OFF_LOOP_MIN_BYTES
         # fast: the compiled batch loop (fastpath/_core.c), None for the pure-Python core or once it said that
         # this batch's state needs the pipeline; i: the first command not run yet
         count = len(commands)
@@ -243,8 +244,8 @@ class Connection(asyncio.Protocol):
                     if limit is not None:
                         error = limit
                         break
-                if len(args) > 3 and len(args[3]) >= RESTORE_OFF_LOOP_BYTES and self._decode_first(args):
-                    self._park(commands, i - 1, error)   # the RESTORE itself runs first once decoded
+                if len(args) > off_arg and len(args[off_arg]) >= off_min_bytes and self._prepare_first(args):
+                    self._park(commands, i - 1, error)   # the command itself runs first once prepared
                     error = None
                     break
                 reply, ticket, cmd = process(session, args)
@@ -328,22 +329,29 @@ class Connection(asyncio.Protocol):
         if session.close_after_reply and not held:
             self.close()
 
-    def _decode_first(self, args) -> bool:
-        """A RESTORE of a large payload: a worker thread checks and decodes it (generic.decode_payload) while
-        this connection is parked, then the command runs through the pipeline as usual with the value ready.
-        True if it was handed to the worker. (Inside MULTI it is only queued; EXEC decodes on the loop. A
-        replica or start-up replay applying RESTORE decodes on the loop too.)"""
+    def _prepare_first(self, args) -> bool:
+        """A command declaring prepare_off_loop (RESTORE) with a long argument there: a worker thread prepares
+        it (RESTORE's payload checked and decoded) while this connection is parked, then the command runs
+        through the pipeline as usual with the result ready (session.decoded). True if it was handed to the
+        worker. (Inside MULTI it is only queued; EXEC prepares on the loop. A replica or start-up replay applying
+        RESTORE decodes on the loop too.)"""
         session = self.session
-        if args[0].lower() not in _RESTORES or session.in_multi or not session.authenticated:
+        if session.in_multi or not session.authenticated:
+            return False
+        cmd = registry.OFF_LOOP.get(args[0].lower())
+        if cmd is None:
+            return False
+        index, min_bytes, prepare = cmd.prepare_off_loop
+        if len(args) <= index or len(args[index]) < min_bytes:
             return False
         decoded = session.decoded
-        if decoded is not None and decoded[0] is args[3]:
-            return False            # decoded: it runs now
+        if decoded is not None and decoded[0] is args[index]:
+            return False            # prepared: it runs now
         server = self.server
         loop = server.loop
         if loop is None or not loop.is_running():
             return False
-        payload = args[3]
+        payload = args[index]
         clock_ms = server.keyspace.clock_ms
 
         def decoded_now(result):
@@ -355,7 +363,7 @@ class Connection(asyncio.Protocol):
             self.resume()
 
         self.blocked = OFF_LOOP_PARKED
-        server.port.off_loop.run(lambda: decode_payload(payload, clock_ms), decoded_now)
+        server.port.off_loop.run(lambda: prepare(payload, clock_ms), decoded_now)
         return True
 
     def _park(self, commands, rest, error):

@@ -5,128 +5,26 @@ postponement, CLIENT NO-TOUCH, and waking clients blocked on keys.
 Connections take the plain path while nothing of this is in use (`Hooks.active` false and the connection
 not `special`); otherwise every command goes through Hooks.handle.
 
-Keyspace notifications (notify-keyspace-events) are derived centrally from the command that ran and the
-effects it recorded, not from calls inside every handler. The event names are Valkey's; where an effect
-is a rewrite of the command the command name decides (SPOP recorded as SREM still says "spop", ZINCRBY
-recorded as ZADD says "zincr", INCR recorded as SET says "incrby", EXPIRE recorded as PEXPIREAT says
-"expire", SET .. EX says "set" then "expire"). Server-side expiry and eviction publish "expired" and
-"evicted" when they happen. Approximations, documented:
-  - inside MULTI/EXEC the command names are not known per effect, so a rewritten effect gives the name
-    of what it was rewritten to (SPOP in a transaction notifies "srem");
-  - "del" for a collection emptied by a removal is decided by the key's existence after the whole command;
-  - "new" (n) and "keymiss" (m) look at the command's own keys in its db before it runs (keymiss only for
-    read-only commands);
-  - commands of families this module does not know notify their effect's name in the class of its ACL
-    category (e.g. a stream effect XADD -> "xadd" in class t).
-A command may name its own events instead (`ctx.notify(class, event, key)`, what a module's handler does with
-ValkeyModule_NotifyKeyspaceEvent): they are published after it, in the order named, and a module command's
-effects derive none here.
+Keyspace notifications (notify-keyspace-events): handlers raise their events through their context where
+Valkey's code calls notifyKeyspaceEvent (`ctx.notify(LIST, b"lpush", key)`), the keyspace raises "new" where a
+key is created and "keymiss" where a read misses, and the server's own deletions raise "expired" and "evicted"
+(keyspace/events.py). This module publishes them (`Hooks.keyspace_event`, the keyspace's event sink) as they are
+raised, so their order is Valkey's within a command, across a transaction's or a script's commands and for a
+replica applying its primary's effects (the handler of each effect raises what Valkey's replica raises for the
+propagated command). What still differs from Valkey is in docs/compatibility.md.
 """
 
 import time
 
-from ..commands import registry
 from ..commands.introspection import redacted_positions
-from ..keyspace.db import FieldsExpired, ServerDeletion
+from ..keyspace import events
+from ..keyspace.db import FieldsExpired
+from ..keyspace.events import EVICTED, EXPIRED, GENERIC, HASH, KEY_MISS, KEYEVENT, KEYSPACE
 from ..keyspace.search import get_search
 from ..protocol.resp import Push, Raw
 
-# notify-keyspace-events classes (server.h)
-K = 1 << 0
-E = 1 << 1
-G = 1 << 2
-STR = 1 << 3
-LIST = 1 << 4
-SET = 1 << 5
-HASH = 1 << 6
-ZSET = 1 << 7
-EXPIRED = 1 << 8
-EVICTED = 1 << 9
-STREAM = 1 << 10
-KEY_MISS = 1 << 11
-MODULE = 1 << 13
-NEW = 1 << 14
-ALL = G | STR | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE
-
-_CHARS = {"A": ALL, "g": G, "$": STR, "l": LIST, "s": SET, "h": HASH, "z": ZSET, "x": EXPIRED, "e": EVICTED,
-          "K": K, "E": E, "t": STREAM, "m": KEY_MISS, "d": MODULE, "n": NEW}
-
-
-def parse_notify_flags(text: str) -> int:
-    """keyspaceEventsStringToFlags: -1 if a character is not a class."""
-    flags = 0
-    for ch in text:
-        f = _CHARS.get(ch)
-        if f is None:
-            return -1
-        flags |= f
-    return flags
-
-
-def notify_flags_to_string(flags: int) -> str:
-    out = []
-    if flags & ALL == ALL:
-        out.append("A")
-    else:
-        for ch, f in (("g", G), ("$", STR), ("l", LIST), ("s", SET), ("h", HASH), ("z", ZSET), ("x", EXPIRED),
-                      ("e", EVICTED), ("t", STREAM), ("d", MODULE), ("n", NEW)):
-            if flags & f:
-                out.append(ch)
-    for ch, f in (("K", K), ("E", E), ("m", KEY_MISS)):
-        if flags & f:
-            out.append(ch)
-    return "".join(out)
-
-
-_ACL_CLASS = {"string": STR, "bitmap": STR, "hyperloglog": STR, "list": LIST, "set": SET, "hash": HASH,
-              "sortedset": ZSET, "geo": ZSET, "stream": STREAM}
-
-# effect name -> (class, event) for effects whose key is argv[1] and mean one event
-_SIMPLE = {
-    b"setrange": (STR, b"setrange"), b"append": (STR, b"append"), b"incr": (STR, b"incrby"),
-    b"decr": (STR, b"incrby"), b"incrby": (STR, b"incrby"), b"decrby": (STR, b"incrby"),
-    b"incrbyfloat": (STR, b"incrbyfloat"), b"setbit": (STR, b"setbit"), b"pfadd": (STR, b"pfadd"),
-    b"pexpireat": (G, b"expire"), b"expireat": (G, b"expire"), b"pexpire": (G, b"expire"),
-    b"expire": (G, b"expire"), b"persist": (G, b"persist"),
-    b"lpush": (LIST, b"lpush"), b"lpushx": (LIST, b"lpush"), b"rpush": (LIST, b"rpush"),
-    b"rpushx": (LIST, b"rpush"), b"linsert": (LIST, b"linsert"), b"lset": (LIST, b"lset"),
-    b"hsetnx": (HASH, b"hset"), b"hmset": (HASH, b"hset"), b"hincrby": (HASH, b"hincrby"),
-    b"hincrbyfloat": (HASH, b"hincrbyfloat"), b"sadd": (SET, b"sadd"),
-    b"hpexpireat": (HASH, b"hexpire"), b"hexpireat": (HASH, b"hexpire"), b"hpexpire": (HASH, b"hexpire"),
-    b"hexpire": (HASH, b"hexpire"), b"hpersist": (HASH, b"hpersist"),
-    b"sinterstore": (SET, b"sinterstore"), b"sunionstore": (SET, b"sunionstore"),
-    b"sdiffstore": (SET, b"sdiffstore"), b"zunionstore": (ZSET, b"zunionstore"),
-    b"zinterstore": (ZSET, b"zinterstore"), b"zdiffstore": (ZSET, b"zdiffstore"),
-    b"zrangestore": (ZSET, b"zrangestore"), b"sort": (LIST, b"sortstore"),
-}
-# removals: the key may be gone afterwards, then "del" follows
-_REMOVERS = {
-    b"lpop": (LIST, b"lpop"), b"rpop": (LIST, b"rpop"), b"lrem": (LIST, b"lrem"), b"ltrim": (LIST, b"ltrim"),
-    b"srem": (SET, b"srem"), b"spop": (SET, b"spop"), b"hdel": (HASH, b"hdel"), b"zrem": (ZSET, b"zrem"),
-    b"zremrangebyrank": (ZSET, b"zremrangebyrank"), b"zremrangebyscore": (ZSET, b"zremrangebyscore"),
-    b"zremrangebylex": (ZSET, b"zremrangebylex"), b"zpopmin": (ZSET, b"zpopmin"),
-    b"zpopmax": (ZSET, b"zpopmax"),
-}
-_NONE = {b"flushdb", b"flushall", b"swapdb", b"publish", b"spublish", b"pfcount"}   # PFCOUNT: its cache
-# what SET is called when another command was rewritten into it
-_SET_ORIGIN = {"incrbyfloat": b"incrbyfloat"}
-_ZPOP_ORIGIN = {"zpopmin": b"zpopmin", "bzpopmin": b"zpopmin", "zpopmax": b"zpopmax", "bzpopmax": b"zpopmax"}
-_EXPIRE_OPTS = {b"ex", b"px", b"exat", b"pxat"}
-# commands whose HDEL effect removes fields they expired at once (a TTL in the past): "hexpired"
-_HEXPIRED_ORIGIN = {"hexpire", "hpexpire", "hexpireat", "hpexpireat", "hgetex", "hsetex"}
-# commands whose DEL / UNLINK effect deletes a key because the time they gave is already past
-# (deleteExpiredKeyFromOverwriteAndPropagate): "expired", as Valkey, not "del"
-_EXPIRED_ORIGIN = {"expire", "pexpire", "expireat", "pexpireat", "set", "getex"}
-# what HSET / HSETEX is called when another command was rewritten into it
-_HSET_ORIGIN = {"hincrbyfloat": b"hincrbyfloat", "hincrby": b"hincrby"}
-
 _CLIENT_FAMILY = {"client"}
 _SEARCH_DEFINITIONS = {b"ft.create", b"ft.dropindex"}   # index definitions: no key of the database changed
-_RO_SCRIPTS = {"eval_ro", "evalsha_ro", "fcall_ro"}
-
-
-def _top(cmd):
-    return cmd.parent if cmd.parent is not None else cmd
 
 
 def _repr(arg: bytes) -> bytes:
@@ -363,12 +261,12 @@ class Hooks:
         self.tracking = Tracking(server)
         self.no_touch_clients = 0
         self.current = None                # the connection whose request is running (tracking, NO-TOUCH)
-        self._server_deleted = set()       # (db_id, key) removed by expiry/eviction: no "del" for them
-        self._tracking_server_deleted = set()   # the same for tracking: invalidated as the server's
+        self._tracking_server_deleted = set()   # (db_id, key) the server removed: tracking tells them as its own
         self._deferred = []                # invalidations for the current client, sent after its reply
         self.own_feed = []                 # (conn, push, ticket) for the current client, sent after its reply
         ks = server.keyspace
         ks.deleted_by_server = _DeletionLog(self._on_server_delete, ks.deleted_by_server)
+        ks.event_sink = self.keyspace_event
         # search indexes follow every change to a key (keyspace/search): while one exists every command comes
         # through here, whatever its path
         self.search = get_search(ks)
@@ -383,8 +281,10 @@ class Hooks:
         s.pipeline.observer = self if self.active else None
 
     def set_notify_flags(self, text):
-        flags = parse_notify_flags(text or "")
+        flags = events.parse_flags(text or "")
         self.notify_flags = flags if flags > 0 else 0
+        # what handlers test before raising an event: nothing is published without K or E
+        self.server.keyspace.notify_flags = events.raised(self.notify_flags)
         self.refresh()
 
     def add_monitor(self, conn) -> bool:
@@ -441,54 +341,30 @@ class Hooks:
         if session.no_touch and ks.track_access is not None and cmd.name != "touch":
             saved_access = ks.track_access
             ks.track_access = None  # CLIENT NO-TOUCH: this command's lookups leave LRU/LFU alone
-        pre_absent = None
-        if self.notify_flags & (NEW | KEY_MISS) and not cmd.keyless:
-            db = ks.dbs[session.db_id]
-            data = db.data
-            pre_absent = {k for k in cmd.keys(args) if k not in data or ks.is_expired(db, k)}
         if self.monitors and cmd.calls_commands and cmd.skip_monitor:
             self._feed(session, cmd, args)   # EVAL/FCALL show before the commands they run (evalCommand)
-        if saved_access is None and pre_absent is None:
-            return None
-        return saved_access, pre_absent
+        return saved_access
 
     def after_call(self, session, cmd, args, reply, effects, touched, pre, retry=False):
-        server = self.server
-        ctx = session.ctx
-        named = None
-        if ctx is not None and ctx.events:
-            named, ctx.events = ctx.events, []
-        pre_absent = None
         if pre is not None:
-            saved_access, pre_absent = pre
-            if saved_access is not None:
-                server.keyspace.track_access = saved_access
+            self.server.keyspace.track_access = pre
         if self.monitors and not cmd.skip_monitor and not retry:
             self._feed(session, cmd, args)
         current = self.current
+        # a read-only script (EVAL_RO, FCALL_RO: readonly and calls_commands) has its commands remember their keys
         if current is not None and current.tracking is not None and not current.tracking.bcast \
-                and cmd.readonly and cmd.name not in _RO_SCRIPTS:
+                and cmd.readonly and not cmd.calls_commands:
             self.tracking.remember(current, cmd, args)
-        if pre_absent and self.notify_flags & KEY_MISS and cmd.readonly:
-            db_id = session.db_id
-            for key in cmd.keys(args):
-                if key in pre_absent:
-                    # derived from no effect of its own: held like the read's reply (absence caused by an
-                    # uncommitted DEL is not told before that DEL commits)
-                    self._publish(KEY_MISS, b"keymiss", db_id, key,
-                                  server.durability.read_ticket(db_id, (key,)))
         if effects and not cmd.calls_commands:   # EXEC's and scripts' own commands reported theirs
             if self.search:
                 self._index(effects, touched)
-            self._effects(cmd, args, effects, touched, pre_absent, served=retry, named=named)
-        elif named and self.notify_flags and server.pubsub.has_subscribers():
-            self._notify_named(named, pre_absent, set())
+            self._effects(effects, touched, served=retry)
 
     def effects_outside_call(self, effects, touched):
         """Effects no command produced (server-side expiry/eviction): invalidations and wake-ups."""
         if self.search:
             self._index(effects, touched)
-        self._effects(None, None, effects, touched, None, served=True)
+        self._effects(effects, touched, served=True)
 
     def _index(self, effects, touched):
         """Search indexes re-read the keys a write touched; when the keys are not known (FLUSHALL, SWAPDB, ...)
@@ -538,12 +414,8 @@ class Hooks:
                 last is None or (last.parent or last).name not in _CLIENT_FAMILY):
             t.caching = False
 
-    def _effects(self, cmd, args, effects, touched, pre_absent, served, named=None):
+    def _effects(self, effects, touched, served):
         server = self.server
-        if self.notify_flags:
-            if server.pubsub.has_subscribers():
-                self._notify(cmd, args, effects, pre_absent, named)
-            self._server_deleted.clear()
         tracking = self.tracking
         if tracking.clients or tracking.table:
             current = None if served else self.current
@@ -614,18 +486,26 @@ class Hooks:
             if self.notify_flags:
                 self._publish(HASH, b"hexpired", db_id, key)
                 if reason.key_deleted:
-                    self._publish(G, b"del", db_id, key)
+                    self._publish(GENERIC, b"del", db_id, key)
             return
         if self.tracking.clients:
             # The server's deletion, not the client's (signalModifiedKey(NULL, ...)): NOLOOP does not hide it
             self._tracking_server_deleted.add((db_id, key))
         if not self.notify_flags:
             return
-        self._server_deleted.add((db_id, key))
         if reason == "expired":
             self._publish(EXPIRED, b"expired", db_id, key)
         else:
             self._publish(EVICTED, b"evicted", db_id, key)
+
+    def keyspace_event(self, cls, event, db_id, key):
+        """The keyspace's event sink (Keyspace.event_sink): an event a handler or the keyspace raised. A miss is
+        derived from no effect of its own: held like the read's reply (the absence an uncommitted DEL caused is
+        not told before that DEL commits)."""
+        if cls == KEY_MISS:
+            self._publish(cls, event, db_id, key, self.server.durability.read_ticket(db_id, (key,)))
+        else:
+            self._publish(cls, event, db_id, key)
 
     def _publish(self, cls, event, db_id, key, ticket=None):
         flags = self.notify_flags
@@ -635,170 +515,13 @@ class Hooks:
         if not pubsub.has_subscribers():
             return
         # Raised while the effects it describes are produced, before they are submitted: it leaves once the
-        # batch they join commits (keymiss too: it must not reveal that an uncommitted write removed a key).
+        # batch they join commits.
         if ticket is None:
             ticket = self.server.durability.push_ticket()
-        if flags & K:
+        if flags & KEYSPACE:
             pubsub.publish(b"__keyspace@%d__:%s" % (db_id, key), event, ticket=ticket)
-        if flags & E:
+        if flags & KEYEVENT:
             pubsub.publish(b"__keyevent@%d__:%s" % (db_id, event), key, ticket=ticket)
 
-    def _notify(self, cmd, args, effects, pre_absent, named=None):
-        origin = _top(cmd).name if cmd is not None else None
-        ks = self.server.keyspace
-        dbs = ks.dbs
-        server_deleted = self._server_deleted
-        new_seen = set()
-        publish = self._publish
-        for db_id, argv in effects:
-            name = argv[0].lower()
-            if name in _NONE:
-                continue
-            if type(argv) is ServerDeletion or (name == b"del" and len(argv) == 2
-                                                and (db_id, argv[1]) in server_deleted):
-                server_deleted.discard((db_id, argv[1]))
-                continue
-            for cls, event, edb, key, may_empty in _events(name, argv, db_id, origin, args):
-                if pre_absent and key in pre_absent and (edb, key) not in new_seen and key in dbs[edb].data:
-                    new_seen.add((edb, key))
-                    publish(NEW, b"new", edb, key)
-                publish(cls, event, edb, key)
-                if may_empty and key not in dbs[edb].data:
-                    publish(G, b"del", edb, key)
-        if named:
-            self._notify_named(named, pre_absent, new_seen)
 
-    def _notify_named(self, named, pre_absent, new_seen):
-        """The events a command named itself (ctx.notify), "new" first for a key it created."""
-        dbs = self.server.keyspace.dbs
-        publish = self._publish
-        for db_id, letter, event, key in named:
-            if pre_absent and key in pre_absent and (db_id, key) not in new_seen and key in dbs[db_id].data:
-                new_seen.add((db_id, key))
-                publish(NEW, b"new", db_id, key)
-            publish(_CHARS[letter], event, db_id, key)
-
-
-# t_stream.c's events: XADD (then xtrim when it trimmed), XTRIM, XDEL, XSETID and the XGROUP subcommands;
-# XCLAIM and XACK effects notify nothing, nor do the group position and consumers that XREADGROUP,
-# XCLAIM or XAUTOCLAIM record, except a consumer they create.
-_STREAM_EVENTS = {b"xadd", b"xtrim", b"xdel", b"xsetid", b"xgroup", b"xclaim", b"xack"}
-_XGROUP_EVENTS = {b"create": b"xgroup-create", b"createconsumer": b"xgroup-createconsumer",
-                  b"delconsumer": b"xgroup-delconsumer", b"destroy": b"xgroup-destroy",
-                  b"setid": b"xgroup-setid"}
-
-
-def _stream_events(name, argv, db_id, origin):
-    if name in (b"xclaim", b"xack"):
-        return ()
-    if name == b"xgroup":
-        sub = argv[1].lower() if len(argv) > 2 else b""
-        event = _XGROUP_EVENTS.get(sub)
-        if event is None or (sub == b"setid" and origin != "xgroup"):
-            return ()
-        return [(STREAM, event, db_id, argv[2], False)]
-    out = [(STREAM, name, db_id, argv[1], False)]
-    if name == b"xadd" and len(argv) > 2 and argv[2].lower() in (b"maxlen", b"minid"):
-        out.append((STREAM, b"xtrim", db_id, argv[1], False))
-    return out
-
-
-def _copy_target_db(argv, db_id):
-    i = 3
-    while i < len(argv):
-        if argv[i].lower() == b"db" and i + 1 < len(argv):
-            try:
-                return int(argv[i + 1])
-            except ValueError:
-                return db_id
-        i += 1
-    return db_id
-
-
-def _events(name, argv, db_id, origin, args):
-    """(class, event, db, key, may_have_emptied_key) for one effect."""
-    simple = _SIMPLE.get(name)
-    if simple is not None:
-        return [(simple[0], simple[1], db_id, argv[1], False)]
-    remover = _REMOVERS.get(name)
-    if remover is not None:
-        cls, event = remover
-        if name == b"srem" and origin == "spop":
-            event = b"spop"
-        elif name == b"hdel" and origin in _HEXPIRED_ORIGIN:
-            if origin == "hsetex":   # set with a TTL in the past, then expired at once
-                return [(HASH, b"hset", db_id, argv[1], False), (HASH, b"hexpire", db_id, argv[1], False),
-                        (HASH, b"hexpired", db_id, argv[1], True)]
-            event = b"hexpired"
-        elif name == b"zrem" and origin is not None:
-            if origin in _ZPOP_ORIGIN:
-                event = _ZPOP_ORIGIN[origin]
-            elif origin in ("zmpop", "bzmpop") and args is not None:
-                event = b"zpopmax" if any(a.lower() == b"max" for a in args[2:]) else b"zpopmin"
-        return [(cls, event, db_id, argv[1], True)]
-    if name == b"set":
-        if origin in _SET_ORIGIN:
-            return [(STR, _SET_ORIGIN[origin], db_id, argv[1], False)]
-        out = [(STR, b"set", db_id, argv[1], False)]
-        if any(a.lower() in _EXPIRE_OPTS for a in argv[3:]):
-            out.append((G, b"expire", db_id, argv[1], False))
-        return out
-    if name == b"mset" or name == b"msetnx":
-        return [(STR, b"set", db_id, argv[i], False) for i in range(1, len(argv) - 1, 2)]
-    if name == b"del" or name == b"unlink":
-        if origin == "spop":
-            out = []
-            for k in argv[1:]:
-                out.append((SET, b"spop", db_id, k, False))
-                out.append((G, b"del", db_id, k, False))
-            return out
-        if origin in _EXPIRED_ORIGIN:
-            return [(EXPIRED, b"expired", db_id, k, False) for k in argv[1:]]
-        return [(G, b"del", db_id, k, False) for k in argv[1:]]
-    if name == b"hset":
-        return [(HASH, _HSET_ORIGIN.get(origin, b"hset"), db_id, argv[1], False)]
-    if name == b"hsetex":
-        # HSETEX key [PXAT ms | KEEPTTL] FIELDS n field value ...: "hset", then "hexpire" when it set a TTL
-        out = [(HASH, _HSET_ORIGIN.get(origin, b"hset"), db_id, argv[1], False)]
-        if len(argv) > 2 and argv[2].lower() in _EXPIRE_OPTS:
-            out.append((HASH, b"hexpire", db_id, argv[1], False))
-        return out
-    if name == b"zadd":
-        incr = origin == "zincrby" or (origin == "zadd" and args is not None
-                                       and any(a.lower() == b"incr" for a in args[2:]))
-        return [(ZSET, b"zincr" if incr else b"zadd", db_id, argv[1], False)]
-    if name == b"rename" or name == b"renamenx":
-        return [(G, b"rename_from", db_id, argv[1], False), (G, b"rename_to", db_id, argv[2], False)]
-    if name == b"lmove" or name == b"rpoplpush":
-        if name == b"lmove":
-            src_left = argv[3].lower() == b"left"
-            dst_left = argv[4].lower() == b"left"
-        else:
-            src_left, dst_left = False, True
-        return [(LIST, b"lpush" if dst_left else b"rpush", db_id, argv[2], False),
-                (LIST, b"lpop" if src_left else b"rpop", db_id, argv[1], True)]
-    if name == b"smove":
-        return [(SET, b"srem", db_id, argv[1], True), (SET, b"sadd", db_id, argv[2], False)]
-    if name == b"move":
-        try:
-            target = int(argv[2])
-        except (ValueError, IndexError):
-            target = db_id
-        return [(G, b"move_from", db_id, argv[1], False), (G, b"move_to", target, argv[1], False)]
-    if name == b"copy":
-        return [(G, b"copy_to", _copy_target_db(argv, db_id), argv[2], False)]
-    if name in _STREAM_EVENTS:
-        return _stream_events(name, argv, db_id, origin)
-    cmd = registry.find(name)
-    if cmd is None or cmd.keyless or "module" in cmd.flags:   # a module's command names its own (ctx.notify)
-        return ()
-    cls = G
-    for cat in cmd.acl:
-        c = _ACL_CLASS.get(cat)
-        if c is not None:
-            cls = c
-            break
-    return [(cls, name, db_id, k, False) for k in cmd.keys(argv)]
-
-
-__all__ = ["Hooks", "parse_notify_flags", "notify_flags_to_string"]
+__all__ = ["Hooks"]

@@ -41,7 +41,8 @@ from .connection import Connection
 from .info import render_info
 from .loopstats import LoopStats
 from .migrate import MigrateSockets
-from .notify import Hooks, notify_flags_to_string, parse_notify_flags
+from ..keyspace.events import flags_to_string as notify_flags_to_string, parse_flags as parse_notify_flags
+from .notify import Hooks
 from .port import ServerPort
 from .pubsub import PubSub
 from .watchdog import Watchdog
