@@ -18,10 +18,10 @@ if os.environ.get("DURAKV_PURE_PYTHON", "") not in ("1", "true", "yes"):
         from . import _core as core
         NAME = "compiled"
         REASON = ""
-    except ImportError:   # no C compiler at install time: pip built the package without it
+    except ImportError as exc:   # no C compiler at install time: pip built the package without it
         core = None
-        REASON = ("the compiled core (durakv/fastpath/_core.c) was not built at install time; install gcc and the "
-                  "Python headers, then reinstall durakv, for the compiled one")
+        REASON = ("the compiled core (durakv/fastpath/_core.c) was not built at install time (%s); install gcc "
+                  "and the Python headers, then reinstall durakv, for the compiled one" % exc)
 
 
 def warn_if_missing():

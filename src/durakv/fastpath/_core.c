@@ -26,6 +26,22 @@
 #include <string.h>
 #include <time.h>
 
+/* The CPython private APIs this file uses, each taken here with the exact type it was written against:
+ *   _PyType_Lookup       a type's MRO lookup, borrowed (slot_offset: a __slots__ member's offset)
+ *   _PyBytes_Join        b"".join(list) without a method call (flush_conn: one write per flush)
+ *   _PyList_Extend       list.extend (a handler's touched keys)
+ *   _PyDict_NewPresized  an empty dict with room for n keys (presized_dict: RDB loads; CPython 3.13 took it out
+ *                        of its headers, where presized_dict makes a plain dict: the same dict, grown as it fills)
+ * setup.py compiles with -Werror=implicit-function-declaration and -Werror=incompatible-pointer-types, so a
+ * CPython that drops one or changes its signature fails this build loudly, and scripts/test.sh fails where the
+ * core did not build, instead of a server that quietly runs its pure-Python core. */
+static PyObject *(*const private_type_lookup)(PyTypeObject *, PyObject *) __attribute__((unused)) = _PyType_Lookup;
+static PyObject *(*const private_bytes_join)(PyObject *, PyObject *) __attribute__((unused)) = _PyBytes_Join;
+static PyObject *(*const private_list_extend)(PyListObject *, PyObject *) __attribute__((unused)) = _PyList_Extend;
+#if PY_VERSION_HEX < 0x030D0000
+static PyObject *(*const private_dict_presized)(Py_ssize_t) __attribute__((unused)) = _PyDict_NewPresized;
+#endif
+
 #define MAX_MULTIBULK (1024 * 1024)
 
 /* ---------------------------------------------------------------------------------------------------- */
