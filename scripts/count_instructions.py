@@ -82,10 +82,12 @@ def measure(target, requests, workloads, work):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     results = {}
     try:
-        deadline = time.monotonic() + 120
+        # (a server under valgrind on a busy machine takes minutes to import and open its journal)
+        deadline = time.monotonic() + 400
         while not ping(port):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("%s did not start under valgrind" % target)
+                raise RuntimeError("%s did not start under valgrind (%s)" % (
+                    target, "exit status %s" % proc.returncode if proc.returncode is not None else "timed out"))
             time.sleep(0.5)
         bench = ["redis-benchmark", "-p", str(port), "-c", "1", "-d", "256", "-r", "100000", "-q"]
         subprocess.run(bench + ["-n", "3000", "-t", "set,get"], capture_output=True, check=True)
