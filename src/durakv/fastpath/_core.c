@@ -2023,9 +2023,14 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_core", "durakv's compiled core", -1,
                                        module_methods};
 
-#define INTERN(var, text) do { var = PyUnicode_InternFromString(text); if (var == NULL) return NULL; } while (0)
+/* Every Python name the core touches, interned once; the module exports them as NAMES, and
+ * tests/test_fastpath_contract.py checks that each exists where the core reads it (a rename breaks that test). */
+#define INTERN(var, text) do { var = PyUnicode_InternFromString(text); \
+                               if (var == NULL || PyList_Append(names, var) < 0) return NULL; } while (0)
 
 PyMODINIT_FUNC PyInit__core(void) {
+    PyObject *names = PyList_New(0);   /* (a reference kept for the module's life: it becomes NAMES) */
+    if (names == NULL) return NULL;
     INTERN(s_session, "session"); INTERN(s_outbox, "outbox"); INTERN(s_closing, "closing");
     INTERN(s_observer, "observer"); INTERN(s_watchers, "watchers");
     INTERN(s_stats_enabled, "stats_enabled"); INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "_mark");
@@ -2081,5 +2086,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (m == NULL) return NULL;
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) return NULL;
+    PyObject *exported = PyList_AsTuple(names);
+    Py_DECREF(names);
+    if (exported == NULL || PyModule_AddObject(m, "NAMES", exported) < 0) return NULL;
     return m;
 }
