@@ -34,7 +34,7 @@ OWNERS = {
     "Hooks": "own_feed",
     "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
     "Outbox": "ready held closed flush",
-    "Command": "calls usec latency skip_slowlog handler failed_calls",
+    "Command": "calls usec latency skip_slowlog handler failed_calls arity",
     "ClusterNode": "fast_serving",
     "ClusterRouting": "moving router",
     "Router": "_fast",
@@ -88,3 +88,39 @@ def test_every_name_the_core_touches_exists(served):
                if not hasattr(objects[owner], name)]
     assert missing == []
     c.close()
+
+
+def test_the_command_table_says_which_commands_the_core_runs(tmp_path, monkeypatch):
+    """The core runs the commands the table declares with core=True, by the table's names and arities, and
+    none other: one taken out of the table's set runs through the pipeline."""
+    table = fastpath.core_commands()
+    assert set(table) <= set(fastpath.core.IMPLEMENTED)
+    assert {"get", "set", "incr", "hset"} <= set(table)
+    monkeypatch.setattr(registry.TABLE[b"get"], "core", False)
+    srv = InProcessServer(tmp_path / "data", "--durability", "sync").start()
+    try:
+        c = srv.client()
+        core_count = lambda: int(c.info("server")["durakv_core_commands"])  # noqa: E731
+        assert c.set("k", "v")
+        wait_until(lambda: c.set("k", "v") and core_count() > 0, 20, what="the compiled core ran SET")
+        before = core_count()
+        for _ in range(5):
+            assert c.get("k") == b"v"
+        assert core_count() == before     # GET: the pipeline's
+        assert c.set("k", "w")
+        assert core_count() == before + 1
+        c.close()
+    finally:
+        srv.stop()
+
+
+def test_the_core_refuses_a_command_it_does_not_implement():
+    from durakv.commands import load_all
+    from durakv.commands.pipeline import Pipeline
+    from durakv.keyspace import Keyspace
+    load_all()
+    pipeline = Pipeline(Keyspace())
+    append = registry.lookup((b"append",))
+    with pytest.raises(ValueError, match="append"):
+        fastpath.core.Core(pipeline, pipeline.keyspace, pipeline.durability, pipeline.monitors, None,
+                           pipeline.perf_counter, {"append": append}, 0, None, None)

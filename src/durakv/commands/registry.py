@@ -16,7 +16,7 @@ class Command:
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
-                 "argc_min", "argc_max", "changes_protocol", "latency", "protected")
+                 "argc_min", "argc_max", "changes_protocol", "latency", "protected", "core")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -34,6 +34,9 @@ class Command:
         # Scripts: (pipeline, args) -> (write, may_replicate, denyoom) from the script's own flags
         # (Valkey's getCommandFlags for EVAL/FCALL), or None to use the static flags.
         self.queue_flags_fn = None
+        # The compiled core (fastpath/_core.c) may run it: @command(..., core=True). The core takes these, with
+        # their names and arities, from this table (fastpath.batch_core) and refuses one it does not implement.
+        self.core = False
         self._set_flags()
         self.calls = self.usec = self.rejected_calls = self.failed_calls = 0
         # LATENCY HISTOGRAM: calls per power-of-two microsecond bucket (index = usec.bit_length()).
@@ -126,11 +129,13 @@ def _entry(fullname):
     return sub
 
 
-def command(fullname: str, *, flags=None, arity=None, extra_flags=()):
-    """Declare `fn(ctx, args) -> reply` as the handler of a command (or 'container|sub')."""
+def command(fullname: str, *, flags=None, arity=None, extra_flags=(), core=False):
+    """Declare `fn(ctx, args) -> reply` as the handler of a command (or 'container|sub'); core=True: the compiled
+    core may run it too (its implementation is proven equal to fn by tests/test_fastpath_differential.py)."""
     def register(fn):
         cmd = _entry(fullname.lower())
         cmd.handler = fn
+        cmd.core = core
         if flags is not None or extra_flags:
             cmd.flags = frozenset(flags if flags is not None else cmd.flags) | frozenset(extra_flags)
             cmd._set_flags()

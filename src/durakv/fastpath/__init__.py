@@ -41,9 +41,12 @@ def install():
     codec.use_compiled(core.encode_effects, core.effects_size)
 
 
-# Fast commands: the names the compiled batch loop runs (each must be in the command table).
-FAST_COMMANDS = ("ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby", "decrby", "del", "unlink",
-                 "exists", "ttl", "pttl", "hget", "hset", "lpush", "rpush", "lpop", "rpop", "sadd")
+def core_commands():
+    """{name: Command} the compiled batch loop may run: the command table's own choice (@command(..., core=True),
+    commands/registry.py), with the table's names and arities."""
+    from ..commands import registry
+    return {name.decode(): cmd for name, cmd in registry.TABLE.items()
+            if cmd.core and cmd.handler is not None and not cmd.subcommands}
 
 
 def batch_core(pipeline, durability, hooks):
@@ -51,14 +54,9 @@ def batch_core(pipeline, durability, hooks):
     if core is None:
         return None
     import collections
-    from ..commands import registry
     from ..commands.pipeline import STRING_KEY_COST
     from ..keyspace.db import estimate_key
     install()
-    commands = {}
-    for name in FAST_COMMANDS:
-        cmd = registry.lookup((name.encode(),))
-        if cmd is not None and not cmd.subcommands:
-            commands[name] = cmd
+    commands = core_commands()
     return core.Core(pipeline, pipeline.keyspace, durability, pipeline.monitors, hooks, pipeline.perf_counter,
                      commands, STRING_KEY_COST, estimate_key, collections.deque)

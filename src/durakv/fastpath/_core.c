@@ -394,11 +394,12 @@ static PyObject *fast_encode_effects(PyObject *self, PyObject *effects) {
 
 enum { C_PING, C_ECHO, C_GET, C_SET, C_MGET, C_MSET, C_INCR, C_DECR, C_INCRBY, C_DECRBY, C_DEL, C_UNLINK,
        C_EXISTS, C_TTL, C_PTTL, C_HGET, C_HSET, C_LPUSH, C_RPUSH, C_LPOP, C_RPOP, C_SADD, NCMD };
+/* the commands implemented here, by their names in the command table (the module exports them as IMPLEMENTED);
+ * which of them the core runs, and their arities, are the table's: Core() takes the table's core=True commands
+ * (commands/registry.py) and refuses one it has no implementation of */
 static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby",
                                       "decrby", "del", "unlink", "exists", "ttl", "pttl", "hget", "hset", "lpush",
                                       "rpush", "lpop", "rpop", "sadd"};
-/* the table's arity of each (a wrong count is answered by the Python path) */
-static const int ARITY[NCMD] = {-1, 2, 2, -3, -2, -3, 2, 2, 3, 3, -2, -2, -2, 2, 2, 3, -4, -3, -3, -2, -2, -3};
 
 /* interned attribute names */
 static PyObject *s_session, *s_outbox, *s_closing, *s_observer, *s_watchers,
@@ -410,7 +411,7 @@ static PyObject *s_session, *s_outbox, *s_closing, *s_observer, *s_watchers,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_last_write_index,
     *s_clock_ms, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
-    *s_handler, *s_failed_calls, *s_admit_rest, *s__gate, *s__router,
+    *s_handler, *s_arity, *s_failed_calls, *s_admit_rest, *s__gate, *s__router,
     *s_fast_serving, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
     *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_lru_stamp, *s_no_touch;
 static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, *s__tail, *s__buf, *s__args, *s__auth,
@@ -428,7 +429,8 @@ typedef struct {
     PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter;
     PyObject *estimate_key;   /* keyspace.db.estimate_key: a collection's sampled size, as call() measures it */
     PyObject *deque_type;     /* collections.deque */
-    PyObject *cmds[NCMD];
+    PyObject *cmds[NCMD];     /* the table's Command of each implementation the table lets run here, or NULL */
+    int arity[NCMD];          /* ... and its arity, the table's (a wrong count is answered by the Python path) */
     PyObject *end_turn;       /* this core's end_turn, bound: what begin_turn schedules */
     long long key_cost;       /* estimate_key(k, v) - len(k) - len(v) for a string value */
     long long fast_runs;      /* batches that ran at least one command here */
@@ -462,6 +464,8 @@ static void core_dealloc(Core *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static int cmd_id(PyObject *name);
+
 /* Core(pipeline, keyspace, durability, monitors, hooks, perf_counter, commands: {name: Command}, key_cost,
  *      estimate_key, deque) */
 static int core_init(Core *self, PyObject *args, PyObject *kw) {
@@ -480,10 +484,32 @@ static int core_init(Core *self, PyObject *args, PyObject *kw) {
     Py_INCREF(hooks); self->hooks = hooks;
     Py_INCREF(perf_counter); self->perf_counter = perf_counter;
     self->key_cost = key_cost;
-    for (int i = 0; i < NCMD; i++) {
-        PyObject *c = PyDict_GetItemString(commands, CMD_NAMES[i]);   /* borrowed */
-        Py_XINCREF(c);
-        self->cmds[i] = c;    /* NULL: not in the table, never run here */
+    PyObject *key, *cmd;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(commands, &pos, &key, &cmd)) {
+        PyObject *name = PyUnicode_Check(key) ? PyUnicode_AsASCIIString(key) : NULL;
+        if (name == NULL) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "Core(): command names are str, not %R", key);
+            return -1;
+        }
+        int id = cmd_id(name);
+        Py_DECREF(name);
+        if (id < 0) {
+            PyErr_Format(PyExc_ValueError, "the command table lets the compiled core run %R, which it does not "
+                         "implement", key);
+            return -1;
+        }
+        PyObject *arity = PyObject_GetAttr(cmd, s_arity);
+        long a = arity == NULL ? -1 : PyLong_AsLong(arity);
+        Py_XDECREF(arity);
+        if (a == -1 && PyErr_Occurred()) return -1;
+        if (a == 0 || a > 64 || a < -64) {
+            PyErr_Format(PyExc_ValueError, "Core(): %R has arity %ld", key, a);
+            return -1;
+        }
+        Py_INCREF(cmd);
+        Py_XSETREF(self->cmds[id], cmd);
+        self->arity[id] = (int)a;
     }
     /* a cycle through this core: the collector breaks it (core_traverse, core_clear) */
     self->end_turn = PyObject_GetAttrString((PyObject *)self, "end_turn");
@@ -1605,7 +1631,7 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
             if (!PyBytes_CheckExact(PyList_GET_ITEM(args, j))) break;
         if (j < argc) break;
         /* arity (the table's: a wrong count is answered by the Python path) */
-        int a = ARITY[id];
+        int a = self->arity[id];
         if ((a > 0 && argc != a) || (a < 0 && argc < -a)) break;
         if (id == C_PING && argc > 2) break;
         if (r.gate != NULL || r.slot_codes != NULL) {
@@ -2054,6 +2080,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms");     INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
     INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler");
+    INTERN(s_arity, "arity");
     INTERN(s_admit_rest, "_admit_rest"); INTERN(s__gate, "_gate");
     INTERN(s__router, "_router"); INTERN(s_fast_serving, "fast_serving");
     INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary"); INTERN(s_moving, "moving");
@@ -2086,6 +2113,14 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (m == NULL) return NULL;
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) return NULL;
+    PyObject *impl = PyTuple_New(NCMD);
+    if (impl == NULL) return NULL;
+    for (int i = 0; i < NCMD; i++) {
+        PyObject *n = PyUnicode_FromString(CMD_NAMES[i]);
+        if (n == NULL) { Py_DECREF(impl); return NULL; }
+        PyTuple_SET_ITEM(impl, i, n);
+    }
+    if (PyModule_AddObject(m, "IMPLEMENTED", impl) < 0) return NULL;
     PyObject *exported = PyList_AsTuple(names);
     Py_DECREF(names);
     if (exported == NULL || PyModule_AddObject(m, "NAMES", exported) < 0) return NULL;
