@@ -25,7 +25,7 @@ OWNERS = {
                "commands_processed last_cmd last_write_index ctx capa_redirect from_primary no_touch net_in net_out "
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
-    "Pipeline": "observer watchers stats_enabled perf_counter _mark total_commands _admit_rest _gate _router",
+    "Pipeline": "observer watchers stats_enabled perf_counter mark_s total_commands _admit_rest _gate _router",
     "Durability": "refusing tracker feeds submit assigned committed pending needs_touched",
     "Keyspace": "_track expire_enabled hide_expired deleted_by_server hits misses used_bytes changes clock_ms "
                 "lru_stamp",
@@ -41,7 +41,7 @@ OWNERS = {
     "RequestParser": "_carry_args _tail _buf _args _auth _partial max_bulk_len feed_rest",
     "Server": "net_input_bytes reads_processed net_output_bytes writes_processed loop_stats wall_clock_ms now_ms "
               "obuf_limited obuf_normal_limited clock_ms",
-    "LoopStats": "open begin loop _turn_started cycles duration_s longest_stall_s perf_counter",
+    "LoopStats": "open begin loop turn_started_s cycles duration_s longest_stall_s perf_counter",
     "EventLoop": "call_soon",
     "Transport": "is_closing write",
 }

@@ -419,7 +419,7 @@ static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, 
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
     *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
-static PyObject *s_loop, *s__turn_started, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
+static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
 static PyObject *s_obuf_normal_limited;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
@@ -1830,7 +1830,7 @@ static int begin_turn(Core *self, PyObject *ls) {
         res = PyObject_CallMethodNoArgs(ls, s_begin);
     } else {
         PyObject *started = PyFloat_FromDouble(monotonic_s());
-        if (started == NULL || sa(ls, s_open, Py_True) < 0 || sa(ls, s__turn_started, started) < 0) {
+        if (started == NULL || sa(ls, s_open, Py_True) < 0 || sa(ls, s_turn_started_s, started) < 0) {
             Py_XDECREF(started); Py_DECREF(loop); return -1;
         }
         Py_DECREF(started);
@@ -1858,7 +1858,7 @@ static int float_attr_add(PyObject *o, PyObject *name, double delta, int as_max)
 
 /* end_turn(loop_stats): LoopStats._end, scheduled by begin_turn */
 static PyObject *core_end_turn(Core *self, PyObject *ls) {
-    PyObject *v = ga(ls, s__turn_started);
+    PyObject *v = ga(ls, s_turn_started_s);
     if (v == NULL) return NULL;
     double took = monotonic_s() - PyFloat_AsDouble(v);
     Py_DECREF(v);
@@ -2059,7 +2059,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (names == NULL) return NULL;
     INTERN(s_session, "session"); INTERN(s_outbox, "outbox"); INTERN(s_closing, "closing");
     INTERN(s_observer, "observer"); INTERN(s_watchers, "watchers");
-    INTERN(s_stats_enabled, "stats_enabled"); INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "_mark");
+    INTERN(s_stats_enabled, "stats_enabled"); INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "mark_s");
     INTERN(s_refusing, "refusing"); INTERN(s_tracker, "tracker"); INTERN(s_feeds, "feeds");
     INTERN(s_authenticated, "authenticated"); INTERN(s_in_multi, "in_multi"); INTERN(s_special, "special");
     INTERN(s_reply_off, "reply_off"); INTERN(s_reply_skip, "reply_skip"); INTERN(s_asking, "asking");
@@ -2100,7 +2100,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_closed, "closed"); INTERN(s__read, "_read"); INTERN(s__process, "_process");
     INTERN(s__run_batch, "_run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
     INTERN(s_feed_rest, "feed_rest"); INTERN(s_flush, "flush");
-    INTERN(s_loop, "loop"); INTERN(s__turn_started, "_turn_started"); INTERN(s_call_soon, "call_soon");
+    INTERN(s_loop, "loop"); INTERN(s_turn_started_s, "turn_started_s"); INTERN(s_call_soon, "call_soon");
     INTERN(s_cycles, "cycles"); INTERN(s_duration_s, "duration_s"); INTERN(s_longest_stall_s, "longest_stall_s");
     INTERN(s_obuf_normal_limited, "obuf_normal_limited");
     one = PyLong_FromLong(1);
