@@ -17,6 +17,10 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q -e ".[test]"
+# The compiled core is optional for users (setup.py: no C compiler, no core), never for CI: a core that did not
+# build (a missing compiler, a changed CPython private API) would leave the whole suite on the pure-Python one and
+# pass. DURAKV_PURE_PYTHON=1 runs the suite on the pure-Python core on purpose.
+python scripts/check_core.py
 # Three workers (pytest-xdist) on two cores: the suite mostly waits on real processes (6 min 56 s with three
 # workers, 9 min 40 s with two, on this 2-core machine, 2026-12-02); each worker takes its own port slice
 # (tests/conftest.py free_port) and its own tmp dirs. DURAKV_TEST_WORKERS=0 runs it in one process.

@@ -1,9 +1,13 @@
 """One semantics, two implementations: the compiled core (fastpath/_core.c) against the pure-Python pipeline.
 
 Two durakv servers run side by side in `sync` mode on the local journal, one with the compiled core and one
-with DURAKV_PURE_PYTHON=1. Hypothesis draws command sequences over a few keys (every fast command with its
-options and edge arguments: wrong types, wrong arity, huge and negative numbers, past and future expiry, mixed
-case, commands the core leaves to the pipeline in between) and sends each one pipelined in one write, in RESP2
+with DURAKV_PURE_PYTHON=1, in three shapes (MODES): standalone; a one-node cluster (the router's slot check:
+CROSSSLOT where a command's keys are in different slots, the cluster-only rules); and with output limits
+configured (client-output-buffer-limit for plain clients, which sends the core's flush to the Python one, and
+a client-held-replies-limit of one byte, which stops reading a client at every held reply until its commit).
+
+Hypothesis draws command sequences over a few keys (every fast command with its options and edge arguments:
+wrong types, wrong arity, huge and negative numbers, past and future expiry, mixed case, commands the core leaves to the pipeline in between) and sends each one pipelined in one write, in RESP2
 or RESP3, to both. Compared afterwards: every reply, the journal's effects (the whole sequence of commands
 both journals hold, decoded; relative expiry times within a tolerance), the dirty-key count
 (rdb_changes_since_last_save), commandstats calls / rejected / failed, keyspace hits and misses, the
@@ -26,7 +30,12 @@ from wire_util import _read_reply as read_reply
 
 pytestmark = pytest.mark.skipif(fastpath.core is None, reason="needs the compiled core (pip install with gcc)")
 
-KEYS = [b"k0", b"k1", b"k2", b"{k}3"]
+KEYS = [b"k0", b"k1", b"k2", b"{k}3", b"{k}4"]   # (the last two share a slot: multi-key commands in cluster mode)
+MODES = {
+    "standalone": [],
+    "cluster": ["--cluster-enabled", "yes"],
+    "limits": ["--client-output-buffer-limit", "normal 64mb 32mb 60", "--client-held-replies-limit", "1"],
+}
 NUMBERS = [b"0", b"1", b"-1", b"10", b"9223372036854775807", b"-9223372036854775808", b"9223372036854775808",
            b"01", b"-0", b" 1", b"+1", b"1.5", b"abc", b"", b"100000000000000000000"]
 TTL_TOLERANCE_MS = 5000
@@ -191,8 +200,8 @@ def _keyspace(peer):
     return out
 
 
-@pytest.fixture(scope="module")
-def peers(tmp_path_factory):
+@pytest.fixture(scope="module", params=sorted(MODES))
+def peers(tmp_path_factory, request):
     import os
     from conftest import ServerProcess
     servers = []
@@ -204,12 +213,14 @@ def peers(tmp_path_factory):
             if pure:
                 env["DURAKV_PURE_PYTHON"] = "1"
             srv = ServerProcess(tmp_path_factory.mktemp("pure" if pure else "compiled"),
-                                args=["--durability", "sync"], env=env)
+                                args=["--durability", "sync"] + MODES[request.param], env=env)
             servers.append(srv)
             srv.start()
         pair = [Peer(s) for s in servers]
         assert pair[0].info("server")["durakv_core"] == "compiled"
         assert pair[1].info("server")["durakv_core"] == "python"
+        for p in pair:
+            assert p.info("cluster")["cluster_enabled"] == ("1" if request.param == "cluster" else "0")
         yield pair
         for p in pair:
             p.close()
@@ -249,7 +260,7 @@ def test_core_runs_the_fast_commands(peers):
     compiled.send([[b"select", b"0"], [b"flushall"]])
     count = lambda: int(compiled.info("server")["durakv_core_commands"])  # noqa: E731
     before = count()
-    compiled.send([[b"SET", b"k0", b"v"], [b"GET", b"k0"], [b"INCR", b"k1"], [b"MGET", b"k0", b"k1"],
+    compiled.send([[b"SET", b"k0", b"v"], [b"GET", b"k0"], [b"INCR", b"{k}3"], [b"MGET", b"{k}4", b"{k}3"],
                    [b"HSET", b"h", b"f", b"v"], [b"HGET", b"h", b"f"], [b"RPUSH", b"l", b"a"], [b"LPOP", b"l"],
                    [b"SADD", b"s", b"m"]])
     assert count() - before == 9

@@ -82,3 +82,23 @@ def test_compiled_parse_stops_at_what_it_cannot_vouch_for():
     assert commands == [[b"SET", b"k", b"v"]]
     big = _canonical([b"SET", b"k", b"x" * 20])
     assert core.parse(big, 0, len(big), [], 10) == 0      # over proto-max-bulk-len: the exact parser refuses it
+
+
+def test_a_core_and_the_server_objects_it_holds_are_freed():
+    # The core holds its own bound end_turn (a cycle) and the pipeline, keyspace and durability; the server holds
+    # it. Without tp_traverse / tp_clear the collector cannot see that cycle and none of them is ever freed.
+    import gc
+    import weakref
+
+    from durakv.commands import load_all
+    from durakv.commands.pipeline import Pipeline
+    from durakv.keyspace import Keyspace
+    load_all()
+    pipeline = Pipeline(Keyspace())
+    fast = fastpath.batch_core(pipeline, pipeline.durability, None)
+    assert gc.is_tracked(fast)
+    pipeline.fast = fast              # the server's own cycle: server.fast, server.pipeline
+    gone = weakref.ref(pipeline)
+    del pipeline, fast
+    gc.collect()
+    assert gone() is None

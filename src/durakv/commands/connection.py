@@ -15,7 +15,7 @@ from .registry import command
 _CLIENT_TYPE_ALIASES = {b"slave": b"replica", b"master": b"primary"}   # getClientTypeByName
 
 
-@command("ping")
+@command("ping", core=True)
 def ping(ctx, args):
     if len(args) > 2:
         raise CommandError(messages.WRONG_ARITY.format("ping"))
@@ -24,7 +24,7 @@ def ping(ctx, args):
     return PONG if len(args) == 1 else args[1]
 
 
-@command("echo")
+@command("echo", core=True)
 def echo(ctx, args):
     return args[1]
 

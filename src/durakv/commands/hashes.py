@@ -24,7 +24,7 @@ from .registry import command
 from .scanning import scan_collection
 
 
-@command("hset")
+@command("hset", core=True)
 def hset(ctx, args):
     n = len(args)
     if n % 2:
@@ -113,7 +113,7 @@ def hsetnx(ctx, args):
     return 1
 
 
-@command("hget")
+@command("hget", core=True)
 def hget(ctx, args):
     h = ctx.lookup_hash(args[1])
     if h is None:

@@ -82,12 +82,12 @@ def _parse_db(ctx, raw):
 
 # -- existence and deletion ----------------------------------------------------------------------
 
-@command("del")
+@command("del", core=True)
 def del_(ctx, args):
     return _delete_keys(ctx, args)
 
 
-@command("unlink")
+@command("unlink", core=True)
 def unlink(ctx, args):
     return _delete_keys(ctx, args)
 
@@ -104,7 +104,7 @@ def _delete_keys(ctx, args):
     return len(removed)
 
 
-@command("exists")
+@command("exists", core=True)
 def exists(ctx, args):
     count = 0
     for key in args[1:]:
@@ -401,12 +401,12 @@ def _ttl(ctx, key, in_ms, absolute):
     return ttl if in_ms else (ttl + 500) // 1000
 
 
-@command("ttl")
+@command("ttl", core=True)
 def ttl(ctx, args):
     return _ttl(ctx, args[1], False, False)
 
 
-@command("pttl")
+@command("pttl", core=True)
 def pttl(ctx, args):
     return _ttl(ctx, args[1], True, False)
 

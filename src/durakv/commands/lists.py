@@ -107,12 +107,12 @@ def _push(ctx, args, left: bool, xx: bool):
     return len(dq)
 
 
-@command("lpush")
+@command("lpush", core=True)
 def lpush(ctx, args):
     return _push(ctx, args, True, False)
 
 
-@command("rpush")
+@command("rpush", core=True)
 def rpush(ctx, args):
     return _push(ctx, args, False, False)
 
@@ -150,12 +150,12 @@ def _pop(ctx, args, left: bool):
     return result
 
 
-@command("lpop")
+@command("lpop", core=True)
 def lpop(ctx, args):
     return _pop(ctx, args, True)
 
 
-@command("rpop")
+@command("rpop", core=True)
 def rpop(ctx, args):
     return _pop(ctx, args, False)
 

@@ -150,7 +150,7 @@ class NoDurability:
 class Pipeline:
     # What the compiled core reads or counts per batch (fastpath/_core.c reads a slot at its offset);
     # everything else stays in the instance dict.
-    __slots__ = ("_admit_rest", "_admit_always", "observer", "watchers", "stats_enabled", "perf_counter", "_mark",
+    __slots__ = ("_admit_rest", "_admit_always", "observer", "watchers", "stats_enabled", "perf_counter", "mark_s",
                  "total_commands", "_gate", "_router",
                  "__dict__", "__weakref__")
 
@@ -200,7 +200,7 @@ class Pipeline:
         self.scripting = None        # scripting.runner.ScriptingState, made on first use
         self._exact = {}             # command name exactly as received -> Command
         self._plain = {}             # ... for commands without subcommands (the hot path's table)
-        self._mark = perf_counter()  # end of the previous call: the start of the next (one clock read per call)
+        self.mark_s = perf_counter()  # end of the previous call: the start of the next (one clock read per call)
         self.stats_enabled = True
         # enable-debug-command / enable-module-command (immutable): "no", "yes" or "local" per option
         self.protected_allowed = {name: config[name] if config is not None else "no"
@@ -214,7 +214,7 @@ class Pipeline:
 
     def mark(self):
         """Entry points outside a connection's batch (timers, another thread's script) start the clock."""
-        self._mark = self.perf_counter()
+        self.mark_s = self.perf_counter()
 
     # -- resolution -----------------------------------------------------------------------------------
     def resolve(self, args):
@@ -702,7 +702,7 @@ class Pipeline:
                     before += (_STRING_KEY_COST + len(k) + len(v)) if type(v) is bytes else estimate_key(k, v)
         elif cmd.readonly:
             keyspace.reading = True   # keyspace_hits / keyspace_misses count read lookups only
-        start = self._mark
+        start = self.mark_s
         try:
             reply = cmd.handler(ctx, args) if handler is None else handler(ctx)
         except CommandError as exc:
@@ -710,7 +710,7 @@ class Pipeline:
         except Exception as exc:  # a handler bug must not take the server down
             reply = ErrorReply(messages.INTERNAL_ERROR_IN % (cmd.fullname, exc))
             self.port.log_exception(cmd.fullname, exc)
-        end = self._mark = self.perf_counter()
+        end = self.mark_s = self.perf_counter()
         keyspace.reading = False
         if type(reply) is ErrorReply and self.stats_enabled:
             # a failed call, raised or answered (a script's error, MIGRATE's after its DELs); counted in

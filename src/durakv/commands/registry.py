@@ -16,7 +16,7 @@ class Command:
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
-                 "argc_min", "argc_max", "changes_protocol", "latency", "protected", "prepare_off_loop")
+                 "argc_min", "argc_max", "changes_protocol", "latency", "protected", "prepare_off_loop", "core")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -37,6 +37,9 @@ class Command:
         # (argument index, min bytes, fn(argument, clock_ms)): an argument that long is prepared (RESTORE's
         # payload decoded) on a worker thread before the command runs (`command(prepare_off_loop=...)`)
         self.prepare_off_loop = None
+        # The compiled core (fastpath/_core.c) may run it: @command(..., core=True). The core takes these, with
+        # their names and arities, from this table (fastpath.batch_core) and refuses one it does not implement.
+        self.core = False
         self._set_flags()
         self.calls = self.usec = self.rejected_calls = self.failed_calls = 0
         # LATENCY HISTOGRAM: calls per power-of-two microsecond bucket (index = usec.bit_length()).
@@ -137,11 +140,13 @@ OFF_LOOP_ARG = 0
 OFF_LOOP_MIN_BYTES = 1 << 62
 
 
-def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_off_loop=None):
+def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_off_loop=None, core=False):
     """Declare `fn(ctx, args) -> reply` as the handler of a command (or 'container|sub'). prepare_off_loop:
     (argument index, min bytes, fn(argument, clock_ms)) -> what the handler finds in ctx.client.decoded, a
     value or an exception: a long argument the connection has a worker thread prepare while it waits, so that
-    the loop keeps serving others (RESTORE's payload). Every declaration names the same argument index."""
+    the loop keeps serving others (RESTORE's payload). Every declaration names the same argument index.
+    core=True: the compiled core may run it too (its implementation is proven equal to fn by
+    tests/test_fastpath_differential.py)."""
     def register(fn):
         global OFF_LOOP_ARG, OFF_LOOP_MIN_BYTES
         cmd = _entry(fullname.lower())
@@ -154,6 +159,7 @@ def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_of
             OFF_LOOP[cmd.name.encode()] = cmd
             OFF_LOOP_ARG = index
             OFF_LOOP_MIN_BYTES = min(OFF_LOOP_MIN_BYTES, min_bytes)
+        cmd.core = core
         if flags is not None or extra_flags:
             cmd.flags = frozenset(flags if flags is not None else cmd.flags) | frozenset(extra_flags)
             cmd._set_flags()

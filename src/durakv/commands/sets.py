@@ -149,7 +149,7 @@ def _random_members_repeat(ctx, s, count):
 
 # -- commands ---------------------------------------------------------------------------------------
 
-@command("sadd")
+@command("sadd", core=True)
 def sadd(ctx, args):
     key = args[1]
     s = ctx.lookup_set(key)

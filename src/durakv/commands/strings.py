@@ -97,7 +97,7 @@ def _check_length(size, append):
         raise CommandError(messages.STRING_TOO_LONG)
 
 
-@command("get")
+@command("get", core=True)
 def get(ctx, args):
     value = ctx.keyspace.lookup(ctx.db, args[1])   # ctx.lookup_string, inlined: GET carries most traffic
     if value is None or type(value) is bytes:
@@ -105,7 +105,7 @@ def get(ctx, args):
     raise WrongType()
 
 
-@command("set")
+@command("set", core=True)
 def set_(ctx, args):
     flags, expire_flag, expire_arg, compare = _parse_string_options(args, 3, True, ifeq=True)
     # an absolute time in ms already: Valkey propagates the command as it came (its spelling, its options),
@@ -227,7 +227,7 @@ def getex(ctx, args):
     return value
 
 
-@command("mget")
+@command("mget", core=True)
 def mget(ctx, args):
     lookup = ctx.lookup
     out = []
@@ -237,7 +237,7 @@ def mget(ctx, args):
     return out
 
 
-@command("mset")
+@command("mset", core=True)
 def mset(ctx, args):
     if len(args) % 2 == 0:
         raise wrong_arity("mset")
@@ -313,22 +313,22 @@ def msetex(ctx, args):
     return 1
 
 
-@command("incrby")
+@command("incrby", core=True)
 def incrby(ctx, args):
     return _incr(ctx, args, parse_int(args[2]))
 
 
-@command("incr")
+@command("incr", core=True)
 def incr(ctx, args):
     return _incr(ctx, args, 1)
 
 
-@command("decr")
+@command("decr", core=True)
 def decr(ctx, args):
     return _incr(ctx, args, -1)
 
 
-@command("decrby")
+@command("decrby", core=True)
 def decrby(ctx, args):
     delta = parse_int(args[2])
     if delta == INT64_MIN:

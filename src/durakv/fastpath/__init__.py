@@ -18,10 +18,10 @@ if os.environ.get("DURAKV_PURE_PYTHON", "") not in ("1", "true", "yes"):
         from . import _core as core
         NAME = "compiled"
         REASON = ""
-    except ImportError:   # no C compiler at install time: pip built the package without it
+    except ImportError as exc:   # no C compiler at install time: pip built the package without it
         core = None
-        REASON = ("the compiled core (durakv/fastpath/_core.c) was not built at install time; install gcc and the "
-                  "Python headers, then reinstall durakv, for the compiled one")
+        REASON = ("the compiled core (durakv/fastpath/_core.c) was not built at install time (%s); install gcc "
+                  "and the Python headers, then reinstall durakv, for the compiled one" % exc)
 
 
 def warn_if_missing():
@@ -41,9 +41,12 @@ def install():
     codec.use_compiled(core.encode_effects, core.effects_size)
 
 
-# Fast commands: the names the compiled batch loop runs (each must be in the command table).
-FAST_COMMANDS = ("ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby", "decrby", "del", "unlink",
-                 "exists", "ttl", "pttl", "hget", "hset", "lpush", "rpush", "lpop", "rpop", "sadd")
+def core_commands():
+    """{name: Command} the compiled batch loop may run: the command table's own choice (@command(..., core=True),
+    commands/registry.py), with the table's names and arities."""
+    from ..commands import registry
+    return {name.decode(): cmd for name, cmd in registry.TABLE.items()
+            if cmd.core and cmd.handler is not None and not cmd.subcommands}
 
 
 def batch_core(pipeline, durability, hooks):
@@ -51,14 +54,9 @@ def batch_core(pipeline, durability, hooks):
     if core is None:
         return None
     import collections
-    from ..commands import registry
     from ..commands.pipeline import STRING_KEY_COST
     from ..keyspace.db import estimate_key
     install()
-    commands = {}
-    for name in FAST_COMMANDS:
-        cmd = registry.lookup((name.encode(),))
-        if cmd is not None and not cmd.subcommands:
-            commands[name] = cmd
+    commands = core_commands()
     return core.Core(pipeline, pipeline.keyspace, durability, pipeline.monitors, hooks, pipeline.perf_counter,
                      commands, STRING_KEY_COST, estimate_key, collections.deque)

@@ -26,6 +26,22 @@
 #include <string.h>
 #include <time.h>
 
+/* The CPython private APIs this file uses, each taken here with the exact type it was written against:
+ *   _PyType_Lookup       a type's MRO lookup, borrowed (slot_offset: a __slots__ member's offset)
+ *   _PyBytes_Join        b"".join(list) without a method call (flush_conn: one write per flush)
+ *   _PyList_Extend       list.extend (a handler's touched keys)
+ *   _PyDict_NewPresized  an empty dict with room for n keys (presized_dict: RDB loads; CPython 3.13 took it out
+ *                        of its headers, where presized_dict makes a plain dict: the same dict, grown as it fills)
+ * setup.py compiles with -Werror=implicit-function-declaration and -Werror=incompatible-pointer-types, so a
+ * CPython that drops one or changes its signature fails this build loudly, and scripts/test.sh fails where the
+ * core did not build, instead of a server that quietly runs its pure-Python core. */
+static PyObject *(*const private_type_lookup)(PyTypeObject *, PyObject *) __attribute__((unused)) = _PyType_Lookup;
+static PyObject *(*const private_bytes_join)(PyObject *, PyObject *) __attribute__((unused)) = _PyBytes_Join;
+static PyObject *(*const private_list_extend)(PyListObject *, PyObject *) __attribute__((unused)) = _PyList_Extend;
+#if PY_VERSION_HEX < 0x030D0000
+static PyObject *(*const private_dict_presized)(Py_ssize_t) __attribute__((unused)) = _PyDict_NewPresized;
+#endif
+
 #define MAX_MULTIBULK (1024 * 1024)
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -378,31 +394,32 @@ static PyObject *fast_encode_effects(PyObject *self, PyObject *effects) {
 
 enum { C_PING, C_ECHO, C_GET, C_SET, C_MGET, C_MSET, C_INCR, C_DECR, C_INCRBY, C_DECRBY, C_DEL, C_UNLINK,
        C_EXISTS, C_TTL, C_PTTL, C_HGET, C_HSET, C_LPUSH, C_RPUSH, C_LPOP, C_RPOP, C_SADD, NCMD };
+/* the commands implemented here, by their names in the command table (the module exports them as IMPLEMENTED);
+ * which of them the core runs, and their arities, are the table's: Core() takes the table's core=True commands
+ * (commands/registry.py) and refuses one it has no implementation of */
 static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mset", "incr", "decr", "incrby",
                                       "decrby", "del", "unlink", "exists", "ttl", "pttl", "hget", "hset", "lpush",
                                       "rpush", "lpop", "rpop", "sadd"};
-/* the table's arity of each (a wrong count is answered by the Python path) */
-static const int ARITY[NCMD] = {-1, 2, 2, -3, -2, -3, 2, 2, 3, 3, -2, -2, -2, 2, 2, 3, -4, -3, -3, -2, -2, -3};
 
 /* interned attribute names */
-static PyObject *s_session, *s_outbox, *s_closing, *s_admit_always, *s_observer, *s_watchers,
+static PyObject *s_session, *s_outbox, *s_closing, *s_observer, *s_watchers,
     *s_stats_enabled, *s_perf_counter, *s_mark, *s_refusing, *s_tracker, *s_feeds, *s_authenticated,
     *s_in_multi, *s_special, *s_reply_off, *s_reply_skip, *s_asking, *s_decoded, *s_close_after_reply, *s_resp,
-    *s_db_id, *s_track_access, *s_expire_enabled, *s_hide_expired, *s_deleted_by_server, *s_dbs, *s_data,
+    *s_db_id, *s_track_access, *s_expire_enabled, *s_hide_expired, *s_deleted_by_server, *s_data,
     *s_expires, *s_hexpires, *s_enc, *s_slots, *s_own_feed, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
-    *s_held, *s_hold, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
+    *s_held, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
-    *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_read_ticket, *s_last_write_index,
-    *s_clock_ms, *s_set_expire, *s_fast_runs, *s_fast_commands, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
-    *s_handler, *s_failed_calls, *s_admit_rest, *s__gate, *s__router, *s_lease_valid_until_ms,
-    *s_role, *s_checks_stale, *s__lease_lapsed, *s_holding, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
-    *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_reading, *s_lru_stamp, *s_no_touch;
+    *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_last_write_index,
+    *s_clock_ms, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
+    *s_handler, *s_arity, *s_failed_calls, *s_admit_rest, *s__gate, *s__router,
+    *s_fast_serving, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
+    *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_lru_stamp, *s_no_touch;
 static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, *s__tail, *s__buf, *s__args, *s__auth,
     *s__partial, *s_max_bulk_len, *s_net_in, *s_net_out, *s_net_input_bytes, *s_reads_processed,
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
     *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
-static PyObject *s_loop, *s__turn_started, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
+static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
 static PyObject *s_obuf_normal_limited;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
@@ -412,21 +429,42 @@ typedef struct {
     PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter;
     PyObject *estimate_key;   /* keyspace.db.estimate_key: a collection's sampled size, as call() measures it */
     PyObject *deque_type;     /* collections.deque */
-    PyObject *cmds[NCMD];
+    PyObject *cmds[NCMD];     /* the table's Command of each implementation the table lets run here, or NULL */
+    int arity[NCMD];          /* ... and its arity, the table's (a wrong count is answered by the Python path) */
     PyObject *end_turn;       /* this core's end_turn, bound: what begin_turn schedules */
     long long key_cost;       /* estimate_key(k, v) - len(k) - len(v) for a string value */
     long long fast_runs;      /* batches that ran at least one command here */
     long long fast_commands;  /* commands run here */
 } Core;
 
+/* The core is in the cycle collector's view: it holds its bound end_turn (a cycle through itself) and the
+ * server's objects, which refer to it (server.fast); without tp_traverse a stopped server and all it held
+ * would never be freed. */
+static int core_traverse(Core *self, visitproc visit, void *arg) {
+    Py_VISIT(self->pipeline); Py_VISIT(self->keyspace); Py_VISIT(self->durability);
+    Py_VISIT(self->monitors); Py_VISIT(self->hooks); Py_VISIT(self->perf_counter);
+    Py_VISIT(self->estimate_key); Py_VISIT(self->deque_type);
+    for (int i = 0; i < NCMD; i++) Py_VISIT(self->cmds[i]);
+    Py_VISIT(self->end_turn);
+    return 0;
+}
+
+static int core_clear(Core *self) {
+    Py_CLEAR(self->end_turn);     /* first: breaks the cycle through this core's own bound method */
+    Py_CLEAR(self->pipeline); Py_CLEAR(self->keyspace); Py_CLEAR(self->durability);
+    Py_CLEAR(self->monitors); Py_CLEAR(self->hooks); Py_CLEAR(self->perf_counter);
+    Py_CLEAR(self->estimate_key); Py_CLEAR(self->deque_type);
+    for (int i = 0; i < NCMD; i++) Py_CLEAR(self->cmds[i]);
+    return 0;
+}
+
 static void core_dealloc(Core *self) {
-    Py_XDECREF(self->pipeline); Py_XDECREF(self->keyspace); Py_XDECREF(self->durability);
-    Py_XDECREF(self->monitors); Py_XDECREF(self->hooks); Py_XDECREF(self->perf_counter);
-    Py_XDECREF(self->estimate_key); Py_XDECREF(self->deque_type);
-    for (int i = 0; i < NCMD; i++) Py_XDECREF(self->cmds[i]);
-    Py_XDECREF(self->end_turn);
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+static int cmd_id(PyObject *name);
 
 /* Core(pipeline, keyspace, durability, monitors, hooks, perf_counter, commands: {name: Command}, key_cost,
  *      estimate_key, deque) */
@@ -436,6 +474,7 @@ static int core_init(Core *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTuple(args, "OOOOOOO!LOO", &pipeline, &keyspace, &durability, &monitors, &hooks,
                           &perf_counter, &PyDict_Type, &commands, &key_cost, &estimate_key, &dq))
         return -1;
+    core_clear(self);   /* (__init__ called again: what the first call held is let go) */
     Py_INCREF(estimate_key); self->estimate_key = estimate_key;
     Py_INCREF(dq); self->deque_type = dq;
     Py_INCREF(pipeline); self->pipeline = pipeline;
@@ -445,14 +484,35 @@ static int core_init(Core *self, PyObject *args, PyObject *kw) {
     Py_INCREF(hooks); self->hooks = hooks;
     Py_INCREF(perf_counter); self->perf_counter = perf_counter;
     self->key_cost = key_cost;
-    for (int i = 0; i < NCMD; i++) {
-        PyObject *c = PyDict_GetItemString(commands, CMD_NAMES[i]);   /* borrowed */
-        Py_XINCREF(c);
-        self->cmds[i] = c;    /* NULL: not in the table, never run here */
+    PyObject *key, *cmd;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(commands, &pos, &key, &cmd)) {
+        PyObject *name = PyUnicode_Check(key) ? PyUnicode_AsASCIIString(key) : NULL;
+        if (name == NULL) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "Core(): command names are str, not %R", key);
+            return -1;
+        }
+        int id = cmd_id(name);
+        Py_DECREF(name);
+        if (id < 0) {
+            PyErr_Format(PyExc_ValueError, "the command table lets the compiled core run %R, which it does not "
+                         "implement", key);
+            return -1;
+        }
+        PyObject *arity = PyObject_GetAttr(cmd, s_arity);
+        long a = arity == NULL ? -1 : PyLong_AsLong(arity);
+        Py_XDECREF(arity);
+        if (a == -1 && PyErr_Occurred()) return -1;
+        if (a == 0 || a > 64 || a < -64) {
+            PyErr_Format(PyExc_ValueError, "Core(): %R has arity %ld", key, a);
+            return -1;
+        }
+        Py_INCREF(cmd);
+        Py_XSETREF(self->cmds[id], cmd);
+        self->arity[id] = (int)a;
     }
-    Py_CLEAR(self->end_turn);
-    self->end_turn = PyObject_GetAttrString((PyObject *)self, "end_turn");   /* (a cycle: the core lives as
-                                                                                 long as its server) */
+    /* a cycle through this core: the collector breaks it (core_traverse, core_clear) */
+    self->end_turn = PyObject_GetAttrString((PyObject *)self, "end_turn");
     return self->end_turn == NULL ? -1 : 0;
 }
 
@@ -1314,10 +1374,11 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
     return 0;
 }
 
-/* A shard member (cluster mode): the gate and the router are the pipeline's admission inputs, and the core checks
- * them itself only in the state where their answer is "serve" for a key of a slot this primary owns and nothing
- * moves: a primary (no hand-over holding commands, its lease not lapsed), the router's per-slot code SERVE, no
- * key on its way to another shard. Anything else, including a REPLICAOF link's gate, is the pipeline's.
+/* A shard member (cluster mode): the gate and the router are the pipeline's admission inputs, and the core serves
+ * a command itself only where their answer is "serve": a gate that answers fast_serving() (a shard member's,
+ * replication/lease.py: a primary, its lease valid now by the rule serving_error uses, no hand-over holding
+ * commands) and answers yes for each keyed command, the router's per-slot code SERVE, no key on its way to
+ * another shard. Anything else, a REPLICAOF link's gate included, is the pipeline's. Errors surface.
  * 1: may run here, 0: not, -1: error. */
 static int cluster_entry(Run *r, PyObject *session) {
     PyObject *p = r->core->pipeline;
@@ -1325,21 +1386,9 @@ static int cluster_entry(Run *r, PyObject *session) {
     if (gate == NULL) return -1;
     if (gate != Py_None) {
         r->gate = gate;
-        int ok = PyObject_HasAttr(gate, s_lease_valid_until_ms);
-        if (!ok) return 0;
-        PyObject *role = ga(gate, s_role);
-        if (role == NULL) return -1;
-        ok = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "primary") == 0;
-        Py_DECREF(role);
-        if (!ok) return 0;
+        /* the gate's class says whether it is a shard member's (a type lookup: no attribute error to swallow) */
+        if (_PyType_Lookup(Py_TYPE(gate), s_fast_serving) == NULL) return 0;
         int t;
-        if ((t = attr_true(gate, s_checks_stale)) != 0) return t < 0 ? -1 : 0;
-        if ((t = attr_true(gate, s__lease_lapsed)) != 0) return t < 0 ? -1 : 0;
-        PyObject *holding = ga(gate, s_holding);
-        if (holding == NULL) { PyErr_Clear(); holding = Py_None; Py_INCREF(holding); }
-        t = PyObject_IsTrue(holding);
-        Py_DECREF(holding);
-        if (t != 0) return t < 0 ? -1 : 0;
         if ((t = attr_true(session, s_capa_redirect)) != 0) return t < 0 ? -1 : 0;
         if ((t = attr_true(session, s_from_primary)) != 0) return t < 0 ? -1 : 0;
     } else {
@@ -1365,15 +1414,15 @@ static int cluster_entry(Run *r, PyObject *session) {
 #define CODE_SERVE 1   /* routing/decide.py _SERVE: this node serves the slot's reads and writes */
 
 /* Admission of one keyed command on a shard member (keys args[first], args[first + step], ... args[last]):
- * the lease by this node's clock now, and every key in one slot this node serves. 1, 0 (the pipeline's), -1. */
+ * the gate's fast_serving() now (the lease by the node's own rule and clock: the core reads neither), and every
+ * key in one slot this node serves. 1, 0 (the pipeline's), -1. */
 static int cluster_admits(Run *r, PyObject *args, Py_ssize_t first, Py_ssize_t step, Py_ssize_t last) {
     if (r->gate != NULL) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;   /* replication/clock.py */
-        long long until = attr_ll(r->gate, s_lease_valid_until_ms);
-        if (until == -1 && PyErr_Occurred()) return -1;
-        if (now_ms > until) return 0;   /* lapsed: the gate refuses it and logs why */
+        PyObject *yes = PyObject_CallMethodNoArgs(r->gate, s_fast_serving);
+        if (yes == NULL) return -1;
+        int t = PyObject_IsTrue(yes);
+        Py_DECREF(yes);
+        if (t <= 0) return t;   /* lapsed, held, a replica: the gate refuses it in admission and logs why */
     }
     if (r->slot_codes != NULL && last >= first) {
         const unsigned char *codes = (const unsigned char *)PyBytes_AS_STRING(r->slot_codes);
@@ -1582,7 +1631,7 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
             if (!PyBytes_CheckExact(PyList_GET_ITEM(args, j))) break;
         if (j < argc) break;
         /* arity (the table's: a wrong count is answered by the Python path) */
-        int a = ARITY[id];
+        int a = self->arity[id];
         if ((a > 0 && argc != a) || (a < 0 && argc < -a)) break;
         if (id == C_PING && argc > 2) break;
         if (r.gate != NULL || r.slot_codes != NULL) {
@@ -1781,7 +1830,7 @@ static int begin_turn(Core *self, PyObject *ls) {
         res = PyObject_CallMethodNoArgs(ls, s_begin);
     } else {
         PyObject *started = PyFloat_FromDouble(monotonic_s());
-        if (started == NULL || sa(ls, s_open, Py_True) < 0 || sa(ls, s__turn_started, started) < 0) {
+        if (started == NULL || sa(ls, s_open, Py_True) < 0 || sa(ls, s_turn_started_s, started) < 0) {
             Py_XDECREF(started); Py_DECREF(loop); return -1;
         }
         Py_DECREF(started);
@@ -1809,7 +1858,7 @@ static int float_attr_add(PyObject *o, PyObject *name, double delta, int as_max)
 
 /* end_turn(loop_stats): LoopStats._end, scheduled by begin_turn */
 static PyObject *core_end_turn(Core *self, PyObject *ls) {
-    PyObject *v = ga(ls, s__turn_started);
+    PyObject *v = ga(ls, s_turn_started_s);
     if (v == NULL) return NULL;
     double took = monotonic_s() - PyFloat_AsDouble(v);
     Py_DECREF(v);
@@ -1964,8 +2013,10 @@ static PyTypeObject CoreType = {
     .tp_name = "durakv.fastpath._core.Core",
     .tp_basicsize = sizeof(Core),
     .tp_dealloc = (destructor)core_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The compiled batch loop over one server's pipeline, keyspace and durability.",
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
     .tp_methods = core_methods,
     .tp_init = (initproc)core_init,
     .tp_new = PyType_GenericNew,
@@ -1998,43 +2049,46 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_core", "durakv's compiled core", -1,
                                        module_methods};
 
-#define INTERN(var, text) do { var = PyUnicode_InternFromString(text); if (var == NULL) return NULL; } while (0)
+/* Every Python name the core touches, interned once; the module exports them as NAMES, and
+ * tests/test_fastpath_contract.py checks that each exists where the core reads it (a rename breaks that test). */
+#define INTERN(var, text) do { var = PyUnicode_InternFromString(text); \
+                               if (var == NULL || PyList_Append(names, var) < 0) return NULL; } while (0)
 
 PyMODINIT_FUNC PyInit__core(void) {
+    PyObject *names = PyList_New(0);   /* (a reference kept for the module's life: it becomes NAMES) */
+    if (names == NULL) return NULL;
     INTERN(s_session, "session"); INTERN(s_outbox, "outbox"); INTERN(s_closing, "closing");
-    INTERN(s_admit_always, "_admit_always"); INTERN(s_observer, "observer"); INTERN(s_watchers, "watchers");
-    INTERN(s_stats_enabled, "stats_enabled"); INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "_mark");
+    INTERN(s_observer, "observer"); INTERN(s_watchers, "watchers");
+    INTERN(s_stats_enabled, "stats_enabled"); INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "mark_s");
     INTERN(s_refusing, "refusing"); INTERN(s_tracker, "tracker"); INTERN(s_feeds, "feeds");
     INTERN(s_authenticated, "authenticated"); INTERN(s_in_multi, "in_multi"); INTERN(s_special, "special");
     INTERN(s_reply_off, "reply_off"); INTERN(s_reply_skip, "reply_skip"); INTERN(s_asking, "asking");
     INTERN(s_decoded, "decoded"); INTERN(s_close_after_reply, "close_after_reply"); INTERN(s_resp, "resp");
     INTERN(s_db_id, "db_id"); INTERN(s_track_access, "_track"); INTERN(s_expire_enabled, "expire_enabled");
     INTERN(s_hide_expired, "hide_expired"); INTERN(s_deleted_by_server, "deleted_by_server");
-    INTERN(s_dbs, "dbs"); INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires");
+    INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires");
     INTERN(s_enc, "enc");
     INTERN(s_slots, "slots"); INTERN(s_own_feed, "own_feed"); INTERN(s_threshold_us, "threshold_us");
     INTERN(s_request_limit, "request_limit"); INTERN(s_reply_limit, "reply_limit"); INTERN(s_ready, "ready");
-    INTERN(s_held, "held"); INTERN(s_hold, "hold"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");
+    INTERN(s_held, "held"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");
     INTERN(s_latency, "latency"); INTERN(s_skip_slowlog, "skip_slowlog"); INTERN(s_record, "record");
     INTERN(s_record_request, "record_request"); INTERN(s_record_reply, "record_reply");
     INTERN(s_total_commands, "total_commands"); INTERN(s_commands_processed, "commands_processed");
     INTERN(s_last_cmd, "last_cmd"); INTERN(s_hits, "hits"); INTERN(s_misses, "misses");
     INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
-    INTERN(s_read_ticket, "read_ticket"); INTERN(s_last_write_index, "last_write_index");
-    INTERN(s_clock_ms, "clock_ms"); INTERN(s_set_expire, "set_expire"); INTERN(s_fast_runs, "fast_runs");
-    INTERN(s_fast_commands, "fast_commands"); INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
+    INTERN(s_last_write_index, "last_write_index");
+    INTERN(s_clock_ms, "clock_ms");     INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
     INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler");
+    INTERN(s_arity, "arity");
     INTERN(s_admit_rest, "_admit_rest"); INTERN(s__gate, "_gate");
-    INTERN(s__router, "_router"); INTERN(s_lease_valid_until_ms, "lease_valid_until_ms"); INTERN(s_role, "role");
-    INTERN(s_checks_stale, "checks_stale"); INTERN(s__lease_lapsed, "_lease_lapsed"); INTERN(s_holding, "holding");
+    INTERN(s__router, "_router"); INTERN(s_fast_serving, "fast_serving");
     INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary"); INTERN(s_moving, "moving");
     INTERN(s_router, "router"); INTERN(s__fast, "_fast"); INTERN(s_add, "add"); INTERN(s_discard, "discard");
     init_crc16(); INTERN(s_failed_calls, "failed_calls");
     INTERN(s_lru_stamp, "lru_stamp"); INTERN(s_no_touch, "no_touch");
     INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
-    INTERN(s_reading, "reading");
-    INTERN(s_server, "server"); INTERN(s_parser, "parser"); INTERN(s_backlog, "backlog");
+        INTERN(s_server, "server"); INTERN(s_parser, "parser"); INTERN(s_backlog, "backlog");
     INTERN(s_transport, "transport"); INTERN(s__carry_args, "_carry_args"); INTERN(s__tail, "_tail");
     INTERN(s__buf, "_buf"); INTERN(s__args, "_args"); INTERN(s__auth, "_auth"); INTERN(s__partial, "_partial");
     INTERN(s_max_bulk_len, "max_bulk_len"); INTERN(s_net_in, "net_in"); INTERN(s_net_out, "net_out");
@@ -2046,7 +2100,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_closed, "closed"); INTERN(s__read, "_read"); INTERN(s__process, "_process");
     INTERN(s__run_batch, "_run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
     INTERN(s_feed_rest, "feed_rest"); INTERN(s_flush, "flush");
-    INTERN(s_loop, "loop"); INTERN(s__turn_started, "_turn_started"); INTERN(s_call_soon, "call_soon");
+    INTERN(s_loop, "loop"); INTERN(s_turn_started_s, "turn_started_s"); INTERN(s_call_soon, "call_soon");
     INTERN(s_cycles, "cycles"); INTERN(s_duration_s, "duration_s"); INTERN(s_longest_stall_s, "longest_stall_s");
     INTERN(s_obuf_normal_limited, "obuf_normal_limited");
     one = PyLong_FromLong(1);
@@ -2059,5 +2113,16 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (m == NULL) return NULL;
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) return NULL;
+    PyObject *impl = PyTuple_New(NCMD);
+    if (impl == NULL) return NULL;
+    for (int i = 0; i < NCMD; i++) {
+        PyObject *n = PyUnicode_FromString(CMD_NAMES[i]);
+        if (n == NULL) { Py_DECREF(impl); return NULL; }
+        PyTuple_SET_ITEM(impl, i, n);
+    }
+    if (PyModule_AddObject(m, "IMPLEMENTED", impl) < 0) return NULL;
+    PyObject *exported = PyList_AsTuple(names);
+    Py_DECREF(names);
+    if (exported == NULL || PyModule_AddObject(m, "NAMES", exported) < 0) return NULL;
     return m;
 }

@@ -38,6 +38,19 @@ class LeaseMixin:
     def is_replica(self) -> bool:
         return self.role != "primary"
 
+    def lease_valid(self, now_ms) -> bool:
+        """The lease rule, written once: a primary serves until its lease's end by its own clock (the renewer
+        publishes the end: _publish_lease). serving_error and fast_serving both ask it."""
+        return now_ms <= self.lease_valid_until_ms
+
+    def fast_serving(self) -> bool:
+        """The gate's answer to the compiled core (fastpath/_core.c cluster_entry, per keyed command): whether a
+        command touching data passes this gate now with nothing to do but serve it: a primary (its lease valid
+        now, not coming back from a lapse, whose end serving_error logs) that no planned hand-over holds.
+        Anything else is for the pipeline's admission, which asks serving_error."""
+        return (self.role == "primary" and self.holding is None and not self._lease_lapsed
+                and self.lease_valid(monotonic_ms()))
+
     def serving_error(self, write):
         """Error text if this node must not serve a command touching data now: a primary whose lease is
         past due by its own clock, or writes during a planned hand-over; a replica too far behind the journal
@@ -55,7 +68,7 @@ class LeaseMixin:
                 return messages.MASTERDOWN_STALE
             return None
         now_ms = monotonic_ms()
-        if now_ms > self.lease_valid_until_ms:
+        if not self.lease_valid(now_ms):
             self._refuse_for_lease(now_ms)
             return messages.LEASE_EXPIRED
         if self._lease_lapsed:

@@ -42,14 +42,14 @@ def _monotonic_ms() -> int:
 class LoopStats:
     # begin() and _end() have a compiled twin for socket reads (fastpath/_core.c begin_turn, end_turn), which
     # reads and writes these at their offsets
-    __slots__ = ("open", "loop", "perf_counter", "_turn_started", "cycles", "duration_s", "longest_stall_s",
+    __slots__ = ("open", "loop", "perf_counter", "turn_started_s", "cycles", "duration_s", "longest_stall_s",
                  "__dict__", "__weakref__")
 
     def __init__(self, perf_counter=time.perf_counter):
         self.perf_counter = perf_counter
         self.loop = None
         self.open = False              # a turn has begun and its end is scheduled
-        self._turn_started = 0.0
+        self.turn_started_s = 0.0
         self.cycles = 0
         self.duration_s = 0.0          # the counted turns' total length
         self.longest_stall_s = 0.0
@@ -72,11 +72,11 @@ class LoopStats:
         if self.open or self.loop is None:
             return
         self.open = True
-        self._turn_started = self.perf_counter()
+        self.turn_started_s = self.perf_counter()
         self.loop.call_soon(self._end)
 
     def _end(self):
-        took = self.perf_counter() - self._turn_started
+        took = self.perf_counter() - self.turn_started_s
         self.open = False
         self.cycles += 1
         self.duration_s += took

@@ -1,0 +1,126 @@
+"""Every Python name the compiled core (fastpath/_core.c) touches exists where it reads it.
+
+The core reads and writes attributes of the server's objects by name (module NAMES, every name it interns): a
+rename on the Python side would otherwise only send requests through the pure-Python path, or fail at run time.
+Each name is checked on a live in-process cluster-mode server's objects (the ones the core is handed or reaches),
+after a client has run commands through the core."""
+
+import pytest
+
+from durakv import fastpath
+from durakv.commands import registry
+from durakv.keyspace.slotindex import SlotIndex
+from durakv.replication.node import ClusterNode
+
+from conftest import wait_until
+from test_pipeline import InProcessServer
+
+pytestmark = pytest.mark.skipif(fastpath.core is None, reason="needs the compiled core (pip install with gcc)")
+
+# where the core reads each name (an object it holds or reaches; fastpath/__init__.py batch_core hands it the
+# pipeline, keyspace, durability, monitors and hooks, and Connection.data_received hands it the connection)
+OWNERS = {
+    "Connection": "session outbox closing server parser backlog transport _read _process _run_batch",
+    "Session": "authenticated in_multi special reply_off reply_skip asking decoded close_after_reply resp db_id "
+               "commands_processed last_cmd last_write_index ctx capa_redirect from_primary no_touch net_in net_out "
+               "last_interaction_ms",
+    "Context": "db effects touched touched_exact",
+    "Pipeline": "observer watchers stats_enabled perf_counter mark_s total_commands _admit_rest _gate _router",
+    "Durability": "refusing tracker feeds submit assigned committed pending needs_touched",
+    "Keyspace": "_track expire_enabled hide_expired deleted_by_server hits misses used_bytes changes clock_ms "
+                "lru_stamp",
+    "Db": "data expires hexpires enc slots access id",
+    "SlotIndex": "add discard",
+    "Hooks": "own_feed",
+    "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
+    "Outbox": "ready held closed flush",
+    "Command": "calls usec latency skip_slowlog handler failed_calls arity",
+    "ClusterNode": "fast_serving",
+    "ClusterRouting": "moving router",
+    "Router": "_fast",
+    "RequestParser": "_carry_args _tail _buf _args _auth _partial max_bulk_len feed_rest",
+    "Server": "net_input_bytes reads_processed net_output_bytes writes_processed loop_stats wall_clock_ms now_ms "
+              "obuf_limited obuf_normal_limited clock_ms",
+    "LoopStats": "open begin loop turn_started_s cycles duration_s longest_stall_s perf_counter",
+    "EventLoop": "call_soon",
+    "Transport": "is_closing write",
+}
+
+
+@pytest.fixture
+def served(tmp_path):
+    srv = InProcessServer(tmp_path / "data", "--durability", "sync", "--cluster-enabled", "yes").start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _objects(server):
+    """The objects the core works on, from the server's one client connection (on the loop's thread)."""
+    (conn,) = server.clients.values()
+    session = conn.session
+    routing = server.pipeline.router
+    return {
+        "Connection": conn, "Session": session, "Context": session.ctx, "Pipeline": server.pipeline,
+        "Durability": server.durability, "Keyspace": server.pipeline.keyspace, "Db": session.ctx.db,
+        # (a db keeps its keys' slot index once slot migration asked for one: the class until then)
+        "SlotIndex": session.ctx.db.slots or SlotIndex, "Hooks": server.hooks, "Monitors": server.pipeline.monitors,
+        "Outbox": conn.outbox, "Command": registry.lookup((b"set",)), "ClusterNode": ClusterNode,
+        "ClusterRouting": routing, "Router": routing.router, "RequestParser": conn.parser, "Server": server,
+        "LoopStats": server.loop_stats, "EventLoop": server.loop_stats.loop, "Transport": conn.transport,
+    }
+
+
+def test_every_name_the_core_touches_is_listed():
+    listed = [n for names in OWNERS.values() for n in names.split()]
+    assert sorted(set(listed)) == sorted(set(fastpath.core.NAMES))
+
+
+def test_every_name_the_core_touches_exists(served):
+    c = served.client()
+    assert c.set("k", "v")
+    # the core runs GET once the keyspace's LRU clock ticks (the server's cron): its objects are then these
+    wait_until(lambda: c.get("k") == b"v" and int(c.info("server")["durakv_core_commands"]) > 0, 20,
+               what="the compiled core ran a command")
+    objects = served.on_loop(lambda: _objects(served.server))
+    missing = [(owner, name) for owner, names in OWNERS.items() for name in names.split()
+               if not hasattr(objects[owner], name)]
+    assert missing == []
+    c.close()
+
+
+def test_the_command_table_says_which_commands_the_core_runs(tmp_path, monkeypatch):
+    """The core runs the commands the table declares with core=True, by the table's names and arities, and
+    none other: one taken out of the table's set runs through the pipeline."""
+    table = fastpath.core_commands()
+    assert set(table) <= set(fastpath.core.IMPLEMENTED)
+    assert {"get", "set", "incr", "hset"} <= set(table)
+    monkeypatch.setattr(registry.TABLE[b"get"], "core", False)
+    srv = InProcessServer(tmp_path / "data", "--durability", "sync").start()
+    try:
+        c = srv.client()
+        core_count = lambda: int(c.info("server")["durakv_core_commands"])  # noqa: E731
+        assert c.set("k", "v")
+        wait_until(lambda: c.set("k", "v") and core_count() > 0, 20, what="the compiled core ran SET")
+        before = core_count()
+        for _ in range(5):
+            assert c.get("k") == b"v"
+        assert core_count() == before     # GET: the pipeline's
+        assert c.set("k", "w")
+        assert core_count() == before + 1
+        c.close()
+    finally:
+        srv.stop()
+
+
+def test_the_core_refuses_a_command_it_does_not_implement():
+    from durakv.commands import load_all
+    from durakv.commands.pipeline import Pipeline
+    from durakv.keyspace import Keyspace
+    load_all()
+    pipeline = Pipeline(Keyspace())
+    append = registry.lookup((b"append",))
+    with pytest.raises(ValueError, match="append"):
+        fastpath.core.Core(pipeline, pipeline.keyspace, pipeline.durability, pipeline.monitors, None,
+                           pipeline.perf_counter, {"append": append}, 0, None, None)
