@@ -19,7 +19,7 @@ import logging
 import secrets as _random
 import time
 
-from ..journal.jetstream import connect
+from ..journal.jetstream import connect, stream_copies
 from ..routing import Node, Shard, Topology
 from ..routing.topology import bus_port_of, node_id_for
 from . import natsnames as nn
@@ -384,12 +384,7 @@ class ClusterAdmin:
             info = await store.js.stream_info(name)
         except Exception as exc:  # noqa: BLE001 - no leader now: shown as such
             return {"error": str(exc) or type(exc).__name__}
-        cluster = info.cluster
-        replicas = [{"name": r.name, "current": bool(r.current), "offline": bool(getattr(r, "offline", False)),
-                     "lag": getattr(r, "lag", None)} for r in (cluster.replicas or [])] if cluster else []
-        return {"leader": cluster.leader if cluster else None, "replicas": replicas,
-                "messages": info.state.messages, "last_seq": info.state.last_seq,
-                "copies_ok": 1 + sum(1 for r in replicas if r["current"] and not r["offline"])}
+        return stream_copies(info)
 
     async def _servers(self) -> dict:
         """Every NATS server that answers the system account's JSZ ping: its JetStream state (enabled or not,

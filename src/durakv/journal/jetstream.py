@@ -77,6 +77,23 @@ MAX_ENTRY_BYTES = 1 * 1024 * 1024    # the cap on an entry whatever max_payload 
 NATS_DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
+NAME_MAX = 128     # a NATS server name as durakv shows it (data from NATS is untrusted: bounded)
+
+
+def stream_copies(info) -> dict:
+    """A stream's copies from its StreamInfo: the leader, each follower (current and online or not) and
+    `copies_ok`, the copies that hold the stream now (the leader plus every current, online follower). A NATS
+    server whose disk filled turns JetStream off and its copy goes away: this is where that shows."""
+    cluster = info.cluster
+    replicas = [{"name": str(r.name)[:NAME_MAX], "current": bool(r.current),
+                 "offline": bool(getattr(r, "offline", False)), "lag": getattr(r, "lag", None)}
+                for r in (cluster.replicas or [])] if cluster else []
+    return {"leader": str(cluster.leader)[:NAME_MAX] if cluster and cluster.leader else None,
+            "replicas": replicas, "messages": info.state.messages, "last_seq": info.state.last_seq,
+            "copies": 1 + len(replicas),
+            "copies_ok": 1 + sum(1 for r in replicas if r["current"] and not r["offline"])}
+
+
 def stream_name(shard: str) -> str:
     return "DURAKV_SHARD_%s" % shard
 
@@ -897,6 +914,10 @@ class JetStreamJournal(Journal):
     async def last_index(self) -> int:
         info = await self.js.stream_info(self.stream)
         return info.state.last_seq
+
+    async def copies(self) -> dict:
+        """The stream's copies as its leader reports them (stream_copies)."""
+        return stream_copies(await self.js.stream_info(self.stream))
 
     async def truncate_before(self, index: int) -> int:
         await self.js.purge_stream(self.stream, seq=index)

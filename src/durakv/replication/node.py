@@ -86,6 +86,12 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self._snap_task = None
         self._apply_errors = 0
         self._last_probe = 0.0
+        # The shard stream's copies as its leader last reported them (INFO journal_copies / journal_copies_ok): a
+        # NATS server that lost its copy (a full disk turns JetStream off) shows here, not only in cluster status.
+        self.journal_copies = {"copies": 0, "copies_ok": 0}
+        self._copies_task = None
+        self._last_copies_check = 0.0
+        self._copies_log = Recurring(log)
         self._last_heartbeat = 0.0
         self._stall_log = Recurring(log)
         self._progress_index = -1
@@ -271,6 +277,10 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 self._send_status()
                 self._send_alive()
                 self._clear_own_failure()
+            if now - self._last_copies_check >= self.COPIES_CHECK_S and self.journal is not None and (
+                    self._copies_task is None or self._copies_task.done()):
+                self._last_copies_check = now
+                self._copies_task = self.server.loop.create_task(self._check_copies())
             if self.role == "replica":
                 now = time.monotonic()
                 if now - self._last_probe > 1.0:
@@ -282,6 +292,22 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                         pass
                 await self.resubscribe_if_stalled()
             await asyncio.sleep(self.controller.interval_s)
+
+    COPIES_CHECK_S = 2.0     # how often a node asks its shard stream's leader for the stream's copies
+
+    async def _check_copies(self):
+        try:
+            copies = await self.journal.copies()
+        except Exception:  # noqa: BLE001 - no leader right now: the last answer stands, the election shows elsewhere
+            return
+        self.journal_copies = copies
+        if copies["copies_ok"] < copies["copies"]:
+            gone = ", ".join(r["name"] for r in copies["replicas"] if not r["current"] or r["offline"])
+            self._copies_log("copies", "shard %s's journal runs on %d of %d copies (not current: %s)",
+                             self.shard, copies["copies_ok"], copies["copies"], gone)
+        else:
+            self._copies_log.clear("copies", "shard %s's journal is on all its %d copies again", self.shard,
+                                   copies["copies"])
 
     # -- INFO -----------------------------------------------------------------------------------
     def info_fields(self):
@@ -303,7 +329,9 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                   "snapshot_store_count": self.snapshot_store["objects"],
                   "snapshot_store_shard_count": len(self.snapshot_store["kept"]),
                   "snapshot_store_bytes": self.snapshot_store["bytes"],
-                  "snapshot_store_messages": self.snapshot_store["messages"]}
+                  "snapshot_store_messages": self.snapshot_store["messages"],
+                  "journal_copies": self.journal_copies["copies"],
+                  "journal_copies_ok": self.journal_copies["copies_ok"]}
         if self.role == "replica":
             host, _, port = (c.primary_addr or ":0").rpartition(":") if c else ("", "", "0")
             fields.update({"master_host": host, "master_port": port or 0,
