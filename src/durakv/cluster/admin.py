@@ -1,5 +1,5 @@
 """The operator's operations on a running cluster, on any hosts: `durakv cluster create`, `status`, `failover`,
-`reshard`, `rebalance`, `add-node`, `del-node`, `replace-node`, `remove-shard`.
+`reshard`, `rebalance`, `spread-primaries`, `add-node`, `del-node`, `replace-node`, `remove-shard`.
 
 Each talks to the cluster through its NATS servers, with the operator's identity from the cluster's secrets
 directory (cluster/secrets.py), and to its nodes over RESP with the cluster's password; none reads a local
@@ -71,7 +71,7 @@ def plan_layout(identities, replicas):
                          "report %s" % (per_shard, per_shard, ", ".join("%s: %d" % (a, len(by_az[a])) for a in azs)))
     shards = []
     for i in range(len(identities) // per_shard):
-        preferred = azs[i % len(azs)]
+        preferred = home_az(i, azs)
         used, members = set(), []
         for k in range(per_shard):
             if k == 0 and by_az[preferred]:
@@ -88,6 +88,28 @@ def plan_layout(identities, replicas):
             members.append(by_az[az].pop(0))
         shards.append(members)
     return shards
+
+
+def home_az(shard_index, azs):
+    """Shard i's home AZ: AZ i mod (number of AZs), AZs sorted by name (plan_layout's placement)."""
+    return azs[shard_index % len(azs)] if azs else ""
+
+
+def plan_spread(topology, leases) -> list:
+    """[(shard name, its primary's AZ, its home AZ, the shard's node in the home AZ or None)] for every shard
+    whose lease holder is away from home. Pure: `spread_primaries` acts on it. A shard's index is its name when
+    the name is a number (create and add-shard name them 0, 1, ...), else its place in the topology."""
+    azs = sorted({n.az for sh in topology.shards for n in sh.nodes if n.az})
+    out = []
+    for place, sh in enumerate(topology.shards):
+        index = int(sh.name) if sh.name.isdigit() else place
+        home = home_az(index, azs)
+        lease = leases.get(sh.name)
+        holder = next((n for n in sh.nodes if lease is not None and n.id == lease.holder), sh.primary)
+        if not home or holder.az == home:
+            continue
+        out.append((sh.name, holder.az, home, next((n for n in sh.nodes if n.az == home), None)))
+    return out
 
 
 def _decode_map(reply) -> dict:
@@ -454,6 +476,31 @@ class ClusterAdmin:
             raise AdminError("node %s did not become primary within %.0fs" % (target.id[:8], timeout_s))
         finally:
             await store.nc.close()
+
+    async def spread_primaries(self, timeout_s=30.0):
+        """Hands each shard's primary back to its home AZ where a failover moved it away: shard i's home is
+        AZ i mod (the cluster's AZs), as `create` placed it, so one AZ's power cut takes at most a third of the
+        primaries again. Each move is a planned failover (the lease handed over, nothing lost), to the node of
+        the shard in its home AZ, only when that node is a live replica; run it when the operator chooses a
+        quiet moment. Returns [(shard, from AZ, to AZ, node id or None, what happened)]."""
+        store = await self.store()
+        try:
+            topology, _rev = await store.get_topology()
+            leases = {sh.name: (await store.get_lease(sh.name))[0] for sh in topology.shards}
+        finally:
+            await store.nc.close()
+        plan = plan_spread(topology, leases)
+        out = []
+        for shard, from_az, to_az, node in plan:
+            if node is None:
+                out.append((shard, from_az, to_az, None, "no node of the shard in its home AZ"))
+                continue
+            try:
+                moved, seconds = await self.failover(shard, to=node.id, timeout_s=timeout_s)
+                out.append((shard, from_az, to_az, moved, "moved in %.0f ms" % (seconds * 1000)))
+            except AdminError as exc:
+                out.append((shard, from_az, to_az, node.id, "not moved: %s" % exc))
+        return out
 
     # -- slots -----------------------------------------------------------------------------------------------
     async def reshard(self, count, source, target, timeout_s=600.0, progress=None):

@@ -1,12 +1,13 @@
 """`durakv cluster ...`: the operator's commands for a cluster on any hosts, and a local launcher.
 
 On any hosts (cluster/admin.py; each names the cluster by its secrets directory and NATS servers, never by a
-local file): init, certs, nats-config, issue-node, create, status, failover, reshard, rebalance, add-node,
-del-node, replace-node, remove-shard. Every one presents the cluster's password to the nodes (--user/--pass,
+local file): init, certs, nats-config, issue-node, create, status, failover, reshard, rebalance, spread-primaries,
+add-node, del-node, replace-node, remove-shard. Every one presents the cluster's password to the nodes (--user/--pass,
 --pass-file, or DURAKV_AUTH; by default the secrets directory's resp.pass).
 
 Local (a three-AZ cluster of processes on this machine, cluster/local.py, from DIR/manifest.json): up, down,
-start-node, stop-node, restart-node, add-shard; status, failover, reshard, rebalance and remove-shard take
+start-node, stop-node, restart-node, add-shard; status, failover, reshard, rebalance, spread-primaries and
+remove-shard take
 --dir DIR for a local cluster too.
 """
 
@@ -345,6 +346,21 @@ def _cmd_rebalance(args):
     return 0
 
 
+def _cmd_spread_primaries(args):
+    try:
+        moves = asyncio.run(_admin(args).spread_primaries(timeout_s=args.timeout))
+    except (AdminError, RespError) as exc:
+        print(f"spread-primaries failed: {exc}", file=sys.stderr)
+        return 1
+    if not moves:
+        print("every shard's primary is in its home AZ")
+        return 0
+    for shard, from_az, to_az, node, what in moves:
+        print(f"shard {shard}: primary in {from_az}, home {to_az}"
+              f"{' -> ' + node[:8] if node else ''}: {what}")
+    return 0 if all(what.startswith("moved") for *_, what in moves) else 1
+
+
 def _cmd_add_shard(args):
     cluster = LocalCluster.load(args.dir)
     name = cluster.add_shard(replicas=args.replicas, log=lambda m: print(m, flush=True))
@@ -573,6 +589,11 @@ def build_parser():
     _target(rb)
     rb.add_argument("--timeout", type=float, default=600.0, help="seconds without progress before giving up")
     rb.set_defaults(func=_cmd_rebalance)
+    sp = sub.add_parser("spread-primaries", help="hand each shard's primary back to its home AZ (shard i in AZ i mod "
+                                                 "the AZs) by planned failovers: after failovers, at a quiet moment")
+    _target(sp)
+    sp.add_argument("--timeout", type=float, default=30.0, help="seconds each hand-over may take")
+    sp.set_defaults(func=_cmd_spread_primaries)
     rm = sub.add_parser("remove-shard", help="move a shard's slots to the others, remove it, revoke its nodes")
     _target(rm)
     rm.add_argument("--shard", required=True)
