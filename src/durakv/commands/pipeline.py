@@ -311,7 +311,9 @@ class Pipeline:
         if cmd.readonly or cmd.write or cmd.calls_commands:
             if not dur.pending:
                 return 0
-            if cmd.sees_all or cmd.fullname in _READS_UNNAMED_KEYS:
+            # (keys_incomplete: key specs that do not name every key read, SORT's BY and GET patterns; such a
+            # command waits for everything issued, as reads of the whole keyspace do)
+            if cmd.sees_all or cmd.keys_incomplete:
                 return dur.barrier_ticket()
             return dur.read_ticket(session.db_id, cmd.keys(args))
         reads = _READS_DATA.get(cmd.fullname)
@@ -464,7 +466,7 @@ class Pipeline:
         if run is not None:
             return None   # what follows is about the client connection, not the script's own commands
         if session.special:
-            if session.subscribed and session.resp == 2 and cmd.fullname.split("|")[0] not in _PUBSUB_ALLOWED:
+            if session.subscribed and session.resp == 2 and not cmd.subscribed_ok:
                 return messages.PUBSUB_CONTEXT.format(cmd.fullname)
         # (the REPLICAOF link's session is what loads the primary's dataset: server/valkeyreplica.py)
         if self._loading and not cmd.loading and not session.from_primary:
@@ -1093,10 +1095,6 @@ def _info_reads(args):
     return ALL if any(a.lower() in _KEYSPACE_SECTIONS for a in args[1:]) else None
 
 
-# Reads whose key specs do not name every key they read (SORT's BY and GET patterns): they wait for everything
-# issued, as reads of the whole keyspace do.
-_READS_UNNAMED_KEYS = {"sort", "sort_ro"}
-
 _READS_DATA = {
     "debug": _debug_reads, "info": _info_reads,
     "cluster|countkeysinslot": ALL, "cluster|getkeysinslot": ALL,
@@ -1105,5 +1103,3 @@ _READS_DATA = {
 }
 
 
-_PUBSUB_ALLOWED = {"ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
-                   "punsubscribe", "quit", "reset"}

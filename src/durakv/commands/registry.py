@@ -16,7 +16,8 @@ class Command:
                  "calls", "usec", "rejected_calls", "failed_calls", "id", "keyless", "fixed_keys", "key_finder",
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
-                 "argc_min", "argc_max", "changes_protocol", "latency", "protected", "prepare_off_loop", "core")
+                 "argc_min", "argc_max", "changes_protocol", "latency", "protected", "prepare_off_loop", "core",
+                 "subscribed_ok", "sharded_pubsub", "keeps_caching")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -80,6 +81,12 @@ class Command:
         self.protected = _PROTECTED_BY.get(top) if "protected" in f else None
         # The reply protocol may differ after it: the connection re-reads the session's RESP version.
         self.changes_protocol = top in ("hello", "reset")
+        # Allowed to a RESP2 client in subscribed mode (processCommand's list); any other gets PUBSUB_CONTEXT.
+        self.subscribed_ok = top in _SUBSCRIBED_CONTEXT
+        # Sharded pub/sub: its channels route by slot as keys do (cluster mode's redirections).
+        self.sharded_pubsub = top in _SHARDED_PUBSUB
+        # CLIENT CACHING yes applies to the next command that is not a CLIENT command (Valkey's call()).
+        self.keeps_caching = top == "client"
         # The commonest shape of all (GET, SET, HSET, ...): keys at positions known in advance, taken as they
         # are once args reach the last of them; every other shape is walked by commands/keyspecs.py.
         self.key_finder = keyspecs.finder(self, not_keys=True)
@@ -106,6 +113,9 @@ class Command:
 
 _CALLS_COMMANDS = {"exec", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 _MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset"}
+_SUBSCRIBED_CONTEXT = {"ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
+                       "punsubscribe", "quit", "reset"}
+_SHARDED_PUBSUB = {"spublish", "ssubscribe", "sunsubscribe"}
 _PROTECTED_BY = {"debug": ("DEBUG", "enable-debug-command"), "module": ("MODULE", "enable-module-command")}
 
 TABLE = {}  # lowercase bytes name -> Command

@@ -20,7 +20,6 @@ from ..scripting.runner import ALLOW_CROSS_SLOT
 log = logging.getLogger("durakv.cluster")
 
 # Sharded pub/sub commands: their "keys" are channels (routed by slot, servable on replicas, never counted).
-_SHARDED_PUBSUB = {"spublish", "ssubscribe", "sunsubscribe"}
 
 
 def single_node_topology(node_id: str, ip: str, port: int, tls_port: int, shard_name: str = "0") -> Topology:
@@ -108,7 +107,7 @@ class ClusterRouting:
         if self.moving and write and session is not self.migrator_session and any(k in self.moving for k in keys):
             return messages.TRYAGAIN   # the key is on its way to another shard: retry once it has arrived
         refusal = router.route(keys, write, session.readonly_mode, session.asking or "asking" in cmd.flags,
-                               self._exists_in(db), session.tls, cmd.name in _SHARDED_PUBSUB)
+                               self._exists_in(db), session.tls, cmd.sharded_pubsub)
         return None if refusal is None else refusal.text
 
     def _check_script(self, router, run, cmd, args, db):
@@ -123,7 +122,7 @@ class ClusterRouting:
             keys, cmd.fullname, run.cluster_slot, cmd.write,
             caller.readonly_mode if caller is not None else False,
             caller.asking if caller is not None else False, self._exists_in(db),
-            caller.tls if caller is not None else False, cmd.name in _SHARDED_PUBSUB,
+            caller.tls if caller is not None else False, cmd.sharded_pubsub,
             allow_cross_slot=bool(run.flags & ALLOW_CROSS_SLOT))
         return text
 

@@ -23,7 +23,6 @@ from ..keyspace.events import EVICTED, EXPIRED, GENERIC, HASH, KEY_MISS, KEYEVEN
 from ..keyspace.search import get_search
 from ..protocol.resp import Push, Raw
 
-_CLIENT_FAMILY = {"client"}
 _SEARCH_DEFINITIONS = {b"ft.create", b"ft.dropindex"}   # index definitions: no key of the database changed
 
 
@@ -411,7 +410,7 @@ class Hooks:
         t = conn.tracking
         last = conn.session.last_cmd
         if t is not None and t.caching and not conn.session.in_multi and (
-                last is None or (last.parent or last).name not in _CLIENT_FAMILY):
+                last is None or not last.keeps_caching):
             t.caching = False
 
     def _effects(self, effects, touched, served):
