@@ -9,10 +9,10 @@ of keys, measured in the same run, is the reference line.
 """
 
 import argparse
-import datetime
 import json
 import os
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,6 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
 import valkey  # noqa: E402
+
+from durakv.tools.bench.results import machine_load, write_results  # noqa: E402
 
 
 def free_port():
@@ -104,7 +106,7 @@ def main():
     port = free_port()
     data = os.path.join(work, "data")
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
-    load_before = os.getloadavg()[0]
+    load_before = machine_load()
     srv = subprocess.Popen([sys.executable, "-m", "durakv", "server", "--port", str(port), "--dir", data,
                             "--durability", "sync", "--enable-debug-command", "yes",
                             "--auto-snapshot-journal-bytes", "0"], stdout=subprocess.DEVNULL,
@@ -175,7 +177,7 @@ def main():
         srv.wait(60)
     out["valkey_bgsave_s"], out["valkey_rdb_bytes"] = valkey_reference(args.keys, work)
     out["valkey_bgsave_s"] = round(out["valkey_bgsave_s"], 2)
-    out["machine"] = "%d CPUs; load average (1 min) %.2f before, %.2f after" % (os.cpu_count(), load_before,
+    out["machine"] = "%d CPUs; load average (1 min) %.2f before, %.2f after" % (os.cpu_count(), load_before["loadavg_1m"],
                                                                               os.getloadavg()[0])
     shutil.rmtree(work, ignore_errors=True)
     lines = [
@@ -196,14 +198,10 @@ def main():
     ]
     print("\n".join(lines))
     if args.results:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        os.makedirs(args.results, exist_ok=True)
-        with open(os.path.join(args.results, "backup-%s.json" % stamp), "w") as f:
-            json.dump(out, f, indent=1)
-        with open(os.path.join(args.results, "backup-%s.md" % stamp), "w") as f:
-            f.write("# durakv backup and restore, %s\n\n- command: `PYTHONPATH=src python scripts/measure_backup.py "
-                    "--keys %d --results docs/results`\n\n```\n%s\n```\n" % (stamp, args.keys, "\n".join(lines)))
-
+        write_results(args.results, "backup", out, "\n".join(lines), load_before,
+                      command="PYTHONPATH=src python scripts/measure_backup.py " + " ".join(
+                          shlex.quote(a) for a in sys.argv[1:]),
+                      title="durakv backup and restore")
 
 if __name__ == "__main__":
     main()

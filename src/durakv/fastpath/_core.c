@@ -1107,6 +1107,10 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         if (stop) return stop < 0 ? -1 : 0;
         if (old != NULL && !PyBytes_CheckExact(old)) return 0;   /* WRONGTYPE with GET; another type's size */
         int found = old != NULL;
+        if (flags & F_GET) {   /* SET ... GET reads the key first, as GET does (getGenericCommand): a hit or a miss */
+            if (found) r->hits++;
+            else r->misses++;
+        }
         if (((flags & F_NX) && found) || ((flags & F_XX) && !found)) {
             ticket = read_ticket(r, args, 1, 1, 1);
             if (ticket < 0) return -1;
