@@ -14,7 +14,8 @@ from nats.js.api import StorageType
 
 from durakv.cluster.local import LocalCluster
 from durakv.cluster.manifest import manifest_path
-from durakv.cluster.nats_procs import http_json, pid_alive, wait_for
+from durakv.cluster.nats_procs import http_json
+from durakv.cluster.processes import pid_alive, wait_for
 from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
 from nats_fixtures import async_wait_for, free_port_range, run

@@ -6,7 +6,7 @@ Mixed into LocalCluster (cluster/local.py).
 import time
 
 from .manifest import ClusterError
-from .nats_procs import ProcessError, wait_for
+from .processes import ProcessError, wait_for
 from .respclient import APPLIED_FIELDS, MASTER_ROLES, RespError, first_field
 
 

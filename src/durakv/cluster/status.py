@@ -5,7 +5,7 @@ What `durakv cluster status` prints. Mixed into LocalCluster (cluster/local.py).
 
 import json
 
-from .nats_procs import pid_state
+from .processes import pid_state
 from .respclient import APPLIED_FIELDS, EPOCH_FIELDS, LAG_FIELDS, RespError, first_field
 
 

@@ -21,7 +21,8 @@ import time
 
 from ...cluster.local import LocalCluster
 from ...cluster.manifest import ClusterError
-from ...cluster.nats_procs import http_json, wait_for
+from ...cluster.nats_procs import http_json
+from ...cluster.processes import wait_for
 from ...cluster.respclient import APPLIED_FIELDS, MASTER_ROLES, RespError, first_field
 from .events import ERROR, RECOVERED, START, STEP, STOP, EventLog, events_path
 
