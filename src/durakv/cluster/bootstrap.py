@@ -24,7 +24,7 @@ from .nats_procs import NatsCluster
 from .nodeargs import durakv_argv, layout_azs, node_config_text, shard_flags
 from .processes import ProcessError, free_ports, port_is_free
 from .proxyctl import choose_proxy_ports
-from .roles import ClusterNotReady
+from .readiness import ClusterNotReady
 from .secrets import ClusterSecrets, _write_private
 from .settings import NONE_REFUSED
 

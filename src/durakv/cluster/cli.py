@@ -24,7 +24,7 @@ from .manifest import ClusterError
 from .processes import ProcessError
 from .reshard import ReshardError
 from .respclient import RespError
-from .roles import ClusterNotReady
+from .readiness import ClusterNotReady
 from .secrets import ClusterSecrets, SecretsError, _write_private
 
 

@@ -4,7 +4,7 @@
 (cluster/manifest.py); `LocalCluster.load(dir)` reads it back. LocalCluster itself holds the manifest, its
 lock and the views on it; each other concern is a mixin of its own module: bringing up (bootstrap.py),
 process control (procs.py), the partition proxy (proxyctl.py), shards (shards.py), roles, readiness and
-failover (roles.py), NATS views (natsview.py), status (status.py). The RESP client is respclient.py.
+failover (readiness.py), NATS views (natsview.py), status (status.py). The RESP client is respclient.py.
 """
 
 import asyncio
@@ -15,12 +15,12 @@ from .manifest import Proc, manifest_path, read_manifest, write_manifest
 from .natsview import NatsViews
 from .procs import ProcessControl
 from .proxyctl import PartitionProxy
-from .roles import Roles
+from .readiness import Readiness
 from .shards import ShardMembership
 from .status import Status
 
 
-class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Roles, NatsViews, Status):
+class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Readiness, NatsViews, Status):
     """The processes of a local cluster, from its manifest; signals, restarts, roles and NATS leaders."""
 
     def __init__(self, dir, manifest):

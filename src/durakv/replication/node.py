@@ -8,7 +8,7 @@ below holds the state they share):
   primary's DEL effects decide), serves reads, refuses writes (-MOVED to the shard's primary in cluster mode,
   from the topology; -READONLY otherwise);
 - lease.py: the pipeline's gate (a primary serves while its lease is valid by its own clock);
-- roles.py: promotion (appends batches with its epoch) and stepping down; a primary that loses its lease
+- promotion.py: promotion (appends batches with its epoch) and stepping down; a primary that loses its lease
   unexpectedly re-executes itself: its memory may hold writes that never committed, so it rejoins as a replica
   from snapshot + journal like any new node;
 - handover.py: the planned failover's hold and drain;
@@ -39,7 +39,7 @@ from .handover import HandoverMixin
 from .lease import LeaseMixin
 from .members import MembersMixin
 from .retry import retry_transient
-from .roles import RolesMixin
+from .promotion import PromotionMixin
 from .shard_settings import ShardSettingsMixin
 from .snapshots import SnapshotsMixin
 from .topology_sync import TopologySyncMixin
@@ -47,7 +47,7 @@ from .topology_sync import TopologySyncMixin
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsMixin, ShardSettingsMixin,
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, SnapshotsMixin, ShardSettingsMixin,
                   MembersMixin, TopologySyncMixin, BusMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from ...cluster.local import LocalCluster
 from ...cluster.manifest import ClusterError
-from ...cluster.roles import ClusterNotReady
+from ...cluster.readiness import ClusterNotReady
 from ...cluster.procs import package_env
 from ..chaos import events_path, log_size, read_events, wait_healthy
 from ..chaos.events import START, STOP

@@ -1,4 +1,4 @@
-"""Who is primary in a local cluster: the roles nodes report, waiting for one primary per shard, failover.
+"""Readiness of a local cluster: the roles its nodes report, waiting for one primary per shard, failover.
 
 Mixed into LocalCluster (cluster/local.py).
 """
@@ -14,7 +14,7 @@ class ClusterNotReady(ClusterError):
     pass
 
 
-class Roles:
+class Readiness:
     """Roles, readiness and planned failover of a LocalCluster."""
 
     def masters(self, shard=0) -> list:

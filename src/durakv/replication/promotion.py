@@ -11,7 +11,7 @@ from ..journal.base import EpochFilter
 log = logging.getLogger("durakv.replication")
 
 
-class RolesMixin:
+class PromotionMixin:
     """Promotion, stepping down and re-execution.
 
     Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
