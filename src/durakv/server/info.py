@@ -286,7 +286,8 @@ def _section_keyspace(srv):
 def _section_cluster(srv):
     fields = {"cluster_enabled": int(srv.cluster_routing is not None or bool(srv.config["cluster-enabled"]))}
     node = srv.cluster_node
-    migrator = getattr(node, "migrator", None) if node is not None else None
+    watcher = getattr(node, "topology_watcher", None) if node is not None else None
+    migrator = watcher.migrator if watcher is not None else None
     if migrator is not None:   # durakv's own: online resharding seen from a source primary
         fields.update(durakv_migrated_keys=migrator.moved_keys, durakv_migrated_slots=migrator.moved_slots,
                       durakv_keys_moving=len(srv.cluster_routing.moving),

@@ -155,9 +155,9 @@ class ServerPubSub(_Served, PubSub):
         if node is not None and node.routing is not None:
             # the other nodes deliver to their subscribers
             if ticket:
-                server.durability.when_committed(ticket, lambda: node.publish_remote(channel, message, shard))
+                server.durability.when_committed(ticket, lambda: node.bus.publish_remote(channel, message, shard))
             else:
-                node.publish_remote(channel, message, shard)
+                node.bus.publish_remote(channel, message, shard)
         return server.pubsub.publish(channel, message, shard=shard, ticket=ticket)
 
     def channels(self, pattern, shard=False) -> list:
@@ -443,12 +443,13 @@ class ServerCluster(_Served, Cluster):
         routing = self.server.cluster_routing
         mine = routing.router.my_shard.id
         slots = [s for s, (src, _dst) in routing.topology.migrating.items() if src == mine]
-        node._migrate_if_needed()
-        if node.migrator is None:
+        watcher = node.topology_watcher
+        watcher.migrate_if_needed()
+        if watcher.migrator is None:
             raise CommandError(messages.NO_SLOT_MIGRATIONS)
 
         async def cancel():
-            kept, finishing, revision = await node.migrator.cancel(slots)
+            kept, finishing, revision = await watcher.migrator.cancel(slots)
             log.info("slot migrations cancelled: %d slot(s) stay, %d had started to move and finish moving",
                      len(kept), len(finishing))
             return revision
