@@ -12,7 +12,7 @@ import os
 
 from .bootstrap import Bootstrap
 from .manifest import Proc, manifest_path, read_manifest, write_manifest
-from .natsview import NatsViews
+from .natsview import NatsView
 from .procs import ProcessControl
 from .proxyctl import PartitionProxy
 from .readiness import Readiness
@@ -20,12 +20,14 @@ from .shards import ShardMembership
 from .status import Status
 
 
-class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Readiness, NatsViews, Status):
+class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Readiness, Status):
     """The processes of a local cluster, from its manifest; signals, restarts, roles and NATS leaders."""
 
     def __init__(self, dir, manifest):
         self.dir = os.path.abspath(str(dir))
         self.manifest = manifest
+        # parts that own their state, given what they need (the rest are still mixins, below)
+        self.nats_view = NatsView(lambda: self.nats, self.nats_connect)   # NATS monitoring, stream leaders
 
     # -- construction ----------------------------------------------------------------------------------------
     @classmethod

@@ -69,7 +69,7 @@ class Nemesis:
                 raise FaultError(f"shard {shard} has no live replica")
             return best[1]
         if name == "stream-leader":
-            leader = c.nats_leader_of_stream(stream_of(shard))
+            leader = c.nats_view.leader_of_stream(stream_of(shard))
             if leader is None:
                 raise FaultError(f"the journal stream of shard {shard} has no leader now")
             return leader
