@@ -14,11 +14,13 @@ below holds the state they share):
 - handover.py: the planned failover's hold and drain;
 - snapshots.py: the replica periodically writes a snapshot to the object store and purges the stream below the
   oldest snapshot still kept;
-- shard_settings.py, members.py: the shard's settings, its members' heartbeats.
+- members.py: its members' heartbeats.
 
 Parts that own their state are objects the node holds as attributes (each gets what it needs passed in):
 
 - bus.py: `node.bus`, the NodeBus (PUBLISH/SPUBLISH between nodes, the heartbeats' transport);
+- shard_settings.py: `node.shard_settings`, the ShardSettingsWatcher (the shard's settings and the cluster's
+  users: read or seeded at start-up, applied, changed by compare-and-set, watched);
 - topology_sync.py: `node.topology_watcher`, the TopologyWatcher (cluster mode: installs the stored topology,
   publishes this node's promotion and recovery, owns the slot migrator).
 """
@@ -45,14 +47,14 @@ from .lease import LeaseMixin
 from .members import MembersMixin
 from .retry import retry_transient
 from .promotion import PromotionMixin
-from .shard_settings import ShardSettingsMixin
+from .shard_settings import ShardSettingsWatcher
 from .snapshots import SnapshotsMixin
 from .topology_sync import TopologyWatcher
 
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, SnapshotsMixin, ShardSettingsMixin,
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, SnapshotsMixin,
                   MembersMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
@@ -121,12 +123,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
         self.heard_ms = {}              # node id -> mono ms of its last liveness beat (every shard's nodes)
         self.started_ms = monotonic_ms()
         self.old_primary_failed = False   # promoted over an expired lease: the topology marks the old one "fail"
-        self.settings = None            # the shard's settings as last read from the store (cluster/settings.py)
-        self.settings_revision = 0
-        self.settings_watch = None
-        self.auth = None                # the cluster's users (cluster/settings.py AuthSettings) as last read
-        self.auth_revision = 0
-        self.auth_watch = None
+        self.shard_settings = ShardSettingsWatcher(self)   # the shard's settings and the cluster's users
         self.renewer = None             # the lease renewal thread (cluster/renewer.py), from start()
         self.lease_lapses = 0           # times this primary began refusing commands because its lease lapsed
         self.lease_refusals = 0         # commands refused for that reason
@@ -171,7 +168,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
         self.store = await retry_transient("opening the coordination store",
                                            NatsStore(self.nc, shard=self.shard).open)
         await self._check_cluster()
-        await self._load_settings()
+        await self.shard_settings.start(self.store)
         await self.bus.subscribe(self._status_subject(), self._on_status)
         # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
         # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on

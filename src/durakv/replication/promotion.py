@@ -51,7 +51,7 @@ class PromotionMixin:
         self.applied_index = self.whole_index = marker_index
         srv.keyspace.expire_enabled = True
         srv.keyspace.hide_expired = False
-        await self._refresh_settings()
+        await self.shard_settings.refresh()
         srv.durability.attach(self.journal, srv.config["durability"], srv.config["durability-buffer-ms"])
         tracker = srv.durability.tracker
         tracker.stall_ms = srv.config["journal-append-stall-ms"]

@@ -338,7 +338,7 @@ def _section_durability(srv):
             "journal_append_window_grows": t.window_grows if t else 0,
             "durability_read_waits": t.read_waits if t else 0,
             "journal_reloads": srv.journal_reloads,
-            **({"shard_settings_revision": node.settings_revision} if node is not None else {})}
+            **({"shard_settings_revision": node.shard_settings.revision} if node is not None else {})}
 
 
 def _shown(cmd) -> str:

@@ -459,7 +459,7 @@ class Server:
 
     async def _change_shard_setting(self, d, node, name, value):
         try:
-            await node.change_settings(name, value)
+            await node.shard_settings.change(name, value)
         except Exception as exc:  # noqa: BLE001 - the store unreachable, a lost race: the client is told
             log.warning("CONFIG SET %s %s for shard %s failed: %r", name, value, node.shard, exc)
             d.resolve(ErrorReply(messages.SHARD_SETTINGS_NOT_STORED % (exc or type(exc).__name__)))
