@@ -19,7 +19,7 @@ from ..commands.pipeline import Postponed
 from ..commands.session import Session
 from ..protocol.parser import RequestParser, unauthenticated_limit
 from ..protocol.resp import Deferred, Raw, RawView, encode
-from .port import OFF_LOOP_PARKED, client_line
+from .services import OFF_LOOP_PARKED, client_line
 
 log = logging.getLogger("durakv.server")
 
@@ -363,7 +363,7 @@ class Connection(asyncio.Protocol):
             self.resume()
 
         self.blocked = OFF_LOOP_PARKED
-        server.port.off_loop.run(lambda: prepare(payload, clock_ms), decoded_now)
+        server.services.off_loop.run(lambda: prepare(payload, clock_ms), decoded_now)
         return True
 
     def _park(self, commands, rest, error):

@@ -1,4 +1,4 @@
-"""The server's port: commands/port.Port and its groups implemented against the running process.
+"""The server's services: commands/services.Services and its groups implemented against the running process.
 
 Every service a handler uses of the server is one method of a group here; nothing else of the server is
 reachable from commands/. The methods that touch connections take the client's Session and find its connection.
@@ -7,7 +7,8 @@ reachable from commands/. The methods that touch connections take the client's S
 import logging
 
 from .. import __version__, messages
-from ..commands.port import Admin, Clients, Cluster, Faults, OffLoop, Persistence, Port, PubSub, Replication
+from ..commands.services import (Admin, Clients, Cluster, Faults, OffLoop, Persistence, PubSub, Replication,
+                                 Services)
 from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw
@@ -18,7 +19,7 @@ log = logging.getLogger("durakv.server")
 
 
 class _Served:
-    """What every group of the server's port shares: the server, and finding a client's connection."""
+    """What every group of the server's services shares: the server, and finding a client's connection."""
 
     def __init__(self, server):
         self.server = server
@@ -552,8 +553,8 @@ class ServerOffLoop(_Served, OffLoop):
             blocking.resume_postponed()
 
 
-class ServerPort(Port):
-    """The port of the running process: its groups, and the clock, log, ACL users and script host."""
+class ServerServices(Services):
+    """The services of the running process: its groups, and the clock, log, ACL users and script host."""
 
     def __init__(self, server):
         self.server = server
