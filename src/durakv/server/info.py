@@ -44,7 +44,7 @@ def _section_server(srv):
         # which core runs the per-read batch loop (fastpath/): compiled, or python (not built, or
         # DURAKV_PURE_PYTHON=1), and how many commands the compiled one ran
         "durakv_core": fastpath.NAME,
-        "durakv_core_commands": srv.fast.stats()["fast_commands"] if srv.fast is not None else 0,
+        "durakv_core_commands": srv.batch_core.stats()["fast_commands"] if srv.batch_core is not None else 0,
     })
     return f
 

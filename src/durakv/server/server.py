@@ -121,7 +121,7 @@ class Server:
 
     # read or counted per socket read by the compiled read callback at their offsets (fastpath/_core.c)
     __slots__ = ("net_input_bytes", "reads_processed", "net_output_bytes", "writes_processed", "loop_stats",
-                 "clock_ms", "wall_clock_ms", "now_ms", "obuf_limited", "obuf_normal_limited", "fast",
+                 "clock_ms", "wall_clock_ms", "now_ms", "obuf_limited", "obuf_normal_limited", "batch_core",
                  "__dict__", "__weakref__")
 
     @property
@@ -204,8 +204,8 @@ class Server:
         # search indexes (keyspace/search) are rebuilt from the keyspace in slices between commands
         self._backfill_scheduled = False
         self.hooks.search.wakeup = self._schedule_backfill
-        # The compiled batch loop (fastpath/_core.c) or None: connections run fast commands through it
-        self.fast = fastpath.batch_core(self.pipeline, self.durability, self.hooks)
+        # The compiled batch loop (fastpath/_core.c) or None: connections run the commands it can through it
+        self.batch_core = fastpath.batch_core(self.pipeline, self.durability, self.hooks)
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
         self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
