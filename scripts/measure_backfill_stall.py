@@ -16,7 +16,7 @@ import numpy as np
 import valkey
 
 sys.path.insert(0, "src")
-from durakv.cluster.nats_procs import free_port  # noqa: E402
+from durakv.cluster.processes import free_port  # noqa: E402
 from durakv.tools.bench.vector import Spawned  # noqa: E402
 
 

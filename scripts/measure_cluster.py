@@ -27,7 +27,7 @@ import valkey  # noqa: E402
 from valkey.cluster import ValkeyCluster  # noqa: E402
 
 from durakv.cluster.local import LocalCluster  # noqa: E402
-from durakv.cluster.nats_procs import free_ports  # noqa: E402
+from durakv.cluster.processes import free_ports  # noqa: E402
 from durakv.tools.bench.config import BenchConfig  # noqa: E402
 from durakv.tools.bench.runner import run_bench  # noqa: E402
 

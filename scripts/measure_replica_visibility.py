@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 import valkey  # noqa: E402
 
 from durakv.cluster.local import LocalCluster  # noqa: E402
-from durakv.cluster.nats_procs import free_ports  # noqa: E402
+from durakv.cluster.processes import free_ports  # noqa: E402
 
 
 def measure(primary_port, replica_port, count, prefix):

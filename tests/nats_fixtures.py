@@ -13,7 +13,8 @@ import pytest
 
 from durakv.cluster.local import LocalCluster
 from durakv.cluster.manifest import manifest_path
-from durakv.cluster.nats_procs import NatsCluster, port_is_free
+from durakv.cluster.nats_procs import NatsCluster
+from durakv.cluster.processes import port_is_free
 from durakv.cluster.reshard import mark_migrations
 
 

@@ -16,7 +16,7 @@ import valkey
 import valkey.cluster
 
 from conftest import ROOT, durakv_cli
-from durakv.cluster.nats_procs import pid_alive, wait_for
+from durakv.cluster.processes import pid_alive, wait_for
 from durakv.cluster.netproxy import NetProxy, parse_groups
 from durakv.cluster.portowner import _decode_addr, cmdline, port_owners
 from durakv.tools.chaos import EventLog, Nemesis, read_events, wait_healthy

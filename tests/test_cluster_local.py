@@ -14,7 +14,8 @@ from nats.js.api import StorageType
 
 from durakv.cluster.local import LocalCluster
 from durakv.cluster.manifest import manifest_path
-from durakv.cluster.nats_procs import http_json, pid_alive, wait_for
+from durakv.cluster.nats_procs import http_json
+from durakv.cluster.processes import pid_alive, wait_for
 from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
 from nats_fixtures import async_wait_for, free_port_range, run
@@ -157,7 +158,7 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
     assert [n.name for n in c.nodes] == ["0-0", "0-1", "0-2", "1-0", "1-1", "1-2"]
     assert [p.name for p in c.az_processes("az2")] == ["nats-az2", "0-1", "1-0"]
     assert c.primary(0).name == "0-0" and c.primary(1).name == "1-0"   # local journal: every node a master
-    assert c.nats_meta_leader() in NATS_NAMES
+    assert c.nats_view.meta_leader() in NATS_NAMES
 
     node = c.get("0-1")
     with client(node) as r:
@@ -267,7 +268,7 @@ def test_jetstream_cluster_one_primary_per_shard_and_planned_failover(local_clus
     streams = st["streams"]
     assert streams and all(set(s["replicas"]) == NATS_NAMES for s in streams.values())
     for name in streams:
-        assert c.nats_leader_of_stream(name) in NATS_NAMES
+        assert c.nats_view.leader_of_stream(name) in NATS_NAMES
 
     with client(old) as r:
         for i in range(20):

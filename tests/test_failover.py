@@ -94,7 +94,7 @@ def test_kill9_of_the_stream_leader(local_cluster):
     cluster = local_cluster(durability="sync")
     w = Writers(cluster, 8)
     w.wait_acked(1000)
-    leader = cluster.nats_leader_of_stream(STREAM)
+    leader = cluster.nats_view.leader_of_stream(STREAM)
     assert leader is not None
     cluster.kill(leader, signal.SIGKILL)
     w.finish(extra=300, timeout_s=60)
@@ -314,7 +314,7 @@ def test_losing_a_replicas_az_that_holds_the_nats_leaders_deposes_nobody(local_c
     victim = next(p for p in cluster.replicas(0) if p.az != primary.az)
     nats_victim = next(p for p in cluster.nats if p.az == victim.az)
     for stream in (STREAM, "KV_DURAKV_LEASES"):
-        assert cluster.move_stream_leader(stream, nats_victim.name) == nats_victim.name
+        assert cluster.nats_view.move_stream_leader(stream, nats_victim.name) == nats_victim.name
 
     def node_state(p):
         info = p.info("replication", "server", timeout_s=5)
@@ -352,7 +352,7 @@ def test_losing_a_replicas_az_that_holds_the_nats_leaders_deposes_nobody(local_c
     elected = {}
 
     def healed():
-        leaders = [cluster.nats_leader_of_stream(s) for s in (STREAM, "KV_DURAKV_LEASES")]
+        leaders = [cluster.nats_view.leader_of_stream(s) for s in (STREAM, "KV_DURAKV_LEASES")]
         for s, leader in zip((STREAM, "KV_DURAKV_LEASES"), leaders):
             if leader not in (None, nats_victim.name):
                 elected.setdefault(s, time.monotonic() - cut_at)

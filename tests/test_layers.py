@@ -32,3 +32,25 @@ def test_a_break_is_found(tmp_path):
     (root / "server" / "y.py").write_text("")
     found = check_layers.problems(root=root, design=__import__("pathlib").Path(ROOT, "docs", "design.md"))
     assert len(found) == 1 and "keyspace/ imports server/" in found[0], found
+
+
+def test_no_import_cycle():
+    """No module of src/durakv imports itself through others, lazily or not (the cluster/ circles
+    bootstrap -> local -> shards -> bootstrap and nats_procs -> secrets -> nats_procs were the last ones)."""
+    assert check_layers.import_cycles() == []
+
+
+def test_a_cycle_is_found(tmp_path):
+    """The cycle check is not vacuous: a circle through a function-level import and a TYPE_CHECKING import is
+    reported, and a chain that only goes down is not."""
+    root = tmp_path / "durakv"
+    (root / "cluster").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "cluster" / "__init__.py").write_text("")
+    (root / "cluster" / "a.py").write_text("from .b import x\n")
+    (root / "cluster" / "b.py").write_text("def f():\n    from . import c\n")
+    (root / "cluster" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                           "    from durakv.cluster.a import y\n")
+    (root / "cluster" / "d.py").write_text("from ..cluster import a\nfrom . import e\n")
+    (root / "cluster" / "e.py").write_text("")
+    assert check_layers.import_cycles(root) == [["durakv.cluster.a", "durakv.cluster.b", "durakv.cluster.c"]]

@@ -27,7 +27,8 @@ import valkey
 
 from conftest import durakv_cli, wait_until
 from durakv.cluster.local import LocalCluster
-from durakv.cluster.nats_procs import free_ports, nats_server_binary
+from durakv.cluster.nats_procs import nats_server_binary
+from durakv.cluster.processes import free_ports
 from durakv.cluster.tls import client_context
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST
 from nats_fixtures import run

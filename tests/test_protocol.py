@@ -353,7 +353,7 @@ def test_hiredis_never_sees_a_header_it_would_preallocate_for(monkeypatch):
         assert feed_all(ok * 50 + tail) == ([[b"SET", b"k", b"*1234567 ~7654321"]] * 50, error)
         assert feed_all(ok + tail) == ([[b"SET", b"k", b"*1234567 ~7654321"]], error)   # a short read
         assert feed_all(b"*1\r\n$4\r\nPING\r\n" + tail) == ([[b"PING"]], error)
-    assert _RecordingReader.fed, "the fast path was not used"
+    assert _RecordingReader.fed, "the hiredis path was not used"
     for chunk in _RecordingReader.fed:
         assert re.search(rb"[*~>|][0-9]{7}", chunk) is None, chunk
 

@@ -57,7 +57,7 @@ def test_a_lost_nats_server_is_logged_once_and_never_shown_as_leader(local_clust
     import signal
     import time
     cluster = local_cluster(durability="sync")
-    leader = cluster.nats_meta_leader()
+    leader = cluster.nats_view.meta_leader()
     assert leader is not None
     assert cluster.kill(leader, signal.SIGKILL)
     wait_until(lambda: cluster.get(leader).state == "dead", 10, what=f"{leader} gone")
@@ -183,7 +183,7 @@ def test_a_replica_whose_next_entries_were_purged_reloads_instead_of_skipping_th
             with valkey.Valkey(port=b.port, socket_timeout=60) as rb:
                 assert rb.execute_command("BGSAVE")   # on a shard replica it answers once stored
             # the journal was purged below b's snapshot (the monitoring view follows within moments)
-            wait_until(lambda: cluster.nats_streams()["DURAKV_SHARD_0"]["messages"] < 2200, 10, what="the purge")
+            wait_until(lambda: cluster.nats_view.streams()["DURAKV_SHARD_0"]["messages"] < 2200, 10, what="the purge")
         finally:
             cluster.resume(a.name)
 

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from conftest import ROOT, wait_until
-from durakv.cluster.nats_procs import pid_alive
+from durakv.cluster.processes import pid_alive
 
 
 def verify_cmd(*args):

@@ -650,7 +650,7 @@ SEARCH_NO_NODES = "No available nodes to execute the query"
 SEARCH_FANOUT_FAILED = "Error while fanning out the query to shard {}: {}"
 SEARCH_ACL_PREFIX = "The user does not have permission to access the key prefix"
 
-# -- what needs a client connection or a server process (the handler port) --
+# -- what needs a client connection or a server process (the handler services) --
 MONITOR_NEEDS_CONNECTION = "ERR MONITOR needs a client connection"
 TRACKING_NEEDS_CONNECTION = "ERR CLIENT TRACKING needs a client connection"
 PUBSUB_NEEDS_CONNECTION = "ERR pub/sub needs a client connection"

@@ -1,4 +1,4 @@
-"""Bringing a local cluster up: ports, each node's command line and config file, `LocalCluster.up`.
+"""Bringing a local cluster up: ports, `LocalCluster.up` (each node's command line and config file: nodeargs.py).
 
 `up` is a launcher on top of the operator's operations (cluster/admin.py), not a second implementation: it
 makes the cluster's secrets (cluster/secrets.py) in DIR/secrets, starts three NATS servers in operator mode
@@ -16,50 +16,19 @@ cluster's password (DIR/secrets/resp.pass), which is in each node's config file 
 import asyncio
 import logging
 import os
-import sys
 import time
-from typing import TYPE_CHECKING
 
 from .admin import ClusterAdmin
 from .manifest import MANIFEST_VERSION, ClusterError, manifest_path
-from .nats_procs import AZS, NatsCluster, ProcessError, free_ports, port_is_free
+from .nats_procs import NatsCluster
+from .nodeargs import durakv_argv, layout_azs, node_config_text, shard_flags
+from .processes import ProcessError, free_ports, port_is_free
 from .proxyctl import choose_proxy_ports
-from .roles import ClusterNotReady
+from .readiness import ClusterNotReady
 from .secrets import ClusterSecrets, _write_private
 from .settings import NONE_REFUSED
 
-if TYPE_CHECKING:
-    from .local import LocalCluster
-
 log = logging.getLogger("durakv.cluster")
-
-
-def node_config_text(password, tls=None, nats_ca=None):
-    """A node's config file: what must not be in its argv (the password) and its TLS files."""
-    from ..config import quote_config_value
-    lines = ["# durakv local cluster node (made by `durakv cluster up`; holds the cluster's password: 0600)"]
-    if password:
-        lines.append("requirepass %s" % quote_config_value(password))
-    return "\n".join(lines) + "\n"
-
-
-def durakv_argv(port, node_dir, nats_servers, az, durability, journal_backend, extra=(), cluster_mode=True, tls=None,
-                metrics_port=0, config_file=None):
-    """The command line of one node (unassigned: `cluster create` gives it its shard). tls ({"cert", "key",
-    "ca"}): clients only over TLS (on `port`), NATS too, with the same certificate as its client certificate;
-    metrics_port: its own Prometheus metrics (server/metrics.py), 0 for none."""
-    if tls:
-        ports = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", tls["cert"], "--tls-key-file",
-                 tls["key"], "--tls-ca-cert-file", tls["ca"], "--tls-auth-clients", "no",
-                 "--journal-nats-tls-ca-file", tls["ca"], "--journal-nats-tls-cert-file", tls["cert"],
-                 "--journal-nats-tls-key-file", tls["key"]]
-    else:
-        ports = ["--port", str(port)]
-    return [sys.executable, "-m", "durakv", "server"] + ([config_file] if config_file else []) + ports + [
-        "--bind", "127.0.0.1", "--dir", node_dir, "--journal-backend", journal_backend,
-        "--journal-nats-servers", nats_servers, "--availability-zone", az, "--durability", durability,
-        "--cluster-enabled", "yes" if cluster_mode else "no"] + (
-        ["--metrics-port", str(metrics_port)] if metrics_port else []) + list(extra)
 
 
 PORT_ATTEMPTS = 3
@@ -71,33 +40,13 @@ def _port_clash(log_text: str) -> bool:
     return "address already in use" in text or "errno 98" in text or "already in use" in text
 
 
-def shard_flags(extra_server_args) -> dict:
-    """The shard settings the nodes' extra arguments name (--lease-ttl-ms, --durability-buffer-ms): what `create`
-    stores as every shard's, as the first node's flags once were."""
-    out = {}
-    args = list(extra_server_args)
-    for flag, key in (("--lease-ttl-ms", "lease_ttl_ms"), ("--durability-buffer-ms", "durability_buffer_ms")):
-        for i, a in enumerate(args):
-            if a == flag and i + 1 < len(args):
-                out[key] = int(args[i + 1])
-            elif a.startswith(flag + "="):
-                out[key] = int(a.split("=", 1)[1])
-    return out
-
-
-def layout_azs(shard, nodes_per_shard):
-    """The AZs of a shard's nodes, primary first: shard k's primary in AZ k mod 3, its replicas in the next ones,
-    as the managed services spread primaries (one AZ's power cut takes at most a third of them)."""
-    return [AZS[(shard + i) % len(AZS)] for i in range(nodes_per_shard)]
-
-
 class Bootstrap:
     """Starting a LocalCluster: `up` and the port clashes it survives."""
 
     @classmethod
     def up(cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
            timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True, tls=False,
-           partitionable=False, env=None, password=None) -> "LocalCluster":
+           partitionable=False, env=None, password=None):
         """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
 
         Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;

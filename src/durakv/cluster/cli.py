@@ -21,10 +21,10 @@ import time
 from .admin import AdminError, ClusterAdmin
 from .local import LocalCluster
 from .manifest import ClusterError
-from .nats_procs import ProcessError
+from .processes import ProcessError
 from .reshard import ReshardError
 from .respclient import RespError
-from .roles import ClusterNotReady
+from .readiness import ClusterNotReady
 from .secrets import ClusterSecrets, SecretsError, _write_private
 
 

@@ -4,7 +4,7 @@
 (cluster/manifest.py); `LocalCluster.load(dir)` reads it back. LocalCluster itself holds the manifest, its
 lock and the views on it; each other concern is a mixin of its own module: bringing up (bootstrap.py),
 process control (procs.py), the partition proxy (proxyctl.py), shards (shards.py), roles, readiness and
-failover (roles.py), NATS views (natsview.py), status (status.py). The RESP client is respclient.py.
+failover (readiness.py), NATS views (natsview.py), status (status.py). The RESP client is respclient.py.
 """
 
 import asyncio
@@ -12,20 +12,22 @@ import os
 
 from .bootstrap import Bootstrap
 from .manifest import Proc, manifest_path, read_manifest, write_manifest
-from .natsview import NatsViews
+from .natsview import NatsView
 from .procs import ProcessControl
 from .proxyctl import PartitionProxy
-from .roles import Roles
+from .readiness import Readiness
 from .shards import ShardMembership
 from .status import Status
 
 
-class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Roles, NatsViews, Status):
+class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Readiness, Status):
     """The processes of a local cluster, from its manifest; signals, restarts, roles and NATS leaders."""
 
     def __init__(self, dir, manifest):
         self.dir = os.path.abspath(str(dir))
         self.manifest = manifest
+        # parts that own their state, given what they need (the rest are still mixins, below)
+        self.nats_view = NatsView(lambda: self.nats, self.nats_connect)   # NATS monitoring, stream leaders
 
     # -- construction ----------------------------------------------------------------------------------------
     @classmethod

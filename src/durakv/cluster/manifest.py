@@ -9,7 +9,7 @@ every part of that tooling starts by reading the manifest.
 import json
 import os
 
-from .nats_procs import pid_state
+from .processes import pid_state
 from .respclient import RespClient, RespError
 
 MANIFEST = "manifest.json"

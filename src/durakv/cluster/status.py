@@ -5,7 +5,7 @@ What `durakv cluster status` prints. Mixed into LocalCluster (cluster/local.py).
 
 import json
 
-from .nats_procs import pid_state
+from .processes import pid_state
 from .respclient import APPLIED_FIELDS, EPOCH_FIELDS, LAG_FIELDS, RespError, first_field
 
 
@@ -15,7 +15,7 @@ class Status:
     def status(self) -> dict:
         """Every process with its state; for durakv nodes also role, epoch, applied index, lag and the INFO
         replication and durability sections as they are."""
-        meta = self.nats_meta_leader()
+        meta = self.nats_view.meta_leader()
         nats_rows = []
         for p in self.nats:
             pid, state, adopted = self._live_view(p)
@@ -55,7 +55,7 @@ class Status:
                 except (OSError, RuntimeError, ValueError) as exc:
                     proxy["error"] = str(exc)
         return {"dir": self.dir, "options": self.options, "nats_servers": self.nats_servers,
-                "nats_meta_leader": meta, "streams": self.nats_streams() if meta else {},
+                "nats_meta_leader": meta, "streams": self.nats_view.streams() if meta else {},
                 "nats": nats_rows, "nodes": rows, "proxy": proxy}
 
     def _live_view(self, p):

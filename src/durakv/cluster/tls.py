@@ -18,7 +18,7 @@ import shutil
 import ssl
 import subprocess
 
-from .nats_procs import ProcessError
+from .processes import ProcessError
 
 DAYS = 825
 

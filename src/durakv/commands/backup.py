@@ -30,7 +30,7 @@ def _flat(doc: dict) -> list:
 
 @command("durakv|backup")
 def durakv_backup(ctx, args):
-    backups = ctx.port.persistence.backups()
+    backups = ctx.services.persistence.backups()
     c = ArgCursor(args, 2)
     op = c.next_lower()
     if op == b"begin":

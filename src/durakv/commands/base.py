@@ -39,17 +39,18 @@ class Blocked:
 class Context:
     """Per-command execution state. One instance per session, reset for each command.
 
-    `port` is the handler's only way to the process around it, in groups (`port.clients`, `port.pubsub`,
-    `port.admin`, `port.persistence`, `port.replication`, `port.cluster`, `port.faults`, `port.off_loop`:
-    commands/port.py); `pipeline` runs nested commands (EXEC) and owns WATCH."""
+    `services` is the handler's only way to the process around it, in groups (`services.clients`,
+    `services.pubsub`, `services.admin`, `services.persistence`, `services.replication`, `services.cluster`,
+    `services.faults`, `services.off_loop`: commands/services.py); `pipeline` runs nested commands (EXEC) and
+    owns WATCH."""
 
-    __slots__ = ("keyspace", "db", "client", "port", "effects", "touched", "replaying", "pipeline", "may_block",
+    __slots__ = ("keyspace", "db", "client", "services", "effects", "touched", "replaying", "pipeline", "may_block",
                  "touched_exact")
 
-    def __init__(self, keyspace, port=None, client=None, pipeline=None):
+    def __init__(self, keyspace, services=None, client=None, pipeline=None):
         self.keyspace = keyspace
         self.pipeline = pipeline
-        self.port = port
+        self.services = services
         self.client = client
         self.db = keyspace.dbs[0]
         self.effects = []

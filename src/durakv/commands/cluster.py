@@ -1,6 +1,6 @@
 """CLUSTER commands, ASKING, READONLY, READWRITE.
 
-The topology they describe is the server's current routing snapshot (ctx.port.cluster.routing(): the coordination
+The topology they describe is the server's current routing snapshot (ctx.services.cluster.routing(): the coordination
 store's topology on a JetStream shard, a one-shard topology for a one-node cluster on the local journal); the
 replies are built by routing/views.py exactly as Valkey 8.0 builds them. FAILOVER asks the coordination store
 for a planned failover to this replica.
@@ -17,7 +17,7 @@ from .registry import command
 
 def _cluster(ctx):
     """(ClusterRouting, topology) or the error Valkey answers with cluster support disabled."""
-    routing = ctx.port.cluster.routing()
+    routing = ctx.services.cluster.routing()
     if routing is None:
         raise CommandError(messages.CLUSTER_DISABLED)
     topology = routing.view()
@@ -34,7 +34,7 @@ def _verbatim(ctx, text: bytes):
 
 
 def _endpoint(ctx):
-    return ctx.port.config["cluster-preferred-endpoint-type"]
+    return ctx.services.config["cluster-preferred-endpoint-type"]
 
 
 @command("cluster|slots")
@@ -74,9 +74,9 @@ def cluster_info(ctx, args):
 
 @command("cluster|myid")
 def cluster_myid(ctx, args):
-    routing = ctx.port.cluster.routing()
+    routing = ctx.services.cluster.routing()
     if routing is None:
-        node_id = ctx.port.cluster.node_id()   # a JetStream shard member without cluster mode still has an id
+        node_id = ctx.services.cluster.node_id()   # a JetStream shard member without cluster mode still has an id
         if node_id is None:
             raise CommandError(messages.CLUSTER_DISABLED)
         return node_id.encode()
@@ -117,11 +117,11 @@ def cluster_links(ctx, args):
 
 @command("cluster|failover")
 def cluster_failover(ctx, args):
-    if ctx.port.cluster.routing() is None and ctx.port.cluster.node_id() is None:
+    if ctx.services.cluster.routing() is None and ctx.services.cluster.node_id() is None:
         raise CommandError(messages.CLUSTER_DISABLED)     # before the arguments, as clusterCommand checks
     if len(args) > 3 or (len(args) == 3 and args[2].upper() not in (b"FORCE", b"TAKEOVER")):
         raise syntax_error()
-    return ctx.port.cluster.request_failover()
+    return ctx.services.cluster.request_failover()
 
 
 @command("cluster|reset")
@@ -211,7 +211,7 @@ def cluster_help(ctx, args):
 
 @command("asking")
 def asking(ctx, args):
-    if ctx.port.cluster.routing() is None:
+    if ctx.services.cluster.routing() is None:
         raise CommandError(messages.CLUSTER_DISABLED)
     ctx.client.asking = True
     return OK

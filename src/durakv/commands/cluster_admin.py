@@ -321,8 +321,8 @@ def _change_slots(ctx, args, ranges, delete):
         for s in slots:
             if topology.shard_by_slot[s].id != mine.id:
                 raise CommandError(messages.CLUSTER_SLOT_OTHER_SHARD.format(s, topology.shard_by_slot[s].name))
-        return ctx.port.cluster.unassign_slots(name, slots, mine.id)
-    return ctx.port.cluster.assign_slots(name, slots, mine.id)
+        return ctx.services.cluster.unassign_slots(name, slots, mine.id)
+    return ctx.services.cluster.assign_slots(name, slots, mine.id)
 
 
 @command("cluster|addslots")
@@ -358,7 +358,7 @@ def cluster_flushslots(ctx, args):
     if len(ctx.keyspace.dbs[0].data):
         raise CommandError(messages.FLUSHSLOTS_NOT_EMPTY)
     mine = _my_shard(routing, args)
-    return ctx.port.cluster.unassign_slots("FLUSHSLOTS", sorted(_my_slots(routing)), mine.id)
+    return ctx.services.cluster.unassign_slots("FLUSHSLOTS", sorted(_my_slots(routing)), mine.id)
 
 
 @command("cluster|setslot")
@@ -390,10 +390,10 @@ def cluster_setslot(ctx, args):
         raise CommandError(messages.CLUSTER_NOT_A_MASTER)
     owner = topology.shard_by_slot[slot]
     if owner is None:
-        return ctx.port.cluster.assign_slots("SETSLOT", [slot], node.shard_id)
+        return ctx.services.cluster.assign_slots("SETSLOT", [slot], node.shard_id)
     if owner.id == node.shard_id:
         return OK
-    return ctx.port.cluster.hand_over_slot(slot, node.shard_id)
+    return ctx.services.cluster.hand_over_slot(slot, node.shard_id)
 
 
 # ---- atomic slot migration words (Valkey 9.1, cluster_migrateslots.c) ------------------------------------------
@@ -463,7 +463,7 @@ def cluster_migrateslots(ctx, args):
         if target.role != "primary":
             raise CommandError(messages.MIGRATESLOTS_TARGET_REPLICA.format(name))
         groups.append((slots, target.shard_id))
-    return ctx.port.cluster.migrate_slots(groups)
+    return ctx.services.cluster.migrate_slots(groups)
 
 
 @command("cluster|cancelslotmigrations")
@@ -477,7 +477,7 @@ def cluster_cancelslotmigrations(ctx, args):
     if (me is None or me.role != "primary" or mine is None
             or not any(src == mine.id for src, _dst in topology.migrating.values())):
         raise CommandError(messages.NO_SLOT_MIGRATIONS)
-    return ctx.port.cluster.cancel_slot_migrations()
+    return ctx.services.cluster.cancel_slot_migrations()
 
 
 @command("cluster|syncslots")

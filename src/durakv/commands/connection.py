@@ -83,8 +83,8 @@ def hello(ctx, args):
         s.resp = proto
     if name is not None:
         s.name = name
-    role = "replica" if ctx.port.replication.status()["role"] == "replica" else "master"
-    cfg = ctx.port.config
+    role = "replica" if ctx.services.replication.status()["role"] == "replica" else "master"
+    cfg = ctx.services.config
     if cfg is not None and cfg["extended-redis-compatibility"]:
         server, version = b"redis", REDIS_COMPAT_VERSION.encode()
     else:
@@ -119,7 +119,7 @@ def reset(ctx, args):
     s.resp = 2
     s.name = b""
     s.readonly_mode = False
-    ctx.port.clients.reset(s)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
+    ctx.services.clients.reset(s)  # subscriptions, tracking, MONITOR, NO-EVICT, NO-TOUCH
     acl = users_of(ctx)
     if acl is not None:
         acl.reset_session(s)  # back to the default user, authenticated only if it needs no password
@@ -132,7 +132,7 @@ def reset(ctx, args):
 def monitor(ctx, args):
     if not ctx.may_block:
         raise CommandError(messages.MONITOR_DENY_BLOCKING)
-    if not ctx.port.clients.monitor(ctx.client):
+    if not ctx.services.clients.monitor(ctx.client):
         return Raw(b"")  # already monitoring: Valkey ignores it without a reply
     return OK
 
@@ -212,7 +212,7 @@ def _text(value: bytes) -> str:
 def _client_filter(ctx, args, start, skipme):
     """The clients CLIENT LIST / KILL args[start:] select, as a predicate on a session. Raises CommandError
     with Valkey's text for a bad filter. `skipme`: the default of SKIPME (KILL yes, LIST no)."""
-    port = ctx.port
+    services = ctx.services
     me = ctx.client.id
     tests = {}       # filter name -> predicate of the session (the last of each name counts)
     ids = {}         # ID / NOT-ID -> set of client ids (they accumulate)
@@ -262,7 +262,7 @@ def _client_filter(ctx, args, start, skipme):
             if kind not in (b"normal", b"master", b"primary", b"replica", b"slave", b"pubsub"):
                 raise CommandError(messages.CLIENT_UNKNOWN_TYPE.format(_text(val)))
             kind = _CLIENT_TYPE_ALIASES.get(kind, kind)
-            test = lambda s, k=kind: port.clients.kind(s) == k
+            test = lambda s, k=kind: services.clients.kind(s) == k
         elif name == b"ADDR":
             test = lambda s, v=_text(val): s.addr == v
         elif name == b"LADDR":
@@ -278,7 +278,7 @@ def _client_filter(ctx, args, start, skipme):
             if any(f not in _FILTER_FLAGS for f in wanted):
                 raise CommandError((messages.CLIENT_UNKNOWN_NOT_FLAGS if negate
                                     else messages.CLIENT_UNKNOWN_FLAGS).format(wanted))
-            test = lambda s, w=wanted: _flags_match(port.clients.flags(s), w)
+            test = lambda s, w=wanted: _flags_match(services.clients.flags(s), w)
         elif name == b"NAME":
             test = lambda s, v=val: bool(s.name) and s.name == v
         elif name == b"LIB-NAME":
@@ -317,30 +317,30 @@ def _client_filter(ctx, args, start, skipme):
 
 @command("client|list")
 def client_list(ctx, args):
-    port = ctx.port
-    sessions = port.clients.sessions()
+    services = ctx.services
+    sessions = services.clients.sessions()
     if len(args) > 2:
         wanted = _client_filter(ctx, args, 2, skipme=False)
         sessions = [s for s in sessions if wanted(s)]
-    return "".join(port.clients.line(s) + "\n" for s in sessions).encode()
+    return "".join(services.clients.line(s) + "\n" for s in sessions).encode()
 
 
 @command("client|info")
 def client_info(ctx, args):
-    line = ctx.port.clients.line(ctx.client)
+    line = ctx.services.clients.line(ctx.client)
     return (line + "\n").encode() if line else b""
 
 
 @command("client|kill")
 def client_kill(ctx, args):
-    port = ctx.port
-    sessions = port.clients.sessions()
+    services = ctx.services
+    sessions = services.clients.sessions()
     me = ctx.client.id
     if len(args) == 3:  # old form: CLIENT KILL addr:port, which may kill the caller itself
         addr = args[2].decode("utf-8", "replace")
         for s in sessions:
             if s.addr == addr:
-                _kill(ctx, port, s, me)
+                _kill(ctx, services, s, me)
                 return OK
         raise CommandError(messages.NO_SUCH_CLIENT)
     if len(args) < 3:
@@ -349,16 +349,16 @@ def client_kill(ctx, args):
     killed = 0
     for s in sessions:
         if wanted(s):
-            _kill(ctx, port, s, me)
+            _kill(ctx, services, s, me)
             killed += 1
     return killed
 
 
-def _kill(ctx, port, session, me):
+def _kill(ctx, services, session, me):
     if session.id == me:
         ctx.client.close_after_reply = True  # the caller still gets its reply first
     else:
-        port.clients.kill(session)
+        services.clients.kill(session)
 
 
 @command("client|reply")
@@ -391,7 +391,7 @@ def _on_off(arg) -> bool:
 
 @command("client|no-evict")
 def client_no_evict(ctx, args):
-    ctx.port.clients.set_no_evict(ctx.client, _on_off(args[2]))
+    ctx.services.clients.set_no_evict(ctx.client, _on_off(args[2]))
     return OK
 
 
@@ -413,7 +413,7 @@ def client_import_source(ctx, args):
     mode = args[2].lower()
     if mode == b"off":
         ctx.client.import_source = False
-    elif not ctx.port.config["import-mode"]:
+    elif not ctx.services.config["import-mode"]:
         raise CommandError(messages.NOT_IMPORT_MODE)      # checked before the word, as 9.1.2 answers "x"
     elif mode == b"on":
         ctx.client.import_source = True
@@ -425,7 +425,7 @@ def client_import_source(ctx, args):
 @command("client|no-touch")
 def client_no_touch(ctx, args):
     # reads by this client leave LRU/LFU access untouched (except TOUCH)
-    ctx.port.clients.set_no_touch(ctx.client, _on_off(args[2]))
+    ctx.services.clients.set_no_touch(ctx.client, _on_off(args[2]))
     return OK
 
 
@@ -435,7 +435,7 @@ def _subcommand_syntax(args):
 
 def _ms_timeout_end(ctx, arg) -> int:
     """getTimeoutFromObjectOrReply(UNIT_MILLISECONDS) -> absolute end in ms (0 for 0), by the pause's clock."""
-    now = ctx.port.clock_ms()
+    now = ctx.services.clock_ms()
     tval = parse_timeout_ms(ctx, arg, now)
     return tval + now if tval > 0 else 0
 
@@ -452,13 +452,13 @@ def client_pause(ctx, args):
         elif mode != b"all":
             raise CommandError(messages.PAUSE_MODE)
     end = _ms_timeout_end(ctx, args[2])
-    ctx.port.clients.pause(end, all_commands)
+    ctx.services.clients.pause(end, all_commands)
     return OK
 
 
 @command("client|unpause")
 def client_unpause(ctx, args):
-    ctx.port.clients.unpause()
+    ctx.services.clients.unpause()
     return OK
 
 
@@ -474,7 +474,7 @@ def client_unblock(ctx, args):
         elif reason != b"timeout":
             raise CommandError(messages.UNBLOCK_REASON)
     client_id = parse_int(args[2])
-    return 1 if ctx.port.clients.unblock(client_id, error) else 0
+    return 1 if ctx.services.clients.unblock(client_id, error) else 0
 
 
 def _prefix_overlap(a: bytes, b: bytes) -> bool:
@@ -487,7 +487,7 @@ def client_tracking(ctx, args):
     redirect = 0
     bcast = optin = optout = noloop = False
     prefixes = []
-    port = ctx.port
+    services = ctx.services
     c = ArgCursor(args, 3)
     while c:
         opt = c.next_lower()
@@ -496,7 +496,7 @@ def client_tracking(ctx, args):
             if redirect:
                 raise CommandError(messages.TRACKING_ONE_REDIRECT)
             redirect = c.int()
-            if not port.clients.exists(redirect):
+            if not services.clients.exists(redirect):
                 raise CommandError(messages.TRACKING_REDIRECT_MISSING)
         elif opt == b"bcast":
             bcast = True
@@ -512,7 +512,7 @@ def client_tracking(ctx, args):
             raise syntax_error()
     state = args[2].lower()
     if state == b"on":
-        current = port.clients.tracking_state(ctx.client)
+        current = services.clients.tracking_state(ctx.client)
         if not bcast and prefixes:
             raise CommandError(messages.TRACKING_PREFIX_NEEDS_BCAST)
         if current is not None and current.bcast != bcast:
@@ -534,9 +534,9 @@ def client_tracking(ctx, args):
                     if _prefix_overlap(p, q):
                         raise CommandError(messages.TRACKING_PREFIX_OVERLAP_ARGS.format(
                             p.decode("utf-8", "replace"), q.decode("utf-8", "replace")))
-        port.clients.tracking_enable(ctx.client, redirect, bcast, optin, optout, noloop, prefixes)
+        services.clients.tracking_enable(ctx.client, redirect, bcast, optin, optout, noloop, prefixes)
     elif state == b"off":
-        port.clients.tracking_disable(ctx.client)
+        services.clients.tracking_disable(ctx.client)
     else:
         raise syntax_error()
     return OK
@@ -544,7 +544,7 @@ def client_tracking(ctx, args):
 
 @command("client|caching")
 def client_caching(ctx, args):
-    t = ctx.port.clients.tracking_state(ctx.client)
+    t = ctx.services.clients.tracking_state(ctx.client)
     if t is None:
         raise CommandError(messages.CACHING_NOT_TRACKING)
     opt = args[2].lower()
@@ -562,13 +562,13 @@ def client_caching(ctx, args):
 
 @command("client|getredir")
 def client_getredir(ctx, args):
-    t = ctx.port.clients.tracking_state(ctx.client)
+    t = ctx.services.clients.tracking_state(ctx.client)
     return t.redirect if t is not None else -1
 
 
 @command("client|trackinginfo")
 def client_trackinginfo(ctx, args):
-    t = ctx.port.clients.tracking_state(ctx.client)
+    t = ctx.services.clients.tracking_state(ctx.client)
     flags = RespSet()
     if t is None:
         flags.append(b"off")

@@ -346,7 +346,7 @@ def _hex(digest: bytes) -> str:
 def debug(ctx, args):
     sub = args[1].upper()
     n = len(args)
-    port = ctx.port
+    services = ctx.services
     if sub == b"HELP" and n == 2:
         return _HELP
     if sub == b"DIGEST" and n == 2:
@@ -369,16 +369,16 @@ def debug(ctx, args):
         time.sleep(max(0.0, seconds))
         return OK
     if sub == b"SET-ACTIVE-EXPIRE" and n == 3:
-        port.faults.set_active_expire(args[2] != b"0")
+        services.faults.set_active_expire(args[2] != b"0")
         return OK
     if sub == b"JOURNAL-STALL" and n == 3:
         # durakv's fault hook: delay every journal fsync by N ms (0 to stop), to test async backpressure.
-        if not port.faults.journal_stall(parse_int(args[2])):
+        if not services.faults.journal_stall(parse_int(args[2])):
             raise CommandError(messages.DEBUG_NO_JOURNAL)
         return OK
     if sub == b"JOURNAL-FOLLOW-STALL" and n == 3:
         # durakv's fault hook: a replica holds the journal entries it receives for N ms, then applies them.
-        if not port.faults.journal_follow_stall(parse_int(args[2])):
+        if not services.faults.journal_follow_stall(parse_int(args[2])):
             raise CommandError(messages.DEBUG_NOT_SHARD_REPLICA)
         return OK
     if sub in (b"RELOAD", b"LOADAOF", b"POPULATE") and ctx.pipeline.loading:
@@ -389,19 +389,19 @@ def debug(ctx, args):
         opts = {a.upper() for a in args[2:]}
         if opts - {b"NOSAVE", b"NOFLUSH", b"MERGE"}:
             raise CommandError(messages.DEBUG_RELOAD_OPTIONS)
-        return port.persistence.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts,
+        return services.persistence.debug_reload(save=b"NOSAVE" not in opts, flush=b"NOFLUSH" not in opts,
                                              merge=b"MERGE" in opts)
     if sub == b"SET-DISABLE-DENY-SCRIPTS" and n == 3:
         # scripts may call commands flagged noscript (Valkey's test hook; `atoi`: anything not a number is 0)
         ctx.pipeline.script_disable_deny = atoi(args[2]) != 0
         return OK
     if sub == b"PAUSE-CRON" and n == 3:
-        port.faults.pause_cron(parse_int(args[2]) != 0)
+        services.faults.pause_cron(parse_int(args[2]) != 0)
         return OK
     if sub == b"LOADAOF" and n == 2:
         # Valkey reloads its AOF; durakv's log is its journal: what a restart would load, loaded in place
         # (as RELOAD; in `none` memory is written to a snapshot first, so nothing is lost).
-        return port.persistence.debug_reload(save=True)
+        return services.persistence.debug_reload(save=True)
     if sub == b"LOG" and n == 3:
         log.warning("DEBUG LOG: %s", args[2].decode("utf-8", "replace"))
         return OK

@@ -617,9 +617,9 @@ def migrate(ctx, args):
         entries.append((key, ttl_ms, value, dict(field_ttls) if field_ttls else None))
     if not entries:
         return _NOKEY
-    name = b"RESTORE-ASKING" if ctx.port.cluster.routing() is not None else b"RESTORE"
+    name = b"RESTORE-ASKING" if ctx.services.cluster.routing() is not None else b"RESTORE"
     host = args[1].decode("utf-8", "surrogateescape")
-    exchange = ctx.port.cluster.migrate_exchange
+    exchange = ctx.services.cluster.migrate_exchange
     keys = [e[0] for e in entries]
 
     def work():
@@ -675,18 +675,18 @@ def _set_lru_lfu(ctx, key, idletime, freq):
 # -- WAIT / WAITAOF -----------------------------------------------------------------------------------
 
 def _is_replica(ctx) -> bool:
-    return ctx.port.replication.status()["role"] == "replica"
+    return ctx.services.replication.status()["role"] == "replica"
 
 
 def _acked_replicas(ctx, index) -> int:
     """Replicas known to have applied the journal up to the client's write `index` (the offsets they last
     reported are journal positions: the write's own position, known once it is committed, is compared)."""
     if index <= 0:
-        return len(ctx.port.replication.status()["replicas"])
-    position = ctx.port.replication.replication_index(index)
+        return len(ctx.services.replication.status()["replicas"])
+    position = ctx.services.replication.replication_index(index)
     if not position:
         return 0
-    return sum(1 for _host, _port, offset in ctx.port.replication.status()["replicas"] if offset >= position)
+    return sum(1 for _host, _port, offset in ctx.services.replication.status()["replicas"] if offset >= position)
 
 
 @command("wait")
@@ -699,7 +699,7 @@ def wait(ctx, args):
     acked = _acked_replicas(ctx, index)
     if acked >= numreplicas or not ctx.may_block:
         return acked
-    return ctx.port.replication.wait_replicas(index, numreplicas, timeout_ms, lambda: _acked_replicas(ctx, index))
+    return ctx.services.replication.wait_replicas(index, numreplicas, timeout_ms, lambda: _acked_replicas(ctx, index))
 
 
 @command("waitaof")
@@ -713,15 +713,15 @@ def waitaof(ctx, args):
     timeout_ms = parse_timeout_ms(ctx, args[3])
     if _is_replica(ctx):
         raise CommandError(messages.WAITAOF_REPLICA)
-    port = ctx.port
-    journaled = port.persistence.journaled()
+    services = ctx.services
+    journaled = services.persistence.journaled()
     if numlocal and not journaled:
         raise CommandError(messages.WAITAOF_NO_AOF)
     index = ctx.client.last_write_index
 
     def reply():
         # Valkey's fsynced_reploff is -1 without an AOF: then nothing is acknowledged locally.
-        local = 1 if journaled and port.persistence.committed_index() >= index else 0
+        local = 1 if journaled and services.persistence.committed_index() >= index else 0
         return [local, _acked_replicas(ctx, index)]
 
     now = reply()
@@ -729,6 +729,6 @@ def waitaof(ctx, args):
         return now
     if numreplicas <= now[1]:
         # Only the local commit is missing: answered as soon as the journal commits the client's write.
-        return port.persistence.wait_local_commit(index, timeout_ms, reply)
-    return port.replication.wait_replicas(index, numreplicas, timeout_ms, reply)
+        return services.persistence.wait_local_commit(index, timeout_ms, reply)
+    return services.replication.wait_replicas(index, numreplicas, timeout_ms, reply)
 

@@ -561,7 +561,7 @@ def latency_report(mon, hz, now):
 
 @command("latency|doctor")
 def latency_doctor(ctx, args):
-    hz = ctx.port.config["hz"] if ctx.port.config is not None else 10
+    hz = ctx.services.config["hz"] if ctx.services.config is not None else 10
     return _verbatim(ctx, latency_report(_monitors(ctx), hz, int(time.time())).encode())
 
 
@@ -766,9 +766,9 @@ def memory_usage_cmd(ctx, args):
 
 def _memory_overview(ctx):
     """(used, peak, rss): used is INFO's used_memory (the dataset estimate the maxmemory check uses)."""
-    port = ctx.port
+    services = ctx.services
     used = ctx.pipeline.used_memory_fn()
-    return used, port.admin.note_peak_memory(used), port.admin.memory_rss() or used
+    return used, services.admin.note_peak_memory(used), services.admin.memory_rss() or used
 
 
 @command("memory|stats")

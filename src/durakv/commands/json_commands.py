@@ -78,8 +78,8 @@ def _limits(ctx):
     once is applied again whatever the configuration says now)."""
     if ctx.replaying:
         return _NO_LIMITS
-    port = ctx.port
-    config = port.config if port is not None else None
+    services = ctx.services
+    config = services.config if services is not None else None
     if config is None:
         return _Limits(0, 128)
     return _Limits(config["json.max-document-size"], config["json.max-path-limit"])

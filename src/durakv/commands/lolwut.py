@@ -273,7 +273,7 @@ def lolwut(ctx, args):
     if len(args) >= 3 and args[1].lower() == b"version":
         version = "%d.0.0" % (parse_int(args[2]) & 0xFFFFFFFF)
         rest = args[3:]
-    cfg = ctx.port.config
+    cfg = ctx.services.config
     redis = cfg is not None and cfg["extended-redis-compatibility"]
     name, number = ("Redis", REDIS_COMPAT_VERSION) if redis else ("Valkey", VALKEY_VERSION)
     signature = ("%s ver. %s" % (name, number)).encode()

@@ -14,7 +14,7 @@ MAX_JOIN_BYTES = 64 * 1024
 
 @command("durakv|identity")
 def durakv_identity(ctx, args):
-    return ctx.port.cluster.identity()
+    return ctx.services.cluster.identity()
 
 
 @command("durakv|join")
@@ -26,7 +26,7 @@ def durakv_join(ctx, args):
         doc = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise CommandError(messages.JOIN_REFUSED.format("the document is not JSON: %s" % exc)) from None
-    ctx.port.cluster.join(doc)
+    ctx.services.cluster.join(doc)
     return OK
 
 

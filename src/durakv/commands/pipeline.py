@@ -164,10 +164,10 @@ class Pipeline:
     min_replicas_to_write = _admission_input("min_replicas_to_write")
     locks = _admission_input("locks")
 
-    def __init__(self, keyspace, port=None, perf_counter=time.perf_counter, config=None):
-        from .port import Port
+    def __init__(self, keyspace, services=None, perf_counter=time.perf_counter, config=None):
+        from .services import Services
         self.keyspace = keyspace
-        self.port = port if port is not None else Port()
+        self.services = services if services is not None else Services()
         self.perf_counter = perf_counter
         self.durability = NoDurability()
         self.observer = None
@@ -207,7 +207,7 @@ class Pipeline:
                                   for name in ("enable-debug-command", "enable-module-command")}
 
     def new_context(self, session):
-        ctx = Context(self.keyspace, self.port, session, self)
+        ctx = Context(self.keyspace, self.services, session, self)
         ctx.db = self.keyspace.dbs[session.db_id]
         session.ctx = ctx
         return ctx
@@ -524,7 +524,7 @@ class Pipeline:
             # lock would not hold them back, so the value could change under the worker (work that reads no
             # key, a search's fan-out to the other shards, runs off the loop on a replica too)
             return None
-        deferred = self.port.off_loop.start(session)
+        deferred = self.services.off_loop.start(session)
         if deferred is None:
             return None
         locked = self.key_locks
@@ -545,14 +545,14 @@ class Pipeline:
             retries = self.lock_retries and not self._locks   # (else kept for the last lock's end)
             if retries:
                 self.lock_retries = False
-            self.port.off_loop.end(session, retries)
+            self.services.off_loop.end(session, retries)
 
         def done(result):
             unlock()
             try:
                 reply, ticket = self.complete(session, cmd, args, lambda c: finish(c, result))
             except Exception as exc:  # noqa: BLE001 - the client must get an answer and resume
-                self.port.log_exception(cmd.fullname, exc)
+                self.services.log_exception(cmd.fullname, exc)
                 reply, ticket = ErrorReply(messages.INTERNAL_ERROR_IN % (cmd.fullname, exc)), 0
             deferred.resolve(reply, ticket)
             resume()
@@ -569,9 +569,9 @@ class Pipeline:
             # What work() sends away (MIGRATE's RESTOREs to another server) must be committed here first: a
             # crash of this node would otherwise leave the target holding a write that was never acknowledged.
             # The keys are locked already, so no newer write to them can slip in meanwhile.
-            dur.when_committed(ticket, lambda: self.port.off_loop.run(work, done), failed)
+            dur.when_committed(ticket, lambda: self.services.off_loop.run(work, done), failed)
         else:
-            self.port.off_loop.run(work, done)
+            self.services.off_loop.run(work, done)
         return deferred
 
     def complete(self, session, cmd, args, handler):
@@ -600,7 +600,7 @@ class Pipeline:
         gate = self._gate
         if gate is not None and gate.is_replica():
             return True
-        return self.port.replication.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
+        return self.services.replication.good_replicas(self.min_replicas_max_lag * 1000) >= self._min_replicas_to_write
 
     def reject(self, session, cmd, text):
         """rejectCommand: flags a transaction being queued, counts, and answers the error. EXEC itself rejected
@@ -711,7 +711,7 @@ class Pipeline:
             reply = ErrorReply(exc.text)
         except Exception as exc:  # a handler bug must not take the server down
             reply = ErrorReply(messages.INTERNAL_ERROR_IN % (cmd.fullname, exc))
-            self.port.log_exception(cmd.fullname, exc)
+            self.services.log_exception(cmd.fullname, exc)
         end = self.mark_s = self.perf_counter()
         keyspace.reading = False
         if type(reply) is ErrorReply and self.stats_enabled:

@@ -15,24 +15,24 @@ from .registry import command
 def _unsubscribe(ctx, args, kind):
     # Outside subscribed mode this answers as Valkey 7.2 and 8.0.2+ do (a confirmation with count 0):
     # 8.0.0-8.0.1's -NOSUB broke Celery and other clients and was reverted.
-    return ctx.port.pubsub.unsubscribe(ctx.client, args[1:], kind)
+    return ctx.services.pubsub.unsubscribe(ctx.client, args[1:], kind)
 
 
 @command("subscribe")
 def subscribe(ctx, args):
-    return ctx.port.pubsub.subscribe(ctx.client, args[1:], "channel")
+    return ctx.services.pubsub.subscribe(ctx.client, args[1:], "channel")
 
 
 @command("psubscribe")
 def psubscribe(ctx, args):
-    return ctx.port.pubsub.subscribe(ctx.client, args[1:], "pattern")
+    return ctx.services.pubsub.subscribe(ctx.client, args[1:], "pattern")
 
 
 @command("ssubscribe")
 def ssubscribe(ctx, args):
     if not ctx.may_block:
         raise CommandError(messages.DENY_BLOCKING.format("SSUBSCRIBE"))
-    return ctx.port.pubsub.subscribe(ctx.client, args[1:], "shard")
+    return ctx.services.pubsub.subscribe(ctx.client, args[1:], "shard")
 
 
 @command("unsubscribe")
@@ -52,16 +52,16 @@ def sunsubscribe(ctx, args):
 
 @command("publish")
 def publish(ctx, args):
-    if ctx.port.replication.streaming():
+    if ctx.services.replication.streaming():
         ctx.propagate_feed(b"PUBLISH", args[1], args[2])   # Valkey's replicas deliver it to their subscribers
-    return ctx.port.pubsub.publish(args[1], args[2])
+    return ctx.services.pubsub.publish(args[1], args[2])
 
 
 @command("spublish")
 def spublish(ctx, args):
-    if ctx.port.replication.streaming():
+    if ctx.services.replication.streaming():
         ctx.propagate_feed(b"SPUBLISH", args[1], args[2])
-    return ctx.port.pubsub.publish(args[1], args[2], shard=True)
+    return ctx.services.pubsub.publish(args[1], args[2], shard=True)
 
 
 # -- PUBSUB ---------------------------------------------------------------------------------------
@@ -74,39 +74,39 @@ def _syntax(args):
 def pubsub_channels(ctx, args):
     if len(args) > 3:
         raise _syntax(args)
-    return ctx.port.pubsub.channels(args[2] if len(args) == 3 else None)
+    return ctx.services.pubsub.channels(args[2] if len(args) == 3 else None)
 
 
 @command("pubsub|shardchannels")
 def pubsub_shardchannels(ctx, args):
     if len(args) > 3:
         raise _syntax(args)
-    return ctx.port.pubsub.channels(args[2] if len(args) == 3 else None, shard=True)
+    return ctx.services.pubsub.channels(args[2] if len(args) == 3 else None, shard=True)
 
 
 @command("pubsub|numsub")
 def pubsub_numsub(ctx, args):
-    port = ctx.port
+    services = ctx.services
     out = []
     for ch in args[2:]:
         out.append(ch)
-        out.append(port.pubsub.numsub(ch))
+        out.append(services.pubsub.numsub(ch))
     return out
 
 
 @command("pubsub|shardnumsub")
 def pubsub_shardnumsub(ctx, args):
-    port = ctx.port
+    services = ctx.services
     out = []
     for ch in args[2:]:
         out.append(ch)
-        out.append(port.pubsub.numsub(ch, shard=True))
+        out.append(services.pubsub.numsub(ch, shard=True))
     return out
 
 
 @command("pubsub|numpat")
 def pubsub_numpat(ctx, args):
-    return ctx.port.pubsub.numpat()
+    return ctx.services.pubsub.numpat()
 
 
 @command("pubsub|help")

@@ -193,7 +193,7 @@ def _fcall_flags(pipeline, args):
 
 
 def _run(ctx, run, call):
-    reply = get_state(ctx.pipeline).run(ctx, run, call, ctx.port.script_host())
+    reply = get_state(ctx.pipeline).run(ctx, run, call, ctx.services.script_host())
     if type(reply) is ErrorReply and any(reply.text.startswith(t) for t in run.counted_errors):
         reply.counted = True    # the error of a command the script called: errorstats has it already
     return reply
@@ -363,7 +363,7 @@ def fcall_ro(ctx, args):
 
 def _obeys(ctx) -> bool:
     """Replaying the journal or a snapshot (mustObeyClient): no FUNCTION LOAD timeout."""
-    return ctx.replaying or ctx.port.script_host() is None
+    return ctx.replaying or ctx.services.script_host() is None
 
 
 def _function_error(exc: FunctionError):

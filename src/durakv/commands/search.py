@@ -38,7 +38,7 @@ def acl_prefix_check(ctx, prefixes):
         return
     user = client.acl_user
     if user is None:
-        acl = ctx.port.acl_users()
+        acl = ctx.services.acl_users()
         if acl is None:
             return
         user = acl.users.default
@@ -102,7 +102,7 @@ def ft_create(ctx, args):
         if error is not None:
             raise CommandError(error)
         return OK
-    deferred = ctx.port.cluster.search_fanout(ctx, args, finish)
+    deferred = ctx.services.cluster.search_fanout(ctx, args, finish)
     if deferred is not None:
         return deferred
     _create_here(ctx, args, definition)
@@ -132,7 +132,7 @@ def ft_dropindex(ctx, args):
         if error is not None:
             raise CommandError(error)
         return OK
-    deferred = ctx.port.cluster.search_fanout(ctx, args, finish)
+    deferred = ctx.services.cluster.search_fanout(ctx, args, finish)
     if deferred is not None:
         return deferred
     drop_here(ctx)
@@ -334,7 +334,7 @@ def ft_search(ctx, args):
             if sq.sortby is not None:
                 hits = _sort(here, sq, hits)
             return search_reply(here, sq, hits, total)
-        deferred = ctx.port.cluster.search_fanout(ctx, _remote_search_args(args, sq), finish)
+        deferred = ctx.services.cluster.search_fanout(ctx, _remote_search_args(args, sq), finish)
         if deferred is not None:
             return deferred
     hits, total = run_search(idx, sq)

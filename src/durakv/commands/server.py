@@ -27,7 +27,7 @@ log = logging.getLogger("durakv.commands")
 def config_get(ctx, args):
     out = {}
     for pattern in args[2:]:
-        for name, value in ctx.port.config.matching(pattern.decode("utf-8", "replace")).items():
+        for name, value in ctx.services.config.matching(pattern.decode("utf-8", "replace")).items():
             out[name.encode()] = value.encode()
     return out
 
@@ -42,8 +42,8 @@ def config_set(ctx, args):
     all the others, and their failure too restores the others."""
     if len(args) % 2:
         raise syntax_error()
-    port = ctx.port
-    config = port.config
+    services = ctx.services
+    config = services.config
     from ..config import BY_NAME, REFUSED
     chosen = []
     for i in range(2, len(args), 2):
@@ -64,7 +64,7 @@ def config_set(ctx, args):
             parsed = opt.parse(value)
         except ValueError as exc:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, exc)) from None
-        problem = port.admin.validate_config_set(opt.name, parsed)
+        problem = services.admin.validate_config_set(opt.name, parsed)
         if problem:
             raise CommandError(messages.CONFIG_BAD_VALUE.format(name, problem))
     # the values as CONFIG GET shows them now: what a failed apply puts back (restoreBackupConfig)
@@ -76,7 +76,7 @@ def config_set(ctx, args):
             if opt_name not in old:
                 continue
             try:
-                port.admin.config_set(opt_name, old[opt_name])
+                services.admin.config_set(opt_name, old[opt_name])
             except (ConfigError, ValueError) as exc:
                 log.warning("Failed restoring failed CONFIG SET command. Error setting %s to '%s': %s",
                             opt_name, old[opt_name], exc)
@@ -85,7 +85,7 @@ def config_set(ctx, args):
     later = []
     for name, opt, value in sorted(chosen, key=lambda c: c[1].late):
         try:
-            pending = port.admin.config_set(opt.name, value)
+            pending = services.admin.config_set(opt.name, value)
         except (ConfigError, ValueError) as exc:
             applied.append(opt.name)      # it may have stored its value before its effect failed
             restore()
@@ -122,7 +122,7 @@ def config_resetstat(ctx, args):
         for c in [cmd] + list(cmd.subcommands.values()):
             c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
             c.latency = [0] * 64
-    ctx.port.admin.reset_stats()
+    ctx.services.admin.reset_stats()
     ctx.keyspace.expired_keys = ctx.keyspace.evicted_keys = 0
     ctx.keyspace.expired_time_cap_reached = ctx.keyspace.dump_payload_sanitizations = 0
     return OK
@@ -131,7 +131,7 @@ def config_resetstat(ctx, args):
 @command("config|rewrite")
 def config_rewrite(ctx, args):
     try:
-        ctx.port.admin.rewrite_config()
+        ctx.services.admin.rewrite_config()
     except ConfigError as exc:
         raise CommandError("ERR " + str(exc)) from None
     except OSError as exc:
@@ -153,7 +153,7 @@ def config_help(ctx, args):
 
 @command("info")
 def info(ctx, args):
-    return ctx.port.admin.info([a.decode("utf-8", "replace") for a in args[1:]])
+    return ctx.services.admin.info([a.decode("utf-8", "replace") for a in args[1:]])
 
 
 @command("dbsize")
@@ -176,7 +176,7 @@ def time_(ctx, args):
 @command("sync")
 def sync(ctx, args):
     # Valkey's replication stream, for tools and tests that read what commands propagate (server/replfeed.py)
-    return ctx.port.replication.attach_stream(ctx.client)
+    return ctx.services.replication.attach_stream(ctx.client)
 
 
 @command("psync")
@@ -184,8 +184,8 @@ def psync(ctx, args):
     """A replica that asks to continue (PSYNC replid offset) gets what Valkey's primary gives one that cannot:
     +FULLRESYNC <replid> <offset>, then the RDB file and the stream SYNC gives (durakv keeps no backlog)."""
     parse_int(args[2])      # Valkey reads the offset as a long long first
-    replid, offset = ctx.port.replication.full_resync_id()
-    return ctx.port.replication.attach_stream(ctx.client, preamble=b"+FULLRESYNC %s %d\r\n" % (replid, offset),
+    replid, offset = ctx.services.replication.full_resync_id()
+    return ctx.services.replication.attach_stream(ctx.client, preamble=b"+FULLRESYNC %s %d\r\n" % (replid, offset),
                                               partial_asked=not args[1].startswith(b"?"))
 
 
@@ -194,7 +194,7 @@ def failover(ctx, args):
     """failoverCommand's grammar and checks. A standalone durakv has no replica it could hand the primary role
     to (SYNC clients follow a stream; they do not take over), so past the argument checks the answer is the one
     Valkey gives with no replica connected; a JetStream shard's failover is `CLUSTER FAILOVER` on a replica."""
-    if ctx.port.cluster.routing() is not None:
+    if ctx.services.cluster.routing() is not None:
         raise CommandError(messages.FAILOVER_IN_CLUSTER)
     n = len(args)
     if n == 2 and args[1].lower() == b"abort":
@@ -214,7 +214,7 @@ def failover(ctx, args):
             force = True
         else:
             raise syntax_error()
-    if ctx.port.replication.status()["role"] == "replica":
+    if ctx.services.replication.status()["role"] == "replica":
         raise CommandError(messages.FAILOVER_ON_REPLICA)
     raise CommandError(messages.FAILOVER_NO_REPLICAS)
 
@@ -269,7 +269,7 @@ def replconf(ctx, args):
 
 @command("lastsave")
 def lastsave(ctx, args):
-    return ctx.port.persistence.last_save()
+    return ctx.services.persistence.last_save()
 
 
 # -- FLUSHDB / FLUSHALL -------------------------------------------------------------------------
@@ -311,31 +311,31 @@ def flushall(ctx, args):
 
 @command("save")
 def save(ctx, args):
-    return ctx.port.persistence.start_snapshot()
+    return ctx.services.persistence.start_snapshot()
 
 
 @command("bgsave")
 def bgsave(ctx, args):
-    port = ctx.port
+    services = ctx.services
     if len(args) > 2 or (len(args) == 2 and args[1].upper() != b"SCHEDULE"):
         raise syntax_error()
-    if port.persistence.snapshot_in_progress():
+    if services.persistence.snapshot_in_progress():
         if len(args) == 2:
-            port.persistence.schedule_snapshot()
+            services.persistence.schedule_snapshot()
             return "Background saving scheduled"
         raise CommandError(messages.SAVE_IN_PROGRESS)
-    port.persistence.start_snapshot()
+    services.persistence.start_snapshot()
     return "Background saving started"
 
 
 @command("bgrewriteaof")
 def bgrewriteaof(ctx, args):
     # Valkey compacts its AOF; durakv's journal is compacted by a snapshot (the journal before it is dropped)
-    port = ctx.port
-    if port.persistence.snapshot_in_progress():
-        port.persistence.schedule_snapshot()    # the build under way holds less than what was asked for
+    services = ctx.services
+    if services.persistence.snapshot_in_progress():
+        services.persistence.schedule_snapshot()    # the build under way holds less than what was asked for
         return "Background append only file rewriting scheduled"
-    port.persistence.start_snapshot()
+    services.persistence.start_snapshot()
     return "Background append only file rewriting started"
 
 
@@ -352,7 +352,7 @@ def shutdown(ctx, args):
         raise syntax_error()
     if b"ABORT" in flags:
         raise CommandError(messages.SHUTDOWN_NONE_IN_PROGRESS)
-    ctx.port.admin.shutdown()
+    ctx.services.admin.shutdown()
     ctx.client.close_after_reply = True
     return NO_REPLY
 
@@ -622,7 +622,7 @@ def command_help(ctx, args):
 
 @command("swapdb")
 def swapdb(ctx, args):
-    if ctx.port.cluster.routing() is not None:
+    if ctx.services.cluster.routing() is not None:
         raise CommandError(messages.SWAPDB_IN_CLUSTER)
     dbs = ctx.keyspace.dbs
     try:
@@ -649,14 +649,14 @@ def swapdb(ctx, args):
 @command("replicaof")
 def replicaof(ctx, args):
     if args[1].lower() == b"no" and args[2].lower() == b"one":
-        ctx.port.replication.replicaof(None, 0)
+        ctx.services.replication.replicaof(None, 0)
         return OK
     if ctx.client.from_primary:
         raise CommandError(messages.NOT_VALID_FOR_REPLICA_CLIENT)
     port = parse_int(args[2], messages.REPLICAOF_INVALID_PORT)
     if not 0 <= port <= 65535:
         raise CommandError(messages.REPLICAOF_INVALID_PORT)
-    if not ctx.port.replication.replicaof(args[1].decode("utf-8", "replace"), port):
+    if not ctx.services.replication.replicaof(args[1].decode("utf-8", "replace"), port):
         return Raw(b"+OK Already connected to specified master\r\n")
     return OK
 
@@ -668,7 +668,7 @@ def slaveof(ctx, args):
 
 @command("role")
 def role(ctx, args):
-    r = ctx.port.replication.status()
+    r = ctx.services.replication.status()
     if r["role"] == "replica":
         return [b"slave", r["primary_host"].encode(), r["primary_port"], r.get("state", "connected").encode(),
                 r["offset"]]

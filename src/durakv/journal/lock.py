@@ -6,7 +6,7 @@ exclusive flock on `<dir>/durakv.lock` before it reads anything in the directory
 the process (the kernel drops it when the process dies, kill -9 included, so a stale lock file never blocks a
 restart). The holder's pid is written into the file so that the refusal can name it.
 
-The descriptor is close-on-exec: a deposed primary that re-executes itself (replication/roles.py) releases
+The descriptor is close-on-exec: a deposed primary that re-executes itself (replication/promotion.py) releases
 the lock at exec and takes it again as its new image starts, and the snapshot builder (a child process)
 never inherits it; the builder takes no lock of its own and only reads the journal up to the index it was
 given and writes its own temporary file.

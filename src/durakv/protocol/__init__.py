@@ -2,7 +2,7 @@
 
 Where each job is done, once:
 - requests in: parser.py's RequestParser (the exact transcription of networking.c, inline included, with a
-  hiredis fast path it proves; the compiled core's parser keeps the same rules);
+  hiredis path it proves; the compiled core's parser keeps the same rules);
 - commands out: resp.encode_command / extend_command (clients, the journal's entries, the replication feed);
 - replies and journal effects read back: hiredis.Reader;
 - replies out: resp.py's encoders (RESP2 and RESP3);

@@ -6,8 +6,8 @@ Two parsers share one byte stream:
   processMultibulkBuffer: it checks every header the moment its line is complete (multibulk count, bulk
   length, their unauthenticated limits, the 64 KiB line cap), keeps the partial request between reads, and
   is the only code that decides an error. Unauthenticated clients, inline requests, the request left
-  incomplete at the end of a read, and anything the fast path cannot vouch for go through it.
-- The fast path (`_fast`) hands a run of authenticated multibulk requests to hiredis and then proves that
+  incomplete at the end of a read, and anything the hiredis path cannot vouch for go through it.
+- The hiredis path (`_hiredis_run`) hands a run of authenticated multibulk requests to hiredis and then proves that
   hiredis read exactly what Valkey would: at the offsets the canonical encoding of what it returned gives,
   every request starts with '*' and every element with '$' (hiredis's integers are as strict as Valkey's
   string2ll). hiredis accepts more than a request (':5', '+x', '$-1', nested arrays, RESP3 types), does not
@@ -38,7 +38,7 @@ UNAUTH_MAX_MULTIBULK = 10
 UNAUTH_MAX_BULK = 16384
 _AUTH_COMMANDS = (b"auth", b"hello")
 
-# The most bytes one fast-path attempt copies into hiredis. It shrinks after an attempt that hiredis or
+# The most bytes one hiredis-path attempt copies into hiredis. It shrinks after an attempt that hiredis or
 # the verification cut short (a stream mixing inline and multibulk requests would otherwise copy the rest
 # of the read once per request) and grows back after clean ones.
 _WINDOW_MAX = 1 << 20
@@ -99,7 +99,7 @@ class RequestParser:
         self.query_buffer_limit = query_buffer_limit
         self._reader = None      # a hiredis reader known to hold no partial reply, or None
         self._window = _WINDOW_MAX
-        self._partial = None     # (reader, offset) after a fast run that ended in an incomplete request
+        self._partial = None     # (reader, offset) after a hiredis run that ended in an incomplete request
         # A request whose headers all passed the exact parser's checks, in canonical form, and that waits
         # only for the rest of its last payload stays in its hiredis reader (as most large values arrive).
         self._carry_args = None  # its arguments before the last one
@@ -174,7 +174,7 @@ class RequestParser:
                 data = tail + data
             if self._buf is None and self._args is None and auth and data and data[0] == 42:  # the common case
                 end = len(data)
-                pos = self._fast(data, 0, end, commands)
+                pos = self._hiredis_run(data, 0, end, commands)
                 if pos < end:
                     self._parse(data, pos, commands, auth, False, tail is not None)
             else:
@@ -186,9 +186,9 @@ class RequestParser:
         return commands, None
 
     # -- the stream ------------------------------------------------------------------------------------
-    def _parse(self, data, pos, commands, auth, fast_ok, carried):
+    def _parse(self, data, pos, commands, auth, hiredis_ok, carried):
         """Parses data[pos:], first finishing what is pending from earlier reads, alternating between the
-        two paths (the fast path only at a request boundary, and not again where it just stopped).
+        two paths (the hiredis path only at a request boundary, and not again where it just stopped).
         `carried`: data begins with the tail kept from the last read."""
         self._req_start = -1
         if self._buf is not None or self._args is not None:
@@ -215,18 +215,18 @@ class RequestParser:
                 self._buf = None
                 pos = need
                 self._req_start = -1   # a request begun in buf, not in data
-            fast_ok = self._args is None
+            hiredis_ok = self._args is None
         end = len(data)
         pending = False
         while pos < end:
-            if fast_ok and auth and data[pos] == 42:  # '*'
-                pos = self._fast(data, pos, end, commands)
+            if hiredis_ok and auth and data[pos] == 42:  # '*'
+                pos = self._hiredis_run(data, pos, end, commands)
                 if pos >= end:
                     break
             pos, auth, pending = self._slow(data, pos, end, commands, auth)
             if pending:
                 break
-            fast_ok = True
+            hiredis_ok = True
         if not pending:
             return
         start = self._req_start
@@ -297,7 +297,7 @@ class RequestParser:
         if held > self.query_buffer_limit:
             raise ProtocolError(messages.PROTO_QUERY_BUFFER_LIMIT)
 
-    def _fast(self, buf, pos, end, commands):
+    def _hiredis_run(self, buf, pos, end, commands):
         """Parses the complete requests of buf[pos:end] it can verify with hiredis; returns the offset of
         the first byte it did not vouch for (the exact parser continues there). The compiled core's parse
         takes the complete canonical requests first; what it leaves (an incomplete request at the end of the
@@ -388,7 +388,7 @@ class RequestParser:
     def _slow(self, buf, pos, end, commands, auth):
         """Valkey's processInputBuffer loop over buf[pos:end]. Returns (pos, auth, pending): pending when
         it stopped in an incomplete request or line (its state is kept), else at `end` or at a request
-        boundary where the fast path may take over."""
+        boundary where the hiredis path may take over."""
         start = pos
         args = self._args
         max_bulk = self.max_bulk_len
@@ -411,7 +411,7 @@ class RequestParser:
                                 auth = True
                     continue
                 if pos > start and auth:
-                    return pos, auth, False  # a multibulk request at a boundary: the fast path's
+                    return pos, auth, False  # a multibulk request at a boundary: the hiredis path's
                 self._req_start = pos
                 cr = buf.find(b"\r", pos, end)   # the usual short, complete line without a detour
                 if not (0 < cr - pos <= 20 and cr + 1 < end and not self._scanned and not self._blocked

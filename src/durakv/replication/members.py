@@ -41,7 +41,7 @@ class MembersMixin:
 
     def _send_alive(self):
         if self.nc is not None and not self.nc.is_closed and self.routing is not None:
-            self.server.loop.create_task(self._publish_bus(self._ALIVE, self.node_id.encode()))
+            self.bus.send(self._ALIVE, self.node_id.encode())
 
     async def _on_alive(self, msg):
         self.heard_ms[msg.data.decode("utf-8", "replace")] = monotonic_ms()
@@ -83,7 +83,7 @@ class MembersMixin:
         if self.server.loading:
             doc["loading"] = 1
         body = json.dumps(doc).encode()
-        self.server.loop.create_task(self._publish_bus(self._status_subject(), body))
+        self.bus.send(self._status_subject(), body)
 
     async def _on_status(self, msg):
         try:

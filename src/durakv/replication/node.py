@@ -8,14 +8,21 @@ below holds the state they share):
   primary's DEL effects decide), serves reads, refuses writes (-MOVED to the shard's primary in cluster mode,
   from the topology; -READONLY otherwise);
 - lease.py: the pipeline's gate (a primary serves while its lease is valid by its own clock);
-- roles.py: promotion (appends batches with its epoch) and stepping down; a primary that loses its lease
+- promotion.py: promotion (appends batches with its epoch) and stepping down; a primary that loses its lease
   unexpectedly re-executes itself: its memory may hold writes that never committed, so it rejoins as a replica
   from snapshot + journal like any new node;
 - handover.py: the planned failover's hold and drain;
 - snapshots.py: the replica periodically writes a snapshot to the object store and purges the stream below the
   oldest snapshot still kept;
-- shard_settings.py, members.py, topology_sync.py, bus.py: the shard's settings, its members' heartbeats, the
-  stored topology and the pub/sub bus between nodes.
+- members.py: its members' heartbeats.
+
+Parts that own their state are objects the node holds as attributes (each gets what it needs passed in):
+
+- bus.py: `node.bus`, the NodeBus (PUBLISH/SPUBLISH between nodes, the heartbeats' transport);
+- shard_settings.py: `node.shard_settings`, the ShardSettingsWatcher (the shard's settings and the cluster's
+  users: read or seeded at start-up, applied, changed by compare-and-set, watched);
+- topology_sync.py: `node.topology_watcher`, the TopologyWatcher (cluster mode: installs the stored topology,
+  publishes this node's promotion and recovery, owns the slot migrator).
 """
 
 import asyncio
@@ -32,23 +39,23 @@ from ..journal.jetstream import JetStreamJournal, connect
 from ..keyspace.search import get_search
 from ..logs import Recurring
 from ..recovery.loading import Slicer
-from .bus import BusMixin
+from .bus import NodeBus
 from .clock import monotonic_ms
 from .follow import ApplyStopped, FollowMixin
 from .handover import HandoverMixin
 from .lease import LeaseMixin
 from .members import MembersMixin
 from .retry import retry_transient
-from .roles import RolesMixin
-from .shard_settings import ShardSettingsMixin
+from .promotion import PromotionMixin
+from .shard_settings import ShardSettingsWatcher
 from .snapshots import SnapshotsMixin
-from .topology_sync import TopologySyncMixin
+from .topology_sync import TopologyWatcher
 
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsMixin, ShardSettingsMixin,
-                  MembersMixin, TopologySyncMixin, BusMixin):
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, SnapshotsMixin,
+                  MembersMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
     def __init__(self, server, membership):
@@ -60,6 +67,7 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self.az = cfg["availability-zone"]
         self.routing = server.cluster_routing      # cluster mode: where topologies are installed (else None)
         self.node_id = membership.node_id
+        self.bus = NodeBus(server, self.node_id, self.shard)   # messages to and from the other nodes
         ip, port, tls_port = cfg.announced()
         self.addr = "%s:%d" % (ip, port or tls_port)
         configured = [s.strip() for s in cfg["journal-nats-servers"].split(",") if s.strip()]
@@ -100,10 +108,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         # while it drains, "data" (every command touching data) once the lease is being handed over.
         self.holding = None
         self._hold_deadline = 0.0       # monotonic s: the hold ends by then whatever happens
-        self.topology_watch = None
-        self.migrator = None
-        self._topology_task = None
-        self._pubsub_subs = []
+        # the stored topology (cluster mode only): its watch, promotion publishing, slot migrator
+        self.topology_watcher = TopologyWatcher(self, self.routing) if self.routing is not None else None
         self.known_index = 0            # newest journal index this replica knows exists (probes, heartbeats)
         self._behind_since_ms = 0       # mono: since when it has known of entries it has not applied (0: not)
         self.follow_stall_ms = 0        # fault injection (DEBUG JOURNAL-FOLLOW-STALL): hold entries this long
@@ -116,14 +122,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self._status_handle = None
         self.heard_ms = {}              # node id -> mono ms of its last liveness beat (every shard's nodes)
         self.started_ms = monotonic_ms()
-        self._old_primary_failed = False  # promoted over an expired lease: the topology marks the old one "fail"
-        self._health_task = None
-        self.settings = None            # the shard's settings as last read from the store (cluster/settings.py)
-        self.settings_revision = 0
-        self.settings_watch = None
-        self.auth = None                # the cluster's users (cluster/settings.py AuthSettings) as last read
-        self.auth_revision = 0
-        self.auth_watch = None
+        self.old_primary_failed = False   # promoted over an expired lease: the topology marks the old one "fail"
+        self.shard_settings = ShardSettingsWatcher(self)   # the shard's settings and the cluster's users
         self.renewer = None             # the lease renewal thread (cluster/renewer.py), from start()
         self.lease_lapses = 0           # times this primary began refusing commands because its lease lapsed
         self.lease_refusals = 0         # commands refused for that reason
@@ -162,13 +162,14 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
         self._slicer = Slicer(stop=srv.shutdown_event.is_set if srv.shutdown_event is not None else None)
         self._remove_stale_snapshot_temps()
         self.nc = await self.nats_connect()
+        self.bus.start(self.nc)
         # Start-up often meets NATS electing (a cluster starting, an AZ back, a node re-executed after it was
         # replaced): every request is retried while NATS cannot answer yet, instead of exiting.
         self.store = await retry_transient("opening the coordination store",
                                            NatsStore(self.nc, shard=self.shard).open)
         await self._check_cluster()
-        await self._load_settings()
-        self._pubsub_subs.append(await self.nc.subscribe(self._status_subject(), cb=self._on_status))
+        await self.shard_settings.start(self.store)
+        await self.bus.subscribe(self._status_subject(), self._on_status)
         # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
         # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
         # one socket (measured: under a pipelined bulk load the lease lapsed while the journal kept committing).
@@ -178,10 +179,9 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                                         max_appends_in_flight=srv.config["journal-max-appends-in-flight"])
         await retry_transient("finding the shard's journal", self.journal.wait_stream)
         if self.routing is not None:
-            self.topology_watch = await retry_transient(
-                "watching the topology", lambda: self.store.watch_topology(self._on_topology))
-            await self._subscribe_pubsub()
-            self._pubsub_subs.append(await self.nc.subscribe(self._ALIVE, cb=self._on_alive))
+            await self.topology_watcher.start(self.store)
+            await self.bus.subscribe_pubsub()
+            await self.bus.subscribe(self._ALIVE, self._on_alive)
         self._loading_beats = srv.loop.create_task(self._beat_while_loading())
         t0 = time.monotonic()
         # search indexes are built once the snapshot and the journal are in, in slices while serving
@@ -276,7 +276,8 @@ class ClusterNode(FollowMixin, LeaseMixin, RolesMixin, HandoverMixin, SnapshotsM
                 self._last_heartbeat = now
                 self._send_status()
                 self._send_alive()
-                self._clear_own_failure()
+                if self.topology_watcher is not None:
+                    self.topology_watcher.clear_own_failure()
             if now - self._last_copies_check >= self.COPIES_CHECK_S and self.journal is not None and (
                     self._copies_task is None or self._copies_task.done()):
                 self._last_copies_check = now

@@ -15,14 +15,31 @@ from .retry import retry_transient
 log = logging.getLogger("durakv.replication")
 
 
-class ShardSettingsMixin:
-    """The shard's settings in the coordination store, as this node runs by them.
+class ShardSettingsWatcher:
+    """The shard's settings and the cluster's users in the coordination store, as this node runs by them:
+    `node.shard_settings`.
 
-    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+    Owns the settings and users as last read (`settings`, `revision`, `auth`, `auth_revision`) and the watches on
+    them. Interface: `start(store)`, `change(name, value)` (CONFIG SET of a shard setting), `update(change)`,
+    `share_acl(users)` (the server's ACL hands changes to it), `refresh()` (before serving as primary). A new
+    lease TTL goes to the node's controller and renewer, read from the node when it arrives."""
 
-    async def _load_settings(self):
+    def __init__(self, node):
+        self.node = node
+        self.server = node.server
+        self.shard = node.shard
+        self.store = None
+        self.settings = None            # the shard's settings as last read from the store (cluster/settings.py)
+        self.revision = 0
+        self.watch = None
+        self.auth = None                # the cluster's users (cluster/settings.py AuthSettings) as last read
+        self.auth_revision = 0
+        self.auth_watch = None
+
+    async def start(self, store):
         """Reads the shard's settings, storing this node's own flags as them if the shard has none yet (its
-        first node), then applies them and watches for changes."""
+        first node), then applies them and watches for changes; then the same for the cluster's users."""
+        self.store = store
         cfg = self.server.config
         if cfg["durability"] == "none":
             raise ValueError("durability none on the jetstream journal: " + NONE_REFUSED)
@@ -52,12 +69,12 @@ class ShardSettingsMixin:
                 log.debug("reading the shard's settings: %r; retrying", exc)
                 await asyncio.sleep(0.2)
         if settings.lease_ttl_ms is None:   # stored before the TTL was a shard setting: this node's flag becomes it
-            settings = await self.update_settings(
+            settings = await self.update(
                 lambda current: current if current.lease_ttl_ms is not None
                 else replace(current, lease_ttl_ms=cfg["lease-ttl-ms"]))
-            revision = self.settings_revision
+            revision = self.revision
         self._apply_settings(settings, revision)
-        self.settings_watch = await retry_transient(
+        self.watch = await retry_transient(
             "watching the shard's settings", lambda: self.store.watch_shard_settings(self.shard, self._apply_settings))
         await self._load_auth()
 
@@ -92,9 +109,9 @@ class ShardSettingsMixin:
 
     def _apply_settings(self, settings, revision):
         """Makes this node run by the shard's settings (a primary switches its journal's mode at once)."""
-        if revision < self.settings_revision:
+        if revision < self.revision:
             return
-        self.settings, self.settings_revision = settings, revision
+        self.settings, self.revision = settings, revision
         cfg = self.server.config
         for name, value in settings.config_values().items():
             if cfg[name] != value:
@@ -103,17 +120,19 @@ class ShardSettingsMixin:
                 cfg.set(name, str(value))
         if settings.lease_ttl_ms is not None:
             # The controller's timing and the renewer's leases follow the shard's TTL from their next lease on.
-            if self.controller is not None:
-                self.controller.set_ttl(settings.lease_ttl_ms)
-            if self.renewer is not None:
-                self.renewer.set_ttl(settings.lease_ttl_ms)
-    async def change_settings(self, name, value):
+            node = self.node
+            if node.controller is not None:
+                node.controller.set_ttl(settings.lease_ttl_ms)
+            if node.renewer is not None:
+                node.renewer.set_ttl(settings.lease_ttl_ms)
+
+    async def change(self, name, value):
         """CONFIG SET of a shard setting on any node of the shard: compare-and-set in the store (retried on
         a concurrent change), then applied here at once, so on the primary the new mode holds for every write
         after the reply; the other nodes apply it from their watch."""
-        return await self.update_settings(lambda current: current.with_config(name, value))
+        return await self.update(lambda current: current.with_config(name, value))
 
-    async def update_settings(self, change, attempts=50):
+    async def update(self, change, attempts=50):
         """Stores change(current settings) by compare-and-set, retried on a concurrent change; applies it here."""
         delay_s = 0.01
         for _ in range(attempts):
@@ -155,13 +174,13 @@ class ShardSettingsMixin:
         self.server.loop.create_task(store())
         return d
 
-    async def _refresh_settings(self):
+    async def refresh(self):
         """Before serving as primary: the newest settings, in case the watch has not delivered them yet."""
         try:
             settings, revision = await asyncio.wait_for(self.store.get_shard_settings(self.shard), 2.0)
         except Exception as exc:  # noqa: BLE001 - the store may be electing: the watched settings stand
             log.warning("could not re-read the shard's settings before promotion (%r); using revision %d",
-                        exc, self.settings_revision)
+                        exc, self.revision)
             return
         if settings is not None:
             self._apply_settings(settings, revision)

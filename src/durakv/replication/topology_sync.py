@@ -5,28 +5,60 @@ import asyncio
 import logging
 
 from .migration import SlotMigrator
+from .retry import retry_transient
 
 log = logging.getLogger("durakv.replication")
 
 
-class TopologySyncMixin:
-    """The stored topology, read and written for this node's role.
+class TopologyWatcher:
+    """The stored topology, read and written for one node's role: `node.topology_watcher`.
 
-    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+    Owns the watch on the store, the task publishing a promotion, the task clearing a failure mark and the slot
+    migrator (`migrator`, None until the node's shard has moved a slot). Interface: `start(store)`,
+    `on_topology(topology, revision)`, `promoted()` (after the node became primary), `migrate_if_needed()`,
+    `clear_own_failure()`. It reads the node's role, epoch, phase, link and `old_primary_failed`, and installs into
+    `routing` (server/cluster.py)."""
 
-    def _on_topology(self, topology, revision):
+    def __init__(self, node, routing):
+        self.node = node
+        self.routing = routing
+        self.server = node.server
+        self.node_id = node.node_id
+        self.shard = node.shard
+        self.watch = None
+        self.migrator = None
+        self._promotion_task = None
+        self._health_task = None
+
+    async def start(self, store):
+        self.store = store
+        self.watch = await retry_transient("watching the topology", lambda: store.watch_topology(self.on_topology))
+
+    def promoted(self):
+        """The node became primary: the topology names it (now, locally; in the store, by a task), and a
+        migration the previous primary did not finish goes on."""
+        topology = self.routing.topology
+        if topology is not None and self.node_id in topology.nodes:
+            self.routing.install(topology.promote(self.node_id, self.node.old_primary_failed), self.routing.revision)
+        self._publish_promotion_soon()
+        self.migrate_if_needed()
+
+    def _publish_promotion_soon(self):
+        if self._promotion_task is None:
+            self._promotion_task = self.server.loop.create_task(self._publish_promotion())
+
+    def on_topology(self, topology, revision):
         """A topology from the coordination store: installed whole (one routing snapshot), unless this node's
         own promotion has not reached it yet (then the promotion rewrites it)."""
         me = topology.nodes.get(self.node_id)
-        if self.role == "primary" and me is not None and me.role != "primary":
+        if self.node.role == "primary" and me is not None and me.role != "primary":
             # The store has not caught up with this node's promotion: serve by what the lease says.
-            self.routing.install(topology.promote(self.node_id, self._old_primary_failed), revision)
-            if self._topology_task is None:
-                self._topology_task = self.server.loop.create_task(self._publish_promotion())
+            self.routing.install(topology.promote(self.node_id, self.node.old_primary_failed), revision)
+            self._publish_promotion_soon()
             return
         previous = self.routing.topology
         self.routing.install(topology, revision)
-        self._migrate_if_needed()
+        self.migrate_if_needed()
         self._reclaim_stranded(previous, topology)
 
     def _reclaim_stranded(self, previous, topology):
@@ -35,7 +67,7 @@ class TopologySyncMixin:
         that count and before this node installed the topology without the mark. Such keys are sent back to the
         slot's owner (the source), as the source's migrator sends keys: this node may change only its own
         shard's state (cluster/natsauth.py), so it cannot mark the other shard's slot as moving here again."""
-        if self.role != "primary" or previous is None or not previous.migrating:
+        if self.node.role != "primary" or previous is None or not previous.migrating:
             return
         me = topology.nodes.get(self.node_id)
         if me is None:
@@ -49,21 +81,21 @@ class TopologySyncMixin:
                 stranded.setdefault(src, []).append(slot)
         if stranded:
             if self.migrator is None:
-                self.migrator = SlotMigrator(self)
+                self.migrator = SlotMigrator(self.node)
             for src, slots in stranded.items():
                 log.warning("slot(s) %s held keys here after their move was cancelled: sending them back to shard %s",
                             sorted(slots), topology.shard_by_id[src].name)
                 self.migrator.return_keys(slots, src)
 
-    def _migrate_if_needed(self):
+    def migrate_if_needed(self):
         """A primary whose shard has slots migrating out moves their keys (replication/migration.py)."""
         topology = self.routing.topology
-        if self.role != "primary" or topology is None or not topology.migrating:
+        if self.node.role != "primary" or topology is None or not topology.migrating:
             return
         me = topology.nodes.get(self.node_id)
         if me is not None and any(src == me.shard_id for src, _dst in topology.migrating.values()):
             if self.migrator is None:
-                self.migrator = SlotMigrator(self)
+                self.migrator = SlotMigrator(self.node)
             self.migrator.start()
 
     async def _publish_promotion(self):
@@ -73,7 +105,8 @@ class TopologySyncMixin:
         from dataclasses import replace as _replace
         delay_s = 0.05
         try:
-            while self.role == "primary":
+            node = self.node
+            while node.role == "primary":
                 try:
                     topology = self.routing.topology
                     shard = topology.shard_of_node(self.node_id) if topology is not None else None
@@ -82,16 +115,17 @@ class TopologySyncMixin:
                                     self.node_id)
                         return
                     old = shard.primary.id if shard.primary.id != self.node_id else None
-                    failed = self._old_primary_failed
+                    failed = node.old_primary_failed
+                    epoch = node.epoch
 
                     def promote(st):
                         health = dict(st.health)
                         health[self.node_id] = "online"
                         if old is not None and failed:
                             health[old] = "fail"
-                        if st.primary == self.node_id and st.epoch >= self.epoch and health == st.health:
+                        if st.primary == self.node_id and st.epoch >= epoch and health == st.health:
                             return None
-                        return _replace(st, primary=self.node_id, epoch=max(st.epoch, self.epoch), health=health)
+                        return _replace(st, primary=self.node_id, epoch=max(st.epoch, epoch), health=health)
                     await self.store.update_state(self.shard, promote)
                     log.info("topology: node %s is now the primary of shard %s", self.node_id, self.shard)
                     return
@@ -100,15 +134,16 @@ class TopologySyncMixin:
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 1.0)
         finally:
-            self._topology_task = None
+            self._promotion_task = None
 
-    def _clear_own_failure(self):
+    def clear_own_failure(self):
         """A node the topology marks failed (its lease expired and another node took over) clears the mark once
         it serves again, following the journal (Valkey clears FAIL when a replica is reachable again)."""
-        topology = self.routing.topology if self.routing is not None else None
+        topology = self.routing.topology
         me = topology.nodes.get(self.node_id) if topology is not None else None
+        node = self.node
         if (me is None or me.health == "online" or self._health_task is not None
-                or (self.role != "primary" and (self.phase != "following" or not self.link_up()))):
+                or (node.role != "primary" and (node.phase != "following" or not node.link_up()))):
             return
         self._health_task = self.server.loop.create_task(self._publish_health())
 

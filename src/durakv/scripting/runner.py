@@ -72,7 +72,7 @@ class ScriptCalls:
         self.acl_allowed = acl_allowed
 
 
-# The host (made by the server's port, duck-typed here): `loop`, `threshold_ms()` (busy-reply-threshold; 0:
+# The host (made by the server's services, duck-typed here): `loop`, `threshold_ms()` (busy-reply-threshold; 0:
 # run inline), `park(session)` / `unpark(session)` (the calling client's later commands wait behind a long
 # script), `suspend_active_expire()` / `resume_active_expire()` (no expiry cycle while the loop answers -BUSY).
 

@@ -192,7 +192,7 @@ class ServerAcl:
         conn = self.server.clients.get(session.id)
         if conn is None:
             return b""
-        from .port import client_line
+        from .services import client_line
         return client_line(conn, self.server.clock_ms(), current).encode("utf-8", "replace")
 
     # -- AUTH ---------------------------------------------------------------------------------------------

@@ -23,12 +23,13 @@ from ..protocol.resp import Deferred, ErrorReply
 log = logging.getLogger("durakv.blocking")
 
 
-class Postponed:
-    """conn.blocked while a connection waits for CLIENT PAUSE to end."""
+class ParkedForPause:
+    """conn.blocked while a connection waits for CLIENT PAUSE to end (its command was answered with the
+    pipeline's POSTPONE, commands/pipeline.Postponed, and runs again afterwards)."""
     __slots__ = ()
 
 
-POSTPONED = Postponed()
+PARKED_FOR_PAUSE = ParkedForPause()
 
 
 class BlockedClient:
@@ -150,7 +151,7 @@ class Blocking:
         entry = conn.blocked
         if isinstance(entry, BlockedClient):
             self._release(entry)
-        elif entry is POSTPONED:
+        elif entry is PARKED_FOR_PAUSE:
             self.postponed.pop(conn, None)
             conn.blocked = None
             self.server.hooks.refresh()
@@ -265,7 +266,7 @@ class Blocking:
         self.postponed.clear()
         loop = self.server.loop
         for conn in waiting:
-            if conn.blocked is POSTPONED:
+            if conn.blocked is PARKED_FOR_PAUSE:
                 conn.blocked = None
                 loop.call_soon(conn.resume)
         self.server.hooks.refresh()
@@ -283,7 +284,7 @@ class Blocking:
 
     def postpone(self, conn, args):
         """Parks conn with args as the first command to run once the pause ends."""
-        conn.blocked = POSTPONED
+        conn.blocked = PARKED_FOR_PAUSE
         if conn.backlog is None:
             conn.backlog = collections.deque()
         conn.backlog.appendleft(args)

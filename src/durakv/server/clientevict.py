@@ -74,7 +74,7 @@ class ClientEviction:
         if total < limit:
             return
         evictable = sorted(((u, c) for u, c in usage if not c.no_evict), key=lambda uc: uc[0], reverse=True)
-        from .port import client_line
+        from .services import client_line
         now_ms = self.server.clock_ms()
         for used, conn in evictable:
             if total < limit:

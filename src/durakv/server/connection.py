@@ -19,7 +19,7 @@ from ..commands.pipeline import Postponed
 from ..commands.session import Session
 from ..protocol.parser import RequestParser, unauthenticated_limit
 from ..protocol.resp import Deferred, Raw, RawView, encode
-from .port import OFF_LOOP_PARKED, client_line
+from .services import OFF_LOOP_PARKED, client_line
 
 log = logging.getLogger("durakv.server")
 
@@ -60,10 +60,10 @@ class Connection(asyncio.Protocol):
         self.tracking = None
         self.replica_feed = None            # SYNC: Valkey's replication stream (server/replfeed.py)
         self.no_evict = False
-        if server.fast is not None:
+        if server.batch_core is not None:
             # The compiled read callback (fastpath/_core.c received): this class's _read, _process and flush
-            # for a read of complete fast requests; anything else it hands to them before changing anything.
-            self.data_received = functools.partial(server.fast.received, self)
+            # for a read of complete requests it runs; anything else it hands to them before changing anything.
+            self.data_received = functools.partial(server.batch_core.received, self)
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport):
@@ -172,23 +172,23 @@ class Connection(asyncio.Protocol):
 
     def _process(self, commands, error):
         server = self.server
-        fast = server.fast
+        core = server.batch_core
         start = 0
-        if fast is not None:
-            # The compiled core first: a read of fast commands ends here, with one flush (the loop below,
+        if core is not None:
+            # The compiled core first: a read of commands it runs ends here, with one flush (the loop below,
             # from where the core stopped, is the same steps for everything else)
             session = self.session
             session.last_interaction_ms = server.now_ms = server.clock_ms()
             server.pipeline.mark()
-            start, status = fast.run(self, commands, 0)
+            start, status = core.run(self, commands, 0)
             if start >= len(commands) and error is None:
                 self.outbox.flush()
                 return
             if status == 1:
-                fast = None
-        self._run_batch(commands, error, start, fast)
+                core = None
+        self._run_batch(commands, error, start, core)
 
-    def _run_batch(self, commands, error, i, fast):
+    def _run_batch(self, commands, error, i, core):
         server = self.server
         pipeline = server.pipeline
         process = pipeline.process
@@ -213,15 +213,15 @@ class Connection(asyncio.Protocol):
         monitors = pipeline.monitors
         # the argument the commands declaring prepare_off_loop (RESTORE) have prepared off the loop when long
         off_arg, off_min_bytes = registry.OFF_LOOP_ARG, registry.OFF_LOOP_MIN_BYTES
-        # fast: the compiled batch loop (fastpath/_core.c), None for the pure-Python core or once it said that
+        # core: the compiled batch loop (fastpath/_core.c), None for the pure-Python core or once it said that
         # this batch's state needs the pipeline; i: the first command not run yet
         count = len(commands)
         try:
             while i < count:
-                if fast is not None:
-                    # Runs commands[i:] while they are fast commands in a state that needs nothing else; the
+                if core is not None:
+                    # Runs commands[i:] while they are commands it runs, in a state that needs nothing else; the
                     # first one it leaves (or all of the rest, status 1) goes through the pipeline below.
-                    i, status = fast.run(self, commands, i)
+                    i, status = core.run(self, commands, i)
                     if status == 2:           # its replies passed OUTPUT_FLUSH_BYTES: as below
                         size = 0
                         outbox.flush()
@@ -232,7 +232,7 @@ class Connection(asyncio.Protocol):
                             break
                         continue
                     if status == 1:
-                        fast = None
+                        core = None
                     if i >= count:
                         break
                 args = commands[i]
@@ -363,7 +363,7 @@ class Connection(asyncio.Protocol):
             self.resume()
 
         self.blocked = OFF_LOOP_PARKED
-        server.port.off_loop.run(lambda: prepare(payload, clock_ms), decoded_now)
+        server.services.off_loop.run(lambda: prepare(payload, clock_ms), decoded_now)
         return True
 
     def _park(self, commands, rest, error):

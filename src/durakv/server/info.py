@@ -44,7 +44,7 @@ def _section_server(srv):
         # which core runs the per-read batch loop (fastpath/): compiled, or python (not built, or
         # DURAKV_PURE_PYTHON=1), and how many commands the compiled one ran
         "durakv_core": fastpath.NAME,
-        "durakv_core_commands": srv.fast.stats()["fast_commands"] if srv.fast is not None else 0,
+        "durakv_core_commands": srv.batch_core.stats()["fast_commands"] if srv.batch_core is not None else 0,
     })
     return f
 
@@ -286,7 +286,8 @@ def _section_keyspace(srv):
 def _section_cluster(srv):
     fields = {"cluster_enabled": int(srv.cluster_routing is not None or bool(srv.config["cluster-enabled"]))}
     node = srv.cluster_node
-    migrator = getattr(node, "migrator", None) if node is not None else None
+    watcher = getattr(node, "topology_watcher", None) if node is not None else None
+    migrator = watcher.migrator if watcher is not None else None
     if migrator is not None:   # durakv's own: online resharding seen from a source primary
         fields.update(durakv_migrated_keys=migrator.moved_keys, durakv_migrated_slots=migrator.moved_slots,
                       durakv_keys_moving=len(srv.cluster_routing.moving),
@@ -337,7 +338,7 @@ def _section_durability(srv):
             "journal_append_window_grows": t.window_grows if t else 0,
             "durability_read_waits": t.read_waits if t else 0,
             "journal_reloads": srv.journal_reloads,
-            **({"shard_settings_revision": node.settings_revision} if node is not None else {})}
+            **({"shard_settings_revision": node.shard_settings.revision} if node is not None else {})}
 
 
 def _shown(cmd) -> str:

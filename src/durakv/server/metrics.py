@@ -109,7 +109,8 @@ class Metrics:
                 fields = node.info_fields()
                 s.apply_lag_s = fields["replica_lag_ms"] / 1000.0
                 s.apply_lag_entries = fields["replica_lag_entries"]
-            migrator = getattr(node, "migrator", None)
+            watcher = getattr(node, "topology_watcher", None)
+            migrator = watcher.migrator if watcher is not None else None
             if migrator is not None:
                 routing = srv.cluster_routing
                 s.migration = (migrator.moved_keys, migrator.moved_slots, migrator.batches,

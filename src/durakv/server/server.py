@@ -43,7 +43,7 @@ from .loopstats import LoopStats
 from .migrate import MigrateSockets
 from ..keyspace.events import flags_to_string as notify_flags_to_string, parse_flags as parse_notify_flags
 from .notify import Hooks
-from .port import ServerPort
+from .services import ServerServices
 from .pubsub import PubSub
 from .watchdog import Watchdog
 
@@ -117,11 +117,11 @@ def open_files_room(maxclients) -> int:
 
 class Server:
     """Everything one node holds: the keyspace, the pipeline commands run through, durability, the
-    listeners and timers. Command handlers reach it only through its port (server/port.py)."""
+    listeners and timers. Command handlers reach it only through its services (server/services.py)."""
 
     # read or counted per socket read by the compiled read callback at their offsets (fastpath/_core.c)
     __slots__ = ("net_input_bytes", "reads_processed", "net_output_bytes", "writes_processed", "loop_stats",
-                 "clock_ms", "wall_clock_ms", "now_ms", "obuf_limited", "obuf_normal_limited", "fast",
+                 "clock_ms", "wall_clock_ms", "now_ms", "obuf_limited", "obuf_normal_limited", "batch_core",
                  "__dict__", "__weakref__")
 
     @property
@@ -142,8 +142,8 @@ class Server:
         self.wall_clock_ms = lambda: int(time.time() * 1000)
         self.clock_ms = clock_ms or self.wall_clock_ms
         self.keyspace = Keyspace(config.database_count(), clock_ms=self.clock_ms)
-        self.port = ServerPort(self)
-        self.pipeline = Pipeline(self.keyspace, port=self.port, config=config)
+        self.services = ServerServices(self)
+        self.pipeline = Pipeline(self.keyspace, services=self.services, config=config)
         self.durability = Durability()
         self.durability.ack_before_commit = config["debug-ack-before-commit"]   # tests of the checkers only
         self.pipeline.durability = self.durability
@@ -204,8 +204,8 @@ class Server:
         # search indexes (keyspace/search) are rebuilt from the keyspace in slices between commands
         self._backfill_scheduled = False
         self.hooks.search.wakeup = self._schedule_backfill
-        # The compiled batch loop (fastpath/_core.c) or None: connections run fast commands through it
-        self.fast = fastpath.batch_core(self.pipeline, self.durability, self.hooks)
+        # The compiled batch loop (fastpath/_core.c) or None: connections run the commands it can through it
+        self.batch_core = fastpath.batch_core(self.pipeline, self.durability, self.hooks)
         self.run_id = os.urandom(20).hex()
         self.dir = os.path.abspath(config["dir"])
         self.acl = ServerAcl(self)         # ACL users, the ACL LOG, the aclfile (server/acl.py)
@@ -331,7 +331,7 @@ class Server:
 
     def config_set(self, name, value):
         """CONFIG SET of one option (value: its text): None when it holds already, else a Deferred resolved
-        once it holds (see commands/port.Admin.config_set)."""
+        once it holds (see commands/services.Admin.config_set)."""
         node = self.cluster_node
         if node is not None and name in SHARD_SETTINGS:
             d = Deferred()
@@ -459,7 +459,7 @@ class Server:
 
     async def _change_shard_setting(self, d, node, name, value):
         try:
-            await node.change_settings(name, value)
+            await node.shard_settings.change(name, value)
         except Exception as exc:  # noqa: BLE001 - the store unreachable, a lost race: the client is told
             log.warning("CONFIG SET %s %s for shard %s failed: %r", name, value, node.shard, exc)
             d.resolve(ErrorReply(messages.SHARD_SETTINGS_NOT_STORED % (exc or type(exc).__name__)))

@@ -16,8 +16,8 @@ from ..specs import SPEC
 
 
 def users_of(ctx):
-    """The server's users (server/acl.py ServerAcl) through the port, or None on a pipeline without a server."""
-    return ctx.port.acl_users()
+    """The server's users (server/acl.py ServerAcl) through the handler services; None without a server."""
+    return ctx.services.acl_users()
 
 
 def _acl(ctx):

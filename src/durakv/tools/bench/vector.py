@@ -213,7 +213,7 @@ def vector_main(args, argv):
     spawned = None
     host, port = args.host, args.port
     if args.spawn:
-        from ...cluster.nats_procs import free_port
+        from ...cluster.processes import free_port
         port = free_port()
         host = "127.0.0.1"
         spawned = Spawned(port, args.spawn)

@@ -6,7 +6,7 @@ import sys
 
 from ...cluster.local import LocalCluster
 from ...cluster.manifest import ClusterError
-from ...cluster.nats_procs import ProcessError
+from ...cluster.processes import ProcessError
 from .faults import FaultError, Nemesis, wait_healthy
 
 EPILOG = """\

@@ -21,7 +21,8 @@ import time
 
 from ...cluster.local import LocalCluster
 from ...cluster.manifest import ClusterError
-from ...cluster.nats_procs import http_json, wait_for
+from ...cluster.nats_procs import http_json
+from ...cluster.processes import wait_for
 from ...cluster.respclient import APPLIED_FIELDS, MASTER_ROLES, RespError, first_field
 from .events import ERROR, RECOVERED, START, STEP, STOP, EventLog, events_path
 
@@ -68,7 +69,7 @@ class Nemesis:
                 raise FaultError(f"shard {shard} has no live replica")
             return best[1]
         if name == "stream-leader":
-            leader = c.nats_leader_of_stream(stream_of(shard))
+            leader = c.nats_view.leader_of_stream(stream_of(shard))
             if leader is None:
                 raise FaultError(f"the journal stream of shard {shard} has no leader now")
             return leader

@@ -7,7 +7,7 @@ import signal
 import sys
 
 from ...cluster.manifest import ClusterError
-from ...cluster.nats_procs import ProcessError
+from ...cluster.processes import ProcessError
 from . import scenarios as sc
 from .report import write_report
 

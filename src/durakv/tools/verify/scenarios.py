@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from ...cluster.local import LocalCluster
 from ...cluster.manifest import ClusterError
-from ...cluster.roles import ClusterNotReady
+from ...cluster.readiness import ClusterNotReady
 from ...cluster.procs import package_env
 from ..chaos import events_path, log_size, read_events, wait_healthy
 from ..chaos.events import START, STOP
@@ -125,7 +125,7 @@ class Env:
         cannot run none; the seed's none is a non-durable cluster of one shard, which one server stands for).
         TLS like the cluster's when tls, so the rows differ by durability only. It is stopped at the end and
         its directory removed (keep: the directory is kept)."""
-        from ...cluster.nats_procs import free_ports, spawn, wait_for
+        from ...cluster.processes import free_ports, spawn, wait_for
         from ...cluster.tls import make_certs
         d = tempfile.mkdtemp(prefix="durakv-verify-", dir=parent)
         port, = free_ports(1)
@@ -173,7 +173,7 @@ class Env:
                 self.say(f"local cluster in {self.cluster.dir} stopped")
             pid = getattr(self, "server_pid", None)
             if pid is not None:
-                from ...cluster.nats_procs import stop_many
+                from ...cluster.processes import stop_many
                 self.server_pid = None
                 stop_many({"server": pid})
                 self.say(f"standalone server (pid {pid[0]}) stopped")

@@ -1,12 +1,12 @@
-"""Port: everything a command handler may ask of the process around the keyspace, in named groups by concern.
+"""Services: everything a command handler may ask of the process around the keyspace, in named groups by concern.
 
-Handlers reach `ctx.port` and nothing else of the server. Its groups are the whole list of services commands
+Handlers reach `ctx.services` and nothing else of the server. Its groups are the whole list of services commands
 use: `clients`, `pubsub`, `admin` (config, INFO, shutdown), `persistence` (snapshots, the local journal),
 `replication`, `cluster`, `faults` (DEBUG's switches), `off_loop` (the pipeline's work on a worker thread); and a
-few methods of its own (the clock, the ACL users, the script host, logging). These base classes are the port of
+few methods of its own (the clock, the ACL users, the script host, logging). These base classes are the services of
 a pipeline with no process around it (unit tests on an in-process pipeline, start-up replay, the snapshot
-builder): no clients, no journal, no listeners, and a clear error for what needs a server. The server's port
-(server/port.py) implements the same groups against the running process; a test may pass its own Port whose
+builder): no clients, no journal, no listeners, and a clear error for what needs a server. The server's services
+(server/services.py) implement the same groups against the running process; a test may pass its own Services whose
 groups see or fake what handlers ask.
 
 Methods that answer later return a protocol.resp.Deferred, which durability releases in request order.
@@ -314,8 +314,8 @@ class OffLoop:
         by the locks run again (retry_blocked: blocked clients' retries were postponed too)."""
 
 
-class Port:
-    """The port: its groups (one object each) and the services every handler may use."""
+class Services:
+    """The services: its groups (one object each) and the services every handler may use."""
     config = None          # the process's Config (read by CONFIG GET, INFO, ...), None without a process
 
     def __init__(self):

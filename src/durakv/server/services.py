@@ -1,4 +1,4 @@
-"""The server's port: commands/port.Port and its groups implemented against the running process.
+"""The server's services: commands/services.Services and its groups implemented against the running process.
 
 Every service a handler uses of the server is one method of a group here; nothing else of the server is
 reachable from commands/. The methods that touch connections take the client's Session and find its connection.
@@ -7,7 +7,8 @@ reachable from commands/. The methods that touch connections take the client's S
 import logging
 
 from .. import __version__, messages
-from ..commands.port import Admin, Clients, Cluster, Faults, OffLoop, Persistence, Port, PubSub, Replication
+from ..commands.services import (Admin, Clients, Cluster, Faults, OffLoop, Persistence, PubSub, Replication,
+                                 Services)
 from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw
@@ -18,7 +19,7 @@ log = logging.getLogger("durakv.server")
 
 
 class _Served:
-    """What every group of the server's port shares: the server, and finding a client's connection."""
+    """What every group of the server's services shares: the server, and finding a client's connection."""
 
     def __init__(self, server):
         self.server = server
@@ -155,9 +156,9 @@ class ServerPubSub(_Served, PubSub):
         if node is not None and node.routing is not None:
             # the other nodes deliver to their subscribers
             if ticket:
-                server.durability.when_committed(ticket, lambda: node.publish_remote(channel, message, shard))
+                server.durability.when_committed(ticket, lambda: node.bus.publish_remote(channel, message, shard))
             else:
-                node.publish_remote(channel, message, shard)
+                node.bus.publish_remote(channel, message, shard)
         return server.pubsub.publish(channel, message, shard=shard, ticket=ticket)
 
     def channels(self, pattern, shard=False) -> list:
@@ -443,12 +444,13 @@ class ServerCluster(_Served, Cluster):
         routing = self.server.cluster_routing
         mine = routing.router.my_shard.id
         slots = [s for s, (src, _dst) in routing.topology.migrating.items() if src == mine]
-        node._migrate_if_needed()
-        if node.migrator is None:
+        watcher = node.topology_watcher
+        watcher.migrate_if_needed()
+        if watcher.migrator is None:
             raise CommandError(messages.NO_SLOT_MIGRATIONS)
 
         async def cancel():
-            kept, finishing, revision = await node.migrator.cancel(slots)
+            kept, finishing, revision = await watcher.migrator.cancel(slots)
             log.info("slot migrations cancelled: %d slot(s) stay, %d had started to move and finish moving",
                      len(kept), len(finishing))
             return revision
@@ -551,8 +553,8 @@ class ServerOffLoop(_Served, OffLoop):
             blocking.resume_postponed()
 
 
-class ServerPort(Port):
-    """The port of the running process: its groups, and the clock, log, ACL users and script host."""
+class ServerServices(Services):
+    """The services of the running process: its groups, and the clock, log, ACL users and script host."""
 
     def __init__(self, server):
         self.server = server

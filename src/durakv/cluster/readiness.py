@@ -1,4 +1,4 @@
-"""Who is primary in a local cluster: the roles nodes report, waiting for one primary per shard, failover.
+"""Readiness of a local cluster: the roles its nodes report, waiting for one primary per shard, failover.
 
 Mixed into LocalCluster (cluster/local.py).
 """
@@ -6,7 +6,7 @@ Mixed into LocalCluster (cluster/local.py).
 import time
 
 from .manifest import ClusterError
-from .nats_procs import ProcessError, wait_for
+from .processes import ProcessError, wait_for
 from .respclient import APPLIED_FIELDS, MASTER_ROLES, RespError, first_field
 
 
@@ -14,7 +14,7 @@ class ClusterNotReady(ClusterError):
     pass
 
 
-class Roles:
+class Readiness:
     """Roles, readiness and planned failover of a LocalCluster."""
 
     def masters(self, shard=0) -> list:

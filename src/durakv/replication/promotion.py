@@ -11,7 +11,7 @@ from ..journal.base import EpochFilter
 log = logging.getLogger("durakv.replication")
 
 
-class RolesMixin:
+class PromotionMixin:
     """Promotion, stepping down and re-execution.
 
     Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
@@ -20,7 +20,7 @@ class RolesMixin:
         """old_primary_failed: taken over from an expired lease (not handed over): the topology marks the old
         primary failed."""
         srv = self.server
-        self._old_primary_failed = old_primary_failed
+        self.old_primary_failed = old_primary_failed
         started = time.monotonic()
         await self.catch_up(timeout_s=60)
         if self.subscription is not None:
@@ -51,7 +51,7 @@ class RolesMixin:
         self.applied_index = self.whole_index = marker_index
         srv.keyspace.expire_enabled = True
         srv.keyspace.hide_expired = False
-        await self._refresh_settings()
+        await self.shard_settings.refresh()
         srv.durability.attach(self.journal, srv.config["durability"], srv.config["durability-buffer-ms"])
         tracker = srv.durability.tracker
         tracker.stall_ms = srv.config["journal-append-stall-ms"]
@@ -67,13 +67,8 @@ class RolesMixin:
         lead_here = getattr(self.journal, "lead_here", None)
         if lead_here is not None:
             srv.loop.create_task(lead_here())   # the stream leader next to this primary (best effort)
-        if self.routing is not None:
-            topology = self.routing.topology
-            if topology is not None and self.node_id in topology.nodes:
-                self.routing.install(topology.promote(self.node_id, self._old_primary_failed), self.routing.revision)
-            if self._topology_task is None:
-                self._topology_task = srv.loop.create_task(self._publish_promotion())
-            self._migrate_if_needed()   # a migration the previous primary did not finish
+        if self.topology_watcher is not None:
+            self.topology_watcher.promoted()   # also goes on with a migration the previous primary did not finish
 
     def _journal_failed(self, first, exc):
         """The journal failed from entry `first` on (a definite refusal, the writer fenced or stopped): the
