@@ -4,7 +4,7 @@ odd number of arguments raised IndexError in commands/server.py, answered nothin
 
 import socket
 
-from wire_util import _encode, error_of
+from helpers.wire import _encode, error_of
 
 
 REPLCONF_FORMS = [

@@ -8,9 +8,9 @@ import valkey
 
 from durakv import messages
 from durakv.commands.bitmaps import _lcs_rows
-from replay_util import Direct
+from helpers.replay import Direct
 from durakv.protocol.resp import ErrorReply
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
 BIT_OFFSET = "ERR bit offset is not an integer or out of range"
 BIT_VALUE = "ERR bit is not an integer or out of range"

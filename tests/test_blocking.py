@@ -9,8 +9,8 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from replay_util import run_and_replay
-from wire_util import sync_stream
+from helpers.replay import run_and_replay
+from helpers.wire import sync_stream
 
 
 class Push(list):

@@ -16,7 +16,7 @@ import valkey
 from conftest import wait_until
 from durakv.keyspace import bloom as B
 from durakv.keyspace import rdbvalue
-from wire_util import TypedConnection, sync_stream
+from helpers.wire import TypedConnection, sync_stream
 
 
 def typed(port, *args, protocol=2):

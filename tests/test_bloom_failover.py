@@ -13,7 +13,7 @@ import pytest
 import valkey
 
 from conftest import wait_new_primary, wait_until
-from nats_fixtures import local_cluster  # noqa: F401
+from helpers.clusters import local_cluster  # noqa: F401
 
 KEYS = [b"{bf}a", b"{bf}b", b"{bf}c"]
 

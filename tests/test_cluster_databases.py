@@ -17,7 +17,7 @@ import pytest
 import valkey
 
 from conftest import ServerProcess, free_port, terminate, wait_until
-from nats_fixtures import local_cluster, mark_migration  # noqa: F401
+from helpers.clusters import local_cluster, mark_migration  # noqa: F401
 from durakv.routing import key_slot
 
 

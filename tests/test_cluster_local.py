@@ -17,7 +17,7 @@ from durakv.cluster.manifest import manifest_path
 from durakv.cluster.nats_procs import http_json, pid_alive, wait_for
 from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
-from nats_fixtures import async_wait_for, free_port_range, run
+from helpers.clusters import async_wait_for, free_port_range, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATS_NAMES = {"nats-az1", "nats-az2", "nats-az3"}

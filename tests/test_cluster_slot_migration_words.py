@@ -15,7 +15,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from conftest import cluster_port, terminate, valkey91_binary, wait_until
-from wire_util import raw
+from helpers.wire import raw
 from durakv.routing import key_slot
 
 FINISHED = (b"success", b"cancelled", b"failed")

@@ -18,7 +18,7 @@ import pytest
 
 from durakv.commands.spec import SPEC as VALKEY_SPEC
 from durakv.commands.specs import SPEC
-from wire_util import TypedConnection
+from helpers.wire import TypedConnection
 
 PROSE = (b"summary", b"complexity", b"notes")
 # The commands that are not Valkey 9.1.2's own: the valkey-bundle modules' durakv serves natively (flagged

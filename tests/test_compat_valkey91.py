@@ -9,7 +9,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from wire_util import _encode, _read_reply
+from helpers.wire import _encode, _read_reply
 
 
 class Wire:
@@ -411,7 +411,7 @@ def test_config_set_maxmemory_in_multi_evicts_after_exec(ports):
     """maxmemory.tcl's "propagation with eviction in MULTI": the transaction runs whole (no eviction, no OOM
     inside EXEC) and the key is evicted afterwards, its UNLINK after the EXEC in the replication stream; durakv
     evicted inside the CONFIG SET, in the middle of the transaction."""
-    from wire_util import sync_stream
+    from helpers.wire import sync_stream
 
     def run(port):
         s, next_command = sync_stream(port)
@@ -485,7 +485,7 @@ def test_script_kill_stops_a_loop_of_calls_inside_pcall(ports, script):
 def _stream_of(port, requests, skip=(b"ping",)):
     """What a SYNC connection receives for requests (sent on one connection, each reply read), up to a final
     SET of a marker key."""
-    from wire_util import sync_stream
+    from helpers.wire import sync_stream
     s, next_command = sync_stream(port)
     w = Wire(port)
     try:
@@ -521,7 +521,7 @@ def test_publish_is_never_journaled(server_factory):
     and a restart apply) holds the writes alone, and the PUBLISH reply waits for no commit."""
     from durakv.journal.codec import decode_payload
     from durakv.journal.walscan import iter_entries
-    from wire_util import sync_stream
+    from helpers.wire import sync_stream
     srv = server_factory("--durability", "sync")
     s, _next = sync_stream(srv.port)
     try:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from durakv.config import OPTIONS, Config, repr_bytes, split_args
 from durakv.errors import ConfigError
 from conftest import ServerProcess
-from wire_util import error_of
+from helpers.wire import error_of
 
 STRING_OPTIONS = [o.name for o in OPTIONS if o.parse.__name__ == "_string"]
 

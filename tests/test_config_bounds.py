@@ -14,7 +14,7 @@ import pytest
 import valkey
 
 from conftest import free_port, wait_until
-from wire_util import error_of
+from helpers.wire import error_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

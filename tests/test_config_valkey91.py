@@ -10,7 +10,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from wire_util import error_of
+from helpers.wire import error_of
 
 
 # -- maxmemory-clients ---------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_rdb_key_save_delay_keeps_a_bgsave_in_progress_while_clients_are_served(
 def test_rdb_key_save_delay_slows_the_rdb_export_of_a_sync_in_its_child(server_factory):
     """The RDB a SYNC client gets is built in a forked child when rdb-key-save-delay is set (never on the loop,
     whatever the dataset's size): the payload comes after the delays, and the server answers meanwhile."""
-    from wire_util import sync_stream
+    from helpers.wire import sync_stream
     import threading
     srv = server_factory("--durability", "sync")
     with srv.client() as c:

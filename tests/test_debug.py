@@ -14,7 +14,7 @@ from conftest import free_port, wait_until
 from durakv.commands.debugging import dataset_digest, mix_digest, xor_digest
 from durakv.keyspace import Keyspace
 from durakv.protocol.resp import fpconv_dtoa
-from wire_util import _encode, _read_reply, error_of, wire
+from helpers.wire import _encode, _read_reply, error_of, wire
 
 REDIS_SERVER = shutil.which("redis-server")
 

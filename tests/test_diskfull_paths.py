@@ -5,7 +5,7 @@ own (diskfull_util)."""
 
 import json
 
-from diskfull_util import run_in_private_tmpfs
+from helpers.diskfull import run_in_private_tmpfs
 
 # The child: starts servers on the tmpfs, fills it, and prints what each step answered as one JSON object.
 CHILD = r'''

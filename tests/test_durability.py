@@ -11,7 +11,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from crash_util import missing_acked, run_writers
+from helpers.crash import missing_acked, run_writers
 
 CRASH_CYCLES = int(os.environ.get("DURAKV_CRASH_CYCLES", "3"))
 

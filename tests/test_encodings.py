@@ -9,7 +9,7 @@ import pytest
 from durakv.keyspace import Keyspace
 from durakv.keyspace import encoding as enc_mod
 from durakv.keyspace.encoding import EncodingRules
-from wire_util import error_of
+from helpers.wire import error_of
 
 ENCODING_CONFIGS = {
     "list-max-listpack-size": "-2", "hash-max-listpack-entries": "512", "hash-max-listpack-value": "64",

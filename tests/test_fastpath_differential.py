@@ -26,7 +26,7 @@ from durakv.journal.codec import decode_payload
 from durakv.journal.walscan import iter_entries
 from durakv.protocol.resp import encode_command
 
-from wire_util import _read_reply as read_reply
+from helpers.wire import _read_reply as read_reply
 
 pytestmark = pytest.mark.skipif(fastpath.core is None, reason="needs the compiled core (pip install with gcc)")
 

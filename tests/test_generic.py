@@ -8,7 +8,7 @@ import valkey
 
 from durakv.commands.generic import LEGACY_DUMP_VERSION, dump_payload, load_payload, sort_score, verify_payload
 from durakv.keyspace import ZSet
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
 
 def _err(fn, *args):

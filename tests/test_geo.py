@@ -2,9 +2,9 @@
 
 import pytest
 import valkey
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
-from replay_util import execute, make_pipeline
+from helpers.replay import execute, make_pipeline
 from durakv.commands.geo import decode_score, distance
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace

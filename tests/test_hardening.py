@@ -11,7 +11,7 @@ import pytest
 import valkey
 
 from conftest import free_port, wait_until
-from diskfull_util import server_on_full_disk
+from helpers.diskfull import server_on_full_disk
 
 
 def _cmd(*args):

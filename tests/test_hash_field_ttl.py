@@ -16,7 +16,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from replay_util import Direct, apply_effects
+from helpers.replay import Direct, apply_effects
 from durakv.keyspace import Keyspace, rdbvalue
 from durakv.recovery import pipeline_apply_fn
 from durakv.snapshot.format import load_snapshot, snapshot_path, write_snapshot

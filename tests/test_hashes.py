@@ -5,16 +5,16 @@ import random
 
 import pytest
 
-from replay_util import execute, make_pipeline
+from helpers.replay import execute, make_pipeline
 from durakv.commands.numeric import format_long_double_human, parse_long_double, round_long_double
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
 # -- helpers (also used by test_sets) -----------------------------------------------------------
 
 
-from wire_util import err, is_resp3, raw, wire  # noqa: F401
+from helpers.wire import err, is_resp3, raw, wire  # noqa: F401
 
 
 def local():

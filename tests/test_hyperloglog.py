@@ -11,10 +11,10 @@ import pytest
 import valkey
 
 from durakv import messages
-from replay_util import Direct
+from helpers.replay import Direct
 from durakv.keyspace import hll
 from durakv.protocol.resp import ErrorReply
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
 HLL_WRONGTYPE = "WRONGTYPE Key is not a valid HyperLogLog string value."
 INVALIDOBJ = "INVALIDOBJ Corrupted HLL object detected"
@@ -349,7 +349,7 @@ def test_kill9_restart_keeps_acknowledged_hlls(server_factory, tmp_path):
 
 
 def test_pfdebug_and_pfselftest(r):
-    from wire_util import error_of
+    from helpers.wire import error_of
     r.delete("h")
     r.pfadd("h", "a", "b", "c", "d", "e")
     # The same opcodes and registers Valkey 8.0.1 shows for these five elements.

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import wait_until
-from wire_util import _encode, _read_reply, raw
+from helpers.wire import _encode, _read_reply, raw
 
 
 def replies(port, *commands):

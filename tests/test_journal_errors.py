@@ -9,7 +9,7 @@ import time
 import valkey
 
 from conftest import DEBUG_ARGS, wait_until
-from diskfull_util import server_on_full_disk
+from helpers.diskfull import server_on_full_disk
 from durakv.journal.codec import encode_effects
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST, EXPECTED_STREAM, stream_name, subject_name
 

@@ -10,8 +10,8 @@ import pytest
 
 from durakv.journal.base import Entry, EpochFilter, JournalFenced
 from durakv.journal.jetstream import MAX_APPENDS_IN_FLIGHT, JetStreamJournal
-from journal_contract import JournalContract, collect
-from nats_fixtures import async_wait_for
+from helpers.journal_contract import JournalContract, collect
+from helpers.clusters import async_wait_for
 
 
 @pytest.fixture(autouse=True)

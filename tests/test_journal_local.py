@@ -23,7 +23,7 @@ from durakv.journal.local import SysIO
 from durakv.journal.walcheck import check_journal
 from durakv.journal.walformat import (DATA_START, HEADER_SIZE, MAGIC, SLOT_OFFSETS, decode_slot, encode_frame,
                                       legacy_segment_name, list_segments, segment_name)
-from journal_contract import JournalContract, collect
+from helpers.journal_contract import JournalContract, collect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

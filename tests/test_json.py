@@ -16,8 +16,8 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from replay_util import Direct, run_and_replay
-from wire_util import raw
+from helpers.replay import Direct, run_and_replay
+from helpers.wire import raw
 from durakv.keyspace import rdbvalue
 from durakv.keyspace.jsondoc import JsonDoc, dumps, parse
 from durakv.keyspace.rdbvalue import module_type_id, module_type_name

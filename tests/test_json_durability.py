@@ -111,7 +111,7 @@ def test_acknowledged_json_writes_survive_primary_kill(local_cluster):
 
 import pytest  # noqa: E402
 
-from leak_util import StalledWrite, raw_reply  # noqa: E402
+from helpers.leaks import StalledWrite, raw_reply  # noqa: E402
 
 
 @pytest.mark.parametrize("read", [("JSON.GET", "jd"), ("JSON.GET", "jd", "$.n"), ("JSON.MGET", "jd", "other", "$"),

@@ -15,8 +15,8 @@ from durakv.commands.scanning import parse_scan_options
 from durakv.keyspace.scan import ScanCursors, parse_cursor
 from durakv.errors import CommandError
 from durakv.protocol.resp import ErrorReply
-from replay_util import NOW, Direct, apply_effects, dump, run_and_replay
-from wire_util import error_of, raw
+from helpers.replay import NOW, Direct, apply_effects, dump, run_and_replay
+from helpers.wire import error_of, raw
 
 
 # -- DEL / UNLINK / EXISTS / TOUCH / TYPE ---------------------------------------------------------

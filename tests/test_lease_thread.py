@@ -11,7 +11,7 @@ import pytest
 import valkey
 
 from conftest import DEBUG_ARGS, wait_get_refused, wait_new_primary, wait_until
-from nats_fixtures import run
+from helpers.clusters import run
 from durakv.cluster.store import Lease, NatsStore
 
 LEASE = "CLUSTERDOWN The primary's lease expired; it is not serving until it is renewed"

@@ -2,12 +2,12 @@
 
 
 
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-from wire_util import err, raw, resp3, wire  # noqa: F401
+from helpers.wire import err, raw, resp3, wire  # noqa: F401
 
 
 NULL_BULK = {False: b"$-1\r\n", True: b"_\r\n"}

@@ -30,7 +30,7 @@ from durakv.cluster.local import LocalCluster
 from durakv.cluster.nats_procs import free_ports, nats_server_binary
 from durakv.cluster.tls import client_context
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST
-from nats_fixtures import run
+from helpers.clusters import run
 
 TIME_SCALE = float(os.environ.get("DURAKV_TEST_TIME_SCALE", "1"))
 

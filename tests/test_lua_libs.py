@@ -12,7 +12,7 @@ import math
 import pytest
 
 from durakv.scripting import libs
-from lua_util import RawConn, mismatches
+from helpers.lua import RawConn, mismatches
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import hiredis
 import pytest
 
 from conftest import wait_until
-from lua_util import RawConn, as_vector_reply, mismatches
+from helpers.lua import RawConn, as_vector_reply, mismatches
 
 
 def sha(script: str) -> str:

@@ -38,7 +38,7 @@ import time
 import pytest
 
 from durakv.cluster.nats_procs import nats_server_binary
-from netns_util import in_netns, ip, netns_usable, remove_namespace, sweep_stale
+from helpers.netns import in_netns, ip, netns_usable, remove_namespace, sweep_stale
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "multi-az.md")

@@ -22,8 +22,8 @@ import pytest
 import valkey
 
 from conftest import ServerProcess, wait_until
-from leak_util import STALL_MS, StalledWrite, indices, next_message, raw_reply, subscribed, tracking_connection
-from wire_util import _encode, _read_reply, sync_stream
+from helpers.leaks import STALL_MS, StalledWrite, indices, next_message, raw_reply, subscribed, tracking_connection
+from helpers.wire import _encode, _read_reply, sync_stream
 
 
 @pytest.fixture

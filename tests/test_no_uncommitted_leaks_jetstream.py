@@ -27,8 +27,8 @@ import valkey
 
 from conftest import DEBUG_ARGS, wait_until
 from durakv.cluster.nats_procs import http_json
-from leak_util import next_message, subscribed, tracking_connection
-from wire_util import _encode, _read_reply
+from helpers.leaks import next_message, subscribed, tracking_connection
+from helpers.wire import _encode, _read_reply
 
 # Keyspace events on, for the SUBSCRIBE observer.
 SERVER_ARGS = ["--notify-keyspace-events", "KEA", *DEBUG_ARGS]   # DEBUG DIGEST-VALUE is an observer

@@ -17,7 +17,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from diskfull_util import server_on_full_disk
+from helpers.diskfull import server_on_full_disk
 
 
 class _Call:

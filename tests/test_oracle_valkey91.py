@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from durakv.protocol.resp import encode_command
 
 from conftest import ServerProcess
-from wire_util import _read_reply as read_reply
+from helpers.wire import _read_reply as read_reply
 
 KEYS = [b"k0", b"k1", b"k2", b"k3", b"k4", b"{k}5"]
 FIELDS = [b"f0", b"f1", b"f2", b"f3", b"f4", b"f5"]

@@ -363,7 +363,7 @@ def test_new_and_keymiss_events(r, notify):
 
 
 def test_publish_is_not_journaled():
-    from replay_util import run_and_replay
+    from helpers.replay import run_and_replay
     replies, effects = run_and_replay([["SET", "k", "v"], ["PUBLISH", "ch", "m"], ["SPUBLISH", "s", "m"]])
     assert replies[1:] == [0, 0]
     assert effects == [(0, (b"SET", b"k", b"v"))]

@@ -11,7 +11,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from conftest import DEBUG_ARGS, wait_until
-from nats_fixtures import mark_migration
+from helpers.clusters import mark_migration
 from durakv.routing import key_slot
 
 

@@ -25,7 +25,7 @@ from durakv.protocol.resp import encode
 from durakv.routing import Node, Router, Shard, Topology, TopologyError, key_slot
 from durakv.routing import topology as topo_mod
 from durakv.routing import views
-from wire_util import _read_reply
+from helpers.wire import _read_reply
 
 
 def nid(n: int) -> str:

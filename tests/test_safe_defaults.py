@@ -29,8 +29,8 @@ import pytest
 import valkey
 
 from conftest import ROOT, durakv_cli, free_port, terminate, valkey91_binary, wait_until
-from netns_util import VethPair, in_netns, netns_usable, sweep_stale
-from wire_util import _encode, _read_reply
+from helpers.netns import VethPair, in_netns, netns_usable, sweep_stale
+from helpers.wire import _encode, _read_reply
 from durakv import messages
 from durakv.cluster.reshard import mark_migrations
 from durakv.cluster.tls import make_certs

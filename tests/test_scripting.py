@@ -11,7 +11,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
 LIB = ("#!lua name=mylib\n"
        "redis.register_function('myincr', function(keys, args) return redis.call('incrby', keys[1], args[1]) end)\n"

@@ -14,7 +14,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from leak_util import StalledWrite
+from helpers.leaks import StalledWrite
 
 DIM = 8
 

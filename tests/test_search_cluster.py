@@ -19,7 +19,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from conftest import wait_new_primary, wait_until
-from nats_fixtures import local_cluster  # noqa: F401
+from helpers.clusters import local_cluster  # noqa: F401
 
 DIM = 16
 

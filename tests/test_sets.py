@@ -7,10 +7,10 @@ from collections import Counter
 import pytest
 
 from durakv.commands import sets as sets_module
-from replay_util import execute, make_pipeline
+from helpers.replay import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace
-from replay_util import apply_effects, dump, run_and_replay
+from helpers.replay import apply_effects, dump, run_and_replay
 from test_hashes import WRONGTYPE, NULL_BULK, err, is_resp3, local, raw, wire
 
 

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from replay_util import execute, make_pipeline
+from helpers.replay import execute, make_pipeline
 from durakv.commands.session import Session
 from durakv.errors import JournalCorrupt
 from durakv.journal import LocalJournal, iter_entries
@@ -25,7 +25,7 @@ from durakv.recovery import RecoveryError, pipeline_apply_fn, recover
 from durakv.snapshot.format import (CHUNK, SnapshotCorrupt, list_snapshots, load_newest_snapshot, load_snapshot,
                                     newest_valid_snapshot, read_header, score_text, snapshot_path,
                                     verify_snapshot, write_snapshot)
-from replay_util import dump
+from helpers.replay import dump
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOW = 1_700_000_000_000

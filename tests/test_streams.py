@@ -9,10 +9,10 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from wire_util import raw, resp3
-from replay_util import apply_effects, run_and_replay
+from helpers.wire import raw, resp3
+from helpers.replay import apply_effects, run_and_replay
 from durakv.commands.base import Blocked
-from replay_util import Direct
+from helpers.replay import Direct
 from durakv.errors import CommandError
 from durakv.keyspace import Keyspace
 from durakv.keyspace.stream import Stream

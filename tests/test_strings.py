@@ -5,8 +5,8 @@ INCR DECR INCRBY DECRBY INCRBYFLOAT APPEND STRLEN GETRANGE SUBSTR SETRANGE."""
 from durakv import messages
 from durakv.commands import strings
 from durakv.protocol.resp import ErrorReply, OK
-from replay_util import NOW, Direct, run_and_replay
-from wire_util import error_of, raw
+from helpers.replay import NOW, Direct, run_and_replay
+from helpers.wire import error_of, raw
 
 
 # -- GET / SET ---------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 from durakv.cluster.store import Lease, NatsStore, StaleRevision
 from durakv.routing import Node, Shard, Topology, TopologyError
-from nats_fixtures import async_wait_for, run
+from helpers.clusters import async_wait_for, run
 
 
 def nid(n: int) -> str:

@@ -7,7 +7,7 @@ import pytest
 import valkey
 
 from conftest import OracleServer, valkey91_binary, wait_until
-from wire_util import raw
+from helpers.wire import raw
 
 NEW_COMMANDS = ("delifeq", "msetex", "commandlog", "commandlog|get", "commandlog|len", "commandlog|reset",
                 "commandlog|help", "client|capa")

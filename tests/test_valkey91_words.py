@@ -13,7 +13,7 @@ import pytest
 import valkey
 
 from conftest import ServerProcess, cluster_port, terminate, valkey91_binary, wait_until
-from wire_util import raw
+from helpers.wire import raw
 
 MISSING = [b"client|import-source", b"clusterscan", b"cluster|addslots", b"cluster|addslotsrange",
            b"cluster|bumpepoch", b"cluster|cancelslotmigrations", b"cluster|count-failure-reports",
@@ -406,7 +406,7 @@ def test_getslotmigrations_lists_a_reshard_in_progress(local_cluster):
     """A slot marked as moving (what `durakv cluster reshard` does) is listed on the source's primary as an
     EXPORT and on the target's as an IMPORT, with Valkey 9.1's fields, running until it is handed over, then
     `success`."""
-    from nats_fixtures import mark_migration
+    from helpers.clusters import mark_migration
     from durakv.routing import key_slot
     cluster = local_cluster(shards=2, replicas=0, durability="sync")
     src, dst = cluster.primary(0), cluster.primary(1)

@@ -12,7 +12,7 @@ import valkey
 
 from conftest import ROOT, wait_until
 from durakv.commands.specs import MODULES
-from wire_util import _encode, _read_reply, error_of, raw, sync_stream, wire
+from helpers.wire import _encode, _read_reply, error_of, raw, sync_stream, wire
 
 
 # -- COMMAND -------------------------------------------------------------------------------------------

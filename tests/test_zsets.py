@@ -3,12 +3,12 @@
 import math
 
 
-from replay_util import run_and_replay
+from helpers.replay import run_and_replay
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-from wire_util import err, raw, resp3, wire  # noqa: F401
+from helpers.wire import err, raw, resp3, wire  # noqa: F401
 
 
 def sc(client, text):

@@ -1,8 +1,8 @@
 """Pytest fixtures for tests against a real NATS cluster and real local durakv clusters.
 
-Use them from a test module with `from nats_fixtures import nats_cluster, local_cluster  # noqa: F401`
-(or `pytest_plugins = ["nats_fixtures"]` in conftest.py). Every process started here is stopped by pid at
-teardown; every wait is a poll with a deadline.
+tests/conftest.py registers this module as a plugin, so every test can ask for nats_cluster, module_nats and
+local_cluster. Every process started here is stopped by pid at teardown; every wait is a poll with a deadline
+scaled by DURAKV_TEST_TIME_SCALE (helpers/waiting.py).
 """
 
 import asyncio
@@ -15,6 +15,7 @@ from durakv.cluster.local import LocalCluster
 from durakv.cluster.manifest import manifest_path
 from durakv.cluster.nats_procs import NatsCluster, port_is_free
 from durakv.cluster.reshard import mark_migrations
+from helpers.waiting import scaled
 
 
 def started_nats(directory):
@@ -37,6 +38,12 @@ def nats_cluster(tmp_path):
     yield from started_nats(tmp_path / "nats-cluster")
 
 
+@pytest.fixture(scope="module")
+def module_nats(tmp_path_factory):
+    """One three-node NATS cluster for a test module (suites with many short tests)."""
+    yield from started_nats(tmp_path_factory.mktemp("nats-module"))
+
+
 class ClusterFactory:
     """local_cluster(**LocalCluster.up options) -> a running LocalCluster in its own tmp dir; down at teardown.
     `track(dir)` registers a cluster started some other way (e.g. the CLI) for the same teardown."""
@@ -51,7 +58,7 @@ class ClusterFactory:
         return d
 
     def __call__(self, **options):
-        options.setdefault("timeout_s", 60.0)
+        options.setdefault("timeout_s", scaled(60.0))
         # The harness's clusters ask their nodes for no password (tests talk to each node directly on 127.0.0.1);
         # NATS is locked as in every layout. Tests of the locked nodes pass password=None.
         options.setdefault("password", "")
@@ -84,12 +91,12 @@ def free_port_range(count, start=20000, stop=60000, step=97):
 
 def run(coro, timeout_s=60.0):
     """Run a coroutine to completion (nats-py is asyncio-only) with an overall deadline."""
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+    return asyncio.run(asyncio.wait_for(coro, scaled(timeout_s)))
 
 
 async def async_wait_for(predicate, timeout_s, what, interval_s=0.05):
     """Await predicate() (a coroutine function) until truthy or the deadline; returns its value."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     last = None
     while True:
         try:

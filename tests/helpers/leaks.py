@@ -12,8 +12,8 @@ import socket
 import threading
 import time
 
-from conftest import wait_until
-from wire_util import _encode, _read_reply
+from helpers.waiting import wait_until
+from helpers.wire import _encode, _read_reply
 
 STALL_MS = 1500
 

@@ -10,7 +10,8 @@ import sys
 import pytest
 import valkey
 
-from conftest import free_port, wait_until
+from helpers.servers import free_port
+from helpers.waiting import wait_until
 
 
 def tmpfs_supported(mnt):
