@@ -52,8 +52,9 @@ def cluster_port() -> int:
     raise RuntimeError("no free port pair")
 
 
-def durakv_cli(*args, timeout_s=180, env=None):
-    """`python -m durakv ARGS` on this tree's src (ahead of PYTHONPATH), output captured as text."""
+def durakv_cli(*args, timeout_s=300, env=None):
+    """`python -m durakv ARGS` on this tree's src (ahead of PYTHONPATH), output captured as text. timeout_s only
+    bounds a run that hangs (the verify scenarios take minutes), scaled like every deadline."""
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in
                                                                     e.get("PYTHONPATH", "").split(os.pathsep) if p])

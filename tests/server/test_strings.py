@@ -2,11 +2,16 @@
 INCR DECR INCRBY DECRBY INCRBYFLOAT APPEND STRLEN GETRANGE SUBSTR SETRANGE."""
 
 
+import pytest
+
 from durakv import messages
 from durakv.commands import strings
 from durakv.protocol.resp import ErrorReply, OK
 from helpers.replay import NOW, Direct, run_and_replay
 from helpers.wire import error_of, raw
+
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
 
 
 # -- GET / SET ---------------------------------------------------------------------------------

@@ -13,6 +13,9 @@ from durakv.keyspace import Keyspace
 from helpers.replay import apply_effects, dump, run_and_replay
 from test_hashes import WRONGTYPE, NULL_BULK, err, is_resp3, local, raw, wire
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 
 def sm(client, key):
     return set(raw(client, "SMEMBERS", key))

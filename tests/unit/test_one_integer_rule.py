@@ -10,7 +10,9 @@ import pytest
 
 from durakv.intstring import string2ll, string2ull, strtol_whole
 
-COMMANDS = os.path.join(os.path.dirname(__file__), "..", "src", "durakv", "commands")
+from conftest import ROOT
+
+COMMANDS = os.path.join(ROOT, "src", "durakv", "commands")
 TEXT_METHODS = {"decode", "strip", "lstrip", "rstrip", "lower", "upper", "split", "partition"}
 
 

@@ -40,7 +40,7 @@ import pytest
 from durakv.cluster.nats_procs import nats_server_binary
 from helpers.netns import in_netns, ip, netns_usable, remove_namespace, sweep_stale
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 DOC = os.path.join(ROOT, "docs", "multi-az.md")
 PREFIX = "dkvop"
 SCALE = float(os.environ.get("DURAKV_TEST_TIME_SCALE", "1"))

@@ -27,7 +27,7 @@ from durakv.snapshot.format import (CHUNK, SnapshotCorrupt, list_snapshots, load
                                     verify_snapshot, write_snapshot)
 from helpers.replay import dump
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 NOW = 1_700_000_000_000
 FUTURE = NOW + 86_400_000
 

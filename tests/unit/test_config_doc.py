@@ -8,7 +8,7 @@ import sys
 
 from durakv.config import OPTIONS, REFUSED
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 DOC = os.path.join(ROOT, "docs", "configuration.md")
 
 

@@ -2,7 +2,12 @@
 
 import threading
 
+import pytest
+
 from conftest import wait_until
+
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
 
 
 def test_read_of_a_clean_key_does_not_wait_for_a_pending_write(server_factory):

@@ -25,7 +25,7 @@ from durakv.journal.walformat import (DATA_START, HEADER_SIZE, MAGIC, SLOT_OFFSE
                                       legacy_segment_name, list_segments, segment_name)
 from helpers.journal_contract import JournalContract, collect
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 
 
 class TestLocalJournalContract(JournalContract):

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import gen_results_index  # noqa: E402

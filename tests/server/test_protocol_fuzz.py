@@ -15,6 +15,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import ServerProcess
 from durakv.protocol.resp import encode_command
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 PASSWORD = "fuzzpw"
 # A liveness bound, not a speed check: the server must still answer, on a loaded 2-core CI box too.
 PING_BOUND_S = 10.0

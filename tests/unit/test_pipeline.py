@@ -18,6 +18,9 @@ from durakv.commands.pipeline import Pipeline
 from durakv.config import Config
 from durakv.server.server import Server
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 
 class Recorder:
     """Wraps Pipeline.admit and Pipeline.call (the class, so every pipeline of the process is seen)."""

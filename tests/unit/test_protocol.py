@@ -13,6 +13,9 @@ from durakv.protocol import parser as parser_mod
 from durakv.protocol.parser import RequestParser, split_inline
 from durakv.protocol.resp import ErrorReply, NullArray, Push, RespSet, encode, encode_command, format_double
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 VALKEY_PROTOCOL_ERRORS = {
     "Protocol error: too big inline request",
     "Protocol error: too big mbulk count string",

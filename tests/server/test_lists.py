@@ -2,12 +2,17 @@
 
 
 
+import pytest
+
 from helpers.replay import run_and_replay
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
 from helpers.wire import err, raw, resp3, wire  # noqa: F401
+
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
 
 
 NULL_BULK = {False: b"$-1\r\n", True: b"_\r\n"}

@@ -16,6 +16,9 @@ from helpers.replay import run_and_replay
 
 from helpers.wire import err, is_resp3, raw, wire  # noqa: F401
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 
 def local():
     """A pipeline on a fresh keyspace, for tests that look at internal state."""

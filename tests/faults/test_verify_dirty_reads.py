@@ -14,7 +14,8 @@ from durakv.tools.verify import scenarios as sc
 from durakv.tools.verify.dirty import (OBSERVE, VIA_FEED, VIA_GET, VIA_NOTIFY, VIA_RDB, VIA_XREAD, XADD,
                                        check_dirty_reads, dirty_reads_table_rows, first_dirty)
 from durakv.tools.verify.history import WRITE_KEY
-from test_verify_scenarios import durakv_cli, quiet
+from conftest import durakv_cli
+from test_verify_scenarios import quiet
 
 
 def clock():

@@ -3,12 +3,17 @@
 import math
 
 
+import pytest
+
 from helpers.replay import run_and_replay
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
 from helpers.wire import err, raw, resp3, wire  # noqa: F401
+
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
 
 
 def sc(client, text):

@@ -4,7 +4,7 @@ against it (the map and its check cannot disagree), and the page lists every pac
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import check_layers  # noqa: E402

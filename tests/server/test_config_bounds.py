@@ -16,7 +16,7 @@ import valkey
 from conftest import free_port, wait_until
 from helpers.wire import error_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 
 
 def _cli(*argv, cwd=None, timeout=60, stdin=None):

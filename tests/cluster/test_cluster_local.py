@@ -4,7 +4,6 @@ the manifest and the LocalCluster process API. Real NATS and durakv processes on
 import json
 import os
 import signal
-import subprocess
 import sys
 
 import nats
@@ -19,16 +18,9 @@ from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
 from helpers.clusters import async_wait_for, free_port_range, run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import durakv_cli
+
 NATS_NAMES = {"nats-az1", "nats-az2", "nats-az3"}
-
-
-def durakv_cli(*args, timeout_s=120):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src")] + [p for p in
-                                                                      env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.run([sys.executable, "-m", "durakv", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout_s)
 
 
 def client(proc, **kw):

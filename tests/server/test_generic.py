@@ -10,6 +10,9 @@ from durakv.commands.generic import LEGACY_DUMP_VERSION, dump_payload, load_payl
 from durakv.keyspace import ZSet
 from helpers.replay import run_and_replay
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 
 def _err(fn, *args):
     with pytest.raises(valkey.ResponseError) as exc:

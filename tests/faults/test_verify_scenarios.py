@@ -11,7 +11,7 @@ import sys
 import pytest
 import valkey
 
-from conftest import durakv_cli as run_durakv_cli, wait_until
+from conftest import durakv_cli, wait_until
 from durakv.cluster.local import LocalCluster
 from durakv.tools.verify import Recorder
 from durakv.tools.verify import scenarios as sc
@@ -19,10 +19,6 @@ from durakv.tools.verify.history import FAULT_START, FAULT_STOP, NEMESIS, WRITE_
 from durakv.tools.verify.workload import FAIL, INFO, classify
 
 SHORT = dict(warmup_s=1.0, after_s=1.0)
-
-
-def durakv_cli(*args, timeout_s=300, env=None):
-    return run_durakv_cli(*args, timeout_s=timeout_s, env=env)   # scenarios run longer than conftest's default
 
 
 def quiet(_msg):

@@ -13,6 +13,9 @@ import pytest
 
 from conftest import wait_until
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 PASSWORD = "pw"
 # A liveness bound, not a speed check: the server must still answer, on a loaded 2-core CI box too.
 PING_BOUND_S = 10.0

@@ -6,11 +6,16 @@ import asyncio
 import errno
 import time
 
+import pytest
+
 from durakv.durability import release
 from durakv.journal import LocalJournal
 from durakv.journal.base import JournalFailed
 from test_journal_local import FaultyIO
 from test_tracker_window import HandJournal, write
+
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
 
 
 async def _poll(predicate, timeout_s=10.0, what="condition"):

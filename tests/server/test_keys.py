@@ -18,6 +18,9 @@ from durakv.protocol.resp import ErrorReply
 from helpers.replay import NOW, Direct, apply_effects, dump, run_and_replay
 from helpers.wire import error_of, raw
 
+# scripts/test.sh runs these once more with the pure-Python core (DURAKV_PURE_PYTHON=1).
+pytestmark = pytest.mark.both_cores
+
 
 # -- DEL / UNLINK / EXISTS / TOUCH / TYPE ---------------------------------------------------------
 
