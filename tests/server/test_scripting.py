@@ -10,7 +10,7 @@ import hiredis
 import pytest
 import valkey
 
-from conftest import wait_until
+from conftest import scaled, wait_until
 from helpers.replay import run_and_replay
 
 LIB = ("#!lua name=mylib\n"
@@ -23,7 +23,7 @@ class Raw:
     """A bare RESP connection: replies exactly as sent (errors as hiredis.ReplyError with their code)."""
 
     def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=scaled(10))
         self.reader = hiredis.Reader()
 
     def send(self, *args):
@@ -710,11 +710,13 @@ def test_busy_script_and_script_kill(slow_server):
 
 
 def test_busy_script_pipelined_commands_wait(slow_server):
-    c = slow_server.client()
+    # the probe's own socket timeout is short so that a probe the busy loop answers late is retried within the
+    # (scaled) deadline instead of holding the test up; every wait below scales with DURAKV_TEST_TIME_SCALE
+    c = slow_server.client(socket_timeout=scaled(2))
     p = Raw(slow_server.port)
     p.sock.sendall(b"*3\r\n$4\r\neval\r\n$33\r\nwhile 1 do redis.call('ping') end\r\n$1\r\n0\r\n"
                    b"*1\r\n$4\r\nping\r\n")
-    wait_until(lambda: _busy(c), what="BUSY reply")
+    wait_until(lambda: _busy(c), 30, what="BUSY reply")
     assert c.script_kill() is True
     assert "Script killed by user with SCRIPT KILL." in err(p.read())
     assert p.read() == b"PONG"
