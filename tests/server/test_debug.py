@@ -11,10 +11,11 @@ import pytest
 import valkey
 
 from conftest import free_port, wait_until
+from durakv import messages
 from durakv.commands.debugging import dataset_digest, mix_digest, xor_digest
 from durakv.keyspace import Keyspace
 from durakv.protocol.resp import fpconv_dtoa
-from helpers.wire import _encode, _read_reply, error_of, wire
+from helpers.wire import _encode, _read_reply, error_of, raw, wire
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -166,6 +167,24 @@ def test_debug_populate_log_and_knobs(r):
     assert error_of(r, "DEBUG", "HTSTATS", "0") == (
         "ERR unknown subcommand or wrong number of arguments for 'HTSTATS'. Try DEBUG HELP.")
     assert r.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "1") == b"OK"
+
+
+def test_debug_lru_clock_advance_ages_keys_without_sleeping(server_factory):
+    """durakv's DEBUG LRU-CLOCK-ADVANCE: the tests' injected clock for idle times (OBJECT IDLETIME, LRU
+    eviction): every key ages at once, an access stamps the moved clock, and bad arguments are refused."""
+    c = server_factory().client()
+    c.set("a", "1")
+    c.rpush("l", "x")
+    assert c.object("idletime", "a") <= 1
+    assert raw(c, "DEBUG", "LRU-CLOCK-ADVANCE", "100") == b"OK"
+    assert all(100 <= c.object("idletime", k) <= 102 for k in ("a", "l"))
+    c.get("a")                                         # stamped with the moved clock: idle again
+    assert c.object("idletime", "a") <= 1 and c.object("idletime", "l") >= 100
+    for bad in ("-1", "16777216"):
+        assert error_of(c, "DEBUG", "LRU-CLOCK-ADVANCE", bad) == messages.DEBUG_LRU_CLOCK_SECONDS
+    for bad in ("1_0", " 5", "x"):
+        assert error_of(c, "DEBUG", "LRU-CLOCK-ADVANCE", bad) == messages.NOT_INTEGER
+    assert c.object("idletime", "l") < 200 and c.ping()
 
 
 def test_debug_digest_survives_restart(server_factory):

@@ -669,7 +669,7 @@ def _set_lru_lfu(ctx, key, idletime, freq):
         minutes = (ks.clock_ms() // 60000) & 0xFFFF
         ctx.db.access[key] = (minutes << 8) | freq
     elif ks.track_access == "lru" and idletime is not None:
-        ctx.db.access[key] = max(0, ks.clock_ms() // 1000 - idletime)
+        ctx.db.access[key] = max(0, ks.clock_ms() // 1000 + ks.lru_offset_s - idletime)   # on the LRU clock
 
 
 # -- WAIT / WAITAOF -----------------------------------------------------------------------------------
