@@ -11,6 +11,7 @@ from durakv.commands.bitmaps import _lcs_rows
 from helpers.replay import Direct
 from durakv.protocol.resp import ErrorReply
 from helpers.replay import run_and_replay
+from helpers.wire import error_of
 
 BIT_OFFSET = "ERR bit offset is not an integer or out of range"
 BIT_VALUE = "ERR bit is not an integer or out of range"
@@ -18,13 +19,6 @@ BAD_TYPE = "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 NOT_INT = "ERR value is not an integer or out of range"
 SYNTAX = "ERR syntax error"
-
-
-def error_of(client, *args) -> str:
-    with pytest.raises(valkey.ResponseError) as exc:
-        client.execute_command(*args)
-    text = str(exc.value)
-    return text if text.startswith("WRONGTYPE ") else "ERR " + text
 
 
 def direct():

@@ -5,6 +5,7 @@ import valkey
 from helpers.replay import run_and_replay
 
 from helpers.replay import execute, make_pipeline
+from helpers.wire import raw
 from durakv.commands.geo import decode_score, distance
 from durakv.commands.session import Session
 from durakv.keyspace import Keyspace
@@ -13,13 +14,6 @@ PALERMO = ("13.361389", "38.115556", "Palermo")
 CATANIA = ("15.087269", "37.502669", "Catania")
 PALERMO_SCORE = 3479099956230698
 CATANIA_SCORE = 3479447370796909
-
-
-def raw(c, *args):
-    """The reply as sent by the server, without valkey-py's GEO reply callbacks."""
-    for name in ("GEORADIUS", "GEORADIUSBYMEMBER", "GEOSEARCH", "GEODIST", "GEOHASH", "GEOPOS"):
-        c.response_callbacks.pop(name, None)
-    return c.execute_command(*args)
 
 
 def sicily(c, edges=False):

@@ -15,6 +15,7 @@ from helpers.replay import Direct
 from durakv.keyspace import hll
 from durakv.protocol.resp import ErrorReply
 from helpers.replay import run_and_replay
+from helpers.wire import error_of
 
 HLL_WRONGTYPE = "WRONGTYPE Key is not a valid HyperLogLog string value."
 INVALIDOBJ = "INVALIDOBJ Corrupted HLL object detected"
@@ -25,13 +26,6 @@ SEVEN_BODY = bytes.fromhex("466d80560c80443c84388050b184498c80426d80425a")
 THOUSAND_DIGEST = "9c00b29f3f1112013348c14ef9a0a93c74d0e1a79c1ec95740ddb968100388d3"
 FIVE_THOUSAND_DIGEST = "3fcb934c3f93494cd180231a4e785ecceb3d905e17255008b71088b0c3170bef"
 MERGE_X_Y_DIGEST = "510613cede83b3ac14a88e3925916daeecc002086d74941066e8edb6ad4c2ed4"
-
-
-def error_of(client, *args) -> str:
-    with pytest.raises(valkey.ResponseError) as exc:
-        client.execute_command(*args)
-    text = str(exc.value)
-    return text if text.split(" ")[0] in ("WRONGTYPE", "INVALIDOBJ") else "ERR " + text
 
 
 def direct():
@@ -349,7 +343,6 @@ def test_kill9_restart_keeps_acknowledged_hlls(server_factory, tmp_path):
 
 
 def test_pfdebug_and_pfselftest(r):
-    from helpers.wire import error_of
     r.delete("h")
     r.pfadd("h", "a", "b", "c", "d", "e")
     # The same opcodes and registers Valkey 8.0.1 shows for these five elements.

@@ -9,7 +9,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from helpers.wire import raw, resp3
+from helpers.wire import error_of as err, raw, resp3
 from helpers.replay import apply_effects, run_and_replay
 from durakv.commands.base import Blocked
 from helpers.replay import Direct
@@ -23,17 +23,6 @@ T0 = 1_700_000_000_000
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def err(client, *args):
-    """The full error text (valkey-py drops a leading 'ERR ')."""
-    with pytest.raises(valkey.ResponseError) as info:
-        raw(client, *args)
-    text = str(info.value)
-    return text if text.split(" ", 1)[0] in _CODES else "ERR " + text
-
-
-_CODES = {"NOGROUP", "BUSYGROUP", "WRONGTYPE"}
 
 
 def ids_of(entries):
