@@ -384,8 +384,11 @@ def test_valkey912_replica_follows_durakv_over_psync(server_factory, valkey91):
         c.hset("h", "f", "v")
         wait_until(lambda: vk.get("after") == b"2" and vk.hgetall("h") == {b"f": b"v"}, 10,
                    what="the stream after the sync")
-        import time
-        time.sleep(2.5)       # past two of the replica's one-second REPLCONF ACKs
+        # two more of the replica's one-second REPLCONF ACKs reach durakv (which answers none of them)
+        def replconf_calls():
+            return c.info("commandstats").get("cmdstat_replconf", {}).get("calls", 0)
+        acks_before = replconf_calls()
+        wait_until(lambda: replconf_calls() >= acks_before + 2, 10, interval_s=0.1, what="two REPLCONF ACKs")
         info = vk.info("replication")
         assert info["master_link_status"] == "up"
         c.set("later", "3")
