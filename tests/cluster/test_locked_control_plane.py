@@ -25,14 +25,13 @@ import nats
 import pytest
 import valkey
 
-from conftest import durakv_cli, wait_until
+from conftest import TIME_SCALE, durakv_cli, wait_until
 from durakv.cluster.local import LocalCluster
 from durakv.cluster.nats_procs import free_ports, nats_server_binary
 from durakv.cluster.tls import client_context
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST
 from helpers.clusters import run
 
-TIME_SCALE = float(os.environ.get("DURAKV_TEST_TIME_SCALE", "1"))
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +167,7 @@ def _rogue_cannot_join(cluster, tmp_path):
         def tried():
             with open(log_path, "rb") as f:
                 return f.read().count(b"Route connection created") >= 2 * len(route_ports)
-        wait_until(tried, 30 * TIME_SCALE, what="the rogue server trying every route")
+        wait_until(tried, 30, what="the rogue server trying every route")
         for p in cluster.nats:
             _status, routez = http_json(p.ports["monitor"], "/routez")
             names = {r.get("remote_name") for r in (routez or {}).get("routes") or []}
@@ -217,7 +216,7 @@ def test_auth_is_cluster_wide_and_cluster_status_takes_credentials(locked):
                     return c.ping()
             except valkey.exceptions.AuthenticationError:
                 return False
-        wait_until(shard1_uses_the_new_one, 20 * TIME_SCALE, what="shard 1 asking for the password set on shard 0")
+        wait_until(shard1_uses_the_new_one, 20, what="shard 1 asking for the password set on shard 0")
         with pytest.raises(valkey.exceptions.AuthenticationError):
             with _client(locked, p1) as c:     # the old password
                 c.ping()
@@ -232,7 +231,7 @@ def test_auth_is_cluster_wide_and_cluster_status_takes_credentials(locked):
                     return c.get(key0) is None   # a read: the user's only right
             except valkey.exceptions.AuthenticationError:
                 return False
-        wait_until(reader_on_shard0, 20 * TIME_SCALE, what="shard 0 knowing the user made on shard 1")
+        wait_until(reader_on_shard0, 20, what="shard 0 knowing the user made on shard 1")
         # status with the credentials, and a clear refusal without the right ones
         r = durakv_cli("cluster", "status", "--secrets", locked.manifest["secrets"], "--pass", new)
         assert r.returncode == 0, r.stderr
@@ -250,7 +249,7 @@ def test_auth_is_cluster_wide_and_cluster_status_takes_credentials(locked):
                     return c.ping()
             except valkey.exceptions.AuthenticationError:
                 return False
-        wait_until(back, 20 * TIME_SCALE, what="the password restored on every shard")
+        wait_until(back, 20, what="the password restored on every shard")
 
 
 @pytest.fixture
@@ -333,7 +332,7 @@ def test_forged_and_malformed_entries_are_never_applied_and_replicas_stop_withou
         cl.set("before", "1")
     epoch = _info(c, primary)["durakv_epoch"]
     wait_until(lambda: all(_info(c, r).get("journal_applied_index") == _info(c, primary).get("journal_applied_index")
-                           for r in replicas), 30 * TIME_SCALE, what="replicas caught up")
+                           for r in replicas), 30, what="replicas caught up")
 
     # An entry of an older epoch (what a deposed primary's late append looks like) is skipped by every reader.
     stale = b"*3\r\n$3\r\nSET\r\n$5\r\nstale\r\n$5\r\nowned\r\n"
@@ -345,7 +344,7 @@ def test_forged_and_malformed_entries_are_never_applied_and_replicas_stop_withou
 
     def stopped():
         return all(_info(c, r).get("replica_apply_stopped") for r in replicas)
-    wait_until(stopped, 30 * TIME_SCALE, what="every replica reporting that it stopped applying")
+    wait_until(stopped, 30, what="every replica reporting that it stopped applying")
     for r in replicas:
         info = _info(c, r)
         assert "newer than the newest marker" in info["replica_apply_stopped"], info
@@ -377,7 +376,7 @@ def test_a_malformed_entry_stops_replicas_once_instead_of_a_restart_loop(one_sha
     # in 45 s, without end)
     _publish_raw(c, replicas[1], b"*2\r\n$3\r\nSET\r\n$10\r\nonlyonearg\r\n", str(epoch))
     pids = {r.name: r.pid for r in replicas}
-    wait_until(lambda: all(_info(c, r).get("replica_apply_stopped") for r in replicas), 30 * TIME_SCALE,
+    wait_until(lambda: all(_info(c, r).get("replica_apply_stopped") for r in replicas), 30,
                what="replicas stopping at the malformed entry")
     _stay_up(c, [r.name for r in replicas])
     for r in replicas:
@@ -428,4 +427,4 @@ def test_a_node_of_another_format_refuses_to_join_and_to_start(one_shard, tmp_pa
     def refused():
         with open(replica.log, encoding="utf-8", errors="replace") as f:
             return "the cluster is of format 3 and this node of format 2" in f.read()
-    wait_until(refused, 60 * TIME_SCALE, what="the restarted node refusing the cluster's format")
+    wait_until(refused, 60, what="the restarted node refusing the cluster's format")

@@ -40,10 +40,10 @@ import pytest
 from durakv.cluster.nats_procs import nats_server_binary
 from helpers.netns import in_netns, ip, netns_usable, remove_namespace, sweep_stale
 
-from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
+from conftest import ROOT, TIME_SCALE  # noqa: E402 - ROOT: the repository, wherever this file sits
 DOC = os.path.join(ROOT, "docs", "multi-az.md")
 PREFIX = "dkvop"
-SCALE = float(os.environ.get("DURAKV_TEST_TIME_SCALE", "1"))
+SCALE = TIME_SCALE     # helpers/waiting.py: one factor for every deadline
 MACHINES = {"a": ("10.0.1.10", "az1"), "b": ("10.0.2.10", "az2"), "c": ("10.0.3.10", "az3"),
             "d": ("10.0.4.10", "az4"), "x": ("10.0.9.66", "-")}
 C2 = ("c2", "10.0.3.20", "az3")
