@@ -534,6 +534,11 @@ class Keyspace:
         if self._track == "lru":
             self.lru_stamp = self.lru_second
 
+    def lru_now_s(self) -> int:
+        """The LRU clock (LRU_CLOCK()): the cron's tick, on which access times are stamped and read."""
+        second = self.lru_second
+        return second if second is not None else self.clock_ms() // 1000 + self.lru_offset_s
+
     def advance_lru_clock(self, seconds: int):
         """DEBUG LRU-CLOCK-ADVANCE: the LRU clock runs `seconds` further ahead of the real one from now on."""
         self.lru_offset_s += seconds
@@ -577,7 +582,7 @@ class Keyspace:
         # whole LRU clock units, as estimateObjectIdleTime, and against the same clock the stamp came from (the
         # cron's LRU_CLOCK, as Valkey at hz >= 1): the exact time would count a just-stamped key a second idle
         # as soon as the second turned and the cron had not ticked yet
-        now_s = self.lru_second if self.lru_second is not None else self.clock_ms() // 1000 + self.lru_offset_s
+        now_s = self.lru_now_s()
         return max(0, (now_s - last) * 1000)
 
     def lfu_counter(self, db: Db, key: bytes) -> int:
