@@ -1,10 +1,8 @@
-"""A module-scoped three-node NATS cluster (for suites with many short tests)."""
+"""The old name of helpers/clusters.py, kept so a test that imports `nats_procs_fixture` keeps working: importing this module
+gives helpers.clusters itself (one module object, so its fixtures and state are not duplicated)."""
 
-import pytest
+import sys
 
-from nats_fixtures import started_nats
+from helpers import clusters
 
-
-@pytest.fixture(scope="module")
-def module_nats(tmp_path_factory):
-    yield from started_nats(tmp_path_factory.mktemp("nats-module"))
+sys.modules[__name__] = clusters

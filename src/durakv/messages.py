@@ -753,6 +753,7 @@ DEBUG_NO_JOURNAL = "ERR no journal (durability none)"
 DEBUG_NOT_SHARD_REPLICA = "ERR only a replica of a shard follows a journal"
 DEBUG_RELOAD_OPTIONS = "ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options."
 DEBUG_MEMORY_VALUE = "ERR argument must be a memory value bigger than 1 and smaller than 4gb"
+DEBUG_LRU_CLOCK_SECONDS = "ERR seconds must be between 0 and 16777215 (the LRU clock's range)"
 DEBUG_UNKNOWN_SUBCOMMAND = "ERR unknown subcommand or wrong number of arguments for '%s'. Try DEBUG HELP."
 
 # -- EVAL shebangs, SCRIPT and FUNCTION subcommands (eval.c, functions.c) --

@@ -299,6 +299,8 @@ def _protocol(ctx, args):
     raise CommandError(messages.DEBUG_PROTOCOL_TYPE)
 
 
+LRU_CLOCK_MAX_S = (1 << 24) - 1     # Valkey's LRU_CLOCK_MAX: the LRU clock's 24 bits of seconds
+
 _HELP = [
     "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "DICT-RESIZING <0|1>",
@@ -313,6 +315,9 @@ _HELP = [
     "    Delay every journal fsync by <ms> (durakv fault injection).",
     "JOURNAL-FOLLOW-STALL <ms>",
     "    A replica holds the journal entries it receives for <ms> (durakv fault injection).",
+    "LRU-CLOCK-ADVANCE <seconds>",
+    "    Move the LRU clock (OBJECT IDLETIME, LRU eviction) <seconds> ahead of the real one (durakv: tests of",
+    "    idle times advance it instead of sleeping).",
     "LOG <message>",
     "    Write <message> to the server log.",
     "OBJECT <key> [fast]",
@@ -417,6 +422,14 @@ def debug(ctx, args):
         if not 0 <= size < 1 << 32:
             raise CommandError(messages.DEBUG_MEMORY_VALUE)
         ctx.keyspace.encoding_rules.list_packed_threshold = size
+        return OK
+    if sub == b"LRU-CLOCK-ADVANCE" and n == 3:
+        # durakv's test hook: every access time is stamped from, and every idle time read against, the cron's
+        # LRU clock (Keyspace.lru_tick), so moving that clock ages every key at once, as waiting would
+        seconds = parse_int(args[2])
+        if not 0 <= seconds <= LRU_CLOCK_MAX_S:
+            raise CommandError(messages.DEBUG_LRU_CLOCK_SECONDS)
+        ctx.keyspace.advance_lru_clock(seconds)
         return OK
     if sub == b"DICT-RESIZING" and n == 3:
         return OK

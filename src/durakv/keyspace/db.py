@@ -259,6 +259,8 @@ class Keyspace:
         # times are kept (track_access 'lru'), else None: the one test lookup() makes.
         self.lru_second = None
         self.lru_stamp = None
+        # Seconds DEBUG LRU-CLOCK-ADVANCE moved the LRU clock ahead of the real one (0 outside tests)
+        self.lru_offset_s = 0
         # 'lru': access times, kept as Valkey keeps every object's LRU clock unless the policy is LFU; 'lfu';
         # None only while a command must leave them alone (CLIENT NO-TOUCH)
         self.track_access = "lru"
@@ -528,14 +530,25 @@ class Keyspace:
 
     def lru_tick(self):
         """The cron's refresh of the LRU clock."""
-        self.lru_second = self.clock_ms() // 1000
+        self.lru_second = self.clock_ms() // 1000 + self.lru_offset_s
         if self._track == "lru":
             self.lru_stamp = self.lru_second
+
+    def lru_now_s(self) -> int:
+        """The LRU clock (LRU_CLOCK()): the cron's tick, on which access times are stamped and read."""
+        second = self.lru_second
+        return second if second is not None else self.clock_ms() // 1000 + self.lru_offset_s
+
+    def advance_lru_clock(self, seconds: int):
+        """DEBUG LRU-CLOCK-ADVANCE: the LRU clock runs `seconds` further ahead of the real one from now on."""
+        self.lru_offset_s += seconds
+        if self.lru_second is not None:
+            self.lru_tick()
 
     def _touch(self, db: Db, key: bytes):
         if self._track == "lru":
             second = self.lru_second
-            db.access[key] = second if second is not None else self.clock_ms() // 1000
+            db.access[key] = second if second is not None else self.clock_ms() // 1000 + self.lru_offset_s
             return
         now = self.clock_ms()
         packed = db.access.get(key)
@@ -569,7 +582,7 @@ class Keyspace:
         # whole LRU clock units, as estimateObjectIdleTime, and against the same clock the stamp came from (the
         # cron's LRU_CLOCK, as Valkey at hz >= 1): the exact time would count a just-stamped key a second idle
         # as soon as the second turned and the cron had not ticked yet
-        now_s = self.lru_second if self.lru_second is not None else self.clock_ms() // 1000
+        now_s = self.lru_now_s()
         return max(0, (now_s - last) * 1000)
 
     def lfu_counter(self, db: Db, key: bytes) -> int:

@@ -1,0 +1,194 @@
+"""The topology in the coordination store (NatsStore on a real three-node NATS cluster): round trip,
+compare-and-set conflicts, and the watch that every node applies snapshots from."""
+
+import asyncio
+import uuid
+
+import pytest
+
+from durakv.cluster.store import Lease, NatsStore, StaleRevision
+from durakv.routing import Node, Shard, Topology, TopologyError
+from helpers.clusters import async_wait_for, run
+
+
+def nid(n: int) -> str:
+    return "%040x" % n
+
+
+def three_shard_topology(epoch=4):
+    def node(i, port, **kw):
+        return Node(nid(i), "10.0.%d.1" % (i % 7), port, tls_port=port + 1000, bus_port=port + 10000,
+                    az="az%d" % (i % 3 + 1), repl_offset=i, **kw)
+    shards = [Shard(nid(0x5000 + s), str(s), s + 1, ranges, node(s * 10 + 1, 7000 + s),
+                    (node(s * 10 + 2, 7100 + s), node(s * 10 + 3, 7200 + s, health="pfail")))
+              for s, ranges in enumerate([((0, 5460),), ((5461, 10922),), ((10923, 16383),)])]
+    return Topology(shards, epoch).with_migration(range(5000, 5010), nid(0x5001)).with_migration([12000], nid(0x5000))
+
+
+async def open_store(nats_cluster, bucket):
+    nc = await nats_cluster.connect(name="test-topology")
+    store = NatsStore(nc)
+    # A bucket per test: the topology key is one per bucket.
+    store.LEASES = "T_LEASES_" + bucket
+    await store.create_cluster(timeout_s=30)
+    return store
+
+
+@pytest.fixture
+def bucket():
+    return uuid.uuid4().hex[:12].upper()
+
+
+def test_round_trip_of_a_three_shard_topology_with_migrating_slots(module_nats, bucket):
+    async def main():
+        store = await open_store(module_nats, bucket)
+        try:
+            assert await store.get_topology() == (None, 0)
+            t = three_shard_topology()
+            revision = await store.put_topology(t, 0)
+            assert revision > 0
+            back, rev = await store.get_topology()
+            assert rev == revision and back == t and back.to_json() == t.to_json()
+            assert back.migrating[5005] == (nid(0x5000), nid(0x5001)) and back.migrating[12000] == (nid(0x5002),
+                                                                                                     nid(0x5000))
+            assert back.nodes[nid(3)].health == "pfail" and back.nodes[nid(12)].role == "replica"
+            assert back.shard_by_slot[10922].id == nid(0x5001) and back.current_epoch == 4
+            # Another process sees the same.
+            other = await open_store(module_nats, bucket)
+            try:
+                assert await other.get_topology() == (t, revision)
+            finally:
+                await other.nc.close()
+        finally:
+            await store.nc.close()
+    run(main())
+
+
+def test_compare_and_set_conflicts(module_nats, bucket):
+    async def main():
+        one = await open_store(module_nats, bucket)
+        two = await open_store(module_nats, bucket)
+        try:
+            t = three_shard_topology()
+            r1 = await one.put_topology(t, 0)
+            with pytest.raises(StaleRevision):
+                await two.put_topology(t, 0)            # create-only: it exists
+            _, seen_one = await one.get_topology()
+            _, seen_two = await two.get_topology()
+            assert seen_one == seen_two == r1
+            # A lease write in the same bucket does not disturb the topology's compare-and-set.
+            await one.put_lease("0", Lease(nid(1), 1, "10.0.1.1:7000", "az2", 10**13), 0)
+            promoted = t.promote(nid(2))
+            r2 = await one.put_topology(promoted, seen_one)
+            assert r2 > r1
+            with pytest.raises(StaleRevision):
+                await two.put_topology(t.promote(nid(3)), seen_two)   # lost the race
+            stored, rev = await two.get_topology()
+            assert (stored, rev) == (promoted, r2)
+            # The loser re-reads, re-applies its change and wins.
+            r3 = await two.put_topology(stored.promote(nid(3)), rev)
+            final, rev = await one.get_topology()
+            assert rev == r3 and final.shard_by_id[nid(0x5000)].primary.id == nid(3)
+            assert final.current_epoch == 6
+        finally:
+            await one.nc.close()
+            await two.nc.close()
+    run(main())
+
+
+def test_watch_delivers_the_current_topology_and_every_update_in_order(module_nats, bucket):
+    async def main():
+        store = await open_store(module_nats, bucket)
+        seen, seen2 = [], []
+        try:
+            t0 = three_shard_topology()
+            r0 = await store.put_topology(t0, 0)
+            watch = await store.watch_topology(lambda t, rev: seen.append((t, rev)))
+
+            async def got(n):
+                return len(seen) >= n
+            await async_wait_for(lambda: got(1), 20, "the stored topology")
+            assert seen == [(t0, r0)]
+            t1 = t0.promote(nid(2))
+            r1 = await store.put_topology(t1, r0)
+            t2 = t1.with_slots_assigned(range(5000, 5010), nid(0x5001))
+            r2 = await store.put_topology(t2, r1)
+            await async_wait_for(lambda: got(3), 20, "two updates")
+            assert seen == [(t0, r0), (t1, r1), (t2, r2)] and watch.revision == r2
+            # A document that does not validate is skipped; the next good one arrives.
+            bad_rev = await store.kv.put(NatsStore.TOPOLOGY_KEY, b'{"version": 1, "shards": "nope"}')
+            with pytest.raises(TopologyError):
+                await store.get_topology()
+            t3 = t2.with_node(nid(1), health="fail")
+            r3 = await store.put_topology(t3, bad_rev)
+            await async_wait_for(lambda: got(4), 20, "the update after a bad document")
+            assert seen[3] == (t3, r3) and len(seen) == 4
+            await watch.stop()
+            # After stop nothing more arrives: a second watch sees the next write, the stopped one does not.
+            t4 = t3.with_node(nid(1), health="online")
+            r4 = await store.put_topology(t4, r3)
+            watch2 = await store.watch_topology(lambda t, rev: seen2.append((t, rev)))
+
+            async def got2():
+                return seen2 and seen2[-1][1] == r4
+            await async_wait_for(got2, 20, "the second watch")
+            assert seen2 == [(t4, r4)] and len(seen) == 4
+            await watch2.stop()
+        finally:
+            await store.nc.close()
+    run(main())
+
+
+def test_watch_starts_empty_and_survives_a_failing_callback(module_nats, bucket):
+    async def main():
+        store = await open_store(module_nats, bucket)
+        calls = []
+
+        def cb(t, rev):
+            calls.append(rev)
+            if len(calls) == 1:
+                raise RuntimeError("subscriber bug")
+        try:
+            watch = await store.watch_topology(cb)
+            t = three_shard_topology()
+            r1 = await store.put_topology(t, 0)
+            r2 = await store.put_topology(t.promote(nid(2)), r1)
+
+            async def both():
+                return calls == [r1, r2]
+            await async_wait_for(both, 20, "both revisions despite the failing first call")
+            await watch.stop()
+        finally:
+            await store.nc.close()
+    run(main())
+
+
+def test_put_refuses_what_is_not_a_topology(module_nats, bucket):
+    async def main():
+        store = await open_store(module_nats, bucket)
+        try:
+            with pytest.raises(TypeError):
+                await store.put_topology({"version": 1}, 0)
+            assert await store.get_topology() == (None, 0)
+        finally:
+            await store.nc.close()
+    run(main())
+
+
+def test_watch_task_runs_on_the_callers_loop(module_nats, bucket):
+    """The callback runs on the event loop that started the watch (a node swaps its snapshot there)."""
+    async def main():
+        store = await open_store(module_nats, bucket)
+        loops = []
+        try:
+            watch = await store.watch_topology(lambda t, rev: loops.append(asyncio.get_running_loop()))
+            await store.put_topology(three_shard_topology(), 0)
+
+            async def called():
+                return loops
+            await async_wait_for(called, 20, "a delivery")
+            assert loops == [asyncio.get_running_loop()]
+            await watch.stop()
+        finally:
+            await store.nc.close()
+    run(main())
