@@ -5,7 +5,7 @@ import inspect
 from durakv.commands import services as base
 from durakv.server import services as served
 
-from replay_util import Direct
+from helpers.replay import Direct
 
 GROUPS = ("clients", "pubsub", "admin", "persistence", "replication", "cluster", "faults", "off_loop")
 

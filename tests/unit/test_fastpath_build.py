@@ -10,7 +10,7 @@ import sysconfig
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT   # the repository, wherever this file sits under tests/
 SRC = os.path.join(ROOT, "src")
 CORE_C = os.path.join(SRC, "durakv", "fastpath", "_core.c")
 
