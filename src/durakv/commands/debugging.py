@@ -206,7 +206,7 @@ def _debug_object(ctx, args):
     parts = ["Value at:0x%x refcount:%d encoding:%s" % (id(value), refcount, enc.decode())]
     if not fast:
         parts.append(" serializedlength:%d" % (len(dump_payload(value)) - 11))   # no type byte, no footer
-    access = db.access.get(key, 0)
+    access = db.data.get_access(key) or 0
     if ks.track_access == "lfu":
         lru = access & 0xFFFFFF
         idle = 0

@@ -667,9 +667,9 @@ def _set_lru_lfu(ctx, key, idletime, freq):
     ks = ctx.keyspace
     if ks.track_access == "lfu" and freq is not None:
         minutes = (ks.clock_ms() // 60000) & 0xFFFF
-        ctx.db.access[key] = (minutes << 8) | freq
+        ctx.db.data.set_access(key, (minutes << 8) | freq)
     elif ks.track_access == "lru" and idletime is not None:
-        ctx.db.access[key] = max(0, ks.clock_ms() // 1000 - idletime)
+        ctx.db.data.set_access(key, max(0, ks.clock_ms() // 1000 - idletime))
 
 
 # -- WAIT / WAITAOF -----------------------------------------------------------------------------------

@@ -679,7 +679,7 @@ def object_idletime(ctx, args):
 
 def lfu_decayed_counter(ks, db, key) -> int:
     """LFUDecrAndReturn: the key's LFU counter after the decay due since its last access."""
-    packed = db.access.get(key)
+    packed = db.data.get_access(key)
     if packed is None:
         return 5  # LFU_INIT_VAL
     counter = packed & 0xFF

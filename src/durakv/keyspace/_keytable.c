@@ -556,7 +556,8 @@ static inline uint64_t rev64(uint64_t v) {
 /* scan(cursor, count) -> (next cursor, keys): Valkey's SCAN over one table. Buckets are visited in the order of
  * their reversed index bits, so a key present for a whole iteration is returned at least once even when the
  * table grows or shrinks between calls; the call stops once it has `count` keys or visited 10 x count
- * buckets (scanGenericCommand's maxiterations). */
+ * buckets (scanGenericCommand's maxiterations). It returns more than `count` keys only when one bucket holds
+ * more. */
 static PyObject *KeyTable_scan(KeyTable *t, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "scan(cursor, count)");
@@ -575,6 +576,11 @@ static PyObject *KeyTable_scan(KeyTable *t, PyObject *const *args, Py_ssize_t na
         uint64_t mask = t->size - 1;
         uint64_t budget = (uint64_t)count > UINT64_MAX / 10 ? UINT64_MAX : (uint64_t)count * 10;
         do {
+            /* a bucket is returned whole (the cursor cannot point inside one); one that would take the reply
+             * past COUNT waits for the next call, unless the reply is still empty */
+            Py_ssize_t chain = 0;
+            for (kt_entry *e = t->buckets[v & mask]; e != NULL; e = e->next) chain++;
+            if (PyList_GET_SIZE(out) > 0 && PyList_GET_SIZE(out) + chain > count) break;
             for (kt_entry *e = t->buckets[v & mask]; e != NULL; e = e->next) {
                 PyObject *key = entry_key(e);
                 if (key == NULL || PyList_Append(out, key) < 0) {
