@@ -669,7 +669,10 @@ def _set_lru_lfu(ctx, key, idletime, freq):
         minutes = (ks.clock_ms() // 60000) & 0xFFFF
         ctx.db.data.set_access(key, (minutes << 8) | freq)
     elif ks.track_access == "lru" and idletime is not None:
-        ctx.db.data.set_access(key, max(0, ks.clock_ms() // 1000 - idletime))
+        # against the cron's LRU clock, as objectSetLRUOrLFU's LRU_CLOCK(): OBJECT IDLETIME reads that clock
+        # (Keyspace.idle_ms), and the exact second can be one ahead of it, which read back one second short
+        second = ks.lru_second if ks.lru_second is not None else ks.clock_ms() // 1000
+        ctx.db.data.set_access(key, max(0, second - idletime))
 
 
 # -- WAIT / WAITAOF -----------------------------------------------------------------------------------
