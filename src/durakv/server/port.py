@@ -11,6 +11,7 @@ from ..commands.port import Admin, Clients, Cluster, Faults, OffLoop, Persistenc
 from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw
+from . import allocator
 from .migrate import MigrateError
 from .search_fanout import SearchFanout
 
@@ -200,6 +201,9 @@ class ServerAdmin(_Served, Admin):
 
     def memory_rss(self) -> int:
         return self.server.memory_rss()
+
+    def purge_memory(self) -> bool:
+        return allocator.purge()
 
     def note_peak_memory(self, used) -> int:
         srv = self.server
