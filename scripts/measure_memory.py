@@ -260,7 +260,7 @@ def add_ratios(rows, reference):
 def format_report(result) -> str:
     o = result["options"]
     lines = [f"RSS per key: {o['keys']:,} keys of {o['value_bytes']} B; {result['pinning']}",
-             f"{'scenario':<14}{'server':<14}{'keys':>11}{'RSS empty MB':>14}{'RSS loaded MB':>15}{'B/key':>9}"
+             f"{'scenario':<14}{'server':<18}{'keys':>11}{'RSS empty MB':>14}{'RSS loaded MB':>15}{'B/key':>9}"
              f"{'vs ' + result['reference']:>10}{'load s':>8}"]
     lines.append("-" * len(lines[-1]))
     order = {s: i for i, s in enumerate(ROW_ORDER)}
@@ -268,10 +268,10 @@ def format_report(result) -> str:
         if r["scenario"] == "breakdown":
             continue
         if r.get("failed"):
-            lines.append(f"{r['scenario']:<14}{r['target']:<14}  FAILED: {r['failed'][:90]}")
+            lines.append(f"{r['scenario']:<14}{r['target']:<18}  FAILED: {r['failed'][:90]}")
             continue
         ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "-"
-        lines.append(f"{r['scenario']:<14}{r['target']:<14}{r['keys']:>11,}{r['rss_empty'] / 2**20:>14.1f}"
+        lines.append(f"{r['scenario']:<14}{r['target']:<18}{r['keys']:>11,}{r['rss_empty'] / 2**20:>14.1f}"
                      f"{r['rss_loaded'] / 2**20:>15.1f}{r['bytes_per_key']:>9.1f}{ratio:>10}{r['load_s']:>8.1f}")
     for r in result["rows"]:
         if r["scenario"] == "breakdown" and not r.get("failed"):
