@@ -29,7 +29,7 @@ OWNERS = {
     "Durability": "refusing tracker feeds submit assigned committed pending needs_touched",
     "Keyspace": "_track expire_enabled hide_expired deleted_by_server hits misses used_bytes changes clock_ms "
                 "lru_stamp",
-    "Db": "data expires hexpires enc slots access id",
+    "Db": "data expires hexpires enc slots id",
     "SlotIndex": "add discard",
     "Hooks": "own_feed",
     "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",

@@ -647,7 +647,8 @@ def test_scan_is_bounded_per_call_on_a_big_db():
     for i in range(200_000):
         db.data[b"k%d" % i] = b"v"
     cursor, keys = run("SCAN", 0, "COUNT", 100)
-    assert len(keys) == 100 and cursor != b"0"
+    # whole buckets of the key table, as Valkey's SCAN: up to COUNT, short of it by at most the last bucket's keys
+    assert 90 <= len(keys) <= 100 and cursor != b"0"
     cursor, keys = run("SCAN", cursor, "COUNT", 100, "MATCH", "k1*")
     assert len(keys) <= 100
 
@@ -781,7 +782,7 @@ def test_replay_reads_record_only_lazy_expiry():
         ["KEYS", "*"],
         ["TYPE", "a"], ["TTL", "a"], ["EXISTS", "a", "b"], ["TOUCH", "a"],
     ])
-    assert replies[3] == [b"0", [b"a", b"b"]]
+    assert replies[3][0] == b"0" and sorted(replies[3][1]) == [b"a", b"b"]   # (in the key table's order)
     assert len(effects) == 3                 # the two SETs and the PEXPIREAT; reads add nothing
 
 

@@ -667,11 +667,11 @@ def _set_lru_lfu(ctx, key, idletime, freq):
     ks = ctx.keyspace
     if ks.track_access == "lfu" and freq is not None:
         minutes = (ks.clock_ms() // 60000) & 0xFFFF
-        ctx.db.access[key] = (minutes << 8) | freq
+        ctx.db.data.set_access(key, (minutes << 8) | freq)
     elif ks.track_access == "lru" and idletime is not None:
         # on the LRU clock idle times are read against (objectSetLRUOrLFU: LRU_CLOCK() - idle): the exact
         # time runs up to a cron tick ahead of it and would make IDLETIME 1000 read 999
-        ctx.db.access[key] = max(0, ks.lru_now_s() - idletime)
+        ctx.db.data.set_access(key, max(0, ks.lru_now_s() - idletime))
 
 
 # -- WAIT / WAITAOF -----------------------------------------------------------------------------------

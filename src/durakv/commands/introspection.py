@@ -679,7 +679,7 @@ def object_idletime(ctx, args):
 
 def lfu_decayed_counter(ks, db, key) -> int:
     """LFUDecrAndReturn: the key's LFU counter after the decay due since its last access."""
-    packed = db.access.get(key)
+    packed = db.data.get_access(key)
     if packed is None:
         return 5  # LFU_INIT_VAL
     counter = packed & 0xFF
@@ -837,6 +837,7 @@ def memory_malloc_stats(ctx, args):
 
 @command("memory|purge")
 def memory_purge(ctx, args):
+    ctx.port.admin.purge_memory()   # (Valkey answers OK whatever its allocator could give back)
     return OK
 
 

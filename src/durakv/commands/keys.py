@@ -17,7 +17,7 @@ from ..keyspace.db import estimate_key
 from ..keyspace.events import EXPIRED, GENERIC, KEY_MISS, NEW
 from ..keyspace.glob import compile_glob
 from ..keyspace.jsondoc import JsonDoc
-from ..keyspace.scan import parse_cursor, scan_page, scan_reply
+from ..keyspace.scan import parse_cursor, scan_reply
 from ..keyspace.stream import Stream
 from ..protocol.resp import OK
 from .args import ArgCursor
@@ -279,7 +279,7 @@ def scan(ctx, args):
     opts = parse_scan_options(args, 2, "db")
     db = ctx.db
     data = db.data
-    cursor, found = scan_page(data, cursor, opts.count)
+    cursor, found = data.scan(cursor, opts.count)   # the key table's own cursor (keyspace/keytable.py)
     if opts.type is not None:
         wanted = opts.type
         found = [k for k in found if type_name(data[k]) == wanted]

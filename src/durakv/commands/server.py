@@ -637,8 +637,7 @@ def swapdb(ctx, args):
         da, db_ = dbs[a], dbs[b]
         ctx.pipeline.touch_db_watched(da, db_)
         ctx.pipeline.touch_db_watched(db_, da)
-        for field in ("data", "expires", "access", "expiry_heap", "_sample", "_sample_misses", "enc", "slots",
-                      "hexpires", "hexpiry_heap", "hexpiry_mark"):
+        for field in ("data", "expires", "expiry_heap", "enc", "slots", "hexpires", "hexpiry_heap", "hexpiry_mark"):
             va, vb = getattr(da, field), getattr(db_, field)
             setattr(da, field, vb)
             setattr(db_, field, va)

@@ -136,6 +136,10 @@ class Admin:
     def memory_rss(self) -> int:
         return 0
 
+    def purge_memory(self) -> bool:
+        """MEMORY PURGE: the allocator's free pages back to the system."""
+        return False
+
     def note_peak_memory(self, used) -> int:
         return used
 

@@ -42,6 +42,12 @@ static PyObject *(*const private_list_extend)(PyListObject *, PyObject *) __attr
 static PyObject *(*const private_dict_presized)(Py_ssize_t) __attribute__((unused)) = _PyDict_NewPresized;
 #endif
 
+#include "../keyspace/keytable.h"
+
+/* A database's table of keys (keyspace/_keytable.c), reached through its capsule: the core reads and writes
+ * entries in place, so a GET copies the value once, into the reply. */
+static const KeyTableAPI *kt;
+
 #define MAX_MULTIBULK (1024 * 1024)
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -247,6 +253,16 @@ static int buf_bulk(Buf *b, PyObject *value) {
     return 0;
 }
 
+static int buf_bulk_raw(Buf *b, const char *s, Py_ssize_t n) {
+    if (buf_header(b, '$', n) < 0) return -1;
+    if (buf_reserve(b, n + 2) < 0) return -1;
+    memcpy(b->data + b->len, s, n);
+    b->data[b->len + n] = '\r';
+    b->data[b->len + n + 1] = '\n';
+    b->len += n + 2;
+    return 0;
+}
+
 static int buf_null(Buf *b, int resp3) {
     return resp3 ? buf_put(b, "_\r\n", 3) : buf_put(b, "$-1\r\n", 5);
 }
@@ -410,7 +426,7 @@ static PyObject *s_session, *s_outbox, *s_closing, *s_observer, *s_watchers,
     *s_held, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_last_write_index,
-    *s_clock_ms, *s_access, *s_needs_touched, *s_ctx, *s_db, *s_id,
+    *s_clock_ms, *s_needs_touched, *s_ctx, *s_db, *s_id,
     *s_handler, *s_arity, *s_failed_calls, *s_admit_rest, *s__gate, *s__router,
     *s_fast_serving, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
     *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_lru_stamp, *s_no_touch;
@@ -694,8 +710,9 @@ static int attr_add(PyObject *o, PyObject *name, long long delta) {
 /* What one run() keeps while it goes. */
 typedef struct {
     Core *core;
-    PyObject *session, *ctx, *outbox, *ready, *held, *db, *data, *expires, *enc, *access;
-    PyObject *lru_stamp;      /* keyspace.lru_stamp, what a lookup or a store puts in access[key]; NULL: none */
+    PyObject *session, *ctx, *outbox, *ready, *held, *db, *data, *expires, *enc;
+    int stamp;                /* a lookup or a store sets the key's access time to `lru` (keyspace.lru_stamp) */
+    uint32_t lru;
     PyObject *cur_args;       /* the request being run (borrowed): a held reply counts its bytes */
     Py_ssize_t reply_len;     /* its reply's encoded size (the large-reply log) */
     int resp3;
@@ -851,17 +868,49 @@ static inline long long string_cost(Run *r, PyObject *key, PyObject *value) {
     return r->core->key_cost + PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(value);
 }
 
-/* Keyspace.lookup's and Context.store's access time: access[key] = the LRU clock (keyspace.lru_stamp), when
- * it is kept and the session is not CLIENT NO-TOUCH. */
-static inline int touch(Run *r, PyObject *key) {
-    return r->lru_stamp == NULL ? 0 : PyDict_SetItem(r->access, key, r->lru_stamp);
+static inline long long str_cost(Run *r, PyObject *key, Py_ssize_t n) {
+    return r->core->key_cost + PyBytes_GET_SIZE(key) + n;
 }
 
-/* The live value of key for this command, borrowed: NULL with *stop set when the Python path must run
- * (the key expired), NULL without for a missing key. It does not touch the key: a command whose Python
+/* Keyspace.lookup's and Context.store's access time: the key's entry takes the LRU clock (keyspace.lru_stamp),
+ * when it is kept and the session is not CLIENT NO-TOUCH. */
+static inline void touch(Run *r, kt_entry *e) {
+    if (r->stamp) kt_set_access(e, r->lru);
+}
+
+/* An entry's value as a string: 1 with its bytes (inline, or a bytes object kept whole), 0 for another type. */
+static inline int entry_string(const kt_entry *e, const char **s, Py_ssize_t *n) {
+    if (kt_is_inline(e)) {
+        *s = kt_str(e);
+        *n = kt_str_len(e);
+        return 1;
+    }
+    if ((e->info & KT_OBJ) && PyBytes_CheckExact(kt_obj(e))) {
+        *s = PyBytes_AS_STRING(kt_obj(e));
+        *n = PyBytes_GET_SIZE(kt_obj(e));
+        return 1;
+    }
+    return 0;
+}
+
+/* A value of another type than a string (a hash, a list, a set), borrowed; NULL for a string. */
+static inline PyObject *entry_object(const kt_entry *e) {
+    return (e->info & KT_OBJ) && !PyBytes_CheckExact(kt_obj(e)) ? kt_obj(e) : NULL;
+}
+
+/* key's entry, or NULL when absent (*stop -1 on an error). Valid until the next write to the table. */
+static kt_entry *find(Run *r, PyObject *key, int *stop) {
+    kt_entry *e;
+    int f = kt->find(r->data, key, &e);
+    if (f < 0) *stop = -1;
+    return f > 0 ? e : NULL;
+}
+
+/* The live entry of key for this command: NULL with *stop set when the Python path must run (the key
+ * expired) or on an error, NULL without for a missing key. It does not touch the key: a command whose Python
  * handler looks it up (not peeks) calls touch() on a hit. */
-static PyObject *look(Run *r, PyObject *key, int *stop) {
-    PyObject *v = PyDict_GetItemWithError(r->data, key);
+static kt_entry *look(Run *r, PyObject *key, int *stop) {
+    kt_entry *v = find(r, key, stop);
     if (v == NULL) return NULL;
     int e = expired(r, key);
     if (e != 0) { *stop = e < 0 ? -1 : 1; return NULL; }
@@ -879,7 +928,9 @@ static int slots_call(Run *r, PyObject *name, PyObject *key) {
 
 static int store(Run *r, PyObject *key, PyObject *value, int keep_ttl) {
     if (r->slots != NULL && slots_call(r, s_add, key) < 0) return -1;
-    if (PyDict_SetItem(r->data, key, value) < 0 || touch(r, key) < 0) return -1;
+    kt_entry *e;
+    if (kt->set(r->data, key, value, &e) < 0) return -1;
+    touch(r, e);
     if (PyDict_GET_SIZE(r->enc) && PyDict_DelItem(r->enc, key) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
         PyErr_Clear();
@@ -921,6 +972,19 @@ static long long key_size(Run *r, PyObject *key, PyObject *value) {
     if (n == NULL) return -1;
     long long size = PyLong_AsLongLong(n);
     Py_DECREF(n);
+    return size;
+}
+
+/* key_size() of the entry's value (0 for NULL). */
+static long long entry_cost(Run *r, PyObject *key, const kt_entry *e) {
+    const char *s;
+    Py_ssize_t n;
+    if (e == NULL) return 0;
+    if (entry_string(e, &s, &n)) return str_cost(r, key, n);
+    PyObject *v = kt->value(e);
+    if (v == NULL) return -1;
+    long long size = key_size(r, key, v);
+    Py_DECREF(v);
     return size;
 }
 
@@ -978,7 +1042,9 @@ static int run_handler(Run *r, PyObject *args, PyObject *cmd, PyObject *value) {
     }
     Py_XDECREF(reply);
     if (rc < 0) { PyMem_Free(b.data); return -1; }
-    long long after = key_size(r, key, PyDict_GetItemWithError(r->data, key));
+    int stop = 0;
+    kt_entry *now = find(r, key, &stop);
+    long long after = stop ? -1 : entry_cost(r, key, now);
     if (after < 0 && PyErr_Occurred()) { PyMem_Free(b.data); return -1; }
     r->used_delta += after - before;
     long long ticket = 0;
@@ -1046,25 +1112,27 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
     }
     case C_GET: {
         PyObject *key = PyList_GET_ITEM(args, 1);
-        PyObject *v = look(r, key, &stop);
+        kt_entry *v = look(r, key, &stop);
         if (stop) return stop < 0 ? -1 : 0;
-        if (v != NULL && !PyBytes_CheckExact(v)) return 0;   /* WRONGTYPE: the Python path answers it */
+        const char *s = NULL;
+        Py_ssize_t n = 0;
+        if (v != NULL && !entry_string(v, &s, &n)) return 0;   /* WRONGTYPE: the Python path answers it */
         if (v == NULL) r->misses++;
         else {
             r->hits++;
-            if (touch(r, key) < 0) return -1;
+            touch(r, v);
         }
         ticket = read_ticket(r, args, 1, 1, 1);
         if (ticket < 0) return -1;
         Buf b = {0};
         Buf *dst = (ticket == 0 && PyList_GET_SIZE(r->held) == 0) ? &r->out : &b;
         Py_ssize_t before = dst->len;
-        int rc = v == NULL ? buf_null(dst, r->resp3) : buf_bulk(dst, v);
+        int rc = v == NULL ? buf_null(dst, r->resp3) : buf_bulk_raw(dst, s, n);
         if (rc == 0 && dst == &b) rc = emit(r, b.data, b.len, ticket);
         else r->reply_len = dst->len - before;
         PyMem_Free(b.data);
         if (rc < 0) return -1;
-        if (v != NULL) r->size += PyBytes_GET_SIZE(v);
+        r->size += n;
         return 1;
     }
     case C_SET: {
@@ -1103,10 +1171,12 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
             }
             expire_at = ms;
         }
-        PyObject *old = look(r, key, &stop);
+        kt_entry *olde = look(r, key, &stop);
         if (stop) return stop < 0 ? -1 : 0;
-        if (old != NULL && !PyBytes_CheckExact(old)) return 0;   /* WRONGTYPE with GET; another type's size */
-        int found = old != NULL;
+        const char *os = NULL;
+        Py_ssize_t on = 0;
+        if (olde != NULL && !entry_string(olde, &os, &on)) return 0;   /* WRONGTYPE with GET; another type's size */
+        int found = olde != NULL;
         if (flags & F_GET) {   /* SET ... GET reads the key first, as GET does (getGenericCommand): a hit or a miss */
             if (found) r->hits++;
             else r->misses++;
@@ -1115,13 +1185,15 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
             ticket = read_ticket(r, args, 1, 1, 1);
             if (ticket < 0) return -1;
             Buf b = {0};
-            int rc = ((flags & F_GET) && found) ? buf_bulk(&b, old) : buf_null(&b, r->resp3);
+            int rc = ((flags & F_GET) && found) ? buf_bulk_raw(&b, os, on) : buf_null(&b, r->resp3);
             if (rc == 0) rc = emit(r, b.data, b.len, ticket);
             PyMem_Free(b.data);
             return rc < 0 ? -1 : 1;
         }
-        Py_XINCREF(old);   /* the reply of SET ... GET outlives the store */
-        long long before = found ? string_cost(r, key, old) : 0;
+        /* the reply of SET ... GET outlives the store, which frees the old entry */
+        PyObject *old = (flags & F_GET) && found ? PyBytes_FromStringAndSize(os, on) : NULL;
+        if ((flags & F_GET) && found && old == NULL) return -1;
+        long long before = found ? str_cost(r, key, on) : 0;
         if (store(r, key, value, flags & F_KEEPTTL) < 0) { Py_XDECREF(old); return -1; }
         PyObject *argv;
         if (expire_arg != NULL) {
@@ -1170,14 +1242,15 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         Buf b = {0};
         int rc = buf_header(&b, '*', argc - 1);
         for (Py_ssize_t i = 1; i < argc && rc == 0; i++) {
-            PyObject *v = PyDict_GetItemWithError(r->data, PyList_GET_ITEM(args, i));
-            if (v == NULL && PyErr_Occurred()) rc = -1;
+            kt_entry *v = find(r, PyList_GET_ITEM(args, i), &stop);
+            const char *s;
+            Py_ssize_t n;
+            if (stop) rc = -1;
             else if (v == NULL) { r->misses++; rc = buf_null(&b, r->resp3); }
             else {
                 r->hits++;
-                rc = touch(r, PyList_GET_ITEM(args, i));
-                if (rc < 0) break;
-                if (PyBytes_CheckExact(v)) { rc = buf_bulk(&b, v); r->size += PyBytes_GET_SIZE(v); }
+                touch(r, v);
+                if (entry_string(v, &s, &n)) { rc = buf_bulk_raw(&b, s, n); r->size += n; }
                 else rc = buf_null(&b, r->resp3);
             }
         }
@@ -1187,24 +1260,24 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
     }
     case C_MSET: {
         if (argc % 2 == 0) return 0;
-        for (Py_ssize_t i = 1; i < argc; i += 2) {
-            PyObject *key = PyList_GET_ITEM(args, i);
-            PyObject *old = look(r, key, &stop);
-            if (stop) return stop < 0 ? -1 : 0;
-            if (old != NULL && !PyBytes_CheckExact(old)) return 0;
-        }
         /* before/after per key as call() measures them (a key named twice counts twice, as there) */
         long long before = 0, after = 0;
         for (Py_ssize_t i = 1; i < argc; i += 2) {
             PyObject *key = PyList_GET_ITEM(args, i);
-            PyObject *old = PyDict_GetItemWithError(r->data, key);
-            if (old != NULL) before += string_cost(r, key, old);
+            kt_entry *old = look(r, key, &stop);
+            if (stop) return stop < 0 ? -1 : 0;
+            const char *s;
+            Py_ssize_t n;
+            if (old != NULL && !entry_string(old, &s, &n)) return 0;
+            if (old != NULL) before += str_cost(r, key, n);
         }
         for (Py_ssize_t i = 1; i < argc; i += 2)
             if (store(r, PyList_GET_ITEM(args, i), PyList_GET_ITEM(args, i + 1), 0) < 0) return -1;
         for (Py_ssize_t i = 1; i < argc; i += 2) {
             PyObject *key = PyList_GET_ITEM(args, i);
-            after += string_cost(r, key, PyDict_GetItem(r->data, key));
+            long long cost = entry_cost(r, key, find(r, key, &stop));
+            if (stop || cost < 0) return -1;
+            after += cost;
         }
         r->used_delta += after - before;
         PyObject *argv = PyList_AsTuple(args);
@@ -1226,19 +1299,21 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
                 delta = -delta;
             }
         }
-        PyObject *old = look(r, key, &stop);
+        kt_entry *old = look(r, key, &stop);
         if (stop) return stop < 0 ? -1 : 0;
         long long current = 0;
+        const char *os;
+        Py_ssize_t on = 0;
         if (old != NULL) {
-            if (!PyBytes_CheckExact(old)) return 0;
-            if (!string2ll(PyBytes_AS_STRING(old), PyBytes_GET_SIZE(old), &current)) return 0;
+            if (!entry_string(old, &os, &on)) return 0;
+            if (!string2ll(os, on, &current)) return 0;
         }
         long long result;
         if (__builtin_add_overflow(current, delta, &result)) return 0;
         int k = snprintf(tmp, sizeof tmp, "%lld", result);
         PyObject *value = PyBytes_FromStringAndSize(tmp, k);
         if (value == NULL) return -1;
-        long long before = old != NULL ? string_cost(r, key, old) : 0;
+        long long before = old != NULL ? str_cost(r, key, on) : 0;
         if (store(r, key, value, 1) < 0) { Py_DECREF(value); return -1; }
         r->used_delta += string_cost(r, key, value) - before;
         Py_DECREF(value);
@@ -1264,21 +1339,22 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         long long before = 0;
         for (Py_ssize_t i = 1; i < argc; i++) {
             PyObject *key = PyList_GET_ITEM(args, i);
-            PyObject *v = PyDict_GetItemWithError(r->data, key);
-            long long size = key_size(r, key, v);   /* another type's: the Python estimator's, as call()'s */
+            kt_entry *v = find(r, key, &stop);
+            /* another type's: the Python estimator's, as call()'s */
+            long long size = stop ? -1 : entry_cost(r, key, v);
             if (size < 0) { Py_DECREF(argv); return -1; }
             before += size;
         }
         for (Py_ssize_t i = 1; i < argc; i++) {
             PyObject *key = PyList_GET_ITEM(args, i);
-            PyObject *v = PyDict_GetItemWithError(r->data, key);
-            if (v == NULL) continue;
-            if (PyDict_DelItem(r->data, key) < 0 || PyList_Append(argv, key) < 0 || slots_call(r, s_discard, key) < 0) {
+            int gone = kt->del(r->data, key);
+            if (gone == 0) continue;
+            if (gone < 0 || PyList_Append(argv, key) < 0 || slots_call(r, s_discard, key) < 0) {
                 Py_DECREF(argv);
                 return -1;
             }
-            PyObject *dicts[3] = {r->expires, r->access, r->enc};
-            for (int d = 0; d < 3; d++) {
+            PyObject *dicts[2] = {r->expires, r->enc};   /* the access time went with the entry */
+            for (int d = 0; d < 2; d++) {
                 if (PyDict_GET_SIZE(dicts[d]) && PyDict_DelItem(dicts[d], key) < 0) {
                     if (!PyErr_ExceptionMatches(PyExc_KeyError)) { Py_DECREF(argv); return -1; }
                     PyErr_Clear();
@@ -1305,7 +1381,7 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         long long count = 0;
         for (Py_ssize_t i = 1; i < argc; i++) {
             PyObject *key = PyList_GET_ITEM(args, i);
-            PyObject *v = look(r, key, &stop);
+            kt_entry *v = look(r, key, &stop);
             if (stop) return stop < 0 ? -1 : 0;
             if (v != NULL) count++;
         }
@@ -1316,14 +1392,15 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
     }
     case C_HGET: {
         PyObject *key = PyList_GET_ITEM(args, 1);
-        PyObject *h = look(r, key, &stop);
+        kt_entry *he = look(r, key, &stop);
         if (stop) return stop < 0 ? -1 : 0;
-        if (h != NULL && !PyDict_CheckExact(h)) return 0;
+        PyObject *h = he != NULL ? entry_object(he) : NULL;
+        if (he != NULL && (h == NULL || !PyDict_CheckExact(h))) return 0;
         PyObject *v = NULL;
         if (h == NULL) r->misses++;
         else {
             r->hits++;
-            if (touch(r, key) < 0) return -1;
+            touch(r, he);
             v = PyDict_GetItemWithError(h, PyList_GET_ITEM(args, 2));
             if (v == NULL && PyErr_Occurred()) return -1;
             if (v != NULL && !PyBytes_CheckExact(v)) v = NULL;
@@ -1341,8 +1418,10 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         if (id == C_HSET && argc % 2) return 0;                      /* wrong arity: the Python path */
         if ((id == C_LPOP || id == C_RPOP) && argc != 2) return 0;   /* the COUNT form */
         PyObject *key = PyList_GET_ITEM(args, 1);
-        PyObject *v = look(r, key, &stop);
+        kt_entry *ve = look(r, key, &stop);
         if (stop) return stop < 0 ? -1 : 0;
+        PyObject *v = ve != NULL ? entry_object(ve) : NULL;
+        if (ve != NULL && v == NULL) return 0;                       /* a string: WRONGTYPE */
         if (v != NULL) {
             int right = id == C_HSET ? PyDict_CheckExact(v)
                         : id == C_SADD ? PySet_CheckExact(v)
@@ -1353,7 +1432,7 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
     }
     case C_TTL: case C_PTTL: {
         PyObject *key = PyList_GET_ITEM(args, 1);
-        PyObject *v = look(r, key, &stop);
+        kt_entry *v = look(r, key, &stop);
         if (stop) return stop < 0 ? -1 : 0;
         long long ttl;
         if (v == NULL) ttl = -2;
@@ -1516,8 +1595,7 @@ static int run_finish(Run *r, double end) {
 static void run_release(Run *r) {
     Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
     Py_XDECREF(r->gate); Py_XDECREF(r->slot_codes); Py_XDECREF(r->slots);
-    Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc); Py_XDECREF(r->access);
-    Py_XDECREF(r->lru_stamp);
+    Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc);
     PyMem_Free(r->out.data);
 }
 
@@ -1584,10 +1662,8 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
     r.data = ga(r.db, s_data);
     r.expires = ga(r.db, s_expires);
     r.enc = ga(r.db, s_enc);
-    r.access = ga(r.db, s_access);
-    if (r.data == NULL || r.expires == NULL || r.enc == NULL || r.access == NULL) goto error;
-    if (!PyDict_CheckExact(r.data) || !PyDict_CheckExact(r.expires) || !PyDict_CheckExact(r.enc)
-        || !PyDict_CheckExact(r.access)) {
+    if (r.data == NULL || r.expires == NULL || r.enc == NULL) goto error;
+    if (Py_TYPE(r.data) != kt->type || !PyDict_CheckExact(r.expires) || !PyDict_CheckExact(r.enc)) {
         status = 1;
         goto done_early;
     }
@@ -1595,9 +1671,21 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         int no_touch = attr_true(r.session, s_no_touch);   /* CLIENT NO-TOUCH: lookups leave access times */
         if (no_touch < 0) goto error;
         if (!no_touch) {
-            r.lru_stamp = ga(self->keyspace, s_lru_stamp);
-            if (r.lru_stamp == NULL) goto error;
-            if (r.lru_stamp == Py_None) Py_CLEAR(r.lru_stamp);
+            PyObject *stamp = ga(self->keyspace, s_lru_stamp);
+            if (stamp == NULL) goto error;
+            if (stamp != Py_None) {
+                unsigned long lru = PyLong_AsUnsignedLong(stamp);
+                Py_DECREF(stamp);
+                if (PyErr_Occurred() || lru > 0xFFFFFFFFul) {   /* (an access time is 32 bits: set_access says so) */
+                    PyErr_Clear();
+                    status = 1;
+                    goto done_early;
+                }
+                r.stamp = 1;
+                r.lru = (uint32_t)lru;
+            } else {
+                Py_DECREF(stamp);
+            }
         }
     }
     {
@@ -2082,7 +2170,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
     INTERN(s_last_write_index, "last_write_index");
-    INTERN(s_clock_ms, "clock_ms");     INTERN(s_access, "access"); INTERN(s_needs_touched, "needs_touched");
+    INTERN(s_clock_ms, "clock_ms");     INTERN(s_needs_touched, "needs_touched");
     INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler");
     INTERN(s_arity, "arity");
     INTERN(s_admit_rest, "_admit_rest"); INTERN(s__gate, "_gate");
@@ -2113,6 +2201,14 @@ PyMODINIT_FUNC PyInit__core(void) {
     b_KEEPTTL = PyBytes_FromString("KEEPTTL"); b_DEL = PyBytes_FromString("DEL");
     if (!b_SET || !b_PXAT || !b_KEEPTTL || !b_DEL) return NULL;
     if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *ktmod = PyImport_ImportModule("durakv.keyspace._keytable");   /* PyCapsule_Import walks attributes */
+    Py_XDECREF(ktmod);
+    kt = ktmod != NULL ? PyCapsule_Import(KEYTABLE_CAPSULE, 0) : NULL;
+    if (kt == NULL) {   /* the core runs on the compiled key table only: without it, the pure-Python path */
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ImportError, "durakv.keyspace._keytable was not built: the compiled core needs it");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     Py_INCREF(&CoreType);

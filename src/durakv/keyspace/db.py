@@ -9,6 +9,7 @@ from .bloom import Bloom, BloomDefaults
 from .encoding import EncodingRules
 from .events import KEY_MISS
 from .jsondoc import TYPE_NAME as _JSON_TYPE_NAME, JsonDoc
+from .keytable import KeyTable
 from .slotindex import SlotIndex
 from .stream import Stream
 from .zset import ZSet
@@ -107,19 +108,18 @@ class _LastFieldsExpired(FieldsExpired):
     key_deleted = True
 
 class Db:
-    """One numbered database. `data` maps key -> value, `expires` key -> expire_at_ms."""
+    """One numbered database. `data` maps key -> value (a keytable.KeyTable, which also keeps each key's access
+    time: the LRU clock in seconds or LFU's packed counter, when the policy needs it), `expires` key ->
+    expire_at_ms for the keys that have a TTL."""
 
-    __slots__ = ("id", "data", "expires", "access", "expiry_heap", "_sample", "_sample_misses",
-                 "avg_ttl_ms", "enc", "slots", "hexpires", "hexpiry_heap", "hexpiry_mark")
+    __slots__ = ("id", "data", "expires", "expiry_heap", "avg_ttl_ms", "enc", "slots", "hexpires", "hexpiry_heap",
+                 "hexpiry_mark")
 
     def __init__(self, db_id: int):
         self.id = db_id
-        self.data = {}
+        self.data = KeyTable()
         self.expires = {}
-        self.access = {}       # key -> LRU clock (s) or packed LFU counter, when the policy needs it
         self.expiry_heap = []  # (expire_at_ms, key); entries are checked against `expires` on pop
-        self._sample = []      # snapshot of keys for random sampling (RANDOMKEY, eviction)
-        self._sample_misses = 0
         self.avg_ttl_ms = 0
         self.enc = {}          # key -> the encoding Valkey would have reached (keyspace/encoding.py)
         # keyspace.slotindex.SlotIndex of the keys per cluster slot, kept by store()/delete()/clear() once
@@ -163,8 +163,8 @@ class Db:
             self.set_field_expire(key, field, at)
 
     def random_keys(self, count: int, rng: random.Random, from_expires=False):
-        """Up to `count` random live keys (may repeat), O(1) amortized: samples a snapshot of the
-        key list that is rebuilt once too many sampled keys have gone."""
+        """Up to `count` random keys (may repeat), O(1) each: the table's random_key from the keyspace's rng. A key
+        with a TTL is drawn from the whole table and kept if it has one, unless few enough have one to list."""
         source = self.expires if from_expires else self.data
         if not source:
             return []
@@ -172,32 +172,26 @@ class Db:
             keys = list(source) if len(source) <= 64 else None
             if keys is not None:
                 return [rng.choice(keys) for _ in range(count)]
-        if (not self._sample or len(self._sample) < len(source) // 2
-                or self._sample_misses > max(16, len(self._sample) // 4)):
-            self._sample = list(self.data)
-            self._sample_misses = 0
+        data = self.data
         out = []
         tries = 0
-        while len(out) < count and tries < count * 8 and self._sample:
+        while len(out) < count and tries < count * 8:
             tries += 1
-            k = rng.choice(self._sample)
+            k = data.random_key(rng.getrandbits(64))
+            if k is None:
+                break
             if k in source:
                 out.append(k)
-            else:
-                self._sample_misses += 1
-                if self._sample_misses > max(16, len(self._sample) // 4):
-                    self._sample = list(self.data)
-                    self._sample_misses = 0
         return out
 
     def reserve(self, keys: int, expires: int, presized):
         """Room for `keys` keys (and `expires` TTLs) before a load that knows its size (an RDB's RESIZEDB), so
-        that no insert of the load rebuilds a dict at once: presized(n) makes an empty dict with room for n
-        (the compiled core's; CPython grows a dict by rebuilding it whole). Only an empty database is resized."""
-        if self.data or self.expires or self.access:
+        that no insert of the load rebuilds a table at once: the key table takes buckets for `keys`, presized(n)
+        makes an empty dict with room for n for the TTLs (the compiled core's; CPython grows a dict by rebuilding
+        it whole). Only an empty database is resized."""
+        if self.data or self.expires:
             return False
-        self.data = presized(keys)
-        self.access = presized(keys)
+        self.data.reserve(keys)
         self.expires = presized(expires)
         return True
 
@@ -206,12 +200,10 @@ class Db:
         if self.slots is not None:
             self.slots.clear()
         self.expires.clear()
-        self.access.clear()
         self.expiry_heap.clear()
         self.enc.clear()
         self.hexpires.clear()
         self.hexpiry_heap.clear()
-        self._sample = []
 
 
 class Keyspace:
@@ -309,7 +301,7 @@ class Keyspace:
                 return None  # a replica: the key is gone for readers; the primary's DEL will remove it
         stamp = self.lru_stamp
         if stamp is not None:
-            db.access[key] = stamp
+            db.data.set_access(key, stamp)
         elif self._track is not None:
             self._touch(db, key)
         if self.reading:
@@ -351,8 +343,6 @@ class Keyspace:
             db.slots.discard(key)
         if db.expires:
             db.expires.pop(key, None)
-        if db.access:
-            db.access.pop(key, None)
         if db.enc:
             db.enc.pop(key, None)
         if db.hexpires:
@@ -548,10 +538,10 @@ class Keyspace:
     def _touch(self, db: Db, key: bytes):
         if self._track == "lru":
             second = self.lru_second
-            db.access[key] = second if second is not None else self.clock_ms() // 1000 + self.lru_offset_s
+            db.data.set_access(key, second if second is not None else self.clock_ms() // 1000 + self.lru_offset_s)
             return
         now = self.clock_ms()
-        packed = db.access.get(key)
+        packed = db.data.get_access(key)
         minutes = (now // 60000) & 0xFFFF
         if packed is None:
             counter = 5  # LFU_INIT_VAL: a new object's counter, then this access counts (updateLFU)
@@ -564,19 +554,19 @@ class Keyspace:
             base = max(0, counter - 5)
             if self.rng.random() < 1.0 / (base * self.lfu_log_factor + 1):
                 counter += 1
-        db.access[key] = (minutes << 8) | counter
+        db.data.set_access(key, (minutes << 8) | counter)
 
     def created(self, db: Db, key: bytes):
         """A value was just stored at key: a new object's LRU clock is now (createObject). An LFU counter
         starts at LFU_INIT_VAL without an entry (lfu_counter)."""
         stamp = self.lru_stamp
         if stamp is not None:
-            db.access[key] = stamp
+            db.data.set_access(key, stamp)
         elif self._track == "lru":
             self._touch(db, key)
 
     def idle_ms(self, db: Db, key: bytes) -> int:
-        last = db.access.get(key)
+        last = db.data.get_access(key)
         if last is None or self._track == "lfu":    # (None: CLIENT NO-TOUCH, which still reads them)
             return 0
         # whole LRU clock units, as estimateObjectIdleTime, and against the same clock the stamp came from (the
@@ -586,7 +576,7 @@ class Keyspace:
         return max(0, (now_s - last) * 1000)
 
     def lfu_counter(self, db: Db, key: bytes) -> int:
-        packed = db.access.get(key)
+        packed = db.data.get_access(key)
         return 5 if packed is None else packed & 0xFF
 
     # -- eviction ------------------------------------------------------------------------------
@@ -602,7 +592,7 @@ class Keyspace:
                 continue
             for key in db.random_keys(samples, self.rng, from_expires=volatile):
                 if policy.endswith("lru"):
-                    score = -(db.access.get(key, 0))          # oldest access first
+                    score = -(db.data.get_access(key) or 0)   # oldest access first
                 elif policy.endswith("lfu"):
                     score = -(self.lfu_counter(db, key))       # least used first
                 elif policy == "volatile-ttl":

@@ -12,6 +12,7 @@ from ..commands.services import (Admin, Clients, Cluster, Faults, OffLoop, Persi
 from ..durability.tracker import failure_reason
 from ..errors import CommandError
 from ..protocol.resp import OK, Deferred, ErrorReply, Raw
+from . import allocator
 from .migrate import MigrateError
 from .search_fanout import SearchFanout
 
@@ -201,6 +202,9 @@ class ServerAdmin(_Served, Admin):
 
     def memory_rss(self) -> int:
         return self.server.memory_rss()
+
+    def purge_memory(self) -> bool:
+        return allocator.purge()
 
     def note_peak_memory(self, used) -> int:
         srv = self.server

@@ -30,22 +30,24 @@ def machine_load() -> dict:
             "cpus": os.cpu_count()}
 
 
-def write_results(directory, name, report, text, load_before, argv=None, command=None, title=None) -> str:
-    """Writes <directory>/<name>-<UTC date and time>.md (and .json beside it); returns the .md path. `command`:
-    the command line as a user runs it (default: `durakv bench` and argv); `title`: the page's heading."""
+def write_results(directory, name, report, text, load_before, argv=None, tool="durakv bench", command=None,
+                  title=None) -> str:
+    """Writes <directory>/<name>-<UTC date and time>.md (and .json beside it); returns the .md path. `tool`: the
+    command line's program (a script under scripts/ names itself); `command`: the whole command line, when it is
+    not the tool and argv; `title`: the page's heading (default: the tool and the name)."""
     os.makedirs(directory, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y%m%d-%H%M%S")
     base = os.path.join(directory, f"{name}-{stamp}")
     if command is None:
-        command = "durakv bench " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+        command = tool + " " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     meta = {"command": command, "commit": _commit(), "date": now.isoformat(timespec="seconds"),
             "load_before": load_before, "load_after": machine_load()}
     with open(base + ".json", "w") as f:
         json.dump({"meta": meta, "report": report}, f, indent=2, default=str)
         f.write("\n")
     with open(base + ".md", "w") as f:
-        f.write(f"# {title or 'durakv bench: ' + name}, {meta['date']}\n\n")
+        f.write(f"# {title or tool + ': ' + name}, {meta['date']}\n\n")
         f.write(f"- command: `{command}`\n- commit: {meta['commit']}\n- date: {meta['date']}\n")
         f.write(f"- machine: {meta['load_before']['cpus']} CPUs; load average (1 min) "
                 f"{meta['load_before']['loadavg_1m']} before the run, {meta['load_after']['loadavg_1m']} after\n\n")
