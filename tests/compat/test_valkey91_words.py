@@ -170,7 +170,7 @@ def test_clusterscan_cursors(pair):
         assert cursor == b"0" and sorted(keys) == [b"k1", b"{k1}x", b"{k1}y"]
     # a page stops after the slot that reached COUNT; the next cursor names the next slot holding keys
     (oc, okeys), (tc, tkeys) = (raw(c, "CLUSTERSCAN", "0-{k1}-0", "COUNT", "1") for c in pair)
-    assert okeys == tkeys
+    assert sorted(okeys) == sorted(tkeys)      # (within a slot the order is each server's table order)
     assert oc.split(b"-", 1)[1] == tc.split(b"-", 1)[1]   # the first part is each server's own fingerprint
     for bad in (("abc",), ("1",), ("0-{k1}",), ("0-{k1}-x",), ("0", "SLOT", "16384"), ("0", "SLOT", "x"),
                 ("0", "COUNT", "0"), ("0", "FOO"), ("0", "COUNT"), ("0-{06S}-0", "SLOT", "5")):

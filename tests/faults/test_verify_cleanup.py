@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from conftest import ROOT, wait_until
+from helpers.waiting import default_sigint
 from durakv.cluster.processes import pid_alive
 
 
@@ -94,7 +95,8 @@ def test_an_interrupted_run_stops_its_cluster_and_removes_it(tmp_path, sig, when
     proc = subprocess.Popen(verify_cmd("acked-writes", "--no-tls", "--workdir", work, "--fault", "kill",
                                        "--fault-duration", "120", "--warmup", warmup, "--writers", "2"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONPATH=f"{ROOT}/src"), start_new_session=True)
+                            env=dict(os.environ, PYTHONPATH=f"{ROOT}/src"), start_new_session=True,
+                            preexec_fn=default_sigint)
     lines = queue.Queue()
     seen = []
     pump = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)

@@ -72,3 +72,11 @@ def wait_new_primary(cluster, old_name, timeout_s=30.0):
                 pass    # still electing, or too busy to answer the probe in time: ask again
         time.sleep(0.01)
     raise TimeoutError(f"no new primary within {scaled(timeout_s)}s")
+
+
+def default_sigint():
+    """A Popen preexec_fn: the child starts with SIGINT's default disposition, so Python in it turns Ctrl-C into
+    KeyboardInterrupt. A suite launched in the background of a non-interactive shell (`cmd &`) runs with SIGINT
+    ignored, which every child would inherit, and a test of what Ctrl-C does would see nothing happen."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -20,7 +20,7 @@ import hiredis
 import pytest
 
 from conftest import ROOT, cluster_port, free_port, wait_until
-from helpers.waiting import TIME_SCALE
+from helpers.waiting import TIME_SCALE, default_sigint
 from durakv.tools.bench import BenchConfig, format_report, plan_clients, run_bench
 from durakv.tools.bench import hist as H
 from durakv.tools.bench.compare import check_targets, format_compare
@@ -686,7 +686,8 @@ def test_compare_stops_its_servers_on_ctrl_c(tmp_path):
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.Popen([sys.executable, "-m", "durakv", "bench", "compare", "--targets", "durakv-none",
                              "--workloads", "closed", "--duration", "30", "--keys", "100", "--closed-clients", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     try:
         pid = None
         for line in proc.stderr:

@@ -143,10 +143,11 @@ def test_insert(r):
     assert r.execute_command("BF.INFO", "c", "CAPACITY") == 1000
     assert error(r, "BF.INSERT", "missing", "NOCREATE", "ITEMS", "a") == "ERR not found"
     assert r.execute_command("BF.INSERT", "c", "NOCREATE", "ITEMS", "z") == [1]
-    # NONSCALING: the filter fills, and the first refused item ends the reply with its error
+    # NONSCALING: the filter fills, and the first refused item ends the reply with its error. An item the
+    # (randomly seeded) full filter already reports present answers 0 without needing room: "c" may be one.
     reply = r.execute_command("BF.INSERT", "n", "CAPACITY", "2", "NONSCALING", "ITEMS", "a", "b", "c", "d")
-    assert reply[:2] == [1, 1] and len(reply) == 3 and isinstance(reply[2], valkey.ResponseError)
-    assert str(reply[2]) == "non scaling filter is full"
+    assert reply[:2] == [1, 1] and reply[2:-1] in ([], [0]) and isinstance(reply[-1], valkey.ResponseError), reply
+    assert str(reply[-1]) == "non scaling filter is full"
     assert r.execute_command("BF.CARD", "n") == 2
     # items the (random-seeded, small) filter does not report present yet
     fresh = [b"new%d" % i for i in range(200) if not r.execute_command("BF.EXISTS", "n", b"new%d" % i)][:2]
@@ -183,7 +184,9 @@ def test_scaling(r):
     added = sum(r.execute_command("BF.MADD", "s", *items[i:i + 100]).count(1) for i in range(0, 1000, 100))
     info = dict(zip(*[iter(r.execute_command("BF.INFO", "s"))] * 2))
     assert info[b"Number of items inserted"] == added == r.execute_command("BF.CARD", "s")
-    assert 980 <= added <= 1000       # a few false positives at 1%
+    # A few false positives: an item is checked against every sub-filter, at 1% + 0.5% + 0.25% + 0.125% at most,
+    # so about 19 of 1000 at worst on average (the seed is random); 50 is far in the tail.
+    assert 950 <= added <= 1000
     assert info[b"Number of filters"] == 4 and info[b"Capacity"] == 100 + 200 + 400 + 800
     # the module's memory: object 48 + 4 vector slots * 8, and per filter 208 + its bitmap
     bitmaps = sum(B.bitmap_bytes(100 * 2 ** i, 0.01 * 0.5 ** i) for i in range(4))

@@ -837,7 +837,7 @@ def memory_malloc_stats(ctx, args):
 
 @command("memory|purge")
 def memory_purge(ctx, args):
-    ctx.port.admin.purge_memory()   # (Valkey answers OK whatever its allocator could give back)
+    ctx.services.admin.purge_memory()   # (Valkey answers OK whatever its allocator could give back)
     return OK
 
 
