@@ -332,7 +332,9 @@ def cluster_phases(opts, phases, rows, notable, dumps, server_env):
     d = tempfile.mkdtemp(prefix="measure-stalls-cluster-")
     # no periodic snapshot while the keys are written: the snapshot phase asks for one (BGSAVE, the same
     # snapshot_now the timer runs) when the dataset is complete
-    cluster = LocalCluster.up(d, shards=1, replicas=2, durability=opts.durability, timeout_s=120,
+    # password "": the nodes answer this script's plain PINGs and INFOs on 127.0.0.1 only (protected mode), as
+    # the test harness's clusters do; NATS stays locked
+    cluster = LocalCluster.up(d, shards=1, replicas=2, durability=opts.durability, timeout_s=120, password="",
                               extra_server_args=("--replica-snapshot-interval-ms", "0"),
                               env={"PYTHONPATH": server_env["PYTHONPATH"]} if opts.server_src else None)
     try:
