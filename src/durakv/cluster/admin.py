@@ -148,11 +148,14 @@ class ClusterAdmin:
         return await connect(self.nats, name="durakv-operator%s" % ("-sys" if system else ""), tls=self._tls(),
                              creds=self.secrets.system_creds if system else self.secrets.operator_creds)
 
+    UNANSWERED_RETRY_S = 30.0    # an operation's KV requests the bucket did not take are sent again this long
+
     async def store(self, create=False):
         """The coordination store, with the operator's identity (create: make its bucket if it is not there)."""
         nc = await self.connect_nats()
         try:
             store = NatsStore(nc)
+            store.unanswered_retry_s = self.UNANSWERED_RETRY_S
             return await (store.create_cluster() if create else store.open())
         except BaseException:
             await nc.close()

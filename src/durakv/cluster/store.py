@@ -366,6 +366,11 @@ class NatsStore(CoordinationStore):
         self.kv = None
         self.kv_watch = None
         self._obs = {}
+        # How long a KV request the bucket's stream did not answer at all (no responders, 503: it stored
+        # nothing) is sent again. 0 for a node (its controller's next tick retries, and a lease must fail fast);
+        # the operator's tools set it, so an operation started while the bucket's leader moves (a cluster just
+        # formed) does not fail on its first request.
+        self.unanswered_retry_s = 0.0
 
     # -- buckets ---------------------------------------------------------------------------------------------
     async def open(self, timeout_s: float = 60.0):
@@ -478,11 +483,29 @@ class NatsStore(CoordinationStore):
     def _failover_key(shard):
         return "failover.%s" % shard
 
+    async def _unanswered_retried(self, call):
+        """await call(); while unanswered_retry_s lasts, again after a reply that says the stream did not take
+        the request at all (no responders, 503), which left nothing stored, so sending it again is safe (a
+        timeout is not retried here: the request may have been stored)."""
+        import nats.errors
+        import nats.js.errors
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.unanswered_retry_s
+        while True:
+            try:
+                return await call()
+            except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
+                    nats.js.errors.ServiceUnavailableError) as exc:
+                if loop.time() + 0.2 > deadline:
+                    raise
+                log.info("coordination store: %s; asking again while the bucket elects", exc)
+                await asyncio.sleep(0.2)
+
     async def _get(self, key, decode):
         """(decoded value, revision) of key; (None, revision or 0) when it is absent or deleted."""
         from nats.js.errors import KeyNotFoundError
         try:
-            entry = await self.kv.get(key)
+            entry = await self._unanswered_retried(lambda: self.kv.get(key))
         except KeyNotFoundError:
             return None, 0
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
@@ -496,7 +519,7 @@ class NatsStore(CoordinationStore):
         return await self._compare_and_set(self._lease_key(shard), lease.encode(), revision)
 
     async def request_failover(self, shard, to_node):
-        await self.kv.put(self._failover_key(shard), to_node.encode())
+        await self._unanswered_retried(lambda: self.kv.put(self._failover_key(shard), to_node.encode()))
 
     async def failover_request(self, shard):
         from nats.js.errors import KeyNotFoundError
@@ -509,7 +532,7 @@ class NatsStore(CoordinationStore):
         return entry.value.decode()
 
     async def clear_failover_request(self, shard):
-        await self.kv.put(self._failover_key(shard), b"")
+        await self._unanswered_retried(lambda: self.kv.put(self._failover_key(shard), b""))
 
     async def get_base_topology(self):
         """(the operator's topology, its revision), (None, 0) when none is stored."""
@@ -646,8 +669,8 @@ class NatsStore(CoordinationStore):
         from nats.js.errors import KeyWrongLastSequenceError
         try:
             if expected_revision == 0:
-                return await self.kv.create(key, raw)
-            return await self.kv.update(key, raw, last=expected_revision)
+                return await self._unanswered_retried(lambda: self.kv.create(key, raw))
+            return await self._unanswered_retried(lambda: self.kv.update(key, raw, last=expected_revision))
         except KeyWrongLastSequenceError as exc:
             raise StaleRevision(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - create() on an existing key
