@@ -79,7 +79,10 @@ def backup_restore(env, writers=4, phase_s=5.0, dest=None, keep=False) -> Result
                     if rec_[0] == "key"}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    # The instant is a millisecond: the restore keeps every entry committed during it (restore.replay_shard
+    # compares commit times in ms), so a write is "after T" once it was invoked after that millisecond ended.
     t_ns = t_ms * 1_000_000
+    t_end_ns = t_ns + 1_000_000
     acked_before = missing = after_present = inflight = inflight_present = 0
     lost_examples = []
     for o in write_ops(rec.history()):
@@ -92,7 +95,7 @@ def backup_restore(env, writers=4, phase_s=5.0, dest=None, keep=False) -> Result
                 missing += 1
                 if len(lost_examples) < 5:
                     lost_examples.append(key)
-        elif o.invoke_ns > t_ns:
+        elif o.invoke_ns >= t_end_ns:
             if found is not None:
                 after_present += 1
         else:
