@@ -171,7 +171,8 @@ def test_object_idletime_is_tracked_under_every_non_lfu_policy(both, policy, nam
     # RESTORE ... IDLETIME sets it under any non-LFU policy (objectSetLRUOrLFU)
     for port, c in zip(ports(both), both):
         out = replies(port, ["RESTORE", "r", "0", c.dump("a"), "IDLETIME", "1000"], ["OBJECT", "IDLETIME", "r"])
-        assert out == [b"+OK\r\n", b":1000\r\n"]
+        # the LRU clock may turn between the two commands (the cron ticks it; a loaded machine more than once)
+        assert out[0] == b"+OK\r\n" and 1000 <= int(out[1][1:]) <= 1003, out
 
 
 def test_the_compiled_core_keeps_access_times_as_the_python_path(r):
