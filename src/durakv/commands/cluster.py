@@ -12,7 +12,7 @@ from ..protocol.resp import OK, Raw
 from ..routing import key_slot
 from ..routing import views
 from .base import syntax_error
-from .registry import command
+from .registry import READS_ALL, command
 
 
 def _cluster(ctx):
@@ -95,14 +95,14 @@ def cluster_keyslot(ctx, args):
     return key_slot(args[2])
 
 
-@command("cluster|countkeysinslot")
+@command("cluster|countkeysinslot", reads_data=READS_ALL)
 def cluster_countkeysinslot(ctx, args):
     _cluster(ctx)
     slot = views.countkeysinslot_slot(args[2])
     return len(views.keys_in_slot(ctx.db.data, slot))
 
 
-@command("cluster|getkeysinslot")
+@command("cluster|getkeysinslot", reads_data=READS_ALL)
 def cluster_getkeysinslot(ctx, args):
     _cluster(ctx)
     slot, count = views.getkeysinslot_args(args[2], args[3])

@@ -29,7 +29,7 @@ from ..protocol.numbers import string2ll
 from ..protocol.resp import OK, Raw, fpconv_dtoa
 from .base import atoi, parse_int
 from .generic import dump_payload
-from .registry import command
+from .registry import READS_ALL, command
 
 log = logging.getLogger("durakv.debug")
 
@@ -352,7 +352,25 @@ def _hex(digest: bytes) -> str:
     return digest.hex()
 
 
-@command("debug")
+# DEBUG's subcommands that describe data (durakv implements OBJECT, DIGEST and DIGEST-VALUE; Valkey's other
+# readers are listed so that one implemented later is covered from the start)
+_DEBUG_KEY_READS = {b"OBJECT", b"DIGEST-VALUE", b"LISTPACK", b"SDSLEN", b"HTSTATS-KEY"}
+_DEBUG_ALL_READS = {b"DIGEST", b"HTSTATS"}
+
+
+def _debug_reads(args):
+    """What a DEBUG subcommand reads (Command.reads_data): its reply waits for those writes' commit."""
+    if len(args) < 2:
+        return None
+    sub = args[1].upper()
+    if sub in _DEBUG_ALL_READS:
+        return READS_ALL
+    if sub in _DEBUG_KEY_READS:
+        return list(args[2:]) if sub == b"DIGEST-VALUE" else args[2:3]
+    return None
+
+
+@command("debug", reads_data=_debug_reads)
 def debug(ctx, args):
     sub = args[1].upper()
     n = len(args)

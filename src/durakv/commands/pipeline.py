@@ -305,7 +305,7 @@ class Pipeline:
     def _read_ticket(self, session, cmd, args):
         """The ticket of a reply that changed nothing while writes are uncommitted: what it was derived from
         must commit first. Reads and writes wait for their keys (sync mode); commands with neither flag that
-        still look at the data (DEBUG DIGEST, INFO keyspace, CLUSTER COUNTKEYSINSLOT, ...: _READS_DATA) wait
+        still look at the data (DEBUG DIGEST, INFO keyspace, CLUSTER COUNTKEYSINSLOT, ...: Command.reads_data) wait
         likewise; an export of the dataset (SYNC's RDB) waits for everything issued, in either mode."""
         dur = self.durability
         if cmd.readonly or cmd.write or cmd.calls_commands:
@@ -316,16 +316,16 @@ class Pipeline:
             if cmd.sees_all or cmd.keys_incomplete:
                 return dur.barrier_ticket()
             return dur.read_ticket(session.db_id, cmd.keys(args))
-        reads = _READS_DATA.get(cmd.fullname)
+        reads = cmd.reads_data
         if reads is None:
             return 0
         if type(reads) is not str:
             reads = reads(args)
-        if reads is EXPORT:
+        if reads is registry.READS_EXPORT:
             return dur.export_ticket()
         if not dur.pending or reads is None:
             return 0
-        if reads is ALL:
+        if reads is registry.READS_ALL:
             return dur.barrier_ticket()
         return dur.read_ticket(session.db_id, reads)
 
@@ -1058,48 +1058,7 @@ class Pipeline:
         return cmd is not None and (text is None or not text.startswith(messages.UNKNOWN_PREFIX))
 
 
-# Commands with neither the readonly nor the write flag whose reply is still derived from the data: what they
-# read (ALL: the whole keyspace; EXPORT: the whole dataset leaves the process; a function of args answering
-# one of those, a list of keys, or None when these args read nothing).
-ALL = "all"
-EXPORT = "export"
 ERRORSTATS_MAX = 128   # Valkey's ERROR_STATS_NUMBER: distinct error codes errorstats keeps
 
-# DEBUG's subcommands that describe data (durakv implements OBJECT, DIGEST and DIGEST-VALUE; Valkey's other
-# readers are listed so that one implemented later is covered from the start)
-_DEBUG_KEY_READS = {b"OBJECT", b"DIGEST-VALUE", b"LISTPACK", b"SDSLEN", b"HTSTATS-KEY"}
-_DEBUG_ALL_READS = {b"DIGEST", b"HTSTATS"}
-
-
-def _debug_reads(args):
-    if len(args) < 2:
-        return None
-    sub = args[1].upper()
-    if sub in _DEBUG_ALL_READS:
-        return ALL
-    if sub in _DEBUG_KEY_READS:
-        return list(args[2:]) if sub == b"DIGEST-VALUE" else args[2:3]
-    return None
-
-
-_KEYSPACE_SECTIONS = {b"keyspace", b"default", b"all", b"everything",
-                      # the module sections that count data (INFO json: valkey-json's documents and their bytes)
-                      b"modules", b"json", b"json_core_metrics"}
-
-
-def _info_reads(args):
-    """INFO's keyspace section counts keys; the other sections are about the process (INFO durability must
-    answer while a commit is stalled: it is how an operator sees the stall)."""
-    if len(args) < 2:
-        return ALL
-    return ALL if any(a.lower() in _KEYSPACE_SECTIONS for a in args[1:]) else None
-
-
-_READS_DATA = {
-    "debug": _debug_reads, "info": _info_reads,
-    "cluster|countkeysinslot": ALL, "cluster|getkeysinslot": ALL,
-    "function|dump": ALL, "function|list": ALL, "function|stats": ALL,
-    "sync": EXPORT, "psync": EXPORT,
-}
 
 

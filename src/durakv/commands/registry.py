@@ -17,7 +17,8 @@ class Command:
                  "may_replicate", "allow_busy", "skip_monitor", "skip_slowlog", "calls_commands",
                  "touches_data", "sees_all", "multi_immediate", "queue_flags_fn", "keys_incomplete",
                  "argc_min", "argc_max", "changes_protocol", "latency", "protected", "prepare_off_loop", "core",
-                 "subscribed_ok", "sharded_pubsub", "keeps_caching")
+                 "subscribed_ok", "sharded_pubsub", "keeps_caching", "reads_data",
+                 "changes_keys")
 
     def __init__(self, fullname, spec, handler=None, parent=None):
         self.fullname = fullname
@@ -41,6 +42,11 @@ class Command:
         # The compiled core (fastpath/_core.c) may run it: @command(..., core=True). The core takes these, with
         # their names and arities, from this table (fastpath.batch_core) and refuses one it does not implement.
         self.core = False
+        # A command with neither the readonly nor the write flag whose reply is still derived from the data
+        # (INFO keyspace, DEBUG DIGEST, SYNC's RDB): what it reads, so that the reply waits for those writes'
+        # commit. READS_ALL (the whole keyspace), READS_EXPORT (the whole dataset leaves the process), or
+        # fn(args) answering one of those, a list of keys, or None when these args read nothing.
+        self.reads_data = None
         self._set_flags()
         self.calls = self.usec = self.rejected_calls = self.failed_calls = 0
         # LATENCY HISTOGRAM: calls per power-of-two microsecond bucket (index = usec.bit_length()).
@@ -92,6 +98,10 @@ class Command:
         self.key_finder = keyspecs.finder(self, not_keys=True)
         self.fixed_keys = self.key_finder.fixed_positions
         self.keyless = not self.key_specs
+        # A write may change keys: one with keys, or a keyless one that changes many at once (FLUSHALL,
+        # SWAPDB, CLUSTER FLUSHSLOT). FT.CREATE, FUNCTION LOAD, PUBLISH, CLUSTER SETSLOT change none: search
+        # indexes need not re-read the keyspace after them.
+        self.changes_keys = not self.keyless or self.fullname in _CHANGES_MANY_KEYS
         # Key specs that cannot name every key (SORT ... STORE, MIGRATE ... KEYS).
         self.keys_incomplete = any("unknown" in s["begin_search"] or "unknown" in s["find_keys"]
                                    or "incomplete" in s.get("flags", ()) for s in self.key_specs)
@@ -116,7 +126,11 @@ _MULTI_IMMEDIATE = {"exec", "discard", "multi", "watch", "quit", "reset"}
 _SUBSCRIBED_CONTEXT = {"ping", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe",
                        "punsubscribe", "quit", "reset"}
 _SHARDED_PUBSUB = {"spublish", "ssubscribe", "sunsubscribe"}
+_CHANGES_MANY_KEYS = {"flushall", "flushdb", "swapdb", "cluster|flushslot"}
 _PROTECTED_BY = {"debug": ("DEBUG", "enable-debug-command"), "module": ("MODULE", "enable-module-command")}
+
+READS_ALL = "all"
+READS_EXPORT = "export"
 
 TABLE = {}  # lowercase bytes name -> Command
 
@@ -150,13 +164,15 @@ OFF_LOOP_ARG = 0
 OFF_LOOP_MIN_BYTES = 1 << 62
 
 
-def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_off_loop=None, core=False):
+def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_off_loop=None, core=False,
+            reads_data=None):
     """Declare `fn(ctx, args) -> reply` as the handler of a command (or 'container|sub'). prepare_off_loop:
     (argument index, min bytes, fn(argument, clock_ms)) -> what the handler finds in ctx.client.decoded, a
     value or an exception: a long argument the connection has a worker thread prepare while it waits, so that
     the loop keeps serving others (RESTORE's payload). Every declaration names the same argument index.
     core=True: the compiled core may run it too (its implementation is proven equal to fn by
-    tests/test_fastpath_differential.py)."""
+    tests/test_fastpath_differential.py). reads_data: what a command with neither the readonly nor the write
+    flag reads (Command.reads_data)."""
     def register(fn):
         global OFF_LOOP_ARG, OFF_LOOP_MIN_BYTES
         cmd = _entry(fullname.lower())
@@ -170,6 +186,7 @@ def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_of
             OFF_LOOP_ARG = index
             OFF_LOOP_MIN_BYTES = min(OFF_LOOP_MIN_BYTES, min_bytes)
         cmd.core = core
+        cmd.reads_data = reads_data
         if flags is not None or extra_flags:
             cmd.flags = frozenset(flags if flags is not None else cmd.flags) | frozenset(extra_flags)
             cmd._set_flags()

@@ -20,7 +20,7 @@ from . import registry
 from .args import ArgCursor
 from .base import parse_int
 from .introspection import subcommand_syntax_error
-from .registry import command
+from .registry import READS_ALL, command
 from .session import Session
 
 _SHEBANG_FLAGS = {name: flag for flag, name in FLAG_NAMES}
@@ -410,7 +410,7 @@ def function_flush(ctx, args):
     return OK
 
 
-@command("function|list")
+@command("function|list", reads_data=READS_ALL)
 def function_list(ctx, args):
     with_code = False
     pattern = None
@@ -441,7 +441,7 @@ def function_list(ctx, args):
     return out
 
 
-@command("function|dump")
+@command("function|dump", reads_data=READS_ALL)
 def function_dump(ctx, args):
     return get_functions(ctx.keyspace).dump()
 
@@ -463,7 +463,7 @@ def function_restore(ctx, args):
     return OK
 
 
-@command("function|stats")
+@command("function|stats", reads_data=READS_ALL)
 def function_stats(ctx, args):
     busy = get_state(ctx.pipeline).busy
     running = None

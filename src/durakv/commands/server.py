@@ -15,7 +15,7 @@ from .acl.universe import CATEGORIES, effective_categories
 from .specs import MODULES
 from .args import ArgCursor
 from .base import parse_int, syntax_error
-from .registry import command
+from .registry import READS_ALL, READS_EXPORT, command
 
 NO_REPLY = Raw(b"")
 log = logging.getLogger("durakv.commands")
@@ -151,7 +151,20 @@ def config_help(ctx, args):
 
 # -- INFO, DBSIZE, TIME -------------------------------------------------------------------------
 
-@command("info")
+_KEYSPACE_SECTIONS = {b"keyspace", b"default", b"all", b"everything",
+                      # the module sections that count data (INFO json: valkey-json's documents and their bytes)
+                      b"modules", b"json", b"json_core_metrics"}
+
+
+def _info_reads(args):
+    """INFO's keyspace section counts keys; the other sections are about the process (INFO durability must
+    answer while a commit is stalled: it is how an operator sees the stall)."""
+    if len(args) < 2:
+        return READS_ALL
+    return READS_ALL if any(a.lower() in _KEYSPACE_SECTIONS for a in args[1:]) else None
+
+
+@command("info", reads_data=_info_reads)
 def info(ctx, args):
     return ctx.services.admin.info([a.decode("utf-8", "replace") for a in args[1:]])
 
@@ -173,13 +186,13 @@ def time_(ctx, args):
     return [b"%d" % secs, b"%d" % usecs]
 
 
-@command("sync")
+@command("sync", reads_data=READS_EXPORT)
 def sync(ctx, args):
     # Valkey's replication stream, for tools and tests that read what commands propagate (server/replfeed.py)
     return ctx.services.replication.attach_stream(ctx.client)
 
 
-@command("psync")
+@command("psync", reads_data=READS_EXPORT)
 def psync(ctx, args):
     """A replica that asks to continue (PSYNC replid offset) gets what Valkey's primary gives one that cannot:
     +FULLRESYNC <replid> <offset>, then the RDB file and the stream SYNC gives (durakv keeps no backlog)."""

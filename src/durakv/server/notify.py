@@ -16,14 +16,13 @@ propagated command). What still differs from Valkey is in docs/compatibility.md.
 
 import time
 
+from ..commands import registry
 from ..commands.introspection import redacted_positions
 from ..keyspace import events
 from ..keyspace.db import FieldsExpired
 from ..keyspace.events import EVICTED, EXPIRED, GENERIC, HASH, KEY_MISS, KEYEVENT, KEYSPACE
 from ..keyspace.search import get_search
 from ..protocol.resp import Push, Raw
-
-_SEARCH_DEFINITIONS = {b"ft.create", b"ft.dropindex"}   # index definitions: no key of the database changed
 
 
 def _repr(arg: bytes) -> bytes:
@@ -373,9 +372,10 @@ class Hooks:
             search.keys_changed(touched)
             return
         for db_id, argv in effects:
+            cmd = registry.lookup(argv)
+            if cmd is not None and not cmd.changes_keys:
+                continue          # FT.CREATE, FUNCTION LOAD, ...: no key of the database changed
             name = argv[0].lower()
-            if name in _SEARCH_DEFINITIONS:
-                continue
             if name == b"flushall" or name == b"flushdb":
                 search.flushed(None if name == b"flushall" else db_id,
                                keep_definitions=self.server.cluster_routing is not None)
