@@ -55,7 +55,8 @@ class FollowMixin:
         for db in ks.dbs:
             db.clear()
         ks.used_bytes = ks.baseline_bytes
-        self.applied_index = self.snapshot_index = self.whole_index = 0
+        self.applied_index = self.whole_index = 0
+        self.snapshotter.forget()
         self.filter = EpochFilter(0)
         self.parts = PartAssembler()
 

@@ -12,13 +12,13 @@ below holds the state they share):
   unexpectedly re-executes itself: its memory may hold writes that never committed, so it rejoins as a replica
   from snapshot + journal like any new node;
 - handover.py: the planned failover's hold and drain;
-- snapshots.py: the replica periodically writes a snapshot to the object store and purges the stream below the
-  oldest snapshot still kept;
 - members.py: its members' heartbeats.
 
 Parts that own their state are objects the node holds as attributes (each gets what it needs passed in):
 
 - bus.py: `node.bus`, the NodeBus (PUBLISH/SPUBLISH between nodes, the heartbeats' transport);
+- snapshots.py: `node.snapshotter`, the Snapshotter (the newest snapshot loaded at start-up; a replica
+  periodically writes one to the object store and purges the stream below the oldest snapshot still kept);
 - shard_settings.py: `node.shard_settings`, the ShardSettingsWatcher (the shard's settings and the cluster's
   users: read or seeded at start-up, applied, changed by compare-and-set, watched);
 - topology_sync.py: `node.topology_watcher`, the TopologyWatcher (cluster mode: installs the stored topology,
@@ -48,13 +48,13 @@ from .members import MembersMixin
 from .retry import retry_transient
 from .promotion import PromotionMixin
 from .shard_settings import ShardSettingsWatcher
-from .snapshots import SnapshotsMixin
+from .snapshots import Snapshotter
 from .topology_sync import TopologyWatcher
 
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, SnapshotsMixin,
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
                   MembersMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
@@ -86,12 +86,9 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
         self.store = None
         self.controller = None
         self.subscription = None
-        self.snapshot_index = 0
-        self.snapshots_stored = 0
-        self.snapshot_store = {"kept": [], "bytes": 0, "messages": 0, "objects": 0}
+        self.snapshotter = Snapshotter(self)   # snapshots in the object store: loading, storing, pruning
         self.promotions = 0
         self._task = None
-        self._snap_task = None
         self._apply_errors = 0
         self._last_probe = 0.0
         # The shard stream's copies as its leader last reported them (INFO journal_copies / journal_copies_ok): a
@@ -132,8 +129,6 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
         self._slicer = None             # while loading: the slices of the loop the snapshot and entries apply in
         self._in_flight = None          # the task applying an entry in slices (follow.py)
         self._loading_beats = None      # the heartbeats sent while loading, before the control loop runs
-        self._snapshot_lock = None      # one snapshot stored at a time (snapshots.py)
-        self.snapshot_started_s = None  # monotonic s since a snapshot is being written and stored, else None
 
     # -- start-up -------------------------------------------------------------------------------
     def nats_tls(self):
@@ -160,7 +155,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
         # The snapshot and the journal load in slices of the loop (recovery/loading.py): clients are answered
         # (-LOADING, INFO with the progress) and the heartbeats go out meanwhile.
         self._slicer = Slicer(stop=srv.shutdown_event.is_set if srv.shutdown_event is not None else None)
-        self._remove_stale_snapshot_temps()
+        self.snapshotter.remove_stale_temps()
         self.nc = await self.nats_connect()
         self.bus.start(self.nc)
         # Start-up often meets NATS electing (a cluster starting, an AZ back, a node re-executed after it was
@@ -188,7 +183,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
         search = get_search(srv.keyspace)
         search.pause()
         self.phase = "loading snapshot"
-        await retry_transient("fetching the newest snapshot", self._load_snapshot)
+        await retry_transient("fetching the newest snapshot", self.snapshotter.load)
         t1 = time.monotonic()
         self.phase = "replaying journal"
         srv.keyspace.expire_enabled = False
@@ -215,7 +210,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
                 if srv.load_progress is not None:
                     srv.load_progress.start_over()
                 self.phase = "loading snapshot"
-                await self._load_snapshot()
+                await self.snapshotter.load()
                 self.phase = "replaying journal"
                 from_index = self.applied_index
                 keys_before = sum(len(db) for db in srv.keyspace.dbs)
@@ -234,7 +229,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
         self._loading_beats.cancel()    # the control loop sends them from now on
         self._loading_beats = None
         self._task = srv.loop.create_task(self._control_loop())
-        self._snap_task = srv.loop.create_task(self._snapshot_loop())
+        self.snapshotter.start()
         if self.apply_stopped is None:
             self.phase = "following"
         keys = sum(len(db) for db in srv.keyspace.dbs)
@@ -326,11 +321,11 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Snapsh
                   "lease_renewal_failures": self.renewer.failures if self.renewer else 0,
                   "lease_lapses": self.lease_lapses, "lease_refused_commands": self.lease_refusals,
                   # the snapshot object store as this node saw it after its last snapshot (replicas store them)
-                  "snapshots_stored": self.snapshots_stored,
-                  "snapshot_store_count": self.snapshot_store["objects"],
-                  "snapshot_store_shard_count": len(self.snapshot_store["kept"]),
-                  "snapshot_store_bytes": self.snapshot_store["bytes"],
-                  "snapshot_store_messages": self.snapshot_store["messages"],
+                  "snapshots_stored": self.snapshotter.stored,
+                  "snapshot_store_count": self.snapshotter.store_view["objects"],
+                  "snapshot_store_shard_count": len(self.snapshotter.store_view["kept"]),
+                  "snapshot_store_bytes": self.snapshotter.store_view["bytes"],
+                  "snapshot_store_messages": self.snapshotter.store_view["messages"],
                   "journal_copies": self.journal_copies["copies"],
                   "journal_copies_ok": self.journal_copies["copies_ok"]}
         if self.role == "replica":

@@ -18,15 +18,39 @@ log = logging.getLogger("durakv.replication")
 SNAPSHOT_TEMP_PREFIX = "snap-"
 
 
-class SnapshotsMixin:
-    """Snapshots in the object store (loading, storing, pruning).
+class Snapshotter:
+    """A shard member's snapshots in the object store (loading, storing, pruning): `node.snapshotter`.
 
-    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+    Owns what it knows of them: `index` (the newest this node loaded or stored), `stored` (how many it stored),
+    `store_view` (the store as its last pruning saw it), `started_s` (monotonic s since a snapshot is being
+    written and stored, else None: INFO rdb_bgsave_in_progress) and the periodic task. Interface: `load()` (the
+    newest snapshot into the keyspace; it sets the node's follow position to it), `start()` (the periodic
+    snapshots of a replica), `snapshot_now()` (BGSAVE on a replica), `forget()` (the dataset was cleared),
+    `remove_stale_temps()` (start-up). It reads the node's role, whole index, epoch filter, store, journal,
+    loading slicer and the replicas' statuses."""
 
-    async def _load_snapshot(self):
+    def __init__(self, node):
+        self.node = node
+        self.server = node.server
+        self.shard = node.shard
+        self.index = 0
+        self.stored = 0
+        self.store_view = {"kept": [], "bytes": 0, "messages": 0, "objects": 0}
+        self.started_s = None
+        self._lock = asyncio.Lock()     # one snapshot stored at a time (the periodic one and a BGSAVE)
+        self._task = None
+
+    def forget(self):
+        self.index = 0
+
+    def start(self):
+        self._task = self.server.loop.create_task(self._loop())
+
+    async def load(self):
         """The shard's newest snapshot from the object store, streamed into a file (not into memory) and loaded
         in slices of the loop (recovery/loading.py: the node answers -LOADING and INFO meanwhile)."""
         from ..snapshot.format import load_snapshot_steps
+        node = self.node
         fd, path = tempfile.mkstemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".dks", dir=self.server.dir)
         try:
             started = time.monotonic()
@@ -39,7 +63,7 @@ class SnapshotsMixin:
                     progress.total_bytes = total_before + n
             try:
                 with os.fdopen(fd, "wb") as f:
-                    snap = await self.store.latest_snapshot(self.shard, into=f, sized=sized)
+                    snap = await node.store.latest_snapshot(self.shard, into=f, sized=sized)
             except OSError as exc:
                 raise with_path(exc, path) from exc     # a full data directory: say which file
             if snap is None:
@@ -50,24 +74,24 @@ class SnapshotsMixin:
             saved = ks.expire_enabled
             ks.expire_enabled = False
             try:
-                await self._slicer.run(load_snapshot_steps(path, ks, self.server.apply_effect, progress,
+                await node._slicer.run(load_snapshot_steps(path, ks, self.server.apply_effect, progress,
                                                            count_total=False))
             finally:
                 ks.expire_enabled = saved
             size = os.path.getsize(path)
         finally:
             os.unlink(path)
-        self.applied_index = self.snapshot_index = self.whole_index = index
-        self.filter = EpochFilter(epoch)
-        self.parts = PartAssembler()
-        self.epoch = max(self.epoch, epoch)
+        node.applied_index = self.index = node.whole_index = index
+        node.filter = EpochFilter(epoch)
+        node.parts = PartAssembler()
+        node.epoch = max(node.epoch, epoch)
         keys = sum(len(db) for db in self.server.keyspace.dbs)
         loaded = time.monotonic()
         log.info("loaded snapshot of shard %s at index %d (epoch %d): %d bytes fetched in %.2fs, %d keys loaded in "
                  "%.2fs (%.0f keys/s)", self.shard, index, epoch, size, fetched - started, keys, loaded - fetched,
                  keys / max(loaded - fetched, 1e-6))
 
-    def _remove_stale_snapshot_temps(self):
+    def remove_stale_temps(self):
         """The files a killed process of this node left while fetching or writing a snapshot (this process has
         none yet: it calls this at start-up, holding the data directory's lock)."""
         for name in os.listdir(self.server.dir):
@@ -77,13 +101,13 @@ class SnapshotsMixin:
                 except OSError:
                     pass
 
-    async def _snapshot_loop(self):
+    async def _loop(self):
         interval_ms = self.server.config["replica-snapshot-interval-ms"]
         if not interval_ms:
             return
         while True:
             await asyncio.sleep(interval_ms / 1000.0)
-            if self.role != "replica" or self.applied_index <= self.snapshot_index:
+            if self.node.role != "replica" or self.node.applied_index <= self.index:
                 continue
             try:
                 await self.snapshot_now()
@@ -94,18 +118,17 @@ class SnapshotsMixin:
         """Writes this replica's state at its applied index to the object store, then prunes the store (the
         SNAPSHOTS_KEPT newest of this shard stay; older ones, tombstones and chunks a crash left behind go) and
         drops stream entries that no kept snapshot needs."""
-        if self._snapshot_lock is None:
-            self._snapshot_lock = asyncio.Lock()
-        async with self._snapshot_lock:     # one at a time (the periodic one and a BGSAVE)
-            self.snapshot_started_s = time.monotonic()   # INFO rdb_bgsave_in_progress meanwhile
+        async with self._lock:
+            self.started_s = time.monotonic()   # INFO rdb_bgsave_in_progress meanwhile
             try:
-                return await self._store_snapshot()
+                return await self._store()
             finally:
-                self.snapshot_started_s = None
+                self.started_s = None
 
-    async def _store_snapshot(self):
-        index = self.whole_index   # never inside a command carried in parts: its first parts are not applied
-        epoch = self.filter.epoch  # both as memory stands at the fork
+    async def _store(self):
+        node = self.node
+        index = node.whole_index   # never inside a command carried in parts: its first parts are not applied
+        epoch = node.filter.epoch  # both as memory stands at the fork
         fd, path = tempfile.mkstemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".dks", dir=self.server.dir)
         os.close(fd)
         try:
@@ -114,29 +137,29 @@ class SnapshotsMixin:
             # in chunks on a worker thread (nats-py's object store), never the whole of it in the loop.
             size = await write_snapshot_forked(path, self.server.keyspace, index, forked=self.server.note_fork)
             with open(path, "rb") as f:
-                await self.store.put_snapshot(self.shard, index, epoch, f)
+                await node.store.put_snapshot(self.shard, index, epoch, f)
         finally:
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-        self.snapshot_index = index
-        self.snapshots_stored += 1
-        pruned = await self.store.prune_snapshots(self.shard)
-        self.snapshot_store = pruned
+        self.index = index
+        self.stored += 1
+        pruned = await node.store.prune_snapshots(self.shard)
+        self.store_view = pruned
         kept = pruned["kept"]
         if kept:
             # Entries a kept snapshot needs stay, and so do those a replica heard from recently still has to
             # apply (a restarted node catching up from an older point would otherwise lose them mid-way).
             floor = kept[0] + 1
-            for peer in self.replica_statuses():
+            for peer in node.replica_statuses():
                 if peer.loading and not peer.applied:
                     continue    # not yet at its snapshot: it will start from a kept one, not from entry 1
                 floor = min(floor, peer.applied + 1)
             # ... and what a backup is copying or the next backup continues from (durakv/backup); when that
             # cannot be read, nothing is purged this time
             try:
-                keep = await self.store.backup_keep_from(self.shard)
+                keep = await node.store.backup_keep_from(self.shard)
             except Exception as exc:  # noqa: BLE001 - purge next time
                 log.warning("not purging the journal of shard %s: the backup document cannot be read: %r",
                             self.shard, exc)
@@ -144,8 +167,8 @@ class SnapshotsMixin:
             if keep is not None:
                 floor = min(floor, keep)
             if floor > 1:
-                await self.journal.truncate_before(floor)
+                await node.journal.truncate_before(floor)
         log.info("snapshot of shard %s at index %d stored (%d bytes); journal kept from index %d; snapshot store "
-                 "%d bytes in %d messages", self.shard, index, size, self.journal.first_index,
+                 "%d bytes in %d messages", self.shard, index, size, node.journal.first_index,
                  pruned["bytes"], pruned["messages"])
         return index

@@ -135,10 +135,10 @@ def _section_persistence(srv):
     building = srv.snapshot_in_progress is not None
     current = int(time.monotonic() - srv.snapshot_started) if building and srv.snapshot_started else -1
     node = getattr(srv, "cluster_node", None)
-    if node is not None and node.snapshot_started_s is not None:
+    if node is not None and node.snapshotter.started_s is not None:
         # a shard replica writing its snapshot (a forked child) and storing it in the object store
         building = True
-        current = int(time.monotonic() - node.snapshot_started_s)
+        current = int(time.monotonic() - node.snapshotter.started_s)
     # A snapshot is both durakv's BGSAVE and its BGREWRITEAOF (it compacts the journal), so the rdb_ and aof_
     # fields describe the same builds. A standalone server's is built by a separate process that reads the
     # snapshot and journal files (snapshot/adopt.py), not by a fork of this one: nothing is copied on write

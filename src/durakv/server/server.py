@@ -1035,7 +1035,7 @@ class Server:
             d.resolve(ErrorReply(messages.SNAPSHOT_ON_JETSTREAM_PRIMARY))
             return
         try:
-            index = await node.snapshot_now()
+            index = await node.snapshotter.snapshot_now()
         except Exception as exc:  # noqa: BLE001
             d.resolve(ErrorReply(messages.SNAPSHOT_FAILED % exc))
             return
