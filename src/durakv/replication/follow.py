@@ -156,8 +156,7 @@ class FollowMixin:
         progress = self.server.load_progress
         if progress is not None:
             progress.loaded_bytes += len(entry.payload)
-        if self._status_handle is None:
-            self.send_status_soon()
+        self.members.send_status_soon()
         yield
 
     def _stop_applying(self, index, exc):

@@ -2,7 +2,6 @@
 and every node's liveness beat (the failure detector of CLUSTER SLOTS/NODES)."""
 
 import asyncio
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -26,22 +25,54 @@ class PeerStatus:
     loading: bool = False  # still loading its snapshot and the journal (it answers -LOADING)
 
 
-class MembersMixin:
-    """Heartbeats sent and heard, the replicas' applied offsets and WAIT on them.
+class Members:
+    """A shard member's view of the others: `node.members`. Heartbeats sent and heard, the replicas' applied
+    offsets and WAIT on them, and every node's liveness (the failure detector of CLUSTER SLOTS/NODES).
 
-    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+    Owns `peers` (node id -> PeerStatus of the shard's other nodes), `heard_ms` (node id -> mono ms of its last
+    liveness beat, every shard's nodes), the WAIT waiters and the beats sent while loading. Interface:
+    `subscribe()`, `beat()` (the control loop's tick), `beat_while_loading()` / `loading_done()`,
+    `send_status_soon()`, `replica_statuses()`, `replicas_heard_within()`, `when_replicas()`,
+    `silent_nodes()`. It reads the node's id, AZ, role, applied index, epoch, NATS connection and bus."""
 
     PEER_FRESH_MS = 3000     # a node not heard from for this long is not listed as connected
     HEARTBEAT_S = 0.5        # how often a node tells the shard its applied index, and every node it is alive
-
-    def _status_subject(self):
-        return nn.STATUS % self.shard
-
     _ALIVE = nn.ALIVE        # every node's beat, heard by every node: the failure detector of CLUSTER SLOTS/NODES
 
+    def __init__(self, node):
+        self.node = node
+        self.server = node.server
+        self.peers = {}
+        self.heard_ms = {}
+        self.started_ms = monotonic_ms()
+        self._replica_waiters = []      # [index, numreplicas, fn]: WAIT on the primary
+        self._status_handle = None
+        self._loading_beats = None      # the heartbeats sent while loading, before the control loop runs
+
+    async def subscribe(self, cluster_mode: bool):
+        node = self.node
+        await node.bus.subscribe(nn.STATUS % node.shard, self._on_status)
+        if cluster_mode:
+            await node.bus.subscribe(self._ALIVE, self._on_alive)
+
+    def beat(self):
+        """The shard hears this node's applied index, and every node that it is alive."""
+        self._send_status()
+        self._send_alive()
+
+    def beat_while_loading(self):
+        self._loading_beats = self.server.loop.create_task(self._beat_while_loading())
+
+    def loading_done(self):
+        """The control loop sends the beats from now on."""
+        if self._loading_beats is not None:
+            self._loading_beats.cancel()
+            self._loading_beats = None
+
     def _send_alive(self):
-        if self.nc is not None and not self.nc.is_closed and self.routing is not None:
-            self.bus.send(self._ALIVE, self.node_id.encode())
+        node = self.node
+        if node.nc is not None and not node.nc.is_closed and node.routing is not None:
+            node.bus.send(self._ALIVE, node.node_id.encode())
 
     async def _on_alive(self, msg):
         self.heard_ms[msg.data.decode("utf-8", "replace")] = monotonic_ms()
@@ -52,7 +83,7 @@ class MembersMixin:
         counts from this node's start, so that a node just started does not call every other node failed."""
         now = monotonic_ms()
         return {n for n in node_ids
-                if n != self.node_id and now - self.heard_ms.get(n, self.started_ms) > timeout_ms}
+                if n != self.node.node_id and now - self.heard_ms.get(n, self.started_ms) > timeout_ms}
 
     async def _beat_while_loading(self):
         """Start-up: the heartbeats go out while the node loads (the control loop, which sends them once it runs,
@@ -69,21 +100,22 @@ class MembersMixin:
     def send_status_soon(self):
         """A replica tells the shard its applied index, at most every 5 ms while entries arrive (WAIT on the
         primary is answered from these), and every control tick anyway."""
-        if self._status_handle is None and self.nc is not None:
+        if self._status_handle is None and self.node.nc is not None:
             self._status_handle = self.server.loop.call_later(0.005, self._send_status)
 
     def _send_status(self):
         self._status_handle = None
-        if self.nc is None or self.nc.is_closed:
+        node = self.node
+        if node.nc is None or node.nc.is_closed:
             return
         cfg = self.server.config
         ip, port, tls_port = cfg.announced()
-        doc = {"id": self.node_id, "ip": ip, "port": port or tls_port, "az": self.az, "role": self.role,
-               "applied": self.applied_index, "epoch": self.epoch}
+        doc = {"id": node.node_id, "ip": ip, "port": port or tls_port, "az": node.az, "role": node.role,
+               "applied": node.applied_index, "epoch": node.epoch}
         if self.server.loading:
             doc["loading"] = 1
         body = json.dumps(doc).encode()
-        self.bus.send(self._status_subject(), body)
+        node.bus.send(nn.STATUS % node.shard, body)
 
     async def _on_status(self, msg):
         try:
@@ -94,11 +126,12 @@ class MembersMixin:
                                 bool(doc.get("loading", 0)))
         except (ValueError, KeyError, TypeError):
             return
-        if peer_id == self.node_id:
+        node = self.node
+        if peer_id == node.node_id:
             return
         self.peers[peer_id] = status
-        if status.role == "primary" and self.role != "primary" and status.epoch >= self.epoch:
-            self.note_known(status.applied)
+        if status.role == "primary" and node.role != "primary" and status.epoch >= node.epoch:
+            node.note_known(status.applied)
         if self._replica_waiters:
             self._check_replica_waiters()
 
@@ -137,10 +170,3 @@ class MembersMixin:
         for w in ready:
             self._replica_waiters.remove(w)
             w[2]()
-
-    @property
-    def replication_id(self) -> str:
-        """One id per shard and epoch (Valkey's replid changes when a new primary takes over): every node
-        following the same primary reports the same one."""
-        return hashlib.sha1(("%s:%d" % (self.journal.stream if self.journal else self.shard, self.epoch))
-                            .encode()).hexdigest()

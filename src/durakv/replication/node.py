@@ -11,12 +11,13 @@ below holds the state they share):
 - promotion.py: promotion (appends batches with its epoch) and stepping down; a primary that loses its lease
   unexpectedly re-executes itself: its memory may hold writes that never committed, so it rejoins as a replica
   from snapshot + journal like any new node;
-- handover.py: the planned failover's hold and drain;
-- members.py: its members' heartbeats.
+- handover.py: the planned failover's hold and drain.
 
 Parts that own their state are objects the node holds as attributes (each gets what it needs passed in):
 
 - bus.py: `node.bus`, the NodeBus (PUBLISH/SPUBLISH between nodes, the heartbeats' transport);
+- members.py: `node.members`, the Members (heartbeats sent and heard, the replicas' applied offsets and WAIT,
+  every node's liveness);
 - snapshots.py: `node.snapshotter`, the Snapshotter (the newest snapshot loaded at start-up; a replica
   periodically writes one to the object store and purges the stream below the oldest snapshot still kept);
 - shard_settings.py: `node.shard_settings`, the ShardSettingsWatcher (the shard's settings and the cluster's
@@ -26,6 +27,7 @@ Parts that own their state are objects the node holds as attributes (each gets w
 """
 
 import asyncio
+import hashlib
 import logging
 import ssl
 import time
@@ -44,7 +46,7 @@ from .clock import monotonic_ms
 from .follow import ApplyStopped, FollowMixin
 from .handover import HandoverMixin
 from .lease import LeaseMixin
-from .members import MembersMixin
+from .members import Members
 from .retry import retry_transient
 from .promotion import PromotionMixin
 from .shard_settings import ShardSettingsWatcher
@@ -54,8 +56,7 @@ from .topology_sync import TopologyWatcher
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
-                  MembersMixin):
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
     def __init__(self, server, membership):
@@ -114,11 +115,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
         self._gap = None                # (first missing, first received) when the journal skipped entries
         self.apply_stopped = None       # "entry N: why" once an entry could not be applied (fail closed)
         self.phase = "starting"         # starting, loading snapshot, replaying journal, following, primary
-        self.peers = {}                 # node id -> PeerStatus of the shard's other nodes (their heartbeats)
-        self._replica_waiters = []      # [index, numreplicas, fn]: WAIT on the primary
-        self._status_handle = None
-        self.heard_ms = {}              # node id -> mono ms of its last liveness beat (every shard's nodes)
-        self.started_ms = monotonic_ms()
+        self.members = Members(self)    # the shard's other members as their heartbeats tell, every node's beat
         self.old_primary_failed = False   # promoted over an expired lease: the topology marks the old one "fail"
         self.shard_settings = ShardSettingsWatcher(self)   # the shard's settings and the cluster's users
         self.renewer = None             # the lease renewal thread (cluster/renewer.py), from start()
@@ -128,7 +125,13 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
         self._lapse_log = Recurring(log)
         self._slicer = None             # while loading: the slices of the loop the snapshot and entries apply in
         self._in_flight = None          # the task applying an entry in slices (follow.py)
-        self._loading_beats = None      # the heartbeats sent while loading, before the control loop runs
+
+    @property
+    def replication_id(self) -> str:
+        """One id per shard and epoch (Valkey's replid changes when a new primary takes over): every node
+        following the same primary reports the same one."""
+        return hashlib.sha1(("%s:%d" % (self.journal.stream if self.journal else self.shard, self.epoch))
+                            .encode()).hexdigest()
 
     # -- start-up -------------------------------------------------------------------------------
     def nats_tls(self):
@@ -164,7 +167,6 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
                                            NatsStore(self.nc, shard=self.shard).open)
         await self._check_cluster()
         await self.shard_settings.start(self.store)
-        await self.bus.subscribe(self._status_subject(), self._on_status)
         # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
         # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
         # one socket (measured: under a pipelined bulk load the lease lapsed while the journal kept committing).
@@ -176,8 +178,8 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
         if self.routing is not None:
             await self.topology_watcher.start(self.store)
             await self.bus.subscribe_pubsub()
-            await self.bus.subscribe(self._ALIVE, self._on_alive)
-        self._loading_beats = srv.loop.create_task(self._beat_while_loading())
+        await self.members.subscribe(cluster_mode=self.routing is not None)
+        self.members.beat_while_loading()
         t0 = time.monotonic()
         # search indexes are built once the snapshot and the journal are in, in slices while serving
         search = get_search(srv.keyspace)
@@ -226,8 +228,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
                                     mono_ms=monotonic_ms, name="durakv-lease-%s" % self.shard).start()
         self.controller = Controller(self.store, self, self.shard, ttl_ms, srv.clock_ms, monotonic_ms,
                                      renewer=self.renewer)
-        self._loading_beats.cancel()    # the control loop sends them from now on
-        self._loading_beats = None
+        self.members.loading_done()     # the control loop sends the beats from now on
         self._task = srv.loop.create_task(self._control_loop())
         self.snapshotter.start()
         if self.apply_stopped is None:
@@ -267,10 +268,9 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin,
                 log.info("controller: %s", reason)
             previous = reason
             now = time.monotonic()
-            if now - self._last_heartbeat >= self.HEARTBEAT_S:
+            if now - self._last_heartbeat >= Members.HEARTBEAT_S:
                 self._last_heartbeat = now
-                self._send_status()
-                self._send_alive()
+                self.members.beat()
                 if self.topology_watcher is not None:
                     self.topology_watcher.clear_own_failure()
             if now - self._last_copies_check >= self.COPIES_CHECK_S and self.journal is not None and (

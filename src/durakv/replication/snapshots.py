@@ -152,7 +152,7 @@ class Snapshotter:
             # Entries a kept snapshot needs stay, and so do those a replica heard from recently still has to
             # apply (a restarted node catching up from an older point would otherwise lose them mid-way).
             floor = kept[0] + 1
-            for peer in node.replica_statuses():
+            for peer in node.members.replica_statuses():
                 if peer.loading and not peer.applied:
                     continue    # not yet at its snapshot: it will start from a kept one, not from entry 1
                 floor = min(floor, peer.applied + 1)

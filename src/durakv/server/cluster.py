@@ -137,7 +137,7 @@ class ClusterRouting:
         node = self.server.cluster_node
         if topology is None or node is None:
             return topology
-        for node_id in node.silent_nodes(topology.nodes, self.server.config["cluster-node-timeout"]):
+        for node_id in node.members.silent_nodes(topology.nodes, self.server.config["cluster-node-timeout"]):
             if topology.nodes[node_id].health != "fail":
                 topology = topology.with_node(node_id, health="fail")
         return topology

@@ -257,7 +257,7 @@ def _peer_lag_s(node, host, port) -> int:
     """Seconds since that replica's last heartbeat (Valkey's lag: since its last REPLCONF ACK)."""
     import time
     now_ms = int(time.monotonic() * 1000)
-    for p in node.replica_statuses():
+    for p in node.members.replica_statuses():
         if (p.ip, p.port) == (host, port):
             return max(0, (now_ms - p.seen_ms) // 1000)
     return 0

@@ -1191,7 +1191,7 @@ class Server:
                     "replicas": []}
         offset = max(node.applied_index, node.journal.commit_index if node.journal is not None else 0)
         return {"role": "master", "primary_host": "", "primary_port": 0, "offset": offset,
-                "replicas": [(p.ip, p.port, p.applied) for p in node.replica_statuses()]}
+                "replicas": [(p.ip, p.port, p.applied) for p in node.members.replica_statuses()]}
 
     def version_fields(self):
         return {"redis_version": REDIS_COMPAT_VERSION, "valkey_version": VALKEY_VERSION,

@@ -343,7 +343,7 @@ class ServerReplication(_Served, Replication):
                 # Once the write is committed its journal position is known: replicas are compared with that.
                 if not d.done:
                     position = self.replication_index(index)
-                    d.listen(node.when_replicas(position, numreplicas, lambda: d.resolve(reply_fn())))
+                    d.listen(node.members.when_replicas(position, numreplicas, lambda: d.resolve(reply_fn())))
             self.server.durability.when_committed(index, watch_replicas)
         return d
 
@@ -351,7 +351,7 @@ class ServerReplication(_Served, Replication):
         node = self.server.cluster_node
         if node is None or node.role != "primary":
             return 0
-        return node.replicas_heard_within(max_lag_ms)
+        return node.members.replicas_heard_within(max_lag_ms)
 
 
 class ServerCluster(_Served, Cluster):
