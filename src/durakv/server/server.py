@@ -181,6 +181,7 @@ class Server:
         self.load_progress = None          # recovery/loading.LoadProgress while loading (INFO's loading_* fields)
         self.shutdown_event = None
         self.ops_samples = []              # (monotonic_s, total_commands) for instantaneous ops/sec
+        self.heap_decay = allocator.Decay()  # free heap given back once a second when there is much of it
         self.loop_stats = LoopStats()      # INFO's eventloop_* figures and the loop's heartbeat (loopstats.py)
         self.active_expire_enabled = True
         self.cron_paused = False
@@ -928,6 +929,7 @@ class Server:
             self.migrate_sockets.close_idle()
         if self.client_eviction.limit:
             self.client_eviction.sweep()
+        self.heap_decay.tick()
         timeout = self.config["timeout"]
         if timeout:
             limit = self.clock_ms() - timeout * 1000
