@@ -14,6 +14,11 @@ if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server redis-tools openssl iproute2 \
     prometheus-redis-exporter >/dev/null
 fi
+# Every test starts durakv processes (servers, cluster nodes, the CLI): thousands in a run. Without their bytecode
+# cached each one compiles the package again (0.51 s of CPU to import the server, against 0.22 s from __pycache__,
+# measured on the 2-core machine), so an environment that turns the cache off (PYTHONDONTWRITEBYTECODE) is
+# overridden for the run; __pycache__ is ignored by git.
+unset PYTHONDONTWRITEBYTECODE
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q -e ".[test]"

@@ -9,11 +9,10 @@ every write issued before them (the pipeline's barrier ticket): a search never r
 document, whose write has not committed.
 """
 
-import numpy as np
-
 from .. import messages
 from ..errors import CommandError
 from ..keyspace.search import get_search
+from ..keyspace.search.lazynumpy import np
 from ..keyspace.search.query import parse_search
 from ..keyspace.search.schema import parse_create, text, to_double
 from ..keyspace.search.vectors import hnswlib

@@ -22,11 +22,10 @@ path -> value extraction of the same shape).
 import math
 import time
 
-import numpy as np
-
 from ..jsondoc import JsonDoc, dumps_compact
 from ..jsonpath import SYNTAX_ERRORS as JSON_SYNTAX_ERRORS
 from ..jsonpath import Selector
+from .lazynumpy import np
 from .schema import to_double
 from .vectors import FlatVectors, HnswVectors, NumericIndex, TagIndex
 

@@ -12,7 +12,7 @@ had the fastest queries and the smallest memory per vector of the three candidat
 
 import bisect
 
-import numpy as np
+from .lazynumpy import np
 
 try:   # an optional dependency: without it, HNSW indexes are refused at FT.CREATE (FLAT still works)
     import hnswlib
