@@ -99,14 +99,16 @@ def cluster_keyslot(ctx, args):
 def cluster_countkeysinslot(ctx, args):
     _cluster(ctx)
     slot = views.countkeysinslot_slot(args[2])
-    return len(views.keys_in_slot(ctx.db.data, slot))
+    index = ctx.db.slots   # a cluster node keeps one (O(1), as Valkey's per-slot dicts); else a scan
+    return index.count(slot) if index is not None else len(views.keys_in_slot(ctx.db.data, slot))
 
 
 @command("cluster|getkeysinslot", reads_data=READS_ALL)
 def cluster_getkeysinslot(ctx, args):
     _cluster(ctx)
     slot, count = views.getkeysinslot_args(args[2], args[3])
-    return views.keys_in_slot(ctx.db.data, slot, count)
+    index = ctx.db.slots
+    return index.keys(slot, count) if index is not None else views.keys_in_slot(ctx.db.data, slot, count)
 
 
 @command("cluster|links")
