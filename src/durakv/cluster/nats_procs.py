@@ -52,10 +52,11 @@ class NatsNode:
 
     def __init__(self, name, az, client_port, cluster_port, store_dir, routes, monitor_port=None,
                  cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1", tls=None,
-                 client_advertise=None, cluster_advertise=None, secrets=None):
+                 client_advertise=None, cluster_advertise=None, secrets=None, region=None):
         if secrets is None:
             raise ProcessError("a NATS server of durakv's always asks for credentials: give it the cluster's secrets")
         self.secrets = secrets
+        self.region = region    # a region's domain and leafnode link (secrets.nats_config), or None
         self.tls = tls          # {"cert", "key", "ca"}: clients and routes over TLS
         # host:port others are told to use for this node (the partition proxy's listeners), else the real ones
         self.client_advertise = client_advertise
@@ -81,7 +82,10 @@ class NatsNode:
 
     @property
     def ports(self) -> dict:
-        return {"client": self.client_port, "cluster": self.cluster_port, "monitor": self.monitor_port}
+        ports = {"client": self.client_port, "cluster": self.cluster_port, "monitor": self.monitor_port}
+        if self.region and self.region.get("leaf_listen"):
+            ports["leaf"] = int(self.region["leaf_listen"].rsplit(":", 1)[1])
+        return ports
 
     @property
     def argv(self) -> list:
@@ -92,7 +96,7 @@ class NatsNode:
         return self.secrets.nats_config(
             self.name, self.az, self.host, self.client_port, self.cluster_port, routes, self.store_dir,
             monitor="%s:%d" % (self.host, self.monitor_port), cert=self.tls, client_advertise=self.client_advertise,
-            cluster_advertise=self.cluster_advertise, max_payload=67108864)
+            cluster_advertise=self.cluster_advertise, max_payload=67108864, region=self.region)
 
     def write_config(self):
         """Writes the configuration 0600 (it holds the route password)."""
@@ -177,8 +181,9 @@ class NatsCluster:
     base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports."""
 
     def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1", tls=None,
-                 proxy=None, secrets=None):
-        """proxy: {node name: {"client": port, "cluster": port}}, the partition proxy's listeners for each node:
+                 proxy=None, secrets=None, region=None):
+        """region: {"domain", "leaf_listen": True} for a primary region (each node gets a leafnode port), or
+        {"domain", "leaf_remotes", "leaf_creds"} for a follower region (secrets.nats_config). proxy: {node name: {"client": port, "cluster": port}}, the partition proxy's listeners for each node:
         routes go to the others' proxy route ports and each node advertises its proxy ports. secrets: the
         cluster's (cluster/secrets.py); made in DIR/secrets when not given. tls: {"ca", "cert", "key"}."""
         self.dir = os.path.abspath(str(dir))
@@ -197,6 +202,7 @@ class NatsCluster:
         else:
             ports = free_ports(3 * n, host)
             client, cluster, monitor = ports[:n], ports[n:2 * n], ports[2 * n:]
+        leaf = free_ports(n, host) if region and region.get("leaf_listen") else [None] * n
         self.nodes = []
         for i, az in enumerate(self.azs):
             name = f"nats-{az}"
@@ -212,7 +218,23 @@ class NatsCluster:
                                        routes, monitor_port=monitor[i], cluster_name=cluster_name,
                                        config_path=os.path.join(self.dir, "nats", f"{name}.conf"),
                                        log_path=os.path.join(self.dir, "logs", f"{name}.log"), host=host,
-                                       tls=tls, secrets=secrets, **advertise))
+                                       tls=tls, secrets=secrets, region=self._node_region(region, host, leaf[i]),
+                                       **advertise))
+
+    @staticmethod
+    def _node_region(region, host, leaf_port):
+        if not region:
+            return None
+        out = {k: v for k, v in region.items() if k != "leaf_listen"}
+        if leaf_port:
+            out["leaf_listen"] = "%s:%d" % (host, leaf_port)
+        return out
+
+    @property
+    def leaf_urls(self) -> list:
+        """The leafnode URLs a follower region's servers dial (a primary region's), else []."""
+        return ["nats-leaf://%s" % n.region["leaf_listen"] for n in self.nodes
+                if n.region and n.region.get("leaf_listen")]
 
     @property
     def urls(self) -> list:

@@ -248,6 +248,26 @@ def operator_permissions() -> dict:
     return {"pub": {"allow": [">"]}, "sub": {"allow": [">"]}}
 
 
+def region_link_permissions(source_domain, shards) -> dict:
+    """The leafnode link a follower region's NATS servers open to the primary region (docs/multi-az.md, "A
+    second region"). Only what a mirror of the shard journals carries may cross: the consumer API of the
+    DURAKV_SHARD_* streams in the source domain (a mirror creates, resets, inspects and deletes its own
+    consumer), the deliveries ($JS.M.<id>), the API answers ($JSC.R.<id>) and flow control ($JS.FC.>).
+    Nothing else: not the journal subjects (a publish in region B on DURAKV.<n> would otherwise land in region
+    A's stream: measured), not the bus, not $KV/$OBJ (NATS itself denies those and $JS.API.> across a leafnode
+    between two domains), not another stream's consumers (a consumer on the coordination bucket's stream would
+    read it): each shard's stream is named, since a '*' inside a token is no wildcard in NATS. A shard added
+    later needs a new link identity. Both directions get the same list: a hub reverses a leafnode user's pub and sub
+    (nats-server leafnode.go), and a mirror needs each subject only one way, which its own traffic decides."""
+    api = nn.region_api(source_domain)
+    subjects = []
+    for shard in shards:
+        subjects += ["%s.CONSUMER.*.%s" % (api, nn.journal_stream(shard)),
+                     "%s.CONSUMER.*.%s.>" % (api, nn.journal_stream(shard))]
+    subjects += ["$JS.FC.>", "$JS.M.*", "$JSC.R.*"]
+    return {"pub": {"allow": list(subjects)}, "sub": {"allow": list(subjects)}}
+
+
 def system_permissions() -> dict:
     """The operator's user in the SYS account: the servers' monitoring requests and account JWT updates."""
     return {"pub": {"allow": ["$SYS.REQ.>"]}, "sub": {"allow": ["_INBOX.>", "_INBOX_%s.>" % "sys"]}}

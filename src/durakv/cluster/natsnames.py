@@ -26,6 +26,9 @@ KEY_STATE = "state.%s"             # a shard's own view: its primary, its nodes'
 KEY_BACKUP = "backup.%s"
 # ... and which node runs the shard's scheduled backup of a given slot (compare-and-set: one per shard)
 KEY_BACKUP_RUN = "backuprun.%s"
+# a second region (cluster/region.py): this region's role, its JetStream domain and the region it follows,
+# written by the operator only (`cluster up --follow-region`, `create --follow-domain`)
+KEY_REGION = "region"
 # snapshots: one object store bucket per shard, so a node can be allowed its own shard's and no other
 SNAPSHOT_BUCKET = "DURAKV_SNAPSHOTS_%s"
 
@@ -60,6 +63,22 @@ def journal_subject(shard) -> str:
 
 def snapshot_bucket(shard) -> str:
     return SNAPSHOT_BUCKET % check_shard_name(shard)
+
+
+_DOMAIN = re.compile(r"[A-Za-z0-9_-]{1,32}\Z")
+
+
+def check_domain(name) -> str:
+    """A JetStream domain as a str, or ValueError: it is a subject token ($JS.<domain>.API)."""
+    name = str(name)
+    if not _DOMAIN.match(name):
+        raise ValueError("JetStream domain %r: use 1-32 letters, digits, '-' or '_'" % name)
+    return name
+
+
+def region_api(domain) -> str:
+    """The JetStream API prefix of another region's domain, as a mirror's `external.api` names it."""
+    return "$JS.%s.API" % check_domain(domain)
 
 
 def kv_subject(key) -> str:

@@ -100,6 +100,16 @@ class ClusterSecrets:
             jwt = natsauth.user_jwt(signer, account, user.public, fname.split(".")[0], perms)
             _write_private(os.path.join(self.dir, fname), natsauth.creds_text(jwt, user.seed))
 
+    def region_link_creds(self, source_domain, shards) -> str:
+        """The credentials file of the leafnode link from a follower region to `source_domain`'s region (made
+        again for each shard list, 0600, in this directory: it is a secret like operator.creds)."""
+        path = os.path.join(self.dir, "region-link-%s.creds" % natsauth.nn.check_domain(source_domain))
+        user = Key.new("user")
+        jwt = natsauth.user_jwt(self._key("signing"), self.account_public, user.public, "region-link-" + source_domain,
+                                natsauth.region_link_permissions(source_domain, shards))
+        _write_private(path, natsauth.creds_text(jwt, user.seed))
+        return path
+
     def save(self):
         _write_private(os.path.join(self.dir, "cluster.json"), json.dumps(self.meta, indent=2) + "\n")
 
@@ -198,13 +208,20 @@ class ClusterSecrets:
 
     # -- NATS server configuration ----------------------------------------------------------------------------
     def nats_config(self, name, az, host, client_port, cluster_port, routes, store_dir, monitor=None,
-                    cert=None, client_advertise=None, cluster_advertise=None, max_payload=None) -> str:
+                    cert=None, client_advertise=None, cluster_advertise=None, max_payload=None,
+                    region=None) -> str:
         """A NATS server's whole configuration in operator mode: JetStream with fsync before ack, placement by
         AZ tag, routes with a password (and mutual TLS with cert), clients only with a JWT of this cluster (and
         a certificate of its CA with cert). routes: [host:port] of the other servers. monitor: host:port of the
         HTTP monitoring endpoint (keep it on loopback: it has no authentication). The text holds the route
-        password: write it 0600."""
+        password: write it 0600.
+
+        region (docs/multi-az.md, "A second region"): {"domain": its JetStream domain, "leaf_listen": host:port
+        where a follower region's servers connect (region A), "leaf_remotes": [url] of region A's leafnode ports
+        with "leaf_creds", the link's credentials file (region B)}. Each region is its own route cluster with its
+        own JetStream domain and meta group; they meet only over the leafnode link."""
         q = json.dumps
+        region = region or {}
         pw = self.route_password
         route_urls = ["nats-route://route:%s@%s" % (pw, r) for r in routes]
         tls = ""
@@ -244,9 +261,14 @@ class ClusterSecrets:
             "  sync_interval: always",
             "  # never place two replicas of a stream on servers with the same az: tag",
             "  unique_tag: %s" % q(UNIQUE_TAG),
+            ("  # this region's own JetStream (its own meta group); the other region's API is $JS.<domain>.API"
+             "\n  domain: %s" % q(region["domain"])) if region.get("domain") else "",
             "}",
+            self._leafnode_config(region),
             "cluster {",
-            "  name: %s" % q("durakv-" + self.cluster_id[:12]),
+            # two regions' route clusters must not share a name (a leafnode between equal names is a loop)
+            "  name: %s" % q("durakv-" + self.cluster_id[:12] + (
+                "-" + region["domain"] if region.get("domain") else "")),
             "  listen: %s" % q("%s:%d" % (host, cluster_port)),
         ]
         if cluster_advertise:
@@ -261,3 +283,20 @@ class ClusterSecrets:
                        "    timeout: 5\n  }" % (q(cert["cert"]), q(cert["key"]), q(cert["ca"])))
         out += ["  routes: [", *("    %s" % q(u) for u in route_urls), "  ]", "}"]
         return "\n".join(line for line in out if line != "") + "\n"
+
+    def _leafnode_config(self, region) -> str:
+        """The leafnode block of a region's NATS server: region A listens (a link must present a JWT of this
+        cluster's account, as every client does: operator mode has no anonymous leafnode); region B dials out
+        with the link's credentials file, bound to the DURAKV account. Without either: no leafnode port."""
+        q = json.dumps
+        lines = []
+        if region.get("leaf_listen"):
+            lines.append("  # a follower region's servers connect here with the region link's JWT (no open port)")
+            lines.append("  listen: %s" % q(region["leaf_listen"]))
+        if region.get("leaf_remotes"):
+            lines.append("  remotes: [\n    {\n      urls: [%s]\n      credentials: %s\n      account: %s\n"
+                         "    }\n  ]" % (", ".join(q(u) for u in region["leaf_remotes"]), q(region["leaf_creds"]),
+                                        q(self.account_public)))
+        if not lines:
+            return ""
+        return "leafnodes {\n%s\n}" % "\n".join(lines)
