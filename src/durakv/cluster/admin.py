@@ -185,10 +185,14 @@ class ClusterAdmin:
 
     # -- create ----------------------------------------------------------------------------------------------
     async def create(self, addrs, replicas=1, durability="sync", lease_ttl_ms=2000, durability_buffer_ms=10000,
-                     timeout_s=120.0, layout_given=False):
+                     timeout_s=120.0, layout_given=False, follow=None):
         """Groups the unassigned nodes at addrs (["host:port", ...]) into shards and starts the cluster.
         layout_given: addrs is [[primary, replica, ...] per shard] already (the local launcher's, which names
-        its processes by shard); it is still checked: one node of a shard per AZ."""
+        its processes by shard); it is still checked: one node of a shard per AZ.
+        follow: make this cluster a follower region (cluster/region.py) of another: {"domain": this region's
+        JetStream domain, "peer_domain": the source region's, "source_layout": its shard_layout}; its shards must
+        own the same slots (refused with the difference otherwise), their journals are mirrors of the source's
+        and its nodes stay replicas."""
         loop = asyncio.get_running_loop()
         groups = addrs if layout_given else None
         if layout_given:
@@ -219,9 +223,17 @@ class ClusterAdmin:
             shards.append(Shard(id=node_id_for("%s:shard:%d" % (secrets.cluster_id, n)), name=str(n), config_epoch=1,
                                 slots=((a, b),), primary=nodes[0], replicas=tuple(nodes[1:])))
         topology = Topology(shards, current_epoch=1)
+        if follow is not None:
+            from .region import check_same_layout, shard_layout
+            try:
+                check_same_layout(follow["source_layout"], shard_layout(topology))
+            except ValueError as exc:
+                raise AdminError(str(exc)) from None
         store = await self.store(create=True)
         try:
             await self._claim_store(store)
+            if follow is not None:
+                await self._follow_region(store, follow, [sh.name for sh in shards])
             existing, _rev = await store.get_base_topology()
             if existing is not None:
                 raise AdminError("the cluster already has a topology (%d shards); add nodes with `durakv cluster "
@@ -240,12 +252,31 @@ class ClusterAdmin:
             # primaries first, so that each takes its shard's first lease: a predictable layout
             by_id = {i["node-id"]: i for i in idents}
             await self._join(store, [(sh.primary, sh.name) for sh in shards], by_id)
+            if follow is not None:
+                # a follower region has no primary: every node follows its shard's mirror
+                await self._join(store, [(r, sh.name) for sh in shards for r in sh.replicas], by_id)
+                await self.wait_roles(store, [sh.name for sh in shards], timeout_s, replicas=True, follower=True)
+                return topology
             await self.wait_roles(store, [sh.name for sh in shards], timeout_s)
             await self._join(store, [(r, sh.name) for sh in shards for r in sh.replicas], by_id)
             await self.wait_roles(store, [sh.name for sh in shards], timeout_s, replicas=True)
             return topology
         finally:
             await store.nc.close()
+
+    async def _follow_region(self, store, follow, shard_names):
+        """The region record (role follower) and the shard journals as mirrors of the source region's."""
+        from .region import RegionRecord, make_mirrors
+        record = RegionRecord("follower", follow["domain"], follow["peer_domain"])
+        current, rev = await store.get_region()
+        if current is None:
+            await store.put_region(record, rev)
+        elif not current.follower or current.peer_domain != record.peer_domain:
+            raise AdminError("this region is already %s (domain %s%s)" % (
+                current.role, current.domain, ", following " + current.peer_domain if current.peer_domain else ""))
+        await make_mirrors(store.js, shard_names, follow["peer_domain"], store.replicas)
+        self.say("region %s follows region %s: %d shard journal(s) mirrored" % (record.domain, record.peer_domain,
+                                                                              len(shard_names)))
 
     def _node(self, ident):
         tls = self.secrets.tls
@@ -332,9 +363,10 @@ class ClusterAdmin:
             return None         # loading, or not a member yet (an unassigned node calls itself master)
         return info.get("replication", {}).get("role")
 
-    async def wait_roles(self, store, shard_names, timeout_s, replicas=False, only=None):
+    async def wait_roles(self, store, shard_names, timeout_s, replicas=False, only=None, follower=False):
         """Until each shard has exactly one node reporting role:master (and with replicas, every node answers
-        with a role; with `only`, a set of node ids, every one of those)."""
+        with a role; with `only`, a set of node ids, every one of those). follower: a follower region's shards,
+        where no node is master."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         last = None
@@ -349,7 +381,7 @@ class ClusterAdmin:
                     roles[n.id] = await loop.run_in_executor(None, self._role, n)
                 masters = [i for i, r in roles.items() if r == "master"]
                 waited = [r for i, r in roles.items() if only is None or i in only]
-                if len(masters) != 1 or (replicas and any(r is None for r in waited)):
+                if len(masters) != (0 if follower else 1) or (replicas and any(r is None for r in waited)):
                     pending.append("shard %s: %s" % (sh.name, ", ".join("%s %s" % (i[:8], r) for i, r in roles.items())))
             if not pending:
                 return

@@ -46,7 +46,7 @@ class Bootstrap:
     @classmethod
     def up(cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
            timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True, tls=False,
-           partitionable=False, env=None, password=None):
+           partitionable=False, env=None, password=None, region_domain=None, follow_region=None):
         """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
 
         Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
@@ -56,7 +56,13 @@ class Bootstrap:
         (cluster/netproxy.py), so `durakv chaos partition` can cut an AZ off. env: extra environment variables
         of the durakv nodes (kept in the manifest, so restarts get them too). password: the nodes' password
         (None: a new random one, in DIR/secrets/resp.pass; "" only for the test harness, whose tests talk to
-        each node directly on 127.0.0.1: NATS stays locked whatever it is)."""
+        each node directly on 127.0.0.1: NATS stays locked whatever it is).
+        region_domain: this cluster's JetStream domain, with a leafnode port on each NATS server for a follower
+        region (docs/multi-az.md, "A second region"). follow_region: the directory of a running local cluster
+        started with a region_domain; this one becomes its follower region: the same secrets (operator and
+        account), NATS servers of its own dialing the source's leafnode ports with the region link's
+        credentials, each shard journal a mirror, every node a read-only replica. Its shard count must give
+        the same slot layout as the source's (refused with the difference before anything starts)."""
         dir = os.path.abspath(str(dir))
         say = log or (lambda msg: None)
         if durability == "none" and journal_backend == "jetstream":
@@ -74,17 +80,30 @@ class Bootstrap:
                 say(f"starting the stopped cluster in {dir} again")
                 old.start_nodes([p.name for p in old.processes if p.kind != "proxy"], timeout_s=timeout_s)
                 return old.wait_ready(timeout_s)
+        follow = None
+        if follow_region is not None:
+            follow, secrets_dir = cls._follow_plan(follow_region, shards, region_domain)
+            region_domain = follow["domain"]
         os.makedirs(os.path.join(dir, "logs"), exist_ok=True)
         nodes_per_shard = 1 + replicas
         n_durakv = shards * nodes_per_shard
-        secrets_dir = os.path.join(dir, "secrets")
+        if follow is None:
+            secrets_dir = os.path.join(dir, "secrets")
         if os.path.exists(os.path.join(secrets_dir, "cluster.json")):
             secrets = ClusterSecrets(secrets_dir)
         else:
             secrets = ClusterSecrets.init(secrets_dir, tls=tls, resp_password=password or None)
         certs = secrets.host_cert("node", ["127.0.0.1", "localhost"]) if tls else None
         proxy_ports = choose_proxy_ports(base_port) if partitionable else None
-        nats = NatsCluster(dir, base_port=base_port, tls=certs, proxy=proxy_ports, secrets=secrets)
+        if follow is not None:
+            nats_region = {"domain": region_domain, "leaf_remotes": follow["leaf_urls"],
+                           "leaf_creds": secrets.region_link_creds(follow["peer_domain"],
+                                                                   [n for n, _s in follow["source_layout"]])}
+        elif region_domain:
+            nats_region = {"domain": region_domain, "leaf_listen": True}
+        else:
+            nats_region = None
+        nats = NatsCluster(dir, base_port=base_port, tls=certs, proxy=proxy_ports, secrets=secrets, region=nats_region)
         nats.check_ports()
         if base_port:
             durakv_ports = [base_port + 10 + k for k in range(n_durakv)]
@@ -103,6 +122,11 @@ class Bootstrap:
                     "env": dict(env or {}),
                     "tls": certs, "secrets": secrets_dir, "password": password != "",
                     "nats_servers": "", "processes": []}
+        if region_domain:
+            # (only in a region's manifest: a cluster without a second region keeps its options as they were)
+            manifest["options"]["region_domain"] = region_domain
+        if follow_region:
+            manifest["options"]["follow_region"] = os.path.abspath(str(follow_region))
         cluster = cls(dir, manifest)
         for attempt in range(PORT_ATTEMPTS):
             say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
@@ -135,7 +159,8 @@ class Bootstrap:
                 say(f"a NATS port was taken meanwhile ({exc}); choosing other ports")
                 manifest["processes"] = []
                 proxy_ports = choose_proxy_ports(None) if partitionable else None
-                nats = NatsCluster(dir, base_port=None, tls=certs, proxy=proxy_ports, secrets=secrets)
+                nats = NatsCluster(dir, base_port=None, tls=certs, proxy=proxy_ports, secrets=secrets,
+                                   region=nats_region)
             except BaseException:
                 nats.stop()
                 cluster._stop_proxy()
@@ -177,7 +202,7 @@ class Bootstrap:
         groups = [["127.0.0.1:%d" % cluster.get(name).port for name in names] for names in layout]
         try:
             asyncio.run(admin.create(groups, replicas=replicas, durability=durability, timeout_s=timeout_s,
-                                     layout_given=True, **shard_flags(extra_server_args)))
+                                     layout_given=True, follow=follow, **shard_flags(extra_server_args)))
         except Exception as exc:  # noqa: BLE001 - reported with the processes left running, as a timeout is
             raise ClusterNotReady("cluster create failed: %s\nprocesses are left running; stop them with `durakv "
                                   "cluster down --dir %s`" % (exc, dir)) from None
@@ -187,6 +212,33 @@ class Bootstrap:
         cluster.wait_ready(max(1.0, timeout_s - (time.monotonic() - t0)), cluster.nodes)
         say(f"durakv nodes ready in {time.monotonic() - t0:.2f}s")
         return cluster
+
+    @classmethod
+    def _follow_plan(cls, source_dir, shards, domain):
+        """What a follower region of the local cluster in source_dir needs: its domain, leafnode URLs and shard
+        layout (refused now when this region's shard count would give another layout), and its secrets."""
+        from .admin import slot_ranges
+        from .region import RegionError, check_same_layout, shard_layout
+        source = cls.load(source_dir)
+        peer = source.options.get("region_domain")
+        if not peer:
+            raise ClusterError("the cluster in %s was started without --region-domain: it has no leafnode port "
+                               "for a follower region" % source.dir)
+        leaf_urls = ["nats-leaf://127.0.0.1:%d" % p.ports["leaf"] for p in source.nats if "leaf" in p.ports]
+        topology = source._store_call(lambda store: store.get_topology())[0]
+        if topology is None:
+            raise ClusterError("the cluster in %s has no topology yet" % source.dir)
+        layout = shard_layout(topology)
+        planned = [(str(n), ((a, b),)) for n, (a, b) in enumerate(slot_ranges(shards))]
+        try:
+            check_same_layout(layout, planned)
+        except RegionError as exc:
+            raise ClusterError(str(exc)) from None
+        domain = domain or (peer + "-follower")
+        if domain == peer:
+            raise ClusterError("a follower region needs a JetStream domain of its own, not %r" % peer)
+        return ({"domain": domain, "peer_domain": peer, "source_layout": layout, "leaf_urls": leaf_urls},
+                source.manifest["secrets"])
 
     def _wait_ready_moving_clashes(self, timeout_s, procs, single_master=None):
         """wait_ready, but a node that exited because its port was taken meanwhile is started again on another

@@ -123,7 +123,8 @@ def _cmd_up(args):
                                   base_port=args.base_port, journal_backend=args.journal_backend,
                                   timeout_s=args.timeout, log=lambda m: print(m, flush=True),
                                   cluster_mode=not args.no_cluster_mode, tls=args.tls,
-                                  partitionable=args.partitionable, extra_server_args=args.server_arg or ())
+                                  partitionable=args.partitionable, extra_server_args=args.server_arg or (),
+                                  region_domain=args.region_domain, follow_region=args.follow_region)
     except ClusterNotReady as exc:
         print(f"cluster started but not ready: {exc}", file=sys.stderr)
         return 1
@@ -623,6 +624,12 @@ def build_parser():
     up.add_argument("--server-arg", action="append", metavar="ARG",
                     help="an extra argument for every durakv node (repeat it: --server-arg=--lease-ttl-ms "
                          "--server-arg=3000)")
+    up.add_argument("--region-domain", default=None,
+                    help="this cluster's JetStream domain; with it each NATS server gets a leafnode port a follower "
+                         "region connects to (docs/multi-az.md, \"A second region\")")
+    up.add_argument("--follow-region", default=None, metavar="DIR",
+                    help="start a follower region of the local cluster in DIR (started with --region-domain): "
+                         "its own NATS with its own domain, mirrors of DIR's shard journals, read-only nodes")
     up.set_defaults(func=_cmd_up)
 
     for action, func, text in (

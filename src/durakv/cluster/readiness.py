@@ -34,7 +34,9 @@ class Readiness:
         exactly one node per shard reports role:master. Raises ClusterNotReady with what is missing."""
         procs = list(procs) if procs is not None else self.nodes
         if single_master is None:
-            single_master = self.options.get("journal_backend") == "jetstream"
+            # (a follower region has no master: every node follows its shard's mirror)
+            single_master = self.options.get("journal_backend") == "jetstream" and not self.options.get(
+                "follow_region")
         state = {}
 
         def check():

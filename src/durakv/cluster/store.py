@@ -617,6 +617,15 @@ class NatsStore(CoordinationStore):
     async def put_cluster(self, doc, expected_revision):
         return await self._compare_and_set(nn.KEY_CLUSTER, doc.to_json(), expected_revision)
 
+    # -- a second region (cluster/region.py) --------------------------------------------------------------------
+    async def get_region(self):
+        """(RegionRecord | None, revision): this region's role; None for a cluster with no second region."""
+        from .region import RegionRecord
+        return await self._get(nn.KEY_REGION, RegionRecord.from_json)
+
+    async def put_region(self, record, expected_revision):
+        return await self._compare_and_set(nn.KEY_REGION, record.to_json(), expected_revision)
+
     # -- backups (durakv/backup): what purges must keep --------------------------------------------------------
     async def get_backup_doc(self, shard):
         """(dict, revision) of the shard's backup document ({} when absent): `pins` {token: {"from", "until_ms"}}

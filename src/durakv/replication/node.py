@@ -125,6 +125,11 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
         self._lapse_log = Recurring(log)
         self._slicer = None             # while loading: the slices of the loop the snapshot and entries apply in
         self._in_flight = None          # the task applying an entry in slices (follow.py)
+        # a second region (cluster/region.py): this region's record (None: no second region), the entries the
+        # mirror knows it lacks as of the last probe, and since when (mono ms) this node has not been caught up
+        self.region = None
+        self.region_mirror_lag = 0
+        self._region_behind_since_ms = 0
 
     @property
     def replication_id(self) -> str:
@@ -166,6 +171,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
         self.store = await retry_transient("opening the coordination store",
                                            NatsStore(self.nc, shard=self.shard).open)
         await self._check_cluster()
+        self.region, _rev = await retry_transient("reading the region record", self.store.get_region)
         await self.shard_settings.start(self.store)
         # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
         # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
@@ -282,12 +288,35 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
                 if now - self._last_probe > 1.0:
                     self._last_probe = now
                     try:
-                        self.stream_last = await self.journal.last_index()
-                        self.note_known(self.stream_last)
+                        await self._probe_journal()
                     except Exception:  # noqa: BLE001 - reported as lag below
                         pass
                 await self.resubscribe_if_stalled()
             await asyncio.sleep(self.controller.interval_s)
+
+    async def _probe_journal(self):
+        """A replica's look at its journal's end (and, in a follower region, at what its mirror lacks)."""
+        info = await self.journal.js.stream_info(self.journal.stream)
+        self.stream_last = info.state.last_seq
+        self.note_known(self.stream_last)
+        if self.region is not None and self.region.follower:
+            from ..cluster.region import mirror_lag
+            self.region_mirror_lag, _active_ms = mirror_lag(info)
+            self.region_lag_entries()
+
+    def region_lag_entries(self) -> int:
+        """Entries of the source region's journal this follower has not applied: what its mirror lacks (as
+        last measured) plus what the mirror holds and it has not applied yet."""
+        lag = self.region_mirror_lag + max(0, self.stream_last - self.applied_index)
+        if lag == 0:
+            self._region_behind_since_ms = 0
+        elif not self._region_behind_since_ms:
+            self._region_behind_since_ms = monotonic_ms()
+        return lag
+
+    def region_lag_ms(self) -> int:
+        """How long this follower has been behind the source region (0: caught up at the last look)."""
+        return monotonic_ms() - self._region_behind_since_ms if self._region_behind_since_ms else 0
 
     COPIES_CHECK_S = 2.0     # how often a node asks its shard stream's leader for the stream's copies
 
@@ -344,4 +373,11 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
                            "replica_apply_stopped": self.apply_stopped or ""})
             if self.apply_stopped is not None:
                 fields["master_link_status"] = "down"
+        region = self.region
+        if region is not None:
+            follower = region.follower
+            fields.update({"region_role": region.role, "region_domain": region.domain,
+                           "region_peer_domain": region.peer_domain, "region_epoch": region.epoch,
+                           "region_lag_entries": self.region_lag_entries() if follower else 0,
+                           "region_lag_ms": self.region_lag_ms() if follower else 0})
         return fields

@@ -38,7 +38,7 @@ class Snapshot:
 
     __slots__ = ("mode", "effective", "lag_s", "held_replies", "held_bytes", "append_errors", "retries",
                  "commit_latency", "stall", "role", "epoch", "failovers", "lease_held", "lease_remaining_s",
-                 "apply_lag_s", "apply_lag_entries", "migration", "journal_commit_index", "auth")
+                 "apply_lag_s", "apply_lag_entries", "migration", "journal_commit_index", "auth", "region_lag")
 
     def __init__(self):
         for name in self.__slots__:
@@ -109,6 +109,9 @@ class Metrics:
                 fields = node.info_fields()
                 s.apply_lag_s = fields["replica_lag_ms"] / 1000.0
                 s.apply_lag_entries = fields["replica_lag_entries"]
+            region = getattr(node, "region", None)
+            if region is not None and region.follower:
+                s.region_lag = (node.region_lag_entries(), node.region_lag_ms() / 1000.0)
             watcher = getattr(node, "topology_watcher", None)
             migrator = watcher.migrator if watcher is not None else None
             if migrator is not None:
@@ -298,6 +301,13 @@ class Collector:
                          "the stream holds newer ones (0 when caught up)", s.apply_lag_s)
         yield from gauge("durakv_replica_apply_lag_entries", "Journal entries this replica has not applied yet",
                          s.apply_lag_entries)
+        if s.region_lag is not None:
+            entries, seconds = s.region_lag
+            yield from gauge("durakv_region_lag_entries", "Entries of the source region's journal this follower "
+                             "region's node has not applied (the mirror's lag as last measured, plus its own)",
+                             entries)
+            yield from gauge("durakv_region_lag_seconds", "How long this follower region's node has been behind "
+                             "the source region (0 when caught up)", seconds)
         if s.migration is not None:
             keys, slots, batches, moving = s.migration
             yield from counter("durakv_slot_migration_keys", "Keys this node moved to other shards", keys)

@@ -1,0 +1,154 @@
+"""A second region (docs/multi-az.md, "A second region"): region A, a local cluster with a JetStream domain and
+leafnode ports, and region B, a follower region of it: three NATS servers of its own (its own domain, a
+leafnode link with credentials to A), each shard journal a mirror of A's, read-only durakv nodes following the
+mirror. Real processes, real sockets, valkey-py; small data, bounded loops, polled waits."""
+
+import asyncio
+import threading
+import time
+import urllib.request
+
+import pytest
+import valkey
+
+from conftest import wait_until
+from durakv.cluster.manifest import ClusterError
+
+MAX_WRITES = 3000
+MAX_WRITE_S = 20.0
+
+
+def _client(proc):
+    return valkey.Valkey(host="127.0.0.1", port=proc.port, socket_timeout=10)
+
+
+def _replication(proc):
+    with _client(proc) as c:
+        return c.info("replication")
+
+
+class Writer:
+    """One thread SETting w:<n> = n on region A's primary until stopped (bounded in count and time); `acked` is
+    the number of acknowledged writes (keys w:0 .. w:acked-1)."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.acked = 0
+        self.errors = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="region-writer")
+        self.thread.start()
+
+    def _run(self):
+        deadline = time.monotonic() + MAX_WRITE_S
+        with _client(self.proc) as c:
+            while not self.stop.is_set() and self.acked < MAX_WRITES and time.monotonic() < deadline:
+                try:
+                    c.set("{w}:%d" % self.acked, self.acked)
+                except valkey.ValkeyError as exc:
+                    self.errors.append(repr(exc))
+                    return
+                self.acked += 1
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(MAX_WRITE_S + 10)
+        assert not self.thread.is_alive()
+        assert not self.errors, self.errors
+        return self.acked
+
+
+@pytest.fixture
+def regions(local_cluster):
+    a = local_cluster(shards=1, replicas=0, region_domain="ra")
+    b = local_cluster(shards=1, replicas=0, follow_region=a.dir, region_domain="rb")
+    return a, b
+
+
+def test_follower_region_serves_reads_under_load_and_catches_up(regions):
+    a, b = regions
+    primary = a.nodes[0]
+    follower = b.nodes[0]
+    info = _replication(follower)
+    assert info["role"] == "slave"
+    assert info["region_role"] == "follower"
+    assert info["region_domain"] == "rb" and info["region_peer_domain"] == "ra"
+
+    writer = Writer(primary)
+    try:
+        # reads are served while A writes: a key A acknowledged shows up in B
+        wait_until(lambda: writer.acked >= 200, 20, what="region A taking writes")
+        wait_until(lambda: _client(follower).get("{w}:100") == b"100", 20, what="B serving a key written in A")
+        # B is read-only: a write answers -READONLY, as a Valkey replica's does
+        with pytest.raises(valkey.exceptions.ReadOnlyError):
+            _client(follower).set("{w}:from-b", 1)
+    finally:
+        acked = writer.finish()
+    assert acked >= 200
+
+    # once the load stops the lag reaches 0 (B has applied A's last entry, and says so) and every acknowledged
+    # write is in B. (region_lag_* is as of B's last look at its mirror, once a second: the index decides.)
+    a_last = _replication(primary)["journal_applied_index"]
+
+    def caught_up():
+        r = _replication(follower)
+        return (r["journal_applied_index"] == a_last and r["region_lag_entries"] == 0 and r["region_lag_ms"] == 0
+                and r["replica_lag_entries"] == 0)
+
+    wait_until(caught_up, 30, what="region B's lag reaching 0")
+    with _client(follower) as c:
+        values = c.mget(["{w}:%d" % n for n in range(acked)])
+    missing = [n for n, v in enumerate(values) if v != str(n).encode()]
+    assert not missing, "B lacks %d of %d acknowledged writes (first %s)" % (len(missing), acked, missing[:5])
+    # B's nodes never took a lease: the controller says why
+    assert "follows region ra" in _replication(follower)["controller_reason"]
+
+    # the lag is in the metrics too
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % follower.ports["metrics"], timeout=10).read()
+    lines = {ln.split(" ")[0]: ln.split(" ")[1] for ln in text.decode().splitlines()
+             if ln.startswith("durakv_region_lag")}
+    assert float(lines["durakv_region_lag_entries"]) == 0.0
+    assert float(lines["durakv_region_lag_seconds"]) == 0.0
+
+
+def test_region_link_carries_only_the_mirrors(regions):
+    """The leafnode link's identity lets the mirrors through and nothing else: a publish on a shard's journal
+    subject in region B does not reach region A's journal (without the link's permissions it did: measured)."""
+    a, b = regions
+    from durakv.cluster.natsnames import journal_stream, journal_subject
+    stream = journal_stream("0")
+
+    async def forge():
+        nb = await b.nats_connect()
+        try:
+            await nb.publish(journal_subject("0"), b"forged-in-b")
+            await nb.flush()
+        finally:
+            await nb.close()
+
+    asyncio.run(forge())
+    # A's next write still reaches B (the mirror runs) ...
+    with _client(a.nodes[0]) as c:
+        c.set("after-forge", 1)
+    wait_until(lambda: _client(b.nodes[0]).get("after-forge") == b"1", 20, what="B following after the forgery")
+
+    async def payloads():
+        na = await a.nats_connect()
+        try:
+            js = na.jetstream()
+            info = await js.stream_info(stream)
+            return [(await js.get_msg(stream, seq=n)).data for n in range(info.state.first_seq, info.state.last_seq + 1)]
+        finally:
+            await na.close()
+
+    # ... and A's journal never got the forged entry
+    data = asyncio.run(payloads())
+    assert data and b"forged-in-b" not in data
+
+
+def test_different_shard_layout_is_refused(local_cluster):
+    a = local_cluster(shards=1, replicas=0, region_domain="ra")
+    with pytest.raises(ClusterError) as err:
+        local_cluster(shards=2, replicas=0, follow_region=a.dir, region_domain="rb")
+    text = str(err.value)
+    assert "shard layouts differ" in text and "1 shard(s) (0: 0-16383)" in text and "this region 2" in text
