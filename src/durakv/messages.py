@@ -23,6 +23,9 @@ AUTH_NO_PASSWORD = ("ERR AUTH <password> called without any password configured 
                     "Are you sure your configuration is correct?")
 OOM = "OOM command not allowed when used memory > 'maxmemory'."
 READONLY = "READONLY You can't write against a read only replica."
+# a primary of a region that was fenced or replaced by its peer region (replication/region_role.py): a Valkey
+# client treats it as a replica's refusal (no retry here); the text says which fence
+REGION_FENCED = "READONLY You can't write against a fenced region: {}"
 REDIRECT = "REDIRECT {}"
 SCRIPT_DEBUG_NO_ENGINE = "ERR No scripting engine found with name '{}' to enable debug"
 SCRIPT_ENGINE_NOT_FOUND = "ERR Could not find scripting engine '{}'"   # an EVAL shebang's engine (Valkey 9)

@@ -264,6 +264,123 @@ class ClusterAdmin:
         finally:
             await store.nc.close()
 
+    async def promote_region(self, source=None, timeout_s=120.0):
+        """Makes this follower region (cluster/region.py) the primary region. source: the old primary region's
+        ClusterAdmin when it is reachable (planned switchover: fence it, wait until every entry of its journals
+        is mirrored here, then promote: nothing acknowledged is lost), else None (disaster: promote at once; the
+        report names each shard's mirror lag as last measured, the acknowledged data the cut may have cost).
+        Promotion: each mirror stops mirroring (NATS 2.12+ lets a stream drop its mirror configuration) and
+        takes its shard's subject; the region record becomes primary with a higher region epoch (an old primary
+        region whose nodes read it refuses writes); this region's nodes then take leases. Returns the report."""
+        from .region import RegionError, RegionRecord, check_same_layout, mirror_lag, shard_layout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        store = await self.store()
+        try:
+            record, rev = await store.get_region()
+            if record is None or not record.follower:
+                raise AdminError("this cluster is not a follower region (its region record: %s)"
+                                 % ("none" if record is None else "%s %s" % (record.role, record.domain)))
+            topology, _rev = await store.get_topology()
+            names = [sh.name for sh in topology.shards]
+            report = {"mode": "planned" if source is not None else "disaster", "region": record.domain,
+                      "old_region": record.peer_domain, "shards": {}}
+            epoch = record.epoch
+            if source is not None:
+                src = await source.store()
+                try:
+                    src_topology, _r = await src.get_topology()
+                    try:
+                        check_same_layout(shard_layout(src_topology), shard_layout(topology))
+                    except RegionError as exc:
+                        raise AdminError(str(exc)) from None
+                    src_record, src_rev = await src.get_region()
+                    epoch = max(epoch, src_record.epoch if src_record is not None else 1)
+                    await src.put_region(RegionRecord("fenced", record.peer_domain, record.domain, epoch), src_rev)
+                    self.say("region %s fenced: its primaries refuse writes" % record.peer_domain)
+                    await source.wait_fenced(src, deadline - loop.time())
+                    for name in names:
+                        last = await self._wait_mirrored(store, src, name, deadline)
+                        report["shards"][name] = {"source_last_index": last, "mirror_last_index": last,
+                                                  "lag_entries_at_cut": 0}
+                finally:
+                    await src.nc.close()
+            else:
+                for name in names:
+                    info = await store.js.stream_info(nn.journal_stream(name))
+                    lag, active_ms = mirror_lag(info)
+                    report["shards"][name] = {"mirror_last_index": info.state.last_seq, "lag_entries_at_cut": lag,
+                                              "source_last_heard_ms_ago": active_ms}
+            cut = {}
+            for name in names:
+                info = await store.js.stream_info(nn.journal_stream(name))
+                cfg = info.config
+                if cfg.mirror is not None:
+                    cfg.mirror = None
+                    cfg.subjects = [nn.journal_subject(name)]
+                    info = await store.js.update_stream(cfg)
+                cut[name] = info.state.last_seq
+                report["shards"][name]["cut_index"] = info.state.last_seq
+            await store.put_region(RegionRecord("primary", record.domain, record.peer_domain, epoch + 1, cut), rev)
+            report["region_epoch"] = epoch + 1
+            self.say("region %s is primary (region epoch %d); waiting for its shards' primaries" % (record.domain,
+                                                                                                   epoch + 1))
+            await self.wait_roles(store, names, max(1.0, deadline - loop.time()))
+            return report
+        finally:
+            await store.nc.close()
+
+    async def _wait_mirrored(self, store, src, name, deadline):
+        """Until this region's mirror of shard `name` holds the source's last entry, and the source's end did not
+        move meanwhile (its primaries are fenced and drained). Returns that index."""
+        loop = asyncio.get_running_loop()
+        stream = nn.journal_stream(name)
+        while True:
+            last = (await src.js.stream_info(stream)).state.last_seq
+            while (await store.js.stream_info(stream)).state.last_seq < last:
+                if loop.time() > deadline:
+                    raise AdminError("shard %s's mirror did not reach index %d in time" % (name, last))
+                await asyncio.sleep(0.05)
+            if (await src.js.stream_info(stream)).state.last_seq == last:
+                return last
+
+    async def wait_fenced(self, store, timeout_s):
+        """Until every primary of this (fenced) region says so and has committed every write it took."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+
+        def fenced(node):
+            try:
+                with self.resp(*self.node_addr(node), timeout_s=2.0) as c:
+                    info = c.info("replication").get("replication", {})
+            except (OSError, RespError):
+                return None
+            return info.get("role") != "master" or (info.get("region_fenced") == 1
+                                                    and info.get("region_fenced_drained") == 1)
+        while True:
+            topology, _rev = await store.get_topology()
+            pending = [n.id[:8] for sh in topology.shards for n in sh.nodes
+                       if not await loop.run_in_executor(None, fenced, n)]
+            if not pending:
+                return
+            if loop.time() > deadline:
+                raise AdminError("nodes %s did not report the fence in time" % ", ".join(pending))
+            await asyncio.sleep(0.05)
+
+    async def region_gap(self, promoted, timeout_s=30.0):
+        """After a disaster promotion, once the old primary region (this admin's) is back: per shard, the entries
+        its journal has beyond the promoted region's cut (`promoted`: the promoted region's record), which the
+        promoted region never took."""
+        store = await self.store()
+        try:
+            out = {}
+            for name, cut in sorted(promoted.cut.items()):
+                last = (await store.js.stream_info(nn.journal_stream(name))).state.last_seq
+                out[name] = {"old_region_last_index": last, "cut_index": cut, "entries_not_taken": max(0, last - cut)}
+            return out
+        finally:
+            await store.nc.close()
+
     async def _follow_region(self, store, follow, shard_names):
         """The region record (role follower) and the shard journals as mirrors of the source region's."""
         from .region import RegionRecord, make_mirrors

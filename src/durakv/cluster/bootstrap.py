@@ -98,7 +98,8 @@ class Bootstrap:
         if follow is not None:
             nats_region = {"domain": region_domain, "leaf_remotes": follow["leaf_urls"],
                            "leaf_creds": secrets.region_link_creds(follow["peer_domain"],
-                                                                   [n for n, _s in follow["source_layout"]])}
+                                                                   [n for n, _s in follow["source_layout"]],
+                                                                   region_domain)}
         elif region_domain:
             nats_region = {"domain": region_domain, "leaf_listen": True}
         else:
@@ -206,6 +207,10 @@ class Bootstrap:
         except Exception as exc:  # noqa: BLE001 - reported with the processes left running, as a timeout is
             raise ClusterNotReady("cluster create failed: %s\nprocesses are left running; stop them with `durakv "
                                   "cluster down --dir %s`" % (exc, dir)) from None
+        if follow is not None:
+            from .region import mark_primary
+            cls.load(follow_region)._store_call(
+                lambda store: mark_primary(store, follow["peer_domain"], follow["domain"]))
         for p in cluster.nodes:
             p.entry["node_id"] = cluster.node_id_of(p)
         cluster.save()

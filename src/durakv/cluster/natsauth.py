@@ -239,7 +239,11 @@ def node_permissions(shard, node_id: str) -> dict:
     pub += ["$O.%s.>" % bucket] + _stream_api("OBJ_%s" % bucket, purge=True)
     bus = [nn.PUBSUB, nn.PUBSUB_SHARD % shard, nn.STATUS % shard, nn.ALIVE]
     pub += bus
-    sub = ["%s.>" % nn.inbox_prefix(node_id)] + bus
+    # a second region: the peer region's record (cluster/region.py), read by domain, answered on its own
+    # reply subject (the region link allows that prefix, not every node's inbox). A node of any domain may read
+    # it: the domain is not known when a node is minted, and it reads no more than its own region's bucket.
+    pub += ["$JS.*.API.STREAM.MSG.GET.KV_%s" % nn.LEASES_BUCKET]
+    sub = ["%s.>" % nn.inbox_prefix(node_id), "%s.>" % (nn.REGION_REPLY % node_id)] + bus
     return {"pub": {"allow": pub}, "sub": {"allow": sub}}
 
 
@@ -248,7 +252,7 @@ def operator_permissions() -> dict:
     return {"pub": {"allow": [">"]}, "sub": {"allow": [">"]}}
 
 
-def region_link_permissions(source_domain, shards) -> dict:
+def region_link_permissions(source_domain, shards, follower_domain=None) -> dict:
     """The leafnode link a follower region's NATS servers open to the primary region (docs/multi-az.md, "A
     second region"). Only what a mirror of the shard journals carries may cross: the consumer API of the
     DURAKV_SHARD_* streams in the source domain (a mirror creates, resets, inspects and deletes its own
@@ -265,6 +269,11 @@ def region_link_permissions(source_domain, shards) -> dict:
         subjects += ["%s.CONSUMER.*.%s" % (api, nn.journal_stream(shard)),
                      "%s.CONSUMER.*.%s.>" % (api, nn.journal_stream(shard))]
     subjects += ["$JS.FC.>", "$JS.M.*", "$JSC.R.*"]
+    # each region's nodes read the other's region record (the fence: cluster/region.py), and the answers
+    for domain in (source_domain, follower_domain):
+        if domain:
+            subjects.append(nn.region_record_get(domain))
+    subjects.append("%s.>" % (nn.REGION_REPLY % "*")[:-2])
     return {"pub": {"allow": list(subjects)}, "sub": {"allow": list(subjects)}}
 
 

@@ -29,6 +29,9 @@ KEY_BACKUP_RUN = "backuprun.%s"
 # a second region (cluster/region.py): this region's role, its JetStream domain and the region it follows,
 # written by the operator only (`cluster up --follow-region`, `create --follow-domain`)
 KEY_REGION = "region"
+# a node reads the peer region's record over the region link (a plain request whose answer comes back on this
+# subject, not on its inbox: the link allows this one prefix, not every node's inbox)
+REGION_REPLY = "durakv.regionreply.%s"
 # snapshots: one object store bucket per shard, so a node can be allowed its own shard's and no other
 SNAPSHOT_BUCKET = "DURAKV_SNAPSHOTS_%s"
 
@@ -79,6 +82,11 @@ def check_domain(name) -> str:
 def region_api(domain) -> str:
     """The JetStream API prefix of another region's domain, as a mirror's `external.api` names it."""
     return "$JS.%s.API" % check_domain(domain)
+
+
+def region_record_get(domain) -> str:
+    """The subject a node asks a region (by domain) for its coordination bucket's message of a key."""
+    return "$JS.%s.API.STREAM.MSG.GET.KV_%s" % (check_domain(domain), LEASES_BUCKET)
 
 
 def kv_subject(key) -> str:

@@ -23,7 +23,8 @@ import json
 
 from . import natsnames as nn
 
-ROLES = ("primary", "follower")
+ROLES = ("primary", "follower", "fenced")
+MAX_CUT_SHARDS = 1024
 MAX_REGION_DOC = 4096   # bytes: data from NATS is untrusted and bounded before it is parsed
 
 
@@ -32,12 +33,14 @@ class RegionError(ValueError):
 
 
 class RegionRecord:
-    """This region's role in a pair: `role` (primary | follower), its own JetStream `domain`, the `peer_domain`
-    it follows (a follower) and the `epoch` (raised by each promotion)."""
+    """This region's role in a pair: `role` (primary | follower | fenced: a primary region that a planned
+    switchover fenced), its own JetStream `domain`, the `peer_domain` (the region it follows, or its follower)
+    and the `epoch` (raised by each promotion). `cut`: {shard: the last journal index this region took from
+    the old primary region} once promoted, to count later what the old region had beyond it."""
 
-    __slots__ = ("role", "domain", "peer_domain", "epoch")
+    __slots__ = ("role", "domain", "peer_domain", "epoch", "cut")
 
-    def __init__(self, role, domain, peer_domain="", epoch=1):
+    def __init__(self, role, domain, peer_domain="", epoch=1, cut=None):
         if role not in ROLES:
             raise RegionError("region role %r is not one of %s" % (role, ", ".join(ROLES)))
         self.role = role
@@ -48,14 +51,21 @@ class RegionRecord:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or not 1 <= epoch < 2 ** 53:
             raise RegionError("region epoch %r is not an integer >= 1" % (epoch,))
         self.epoch = epoch
+        cut = dict(cut or {})
+        if len(cut) > MAX_CUT_SHARDS or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                 for v in cut.values()):
+            raise RegionError("the region record's cut is not {shard: index}")
+        self.cut = {nn.check_shard_name(k): v for k, v in cut.items()}
 
     @property
     def follower(self) -> bool:
         return self.role == "follower"
 
     def to_json(self) -> bytes:
-        return json.dumps({"role": self.role, "domain": self.domain, "peer_domain": self.peer_domain,
-                           "epoch": self.epoch}, sort_keys=True).encode()
+        doc = {"role": self.role, "domain": self.domain, "peer_domain": self.peer_domain, "epoch": self.epoch}
+        if self.cut:
+            doc["cut"] = self.cut
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw) -> "RegionRecord":
@@ -68,9 +78,87 @@ class RegionRecord:
         if not isinstance(doc, dict):
             raise RegionError("the region record is not an object")
         try:
-            return cls(doc.get("role"), doc.get("domain"), doc.get("peer_domain") or "", doc.get("epoch", 1))
+            cut = doc.get("cut") or {}
+            if not isinstance(cut, dict):
+                raise RegionError("the region record's cut is not an object")
+            return cls(doc.get("role"), doc.get("domain"), doc.get("peer_domain") or "", doc.get("epoch", 1), cut)
         except ValueError as exc:
             raise RegionError(str(exc)) from None
+
+
+def fence_reason(own, peer, peer_read) -> str:
+    """Why a node of the region `own` (its record) must not take writes, or None. peer: the peer region's record
+    as last read (None: absent or never read); peer_read: whether it was read since this node started.
+
+    - a region a planned switchover fenced;
+    - a primary region whose peer was promoted over it (the peer's epoch is higher and it is primary): an old
+      primary region that comes back after a disaster promotion;
+    - a primary region with a peer whose record this node has not read since it started: a node restarting
+      after a power cut does not take writes until it knows whether it was replaced."""
+    if own is None:
+        return None
+    if own.role == "fenced":
+        return "region %s was fenced by a switchover to region %s (region epoch %d)" % (own.domain, own.peer_domain,
+                                                                                     own.epoch)
+    if own.role != "primary" or not own.peer_domain:
+        return None
+    if not peer_read:
+        return "region %s has not read region %s's record since this node started" % (own.domain, own.peer_domain)
+    if peer is not None and peer.role == "primary" and peer.epoch > own.epoch:
+        return "region %s was promoted over region %s (region epoch %d > %d)" % (peer.domain, own.domain, peer.epoch,
+                                                                               own.epoch)
+    return None
+
+
+async def read_peer_region(nc, domain, node_id, timeout_s=2.0):
+    """The region record of the region `domain` (RegionRecord, or None when it has none), read over the region
+    link with a plain request whose answer comes on natsnames.REGION_REPLY (what the link and a node's
+    permissions allow). Raises TimeoutError when the region does not answer, RegionError on a bad answer."""
+    import asyncio
+    import base64
+    import os
+    reply = "%s.%s" % (nn.REGION_REPLY % node_id, os.urandom(8).hex())
+    sub = await nc.subscribe(reply, max_msgs=1)
+    try:
+        await nc.publish(nn.region_record_get(domain), json.dumps({"last_by_subj": nn.kv_subject(nn.KEY_REGION)}
+                                                                   ).encode(), reply=reply)
+        msg = await asyncio.wait_for(sub.next_msg(timeout=timeout_s), timeout_s + 1.0)
+    except Exception as exc:  # noqa: BLE001 - nats-py's own timeout types: all mean no answer
+        raise TimeoutError("region %s did not answer: %r" % (domain, exc)) from None
+    finally:
+        try:
+            await sub.unsubscribe()
+        except Exception:  # noqa: BLE001 - it may be gone already (max_msgs)
+            pass
+    if len(msg.data) > 4 * MAX_REGION_DOC:
+        raise RegionError("region %s's answer is %d bytes" % (domain, len(msg.data)))
+    try:
+        answer = json.loads(msg.data)
+    except ValueError:
+        raise RegionError("region %s's answer is not JSON" % domain) from None
+    if not isinstance(answer, dict):
+        raise RegionError("region %s's answer is not an object" % domain)
+    if answer.get("error"):
+        if (answer["error"] or {}).get("code") == 404:
+            return None
+        raise RegionError("region %s answered %s" % (domain, answer["error"]))
+    try:
+        raw = base64.b64decode((answer.get("message") or {}).get("data") or "")
+    except (ValueError, TypeError):
+        raise RegionError("region %s's record is not base64" % domain) from None
+    if not raw:
+        return None     # deleted
+    return RegionRecord.from_json(raw)
+
+
+async def mark_primary(store, domain, peer_domain):
+    """The source region's record once it has a follower (role primary, region epoch 1): from then on its nodes
+    read the follower's record, which is how a promotion fences them. An existing record is kept."""
+    current, rev = await store.get_region()
+    if current is None:
+        await store.put_region(RegionRecord("primary", domain, peer_domain, 1), rev)
+        return RegionRecord("primary", domain, peer_domain, 1)
+    return current
 
 
 def shard_layout(topology) -> list:

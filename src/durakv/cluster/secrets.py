@@ -100,13 +100,13 @@ class ClusterSecrets:
             jwt = natsauth.user_jwt(signer, account, user.public, fname.split(".")[0], perms)
             _write_private(os.path.join(self.dir, fname), natsauth.creds_text(jwt, user.seed))
 
-    def region_link_creds(self, source_domain, shards) -> str:
+    def region_link_creds(self, source_domain, shards, follower_domain=None) -> str:
         """The credentials file of the leafnode link from a follower region to `source_domain`'s region (made
         again for each shard list, 0600, in this directory: it is a secret like operator.creds)."""
         path = os.path.join(self.dir, "region-link-%s.creds" % natsauth.nn.check_domain(source_domain))
         user = Key.new("user")
         jwt = natsauth.user_jwt(self._key("signing"), self.account_public, user.public, "region-link-" + source_domain,
-                                natsauth.region_link_permissions(source_domain, shards))
+                                natsauth.region_link_permissions(source_domain, shards, follower_domain))
         _write_private(path, natsauth.creds_text(jwt, user.seed))
         return path
 

@@ -626,6 +626,12 @@ class NatsStore(CoordinationStore):
     async def put_region(self, record, expected_revision):
         return await self._compare_and_set(nn.KEY_REGION, record.to_json(), expected_revision)
 
+    async def watch_region(self, cb):
+        """Delivers every new region record to cb(record, revision) (an invalid one is logged and skipped)."""
+        from .region import RegionError, RegionRecord
+        watcher = await self.kv_watch.watch(nn.KEY_REGION)
+        return TopologyWatch(watcher, cb, parse=RegionRecord.from_json, invalid=RegionError, what="region record")
+
     # -- backups (durakv/backup): what purges must keep --------------------------------------------------------
     async def get_backup_doc(self, shard):
         """(dict, revision) of the shard's backup document ({} when absent): `pins` {token: {"from", "until_ms"}}

@@ -456,7 +456,9 @@ class Pipeline:
                     may_replicate, cmd.touches_data or (queue is not None and session.multi_touches_data)):
                 return POSTPONE
             if write and not wrote and gate.is_replica():
-                return messages.READONLY
+                # (a replica of a fenced old primary region names the fence: replication/region_role.py)
+                fence = getattr(gate, "region_fence", None)
+                return messages.REGION_FENCED.format(fence) if fence else messages.READONLY
             # a Valkey-protocol replica (REPLICAOF) refuses every command without the `stale` flag while its
             # link is down and replica-serve-stale-data is no; a shard member checks commands touching data
             if cmd.touches_data or write or (gate.checks_stale and not cmd.stale):

@@ -179,12 +179,7 @@ class FollowMixin:
         """Why this node must not take the lease (None: it may)."""
         if self.apply_stopped is not None:
             return "it stopped applying the journal at " + self.apply_stopped
-        region = getattr(self, "region", None)
-        if region is not None and region.follower:
-            # its journal is a mirror of another region's: nothing may be appended here until promote-region
-            return "this region follows region %s (read-only until `durakv cluster promote-region`)" % (
-                region.peer_domain)
-        return None
+        return self.region_ineligible()     # a follower region, a fenced one (region_role.py)
 
     def stall_following(self, stall_ms):
         """Fault injection: hold every journal entry that arrives for stall_ms, then apply them in order (a

@@ -49,6 +49,7 @@ from .lease import LeaseMixin
 from .members import Members
 from .retry import retry_transient
 from .promotion import PromotionMixin
+from .region_role import PEER_CHECK_S, RegionRoleMixin
 from .shard_settings import ShardSettingsWatcher
 from .snapshots import Snapshotter
 from .topology_sync import TopologyWatcher
@@ -56,7 +57,7 @@ from .topology_sync import TopologyWatcher
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, RegionRoleMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
     def __init__(self, server, membership):
@@ -130,6 +131,15 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
         self.region = None
         self.region_mirror_lag = 0
         self._region_behind_since_ms = 0
+        self._region_revision = 0
+        self.region_watch = None
+        self.peer_region = None         # the peer region's record as last read (region_role.py)
+        self.peer_region_read_ms = None  # mono ms of the last successful read of it
+        self._needs_peer_read = False
+        self.region_fence = None        # why this node refuses writes for its region's sake, else None
+        self._region_log = Recurring(log)
+        self._last_peer_check = 0.0
+        self._peer_task = None
 
     @property
     def replication_id(self) -> str:
@@ -171,7 +181,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
         self.store = await retry_transient("opening the coordination store",
                                            NatsStore(self.nc, shard=self.shard).open)
         await self._check_cluster()
-        self.region, _rev = await retry_transient("reading the region record", self.store.get_region)
+        await self._start_region(retry_transient)
         await self.shard_settings.start(self.store)
         # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
         # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
@@ -283,6 +293,10 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
                     self._copies_task is None or self._copies_task.done()):
                 self._last_copies_check = now
                 self._copies_task = self.server.loop.create_task(self._check_copies())
+            if self.region is not None and self.region.peer_domain and now - self._last_peer_check >= PEER_CHECK_S \
+                    and (self._peer_task is None or self._peer_task.done()):
+                self._last_peer_check = now
+                self._peer_task = self.server.loop.create_task(self._check_peer_region())
             if self.role == "replica":
                 now = time.monotonic()
                 if now - self._last_probe > 1.0:
@@ -313,6 +327,14 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
         elif not self._region_behind_since_ms:
             self._region_behind_since_ms = monotonic_ms()
         return lag
+
+    def _fenced_drained(self) -> bool:
+        """A fenced primary has every write it took committed (a planned switchover waits for this before it
+        reads the old region's journal end: nothing acknowledged after that read)."""
+        if self.role != "primary":
+            return True
+        t = self.server.durability.tracker
+        return t is None or (t.committed >= t.assigned and not t._batch_index)
 
     def region_lag_ms(self) -> int:
         """How long this follower has been behind the source region (0: caught up at the last look)."""
@@ -379,5 +401,8 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
             fields.update({"region_role": region.role, "region_domain": region.domain,
                            "region_peer_domain": region.peer_domain, "region_epoch": region.epoch,
                            "region_lag_entries": self.region_lag_entries() if follower else 0,
-                           "region_lag_ms": self.region_lag_ms() if follower else 0})
+                           "region_lag_ms": self.region_lag_ms() if follower else 0,
+                           "region_fenced": int(self.region_fence is not None),
+                           "region_fenced_drained": int(self.region_fence is not None and self._fenced_drained()),
+                           "region_fence": (self.region_fence or "").replace(",", ";")})
         return fields
