@@ -4,6 +4,7 @@ leafnode link with credentials to A), each shard journal a mirror of A's, read-o
 mirror. Real processes, real sockets, valkey-py; small data, bounded loops, polled waits."""
 
 import asyncio
+import json
 import threading
 import time
 import urllib.request
@@ -11,7 +12,7 @@ import urllib.request
 import pytest
 import valkey
 
-from conftest import wait_until
+from conftest import durakv_cli, wait_until
 from durakv.cluster.manifest import ClusterError
 
 MAX_WRITES = 3000
@@ -171,9 +172,13 @@ def test_planned_switchover_loses_nothing(regions):
     a, b = regions
     writer = Writer(a.nodes[0])
     wait_until(lambda: writer.acked >= 200, 20, what="region A taking writes")
-    # the switchover runs under the write load: A is fenced (the writer's next write is refused), B takes every
-    # entry A's journal has, then B is promoted
-    report = asyncio.run(asyncio.wait_for(b.admin().promote_region(source=a.admin(), timeout_s=60), 90))
+    # the switchover runs under the write load, through the operator's command: A is fenced (the writer's next
+    # write is refused), B takes every entry A's journal has, then B is promoted
+    out = durakv_cli("cluster", "promote-region", "--dir", b.dir, "--source-dir", a.dir, "--timeout", "60",
+                     timeout_s=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "shard 0: cut at index" in out.stdout and "(planned: nothing lost)" in out.stdout
+    report = json.loads(out.stdout.strip().splitlines()[-1])
     acked = writer.finish(errors_ok=True)
     assert writer.errors and "fenced region" in writer.errors[0], writer.errors
     assert report["mode"] == "planned" and report["region_epoch"] == 2

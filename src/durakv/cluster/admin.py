@@ -264,6 +264,33 @@ class ClusterAdmin:
         finally:
             await store.nc.close()
 
+    async def source_layout(self):
+        """This cluster's shard layout (region.shard_layout), what a follower region must match."""
+        from .region import shard_layout
+        store = await self.store()
+        try:
+            topology, _rev = await store.get_topology()
+        finally:
+            await store.nc.close()
+        if topology is None:
+            raise AdminError("the source cluster has no topology yet")
+        return shard_layout(topology)
+
+    async def create_follower(self, addrs, source, domain, source_domain, source_layout=None, **create_kw):
+        """`create` for a follower region on any hosts: source is the primary region's ClusterAdmin (same
+        secrets, its NATS), domain/source_domain the two regions' JetStream domains; the source region's record
+        names its follower once this one serves. create_kw: create's own options."""
+        from .region import mark_primary
+        follow = {"domain": domain, "peer_domain": source_domain,
+                  "source_layout": source_layout or await source.source_layout()}
+        topology = await self.create(addrs, follow=follow, **create_kw)
+        src = await source.store()
+        try:
+            await mark_primary(src, source_domain, domain)
+        finally:
+            await src.nc.close()
+        return topology
+
     async def promote_region(self, source=None, timeout_s=120.0):
         """Makes this follower region (cluster/region.py) the primary region. source: the old primary region's
         ClusterAdmin when it is reachable (planned switchover: fence it, wait until every entry of its journals

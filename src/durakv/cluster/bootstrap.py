@@ -201,16 +201,19 @@ class Bootstrap:
         say(f"durakv nodes answering in {time.monotonic() - t0:.2f}s; creating the cluster")
         admin = cluster.admin(say=say)
         groups = [["127.0.0.1:%d" % cluster.get(name).port for name in names] for names in layout]
+        create_kw = dict(replicas=replicas, durability=durability, timeout_s=timeout_s, layout_given=True,
+                         **shard_flags(extra_server_args))
         try:
-            asyncio.run(admin.create(groups, replicas=replicas, durability=durability, timeout_s=timeout_s,
-                                     layout_given=True, follow=follow, **shard_flags(extra_server_args)))
+            if follow is not None:
+                # the same operation as on any hosts (`cluster create --follow-domain`)
+                source = cls.load(follow_region).admin(say=say)
+                asyncio.run(admin.create_follower(groups, source, follow["domain"], follow["peer_domain"],
+                                                  source_layout=follow["source_layout"], **create_kw))
+            else:
+                asyncio.run(admin.create(groups, **create_kw))
         except Exception as exc:  # noqa: BLE001 - reported with the processes left running, as a timeout is
             raise ClusterNotReady("cluster create failed: %s\nprocesses are left running; stop them with `durakv "
                                   "cluster down --dir %s`" % (exc, dir)) from None
-        if follow is not None:
-            from .region import mark_primary
-            cls.load(follow_region)._store_call(
-                lambda store: mark_primary(store, follow["peer_domain"], follow["domain"]))
         for p in cluster.nodes:
             p.entry["node_id"] = cluster.node_id_of(p)
         cluster.save()

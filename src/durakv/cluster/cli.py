@@ -422,8 +422,16 @@ def _cmd_nats_config(args):
     if args.tls_cert:
         cert = {"cert": args.tls_cert, "key": args.tls_key, "ca": args.tls_ca or s.ca_file}
     routes = [r for r in args.routes.split(",") if r]
+    region = None
+    if args.domain:
+        region = {"domain": args.domain, "leaf_listen": args.leaf_listen,
+                  "leaf_remotes": [u for u in (args.leaf_remotes or "").split(",") if u], "leaf_creds": args.leaf_creds}
+        if region["leaf_remotes"] and not args.leaf_creds:
+            print("--leaf-remotes needs --leaf-creds (the region link's credentials: `durakv cluster region-link`)",
+                  file=sys.stderr)
+            return 2
     text = s.nats_config(args.name, args.az, args.listen, args.client_port, args.cluster_port, routes,
-                         args.store_dir, monitor=args.monitor, cert=cert)
+                         args.store_dir, monitor=args.monitor, cert=cert, region=region)
     if args.out:
         _write_private(args.out, text)
         print(f"wrote {args.out} (0600: it holds the route password)")
@@ -445,12 +453,54 @@ def _cmd_issue_node(args):
 def _cmd_create(args):
     admin = _admin(args)
     try:
-        asyncio.run(admin.create(args.nodes, replicas=args.replicas, durability=args.durability,
-                                 lease_ttl_ms=args.lease_ttl_ms, timeout_s=args.timeout))
+        if args.follow_domain:
+            if not (args.source_domain and args.source_nats):
+                print("--follow-domain needs --source-domain and --source-nats", file=sys.stderr)
+                return 2
+            source = ClusterAdmin(args.secrets, nats=args.source_nats.split(","), user=args.user,
+                                  password=_password(args), say=admin.say)
+            asyncio.run(admin.create_follower(args.nodes, source, args.follow_domain, args.source_domain,
+                                              replicas=args.replicas, durability=args.durability,
+                                              lease_ttl_ms=args.lease_ttl_ms, timeout_s=args.timeout))
+        else:
+            asyncio.run(admin.create(args.nodes, replicas=args.replicas, durability=args.durability,
+                                     lease_ttl_ms=args.lease_ttl_ms, timeout_s=args.timeout))
     except (AdminError, ReshardError, SecretsError) as exc:
         print(f"cluster create refused: {exc}", file=sys.stderr)
         return 1
     print("cluster created")
+    return 0
+
+
+def _cmd_region_link(args):
+    s = ClusterSecrets(args.secrets)
+    shards = [x for x in args.shards.split(",") if x]
+    path = s.region_link_creds(args.source_domain, shards, args.domain)
+    print(f"wrote {path}: the leafnode link of region {args.domain} to region {args.source_domain} (shards "
+          f"{', '.join(shards)}); give it to region {args.domain}'s NATS servers (`nats-config --leaf-creds`)")
+    return 0
+
+
+def _cmd_promote_region(args):
+    import json
+    admin = _admin(args)
+    source = None
+    if args.source_dir:
+        source = LocalCluster.load(args.source_dir).admin(say=admin.say)
+    elif args.source_nats:
+        source = ClusterAdmin(args.secrets or LocalCluster.load(args.dir).manifest["secrets"],
+                              nats=args.source_nats.split(","), user=args.user, password=_password(args),
+                              say=admin.say)
+    try:
+        report = asyncio.run(admin.promote_region(source=source, timeout_s=args.timeout))
+    except (AdminError, ReshardError) as exc:
+        print(f"promote-region refused: {exc}", file=sys.stderr)
+        return 1
+    for name, shard in sorted(report["shards"].items()):
+        print(f"shard {name}: cut at index {shard['cut_index']}, lag at the cut {shard['lag_entries_at_cut']} "
+              f"entries" + (" (planned: nothing lost)" if report["mode"] == "planned" else
+                            " (as last measured: acknowledged writes in them are lost)"))
+    print(json.dumps(report, sort_keys=True))
     return 0
 
 
@@ -531,6 +581,12 @@ def build_parser():
     nc.add_argument("--tls-key", default=None)
     nc.add_argument("--tls-ca", default=None)
     nc.add_argument("--out", default=None, help="write it here (0600) instead of printing it")
+    nc.add_argument("--domain", default=None, help="this region's JetStream domain (a second region)")
+    nc.add_argument("--leaf-listen", default=None, metavar="HOST:PORT",
+                    help="a primary region's server: where a follower region's servers connect")
+    nc.add_argument("--leaf-remotes", default=None, metavar="URLS",
+                    help="a follower region's server: the primary region's nats-leaf:// URLs, comma-separated")
+    nc.add_argument("--leaf-creds", default=None, help="the region link's credentials (`durakv cluster region-link`)")
     nc.set_defaults(func=_cmd_nats_config)
     issue = sub.add_parser("issue-node", help="a NATS identity for a node placed by hand (--shard, "
                                               "--journal-nats-creds) instead of by create")
@@ -546,6 +602,10 @@ def build_parser():
     cr.add_argument("--durability", choices=["async", "sync"], default="sync")
     cr.add_argument("--lease-ttl-ms", type=int, default=2000)
     cr.add_argument("--timeout", type=float, default=120.0)
+    cr.add_argument("--follow-domain", default=None, metavar="DOMAIN",
+                    help="create a follower region with this JetStream domain (docs/multi-az.md, \"A second region\")")
+    cr.add_argument("--source-domain", default=None, help="the primary region's JetStream domain")
+    cr.add_argument("--source-nats", default=None, help="the primary region's NATS URLs, comma-separated")
     cr.add_argument("nodes", nargs="+", metavar="HOST:PORT")
     cr.set_defaults(func=_cmd_create)
     an = sub.add_parser("add-node", help="add unassigned nodes: replicas of --shard, or a new shard")
@@ -570,6 +630,19 @@ def build_parser():
     _target(status)
     status.add_argument("--json", action="store_true", help="JSON instead of a table")
     status.set_defaults(func=_cmd_status)
+    rl = sub.add_parser("region-link", help="mint the leafnode link's credentials of a follower region")
+    rl.add_argument("--secrets", required=True)
+    rl.add_argument("--source-domain", required=True, help="the primary region's JetStream domain")
+    rl.add_argument("--domain", required=True, help="the follower region's JetStream domain")
+    rl.add_argument("--shards", required=True, help="the shard names, comma-separated (e.g. 0,1,2)")
+    rl.set_defaults(func=_cmd_region_link)
+    pr = sub.add_parser("promote-region", help="make a follower region the primary region (planned with the old "
+                                               "region reachable: nothing lost; else at once, reporting the lag)")
+    _target(pr)
+    pr.add_argument("--source-nats", default=None, help="the old primary region's NATS URLs: a planned switchover")
+    pr.add_argument("--source-dir", default=None, help="the old primary region's local cluster directory: planned")
+    pr.add_argument("--timeout", type=float, default=120.0)
+    pr.set_defaults(func=_cmd_promote_region)
     fo = sub.add_parser("failover", help="planned failover: CLUSTER FAILOVER on a replica, wait for the switch")
     _target(fo)
     fo.add_argument("--shard", default="0")
