@@ -241,3 +241,21 @@ def test_region_loss_reports_rpo_and_fences_the_old_region(regions):
 
 def _region_record(cluster):
     return cluster._store_call(lambda store: store.get_region())[0]
+
+
+def test_verify_region_loss_prints_its_table(tmp_path):
+    """`durakv verify region-loss`, small: its two regions, the power cut, the promotion, the table, the JSON."""
+    out_json = tmp_path / "region-loss.json"
+    out = durakv_cli("verify", "region-loss", "--replicas", "0", "--writers", "2", "--rate", "200", "--warmup", "2",
+                     "--workdir", tmp_path, "--json", out_json, timeout_s=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Region loss: acknowledged writes lost against the lag at the cut" in out.stdout
+    assert "verify region-loss: ok" in out.stdout
+    result = json.loads(out_json.read_text())
+    (table,) = result["tables"].values()
+    row = dict(zip(table["columns"], table["rows"][0]))
+    assert row["Acked before the cut"] > 0 and row["A fenced on return"] == "yes"
+    assert row["Acked lost"] <= row["Entries A had beyond the cut"]
+    assert result["data"]["promote_report"]["mode"] == "disaster"
+    # everything it started is gone with its directory
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("durakv-verify-regions-")]

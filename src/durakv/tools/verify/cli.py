@@ -12,7 +12,7 @@ from . import scenarios as sc
 from .report import write_report
 
 SCENARIOS = ("acked-writes", "async-rpo", "switch", "failover", "linearizable", "dirty-reads", "bench",
-             "backup-restore")
+             "backup-restore", "region-loss")
 TARGET_OK = ("acked-writes", "linearizable", "bench")
 
 EPILOG = """\
@@ -29,6 +29,7 @@ examples:
   durakv verify dirty-reads --fault partition                 no client sees a write a failover takes back
   durakv verify bench --rate 5000 --duration 30               the seed's two tables, none/async/sync
   durakv verify backup-restore --phase 5                      back up during writes, restore an instant between
+  durakv verify region-loss --rate 5000                       power-cut region A, promote B: the RPO at the cut
   durakv verify acked-writes --target 10.0.0.5:6379 --tls --tls-ca ca.pem \\
       --fault-cmd "aws elasticache test-failover --replication-group-id g --node-group-id 0001"
 """
@@ -157,6 +158,20 @@ def build_parser():
     br.add_argument("--writers", type=int, default=4)
     br.add_argument("--phase", type=float, default=5.0, help="seconds of writes before, between and after")
     br.add_argument("--to", default=None, help="where the backups go (default: a temp dir, removed after)")
+    rl = sub.add_parser("region-loss", help="two regions on this machine: power-cut every process of region A "
+                                            "under writes, promote B, count the acknowledged writes lost against "
+                                            "the lag at the cut; A's old primaries must be fenced when back")
+    rl.add_argument("--shards", type=int, default=1)
+    rl.add_argument("--replicas", type=int, default=1, help="replicas per shard in each region (default 1)")
+    rl.add_argument("--writers", type=int, default=8)
+    rl.add_argument("--rate", type=float, default=5000.0, help="writes/s over all writers (default 5000)")
+    rl.add_argument("--warmup", type=float, default=10.0, help="seconds of writes before the power cut")
+    rl.add_argument("--timeout", type=float, default=180.0, help="seconds each region may take to start")
+    rl.add_argument("--keep", action="store_true", help="leave both regions' processes and directories")
+    rl.add_argument("--workdir", default=None, help="where the regions' temp dir goes (default: the system's)")
+    rl.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    rl.add_argument("--report", metavar="DIR", help="write report.md, report.json, report.txt")
+    rl.add_argument("-q", "--quiet", action="store_true", help="only the tables")
     return p
 
 
@@ -243,6 +258,11 @@ def run(args) -> sc.Result:
                                   after_s=args.after)
     if s == "bench":
         return _bench(args)
+    if s == "region-loss":
+        from .regions import region_loss
+        return region_loss(shards=args.shards, replicas=args.replicas, writers=args.writers, rate=args.rate,
+                           warmup_s=args.warmup, parent=args.workdir, keep=args.keep, say=_say(args),
+                           timeout_s=args.timeout)
     if s == "backup-restore":
         from .backups import backup_restore
         with _env(args, "sync") as env:
