@@ -232,7 +232,11 @@ def test_region_loss_reports_rpo_and_fences_the_old_region(regions):
         assert c.set("{w}:after", "b") is True
     # and how many entries A had that B did not take: one writer waiting for each reply (sync) puts each write
     # in an entry of its own, so at least one per lost acknowledged write
-    gap = asyncio.run(asyncio.wait_for(a.admin().region_gap(_region_record(b)), 60))["0"]
+    out = durakv_cli("cluster", "region-gap", "--dir", b.dir, "--source-dir", a.dir, timeout_s=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "shard 0: the old region has" in out.stdout
+    gap = json.loads(out.stdout.strip().splitlines()[-1])["0"]
+    assert gap == asyncio.run(asyncio.wait_for(a.admin().region_gap(_region_record(b)), 60))["0"]
     assert gap["cut_index"] == shard["cut_index"]
     assert gap["entries_not_taken"] >= len(lost)
     print("region loss: %d acknowledged, %d lost; lag at the cut %d entries; A had %d entries B did not take"

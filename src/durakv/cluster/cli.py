@@ -504,6 +504,37 @@ def _cmd_promote_region(args):
     return 0
 
 
+def _cmd_region_gap(args):
+    import json
+    admin = _admin(args)
+    if args.source_dir:
+        source = LocalCluster.load(args.source_dir).admin(say=admin.say)
+    else:
+        source = ClusterAdmin(args.secrets or LocalCluster.load(args.dir).manifest["secrets"],
+                              nats=args.source_nats.split(","), user=args.user, password=_password(args),
+                              say=admin.say)
+
+    async def go():
+        store = await admin.store()
+        try:
+            record, _rev = await store.get_region()
+        finally:
+            await store.nc.close()
+        if record is None or record.role != "primary" or not record.cut:
+            raise AdminError("this region was not promoted over another (no cut in its region record)")
+        return await source.region_gap(record)
+    try:
+        gap = asyncio.run(go())
+    except AdminError as exc:
+        print(f"region-gap: {exc}", file=sys.stderr)
+        return 1
+    for name, g in sorted(gap.items()):
+        print(f"shard {name}: the old region has {g['entries_not_taken']} entries beyond the cut at index "
+              f"{g['cut_index']} (its last: {g['old_region_last_index']})")
+    print(json.dumps(gap, sort_keys=True))
+    return 0
+
+
 def _cmd_add_node(args):
     try:
         name = asyncio.run(_admin(args).add_nodes(args.nodes, shard=args.shard, timeout_s=args.timeout))
@@ -643,6 +674,13 @@ def build_parser():
     pr.add_argument("--source-dir", default=None, help="the old primary region's local cluster directory: planned")
     pr.add_argument("--timeout", type=float, default=120.0)
     pr.set_defaults(func=_cmd_promote_region)
+    rg = sub.add_parser("region-gap", help="after promote-region over a dark region that is back: the entries it "
+                                           "had beyond the promoted region's cut, which the promotion lost")
+    _target(rg)
+    src = rg.add_mutually_exclusive_group(required=True)
+    src.add_argument("--source-nats", default=None, help="the old primary region's NATS URLs")
+    src.add_argument("--source-dir", default=None, help="the old primary region's local cluster directory")
+    rg.set_defaults(func=_cmd_region_gap)
     fo = sub.add_parser("failover", help="planned failover: CLUSTER FAILOVER on a replica, wait for the switch")
     _target(fo)
     fo.add_argument("--shard", default="0")
