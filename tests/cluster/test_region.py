@@ -243,6 +243,37 @@ def test_region_loss_reports_rpo_and_fences_the_old_region(regions):
           % (acked, len(lost), shard["lag_entries_at_cut"], gap["entries_not_taken"]))
 
 
+def test_restarted_node_waits_for_the_peer_region_and_the_override(regions):
+    """The fence's restart rule: a node of region A that restarts while region B is dark takes no writes (it
+    cannot know whether B was promoted over it); the operator's override (region-unpair) lets it serve again."""
+    a, b = regions
+    b.stop_nodes([p.name for p in b.processes], sig=9)          # region B dark: power cut
+    node = a.nodes[0]
+    a.stop_nodes([node.name], sig=9)
+    a.start_nodes([node.name], timeout_s=60)
+
+    def refusal():
+        try:
+            _client(node).set("{w}:after-restart", 1)
+        except valkey.exceptions.ReadOnlyError as exc:
+            return str(exc)
+        return None
+
+    text = wait_until(refusal, 30, what="the restarted node refusing writes")
+    assert "has not read region rb's record since this node started" in text
+    out = durakv_cli("cluster", "region-unpair", "--dir", a.dir, timeout_s=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def served():
+        try:
+            return _client(node).set("{w}:after-unpair", 1)
+        except valkey.ValkeyError:
+            return False
+
+    wait_until(served, 30, what="region A serving writes after the override")
+    assert _replication(node)["region_peer_domain"] == ""
+
+
 def _region_record(cluster):
     return cluster._store_call(lambda store: store.get_region())[0]
 

@@ -394,6 +394,24 @@ class ClusterAdmin:
                 raise AdminError("nodes %s did not report the fence in time" % ", ".join(pending))
             await asyncio.sleep(0.05)
 
+    async def unpair_region(self):
+        """The operator's override of the fence's restart rule: this region forgets its peer (its record keeps
+        its role, domain and epoch, without a peer), so its nodes stop waiting to read the peer's record. For a
+        peer region that is gone for good; a peer that was promoted meanwhile is no longer checked either."""
+        from .region import RegionRecord
+        store = await self.store()
+        try:
+            record, rev = await store.get_region()
+            if record is None or not record.peer_domain:
+                raise AdminError("this region has no peer region")
+            if record.follower:
+                raise AdminError("a follower region is unpaired by promoting it (`promote-region`)")
+            role = "primary" if record.role == "fenced" else record.role
+            await store.put_region(RegionRecord(role, record.domain, "", record.epoch, record.cut), rev)
+            return record.peer_domain
+        finally:
+            await store.nc.close()
+
     async def region_gap(self, promoted, timeout_s=30.0):
         """After a disaster promotion, once the old primary region (this admin's) is back: per shard, the entries
         its journal has beyond the promoted region's cut (`promoted`: the promoted region's record), which the

@@ -535,6 +535,16 @@ def _cmd_region_gap(args):
     return 0
 
 
+def _cmd_region_unpair(args):
+    try:
+        peer = asyncio.run(_admin(args).unpair_region())
+    except AdminError as exc:
+        print(f"region-unpair refused: {exc}", file=sys.stderr)
+        return 1
+    print(f"this region no longer pairs with region {peer}: its nodes take writes without reading its record")
+    return 0
+
+
 def _cmd_add_node(args):
     try:
         name = asyncio.run(_admin(args).add_nodes(args.nodes, shard=args.shard, timeout_s=args.timeout))
@@ -681,6 +691,10 @@ def build_parser():
     src.add_argument("--source-nats", default=None, help="the old primary region's NATS URLs")
     src.add_argument("--source-dir", default=None, help="the old primary region's local cluster directory")
     rg.set_defaults(func=_cmd_region_gap)
+    ru = sub.add_parser("region-unpair", help="the fence's override: this (primary) region forgets a peer region "
+                                              "that is gone for good, so its restarted nodes take writes again")
+    _target(ru)
+    ru.set_defaults(func=_cmd_region_unpair)
     fo = sub.add_parser("failover", help="planned failover: CLUSTER FAILOVER on a replica, wait for the switch")
     _target(fo)
     fo.add_argument("--shard", default="0")
