@@ -457,7 +457,8 @@ class Pipeline:
                 return POSTPONE
             if write and not wrote and gate.is_replica():
                 # (a replica of a fenced old primary region names the fence: replication/region_role.py)
-                fence = getattr(gate, "region_fence", None)
+                role = getattr(gate, "region_role", None)
+                fence = role.fence if role is not None else None
                 return messages.REGION_FENCED.format(fence) if fence else messages.READONLY
             # a Valkey-protocol replica (REPLICAOF) refuses every command without the `stale` flag while its
             # link is down and replica-serve-stale-data is no; a shard member checks commands touching data

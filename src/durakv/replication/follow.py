@@ -179,7 +179,7 @@ class FollowMixin:
         """Why this node must not take the lease (None: it may)."""
         if self.apply_stopped is not None:
             return "it stopped applying the journal at " + self.apply_stopped
-        return self.region_ineligible()     # a follower region, a fenced one (region_role.py)
+        return self.region_role.ineligible()     # a follower region, a fenced one (region_role.py)
 
     def stall_following(self, stall_ms):
         """Fault injection: hold every journal entry that arrives for stall_ms, then apply them in order (a

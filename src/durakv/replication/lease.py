@@ -49,7 +49,7 @@ class LeaseMixin:
         now, not coming back from a lapse, whose end serving_error logs) that no planned hand-over holds.
         Anything else is for the pipeline's admission, which asks serving_error."""
         return (self.role == "primary" and self.holding is None and not self._lease_lapsed
-                and self.region_fence is None and self.lease_valid(monotonic_ms()))
+                and self.region_role.fence is None and self.lease_valid(monotonic_ms()))
 
     def serving_error(self, write):
         """Error text if this node must not serve a command touching data now: a primary whose lease is
@@ -67,10 +67,11 @@ class LeaseMixin:
             if not self.server.config["replica-serve-stale-data"] and not self.link_up():
                 return messages.MASTERDOWN_STALE
             return None
-        if write and self.region_fence is not None:
+        fence = self.region_role.fence
+        if write and fence is not None:
             # an old primary region (replaced, fenced, or restarted and not yet sure it was not): reads go on,
             # writes are refused (region_role.py)
-            return messages.REGION_FENCED.format(self.region_fence)
+            return messages.REGION_FENCED.format(fence)
         now_ms = monotonic_ms()
         if not self.lease_valid(now_ms):
             self._refuse_for_lease(now_ms)

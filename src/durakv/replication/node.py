@@ -49,7 +49,7 @@ from .lease import LeaseMixin
 from .members import Members
 from .retry import retry_transient
 from .promotion import PromotionMixin
-from .region_role import PEER_CHECK_S, RegionRoleMixin
+from .region_role import RegionRole
 from .shard_settings import ShardSettingsWatcher
 from .snapshots import Snapshotter
 from .topology_sync import TopologyWatcher
@@ -57,7 +57,7 @@ from .topology_sync import TopologyWatcher
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, RegionRoleMixin):
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
     def __init__(self, server, membership):
@@ -126,20 +126,8 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Region
         self._lapse_log = Recurring(log)
         self._slicer = None             # while loading: the slices of the loop the snapshot and entries apply in
         self._in_flight = None          # the task applying an entry in slices (follow.py)
-        # a second region (cluster/region.py): this region's record (None: no second region), the entries the
-        # mirror knows it lacks as of the last probe, and since when (mono ms) this node has not been caught up
-        self.region = None
-        self.region_mirror_lag = 0
-        self._region_behind_since_ms = 0
-        self._region_revision = 0
-        self.region_watch = None
-        self.peer_region = None         # the peer region's record as last read (region_role.py)
-        self.peer_region_read_ms = None  # mono ms of the last successful read of it
-        self._needs_peer_read = False
-        self.region_fence = None        # why this node refuses writes for its region's sake, else None
-        self._region_log = Recurring(log)
-        self._last_peer_check = 0.0
-        self._peer_task = None
+        # a second region (cluster/region.py): this region's record, the peer's, the fence, a follower's lag
+        self.region_role = RegionRole(self)
 
     @property
     def replication_id(self) -> str:
@@ -181,7 +169,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Region
         self.store = await retry_transient("opening the coordination store",
                                            NatsStore(self.nc, shard=self.shard).open)
         await self._check_cluster()
-        await self._start_region(retry_transient)
+        await self.region_role.start(self.store, retry_transient)
         await self.shard_settings.start(self.store)
         # The journal has a connection of its own: its entries (up to a MB each, several in flight, and the
         # replica's deliveries) would otherwise queue the lease renewals, heartbeats and watches behind them on
@@ -293,10 +281,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Region
                     self._copies_task is None or self._copies_task.done()):
                 self._last_copies_check = now
                 self._copies_task = self.server.loop.create_task(self._check_copies())
-            if self.region is not None and self.region.peer_domain and now - self._last_peer_check >= PEER_CHECK_S \
-                    and (self._peer_task is None or self._peer_task.done()):
-                self._last_peer_check = now
-                self._peer_task = self.server.loop.create_task(self._check_peer_region())
+            self.region_role.tick(now)
             if self.role == "replica":
                 now = time.monotonic()
                 if now - self._last_probe > 1.0:
@@ -313,32 +298,7 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Region
         info = await self.journal.js.stream_info(self.journal.stream)
         self.stream_last = info.state.last_seq
         self.note_known(self.stream_last)
-        if self.region is not None and self.region.follower:
-            from ..cluster.region import mirror_lag
-            self.region_mirror_lag, _active_ms = mirror_lag(info)
-            self.region_lag_entries()
-
-    def region_lag_entries(self) -> int:
-        """Entries of the source region's journal this follower has not applied: what its mirror lacks (as
-        last measured) plus what the mirror holds and it has not applied yet."""
-        lag = self.region_mirror_lag + max(0, self.stream_last - self.applied_index)
-        if lag == 0:
-            self._region_behind_since_ms = 0
-        elif not self._region_behind_since_ms:
-            self._region_behind_since_ms = monotonic_ms()
-        return lag
-
-    def _fenced_drained(self) -> bool:
-        """A fenced primary has every write it took committed (a planned switchover waits for this before it
-        reads the old region's journal end: nothing acknowledged after that read)."""
-        if self.role != "primary":
-            return True
-        t = self.server.durability.tracker
-        return t is None or (t.committed >= t.assigned and not t._batch_index)
-
-    def region_lag_ms(self) -> int:
-        """How long this follower has been behind the source region (0: caught up at the last look)."""
-        return monotonic_ms() - self._region_behind_since_ms if self._region_behind_since_ms else 0
+        self.region_role.note_mirror(info)
 
     COPIES_CHECK_S = 2.0     # how often a node asks its shard stream's leader for the stream's copies
 
@@ -395,14 +355,5 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin, Region
                            "replica_apply_stopped": self.apply_stopped or ""})
             if self.apply_stopped is not None:
                 fields["master_link_status"] = "down"
-        region = self.region
-        if region is not None:
-            follower = region.follower
-            fields.update({"region_role": region.role, "region_domain": region.domain,
-                           "region_peer_domain": region.peer_domain, "region_epoch": region.epoch,
-                           "region_lag_entries": self.region_lag_entries() if follower else 0,
-                           "region_lag_ms": self.region_lag_ms() if follower else 0,
-                           "region_fenced": int(self.region_fence is not None),
-                           "region_fenced_drained": int(self.region_fence is not None and self._fenced_drained()),
-                           "region_fence": (self.region_fence or "").replace(",", ";")})
+        fields.update(self.region_role.info_fields())
         return fields

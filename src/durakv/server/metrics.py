@@ -109,9 +109,9 @@ class Metrics:
                 fields = node.info_fields()
                 s.apply_lag_s = fields["replica_lag_ms"] / 1000.0
                 s.apply_lag_entries = fields["replica_lag_entries"]
-            region = getattr(node, "region", None)
-            if region is not None and region.follower:
-                s.region_lag = (node.region_lag_entries(), node.region_lag_ms() / 1000.0)
+            role = getattr(node, "region_role", None)
+            if role is not None and role.record is not None and role.record.follower:
+                s.region_lag = (role.lag_entries(), role.lag_ms() / 1000.0)
             watcher = getattr(node, "topology_watcher", None)
             migrator = watcher.migrator if watcher is not None else None
             if migrator is not None:
