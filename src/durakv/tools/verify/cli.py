@@ -172,6 +172,9 @@ def build_parser():
     rl.add_argument("--json", metavar="FILE", help="write the result as JSON")
     rl.add_argument("--report", metavar="DIR", help="write report.md, report.json, report.txt")
     rl.add_argument("-q", "--quiet", action="store_true", help="only the tables")
+    for scenario in sub.choices.values():
+        scenario.add_argument("--results", metavar="DIR", help="also write <scenario>-<date>.md and .json to DIR "
+                              "(docs/results) with the command, commit, date and the machine's load")
     return p
 
 
@@ -339,6 +342,8 @@ def _terminate_on_sigterm():
 
 def main(argv) -> int:
     args = build_parser().parse_args(argv)
+    from ..bench.results import machine_load, write_results
+    load_before = machine_load()
     _terminate_on_sigterm()
     try:
         result = run(args)
@@ -363,4 +368,8 @@ def main(argv) -> int:
         paths = write_report(args.report, result.report)
         if not args.quiet:
             print(f"report: {os.path.join(args.report, 'report.md')} ({len(paths)} files)")
+    if args.results:
+        path = write_results(args.results, args.scenario, result.to_dict(), result.report.to_text(), load_before,
+                             argv=argv, tool="durakv verify", title=f"durakv verify {args.scenario}")
+        print(f"results: {path}")
     return {sc.PASS: 0, sc.FAILED: 1, sc.UNKNOWN: 2}[result.status]
