@@ -182,10 +182,16 @@ def test_bench_tables_per_mode_on_a_given_cluster(sync_cluster):
 
 
 def test_cli_json_and_report(sync_cluster, tmp_path):
-    out, rep = tmp_path / "out.json", tmp_path / "report"
+    out, rep, results = tmp_path / "out.json", tmp_path / "report", tmp_path / "results"
     r = durakv_cli("verify", "acked-writes", "--dir", sync_cluster.dir, "--fault", "failover", "--warmup", "1",
-                   "--after", "1", "--writers", "2", "--json", out, "--report", rep)
+                   "--after", "1", "--writers", "2", "--json", out, "--report", rep, "--results", results)
     assert r.returncode == 0, r.stdout + r.stderr
+    # --results: the table as docs/results keeps it, with the command, commit, date and load
+    (page,) = [n for n in os.listdir(results) if n.endswith(".md")]
+    text = (results / page).read_text()
+    assert page.startswith("acked-writes-") and os.path.exists(results / page.replace(".md", ".json"))
+    assert "- command: `durakv verify acked-writes --dir" in text and "- commit: " in text
+    assert "load average (1 min)" in text and "Acknowledged writes after recovery" in text
     assert "verify acked-writes: ok" in r.stdout
     assert "Acknowledged writes after recovery" in r.stdout and "chaos failover start" in r.stdout
     doc = json.loads(out.read_text())
