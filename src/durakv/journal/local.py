@@ -20,7 +20,7 @@ import time
 from ..errors import JournalCorrupt, with_path
 from .base import Journal, JournalClosed, JournalFailed, JournalTruncated
 from .walcheck import Segment, check_journal
-from .walformat import (HEADER_SIZE, MAX_ENTRY_BYTES, SegmentState, encode_header, encode_segment_head, encode_slot,
+from .walformat import (HEADER_SIZE, MAX_ENTRY_BYTES, encode_header, encode_segment_head, encode_slot,
                         fsync_dir, journal_dir, segment_name, slot_offset)
 from .walscan import segment_entries
 
@@ -589,14 +589,17 @@ class LocalJournal(Journal):
         data = b"".join(parts)
         fd = self._fd
         start = seg.file_end
-        view = memoryview(data)
         seq = seg.seq + 1
         try:
-            written = 0
-            while written < size:
-                written += io.pwrite(fd, view[written:], start + written)
+            written = io.pwrite(fd, data, start)
+            if written < size:    # a short write (a signal, a full disk's last bytes): the rest from there
+                view = memoryview(data)
+                while written < size:
+                    written += io.pwrite(fd, view[written:], start + written)
             self.write_count += 1
-            state = SegmentState(seq, start + size, start, seg.last_index + count, 0, int(self.fsync))
+            # the slot's fields in SegmentState's order: a plain tuple (a NamedTuple's __new__ is a Python call,
+            # ~2k instructions of every batch's writer-thread work)
+            state = (seq, start + size, start, seg.first_index + seg.count + count - 1, 0, int(self.fsync))
             io.pwrite(fd, encode_slot(state), slot_offset(seq))
             if self.stall_ms:
                 self._stall(self.stall_ms)
