@@ -343,8 +343,13 @@ class Outbox:
     def release(self):
         """Moves what may leave now from held to ready, in order, and writes it."""
         held = self.held
-        if self._carried:
-            self._drop_carried(committed=self.durability.committed)
+        carried = self._carried
+        if carried:
+            if max(carried) <= self.durability.committed:   # (the usual case: one ticket, now committed)
+                carried.clear()
+                self.carried_bytes = 0
+            else:
+                self._drop_carried(committed=self.durability.committed)
         if held:
             committed = self.durability.committed
             n = 0
