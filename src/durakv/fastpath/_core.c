@@ -457,6 +457,7 @@ static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, 
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
     *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
+static PyObject *s_hold, *s_read_ticket;
 static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
 static PyObject *s_obuf_normal_limited;
 static PyObject *one;
@@ -799,11 +800,17 @@ static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
     if (flush_out(r) < 0) return -1;
     PyObject *bytes = PyBytes_FromStringAndSize(data, n);
     if (bytes == NULL) return -1;
-    PyObject *res;
-    if (ticket)
-        res = PyObject_CallMethod(r->outbox, "hold", "LOL", ticket, bytes, carried);
-    else
-        res = PyObject_CallMethod(r->outbox, "hold", "LO", ticket, bytes);
+    /* outbox.hold(ticket, bytes[, carried]) by its interned name, vectorcall: PyObject_CallMethod's format
+     * string made a method name and an argument tuple per held reply */
+    PyObject *t = PyLong_FromLongLong(ticket);
+    PyObject *c = ticket && t != NULL ? PyLong_FromLongLong(carried) : NULL;
+    PyObject *res = NULL;
+    if (t != NULL && (c != NULL || !ticket)) {
+        PyObject *callargs[4] = {r->outbox, t, bytes, c};
+        res = PyObject_VectorcallMethod(s_hold, callargs, (ticket ? 4 : 3) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(t);
+    Py_XDECREF(c);
     Py_DECREF(bytes);
     if (res == NULL) return -1;
     Py_DECREF(res);
@@ -845,7 +852,9 @@ static long long read_ticket(Run *r, PyObject *args, Py_ssize_t first, Py_ssize_
     if (keys == NULL) return -1;
     for (Py_ssize_t i = first; i <= last; i += step)
         if (PyList_Append(keys, PyList_GET_ITEM(args, i)) < 0) { Py_DECREF(keys); return -1; }
-    PyObject *t = PyObject_CallMethod(dur, "read_ticket", "LO", r->db_id, keys);
+    PyObject *db = PyLong_FromLongLong(r->db_id);
+    PyObject *t = db != NULL ? PyObject_CallMethodObjArgs(dur, s_read_ticket, db, keys, NULL) : NULL;
+    Py_XDECREF(db);
     Py_DECREF(keys);
     if (t == NULL) return -1;
     long long ticket = PyLong_AsLongLong(t);
@@ -2190,6 +2199,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_total_commands, "total_commands"); INTERN(s_commands_processed, "commands_processed");
     INTERN(s_last_cmd, "last_cmd"); INTERN(s_hits, "hits"); INTERN(s_misses, "misses");
     INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
+    INTERN(s_hold, "hold"); INTERN(s_read_ticket, "read_ticket");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
     INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms");     INTERN(s_needs_touched, "needs_touched");
