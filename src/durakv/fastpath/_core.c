@@ -457,7 +457,11 @@ static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, 
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
     *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
-static PyObject *s_hold, *s_read_ticket;
+static PyObject *s_hold, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s__carried, *s_limit_bytes,
+    *s_over_limit, *s_durability, *s_waiting, *s__set_over;
+static PyObject *s__batch_index, *s__coalesce_handle, *s__promise, *s_mode, *s_ack_before_commit, *s_journal,
+    *s_max_entry_bytes, *s__batch_db, *s__batch_bytes, *s__batch, *s__keys_by_index, *s_uncommitted, *s_sync,
+    *s__coalesce_target, *s__close_batch;
 static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
 static PyObject *s_obuf_normal_limited;
 static PyObject *one;
@@ -792,6 +796,92 @@ static int flush_out(Run *r) {
 /* One reply, encoded in tmp, with its ticket: as connection._process gives it to the outbox. */
 static long long args_bytes(PyObject *args);
 
+/* durability/release.py's Outbox class and its ENTRY_COST, looked up at the first held reply (the module is
+ * loaded by then: the server made the outbox); NULL where it cannot be found, and the Python hold runs. */
+static PyTypeObject *outbox_type;
+static long long outbox_entry_cost;
+
+static PyTypeObject *outbox_class(void) {
+    static int looked;
+    if (!looked) {
+        looked = 1;
+        PyObject *mod = PyImport_ImportModule("durakv.durability.release");
+        PyObject *cls = mod ? PyObject_GetAttrString(mod, "Outbox") : NULL;
+        PyObject *cost = cls ? PyObject_GetAttrString(cls, "ENTRY_COST") : NULL;
+        long long c = cost ? PyLong_AsLongLong(cost) : -1;
+        if (cls != NULL && PyType_Check(cls) && c >= 0 && !PyErr_Occurred()) {
+            outbox_type = (PyTypeObject *)cls;     /* (kept: a module's class lives as long as the process) */
+            Py_INCREF(cls);
+            outbox_entry_cost = c;
+        }
+        PyErr_Clear();
+        Py_XDECREF(cost);
+        Py_XDECREF(cls);
+        Py_XDECREF(mod);
+    }
+    return outbox_type;
+}
+
+/* Outbox.hold(ticket, bytes, carried) for an outbox of that very class (a subclass may override it: the Python
+ * method runs), the same steps: the Python call was ~3k instructions of every held sync reply. 0 or -1. */
+static int outbox_hold(PyObject *outbox, long long ticket, PyObject *bytes, long long carried) {
+    PyObject *held = ga(outbox, s_held);
+    if (held == NULL) return -1;
+    PyObject *tk = PyLong_FromLongLong(ticket);
+    PyObject *item = tk ? PyTuple_Pack(2, tk, bytes) : NULL;
+    int rc = item == NULL || !PyList_CheckExact(held) ? -1 : PyList_Append(held, item);
+    Py_XDECREF(item);
+    Py_DECREF(held);
+    if (rc < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "outbox.held is not a list");
+        goto out;
+    }
+    rc = -1;
+    if (attr_add(outbox, s_held_bytes, PyBytes_GET_SIZE(bytes) + outbox_entry_cost) < 0) goto out;
+    PyObject *dur = ga(outbox, s_durability);
+    if (dur == NULL) goto out;
+    long long committed = attr_ll(dur, s_committed);
+    if (committed == -1 && PyErr_Occurred()) { Py_DECREF(dur); goto out; }
+    if (ticket > committed) {
+        PyObject *waiting = PyObject_GetAttr(dur, s_waiting);
+        int added = waiting == NULL ? -1 : PySet_Add(waiting, outbox);
+        Py_XDECREF(waiting);
+        if (added < 0) { Py_DECREF(dur); goto out; }
+        if (carried) {
+            if (attr_add(outbox, s_carried_bytes, carried) < 0) { Py_DECREF(dur); goto out; }
+            PyObject *c = ga(outbox, s__carried);
+            PyObject *was = c ? PyDict_GetItemWithError(c, tk) : NULL;    /* borrowed */
+            long long before = was ? PyLong_AsLongLong(was) : 0;
+            PyObject *now = c && !PyErr_Occurred() ? PyLong_FromLongLong(before + carried) : NULL;
+            int set = now ? PyDict_SetItem(c, tk, now) : -1;
+            Py_XDECREF(now);
+            Py_XDECREF(c);
+            if (set < 0) { Py_DECREF(dur); goto out; }
+        }
+    }
+    Py_DECREF(dur);
+    long long limit = attr_ll(outbox, s_limit_bytes);
+    if (limit == -1 && PyErr_Occurred()) goto out;
+    if (limit) {
+        long long total = attr_ll(outbox, s_held_bytes);
+        long long carried_total = total == -1 && PyErr_Occurred() ? -1 : attr_ll(outbox, s_carried_bytes);
+        if (PyErr_Occurred()) goto out;
+        if (total + carried_total > limit) {
+            int over = attr_true(outbox, s_over_limit);
+            if (over < 0) goto out;
+            if (!over) {
+                PyObject *res = PyObject_CallMethodOneArg(outbox, s__set_over, Py_True);
+                if (res == NULL) goto out;
+                Py_DECREF(res);
+            }
+        }
+    }
+    rc = 0;
+out:
+    Py_XDECREF(tk);
+    return rc;
+}
+
 static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
     r->reply_len = n;
     if (ticket == 0 && PyList_GET_SIZE(r->held) == 0)
@@ -800,6 +890,11 @@ static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
     if (flush_out(r) < 0) return -1;
     PyObject *bytes = PyBytes_FromStringAndSize(data, n);
     if (bytes == NULL) return -1;
+    if (Py_TYPE(r->outbox) == outbox_class()) {
+        int rc = outbox_hold(r->outbox, ticket, bytes, ticket ? carried : 0);
+        Py_DECREF(bytes);
+        return rc;
+    }
     /* outbox.hold(ticket, bytes[, carried]) by its interned name, vectorcall: PyObject_CallMethod's format
      * string made a method name and an argument tuple per held reply */
     PyObject *t = PyLong_FromLongLong(ticket);
@@ -825,12 +920,145 @@ static long long args_bytes(PyObject *args) {
 }
 
 /* durability.submit(effects, touched) and the session's last write: the reply's ticket, or -1. */
+static PyObject *fast_effects_size(PyObject *self, PyObject *const *argv, Py_ssize_t nargs);
+
+/* durability/tracker.py's WriteTracker class, looked up at the first sync write (as outbox_class) */
+static PyTypeObject *tracker_class(void) {
+    static int looked;
+    static PyTypeObject *type;
+    if (!looked) {
+        looked = 1;
+        PyObject *mod = PyImport_ImportModule("durakv.durability.tracker");
+        PyObject *cls = mod ? PyObject_GetAttrString(mod, "WriteTracker") : NULL;
+        if (cls != NULL && PyType_Check(cls)) {
+            type = (PyTypeObject *)cls;
+            Py_INCREF(cls);
+        }
+        PyErr_Clear();
+        Py_XDECREF(cls);
+        Py_XDECREF(mod);
+    }
+    return type;
+}
+
+/* An item of a plain instance's __dict__ (borrowed), NULL when absent (no exception set). */
+static inline PyObject *dict_item(PyObject *d, PyObject *name) {
+    PyObject *v = PyDict_GetItemWithError(d, name);
+    if (v == NULL) PyErr_Clear();
+    return v;
+}
+
+/* WriteTracker.submit's common case at a pipeline's depth, in C: a sync write whose effects join the batch
+ * that is already open (the first write of a read opens it in Python: _open_batch's clock, timers and group
+ * commit decisions stay there; a batch waiting for the writers the last commit answered is closed by its
+ * _close_batch, as the Python submit does, once they are in). Anything else -- no open batch, a batch that would
+ * pass the entry limit, a promised push, async or the test-only broken mode, unknown keys, feeds, a
+ * subclass -- answers -2 before changing anything, and the Python submit runs. Same steps as the Python code
+ * (tests/server/test_fastpath_differential.py compares the journals): the ticket, or -1 with an exception. */
+static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
+    PyObject *dur = r->core->durability;
+    if (touched == NULL || !PyList_CheckExact(touched) || !PyList_CheckExact(effects) || PyList_GET_SIZE(effects) == 0)
+        return -2;
+    PyObject *tracker = ga(dur, s_tracker);
+    if (tracker == NULL) return -1;
+    long long ticket = -2;
+    PyObject **dp, **odp;
+    PyObject *feeds = NULL;
+    if (Py_TYPE(tracker) != tracker_class()) goto out;
+    feeds = ga(dur, s_feeds);
+    if (feeds == NULL) { ticket = -1; goto out; }
+    if (!PyList_CheckExact(feeds) || PyList_GET_SIZE(feeds) != 0) goto out;
+    dp = _PyObject_GetDictPtr(tracker);
+    odp = _PyObject_GetDictPtr(dur);
+    if (dp == NULL || *dp == NULL || odp == NULL || *odp == NULL) goto out;
+    PyObject *d = *dp;
+    PyObject *index_o = dict_item(d, s__batch_index);
+    if (index_o == NULL || !PyLong_CheckExact(index_o)) goto out;
+    long long index = PyLong_AsLongLong(index_o);
+    if (index <= 0) { PyErr_Clear(); goto out; }
+    PyObject *promise = dict_item(*odp, s__promise);
+    PyObject *mode = dict_item(d, s_mode);
+    PyObject *ack_early = dict_item(d, s_ack_before_commit);
+    if (promise == NULL || PyObject_IsTrue(promise) != 0
+        || mode == NULL || !PyUnicode_Check(mode) || PyUnicode_Compare(mode, s_sync) != 0 || ack_early != Py_False) {
+        PyErr_Clear();
+        goto out;
+    }
+    PyObject *batch = dict_item(d, s__batch);
+    PyObject *keys_by = dict_item(d, s__keys_by_index);
+    PyObject *uncommitted = dict_item(d, s_uncommitted);
+    PyObject *journal = dict_item(d, s_journal);
+    if (batch == NULL || !PyList_CheckExact(batch) || keys_by == NULL || !PyDict_CheckExact(keys_by)
+        || uncommitted == NULL || !PyDict_CheckExact(uncommitted) || journal == NULL)
+        goto out;
+    PyObject *marks = PyDict_GetItemWithError(keys_by, index_o);
+    if (marks == NULL || !PyList_CheckExact(marks)) { PyErr_Clear(); goto out; }
+    /* limit = journal.max_entry_bytes or 0 */
+    PyObject *lim = PyObject_GetAttr(journal, s_max_entry_bytes);
+    if (lim == NULL) { PyErr_Clear(); goto out; }
+    long long limit = PyLong_Check(lim) ? PyLong_AsLongLong(lim) : -1;
+    Py_DECREF(lim);
+    if (limit < 0) { PyErr_Clear(); goto out; }
+    PyObject *sized = NULL;
+    if (limit) {
+        PyObject *bytes_o = dict_item(d, s__batch_bytes);
+        PyObject *db = dict_item(d, s__batch_db);
+        if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) goto out;
+        PyObject *args[2] = {effects, db};
+        sized = fast_effects_size(NULL, args, 2);
+        if (sized == NULL) { ticket = -1; goto out; }
+        long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(sized, 0));
+        long long have = PyLong_AsLongLong(bytes_o);
+        if (PyErr_Occurred()) { ticket = -1; Py_DECREF(sized); goto out; }
+        if (have + size > limit) { Py_DECREF(sized); goto out; }   /* the batch is sealed: Python */
+        PyObject *total = PyLong_FromLongLong(have + size);
+        if (total == NULL || PyDict_SetItem(d, s__batch_bytes, total) < 0
+            || PyDict_SetItem(d, s__batch_db, PyTuple_GET_ITEM(sized, 1)) < 0) {
+            Py_XDECREF(total); Py_DECREF(sized); ticket = -1; goto out;
+        }
+        Py_DECREF(total);
+        Py_DECREF(sized);
+    }
+    /* from here on nothing gives up: the effects are in the batch */
+    PyObject *res = _PyList_Extend((PyListObject *)batch, effects);
+    if (res == NULL) { ticket = -1; goto out; }
+    Py_DECREF(res);
+    Py_INCREF(index_o); Py_INCREF(marks); Py_INCREF(uncommitted);   /* (_close_batch below replaces the batch) */
+    ticket = index;
+    PyObject *handle = dict_item(d, s__coalesce_handle);
+    if (handle != NULL && handle != Py_None) {
+        PyObject *target = dict_item(d, s__coalesce_target);
+        long long want = target != NULL ? PyLong_AsLongLong(target) : 0;
+        if (want == -1 && PyErr_Occurred()) ticket = -1;
+        else if (PyList_GET_SIZE(batch) >= want) {   /* the writers the last commit answered are back */
+            res = PyObject_CallMethodNoArgs(tracker, s__close_batch);
+            if (res == NULL) ticket = -1;
+            Py_XDECREF(res);
+        }
+    }
+    Py_ssize_t nt = PyList_GET_SIZE(touched);
+    for (Py_ssize_t k = 0; k < nt && ticket >= 0; k++)
+        if (PyDict_SetItem(uncommitted, PyList_GET_ITEM(touched, k), index_o) < 0) ticket = -1;
+    res = ticket >= 0 ? _PyList_Extend((PyListObject *)marks, touched) : NULL;
+    if (res == NULL) ticket = -1;
+    Py_XDECREF(res);
+    Py_DECREF(index_o); Py_DECREF(marks); Py_DECREF(uncommitted);
+out:
+    Py_XDECREF(feeds);
+    Py_DECREF(tracker);
+    return ticket;
+}
+
 static long long submit(Run *r, PyObject *effects, PyObject *touched) {
-    PyObject *t = PyObject_CallMethodObjArgs(r->core->durability, s_submit, effects, touched, NULL);
-    if (t == NULL) return -1;
-    long long ticket = PyLong_AsLongLong(t);
-    Py_DECREF(t);
-    if (ticket == -1 && PyErr_Occurred()) return -1;
+    long long ticket = tracker_join(r, effects, touched);
+    if (ticket == -1) return -1;
+    if (ticket == -2) {
+        PyObject *t = PyObject_CallMethodObjArgs(r->core->durability, s_submit, effects, touched, NULL);
+        if (t == NULL) return -1;
+        ticket = PyLong_AsLongLong(t);
+        Py_DECREF(t);
+        if (ticket == -1 && PyErr_Occurred()) return -1;
+    }
     PyObject *assigned = ga(r->core->durability, s_assigned);
     if (assigned == NULL) return -1;
     int rc = sa(r->session, s_last_write_index, assigned);
@@ -2200,6 +2428,15 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_last_cmd, "last_cmd"); INTERN(s_hits, "hits"); INTERN(s_misses, "misses");
     INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
     INTERN(s_hold, "hold"); INTERN(s_read_ticket, "read_ticket");
+    INTERN(s_held_bytes, "held_bytes"); INTERN(s_carried_bytes, "carried_bytes"); INTERN(s__carried, "_carried");
+    INTERN(s_limit_bytes, "limit_bytes"); INTERN(s_over_limit, "over_limit"); INTERN(s_durability, "durability");
+    INTERN(s_waiting, "waiting"); INTERN(s__set_over, "_set_over");
+    INTERN(s__batch_index, "_batch_index"); INTERN(s__coalesce_handle, "_coalesce_handle");
+    INTERN(s__promise, "_promise"); INTERN(s_mode, "mode"); INTERN(s_ack_before_commit, "ack_before_commit");
+    INTERN(s_journal, "journal"); INTERN(s_max_entry_bytes, "max_entry_bytes"); INTERN(s__batch_db, "_batch_db");
+    INTERN(s__batch_bytes, "_batch_bytes"); INTERN(s__batch, "_batch"); INTERN(s__keys_by_index, "_keys_by_index");
+    INTERN(s_uncommitted, "uncommitted"); INTERN(s_sync, "sync");
+    INTERN(s__coalesce_target, "_coalesce_target"); INTERN(s__close_batch, "_close_batch");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
     INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms");     INTERN(s_needs_touched, "needs_touched");
