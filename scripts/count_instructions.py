@@ -27,6 +27,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+from durakv.tools.bench import results as bench_results  # noqa: E402
+
 
 def free_port():
     with socket.socket() as s:
@@ -115,7 +118,9 @@ def main():
     ap.add_argument("--targets", default="redis,none,sync",
                     help="comma-separated: redis, redis-aof, none, async, sync (durakv's durability modes)")
     ap.add_argument("--requests", type=int, default=16000)
+    ap.add_argument("--results", default="", help="write instructions-<date>.md/.json into this directory")
     args = ap.parse_args()
+    load_before = bench_results.machine_load()
     for tool in ("valgrind", "callgrind_control", "redis-benchmark"):
         if shutil.which(tool) is None:
             sys.exit("needs %s on PATH" % tool)
@@ -126,7 +131,7 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ref = table.get("redis")
-    print("%-10s %s" % ("target", "  ".join("%14s" % ("%s P%d" % w) for w in workloads)))
+    lines = ["%-10s %s" % ("target", "  ".join("%14s" % ("%s P%d" % w) for w in workloads))]
     for target, res in table.items():
         cells = []
         for w in workloads:
@@ -134,8 +139,17 @@ def main():
             if ref and target != "redis":
                 cell += " %5.2fx" % (res[w] / ref[w])
             cells.append("%14s" % cell)
-        print("%-10s %s" % (target, "  ".join(cells)))
-    print("(user-space instructions per request, callgrind; for durakv the ratio to redis-server's)")
+        lines.append("%-10s %s" % (target, "  ".join(cells)))
+    lines.append("(user-space instructions per request, callgrind; for durakv the ratio to redis-server's)")
+    text = "\n".join(lines)
+    print(text)
+    if args.results:
+        report = {"requests": args.requests,
+                  "rows": {t: {"%s P%d" % w: res[w] for w in workloads} for t, res in table.items()}}
+        path = bench_results.write_results(args.results, "instructions", report, text, load_before,
+                                           tool="PYTHONPATH=src python scripts/count_instructions.py",
+                                           title="Instructions per request (callgrind)")
+        print("written: %s" % path)
 
 
 if __name__ == "__main__":
