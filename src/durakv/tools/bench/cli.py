@@ -294,6 +294,7 @@ def compare_main(argv):
               file=sys.stderr)
         return 2
     _terminate_on_sigterm()
+    load_before = machine_load()
     try:
         result = run_compare(args, out=sys.stdout, log=sys.stderr)
     except KeyboardInterrupt:
@@ -301,6 +302,10 @@ def compare_main(argv):
         return 130
     if args.json:
         _write_json(args.json, result)
+    text = format_compare(result)
     if args.json != "-":
-        print(format_compare(result))
+        print(text)
+    if args.results:   # (--results was parsed but written only for the cluster shapes)
+        print("results: " + write_results(args.results, "compare", result, text, load_before,
+                                          ["compare"] + list(argv)), file=sys.stderr)
     return 0
