@@ -26,14 +26,19 @@ OWNERS = {
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
     "Pipeline": "observer watchers stats_enabled perf_counter mark_s total_commands _admit_rest _gate _router",
-    "Durability": "refusing tracker feeds submit assigned committed pending needs_touched",
+    "Durability": "refusing tracker feeds submit assigned committed pending needs_touched read_ticket waiting _promise",
+    # a sync write joining the open batch (tracker_join) and the journal's entry limit it checks
+    "WriteTracker": "_batch_index _coalesce_handle _coalesce_target mode ack_before_commit journal _batch_db "
+                    "_batch_bytes _batch _keys_by_index uncommitted _close_batch",
+    "Journal": "max_entry_bytes",
     "Keyspace": "_track expire_enabled hide_expired deleted_by_server hits misses used_bytes changes clock_ms "
                 "lru_stamp",
     "Db": "data expires hexpires enc slots id",
     "SlotIndex": "add discard",
     "Hooks": "own_feed",
     "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
-    "Outbox": "ready held closed flush",
+    "Outbox": "ready held closed flush hold held_bytes carried_bytes _carried limit_bytes over_limit durability "
+              "_set_over",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity",
     "ClusterNode": "fast_serving",
     "ClusterRouting": "moving router",
@@ -63,7 +68,8 @@ def _objects(server):
     routing = server.pipeline.router
     return {
         "Connection": conn, "Session": session, "Context": session.ctx, "Pipeline": server.pipeline,
-        "Durability": server.durability, "Keyspace": server.pipeline.keyspace, "Db": session.ctx.db,
+        "Durability": server.durability, "WriteTracker": server.durability.tracker,
+        "Journal": server.durability.tracker.journal, "Keyspace": server.pipeline.keyspace, "Db": session.ctx.db,
         # (a db keeps its keys' slot index once slot migration asked for one: the class until then)
         "SlotIndex": session.ctx.db.slots or SlotIndex, "Hooks": server.hooks, "Monitors": server.pipeline.monitors,
         "Outbox": conn.outbox, "Command": registry.lookup((b"set",)), "ClusterNode": ClusterNode,

@@ -2435,7 +2435,9 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s__promise, "_promise"); INTERN(s_mode, "mode"); INTERN(s_ack_before_commit, "ack_before_commit");
     INTERN(s_journal, "journal"); INTERN(s_max_entry_bytes, "max_entry_bytes"); INTERN(s__batch_db, "_batch_db");
     INTERN(s__batch_bytes, "_batch_bytes"); INTERN(s__batch, "_batch"); INTERN(s__keys_by_index, "_keys_by_index");
-    INTERN(s_uncommitted, "uncommitted"); INTERN(s_sync, "sync");
+    INTERN(s_uncommitted, "uncommitted");
+    s_sync = PyUnicode_InternFromString("sync");    /* (a value the tracker's mode is compared with, not a name) */
+    if (s_sync == NULL) return NULL;
     INTERN(s__coalesce_target, "_coalesce_target"); INTERN(s__close_batch, "_close_batch");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
     INTERN(s_last_write_index, "last_write_index");
