@@ -972,6 +972,17 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     odp = _PyObject_GetDictPtr(dur);
     if (dp == NULL || *dp == NULL || odp == NULL || *odp == NULL) goto out;
     PyObject *d = *dp;
+    /* limit = journal.max_entry_bytes or 0, first: a journal's property may run Python, and what is read from
+     * the tracker's dict below is borrowed */
+    PyObject *journal = dict_item(d, s_journal);
+    if (journal == NULL) goto out;
+    Py_INCREF(journal);
+    PyObject *lim = PyObject_GetAttr(journal, s_max_entry_bytes);
+    Py_DECREF(journal);
+    if (lim == NULL) { PyErr_Clear(); goto out; }
+    long long limit = PyLong_Check(lim) ? PyLong_AsLongLong(lim) : -1;
+    Py_DECREF(lim);
+    if (limit < 0) { PyErr_Clear(); goto out; }
     PyObject *index_o = dict_item(d, s__batch_index);
     if (index_o == NULL || !PyLong_CheckExact(index_o)) goto out;
     long long index = PyLong_AsLongLong(index_o);
@@ -987,18 +998,11 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     PyObject *batch = dict_item(d, s__batch);
     PyObject *keys_by = dict_item(d, s__keys_by_index);
     PyObject *uncommitted = dict_item(d, s_uncommitted);
-    PyObject *journal = dict_item(d, s_journal);
     if (batch == NULL || !PyList_CheckExact(batch) || keys_by == NULL || !PyDict_CheckExact(keys_by)
-        || uncommitted == NULL || !PyDict_CheckExact(uncommitted) || journal == NULL)
+        || uncommitted == NULL || !PyDict_CheckExact(uncommitted))
         goto out;
     PyObject *marks = PyDict_GetItemWithError(keys_by, index_o);
     if (marks == NULL || !PyList_CheckExact(marks)) { PyErr_Clear(); goto out; }
-    /* limit = journal.max_entry_bytes or 0 */
-    PyObject *lim = PyObject_GetAttr(journal, s_max_entry_bytes);
-    if (lim == NULL) { PyErr_Clear(); goto out; }
-    long long limit = PyLong_Check(lim) ? PyLong_AsLongLong(lim) : -1;
-    Py_DECREF(lim);
-    if (limit < 0) { PyErr_Clear(); goto out; }
     PyObject *sized = NULL;
     if (limit) {
         PyObject *bytes_o = dict_item(d, s__batch_bytes);
