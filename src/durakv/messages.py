@@ -1,6 +1,6 @@
 """Every error reply text, verbatim as Valkey sends it (prefix included, no leading '-').
 
-The one home: no other module spells a reply text (tests/test_messages_home.py checks the source). A config
+The one home: no other module spells a reply text (tests/unit/test_messages_home.py checks the source). A config
 value's problem (config.c's text after "CONFIG SET failed ... - ") stays with its option's rule in config.py,
 the one home of each option's facts; the Lua prelude's own runtime errors are Lua source (scripting/prelude.py)."""
 

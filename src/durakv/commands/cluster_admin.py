@@ -6,7 +6,7 @@ and then make it by compare-and-set, the path `durakv cluster reshard` takes; th
 membership, roles, epochs or a nodes.conf (MEET, FORGET, REPLICATE, SAVECONFIG, SET-CONFIG-EPOCH, BUMPEPOCH), the
 manual SETSLOT states and SYNCSLOTS check their arguments and refuse, naming the reason and the durakv way.
 
-Replies and error texts are Valkey 9.1.2's (tests/test_valkey91_words.py, tests/test_cluster_slot_migration_words.py
+Replies and error texts are Valkey 9.1.2's (tests/compat/test_valkey91_words.py, tests/cluster/test_cluster_slot_migration_words.py
 compare them with the binary).
 """
 

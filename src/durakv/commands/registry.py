@@ -171,7 +171,7 @@ def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_of
     value or an exception: a long argument the connection has a worker thread prepare while it waits, so that
     the loop keeps serving others (RESTORE's payload). Every declaration names the same argument index.
     core=True: the compiled core may run it too (its implementation is proven equal to fn by
-    tests/test_fastpath_differential.py). reads_data: what a command with neither the readonly nor the write
+    tests/server/test_fastpath_differential.py). reads_data: what a command with neither the readonly nor the write
     flag reads (Command.reads_data)."""
     def register(fn):
         global OFF_LOOP_ARG, OFF_LOOP_MIN_BYTES

@@ -6,7 +6,7 @@
  * wherever the Python path would do something else: an expired key (lazy expiry and its effects), a value of
  * another type, an argument that makes an error reply, a session or server state that admission, an observer
  * or WATCH must see. A command it gives up on runs through the pipeline as if the core did not exist, so
- * every rule still lives in one place; tests/test_fastpath_differential.py proves the two agree.
+ * every rule still lives in one place; tests/server/test_fastpath_differential.py proves the two agree.
  *
  * What it owns:
  *   parse(buf, pos, end, commands, max_bulk_len) -> pos
@@ -2405,7 +2405,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_core", "durakv's
                                        module_methods};
 
 /* Every Python name the core touches, interned once; the module exports them as NAMES, and
- * tests/test_fastpath_contract.py checks that each exists where the core reads it (a rename breaks that test). */
+ * tests/server/test_fastpath_contract.py checks that each exists where the core reads it (a rename breaks that test). */
 #define INTERN(var, text) do { var = PyUnicode_InternFromString(text); \
                                if (var == NULL || PyList_Append(names, var) < 0) return NULL; } while (0)
 

@@ -14,7 +14,7 @@ stops the writer: every send in flight is abandoned, the tail after the last ack
 epoch: fenced, every pending append fails with JournalFenced and `on_fenced` is called) and what is left
 is sent again, in order, conditional on the new tail.
 
-Why fencing still holds (docs/design.md "The journal"; measured in tests/test_journal_jetstream.py):
+Why fencing still holds (docs/design.md "The journal"; measured in tests/cluster/test_journal_jetstream.py):
 * A deposed writer's appends that land after the new writer's marker carry an older epoch, and readers
   (EpochFilter) skip them; the deposed writer acknowledges none of them, because the append just before
   its first one after the marker was rejected (the marker took its place) and it stops at that rejection.
@@ -258,7 +258,7 @@ def deliver_directly(sub, handler) -> bool:
     """Makes `sub` (a nats-py Subscription, or a JetStream push subscription around one) call `handler(msg)`
     synchronously from the connection's parser (_DirectDelivery). Messages already queued are handled first, in
     order. Returns False (and changes nothing: the subscription's own callback keeps working) when this nats-py
-    does not have the internals it relies on; tests/test_jetstream_commit_path.py checks that the installed one does."""
+    does not have the internals it relies on; tests/cluster/test_jetstream_commit_path.py checks that the installed one does."""
     inner = getattr(sub, "_sub", sub)
     if not all(hasattr(inner, a) for a in ("_pending_queue", "_pending_size", "_wait_for_msgs_task")):
         return False

@@ -1,7 +1,7 @@
 /* The hashing and bit operations of one Bloom sub-filter exactly as valkey-bloom computes them (it uses the Rust
  * `bloomfilter` crate 3.0.1 with `siphasher` 1.0.1): the compiled twin of keyspace/bloom.py's pure-Python
  * reference (`filter_contains_py`, `filter_add_py`), which stays the fallback where no compiler was found at install
- * time; tests/test_bloom_units.py checks that both give the same bits as the crate.
+ * time; tests/unit/test_bloom_units.py checks that both give the same bits as the crate.
  *
  * A sub-filter is the crate's byte layout, held in one bytearray: a 45-byte header (version u8 = 1, bitmap length
  * in bytes u64 LE, number of hash functions k u32 LE, seed [32]) then the bitmap. Its item hashes are two SipHash-1-3

@@ -1,6 +1,6 @@
 /* CRC-64/Jones as Valkey's crc64.c computes it (reflected, polynomial 0xad93d23594c935a9, no final xor): the
  * checksum of DUMP payloads and RDB files. The compiled twin of keyspace/rdbvalue.py's crc64, which stays the
- * reference and the fallback where no compiler was found at install time; tests/test_rdb_payload.py checks that
+ * reference and the fallback where no compiler was found at install time; tests/server/test_rdb_payload.py checks that
  * both give the same checksums.
  *
  * Slicing-by-8: eight 256-entry tables, eight input bytes per step. The GIL is released for inputs of 64 KiB

@@ -21,7 +21,7 @@ BloomObject 48 bytes, 8 per slot of its filter vector (whose capacity grows 1, 4
 and per sub-filter 24 (BloomFilter) + 184 (the crate's Bloom) + the bitmap.
 
 Hashing runs in keyspace/_bloom.c when it was built (the pure-Python functions here are the reference and the
-fallback); both are checked against the crate's own output in tests/test_bloom_units.py.
+fallback); both are checked against the crate's own output in tests/unit/test_bloom_units.py.
 """
 
 import math

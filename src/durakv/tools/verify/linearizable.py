@@ -15,7 +15,7 @@ Operation outcomes (Jepsen's convention):
   constrains nothing and is dropped.
 
 Reductions that keep the verdict exact and make many clients on one key tractable (each was checked against
-plain WGL and against brute force on small histories, see tests/test_verify_checker.py):
+plain WGL and against brute force on small histories, see tests/server/test_verify_checker.py):
 - An info write or CAS whose value nothing can observe is dropped before the search: the next operation after
   it in any linearization must be a write, so leaving it out changes nothing. Timed-out writes are common around
   faults, and each one left in would double the states the search can reach.
