@@ -452,7 +452,8 @@ class Pipeline:
             # afterwards, when this node, a replica by then, answers -MOVED to the new primary. Checked before
             # -READONLY: a client must never see the moment this node is a replica that its topology lags.
             # (getattr: a gate that never hands over, a REPLICAOF link, has no hold)
-            if run is None and getattr(gate, "holding", None) and gate.holds(
+            handover = getattr(gate, "handover", None)
+            if run is None and handover is not None and handover.holding and handover.holds(
                     may_replicate, cmd.touches_data or (queue is not None and session.multi_touches_data)):
                 return POSTPONE
             if write and not wrote and gate.is_replica():

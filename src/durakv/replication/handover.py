@@ -12,10 +12,20 @@ log = logging.getLogger("durakv.replication")
 HANDOVER_HOLD_MAX_S = 10.0
 
 
-class HandoverMixin:
-    """The planned hand-over's hold, drain and switch to replica.
+class Handover:
+    """The planned hand-over's hold, drain and switch to replica: `node.handover`.
 
-    Mixed into ClusterNode (replication/node.py), whose __init__ holds the state these methods share."""
+    Owns `holding` (None; "writes" while it drains; "data", every command touching data, once the lease is being
+    handed over: the pipeline postpones what it holds, as CLIENT PAUSE does) and the hold's deadline. Interface:
+    the controller's calls, which the node forwards (`hand_over`, `hold_data`, `end_hold`, `become_replica`),
+    and the gate's (`holds`, `hold_state`). It reads the node's server, controller, journal and role, and
+    follows the journal through the node (`_follow_from`) once it becomes a replica."""
+
+    def __init__(self, node):
+        self.node = node
+        self.server = node.server
+        self.holding = None
+        self._hold_deadline = 0.0       # monotonic s: the hold ends by then whatever happens
 
     def holds(self, may_replicate, touches_data) -> bool:
         """Whether the hand-over's hold postpones a command (the pipeline asks only while `holding`)."""
@@ -35,7 +45,8 @@ class HandoverMixin:
         # No expiry while holding (Valkey's PAUSE_ACTION_EXPIRE): an expired key's DEL is a write, and one
         # issued after the drain would be in memory and never in the journal.
         srv.keyspace.expire_enabled, srv.keyspace.hide_expired = False, True
-        slice_s = self.controller.interval_s if self.controller is not None else 0.2
+        node = self.node
+        slice_s = node.controller.interval_s if node.controller is not None else 0.2
 
         async def wait(done):
             """await done(timeout_s) -> bool in slices until True or the hold's deadline, renewing between."""
@@ -59,7 +70,7 @@ class HandoverMixin:
         # it ends: drained before it ends, they would be in this node's memory only (and acknowledged).
         script_done = await wait(script_ended)
         committed = script_done and await wait(lambda timeout_s: dur.drain(timeout_s=timeout_s))
-        appended = committed and await wait(lambda timeout_s: self.journal.drain(timeout_s=timeout_s))
+        appended = committed and await wait(lambda timeout_s: node.journal.drain(timeout_s=timeout_s))
         # A failed append leaves its writes in memory and nowhere else, even once the tracker has given those
         # indices up (it then counts as drained) or persists again: this term's memory is not the journal's.
         tracker = dur.tracker
@@ -94,24 +105,24 @@ class HandoverMixin:
         if self.holding is None:
             return
         self.holding = None
-        if self.role == "primary":
+        if self.node.role == "primary":
             self.server.keyspace.expire_enabled, self.server.keyspace.hide_expired = True, False
         self.server.blocking.resume_postponed()
 
     async def become_replica(self):
         """Planned failover, second half (after a complete drain): follow the journal from this node's own last
         entry, then let the held commands go once the topology names the new primary."""
-        srv = self.server
+        srv, node = self.server, self.node
         try:
-            self.role = "replica"
+            node.role = "replica"
             srv.keyspace.expire_enabled = False
             srv.keyspace.hide_expired = True
-            self.journal.stop_writer()
+            node.journal.stop_writer()
             srv.durability.detach()
-            self.applied_index = self.journal.commit_index
-            await self._follow_from(self.applied_index)
-            self.phase = "following"
-            log.info("now a replica of shard %s after handing over at index %d", self.shard, self.applied_index)
+            node.applied_index = node.journal.commit_index
+            await node._follow_from(node.applied_index)
+            node.phase = "following"
+            log.info("now a replica of shard %s after handing over at index %d", node.shard, node.applied_index)
             await self._await_other_primary(self._hold_deadline)
         finally:
             self.end_hold()
@@ -120,15 +131,16 @@ class HandoverMixin:
         """Until this node's topology names another primary of its shard (the new primary publishes its
         promotion once it serves), or the deadline: a held write released earlier would pass the slot check
         (the topology still routes it here) and meet -READONLY, which cluster clients do not retry."""
-        if self.routing is None:
+        node = self.node
+        if node.routing is None:
             return True     # not cluster mode: a replica answers -READONLY, as a standalone Valkey replica
         while True:
-            topology = self.routing.topology
-            me = topology.nodes.get(self.node_id) if topology is not None else None
+            topology = node.routing.topology
+            me = topology.nodes.get(node.node_id) if topology is not None else None
             if me is None or me.role != "primary":
                 return True
             if time.monotonic() >= deadline_s:
                 log.warning("hand-over: the topology still names this node the primary of shard %s; releasing the "
-                            "held commands anyway", self.shard)
+                            "held commands anyway", node.shard)
                 return False
             await asyncio.sleep(0.005)

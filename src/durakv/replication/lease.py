@@ -48,7 +48,7 @@ class LeaseMixin:
         command touching data passes this gate now with nothing to do but serve it: a primary (its lease valid
         now, not coming back from a lapse, whose end serving_error logs) that no planned hand-over holds.
         Anything else is for the pipeline's admission, which asks serving_error."""
-        return (self.role == "primary" and self.holding is None and not self._lease_lapsed
+        return (self.role == "primary" and self.handover.holding is None and not self._lease_lapsed
                 and self.region_role.fence is None and self.lease_valid(monotonic_ms()))
 
     def serving_error(self, write):

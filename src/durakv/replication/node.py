@@ -10,12 +10,14 @@ below holds the state they share):
 - lease.py: the pipeline's gate (a primary serves while its lease is valid by its own clock);
 - promotion.py: promotion (appends batches with its epoch) and stepping down; a primary that loses its lease
   unexpectedly re-executes itself: its memory may hold writes that never committed, so it rejoins as a replica
-  from snapshot + journal like any new node;
-- handover.py: the planned failover's hold and drain.
+  from snapshot + journal like any new node.
+
 
 Parts that own their state are objects the node holds as attributes (each gets what it needs passed in):
 
 - bus.py: `node.bus`, the NodeBus (PUBLISH/SPUBLISH between nodes, the heartbeats' transport);
+- handover.py: `node.handover`, the Handover (the planned failover's hold, drain and switch to replica; the
+  controller's calls reach it through the node, the pipeline reads its hold through the gate);
 - members.py: `node.members`, the Members (heartbeats sent and heard, the replicas' applied offsets and WAIT,
   every node's liveness);
 - snapshots.py: `node.snapshotter`, the Snapshotter (the newest snapshot loaded at start-up; a replica
@@ -44,7 +46,7 @@ from ..recovery.loading import Slicer
 from .bus import NodeBus
 from .clock import monotonic_ms
 from .follow import ApplyStopped, FollowMixin
-from .handover import HandoverMixin
+from .handover import Handover
 from .lease import LeaseMixin
 from .members import Members
 from .retry import retry_transient
@@ -57,7 +59,7 @@ from .topology_sync import TopologyWatcher
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
+class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
     checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
 
     def __init__(self, server, membership):
@@ -103,10 +105,8 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
         self._stall_log = Recurring(log)
         self._progress_index = -1
         self._progress_at = 0.0
-        # A planned hand-over holds commands (the pipeline postpones them, as CLIENT PAUSE does): None, "writes"
-        # while it drains, "data" (every command touching data) once the lease is being handed over.
-        self.holding = None
-        self._hold_deadline = 0.0       # monotonic s: the hold ends by then whatever happens
+        # A planned hand-over holds commands (the pipeline postpones them, as CLIENT PAUSE does)
+        self.handover = Handover(self)
         # the stored topology (cluster mode only): its watch, promotion publishing, slot migrator
         self.topology_watcher = TopologyWatcher(self, self.routing) if self.routing is not None else None
         self.known_index = 0            # newest journal index this replica knows exists (probes, heartbeats)
@@ -128,6 +128,19 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin, HandoverMixin):
         self._in_flight = None          # the task applying an entry in slices (follow.py)
         # a second region (cluster/region.py): this region's record, the peer's, the fence, a follower's lag
         self.region_role = RegionRole(self)
+
+    # -- the controller's hand-over calls (cluster/controller.py's contract), made by node.handover -------------
+    async def hand_over(self, keep_lease=None) -> bool:
+        return await self.handover.hand_over(keep_lease)
+
+    def hold_data(self):
+        self.handover.hold_data()
+
+    def end_hold(self):
+        self.handover.end_hold()
+
+    async def become_replica(self):
+        await self.handover.become_replica()
 
     @property
     def replication_id(self) -> str:

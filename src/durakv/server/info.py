@@ -71,9 +71,10 @@ def _paused(srv):
     now_ms = srv.clock_ms()
     if blocking.pause_mode is not None and blocking.pause_end_ms > now_ms:
         pauses.append((blocking.pause_mode, blocking.pause_end_ms - now_ms, "client_pause"))
-    hold = getattr(srv.pipeline.gate, "hold_state", None)   # a cluster node's hand-over (replication/handover.py)
-    if hold is not None and hold() is not None:
-        pauses.append(hold() + ("failover_in_progress",))
+    handover = getattr(srv.pipeline.gate, "handover", None)   # a cluster node's (replication/handover.py)
+    hold = handover.hold_state() if handover is not None else None
+    if hold is not None:
+        pauses.append(hold + ("failover_in_progress",))
     if not pauses:
         return {"paused_reason": "none", "paused_actions": "none", "paused_timeout_milliseconds": 0}
     actions = "all" if any(p[0] == "all" for p in pauses) else "write"
