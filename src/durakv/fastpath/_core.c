@@ -1864,6 +1864,21 @@ static void run_release(Run *r) {
 
 #define OUTPUT_FLUSH_BYTES (1 << 20)
 
+/* A pipelined batch's keys: the table's lookups miss the cache (bucket, then entry), one command after another
+ * they would wait for each miss in turn. Before running the next KT_PREFETCH_MAX commands, the table starts
+ * loading their first keys together (a command whose args[1] is not a key, PING's message, costs one useless
+ * load). Sets *upto to the first command not covered. */
+static void prefetch_keys(Run *r, PyObject *commands, Py_ssize_t i, Py_ssize_t *upto) {
+    PyObject *keys[KT_PREFETCH_MAX];
+    Py_ssize_t n = PyList_GET_SIZE(commands), k = 0, j = i;
+    for (; j < n && k < KT_PREFETCH_MAX; j++) {
+        PyObject *args = PyList_GET_ITEM(commands, j);
+        if (PyList_CheckExact(args) && PyList_GET_SIZE(args) >= 2) keys[k++] = PyList_GET_ITEM(args, 1);
+    }
+    *upto = j;
+    kt->prefetch(r->data, keys, k);
+}
+
 /* core_run's body: the next index (its status in *status), or -1 with an exception set. */
 static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_ssize_t i, int *status_out) {
     Py_ssize_t n = PyList_GET_SIZE(commands);
@@ -1971,7 +1986,9 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         if (start == -1.0 && PyErr_Occurred()) goto error;
     }
     end = start;
+    Py_ssize_t prefetched = i;   /* commands before this one had their first key prefetched */
     for (; i < n; i++) {
+        if (i == prefetched) prefetch_keys(&r, commands, i, &prefetched);
         PyObject *args = PyList_GET_ITEM(commands, i);
         if (!PyList_CheckExact(args) || PyList_GET_SIZE(args) == 0) break;
         PyObject *name = PyList_GET_ITEM(args, 0);

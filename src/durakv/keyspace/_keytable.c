@@ -329,7 +329,38 @@ static int api_del(PyObject *table, PyObject *key) {
     return table_del((KeyTable *)table, key);
 }
 
-static KeyTableAPI capi = {&KeyTable_Type, api_find, api_set, api_del, entry_value};
+/* A pipelined batch's lookups each miss the cache twice (the bucket, then the entry) on a table larger than
+ * the cache; taken one after another they serialize. Two passes over the batch's keys (every bucket, then
+ * every bucket's first entry) have the memory system fetch them in parallel, as Valkey's memory_prefetch.c
+ * does for a batch of commands. Only loads: an error or an odd key just leaves that key out. */
+static void api_prefetch(PyObject *table, PyObject *const *keys, Py_ssize_t n) {
+    KeyTable *t = (KeyTable *)table;
+    if (t->size == 0 || n <= 1) return;
+    if (n > KT_PREFETCH_MAX) n = KT_PREFETCH_MAX;
+    kt_entry **slots[KT_PREFETCH_MAX];
+    uint64_t mask = t->size - 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        slots[i] = NULL;
+        if (!PyBytes_CheckExact(keys[i])) continue;
+        Py_hash_t h = PyObject_Hash(keys[i]);    /* cached in the object: the find that follows reuses it */
+        if (h == -1) {
+            PyErr_Clear();
+            continue;
+        }
+        slots[i] = &t->buckets[(uint32_t)(Py_uhash_t)h & mask];
+        __builtin_prefetch(slots[i], 0, 3);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (slots[i] == NULL) continue;
+        kt_entry *e = *slots[i];
+        if (e != NULL) {
+            __builtin_prefetch(e, 1, 3);                      /* the header and key; written by an access time */
+            __builtin_prefetch((const char *)e + 64, 1, 3);   /* the start of an inline value */
+        }
+    }
+}
+
+static KeyTableAPI capi = {&KeyTable_Type, api_find, api_set, api_del, entry_value, api_prefetch};
 
 /* -- the Python type -------------------------------------------------------------------------------- */
 

@@ -50,8 +50,13 @@ typedef struct {
     int (*del)(PyObject *table, PyObject *key);
     /* the entry's value as a new reference (a bytes object for an inline string) */
     PyObject *(*value)(const kt_entry *e);
+    /* A hint, no lookup: starts loading the bucket and first entry of each of keys[0..n) (bytes; others are
+     * skipped) so that the finds that follow overlap their cache misses instead of taking them one by one. It
+     * computes (and so caches) each key's hash and never raises. */
+    void (*prefetch)(PyObject *table, PyObject *const *keys, Py_ssize_t n);
 } KeyTableAPI;
 
+#define KT_PREFETCH_MAX 32         /* keys one prefetch call handles */
 #define KEYTABLE_CAPSULE "durakv.keyspace._keytable.CAPI"
 
 #endif
