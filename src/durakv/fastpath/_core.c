@@ -750,6 +750,11 @@ typedef struct {
     long long threshold_us, request_limit, reply_limit;
     long long hits, misses, used_delta, changes, commands;
     long long calls[NCMD], usec[NCMD];
+    /* LATENCY HISTOGRAM counts not yet added to the command's list: a pipeline's commands mostly share a
+     * command and a bucket, so one pending (command, bucket, count) spares an attribute read and an integer
+     * add per command (lat_flush) */
+    int lat_id, lat_bucket;
+    long long lat_n;
     PyObject *last_cmd;       /* borrowed */
     PyObject *gate;           /* a shard member's gate (lease): checked per keyed command; NULL elsewhere */
     PyObject *slot_codes;     /* the cluster router's per-slot codes (routing/decide.py _fast); NULL elsewhere */
@@ -1829,9 +1834,29 @@ static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
 }
 
 /* Writes back what a run counted (the Python objects hold every counter; the run only batches the adds). */
+/* Adds the pending LATENCY HISTOGRAM count to its command's bucket (cmd.latency[bucket] += n). */
+static int lat_flush(Run *r) {
+    if (r->lat_n == 0) return 0;
+    PyObject *lat = ga(r->core->cmds[r->lat_id], s_latency);
+    long long n = r->lat_n;
+    r->lat_n = 0;
+    if (lat == NULL) return -1;
+    int rc = 0;
+    if (PyList_Check(lat) && r->lat_bucket < PyList_GET_SIZE(lat)) {
+        PyObject *add = PyLong_FromLongLong(n);
+        PyObject *inc = add ? PyNumber_Add(PyList_GET_ITEM(lat, r->lat_bucket), add) : NULL;
+        Py_XDECREF(add);
+        if (inc == NULL) rc = -1;
+        else PyList_SetItem(lat, r->lat_bucket, inc);
+    }
+    Py_DECREF(lat);
+    return rc;
+}
+
 static int run_finish(Run *r, double end) {
     Core *c = r->core;
     int rc = 0;
+    if (lat_flush(r) < 0) rc = -1;
     if (flush_out(r) < 0) rc = -1;
     PyObject *mark = PyFloat_FromDouble(end);
     if (mark == NULL || sa(c->pipeline, s_mark, mark) < 0) rc = -1;
@@ -2041,15 +2066,10 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         {   /* LATENCY HISTOGRAM: bucket usec.bit_length() */
             int bucket = 0;
             for (unsigned long long u = (unsigned long long)usec; u; u >>= 1) bucket++;
-            PyObject *lat = ga(cmd, s_latency);
-            if (lat == NULL) goto error_counted;
-            if (PyList_Check(lat) && bucket < PyList_GET_SIZE(lat)) {
-                PyObject *old = PyList_GET_ITEM(lat, bucket);
-                PyObject *inc = PyNumber_Add(old, one);
-                if (inc == NULL) { Py_DECREF(lat); goto error_counted; }
-                PyList_SetItem(lat, bucket, inc);
-            }
-            Py_DECREF(lat);
+            if (r.lat_n && (r.lat_id != id || r.lat_bucket != bucket) && lat_flush(&r) < 0) goto error_counted;
+            r.lat_id = id;
+            r.lat_bucket = bucket;
+            r.lat_n++;
         }
         if (usec >= r.threshold_us) {
             int skip = attr_true(cmd, s_skip_slowlog);
