@@ -48,12 +48,17 @@ INBOX_PREFIX = "_INBOX_%s"
 _SHARD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
 
+def _token(name, pattern, refusal) -> str:
+    """name as a str if it matches pattern (a NATS subject token: letters, digits, '-', '_'), else ValueError."""
+    name = str(name)
+    if not pattern.match(name):
+        raise ValueError(refusal % name)
+    return name
+
+
 def check_shard_name(name) -> str:
     """The shard name as a str, or ValueError: it is a subject token and part of stream and bucket names."""
-    name = str(name)
-    if not _SHARD_NAME.match(name):
-        raise ValueError("shard name %r: use 1-64 letters, digits, '-' or '_'" % name)
-    return name
+    return _token(name, _SHARD_NAME, "shard name %r: use 1-64 letters, digits, '-' or '_'")
 
 
 def journal_stream(shard) -> str:
@@ -73,10 +78,7 @@ _DOMAIN = re.compile(r"[A-Za-z0-9_-]{1,32}\Z")
 
 def check_domain(name) -> str:
     """A JetStream domain as a str, or ValueError: it is a subject token ($JS.<domain>.API)."""
-    name = str(name)
-    if not _DOMAIN.match(name):
-        raise ValueError("JetStream domain %r: use 1-32 letters, digits, '-' or '_'" % name)
-    return name
+    return _token(name, _DOMAIN, "JetStream domain %r: use 1-32 letters, digits, '-' or '_'")
 
 
 def region_api(domain) -> str:
