@@ -45,8 +45,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, tier))
 
 
-# NATS cluster fixtures (nats_cluster, local_cluster, module_nats: helpers/clusters.py) for the multi-AZ tests.
-pytest_plugins = ["helpers.clusters"]
+# NATS cluster fixtures (nats_cluster, local_cluster, module_nats: helpers/clusters.py) for the multi-AZ tests;
+# helpers/ordering.py starts the tests marked long_pole first on xdist's workers.
+pytest_plugins = ["helpers.clusters", "helpers.ordering"]
 
 
 @pytest.fixture

@@ -202,6 +202,7 @@ def test_jetstream_large_values_survive_failover(local_cluster, nats_payload):
     _failover_and_check(cluster, old, check_large_values)
 
 
+@pytest.mark.long_pole(26)     # seconds on the 2-core machine: xdist starts it first
 def test_jetstream_pipelined_bulk_survives_failover(local_cluster, nats_payload):
     """4 connections x 20,000 pipelined SETs of 4 KB on a sync shard with the default held-replies limit (main:
     batches grow past max_payload and the shard jams for good; the primary's loop, flooded with 320 MB of

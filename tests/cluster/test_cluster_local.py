@@ -190,6 +190,7 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
     assert set(c.down().values()) == {"already-dead"}
 
 
+@pytest.mark.long_pole(43)     # seconds on the 2-core machine: xdist starts it first
 def test_cli_up_status_down_with_base_port(local_cluster, tmp_path):
     d = local_cluster.track(tmp_path / "cli-cluster")
     base = free_port_range(12)

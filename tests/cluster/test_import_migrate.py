@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import pytest
 import valkey
 from valkey.cluster import ValkeyCluster
 
@@ -146,6 +147,7 @@ def commandstat_calls(port, name):
         return c.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0)
 
 
+@pytest.mark.long_pole(40)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_resumes_after_the_replication_link_drops(redis_server, local_cluster):
     port, src = redis_server("--repl-diskless-sync", "no")         # the sized `$<len>` RDB transfer
     MixedWriter.prefill(src, 20000)
@@ -219,6 +221,7 @@ def test_migrate_transactions_and_databases_into_a_standalone_durakv(redis_serve
     assert dk.dbsize() == 4 and dk2.dbsize() == 3
 
 
+@pytest.mark.long_pole(58)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_resumes_after_a_target_primary_is_killed(redis_server, local_cluster):
     port, src = redis_server()
     MixedWriter.prefill(src, 20000)
@@ -329,6 +332,7 @@ class ClusterWriter(threading.Thread):
             i += 1
 
 
+@pytest.mark.long_pole(75)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
     procs, ports = _redis_cluster_with_replicas(tmp_path)
     writers = []
@@ -461,6 +465,7 @@ def test_target_writer_retries_a_long_run_of_refusals_in_a_loop(monkeypatch):
         listener.close()
 
 
+@pytest.mark.long_pole(38)     # seconds on the 2-core machine: xdist starts it first
 def test_a_long_full_sync_load_keeps_the_link(redis_server, server_factory):
     """A disk-based full sync makes the replica online as soon as the RDB is sent, and the source drops a
     replica that sends no REPLCONF ACK for repl-timeout: the load, longer than that here, sends keep-alive ACKs,

@@ -225,6 +225,7 @@ def test_a_replica_stores_its_snapshot_while_it_follows_and_answers(local_cluste
             wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0, 60, what="the store's end")
 
 
+@pytest.mark.long_pole(25)     # seconds on the 2-core machine: xdist starts it first
 def test_a_rejoining_replica_answers_and_is_heard_while_it_loads(local_cluster):
     """A replica killed and restarted loads the newest snapshot (300,000 keys) and the journal after it in slices:
     it answers INFO with the load moving (loading:1, Valkey's loading_* fields), GET with -LOADING, and the

@@ -106,6 +106,7 @@ def _node_connect(cluster, proc):
     return go, errors
 
 
+@pytest.mark.long_pole(27)     # seconds on the 2-core machine: xdist starts it first
 def test_a_node_identity_cannot_touch_other_shards_or_the_topology(locked):
     replica = next(p for p in locked.replicas(0))
     connect, errors = _node_connect(locked, replica)

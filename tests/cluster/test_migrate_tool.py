@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import pytest
 import valkey
 from valkey.cluster import ValkeyCluster
 
@@ -129,6 +130,7 @@ def _redis_cluster(tmp_path, count=3):
     return procs, ports
 
 
+@pytest.mark.long_pole(25)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_a_three_primary_redis_cluster(local_cluster, tmp_path):
     procs, ports = _redis_cluster(tmp_path)
     try:

@@ -4,6 +4,7 @@ replication id per epoch, and DurabilityLag is 0 in sync as ElastiCache defines 
 
 import re
 
+import pytest
 import valkey
 
 from conftest import DEBUG_ARGS, wait_until
@@ -159,6 +160,7 @@ def test_a_restarted_node_answers_while_it_loads_then_serves(local_cluster):
     assert row["replication"]["durakv_phase"] == "following"
 
 
+@pytest.mark.long_pole(23)     # seconds on the 2-core machine: xdist starts it first
 def test_a_replica_whose_next_entries_were_purged_reloads_instead_of_skipping_them(local_cluster):
     """A replica stopped long enough to drop out of the shard's heartbeats; meanwhile another replica stores a
     snapshot and purges the journal below it. The stopped replica, resumed, must not follow on from the first

@@ -159,6 +159,7 @@ def _start_by_hand(d, name):
     return entry, orphan
 
 
+@pytest.mark.long_pole(28)     # seconds on the 2-core machine: xdist starts it first
 def test_status_and_down_see_a_node_restarted_by_hand(local_cluster):
     cluster = local_cluster(durability="sync")
     d = cluster.dir
@@ -239,6 +240,7 @@ class Probe(threading.Thread):
             c.close()
 
 
+@pytest.mark.long_pole(47)     # seconds on the 2-core machine: xdist starts it first
 def test_chaos_faults_heal_and_log(local_cluster):
     cluster = local_cluster(durability="sync", partitionable=True)
     d = cluster.dir

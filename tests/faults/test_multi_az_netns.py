@@ -351,6 +351,7 @@ def _start_machine(lab, blocks, m, name, addr, az, ports, root=None, nats=True):
                    re.sub(r"/etc/durakv/\d+\.conf", "/etc/durakv/%s.conf" % port, line), root=root)
 
 
+@pytest.mark.long_pole(220)     # seconds on the 2-core machine: xdist starts it first
 @pytest.mark.timeout(1800)
 def test_the_operators_guide_on_five_machines(lab, tmp_path):
     t0 = time.monotonic()

@@ -101,6 +101,7 @@ def partitionable_cluster(tmp_path_factory):
             LocalCluster.load(d).down()
 
 
+@pytest.mark.long_pole(29)     # seconds on the 2-core machine: xdist starts it first
 def test_no_reader_sees_a_write_that_a_failover_takes_back(partitionable_cluster):
     """The primary's AZ is cut off for 20 s (NATS may first need 4-9 s to elect leaders in the majority): its
     commits stall, a replica takes the lease, the old primary re-executes. Every channel saw values, the fault

@@ -151,6 +151,7 @@ def test_failover_planned_and_unplanned(sync_cluster):
     assert "median" in res.report.tables[0].to_text()
 
 
+@pytest.mark.long_pole(23)     # seconds on the 2-core machine: xdist starts it first
 def test_linearizable_under_kill_pause_failover_partition(sync_cluster):
     res = sc.linearizable(env_of(sync_cluster), faults=("kill", "pause", "failover", "partition"), clients=4,
                           keys=3, rate_per_client=40, warmup_s=1.0, gap_s=1.0, after_s=1.0, time_limit_s=60,
@@ -231,6 +232,7 @@ def test_switch_async_to_sync_and_back_without_errors(async_cluster):
 
 # -- the broken mode -------------------------------------------------------------------------------------------
 
+@pytest.mark.long_pole(36)     # seconds on the 2-core machine: xdist starts it first
 def test_the_checkers_catch_acknowledgement_before_commit(tmp_path):
     with sc.Env.start_own(durability="sync", tls=False, server_args=["--debug-ack-before-commit", "yes"],
                           env={"DURAKV_TEST_UNSAFE": "1"}, say=quiet, parent=str(tmp_path)) as env:

@@ -629,6 +629,7 @@ def _gone(pid):
     return False
 
 
+@pytest.mark.long_pole(23)     # seconds on the 2-core machine: xdist starts it first
 def test_compare_end_to_end(tmp_path):
     _require_redis_server()
     out = tmp_path / "compare.json"

@@ -137,6 +137,7 @@ def _big_hash(c, name, fields):
     p.execute()
 
 
+@pytest.mark.long_pole(47)     # seconds on the 2-core machine: xdist starts it first
 def test_dump_and_restore_of_a_million_field_hash_keep_the_loop_serving(server_factory, redis_server):
     src, dst = server_factory(), server_factory()
     admin = src.client(socket_timeout=60)
