@@ -81,6 +81,7 @@ def set_answers(port, timeout_s=30):
 
 # -- the local journal ---------------------------------------------------------------------------------------
 
+@pytest.mark.long_pole(46)     # seconds on the 2-core machine: xdist starts it first
 def test_local_journal_large_values_and_pipelined_bulk_survive_kill9(server_factory):
     srv = server_factory("--durability", "sync")
     with srv.client(socket_timeout=120) as c:
@@ -189,6 +190,7 @@ def check_pipelined(client):
             assert missing == [], "%d pipelined SETs missing, first %r" % (len(missing), missing[:3])
 
 
+@pytest.mark.long_pole(25)     # seconds on the 2-core machine: xdist starts it first
 def test_jetstream_large_values_survive_failover(local_cluster, nats_payload):
     """900 KB, 2 MB, 10 MB and 70 MB values on a sync shard (main: the 2 MB one jams a shard on NATS's 1 MB
     default, the 70 MB one at 64 MB; the primary keeps its lease and answers nothing)."""

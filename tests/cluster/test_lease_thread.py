@@ -110,6 +110,7 @@ def test_a_script_holding_the_loop_longer_than_the_lease_keeps_its_primary(local
     c.close()
 
 
+@pytest.mark.long_pole(28)     # seconds on the 2-core machine: xdist starts it first
 def test_a_long_script_answers_busy_and_keeps_its_primary(local_cluster):
     """busy-reply-threshold 1 s, lease 2 s, a 4 s script under load: others get -BUSY after the threshold, the
     script's client its reply, SCRIPT KILL stops a read-only one, and nothing fails over."""

@@ -306,6 +306,7 @@ def test_a_server_without_journal_loads_its_snapshot_in_slices(server_factory, d
         conn.close()
 
 
+@pytest.mark.long_pole(30)     # seconds on the 2-core machine: xdist starts it first
 def test_a_long_replicaof_load_keeps_the_link(redis_server, server_factory):
     """REPLICAOF from a redis-server with repl-timeout 2: the primary counts the replica online once the RDB is sent
     and drops one it heard nothing from for that long; the load (300,000 keys) takes longer. The replica sends a

@@ -77,6 +77,7 @@ def check_acked(writer, cut_s, read):
     return len(before)
 
 
+@pytest.mark.long_pole(47)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_a_standalone_redis_under_load(redis_server, local_cluster, tmp_path):
     port, src = redis_server()
     p = src.pipeline(transaction=False)
@@ -165,6 +166,7 @@ def test_migrate_reports_an_unreachable_source(local_cluster):
     assert r.returncode == 1 and "cannot reach the source 127.0.0.1:1" in r.stderr
 
 
+@pytest.mark.long_pole(60)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_survives_a_target_primary_killed_mid_migration(redis_server, local_cluster, tmp_path):
     """A durakv primary is killed while the migration streams into it: the writer reloads the slot map,
     resends the unanswered batch to the promoted replica, and the cut-over and verify still find every
@@ -219,6 +221,7 @@ def test_migrate_survives_a_target_primary_killed_mid_migration(redis_server, lo
     writer.join(10)
 
 
+@pytest.mark.long_pole(27)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_resyncs_after_the_source_restarts(redis_server, local_cluster, tmp_path):
     """The source is killed mid-stream and restarted from its AOF: the link syncs again from scratch, the
     target's keys deleted on the source meanwhile are removed, and the cut-over and verify find the same

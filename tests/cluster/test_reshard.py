@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 
+import pytest
 import valkey
 from valkey.cluster import ValkeyCluster
 
@@ -69,6 +70,7 @@ def _reshard(cluster, *args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.long_pole(39)     # seconds on the 2-core machine: xdist starts it first
 def test_reshard_under_write_load_keeps_every_acknowledged_write_and_ttl(local_cluster):
     cluster = local_cluster(shards=2, replicas=1, durability="sync")
     port = cluster.primary(0).port
@@ -166,10 +168,12 @@ def test_source_primary_killed_mid_migration(local_cluster):
     _kill_mid_migration(local_cluster, "source")
 
 
+@pytest.mark.long_pole(28)     # seconds on the 2-core machine: xdist starts it first
 def test_target_primary_killed_mid_migration(local_cluster):
     _kill_mid_migration(local_cluster, "target")
 
 
+@pytest.mark.long_pole(28)     # seconds on the 2-core machine: xdist starts it first
 def test_add_shard_then_remove_it_while_clients_write(local_cluster):
     cluster = local_cluster(shards=2, replicas=0, durability="sync")
     port = cluster.primary(0).port
@@ -301,6 +305,7 @@ def test_an_async_target_must_commit_before_the_source_deletes(local_cluster):
     assert _keys_in_slot(new_target.port, slot, n) == set(names)
 
 
+@pytest.mark.long_pole(40)     # seconds on the 2-core machine: xdist starts it first
 def test_the_cli_waits_while_the_move_progresses_and_reports_it(local_cluster):
     """`durakv cluster reshard --timeout T` gives up only after T seconds without progress, not after T seconds
     in all: a move that takes longer than T but keeps handing slots over (and moving keys) completes, and the
