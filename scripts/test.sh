@@ -43,6 +43,12 @@ fi
 # With no selection of the caller's, an empty tier is a failure too (exit 5 is red in CI): something unselected it.
 tier() { python -m pytest -q -n "${DURAKV_TEST_WORKERS:-3}" "$@" || { rc=$?; [ "$rc" = 5 ] && [ "$SELECTED" = 1 ]; }; }
 SELECTED=0; for a in "$@"; do case "$a" in -*) ;; *) SELECTED=1 ;; esac; done   # a path or node id
+# Every worker of every pass imports every test module, and pytest rewrites a module's asserts on its first
+# import (cached in __pycache__). On a fresh clone the three workers of the first pass all found the cache empty
+# and each rewrote and compiled everything: 52.7 s of CPU for the unit tier, against 33.5 s for one collection
+# first and then the tier (docs/testing.md, "Where the time goes"). So one process fills the cache first. A
+# collection error is not hidden: the first tier collects again and reports it.
+[ "$SELECTED" = 1 ] || python -m pytest -q --collect-only -p no:xdist tests >/dev/null 2>&1 || true
 tier -m unit "$@"
 tier -m "not unit" "$@"
 # The pure-Python core (the reference the compiled one is proven against, and what runs where no C compiler was
