@@ -100,6 +100,7 @@ def test_event_log_lines_and_offsets(tmp_path):
 
 # -- node lifecycle --------------------------------------------------------------------------------------------
 
+@pytest.mark.long_pole(33)     # seconds on the 2-core machine: xdist starts it first
 def test_stop_start_restart_node_and_az_keep_the_manifest_true(local_cluster):
     cluster = local_cluster(durability="sync")
     d = cluster.dir

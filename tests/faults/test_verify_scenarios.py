@@ -122,6 +122,7 @@ def test_acked_writes_survive_each_fault(sync_cluster, fault, seconds):
     assert "1/1 runs lost no acknowledged write." in table
 
 
+@pytest.mark.long_pole(28)     # seconds on the 2-core machine: xdist starts it first
 def test_acked_writes_with_a_bulk_load_step(sync_cluster):
     """Pipelined batches of 4 KB values and 2 MB values from two clients before the fault, counted in the
     "Bulk load" table and checked after recovery like every other write."""
@@ -165,6 +166,7 @@ def test_linearizable_under_kill_pause_failover_partition(sync_cluster):
     assert "linearizable" in res.report.to_text()
 
 
+@pytest.mark.long_pole(30)     # seconds on the 2-core machine: xdist starts it first
 def test_bench_tables_per_mode_on_a_given_cluster(sync_cluster):
     env = env_of(sync_cluster)
 
