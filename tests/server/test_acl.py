@@ -755,14 +755,23 @@ def test_restart_keeps_requirepass_users_apart_from_the_data(server_factory, tmp
     wait_until(lambda: _answers(srv.port), 20, what="server up")
     c = RawClient(srv.port)
     assert err(c.call("PING")) == "NOAUTH Authentication required."
-    assert c.call("AUTH", "writer", "w") == "OK" and c.call("SET", "w:1", "v") == "OK"
+    assert c.call("AUTH", "writer", "w") == "OK" and _once_loaded(c, "SET", "w:1", "v") == "OK"
     c.close()
     srv.stop()
     srv.start(wait=False)
     wait_until(lambda: _answers(srv.port), 20, what="server up again")
     c = RawClient(srv.port)
-    assert c.call("AUTH", "writer", "w") == "OK" and c.call("GET", "w:1") == b"v"
+    assert c.call("AUTH", "writer", "w") == "OK" and _once_loaded(c, "GET", "w:1") == b"v"
     c.close()
+
+
+def _once_loaded(c, *args):
+    """c.call(*args) once the server has loaded its data: _answers sees it up as soon as PING is answered or
+    refused (NOAUTH), which it is while it loads, and a data command meanwhile gets -LOADING, as from Valkey."""
+    def reply():
+        r = c.call(*args)
+        return None if isinstance(r, Err) and str(r).startswith("LOADING") else (r,)
+    return wait_until(reply, 20, interval_s=0.05, what="the server to load its data")[0]
 
 
 def _answers(port) -> bool:
