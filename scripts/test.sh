@@ -42,7 +42,8 @@ fi
 # pytest exits 5 when a selection holds no test (`scripts/test.sh tests/server/test_keys.py` has no unit test).
 # With no selection of the caller's, an empty tier is a failure too (exit 5 is red in CI): something unselected it.
 tier() { python -m pytest -q -n "${DURAKV_TEST_WORKERS:-3}" "$@" || { rc=$?; [ "$rc" = 5 ] && [ "$SELECTED" = 1 ]; }; }
-SELECTED=0; for a in "$@"; do case "$a" in -*) ;; *) SELECTED=1 ;; esac; done   # a path or node id
+# a path or node id (tests/x.py::test_y) the caller named; an option's value (`-m unit`, `-k name`) is not one
+SELECTED=0; for a in "$@"; do case "$a" in -*) ;; *) [ -e "${a%%::*}" ] && SELECTED=1 ;; esac; done
 # Every worker of every pass imports every test module, and pytest rewrites a module's asserts on its first
 # import (cached in __pycache__). On a fresh clone the three workers of the first pass all found the cache empty
 # and each rewrote and compiled everything: 52.7 s of CPU for the unit tier, against 33.5 s for one collection
