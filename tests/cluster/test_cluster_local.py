@@ -14,12 +14,13 @@ from nats.js.api import StorageType
 from durakv.cluster.local import LocalCluster
 from durakv.cluster.manifest import manifest_path
 from durakv.cluster.nats_procs import http_json
-from durakv.cluster.processes import pid_alive, wait_for
+from durakv.cluster.processes import pid_alive
 from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
 from helpers.clusters import async_wait_for, free_port_range, run
 
 from conftest import durakv_cli
+from helpers.waiting import wait_until
 
 NATS_NAMES = {"nats-az1", "nats-az2", "nats-az3"}
 
@@ -86,13 +87,13 @@ def test_jetstream_r3_stream_survives_killing_its_leader(nats_cluster):
             assert info.state.messages == 11
 
             leader.start()
-            wait_for(leader.healthy, 30, f"{leader.name} back and current")
+            wait_until(leader.healthy, 30, interval_s=0.05, what=f"{leader.name} back and current")
 
             def caught_up():
                 body = leader.jsz("?accounts=true&streams=true")
                 streams = [s for a in body.get("account_details") or [] for s in a.get("stream_detail") or []]
                 return [s for s in streams if s["name"] == "T" and s["state"]["messages"] == 11]
-            wait_for(caught_up, 30, f"{leader.name} to catch up on stream T")
+            wait_until(caught_up, 30, interval_s=0.05, what=f"{leader.name} to catch up on stream T")
             ack = await async_wait_for(
                 lambda: js.publish("t.x", b"after-restart", headers={"Nats-Msg-Id": "r1"}),
                 20, "a publish acknowledged after the restart")
@@ -178,7 +179,7 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
 
     # kill -9 and restart a NATS node
     assert c.kill("nats-az3")
-    wait_for(lambda: c.get("nats-az3").state == "dead", 10, "nats-az3 dead")
+    wait_until(lambda: c.get("nats-az3").state == "dead", 10, interval_s=0.05, what="nats-az3 dead")
     assert c.status()["nats"][2]["state"] == "dead"
     c.restart("nats-az3")
     n3 = c.get("nats-az3")
@@ -276,7 +277,8 @@ def test_jetstream_cluster_one_primary_per_shard_and_planned_failover(local_clus
     with client(new) as r:
         assert [r.get(f"k{i}") for i in range(20)] == [str(i).encode() for i in range(20)]
         assert r.set("after", "failover") is True
-    wait_for(lambda: old.role() not in (None, "master"), 10, f"{old.name} to rejoin as a replica")
+    wait_until(lambda: old.role() not in (None, "master"), 10,
+               interval_s=0.05, what=f"{old.name} to rejoin as a replica")
     with client(old) as r:
         # cluster mode: a replica sends writes to its primary (MOVED); a write arriving while the old primary
         # still hands over waits for the topology to name the new one

@@ -16,7 +16,8 @@ import valkey
 import valkey.cluster
 
 from conftest import ROOT, durakv_cli
-from durakv.cluster.processes import pid_alive, wait_for
+from helpers.waiting import wait_until
+from durakv.cluster.processes import pid_alive
 from durakv.cluster.netproxy import NetProxy, parse_groups
 from durakv.cluster.portowner import _decode_addr, cmdline, port_owners
 from durakv.tools.chaos import EventLog, Nemesis, read_events, wait_healthy
@@ -117,7 +118,8 @@ def test_stop_start_restart_node_and_az_keep_the_manifest_true(local_cluster):
     assert f"{victim.name}: started" in r.stdout
     entry = manifest_entry(d, victim.name)
     assert pid_alive(entry["pid"], entry["start_time"])
-    wait_for(lambda: cluster.reload().get(victim.name).role() == "slave", 30, "the node to rejoin as a replica")
+    wait_until(lambda: cluster.reload().get(victim.name).role() == "slave", 30,
+               interval_s=0.05, what="the node to rejoin as a replica")
     rows, _ = status_json(d)
     assert rows[victim.name]["pid"] == entry["pid"] and rows[victim.name]["state"] == "running"
     assert rows[victim.name]["role"] == "slave"
@@ -152,7 +154,8 @@ def _start_by_hand(d, name):
         orphan = subprocess.Popen(entry["argv"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
     try:
-        wait_for(lambda: port_owners(entry["ports"]["client"]) == [orphan.pid], 30, "the orphan to listen")
+        wait_until(lambda: port_owners(entry["ports"]["client"]) == [orphan.pid], 30,
+                   interval_s=0.05, what="the orphan to listen")
     except BaseException:
         orphan.kill()
         orphan.wait(10)
@@ -172,7 +175,8 @@ def test_status_and_down_see_a_node_restarted_by_hand(local_cluster):
         row = rows[victim.name]
         assert row["pid"] == orphan.pid and row["state"] == "running" and row["alive"] is True
         assert row["not_in_manifest"] is True
-        wait_for(lambda: status_json(d)[0][victim.name]["role"] == "slave", 30, "the orphan to serve")
+        wait_until(lambda: status_json(d)[0][victim.name]["role"] == "slave", 30,
+                   interval_s=0.05, what="the orphan to serve")
         r = durakv_cli("cluster", "status", "--dir", d)
         assert "is not the manifest's: started by hand" in r.stdout
         r = durakv_cli("cluster", "down", "--dir", d)
@@ -248,7 +252,7 @@ def test_chaos_faults_heal_and_log(local_cluster):
     probe = Probe(cluster)
     probe.start()
     try:
-        wait_for(lambda: len(probe.acked) > 20, 30, "the probe to write")
+        wait_until(lambda: len(probe.acked) > 20, 30, interval_s=0.05, what="the probe to write")
         # az-power: every process of the primary's AZ SIGKILLed at once, down for the duration, restarted
         old = cluster.primary(0)
         r = durakv_cli("chaos", d, "az-power", "--az", "primary", "--duration", "2", "--json")
