@@ -610,13 +610,18 @@ class WriteTracker:
             self._stall_handle.cancel()
             self._stall_handle = None
 
+    @property
+    def all_committed(self) -> bool:
+        """Everything issued is committed (an open batch has its index assigned already)."""
+        return self.committed >= self.assigned
+
     async def drain(self, timeout_s=30.0):
         """Waits until everything issued is committed (shutdown, snapshot, hand-over)."""
         self._close_batch()
         deadline = time.monotonic() + timeout_s
-        while self.committed < self.assigned and self.failed is None and time.monotonic() < deadline:
+        while not self.all_committed and self.failed is None and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
-        return self.committed >= self.assigned
+        return self.all_committed
 
 
 def failure_reason(exc) -> str:

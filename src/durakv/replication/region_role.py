@@ -131,7 +131,7 @@ class RegionRole:
         if node.role != "primary":
             return True
         t = node.server.durability.tracker
-        return t is None or (t.committed >= t.assigned and not t._batch_index)
+        return t is None or t.all_committed
 
     def info_fields(self) -> dict:
         """INFO replication's region fields (none without a second region)."""
