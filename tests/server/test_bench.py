@@ -596,7 +596,9 @@ def test_targets_check_and_table_format():
               "rows": [row("redis", "closed", 100), row("durakv-none", "closed", 90),
                        row("redis-aof", "closed", 10, set_p99=8.0), row("durakv-sync", "closed", 20, set_p99=2.0),
                        row("durakv-none", "fixed", 50, get_p50=0.2), row("durakv-sync", "fixed", 50, get_p50=0.3),
-                       row("redis", "pipeline", 100, cpu=1.0), row("durakv-none", "pipeline", 50, cpu=2.5)]}
+                       row("redis", "pipeline", 100, cpu=1.0), row("durakv-none", "pipeline", 50, cpu=2.5),
+                       row("valkey", "pipeline", 60), row("redis-aof", "pipeline", 30),
+                       row("durakv-sync", "pipeline", 33)]}
     checks = {t["target"]: t for t in check_targets(result)}
     assert checks["durakv none vs redis: SET ops/s closed loop"]["ratio"] == 0.9
     assert checks["durakv none vs redis: SET ops/s closed loop"]["met"] is True
@@ -607,6 +609,14 @@ def test_targets_check_and_table_format():
     assert checks["durakv sync vs redis appendfsync always: SET ops/s closed loop"]["met"] is True
     assert checks["durakv sync vs redis appendfsync always: SET p99 closed loop"]["ratio"] == 0.25
     assert checks["durakv GET p50 at fixed rate: sync vs none"]["met"] is False
+    # pipelined: level with redis, 0.7x Valkey 9.1.2; sync at least level with redis appendfsync always
+    assert checks["durakv none vs valkey 9.1.2: SET ops/s pipeline 16"]["ratio"] == round(50 / 60, 3)
+    assert checks["durakv none vs valkey 9.1.2: SET ops/s pipeline 16"]["met"] is True
+    assert checks["durakv none vs valkey 9.1.2: SET ops/s pipeline 16"]["goal"] == ">= 0.7x"
+    assert checks["durakv none vs redis: SET ops/s pipeline 16"]["goal"] == ">= 1x"
+    assert checks["durakv sync vs redis appendfsync always: SET ops/s pipeline 16"]["ratio"] == 1.1
+    assert checks["durakv sync vs redis appendfsync always: SET ops/s pipeline 16"]["met"] is True
+    assert checks["durakv sync vs redis appendfsync always: SET ops/s closed loop"]["goal"] == ">= 1.5x"
     result["targets"] = list(checks.values())
     text = format_compare(result)
     assert "durakv-sync" in text and "MISS" in text and "vs redis" in text
