@@ -10,7 +10,7 @@ import pytest
 from durakv import fastpath
 from durakv.commands import load_all, registry
 from durakv.keyspace.slotindex import SlotIndex
-from durakv.replication.node import ClusterNode
+from durakv.replication.lease import LeaseGate
 
 from conftest import wait_until
 from test_pipeline import InProcessServer
@@ -40,7 +40,7 @@ OWNERS = {
     "Outbox": "ready held closed flush hold held_bytes carried_bytes _carried limit_bytes over_limit durability "
               "_set_over",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity",
-    "ClusterNode": "fast_serving",
+    "LeaseGate": "fast_serving",   # a shard member's gate (node.lease)
     "ClusterRouting": "moving router",
     "Router": "_fast",
     "RequestParser": "_carry_args _tail _buf _args _auth _partial max_bulk_len feed_rest",
@@ -72,7 +72,7 @@ def _objects(server):
         "Journal": server.durability.tracker.journal, "Keyspace": server.pipeline.keyspace, "Db": session.ctx.db,
         # (a db keeps its keys' slot index once slot migration asked for one: the class until then)
         "SlotIndex": session.ctx.db.slots or SlotIndex, "Hooks": server.hooks, "Monitors": server.pipeline.monitors,
-        "Outbox": conn.outbox, "Command": registry.lookup((b"set",)), "ClusterNode": ClusterNode,
+        "Outbox": conn.outbox, "Command": registry.lookup((b"set",)), "LeaseGate": LeaseGate,
         "ClusterRouting": routing, "Router": routing.router, "RequestParser": conn.parser, "Server": server,
         "LoopStats": server.loop_stats, "EventLoop": server.loop_stats.loop, "Transport": conn.transport,
     }

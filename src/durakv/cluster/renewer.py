@@ -17,7 +17,7 @@ decides what follows.
 What the thread publishes: every renewal that landed calls the grant's `publish(valid_until_ms)` with
 `sent + ttl - margin` on the monotonic clock, `sent` being when it sent the renewal, exactly the rule the
 controller used (docs/architecture.md "Leases are durations on each node's own clock"). The gate the loop checks
-(`ClusterNode.serving_error`) reads that value.
+(`LeaseGate.serving_error`, replication/lease.py) reads that value.
 
 A hung process must still fail over. SIGSTOP stops every thread anyway; a main thread stuck in a loop or a
 deadlock does not, so the thread renews only while the event loop shows a sign of life: `loop_alive_ms()` (the

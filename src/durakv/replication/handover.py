@@ -19,7 +19,7 @@ class Handover:
     handed over: the pipeline postpones what it holds, as CLIENT PAUSE does) and the hold's deadline. Interface:
     the controller's calls, which the node forwards (`hand_over`, `hold_data`, `end_hold`, `become_replica`),
     and the gate's (`holds`, `hold_state`). It reads the node's server, controller, journal and role, and
-    follows the journal through the node (`_follow_from`) once it becomes a replica."""
+    follows the journal through the node's Follower (`follow_from`) once it becomes a replica."""
 
     def __init__(self, node):
         self.node = node
@@ -120,7 +120,7 @@ class Handover:
             node.journal.stop_writer()
             srv.durability.detach()
             node.applied_index = node.journal.commit_index
-            await node._follow_from(node.applied_index)
+            await node.follower.follow_from(node.applied_index)
             node.phase = "following"
             log.info("now a replica of shard %s after handing over at index %d", node.shard, node.applied_index)
             await self._await_other_primary(self._hold_deadline)

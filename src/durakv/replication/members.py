@@ -131,7 +131,7 @@ class Members:
             return
         self.peers[peer_id] = status
         if status.role == "primary" and node.role != "primary" and status.epoch >= node.epoch:
-            node.note_known(status.applied)
+            node.follower.note_known(status.applied)
         if self._replica_waiters:
             self._check_replica_waiters()
 

@@ -1,20 +1,23 @@
-"""A shard member on the JetStream journal: its state, start-up and control loop, composed of one mixin per role.
+"""A shard member on the JetStream journal: its shared state, start-up and control loop, composed of parts.
 
 It follows the journal as a replica, serves as primary while it holds the lease, and moves between the two as
-the failover controller decides. Each role is a module of its own (all mixed into ClusterNode, whose __init__
-below holds the state they share):
+the failover controller decides. The node itself holds only what every part reads: its identity (`node_id`,
+`shard`, `az`, `addr`, `membership`), its connections (`nc`, `journal`, `store`, `routing`), the failover
+`controller` and lease `renewer`, and its position: `role` ("primary" | "replica"), `epoch`, `applied_index`,
+`whole_index` (newest applied index with no command half applied: snapshots go by it) and `phase`. It offers the
+controller's interface (cluster/controller.py: `promote`, `step_down`, `hand_over`, `hold_data`, `end_hold`,
+`become_replica`, `lease_valid_until_ms`, `ineligible`), forwarding each to the part that owns it.
 
-- follow.py: the replica applies committed entries in order through the same code as recovery (expiry off: the
-  primary's DEL effects decide), serves reads, refuses writes (-MOVED to the shard's primary in cluster mode,
-  from the topology; -READONLY otherwise);
-- lease.py: the pipeline's gate (a primary serves while its lease is valid by its own clock);
-- promotion.py: promotion (appends batches with its epoch) and stepping down; a primary that loses its lease
-  unexpectedly re-executes itself: its memory may hold writes that never committed, so it rejoins as a replica
-  from snapshot + journal like any new node.
+Each part is an object the node holds as an attribute, owns its state, and is handed what it needs at
+construction (each class's docstring states its interface):
 
-
-Parts that own their state are objects the node holds as attributes (each gets what it needs passed in):
-
+- follow.py: `node.follower`, the Follower (a replica applies committed entries in order through the same code as
+  recovery, expiry off: the primary's DEL effects decide; it notices gaps and stalls and how far behind it is);
+- lease.py: `node.lease`, the LeaseGate (the pipeline's gate: a primary serves while its lease is valid by its own
+  clock, a replica while close enough to the journal; the renewer's hooks);
+- promotion.py: `node.promotion`, the Promotion (promotion to primary with an epoch marker, stepping down; a
+  primary that loses its lease unexpectedly re-executes itself: its memory may hold writes that never
+  committed, so it rejoins as a replica from snapshot + journal like any new node);
 - bus.py: `node.bus`, the NodeBus (PUBLISH/SPUBLISH between nodes, the heartbeats' transport);
 - handover.py: `node.handover`, the Handover (the planned failover's hold, drain and switch to replica; the
   controller's calls reach it through the node, the pipeline reads its hold through the gate);
@@ -37,20 +40,19 @@ import time
 from ..cluster.controller import Controller
 from ..cluster.renewer import LeaseRenewer
 from ..cluster.store import NatsStore
-from ..journal.base import EpochFilter, JournalTruncated
-from ..journal.codec import PartAssembler
+from ..journal.base import JournalTruncated
 from ..journal.jetstream import JetStreamJournal, connect
 from ..keyspace.search import get_search
 from ..logs import Recurring
 from ..recovery.loading import Slicer
 from .bus import NodeBus
 from .clock import monotonic_ms
-from .follow import ApplyStopped, FollowMixin
+from .follow import ApplyStopped, Follower
 from .handover import Handover
-from .lease import LeaseMixin
+from .lease import LeaseGate
 from .members import Members
 from .retry import retry_transient
-from .promotion import PromotionMixin
+from .promotion import Promotion
 from .region_role import RegionRole
 from .shard_settings import ShardSettingsWatcher
 from .snapshots import Snapshotter
@@ -59,9 +61,7 @@ from .topology_sync import TopologyWatcher
 log = logging.getLogger("durakv.replication")
 
 
-class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
-    checks_stale = False    # the pipeline gate checks only commands touching data against serving_error
-
+class ClusterNode:
     def __init__(self, server, membership):
         """membership (cluster/membership.py): the node's identity and what it was told when it joined."""
         self.server = server
@@ -78,22 +78,15 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
         self.servers = configured or membership.nats_servers
         self.role = "replica"
         self.epoch = 0
-        self.lease_valid_until_ms = 0
         self.applied_index = 0
-        self.applied_at_ms = 0
-        self.stream_last = 0
-        self.filter = EpochFilter(0)
-        self.parts = PartAssembler()    # commands carried in continuation parts apply once whole
         self.whole_index = 0            # newest applied index with no command half applied (snapshots go by it)
+        self.phase = "starting"         # starting, loading snapshot, replaying journal, following, primary
         self.nc = None
         self.journal = None
         self.store = None
         self.controller = None
-        self.subscription = None
-        self.snapshotter = Snapshotter(self)   # snapshots in the object store: loading, storing, pruning
-        self.promotions = 0
+        self.renewer = None             # the lease renewal thread (cluster/renewer.py), from start()
         self._task = None
-        self._apply_errors = 0
         self._last_probe = 0.0
         # The shard stream's copies as its leader last reported them (INFO journal_copies / journal_copies_ok): a
         # NATS server that lost its copy (a full disk turns JetStream off) shows here, not only in cluster status.
@@ -102,32 +95,19 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
         self._last_copies_check = 0.0
         self._copies_log = Recurring(log)
         self._last_heartbeat = 0.0
-        self._stall_log = Recurring(log)
-        self._progress_index = -1
-        self._progress_at = 0.0
-        # A planned hand-over holds commands (the pipeline postpones them, as CLIENT PAUSE does)
-        self.handover = Handover(self)
-        # the stored topology (cluster mode only): its watch, promotion publishing, slot migrator
-        self.topology_watcher = TopologyWatcher(self, self.routing) if self.routing is not None else None
-        self.known_index = 0            # newest journal index this replica knows exists (probes, heartbeats)
-        self._behind_since_ms = 0       # mono: since when it has known of entries it has not applied (0: not)
-        self.follow_stall_ms = 0        # fault injection (DEBUG JOURNAL-FOLLOW-STALL): hold entries this long
-        self._held_entries = None
-        self._gap = None                # (first missing, first received) when the journal skipped entries
-        self.apply_stopped = None       # "entry N: why" once an entry could not be applied (fail closed)
-        self.phase = "starting"         # starting, loading snapshot, replaying journal, following, primary
+        # The parts, built before any of them runs (start()): each is handed the others it needs.
+        self.snapshotter = Snapshotter(self)   # snapshots in the object store: loading, storing, pruning
         self.members = Members(self)    # the shard's other members as their heartbeats tell, every node's beat
-        self.old_primary_failed = False   # promoted over an expired lease: the topology marks the old one "fail"
-        self.shard_settings = ShardSettingsWatcher(self)   # the shard's settings and the cluster's users
-        self.renewer = None             # the lease renewal thread (cluster/renewer.py), from start()
-        self.lease_lapses = 0           # times this primary began refusing commands because its lease lapsed
-        self.lease_refusals = 0         # commands refused for that reason
-        self._lease_lapsed = False
-        self._lapse_log = Recurring(log)
-        self._slicer = None             # while loading: the slices of the loop the snapshot and entries apply in
-        self._in_flight = None          # the task applying an entry in slices (follow.py)
         # a second region (cluster/region.py): this region's record, the peer's, the fence, a follower's lag
         self.region_role = RegionRole(self)
+        self.shard_settings = ShardSettingsWatcher(self)   # the shard's settings and the cluster's users
+        # the stored topology (cluster mode only): its watch, promotion publishing, slot migrator
+        self.topology_watcher = TopologyWatcher(self, self.routing) if self.routing is not None else None
+        # A planned hand-over holds commands (the pipeline postpones them, as CLIENT PAUSE does)
+        self.handover = Handover(self)
+        self.follower = Follower(self, self.members, self.snapshotter)   # the journal, applied as a replica
+        self.lease = LeaseGate(self, self.follower, self.handover, self.region_role)   # the pipeline's gate
+        self.promotion = Promotion(self, self.follower, self.lease, self.shard_settings)
 
     # -- the controller's hand-over calls (cluster/controller.py's contract), made by node.handover -------------
     async def hand_over(self, keep_lease=None) -> bool:
@@ -141,6 +121,29 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
 
     async def become_replica(self):
         await self.handover.become_replica()
+
+    # -- the rest of the controller's contract, forwarded to the part that owns it ------------------------------
+    async def promote(self, epoch, old_primary_failed=False):
+        await self.promotion.promote(epoch, old_primary_failed)
+
+    async def step_down(self, reason):
+        await self.promotion.step_down(reason)
+
+    @property
+    def lease_valid_until_ms(self):
+        """The lease's end on the monotonic clock (the LeaseGate owns it; the controller sets it)."""
+        return self.lease.valid_until_ms
+
+    @lease_valid_until_ms.setter
+    def lease_valid_until_ms(self, value):
+        self.lease.valid_until_ms = value
+
+    @property
+    def ineligible(self):
+        """Why this node must not take the lease (None: it may)."""
+        if self.follower.apply_stopped is not None:
+            return "it stopped applying the journal at " + self.follower.apply_stopped
+        return self.region_role.ineligible()     # a follower region, a fenced one (region_role.py)
 
     @property
     def replication_id(self) -> str:
@@ -173,7 +176,8 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
         srv = self.server
         # The snapshot and the journal load in slices of the loop (recovery/loading.py): clients are answered
         # (-LOADING, INFO with the progress) and the heartbeats go out meanwhile.
-        self._slicer = Slicer(stop=srv.shutdown_event.is_set if srv.shutdown_event is not None else None)
+        follower = self.follower
+        follower.slicer = Slicer(stop=srv.shutdown_event.is_set if srv.shutdown_event is not None else None)
         self.snapshotter.remove_stale_temps()
         self.nc = await self.nats_connect()
         self.bus.start(self.nc)
@@ -211,21 +215,20 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
         keys_before = sum(len(db) for db in srv.keyspace.dbs)
         for attempt in range(5):
             try:
-                await self._count_journal_to_load()
-                await retry_transient("following the journal", lambda: self._follow_from(self.applied_index))
-                await self.catch_up(timeout_s=120)
+                await follower.count_journal_to_load()
+                await retry_transient("following the journal", lambda: follower.follow_from(self.applied_index))
+                await follower.catch_up(timeout_s=120)
                 break
             except ApplyStopped:
-                break           # up, serving nothing, saying why (FollowMixin._stop_applying)
+                break           # up, serving nothing, saying why (Follower._stop_applying)
             except JournalTruncated as exc:
                 # A replica stored a newer snapshot and purged what this node still needed: start from it.
                 if attempt == 4:
                     raise
                 log.warning("catching up from index %d: %s; loading the newest snapshot again", self.applied_index,
                             exc)
-                await self._unfollow()
-                await self._settle_apply()
-                self._clear_dataset()
+                await follower.stop()
+                follower.clear_dataset()
                 if srv.load_progress is not None:
                     srv.load_progress.start_over()
                 self.phase = "loading snapshot"
@@ -236,19 +239,20 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
         search.resume()
         # Loaded: from here on entries apply whole as they arrive (one still being applied in slices finishes
         # first, and the next waits for it: follow.py _deliver)
-        slicer, self._slicer = self._slicer, None
+        slicer, follower.slicer = follower.slicer, None
         t2 = time.monotonic()
         ttl_ms = srv.config["lease-ttl-ms"]
-        self.renewer = LeaseRenewer(self._open_renewer_store, self.shard, ttl_ms, self._publish_lease,
+        lease = self.lease
+        self.renewer = LeaseRenewer(lease.open_renewer_store, self.shard, ttl_ms, lease.publish,
                                     loop_alive_ms=lambda: srv.loop_stats.beat_ms,
-                                    stall_limit_ms=self._renew_stall_limit_ms, clock_ms=srv.clock_ms,
+                                    stall_limit_ms=lease.renew_stall_limit_ms, clock_ms=srv.clock_ms,
                                     mono_ms=monotonic_ms, name="durakv-lease-%s" % self.shard).start()
         self.controller = Controller(self.store, self, self.shard, ttl_ms, srv.clock_ms, monotonic_ms,
                                      renewer=self.renewer)
         self.members.loading_done()     # the control loop sends the beats from now on
         self._task = srv.loop.create_task(self._control_loop())
         self.snapshotter.start()
-        if self.apply_stopped is None:
+        if follower.apply_stopped is None:
             self.phase = "following"
         keys = sum(len(db) for db in srv.keyspace.dbs)
         log.info("node %s (az %s) following shard %s at index %d: snapshot %.2fs (%d keys), journal %d..%d in %.2fs "
@@ -300,18 +304,12 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
                 if now - self._last_probe > 1.0:
                     self._last_probe = now
                     try:
-                        await self._probe_journal()
+                        # (in a follower region, also what the shard's mirror lacks)
+                        self.region_role.note_mirror(await self.follower.probe())
                     except Exception:  # noqa: BLE001 - reported as lag below
                         pass
-                await self.resubscribe_if_stalled()
+                await self.follower.resubscribe_if_stalled()
             await asyncio.sleep(self.controller.interval_s)
-
-    async def _probe_journal(self):
-        """A replica's look at its journal's end (and, in a follower region, at what its mirror lacks)."""
-        info = await self.journal.js.stream_info(self.journal.stream)
-        self.stream_last = info.state.last_seq
-        self.note_known(self.stream_last)
-        self.region_role.note_mirror(info)
 
     COPIES_CHECK_S = 2.0     # how often a node asks its shard stream's leader for the stream's copies
 
@@ -333,17 +331,18 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
     def info_fields(self):
         now = self.server.clock_ms()
         c = self.controller
+        follower, lease = self.follower, self.lease
         if self.role == "primary" and self.journal is not None:
             self.applied_index = max(self.applied_index, self.journal.commit_index)
         fields = {"durakv_node_id": self.node_id, "durakv_shard": self.shard, "availability_zone": self.az,
                   "durakv_epoch": self.epoch, "journal_applied_index": self.applied_index,
-                  "journal_stream_last_index": self.stream_last, "lease_valid_ms":
-                  max(0, self.lease_valid_until_ms - monotonic_ms()) if self.role == "primary" else 0,
-                  "controller_reason": c.last_reason if c else "starting", "promotions": self.promotions,
+                  "journal_stream_last_index": follower.stream_last, "lease_valid_ms":
+                  max(0, lease.valid_until_ms - monotonic_ms()) if self.role == "primary" else 0,
+                  "controller_reason": c.last_reason if c else "starting", "promotions": self.promotion.promotions,
                   "durakv_phase": self.phase, "lease_ttl_ms": c.ttl_ms if c else self.server.config["lease-ttl-ms"],
                   "lease_renewals": self.renewer.renewals if self.renewer else 0,
                   "lease_renewal_failures": self.renewer.failures if self.renewer else 0,
-                  "lease_lapses": self.lease_lapses, "lease_refused_commands": self.lease_refusals,
+                  "lease_lapses": lease.lapses, "lease_refused_commands": lease.refusals,
                   # the snapshot object store as this node saw it after its last snapshot (replicas store them)
                   "snapshots_stored": self.snapshotter.stored,
                   "snapshot_store_count": self.snapshotter.store_view["objects"],
@@ -355,18 +354,18 @@ class ClusterNode(FollowMixin, LeaseMixin, PromotionMixin):
         if self.role == "replica":
             host, _, port = (c.primary_addr or ":0").rpartition(":") if c else ("", "", "0")
             fields.update({"master_host": host, "master_port": port or 0,
-                           "master_link_status": "up" if self.subscription is not None else "down",
-                           "replica_lag_entries": max(0, self.stream_last - self.applied_index),
-                           "replica_lag_ms": (max(0, now - self.applied_at_ms)
-                                              if self.applied_at_ms and self.stream_last > self.applied_index
+                           "master_link_status": "up" if follower.subscription is not None else "down",
+                           "replica_lag_entries": max(0, follower.stream_last - self.applied_index),
+                           "replica_lag_ms": (max(0, now - follower.applied_at_ms)
+                                              if follower.applied_at_ms and follower.stream_last > self.applied_index
                                               else 0),
                            "slave_read_repl_offset": self.applied_index,
                            "slave_repl_offset": self.applied_index,
-                           "replica_known_index": max(self.known_index, self.stream_last),
-                           "replica_behind_ms": self.behind_ms(),
-                           "replica_serving_reads": int(self.serving_error(False) is None),
-                           "replica_apply_stopped": self.apply_stopped or ""})
-            if self.apply_stopped is not None:
+                           "replica_known_index": max(follower.known_index, follower.stream_last),
+                           "replica_behind_ms": follower.behind_ms(),
+                           "replica_serving_reads": int(lease.serving_error(False) is None),
+                           "replica_apply_stopped": follower.apply_stopped or ""})
+            if follower.apply_stopped is not None:
                 fields["master_link_status"] = "down"
         fields.update(self.region_role.info_fields())
         return fields

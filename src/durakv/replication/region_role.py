@@ -3,7 +3,7 @@
 
 It holds this region's record (read at start-up, then watched), and, when the region has a peer, the peer's
 record as last read over the region link (once a second). From both it derives the fence
-(cluster/region.fence_reason): a fenced node refuses writes in the pipeline's one gate (LeaseMixin.
+(cluster/region.fence_reason): a fenced node refuses writes in the pipeline's one gate (LeaseGate.
 serving_error) and does not take a lease (`ineligible`); a follower region's node never takes one. In a follower
 region it also keeps the lag: what the shard's mirror lacks of the source region's stream, and since when."""
 
@@ -113,7 +113,7 @@ class RegionRole:
         """Entries of the source region's journal this follower has not applied: what its mirror lacks (as
         last measured) plus what the mirror holds and it has not applied yet."""
         node = self.node
-        lag = self.mirror_lag + max(0, node.stream_last - node.applied_index)
+        lag = self.mirror_lag + max(0, node.follower.stream_last - node.applied_index)
         if lag == 0:
             self._behind_since_ms = 0
         elif not self._behind_since_ms:

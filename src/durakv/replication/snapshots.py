@@ -8,8 +8,6 @@ import tempfile
 import time
 
 from ..errors import with_path
-from ..journal.base import EpochFilter
-from ..journal.codec import PartAssembler
 from ..snapshot.forked import write_snapshot_forked
 
 log = logging.getLogger("durakv.replication")
@@ -74,17 +72,15 @@ class Snapshotter:
             saved = ks.expire_enabled
             ks.expire_enabled = False
             try:
-                await node._slicer.run(load_snapshot_steps(path, ks, self.server.apply_effect, progress,
+                await node.follower.slicer.run(load_snapshot_steps(path, ks, self.server.apply_effect, progress,
                                                            count_total=False))
             finally:
                 ks.expire_enabled = saved
             size = os.path.getsize(path)
         finally:
             os.unlink(path)
-        node.applied_index = self.index = node.whole_index = index
-        node.filter = EpochFilter(epoch)
-        node.parts = PartAssembler()
-        node.epoch = max(node.epoch, epoch)
+        self.index = index
+        node.follower.loaded_snapshot(index, epoch)
         keys = sum(len(db) for db in self.server.keyspace.dbs)
         loaded = time.monotonic()
         log.info("loaded snapshot of shard %s at index %d (epoch %d): %d bytes fetched in %.2fs, %d keys loaded in "
@@ -128,7 +124,7 @@ class Snapshotter:
     async def _store(self):
         node = self.node
         index = node.whole_index   # never inside a command carried in parts: its first parts are not applied
-        epoch = node.filter.epoch  # both as memory stands at the fork
+        epoch = node.follower.filter.epoch  # both as memory stands at the fork
         fd, path = tempfile.mkstemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".dks", dir=self.server.dir)
         os.close(fd)
         try:

@@ -39,7 +39,7 @@ class TopologyWatcher:
         migration the previous primary did not finish goes on."""
         topology = self.routing.topology
         if topology is not None and self.node_id in topology.nodes:
-            self.routing.install(topology.promote(self.node_id, self.node.old_primary_failed), self.routing.revision)
+            self.routing.install(topology.promote(self.node_id, self.node.promotion.old_primary_failed), self.routing.revision)
         self._publish_promotion_soon()
         self.migrate_if_needed()
 
@@ -53,7 +53,7 @@ class TopologyWatcher:
         me = topology.nodes.get(self.node_id)
         if self.node.role == "primary" and me is not None and me.role != "primary":
             # The store has not caught up with this node's promotion: serve by what the lease says.
-            self.routing.install(topology.promote(self.node_id, self.node.old_primary_failed), revision)
+            self.routing.install(topology.promote(self.node_id, self.node.promotion.old_primary_failed), revision)
             self._publish_promotion_soon()
             return
         previous = self.routing.topology
@@ -115,7 +115,7 @@ class TopologyWatcher:
                                     self.node_id)
                         return
                     old = shard.primary.id if shard.primary.id != self.node_id else None
-                    failed = node.old_primary_failed
+                    failed = node.promotion.old_primary_failed
                     epoch = node.epoch
 
                     def promote(st):
@@ -143,7 +143,7 @@ class TopologyWatcher:
         me = topology.nodes.get(self.node_id) if topology is not None else None
         node = self.node
         if (me is None or me.health == "online" or self._health_task is not None
-                or (node.role != "primary" and (node.phase != "following" or not node.link_up()))):
+                or (node.role != "primary" and (node.phase != "following" or not node.follower.link_up()))):
             return
         self._health_task = self.server.loop.create_task(self._publish_health())
 

@@ -100,7 +100,7 @@ class Metrics:
             s.failovers = self._failovers
             if node.role == "primary":
                 from ..replication.clock import monotonic_ms
-                remaining = max(0, node.lease_valid_until_ms - monotonic_ms())
+                remaining = max(0, node.lease.valid_until_ms - monotonic_ms())
                 s.lease_held = 1 if remaining > 0 else 0
                 s.lease_remaining_s = remaining / 1000.0
             else:

@@ -688,7 +688,7 @@ class Server:
         self.loading = True
         self.cluster_node = ClusterNode(self, self.membership)
         self.journal = None  # the shard's journal belongs to the node; INFO reads it from there
-        self.pipeline.gate = self.cluster_node   # role and lease checks in admission
+        self.pipeline.gate = self.cluster_node.lease   # role and lease checks in admission
         # Answer at once while the snapshot and the journal load: -LOADING to data commands (as Valkey), INFO
         # with the progress, so a restarted node is visibly catching up rather than silent.
         try:

@@ -514,7 +514,7 @@ class ServerFaults(_Served, Faults):
 
     def journal_follow_stall(self, stall_ms) -> bool:
         node = self.server.cluster_node
-        return node is not None and node.stall_following(stall_ms)
+        return node is not None and node.follower.stall_following(stall_ms)
 
 
 class ServerOffLoop(_Served, OffLoop):
