@@ -2,34 +2,60 @@
 
 `LocalCluster.up(dir, ...)` (cluster/bootstrap.py) starts everything and writes dir/manifest.json
 (cluster/manifest.py); `LocalCluster.load(dir)` reads it back. LocalCluster itself holds the manifest, its
-lock and the views on it; each other concern is a mixin of its own module: bringing up (bootstrap.py),
-process control (procs.py), the partition proxy (proxyctl.py), shards (shards.py), roles, readiness and
-failover (readiness.py), NATS views (natsview.py), status (status.py). The RESP client is respclient.py.
+lock and the views on it; each other concern is a part it holds, built in __init__ with what it needs:
+process control (procs.py, `launcher`), the partition proxy (proxyctl.py, `partition`), shards (shards.py,
+`shard_membership`), roles, readiness and failover (readiness.py, `readiness`), NATS views (natsview.py,
+`nats_view`), status (status.py, `status_report`). Bringing a cluster up (bootstrap.py) is a procedure that
+makes one. The RESP client is respclient.py.
 """
 
 import asyncio
 import os
+import signal
 
-from .bootstrap import Bootstrap
+from . import bootstrap
 from .manifest import Proc, manifest_path, read_manifest, write_manifest
 from .natsview import NatsView
 from .procs import ProcessControl
 from .proxyctl import PartitionProxy
 from .readiness import Readiness
 from .shards import ShardMembership
-from .status import Status
+from .status import StatusReport
 
 
-class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, Readiness, Status):
-    """The processes of a local cluster, from its manifest; signals, restarts, roles and NATS leaders."""
+class LocalCluster:
+    """The processes of a local cluster, from its manifest; signals, restarts, roles and NATS leaders.
+
+    Owns `dir` and `manifest` (every process's entry: argv, ports, pid; written under the manifest's lock by
+    `locked()`) and the views on it (`processes`, `nodes`, `nats`, `get`, `shard_nodes`, ...). Its parts own no
+    state of their own beyond what they say; each is handed this cluster and the parts it uses:
+
+    - `readiness` (readiness.py): roles, wait_ready, failover;
+    - `launcher` (procs.py, ProcessControl): spawn, signals, stop/start/restart, adoption by port;
+    - `partition` (proxyctl.py, PartitionProxy): the partition proxy process and its control lines;
+    - `shard_membership` (shards.py): add_shard, remove_shard;
+    - `nats_view` (natsview.py): the NATS servers' monitoring: meta leader, streams, stream leaders;
+    - `status_report` (status.py): what `durakv cluster status` prints.
+
+    The methods below the views forward the public API the CLI, the tools and the tests use to those parts."""
 
     def __init__(self, dir, manifest):
         self.dir = os.path.abspath(str(dir))
         self.manifest = manifest
-        # parts that own their state, given what they need (the rest are still mixins, below)
+        self.readiness = Readiness(self)
+        self.launcher = ProcessControl(self, self.readiness)
+        self.partition = PartitionProxy(self, self.launcher)
+        self.shard_membership = ShardMembership(self, self.launcher, self.readiness, self.partition)
         self.nats_view = NatsView(lambda: self.nats, self.nats_connect)   # NATS monitoring, stream leaders
+        self.status_report = StatusReport(self, self.launcher, self.partition, self.nats_view)
 
     # -- construction ----------------------------------------------------------------------------------------
+    @classmethod
+    def up(cls, dir, **kwargs) -> "LocalCluster":
+        """Starts a local cluster in dir and returns it once it serves (cluster/bootstrap.py `up`: its
+        options)."""
+        return bootstrap.up(cls, dir, **kwargs)
+
     @classmethod
     def load(cls, dir) -> "LocalCluster":
         return cls(dir, read_manifest(dir))
@@ -42,7 +68,7 @@ class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, R
         write_manifest(self.dir, self.manifest)
 
     # -- the manifest's lock, the coordination store ---------------------------------------------------------
-    def _locked(self):
+    def locked(self):
         """An exclusive lock on the manifest for a read-modify-write (the CLI, chaos and tests may overlap);
         the manifest is read again under it."""
         cluster = self
@@ -131,3 +157,69 @@ class LocalCluster(Bootstrap, ShardMembership, PartitionProxy, ProcessControl, R
 
     def az_processes(self, az) -> list:
         return [p for p in self.processes if p.az == az]
+
+    # -- the public API, forwarded to the parts --------------------------------------------------------------
+    @property
+    def proxy(self):
+        """The partition proxy's manifest entry, or None (the cluster is not partitionable)."""
+        return self.partition.entry()
+
+    def proxy_control(self, line) -> str:
+        return self.partition.control(line)
+
+    def add_shard(self, replicas=None, timeout_s=60.0, log=None):
+        return self.shard_membership.add_shard(replicas, timeout_s, log)
+
+    def remove_shard(self, shard, timeout_s=600.0, log=None):
+        return self.shard_membership.remove_shard(shard, timeout_s, log)
+
+    def masters(self, shard=0) -> list:
+        return self.readiness.masters(shard)
+
+    def primary(self, shard=0):
+        return self.readiness.primary(shard)
+
+    def replicas(self, shard=0) -> list:
+        return self.readiness.replicas(shard)
+
+    def wait_ready(self, timeout_s=60.0, procs=None, single_master=None):
+        return self.readiness.wait_ready(timeout_s, procs, single_master)
+
+    def failover(self, shard=0, to=None, timeout_s=30.0):
+        return self.readiness.failover(shard, to, timeout_s)
+
+    def status(self) -> dict:
+        return self.status_report.status()
+
+    def live_pid(self, p):
+        return self.launcher.live_pid(p)
+
+    def kill(self, name, sig=signal.SIGKILL) -> bool:
+        return self.launcher.kill(name, sig)
+
+    def pause(self, name, wait=True) -> bool:
+        return self.launcher.pause(name, wait)
+
+    def resume(self, name, wait=True) -> bool:
+        return self.launcher.resume(name, wait)
+
+    def stop(self, name, timeout_s=10.0) -> str:
+        return self.launcher.stop(name, timeout_s)
+
+    def restart(self, name, wait=True, timeout_s=30.0) -> Proc:
+        return self.launcher.restart(name, wait, timeout_s)
+
+    def down(self, timeout_s=10.0) -> dict:
+        return self.launcher.down(timeout_s)
+
+    def select(self, node=None, az=None) -> list:
+        return self.launcher.select(node, az)
+
+    def stop_nodes(self, names, timeout_s=10.0, sig=None) -> dict:
+        return self.launcher.stop_nodes(names, timeout_s, sig)
+
+    def start_nodes(self, names, wait=True, timeout_s=60.0) -> dict:
+        return self.launcher.start_nodes(names, wait, timeout_s)
+
+    def restart_nodes(self, names, wait=True, timeout_s=60.0) -> dict:
+        return self.launcher.restart_nodes(names, wait, timeout_s)

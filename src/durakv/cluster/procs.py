@@ -1,7 +1,8 @@
 """Process control of a local cluster: spawn, signal, stop, restart and adopt its processes by pid and port.
 
 A process is known by its manifest pid (+ start time) and, when that is dead, by the owner of its port that
-runs its program (a node restarted by hand): `live_pid`, `orphan`. Mixed into LocalCluster (cluster/local.py).
+runs its program (a node restarted by hand): `live_pid`, `orphan`. A LocalCluster holds one as
+`cluster.launcher` (cluster/local.py).
 """
 
 import os
@@ -25,18 +26,30 @@ def package_env():
 
 
 class ProcessControl:
-    """The processes of a LocalCluster: signals, stops, starts, restarts, adoption of hand-started ones."""
+    """The process launcher of a LocalCluster: `cluster.launcher`. Signals, stops, starts, restarts, adoption of
+    hand-started ones.
 
-    def _spawn(self, p):
+    Owns no state of its own: every process's pid, start time and stop time are in the cluster's manifest, which
+    it writes under the manifest's lock. Handed the cluster (its manifest, views, lock, save and reload) and its
+    Readiness (a start waits until the started nodes serve). Offers `spawn(p)`, `kill`, `pause`, `resume`,
+    `stop`, `restart`, `down`, `live_pid`, `orphan`, `is_this_process`, `select`, `stop_nodes`, `start_nodes`,
+    `restart_nodes`."""
+
+    def __init__(self, cluster, readiness):
+        self.cluster = cluster
+        self.readiness = readiness
+
+    def spawn(self, p):
+        """Starts p from its manifest argv, detached, and records its pid (the caller saves the manifest)."""
         env = None
         if p.kind in ("durakv", "proxy"):
             env = package_env()
-            env.update(self.manifest.get("env") or {})
+            env.update(self.cluster.manifest.get("env") or {})
         p.entry["pid"], p.entry["start_time"] = spawn(p.argv, p.log, env=env)
         p.entry.pop("stopped_at", None)
 
     def kill(self, name, sig=signal.SIGKILL) -> bool:
-        p = self.reload().get(name)
+        p = self.cluster.reload().get(name)
         return signal_pid(p.pid, sig, p.start_time)
 
     def pause(self, name, wait=True) -> bool:
@@ -50,18 +63,18 @@ class ProcessControl:
         if not self.kill(name, sig):
             return False
         if state:
-            p = self.get(name)
+            p = self.cluster.get(name)
             wait_for(lambda: p.state in (state, "dead"), 5.0, f"{name} to be {state}", interval_s=0.005)
         return True
 
     def stop(self, name, timeout_s=10.0) -> str:
-        p = self.reload().get(name)
+        p = self.cluster.reload().get(name)
         return stop_many({name: (p.pid, p.start_time)}, timeout_s)[name]
 
     def restart(self, name, wait=True, timeout_s=30.0) -> Proc:
         """Start the process again with its recorded argv (stopping it first if it still runs)."""
         self.restart_nodes([name], wait=wait, timeout_s=timeout_s)
-        return self.reload().get(name)
+        return self.cluster.reload().get(name)
 
     def _wait_nats_node(self, p, timeout_s):
         def ready():
@@ -75,11 +88,11 @@ class ProcessControl:
         """Stop every process of the manifest, by its pid and by the owner of its ports (a node restarted by
         hand has another pid): durakv nodes first, then NATS, then the partition proxy; already-dead ones are
         fine. The manifest then shows every process stopped."""
-        with self._locked():
+        with self.cluster.locked() as c:
             out = {}
-            for group in (self.nodes, self.nats, [p for p in self.processes if p.kind == "proxy"]):
+            for group in (c.nodes, c.nats, [p for p in c.processes if p.kind == "proxy"]):
                 out.update(self._stop_procs(group, timeout_s))
-            self.save()
+            c.save()
         return out
 
     def is_this_process(self, p, pid) -> bool:
@@ -160,21 +173,22 @@ class ProcessControl:
         names, NATS first."""
         if (node is None) == (az is None):
             raise ClusterError("name either a node (--node NAME) or an availability zone (--az AZ)")
+        c = self.cluster
         if node is not None:
             names = [n for n in str(node).split(",") if n]
-            procs = [self.get(n) for n in names]
+            procs = [c.get(n) for n in names]
         else:
-            procs = self.az_processes(az)
+            procs = c.az_processes(az)
             if not procs:
-                raise ClusterError(f"no process in AZ {az!r} (AZs: {', '.join(sorted({str(p.az) for p in self.processes if p.az}))})")
+                raise ClusterError(f"no process in AZ {az!r} (AZs: {', '.join(sorted({str(p.az) for p in c.processes if p.az}))})")
         order = {"proxy": 0, "nats": 1, "durakv": 2}
         return sorted(procs, key=lambda p: (order.get(p.kind, 3), p.name))
 
     def stop_nodes(self, names, timeout_s=10.0, sig=None) -> dict:
         """Stops the named processes (durakv nodes first, then NATS) by pid and by port owner, and records them
         stopped. sig: send that signal instead of SIGTERM-then-SIGKILL (SIGKILL for a power cut)."""
-        with self._locked():
-            procs = [self.get(n) for n in names]
+        with self.cluster.locked() as c:
+            procs = [c.get(n) for n in names]
             ordered = [p for p in procs if p.kind == "durakv"] + [p for p in procs if p.kind != "durakv"]
             if sig is not None:
                 out = self._stop_procs(ordered, timeout_s, sig)   # all at once: a power cut has no order
@@ -184,7 +198,7 @@ class ProcessControl:
                     group = [p for p in ordered if p.kind == kind]
                     if group:
                         out.update(self._stop_procs(group, timeout_s))
-            self.save()
+            c.save()
         return out
 
     def start_nodes(self, names, wait=True, timeout_s=60.0) -> dict:
@@ -194,8 +208,8 @@ class ProcessControl:
         primary rejoins as a replica). Returns {name: 'started' | 'running' | 'adopted'}."""
         out = {}
         started = []
-        with self._locked():
-            procs = [self.get(n) for n in names]
+        with self.cluster.locked() as c:
+            procs = [c.get(n) for n in names]
             order = {"proxy": 0, "nats": 1, "durakv": 2}
             for p in sorted(procs, key=lambda p: order.get(p.kind, 3)):
                 live = self.live_pid(p)
@@ -212,17 +226,17 @@ class ProcessControl:
                     if holders:
                         raise ClusterError(f"{p.name}: port {port} is held by pid {holders[0]} "
                                            f"({' '.join(cmdline(holders[0]))[:120]}), which is not this node")
-                self._spawn(p)
+                self.spawn(p)
                 started.append(p)
                 out[p.name] = "started"
-            self.save()
+            c.save()
         if wait:
             for p in started:
                 if p.kind == "nats":
                     self._wait_nats_node(p, timeout_s)
             nodes = [p for p in started if p.kind == "durakv"]
             if nodes:
-                self.wait_ready(timeout_s, procs=nodes, single_master=False)
+                self.readiness.wait_ready(timeout_s, procs=nodes, single_master=False)
         return out
 
     def restart_nodes(self, names, wait=True, timeout_s=60.0) -> dict:

@@ -1,6 +1,6 @@
 """Readiness of a local cluster: the roles its nodes report, waiting for one primary per shard, failover.
 
-Mixed into LocalCluster (cluster/local.py).
+A LocalCluster holds one as `cluster.readiness` (cluster/local.py).
 """
 
 import time
@@ -15,10 +15,16 @@ class ClusterNotReady(ClusterError):
 
 
 class Readiness:
-    """Roles, readiness and planned failover of a LocalCluster."""
+    """Roles, readiness and planned failover of a LocalCluster: `cluster.readiness`.
+
+    Owns no state: the roles are what the nodes answer now. Handed the cluster (its manifest's views: nodes,
+    shards, options, dir). Offers `masters`, `primary`, `replicas`, `wait_ready` and `failover`."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
 
     def masters(self, shard=0) -> list:
-        return [p for p in self.shard_nodes(shard) if p.role() in MASTER_ROLES]
+        return [p for p in self.cluster.shard_nodes(shard) if p.role() in MASTER_ROLES]
 
     def primary(self, shard=0):
         """The node of the shard that reports role:master (with the local journal backend every node is a
@@ -27,15 +33,16 @@ class Readiness:
         return masters[0] if masters else None
 
     def replicas(self, shard=0) -> list:
-        return [p for p in self.shard_nodes(shard) if p.role() not in (None,) + MASTER_ROLES]
+        return [p for p in self.cluster.shard_nodes(shard) if p.role() not in (None,) + MASTER_ROLES]
 
     def wait_ready(self, timeout_s=60.0, procs=None, single_master=None):
         """Poll until the given durakv nodes (default: all) answer PING and, for the jetstream backend,
         exactly one node per shard reports role:master. Raises ClusterNotReady with what is missing."""
-        procs = list(procs) if procs is not None else self.nodes
+        cluster = self.cluster
+        procs = list(procs) if procs is not None else cluster.nodes
         if single_master is None:
             # (a follower region has no master: every node follows its shard's mirror)
-            single_master = self.options.get("journal_backend") == "jetstream" and not self.options.get(
+            single_master = cluster.options.get("journal_backend") == "jetstream" and not cluster.options.get(
                 "follow_region")
         state = {}
 
@@ -59,7 +66,7 @@ class Readiness:
             if not single_master:
                 return True
             for shard in sorted({p.shard for p in procs}):
-                members = [p for p in self.shard_nodes(shard)]
+                members = [p for p in cluster.shard_nodes(shard)]
                 roles = {p.name: infos[p.name]["replication"].get("role") if p.name in infos else p.role()
                          for p in members}
                 masters = [n for n, r in roles.items() if r in MASTER_ROLES]
@@ -72,7 +79,7 @@ class Readiness:
             wait_for(check, timeout_s, "durakv nodes to serve")
         except (TimeoutError, ProcessError) as exc:
             raise ClusterNotReady(self._not_ready_text(exc, state)) from None
-        return self
+        return cluster
 
     def _not_ready_text(self, exc, state) -> str:
         lines = [str(exc)]
@@ -80,27 +87,29 @@ class Readiness:
             lines.append("still waiting on " + state["waiting"])
         if state.get("node") is not None:
             lines.append(f"last lines of {state['node'].log}:\n{state['node'].log_tail(10)}")
-        wanted = self.options.get("journal_backend")
+        wanted = self.cluster.options.get("journal_backend")
         for name, info in (state.get("infos") or {}).items():
             got = info.get("durability", {}).get("journal_backend")
             if wanted and got and got != wanted:
                 lines.append(f"node {name} reports journal_backend:{got} although {wanted} was asked for: "
                              f"this server build may not implement the {wanted} backend yet")
-        lines.append(f"processes are left running; inspect with `durakv cluster status --dir {self.dir}`, "
-                     f"stop with `durakv cluster down --dir {self.dir}`")
+        d = self.cluster.dir
+        lines.append(f"processes are left running; inspect with `durakv cluster status --dir {d}`, "
+                     f"stop with `durakv cluster down --dir {d}`")
         return "\n".join(lines)
 
     def failover(self, shard=0, to=None, timeout_s=30.0):
         """Send CLUSTER FAILOVER to a replica (default: the live replica with the highest applied index) and
         wait until it reports role:master and no other node of the shard does. Returns (node, seconds)."""
+        cluster = self.cluster
         old = self.primary(shard)
         if to is not None:
-            target = self.get(to)
+            target = cluster.get(to)
             if target.shard != shard and target.kind == "durakv":
                 shard = target.shard
         else:
             candidates = []
-            for p in self.shard_nodes(shard):
+            for p in cluster.shard_nodes(shard):
                 if (old is not None and p.name == old.name) or p.state != "running":
                     continue
                 try:
@@ -124,7 +133,7 @@ class Readiness:
         def done():
             if target.role() not in MASTER_ROLES:
                 return False
-            others = [p.name for p in self.shard_nodes(shard) if p.name != target.name
+            others = [p.name for p in cluster.shard_nodes(shard) if p.name != target.name
                       and p.role() in MASTER_ROLES]
             return not others
         wait_for(done, timeout_s, f"{target.name} to become the primary of shard {shard}", interval_s=0.01)
