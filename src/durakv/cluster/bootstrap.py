@@ -19,7 +19,6 @@ import logging
 import os
 import time
 
-from .admin import ClusterAdmin
 from .manifest import MANIFEST_VERSION, ClusterError, manifest_path
 from .nats_procs import NatsCluster
 from .nodeargs import durakv_argv, layout_azs, node_config_text, shard_flags
@@ -264,7 +263,6 @@ def _wait_ready_moving_clashes(cluster, timeout_s, procs, single_master=None):
 def _move_port(cluster, p):
     taken = {port for q in cluster.processes for port in q.ports.values()}
     new, new_metrics = free_ports(2, exclude=taken)
-    old = p.port
     argv = p.entry["argv"]
     flag = "--tls-port" if "--tls-port" in argv else "--port"
     argv[argv.index(flag) + 1] = str(new)
