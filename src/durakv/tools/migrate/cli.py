@@ -10,6 +10,8 @@ from ...protocol.client import RespError
 from .importer import import_rdb, progress_line
 from .target import BATCH_WRITES, Target, TargetError
 
+CUTOVER_WAIT_MAX_S = 7 * 24 * 3600.0    # --cutover-after/-lag/-stable: a week is beyond any migration's window
+
 
 def _address(text):
     host, _, port = text.rpartition(":")
@@ -80,8 +82,8 @@ def import_main(argv):
 
 
 def migrate_main(argv):
-    from .migrate import (MigrateError, OffsetPoller, SourceLink, catch_up, cutover, progress_line,
-                          source_primaries, verify)
+    from .migrate import (CutoverTrigger, MigrateError, OffsetPoller, SourceLink, catch_up, cutover,
+                          progress_line, source_primaries, verify)
     p = argparse.ArgumentParser(prog="durakv migrate", description=(
         "Moves a running Valkey/Redis (a standalone server, or every primary of a cluster) into a running durakv "
         "server or cluster online: a replica's full sync per source primary (the RDB streamed to a temporary "
@@ -95,13 +97,25 @@ def migrate_main(argv):
     p.add_argument("--verify-sample", type=int, default=None, metavar="N", help="compare N sampled keys' values")
     p.add_argument("--cutover", action="store_true",
                    help="after the full sync: pause the sources' writes, wait until the target has all, exit 0")
-    p.add_argument("--cutover-after", type=float, default=0.0, metavar="S",
-                   help="with --cutover: stream for S seconds after the full sync before cutting over")
+    p.add_argument("--cutover-after", type=float, default=None, metavar="S",
+                   help="with --cutover: stream for S seconds after the full sync before cutting over (default 0); "
+                        "with --cutover-lag: the longest to wait for the lag to settle (default: no limit)")
+    p.add_argument("--cutover-lag", type=float, default=None, metavar="S",
+                   help="with --cutover: cut over once every source streams and the target has stayed within S "
+                        "seconds of each for --cutover-stable seconds")
+    p.add_argument("--cutover-stable", type=float, default=2.0, metavar="S",
+                   help="with --cutover-lag: how long the lag must stay within its bound (default 2)")
+    p.add_argument("--cutover-hold-file", default=None, metavar="PATH",
+                   help="with --cutover: no cut-over while PATH exists; delete it to let the cut-over go")
     p.add_argument("--duration", type=float, default=None,
                    help="without --cutover: stream for this many seconds, then stop (default: until Ctrl-C)")
     p.add_argument("--tmp-dir", default=None, help="where the full syncs' RDB files are written while loaded")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
+    for name in ("cutover_after", "cutover_lag", "cutover_stable"):
+        value = getattr(args, name)
+        if value is not None and not 0 <= value <= CUTOVER_WAIT_MAX_S:
+            p.error(f"--{name.replace('_', '-')} must be between 0 and {CUTOVER_WAIT_MAX_S:g} seconds")
     source_auth = (_ssl_context(args, "source_"), args.source_user, args.source_password)
     target_kw = dict(ssl_context=_ssl_context(args), user=args.user, password=args.password)
     started = time.monotonic()
@@ -124,10 +138,12 @@ def migrate_main(argv):
 
     poller = OffsetPoller(source_auth)
     last_poll = [0.0]
+    # the lag trigger measures the lag in seconds from these polls: 4 a second make it a quarter second's
+    poll_every_s = 1.0 if args.cutover_lag is None else 0.25
 
     def report():
         # polled with --quiet too: the lag in seconds at the cut-over is measured from these samples
-        if time.monotonic() - last_poll[0] >= 1.0:
+        if time.monotonic() - last_poll[0] >= poll_every_s:
             poller.poll(links)
             last_poll[0] = time.monotonic()
         if not args.quiet:
@@ -147,12 +163,22 @@ def migrate_main(argv):
         print(f"full sync: {keys:,} keys from {len(links)} source primar{'y' if len(links) == 1 else 'ies'} in "
               f"{loaded_s:.2f} s ({keys / loaded_s if loaded_s else 0:,.0f} keys/s)", flush=True)
         if args.cutover:
-            until = time.monotonic() + args.cutover_after
-            while time.monotonic() < until:
+            trigger = CutoverTrigger(args.cutover_lag, args.cutover_stable, args.cutover_after,
+                                     args.cutover_hold_file)
+            held = False
+            while True:
                 check()
                 report()
-                time.sleep(0.5)
+                why = trigger.ready(links)
+                if why is not None:
+                    break
+                if trigger.held and not held:
+                    # said once per hold: an operator (or a test) sees the cut-over waits on the file alone
+                    print(f"cut-over: ready, held while {args.cutover_hold_file} exists", flush=True)
+                held = trigger.held
+                time.sleep(0.1)
             check()
+            print(f"cut-over: begins: {why}", flush=True)
             catch_up(links, poller, report=report)
             cut_started = time.monotonic()
             lags = cutover(links, source_auth)

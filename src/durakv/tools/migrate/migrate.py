@@ -238,6 +238,9 @@ class SourceLink(threading.Thread):
             if not words or words[0] != b"FULLRESYNC":
                 raise MigrateError(f"PSYNC answered {answer!r}")
             offset = int(words[2])
+            # the source offsets polled so far belong to the stream this one replaces (a restarted source
+            # counts from its new start): left in, they would show a lag that never ends
+            self._samples = []
             self.full_syncs += 1
             self.state = "sync"
             self.rdb_bytes = 0
@@ -310,19 +313,25 @@ class SourceLink(threading.Thread):
 
     def note_source_offset(self, offset):
         """The source's master_repl_offset now (polled by the progress line): the lag's clock."""
-        now = time.monotonic()
-        self._samples.append((now, offset))
-        if len(self._samples) > LAG_SAMPLES:
-            del self._samples[0]
+        samples = self._samples          # one list throughout: a new full sync replaces it from the link thread
+        samples.append((time.monotonic(), offset))
+        if len(samples) > LAG_SAMPLES:
+            del samples[0]
+
+    def sampled_at(self):
+        """When the source's offset was last polled (monotonic s), or None since the last full sync began."""
+        samples = self._samples
+        return samples[-1][0] if samples else None
 
     def lag(self):
         """(bytes, seconds) the target is behind the source: the last polled master_repl_offset minus the
         acknowledged offset, and how long ago the source first had a byte the target has not acknowledged."""
-        if not self._samples:
+        samples = self._samples
+        if not samples:
             return max(0, self.offset - self.acked), 0.0
         acked = self.acked
-        lag_bytes = max(0, self._samples[-1][1] - acked)
-        first = next((t for t, off in self._samples if off > acked), None)
+        lag_bytes = max(0, samples[-1][1] - acked)
+        first = next((t for t, off in samples if off > acked), None)
         return lag_bytes, (time.monotonic() - first) if first is not None else 0.0
 
     def _stream(self, conn):
@@ -455,7 +464,7 @@ def catch_up(links, poller, timeout_s=CUTOVER_TIMEOUT_S, report=None):
     wrote during the full sync is then forwarded before the cut-over pauses its clients, so the pause lasts
     only as long as the writes of the catch-up itself take. Returns False if timeout_s passed first."""
     poller.poll(links)
-    goals = {link: link._samples[-1][1] if link._samples else link.offset for link in links}
+    goals = {link: (link._samples or [(0, link.offset)])[-1][1] for link in links}
     deadline = time.monotonic() + timeout_s
     last_report = 0.0
     while any(link.acked < goals[link] for link in links):
@@ -469,6 +478,60 @@ def catch_up(links, poller, timeout_s=CUTOVER_TIMEOUT_S, report=None):
             last_report = time.monotonic()
         time.sleep(0.01)
     return True
+
+
+class CutoverTrigger:
+    """When the cut-over may begin, asked a few times a second while the sources stream after the full sync.
+
+    The moment is the first at which the hold file (if any) does not exist and either the target has caught up
+    (lag_s given: every source's link streaming, its source offset polled within SAMPLE_FRESH_S, and its lag in
+    seconds at most lag_s, without a break and without a new full sync, for stable_s) or max_s seconds have
+    passed since the full sync. Without lag_s, max_s is the fixed window of --cutover-after (0: at once). The
+    catch-up and the pause (catch_up, cutover) follow either way, so the moment chooses how short the pause is,
+    never what the target holds."""
+
+    SAMPLE_FRESH_S = 1.0            # an older polled source offset says nothing about the lag now
+
+    def __init__(self, lag_s=None, stable_s=2.0, max_s=None, hold_file=None):
+        self.lag_s, self.stable_s, self.max_s, self.hold_file = lag_s, stable_s, max_s, hold_file
+        self.started = time.monotonic()
+        self.caught_up_since = None     # monotonic s from which every link has been caught up
+        self._full_syncs = None         # each link's full_syncs then: a resumption restarts the period
+        self.held = False               # ready but for the hold file
+
+    def _caught_up(self, links, now):
+        for link in links:
+            sampled_at = link.sampled_at()
+            if link.error is not None or link.state != "streaming" or sampled_at is None:
+                return False
+            if now - sampled_at > self.SAMPLE_FRESH_S or link.lag()[1] > self.lag_s:
+                return False
+        return True
+
+    def ready(self, links, now=None):
+        """None while the cut-over waits, else why it may begin now (a phrase for the report). When only the
+        hold file keeps it waiting, self.held is True."""
+        now = time.monotonic() if now is None else now
+        why = self._why(links, now)
+        self.held = why is not None and self.hold_file is not None and os.path.exists(self.hold_file)
+        return None if self.held else why
+
+    def _why(self, links, now):
+        elapsed = now - self.started
+        if self.lag_s is None:
+            return f"{self.max_s or 0:g} s after the full sync (--cutover-after)" if elapsed >= (self.max_s or 0) \
+                else None
+        if not self._caught_up(links, now):
+            self.caught_up_since = self._full_syncs = None
+        elif self._full_syncs != [link.full_syncs for link in links]:
+            self.caught_up_since, self._full_syncs = now, [link.full_syncs for link in links]
+        if self.caught_up_since is not None and now - self.caught_up_since >= self.stable_s:
+            return (f"the target stayed within {self.lag_s:g} s of every source for {self.stable_s:g} s, "
+                    f"{elapsed:.2f} s after the full sync")
+        if self.max_s is not None and elapsed >= self.max_s:
+            return (f"{self.max_s:g} s after the full sync (--cutover-after) without the target staying within "
+                    f"{self.lag_s:g} s of every source for {self.stable_s:g} s")
+        return None
 
 
 def cutover(links, source_auth, timeout_s=CUTOVER_TIMEOUT_S):
