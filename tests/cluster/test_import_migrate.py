@@ -1,8 +1,10 @@
 """`durakv migrate` beyond the plain path (tests/test_migrate_tool.py): a standalone source's writes that span
 slots (MSET, DEL of several keys, a transaction, a script) into a 2-shard cluster, the replication link dropped
 twice mid-stream and a target primary killed mid-migration (each resumed with a new full sync, then verified),
-and transactions and numbered databases into a standalone durakv. Real redis-server and durakv processes on
-127.0.0.1, bounded loads, every wait a poll with a deadline."""
+and transactions and numbered databases into a standalone durakv; the cut-over's triggers (a hold file, the lag
+staying within a bound, --cutover-after as the maximum), which the other tests use to cut over when their
+disruption is over instead of after a fixed window. Real redis-server and durakv processes on 127.0.0.1,
+bounded loads, every wait a poll with a deadline."""
 
 import os
 import re
@@ -16,7 +18,7 @@ import pytest
 import valkey
 from valkey.cluster import ValkeyCluster
 
-from conftest import ROOT, wait_until
+from conftest import ROOT, scaled, wait_until
 
 SCRIPT = "redis.call('SET', KEYS[1], ARGV[1]); redis.call('SET', KEYS[2], ARGV[1]); return 1"
 OPS = 6                      # the kinds of write MixedWriter cycles through
@@ -98,6 +100,14 @@ class MixedWriter(threading.Thread):
         return out
 
 
+def held_cutover(hold_file):
+    """The options of a --cutover that waits for the test: no cut-over while hold_file exists (the test deletes
+    it once its disruption is over), then as soon as the target has kept up with every source for a second
+    (a lag within a second, stretched like every deadline on a slow machine): no fixed window."""
+    hold_file.touch()
+    return ("--cutover", "--cutover-hold-file", hold_file, "--cutover-lag", scaled(1), "--cutover-stable", 1)
+
+
 def start_migrate(*args):
     env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
     return subprocess.Popen([sys.executable, "-m", "durakv", "migrate", *map(str, args), "--quiet"],
@@ -117,7 +127,7 @@ def finish(proc, timeout_s=240):
 
 def wait_while_migrating(proc, predicate, timeout_s, what):
     """wait_until, but a migration that ended or a timeout fails with the migration's own output."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     while proc.poll() is None and time.monotonic() < deadline:
         if predicate():
             return
@@ -147,16 +157,16 @@ def commandstat_calls(port, name):
         return c.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0)
 
 
-@pytest.mark.long_pole(40)     # seconds on the 2-core machine: xdist starts it first
-def test_migrate_resumes_after_the_replication_link_drops(redis_server, local_cluster):
+def test_migrate_resumes_after_the_replication_link_drops(redis_server, local_cluster, tmp_path):
     port, src = redis_server("--repl-diskless-sync", "no")         # the sized `$<len>` RDB transfer
     MixedWriter.prefill(src, 20000)
     cluster = local_cluster(shards=2, replicas=0, durability="sync")
     writer = MixedWriter(port)
     writer.start()
     wait_until(lambda: len(writer.acked) > 20, 20, what="the load to start")
+    hold = tmp_path / "hold-cutover"
     proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{cluster.primary(0).port}",
-                         "--cutover-after", 30, "--cutover", "--verify")
+                         *held_cutover(hold), "--verify")
     try:
         for n in (1, 2):
             wait_while_migrating(proc, lambda: replica_online(src, n), 60, what=f"full sync {n} streaming")
@@ -164,6 +174,9 @@ def test_migrate_resumes_after_the_replication_link_drops(redis_server, local_cl
             wait_while_migrating(proc, lambda: len(writer.acked) > seen + 30, 20, what="writes through the stream")
             assert src.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
         wait_while_migrating(proc, lambda: replica_online(src, 3), 60, what="the third full sync streaming")
+        seen = len(writer.acked)
+        wait_while_migrating(proc, lambda: len(writer.acked) > seen + 30, 20, what="writes through the third stream")
+        hold.unlink()
         rc, out, err = finish(proc)
     finally:
         if proc.poll() is None:
@@ -186,12 +199,13 @@ def test_migrate_resumes_after_the_replication_link_drops(redis_server, local_cl
     assert sum(commandstat_calls(p.port, "exec") for p in (cluster.primary(0), cluster.primary(1))) > 0
 
 
-def test_migrate_transactions_and_databases_into_a_standalone_durakv(redis_server, server_factory):
+def test_migrate_transactions_and_databases_into_a_standalone_durakv(redis_server, server_factory, tmp_path):
     port, src = redis_server()
     src.set("before", "1")
     srv = server_factory("--durability", "sync")
-    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--cutover-after", 4,
-                         "--cutover", "--verify")
+    hold = tmp_path / "hold-cutover"
+    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", *held_cutover(hold),
+                         "--verify")
     try:
         wait_while_migrating(proc, lambda: replica_online(src, 1), 60, what="the migration streaming")
         exec_before = commandstat_calls(srv.port, "exec")
@@ -204,6 +218,7 @@ def test_migrate_transactions_and_databases_into_a_standalone_durakv(redis_serve
         src.mset({"m:a": "1", "m:b": "2", "m:c": "3"})
         src.register_script(SCRIPT)(keys=["s:a", "s:b"], args=["z"])
         src.delete("before", "m:c")
+        hold.unlink()
         rc, out, err = finish(proc)
     finally:
         if proc.poll() is None:
@@ -221,8 +236,7 @@ def test_migrate_transactions_and_databases_into_a_standalone_durakv(redis_serve
     assert dk.dbsize() == 4 and dk2.dbsize() == 3
 
 
-@pytest.mark.long_pole(58)     # seconds on the 2-core machine: xdist starts it first
-def test_migrate_resumes_after_a_target_primary_is_killed(redis_server, local_cluster):
+def test_migrate_resumes_after_a_target_primary_is_killed(redis_server, local_cluster, tmp_path):
     port, src = redis_server()
     MixedWriter.prefill(src, 20000)
     cluster = local_cluster(shards=2, replicas=1, durability="sync")
@@ -231,8 +245,9 @@ def test_migrate_resumes_after_a_target_primary_is_killed(redis_server, local_cl
     writer.start()
     wait_until(lambda: len(writer.acked) > 20, 20, what="the load to start")
     # the killed node is the one --target names: the resumption finds the cluster through the other primary
-    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{old.port}", "--cutover-after", 40,
-                         "--cutover", "--verify")
+    hold = tmp_path / "hold-cutover"
+    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{old.port}", *held_cutover(hold),
+                         "--verify")
     try:
         wait_while_migrating(proc, lambda: replica_online(src, 1), 60, what="the migration streaming")
         seen = len(writer.acked)
@@ -243,6 +258,8 @@ def test_migrate_resumes_after_a_target_primary_is_killed(redis_server, local_cl
         # a role poll, no probe write: a key the source does not have would fail --verify
         wait_while_migrating(proc, lambda: (lambda p: p is not None and p.name != killed.name)(cluster.primary(0)),
                              60, what="a new primary of shard 0")
+        # the cut-over may go now: it waits until the link streams (again) and keeps up
+        hold.unlink()
         rc, out, err = finish(proc)
     finally:
         if proc.poll() is None:
@@ -332,7 +349,7 @@ class ClusterWriter(threading.Thread):
             i += 1
 
 
-@pytest.mark.long_pole(75)     # seconds on the 2-core machine: xdist starts it first
+@pytest.mark.long_pole(24)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
     procs, ports = _redis_cluster_with_replicas(tmp_path)
     writers = []
@@ -349,8 +366,9 @@ def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
         writers.append(writer)
         writer.start()
         wait_until(lambda: len(writer.acked) > 50, 20, what="the load to start")
+        hold = tmp_path / "hold-cutover"
         proc = start_migrate("--source", f"127.0.0.1:{masters[0]}", "--target",
-                             f"127.0.0.1:{cluster.primary(0).port}", "--cutover-after", 45, "--cutover", "--verify")
+                             f"127.0.0.1:{cluster.primary(0).port}", *held_cutover(hold), "--verify")
         try:
             old = masters[2]
             # durakv migrate is the master's second replica once it streams
@@ -373,6 +391,7 @@ def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
             # the tool found the new master of those slots and took a full sync from it
             wait_while_migrating(proc, lambda: valkey.Valkey(port=replica).info("stats")["sync_full"] >= 1, 60,
                                  what="a full sync from the new source master")
+            hold.unlink()
             rc, out, err = finish(proc)
         finally:
             if proc.poll() is None:
@@ -395,6 +414,86 @@ def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
             writer.stop.set()
             writer.join(10)
         _stop(procs)
+
+
+def _migrate_to_files(tmp_path, *args):
+    """durakv migrate with its stdout and stderr in files the test reads while it runs: (proc, out(), err())."""
+    out_path, err_path = tmp_path / "migrate.out", tmp_path / "migrate.err"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "durakv", "migrate", *map(str, args), "--quiet"],
+                                stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+    return proc, out_path.read_text, err_path.read_text
+
+
+def test_the_cutover_waits_for_its_hold_file_then_for_the_target_to_keep_up(redis_server, server_factory,
+                                                                              tmp_path):
+    """Issue 27: the cut-over had one trigger, a fixed --cutover-after window. --cutover-hold-file holds it while
+    the file exists (the target has caught up meanwhile: the tool says so once, the source keeps taking writes
+    and they keep streaming); once the file is gone --cutover-lag lets it begin as soon as the target has stayed
+    within the bound for --cutover-stable, not at the --cutover-after maximum (an hour here), and says which
+    trigger it was."""
+    port, src = redis_server()
+    src.set("before", "1")
+    srv = server_factory("--durability", "sync")
+    hold = tmp_path / "hold-cutover"
+    hold.touch()
+    proc, out, err = _migrate_to_files(
+        tmp_path, "--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--cutover",
+        "--cutover-hold-file", hold, "--cutover-lag", scaled(1), "--cutover-stable", 1, "--cutover-after", 3600,
+        "--verify")
+    try:
+        wait_until(lambda: "held while" in out() or proc.poll() is not None, 60, what="the cut-over held")
+        assert proc.poll() is None, err() + out()
+        assert f"cut-over: ready, held while {hold} exists" in out(), out()
+        dk = srv.client()
+        for i in range(20):
+            src.set(f"held:{i}", str(i))          # a paused source would hold these past the socket timeout
+        wait_until(lambda: dk.get("held:19") == b"19", 30, what="the writes made while held streamed")
+        assert proc.poll() is None and "cut-over: begins" not in out(), err() + out()
+        hold.unlink()
+        proc.wait(timeout=scaled(120))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err() + out()
+    text = out()
+    assert re.search(r"cut-over: begins: the target stayed within [\d.]+ s of every source for 1 s, [\d.]+ s "
+                     r"after the full sync", text), text
+    assert text.count("held while") == 1 and "cut-over: source writes paused" in text, text
+    assert "verify: per-slot key counts equal, every key equal" in text, text
+    assert dk.mget("before", "held:0", "held:19") == [b"1", b"0", b"19"]
+
+
+def test_cutover_after_is_the_most_the_lag_trigger_waits(redis_server, server_factory, tmp_path):
+    """With --cutover-lag, --cutover-after S is a maximum: a lag that never stays within its bound long enough
+    (0 s for an hour) still cuts over S seconds after the full sync, and the report says that was the trigger.
+    Out-of-range values are refused before anything starts."""
+    port, src = redis_server()
+    src.set("k", "v")
+    srv = server_factory("--durability", "sync")
+    proc, out, err = _migrate_to_files(
+        tmp_path, "--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--cutover",
+        "--cutover-lag", 0, "--cutover-stable", 3600, "--cutover-after", 1, "--verify")
+    try:
+        proc.wait(timeout=scaled(120))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err() + out()
+    assert ("cut-over: begins: 1 s after the full sync (--cutover-after) without the target staying within 0 s "
+            "of every source for 3600 s") in out(), out()
+    assert "verify: per-slot key counts equal, every key equal" in out() and srv.client().get("k") == b"v"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
+    full_syncs = src.info("stats")["sync_full"]
+    for option, value in (("--cutover-lag", "-1"), ("--cutover-stable", "nan"), ("--cutover-after", "1e9")):
+        r = subprocess.run([sys.executable, "-m", "durakv", "migrate", "--source", f"127.0.0.1:{port}", "--target",
+                            f"127.0.0.1:{srv.port}", "--cutover", option, value], capture_output=True, text=True,
+                           env=env, timeout=scaled(60))
+        assert r.returncode == 2 and f"{option} must be between 0 and 604800 seconds" in r.stderr, r.stderr
+    assert src.info("stats")["sync_full"] == full_syncs          # the refused runs never asked for a sync
 
 
 def test_target_writer_retries_a_long_run_of_refusals_in_a_loop(monkeypatch):
@@ -466,7 +565,7 @@ def test_target_writer_retries_a_long_run_of_refusals_in_a_loop(monkeypatch):
 
 
 @pytest.mark.long_pole(40)     # seconds on the 2-core machine: xdist starts it first
-def test_a_long_full_sync_load_keeps_the_link(redis_server, server_factory):
+def test_a_long_full_sync_load_keeps_the_link(redis_server, server_factory, tmp_path):
     """A disk-based full sync makes the replica online as soon as the RDB is sent, and the source drops a
     replica that sends no REPLCONF ACK for repl-timeout: the load, longer than that here, sends keep-alive ACKs,
     so the link holds (no resynchronization) and the stream's writes arrive."""
@@ -476,11 +575,13 @@ def test_a_long_full_sync_load_keeps_the_link(redis_server, server_factory):
     assert src.execute_command("DEBUG", "POPULATE", 300000, "k", 20) == b"OK"
     assert src.dbsize() == 300000
     srv = server_factory("--durability", "sync")
-    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--cutover-after", 4,
-                         "--cutover", "--verify")
+    hold = tmp_path / "hold-cutover"
+    proc = start_migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", *held_cutover(hold),
+                         "--verify")
     try:
         wait_while_migrating(proc, lambda: replica_online(src, 1), 60, what="the RDB sent")
         src.set("during", "load")
+        hold.unlink()
         rc, out, err = finish(proc)
     finally:
         if proc.poll() is None:

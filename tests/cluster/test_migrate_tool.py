@@ -15,6 +15,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from conftest import ROOT, cluster_port, wait_until
+from test_import_migrate import held_cutover
 
 
 class Writer(threading.Thread):
@@ -221,7 +222,7 @@ def test_migrate_survives_a_target_primary_killed_mid_migration(redis_server, lo
     writer.join(10)
 
 
-@pytest.mark.long_pole(27)     # seconds on the 2-core machine: xdist starts it first
+@pytest.mark.long_pole(21)     # seconds on the 2-core machine: xdist starts it first
 def test_migrate_resyncs_after_the_source_restarts(redis_server, local_cluster, tmp_path):
     """The source is killed mid-stream and restarted from its AOF: the link syncs again from scratch, the
     target's keys deleted on the source meanwhile are removed, and the cut-over and verify find the same
@@ -243,9 +244,10 @@ def test_migrate_resyncs_after_the_source_restarts(redis_server, local_cluster, 
         p.execute()
         cluster = local_cluster(shards=2, replicas=0, durability="sync")
         env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
+        hold = tmp_path / "hold-cutover"
         proc = subprocess.Popen([sys.executable, "-m", "durakv", "migrate", "--source", f"127.0.0.1:{port}",
-                                 "--target", f"127.0.0.1:{cluster.primary(0).port}", "--cutover", "--cutover-after",
-                                 "12", "--verify", "--quiet"],
+                                 "--target", f"127.0.0.1:{cluster.primary(0).port}", *map(str, held_cutover(hold)),
+                                 "--verify", "--quiet"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             with ValkeyCluster(host="127.0.0.1", port=cluster.primary(1).port) as dk:
@@ -260,6 +262,7 @@ def test_migrate_resyncs_after_the_source_restarts(redis_server, local_cluster, 
                 wait_until(src.ping, 20, what="the restarted source")
                 src.delete("pre:1", "pre:2")           # while the link is down: only a resync can tell
                 src.set("after", "restart")
+                hold.unlink()
                 out, err = proc.communicate(timeout=240)
                 assert proc.returncode == 0, err + out
                 assert "verify: per-slot key counts equal, every key equal" in out, out

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import durakv_cli
 from durakv.keyspace import rdbvalue
-from test_import_migrate import finish, replica_online, start_migrate, wait_while_migrating
+from test_import_migrate import finish, held_cutover, replica_online, start_migrate, wait_while_migrating
 
 
 def fill(c):
@@ -51,19 +51,21 @@ def test_import_an_rdb_with_bloom_filters(server_factory, tmp_path):
     assert d.execute_command("BF.MEXISTS", "bf:rand", *[b"r%d" % i for i in range(250)]) == [1] * 250
 
 
-def test_migrate_carries_filters_and_their_live_additions(server_factory):
+def test_migrate_carries_filters_and_their_live_additions(server_factory, tmp_path):
     src = server_factory()
     c = src.client()
     keys = fill(c)
     dst = server_factory("--durability", "sync")
+    hold = tmp_path / "hold-cutover"
     proc = start_migrate("--source", f"127.0.0.1:{src.port}", "--target", f"127.0.0.1:{dst.port}",
-                         "--cutover-after", 3, "--cutover", "--verify")
+                         *held_cutover(hold), "--verify")
     try:
         wait_while_migrating(proc, lambda: replica_online(c, 1), 60, what="the migration streaming")
         # after the full sync: additions to existing filters, a new filter that scales as it is created
         c.execute_command("BF.MADD", "bf:rand", *[b"live%d" % i for i in range(300)])
         c.execute_command("BF.INSERT", "bf:new", "CAPACITY", "5", "ITEMS", *[b"new%d" % i for i in range(50)])
         c.execute_command("BF.ADD", "bf:fixed", "y")
+        hold.unlink()
         rc, out, err = finish(proc)
     finally:
         if proc.poll() is None:

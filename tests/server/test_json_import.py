@@ -7,7 +7,7 @@ import struct
 import valkey
 
 from conftest import durakv_cli
-from test_import_migrate import finish, replica_online, start_migrate, wait_while_migrating
+from test_import_migrate import finish, held_cutover, replica_online, start_migrate, wait_while_migrating
 from durakv.keyspace import rdbvalue
 
 MODULE_ID = rdbvalue.module_type_id("ReJSON-RL", 3)
@@ -76,20 +76,22 @@ def test_import_reads_valkey_json_documents_from_an_rdb_file(server_factory, tmp
     assert srv.client().execute_command("JSON.GET", "doc:store") == DOCS[b"doc:store"]
 
 
-def test_migrate_carries_documents_and_their_writes(server_factory):
+def test_migrate_carries_documents_and_their_writes(server_factory, tmp_path):
     source = server_factory("--durability", "none")
     src = source.client()
     for key, text in DOCS.items():
         src.execute_command("JSON.SET", key, ".", text)
     target = server_factory("--durability", "sync")
+    hold = tmp_path / "hold-cutover"
     proc = start_migrate("--source", f"127.0.0.1:{source.port}", "--target", f"127.0.0.1:{target.port}",
-                         "--cutover-after", 3, "--cutover", "--verify")
+                         *held_cutover(hold), "--verify")
     try:
         wait_while_migrating(proc, lambda: replica_online(src, 1), 60, what="the migration streaming")
         src.execute_command("JSON.ARRAPPEND", "doc:store", "$.store.book", '{"title":"new"}')
         src.execute_command("JSON.NUMINCRBY", "doc:store", "$..price", "1")
         src.execute_command("JSON.SET", "doc:late", "$", '{"late":true}')
         src.execute_command("JSON.DEL", "doc:small")
+        hold.unlink()
         rc, out, err = finish(proc)
     finally:
         if proc.poll() is None:
