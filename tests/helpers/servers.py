@@ -19,9 +19,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Ports for the servers tests start come from below the kernel's ephemeral range (32768-60999 here), where no
 # outgoing connection can take one between the check and the server's bind, and each pytest-xdist worker has
-# its own slice, so two workers never pick the same port.
-_PORT_FIRST, _PORT_SLICE = 10000, 1250    # 10000-19999: helpers/clusters.py free_port_range starts at 20000
-_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0) % 8
+# its own slice, so two workers never pick the same port: 10000-19999 (helpers/clusters.py free_port_range starts at
+# 20000) in 8 slices of 1,250 ports, or in as many slices as there are workers when there are more than 8
+# (xdist tells each worker the count), so the slices stay disjoint for any -n.
+_PORT_FIRST, _PORT_SPAN = 10000, 10000
+_WORKERS = max(8, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+_PORT_SLICE = _PORT_SPAN // _WORKERS
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0) % _WORKERS
 _port_seq = iter(range(os.getpid() % _PORT_SLICE, 1 << 30))
 
 
