@@ -469,7 +469,7 @@ def test_the_cutover_waits_for_its_hold_file_then_for_the_target_to_keep_up(redi
 def test_cutover_after_is_the_most_the_lag_trigger_waits(redis_server, server_factory, tmp_path):
     """With --cutover-lag, --cutover-after S is a maximum: a lag that never stays within its bound long enough
     (0 s for an hour) still cuts over S seconds after the full sync, and the report says that was the trigger.
-    Out-of-range values are refused before anything starts."""
+    Out-of-range values, and the options without --cutover, are refused before anything starts."""
     port, src = redis_server()
     src.set("k", "v")
     srv = server_factory("--durability", "sync")
@@ -493,6 +493,10 @@ def test_cutover_after_is_the_most_the_lag_trigger_waits(redis_server, server_fa
                             f"127.0.0.1:{srv.port}", "--cutover", option, value], capture_output=True, text=True,
                            env=env, timeout=scaled(60))
         assert r.returncode == 2 and f"{option} must be between 0 and 604800 seconds" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "durakv", "migrate", "--source", f"127.0.0.1:{port}", "--target",
+                        f"127.0.0.1:{srv.port}", "--cutover-lag", "1"], capture_output=True, text=True, env=env,
+                       timeout=scaled(60))
+    assert r.returncode == 2 and "--cutover-lag is an option of --cutover" in r.stderr, r.stderr
     assert src.info("stats")["sync_full"] == full_syncs          # the refused runs never asked for a sync
 
 

@@ -116,6 +116,10 @@ def migrate_main(argv):
         value = getattr(args, name)
         if value is not None and not 0 <= value <= CUTOVER_WAIT_MAX_S:
             p.error(f"--{name.replace('_', '-')} must be between 0 and {CUTOVER_WAIT_MAX_S:g} seconds")
+    given = [name for name in ("cutover_after", "cutover_lag", "cutover_hold_file")
+             if getattr(args, name) is not None]
+    if given and not args.cutover:
+        p.error(f"--{given[0].replace('_', '-')} is an option of --cutover")
     source_auth = (_ssl_context(args, "source_"), args.source_user, args.source_password)
     target_kw = dict(ssl_context=_ssl_context(args), user=args.user, password=args.password)
     started = time.monotonic()
