@@ -35,8 +35,10 @@ if [ -z "${DURAKV_TEST_TIME_SCALE:-}" ]; then
   fi
 fi
 # Three workers (pytest-xdist) on two cores: the suite mostly waits on real processes (6 min 56 s with three
-# workers, 9 min 40 s with two, on this 2-core machine, 2026-12-02); each worker takes its own port slice
-# (tests/conftest.py free_port) and its own tmp dirs. DURAKV_TEST_WORKERS=0 runs it in one process.
+# workers, 9 min 40 s with two, on this 2-core machine, 2026-12-02); six finished the faults tier faster but made
+# the cluster tier, which computes, slower and starved a lease (docs/testing.md, "Workers", 2026-12-06). Each
+# worker takes its own port slice (tests/helpers/servers.py free_port) and its own tmp dirs.
+# DURAKV_TEST_WORKERS=0 runs it in one process.
 # The tiers (docs/testing.md): the unit tier first (seconds; a broken build stops here), then every other test
 # (the server, cluster, compat and faults tiers, and any file not sorted into a tier yet).
 # pytest exits 5 when a selection holds no test (`scripts/test.sh tests/server/test_keys.py` has no unit test).
