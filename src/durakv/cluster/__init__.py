@@ -1,4 +1,5 @@
 """Cluster control: topology/lease store, failover controller, local cluster processes (local.py, nats_procs.py).
 
-LocalCluster (local.py) is assembled from one mixin module per concern; see its docstring.
+LocalCluster (local.py) holds one part per concern (launcher, readiness, partition proxy, shard membership,
+NATS view, status), each in its own module; its docstring says which part owns what.
 """
