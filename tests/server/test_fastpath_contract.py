@@ -18,31 +18,32 @@ from test_pipeline import InProcessServer
 pytestmark = pytest.mark.skipif(fastpath.core is None, reason="needs the compiled core (pip install with gcc)")
 
 # where the core reads each name (an object it holds or reaches; fastpath/__init__.py batch_core hands it the
-# pipeline, keyspace, durability, monitors and hooks, and Connection.data_received hands it the connection)
+# pipeline's core state, the pipeline, keyspace, durability and monitors, and Connection.data_received hands it
+# the connection)
 OWNERS = {
+    # THE STATE OBJECT: every server-wide decision to run commands (admission, the observer, WATCH, statistics,
+    # the clock, refused writes, expiry and access times, the role gate, the slot codes, keys moving, the
+    # server's own deletions, pushes queued behind a reply): commands/corestate.py, read at its slots' offsets
+    "CoreState": "may_run gate slot_codes lru_stamp clock watchers moving deleted own_feed",
     "Connection": "session outbox closing server parser backlog transport _read _process _run_batch",
     "Session": "authenticated in_multi special reply_off reply_skip asking decoded close_after_reply resp db_id "
                "commands_processed last_cmd last_write_index ctx capa_redirect from_primary no_touch net_in net_out "
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
-    "Pipeline": "observer watchers stats_enabled perf_counter mark_s total_commands _admit_rest _gate _router",
-    "Durability": "refusing tracker feeds submit assigned committed pending needs_touched read_ticket waiting _promise",
+    "Pipeline": "mark_s total_commands",
+    "Durability": "tracker feeds submit assigned committed pending needs_touched read_ticket waiting _promise",
     # a sync write joining the open batch (tracker_join) and the journal's entry limit it checks
     "WriteTracker": "_batch_index _coalesce_handle _coalesce_target mode ack_before_commit journal _batch_db "
                     "_batch_bytes _batch _keys_by_index uncommitted _close_batch",
     "Journal": "max_entry_bytes",
-    "Keyspace": "_track expire_enabled hide_expired deleted_by_server hits misses used_bytes changes clock_ms "
-                "lru_stamp",
+    "Keyspace": "hits misses used_bytes changes clock_ms",
     "Db": "data expires hexpires enc slots id",
     "SlotIndex": "add discard",
-    "Hooks": "own_feed",
     "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
     "Outbox": "ready held closed flush hold held_bytes carried_bytes _carried limit_bytes over_limit durability "
               "_set_over",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity",
     "LeaseGate": "fast_serving",   # a shard member's gate (node.lease)
-    "ClusterRouting": "moving router",
-    "Router": "_fast",
     "RequestParser": "_carry_args _tail _buf _args _auth _partial max_bulk_len feed_rest",
     "Server": "net_input_bytes reads_processed net_output_bytes writes_processed loop_stats wall_clock_ms now_ms "
               "obuf_limited obuf_normal_limited clock_ms",
@@ -65,15 +66,15 @@ def _objects(server):
     """The objects the core works on, from the server's one client connection (on the loop's thread)."""
     (conn,) = server.clients.values()
     session = conn.session
-    routing = server.pipeline.router
     return {
+        "CoreState": server.pipeline.core_state,
         "Connection": conn, "Session": session, "Context": session.ctx, "Pipeline": server.pipeline,
         "Durability": server.durability, "WriteTracker": server.durability.tracker,
         "Journal": server.durability.tracker.journal, "Keyspace": server.pipeline.keyspace, "Db": session.ctx.db,
         # (a db keeps its keys' slot index once slot migration asked for one: the class until then)
-        "SlotIndex": session.ctx.db.slots or SlotIndex, "Hooks": server.hooks, "Monitors": server.pipeline.monitors,
+        "SlotIndex": session.ctx.db.slots or SlotIndex, "Monitors": server.pipeline.monitors,
         "Outbox": conn.outbox, "Command": registry.lookup((b"set",)), "LeaseGate": LeaseGate,
-        "ClusterRouting": routing, "Router": routing.router, "RequestParser": conn.parser, "Server": server,
+        "RequestParser": conn.parser, "Server": server,
         "LoopStats": server.loop_stats, "EventLoop": server.loop_stats.loop, "Transport": conn.transport,
     }
 
@@ -129,5 +130,5 @@ def test_the_core_refuses_a_command_it_does_not_implement():
     pipeline = Pipeline(Keyspace())
     append = registry.lookup((b"append",))
     with pytest.raises(ValueError, match="append"):
-        fastpath.core.Core(pipeline, pipeline.keyspace, pipeline.durability, pipeline.monitors, None,
-                           pipeline.perf_counter, {"append": append}, 0, None, None)
+        fastpath.core.Core(pipeline.core_state, pipeline, pipeline.keyspace, pipeline.durability,
+                           pipeline.monitors, {"append": append}, 0, None, None)

@@ -51,6 +51,7 @@ from ..keyspace.db import FeedOnly, estimate_key, estimate_key_overhead
 from ..protocol.resp import QUEUED, ErrorReply, NullArray
 from . import registry
 from .base import Blocked, Context
+from .corestate import CoreState
 from .introspection import Monitors
 
 log = logging.getLogger("durakv.commands")
@@ -113,6 +114,23 @@ def _admission_input(name):
                                 or self._pause is not None or self._loading or self._min_replicas_to_write
                                 or self._locks)
         self._admit_always = self._admit_rest or self._router is not None or self._gate is not None
+        self.core_state.set("admission", self._admit_rest)
+        if name in ("gate", "router"):
+            self.routing_changed()
+    return property(get, set)
+
+
+def _core_input(name, reason, blocks):
+    """A pipeline attribute the compiled core's decision depends on: setting it writes `reason` into the core's
+    state (commands/corestate.py), `blocks(value)` saying whether the value keeps the core from running."""
+    private = "_" + name
+
+    def get(self):
+        return getattr(self, private)
+
+    def set(self, value):
+        setattr(self, private, value)
+        self.core_state.set(reason, blocks(value))
     return property(get, set)
 
 
@@ -146,12 +164,15 @@ class NoDurability:
     def refuse_writes(self):
         return None
 
+    def bind_core_state(self, state):
+        state.set("refusing", False)    # (never refuses)
+
 
 class Pipeline:
     # What the compiled core reads or counts per batch (fastpath/_core.c reads a slot at its offset);
     # everything else stays in the instance dict.
-    __slots__ = ("_admit_rest", "_admit_always", "observer", "watchers", "stats_enabled", "perf_counter", "mark_s",
-                 "total_commands", "_gate", "_router",
+    __slots__ = ("_admit_rest", "_admit_always", "_observer", "watchers", "_stats_enabled", "_perf_counter",
+                 "mark_s", "total_commands", "_gate", "_router", "core_state",
                  "__dict__", "__weakref__")
 
     gate = _admission_input("gate")
@@ -163,11 +184,27 @@ class Pipeline:
     maxmemory = _admission_input("maxmemory")
     min_replicas_to_write = _admission_input("min_replicas_to_write")
     locks = _admission_input("locks")
+    # (the compiled core times calls with CLOCK_MONOTONIC, which time.perf_counter reads: another clock is
+    # the Python path's)
+    observer = _core_input("observer", "observer", lambda obs: obs is not None)
+    stats_enabled = _core_input("stats_enabled", "stats_off", lambda on: not on)
+
+    @property
+    def perf_counter(self):
+        return self._perf_counter
+
+    @perf_counter.setter
+    def perf_counter(self, clock):
+        # (the core also marks a read's start on this clock itself when it is the real one)
+        self._perf_counter = self.core_state.clock = clock
+        self.core_state.set("clock", clock is not time.perf_counter)
 
     def __init__(self, keyspace, services=None, perf_counter=time.perf_counter, config=None):
         from .services import Services
         self.keyspace = keyspace
         self.services = services if services is not None else Services()
+        # what the compiled core reads (commands/corestate.py): first, so every input's setter can write to it
+        self.core_state = CoreState()
         self.perf_counter = perf_counter
         self.durability = NoDurability()
         self.observer = None
@@ -179,7 +216,8 @@ class Pipeline:
         self._locks = 0              # commands working off the loop with their keys locked (off_loop)
         self.key_locks = {}          # key -> how many of them lock it
         self.lock_retries = False    # a blocked client's retry was postponed by a lock: retried at unlock
-        self.watchers = {}           # (db_id, key) -> set of sessions
+        self.watchers = {}           # (db_id, key) -> set of sessions (never rebound: the core's state holds it)
+        self.core_state.watchers = self.watchers
         self.script_disable_deny = False  # DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call noscript commands
         self.min_replicas_max_lag = 10   # seconds (min-replicas-to-write is an admission input above)
         self.total_commands = 0
@@ -205,6 +243,36 @@ class Pipeline:
         # enable-debug-command / enable-module-command (immutable): "no", "yes" or "local" per option
         self.protected_allowed = {name: config[name] if config is not None else "no"
                                   for name in ("enable-debug-command", "enable-module-command")}
+
+    def routing_changed(self):
+        """The role gate, the cluster router or the router's topology changed: the core's state takes the gate it
+        asks per keyed command and the slot codes it checks (ClusterRouting.install calls this)."""
+        st = self.core_state
+        gate = self._gate
+        # a shard member's gate answers fast_serving() (the lease rule, replication/lease.py); any other (a
+        # REPLICAOF link's) sends every command to admission
+        st.gate = gate if gate is not None and hasattr(type(gate), "fast_serving") else None
+        st.set("gate", gate is not None and st.gate is None)
+        routing = self._router
+        if routing is None:
+            st.slot_codes = st.moving = None
+            st.set("routing", False)
+            return
+        st.moving = routing.moving
+        router = routing.router     # None: CLUSTERDOWN, the pipeline answers
+        codes = router.slot_codes if router is not None else None
+        st.slot_codes = codes
+        st.set("routing", codes is None)
+
+    def bind_core_state(self, durability, hooks):
+        """The server builds its core over this pipeline: the keyspace, `durability` and `hooks` write their
+        inputs to this pipeline's core state from now on (a keyspace or durability layer serves one core)."""
+        st = self.core_state
+        self.keyspace.bind_core_state(st)
+        durability.bind_core_state(st)
+        # pushes queued behind the current client's reply (server/notify.py Hooks; never rebound)
+        st.own_feed = hooks.own_feed if hooks is not None else None
+        st.set("unbound", False)
 
     def new_context(self, session):
         ctx = Context(self.keyspace, self.services, session, self)

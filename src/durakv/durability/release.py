@@ -42,8 +42,9 @@ def _no_refusal():
 
 
 class Durability:
-    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict
-    __slots__ = ("refusing", "tracker", "feeds", "needs_touched", "assigned", "committed", "pending",
+    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict. `refusing`
+    # is an input of the core's decision to run: it is published to the core's state (core_state) where it changes
+    __slots__ = ("_refusing", "tracker", "feeds", "needs_touched", "assigned", "committed", "pending", "core_state",
                  "__dict__", "__weakref__")
 
     # What the pipeline calls on every command, bound to the current policy's functions by _use (instance
@@ -51,6 +52,7 @@ class Durability:
     # ticket, barrier_ticket() -> ticket, refuse_writes() -> error text or None.
 
     def __init__(self, loop=None, clock_ms=None):
+        self.core_state = None     # the compiled core's state, once a server's pipeline binds it
         self.loop = loop
         self.clock_ms = clock_ms
         self.tracker = None
@@ -59,7 +61,7 @@ class Durability:
         self.assigned = 0
         self.pending = False       # a sync write is uncommitted: reads may have to wait
         self.needs_touched = False   # a journal is attached: the keys each write touched are wanted
-        self.refusing = False      # writes must ask refuse_writes() (async buffer, failed journal)
+        self._refusing = False     # writes must ask refuse_writes() (async buffer, failed journal)
         self.waiting = set()       # outboxes holding a reply for a commit
         self.commit_latency = Buckets(COMMIT_LATENCY_BOUNDS)   # every tracker's entries (the metrics port)
         self.commit_listeners = []  # fn(index) after each commit (snapshots, stats)
@@ -133,6 +135,26 @@ class Durability:
                 fn(effects, index)
             return ticket
         self.submit = submit
+
+    @property
+    def refusing(self):
+        return self._refusing
+
+    @refusing.setter
+    def refusing(self, on):
+        # (the tracker publishes after every batch: the state is written only when the answer changes)
+        if on != self._refusing:
+            self._refusing = on
+            if self.core_state is not None:
+                self.core_state.set("refusing", on)
+
+    def bind_core_state(self, state):
+        """From now on whether writes are refused is written to `state` too (commands/corestate.py). One core
+        per durability layer: a second state is refused."""
+        if self.core_state is not None and self.core_state is not state:
+            raise ValueError("this durability layer already serves another pipeline's compiled core")
+        self.core_state = state
+        state.set("refusing", self._refusing)
 
     def _use(self, tracker):
         self.tracker = tracker

@@ -50,7 +50,10 @@ def core_commands():
 
 
 def batch_core(pipeline, durability, hooks):
-    """The compiled batch loop over one server's pipeline, or None without the compiled core."""
+    """The compiled batch loop over one server's pipeline, or None without the compiled core. Either way the
+    keyspace, `durability` and `hooks` publish their inputs to the pipeline's core state from now on
+    (commands/corestate.py): the one object the core reads its decision to run from."""
+    pipeline.bind_core_state(durability, hooks)
     if core is None:
         return None
     import collections
@@ -58,5 +61,5 @@ def batch_core(pipeline, durability, hooks):
     from ..keyspace.db import estimate_key
     install()
     commands = core_commands()
-    return core.Core(pipeline, pipeline.keyspace, durability, pipeline.monitors, hooks, pipeline.perf_counter,
+    return core.Core(pipeline.core_state, pipeline, pipeline.keyspace, durability, pipeline.monitors,
                      commands, STRING_KEY_COST, estimate_key, collections.deque)

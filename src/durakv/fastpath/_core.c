@@ -440,18 +440,24 @@ static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mse
                                       "rpush", "lpop", "rpop", "sadd"};
 
 /* interned attribute names */
-static PyObject *s_session, *s_outbox, *s_closing, *s_observer, *s_watchers,
-    *s_stats_enabled, *s_perf_counter, *s_mark, *s_refusing, *s_tracker, *s_feeds, *s_authenticated,
+static PyObject *s_session, *s_outbox, *s_closing,
+    *s_perf_counter, *s_mark, *s_tracker, *s_feeds, *s_authenticated,
     *s_in_multi, *s_special, *s_reply_off, *s_reply_skip, *s_asking, *s_decoded, *s_close_after_reply, *s_resp,
-    *s_db_id, *s_track_access, *s_expire_enabled, *s_hide_expired, *s_deleted_by_server, *s_data,
-    *s_expires, *s_hexpires, *s_enc, *s_slots, *s_own_feed, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
+    *s_db_id, *s_data,
+    *s_expires, *s_hexpires, *s_enc, *s_slots, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
     *s_held, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_last_write_index,
     *s_clock_ms, *s_needs_touched, *s_ctx, *s_db, *s_id,
-    *s_handler, *s_arity, *s_failed_calls, *s_admit_rest, *s__gate, *s__router,
-    *s_fast_serving, *s_capa_redirect, *s_from_primary, *s_moving, *s_router,
-    *s__fast, *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_lru_stamp, *s_no_touch;
+    *s_handler, *s_arity, *s_failed_calls,
+    *s_fast_serving, *s_capa_redirect, *s_from_primary,
+    *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_no_touch;
+/* the core's state object's slots (commands/corestate.py CoreState), read at the offsets Core() finds */
+#define NSTATE 9
+enum { ST_MAY_RUN, ST_GATE, ST_SLOT_CODES, ST_LRU_STAMP, ST_CLOCK, ST_WATCHERS, ST_MOVING, ST_DELETED, ST_OWN_FEED };
+static const char *STATE_NAMES[NSTATE] = {"may_run", "gate", "slot_codes", "lru_stamp", "clock", "watchers",
+                                              "moving", "deleted", "own_feed"};
+static PyObject *s_state[NSTATE];
 static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, *s__tail, *s__buf, *s__args, *s__auth,
     *s__partial, *s_max_bulk_len, *s_net_in, *s_net_out, *s_net_input_bytes, *s_reads_processed,
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
@@ -469,7 +475,11 @@ static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter;
+    PyObject *state;          /* the pipeline's CoreState: every server-wide decision to run (commands/corestate.py) */
+    PyTypeObject *state_type; /* ... its class, whose slots are at these offsets */
+    Py_ssize_t state_off[NSTATE];
+    PyObject *pipeline, *keyspace, *durability, *monitors;
+    PyObject *perf_counter;   /* time.perf_counter: CLOCK_MONOTONIC, which the core reads itself */
     PyObject *estimate_key;   /* keyspace.db.estimate_key: a collection's sampled size, as call() measures it */
     PyObject *deque_type;     /* collections.deque */
     PyObject *cmds[NCMD];     /* the table's Command of each implementation the table lets run here, or NULL */
@@ -484,8 +494,9 @@ typedef struct {
  * server's objects, which refer to it (server.fast); without tp_traverse a stopped server and all it held
  * would never be freed. */
 static int core_traverse(Core *self, visitproc visit, void *arg) {
+    Py_VISIT(self->state); Py_VISIT(self->state_type);
     Py_VISIT(self->pipeline); Py_VISIT(self->keyspace); Py_VISIT(self->durability);
-    Py_VISIT(self->monitors); Py_VISIT(self->hooks); Py_VISIT(self->perf_counter);
+    Py_VISIT(self->monitors); Py_VISIT(self->perf_counter);
     Py_VISIT(self->estimate_key); Py_VISIT(self->deque_type);
     for (int i = 0; i < NCMD; i++) Py_VISIT(self->cmds[i]);
     Py_VISIT(self->end_turn);
@@ -494,8 +505,9 @@ static int core_traverse(Core *self, visitproc visit, void *arg) {
 
 static int core_clear(Core *self) {
     Py_CLEAR(self->end_turn);     /* first: breaks the cycle through this core's own bound method */
+    Py_CLEAR(self->state); Py_CLEAR(self->state_type);
     Py_CLEAR(self->pipeline); Py_CLEAR(self->keyspace); Py_CLEAR(self->durability);
-    Py_CLEAR(self->monitors); Py_CLEAR(self->hooks); Py_CLEAR(self->perf_counter);
+    Py_CLEAR(self->monitors); Py_CLEAR(self->perf_counter);
     Py_CLEAR(self->estimate_key); Py_CLEAR(self->deque_type);
     for (int i = 0; i < NCMD; i++) Py_CLEAR(self->cmds[i]);
     return 0;
@@ -509,23 +521,39 @@ static void core_dealloc(Core *self) {
 
 static int cmd_id(PyObject *name);
 
-/* Core(pipeline, keyspace, durability, monitors, hooks, perf_counter, commands: {name: Command}, key_cost,
- *      estimate_key, deque) */
+/* Core(state, pipeline, keyspace, durability, monitors, commands: {name: Command}, key_cost, estimate_key,
+ *      deque) */
 static int core_init(Core *self, PyObject *args, PyObject *kw) {
-    PyObject *pipeline, *keyspace, *durability, *monitors, *hooks, *perf_counter, *commands, *estimate_key, *dq;
+    PyObject *state, *pipeline, *keyspace, *durability, *monitors, *commands, *estimate_key, *dq;
     long long key_cost;
-    if (!PyArg_ParseTuple(args, "OOOOOOO!LOO", &pipeline, &keyspace, &durability, &monitors, &hooks,
-                          &perf_counter, &PyDict_Type, &commands, &key_cost, &estimate_key, &dq))
+    if (!PyArg_ParseTuple(args, "OOOOOO!LOO", &state, &pipeline, &keyspace, &durability, &monitors,
+                          &PyDict_Type, &commands, &key_cost, &estimate_key, &dq))
         return -1;
     core_clear(self);   /* (__init__ called again: what the first call held is let go) */
+    /* the state's slots: found once here, read at their offsets per batch (the state's class is checked there) */
+    for (int i = 0; i < NSTATE; i++) {
+        PyObject *d = _PyType_Lookup(Py_TYPE(state), s_state[i]);
+        PyMemberDef *m = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)d)->d_member : NULL;
+        if (m == NULL || m->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "Core(): the state object %R has no __slots__ member %R", state, s_state[i]);
+            return -1;
+        }
+        self->state_off[i] = m->offset;
+    }
+    Py_INCREF(state); self->state = state;
+    Py_INCREF(Py_TYPE(state)); self->state_type = Py_TYPE(state);
+    {
+        PyObject *time = PyImport_ImportModule("time");
+        self->perf_counter = time != NULL ? PyObject_GetAttrString(time, "perf_counter") : NULL;
+        Py_XDECREF(time);
+        if (self->perf_counter == NULL) return -1;
+    }
     Py_INCREF(estimate_key); self->estimate_key = estimate_key;
     Py_INCREF(dq); self->deque_type = dq;
     Py_INCREF(pipeline); self->pipeline = pipeline;
     Py_INCREF(keyspace); self->keyspace = keyspace;
     Py_INCREF(durability); self->durability = durability;
     Py_INCREF(monitors); self->monitors = monitors;
-    Py_INCREF(hooks); self->hooks = hooks;
-    Py_INCREF(perf_counter); self->perf_counter = perf_counter;
     self->key_cost = key_cost;
     PyObject *key, *cmd;
     Py_ssize_t pos = 0;
@@ -1725,39 +1753,47 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
     return 0;
 }
 
-/* A shard member (cluster mode): the gate and the router are the pipeline's admission inputs, and the core serves
- * a command itself only where their answer is "serve": a gate that answers fast_serving() (a shard member's,
- * replication/lease.py: a primary, its lease valid now by the rule serving_error uses, no hand-over holding
- * commands) and answers yes for each keyed command, the router's per-slot code SERVE, no key on its way to
- * another shard. Anything else, a REPLICAOF link's gate included, is the pipeline's. Errors surface.
- * 1: may run here, 0: not, -1: error. */
+/* A slot of the core's state object (commands/corestate.py CoreState), borrowed, at the offset Core() found;
+ * NULL with an exception if it was deleted. */
+static inline PyObject *state_get(Core *c, int i) {
+    PyObject *v = *(PyObject **)((char *)c->state + c->state_off[i]);
+    if (v == NULL) PyErr_Format(PyExc_AttributeError, "the compiled core's state has no %R", s_state[i]);
+    return v;
+}
+
+/* Whether one of the state's containers (filled and drained in place by their owners) holds something:
+ * 1, 0 (empty, or None), -1. */
+static int holds_something(PyObject *o) {
+    if (o == Py_None) return 0;
+    if (PyDict_Check(o)) return PyDict_GET_SIZE(o) != 0;
+    if (PyList_Check(o)) return PyList_GET_SIZE(o) != 0;
+    if (PyAnySet_Check(o)) return PySet_GET_SIZE(o) != 0;
+    return PyObject_IsTrue(o);
+}
+
+/* A shard member (cluster mode): the state's gate and slot codes are what the pipeline's admission inputs (the
+ * role gate, the cluster router) say, and the core serves a command itself only where their answer is "serve":
+ * a gate that answers fast_serving() (a shard member's, replication/lease.py: a primary, its lease valid now by
+ * the rule serving_error uses, no hand-over holding commands) and answers yes for each keyed command, the
+ * router's per-slot code SERVE, no key on its way to another shard (the state's `moving`, fast_allowed).
+ * Any other gate (a REPLICAOF link's), or a router without slot codes (CLUSTERDOWN), keeps the state's may_run
+ * false. Errors surface. 1: may run here, 0: not, -1: error. */
 static int cluster_entry(Run *r, PyObject *session) {
-    PyObject *p = r->core->pipeline;
-    PyObject *gate = ga(p, s__gate);
+    Core *c = r->core;
+    PyObject *gate = state_get(c, ST_GATE);
     if (gate == NULL) return -1;
     if (gate != Py_None) {
-        r->gate = gate;
-        /* the gate's class says whether it is a shard member's (a type lookup: no attribute error to swallow) */
-        if (_PyType_Lookup(Py_TYPE(gate), s_fast_serving) == NULL) return 0;
         int t;
         if ((t = attr_true(session, s_capa_redirect)) != 0) return t < 0 ? -1 : 0;
         if ((t = attr_true(session, s_from_primary)) != 0) return t < 0 ? -1 : 0;
-    } else {
-        Py_DECREF(gate);
+        Py_INCREF(gate);
+        r->gate = gate;
     }
-    PyObject *routing = ga(p, s__router);
-    if (routing == NULL) return -1;
-    if (routing == Py_None) { Py_DECREF(routing); return 1; }
-    int t = attr_true(routing, s_moving);
-    PyObject *router = t == 0 ? ga(routing, s_router) : NULL;
-    Py_DECREF(routing);
-    if (t != 0) return t < 0 ? -1 : 0;
-    if (router == NULL) return -1;
-    if (router == Py_None) { Py_DECREF(router); return 0; }   /* CLUSTERDOWN: the pipeline answers */
-    PyObject *codes = ga(router, s__fast);
-    Py_DECREF(router);
+    PyObject *codes = state_get(c, ST_SLOT_CODES);
     if (codes == NULL) return -1;
-    if (!PyBytes_CheckExact(codes) || PyBytes_GET_SIZE(codes) != 16384) { Py_DECREF(codes); return 0; }
+    if (codes == Py_None) return 1;
+    if (!PyBytes_CheckExact(codes) || PyBytes_GET_SIZE(codes) != 16384) return 0;
+    Py_INCREF(codes);
     r->slot_codes = codes;
     return 1;
 }
@@ -1788,14 +1824,15 @@ static int cluster_admits(Run *r, PyObject *args, Py_ssize_t first, Py_ssize_t s
     return 1;
 }
 
-/* The state that sends every request through the Python pipeline (admission, an observer, WATCH, a session
- * in MULTI or subscribed, CLIENT REPLY, ...): 1 if none of it holds, 0 if some does, -1 on error. */
+/* The state that sends every request through the Python pipeline: the session's (MULTI, subscribed, CLIENT
+ * REPLY, ...), and the server's, all of which the core's state object says (admission, an observer, WATCH,
+ * statistics, the clock, refused writes, expiry, access times, a gate or router that cannot answer, keys moving,
+ * deletions or pushes not yet sent: commands/corestate.py): 1 if none of it holds, 0 if some does, -1 on error. */
 static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
     int t;
 #define NEED_FALSE(o, n) do { t = attr_true(o, n); if (t != 0) return t < 0 ? -1 : 0; } while (0)
 #define NEED_TRUE(o, n) do { t = attr_true(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
 #define NEED_NONE(o, n) do { t = attr_is_none(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
-#define NEED_FALSE_NONE(o, n) do { t = attr_is_none(o, n); if (t != 0) return t < 0 ? -1 : 0; } while (0)
     NEED_FALSE(conn, s_closing);
     NEED_TRUE(session, s_authenticated);
     NEED_FALSE(session, s_in_multi);
@@ -1805,32 +1842,24 @@ static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
     NEED_FALSE(session, s_asking);
     NEED_NONE(session, s_decoded);
     NEED_FALSE(session, s_close_after_reply);
-    PyObject *p = c->pipeline;
-    NEED_FALSE(p, s_admit_rest);   /* the router and the gate are checked in cluster_entry / cluster_admits */
-    NEED_NONE(p, s_observer);
-    NEED_FALSE(p, s_watchers);
-    NEED_TRUE(p, s_stats_enabled);
-    PyObject *pc = ga(p, s_perf_counter);
-    if (pc == NULL) return -1;
-    t = pc == c->perf_counter;   /* an injected clock: the Python path times with it */
-    Py_DECREF(pc);
-    if (!t) return 0;
-    NEED_FALSE(c->durability, s_refusing);
-    PyObject *ks = c->keyspace;
-    /* access times: none kept, or the LRU clock stamped as Keyspace.lookup does (touch); an LFU counter
-     * (or a clock not ticked yet) is the Python path's */
-    t = attr_is_none(ks, s_track_access);
-    if (t < 0) return -1;
-    if (!t) NEED_FALSE_NONE(ks, s_lru_stamp);
-    NEED_TRUE(ks, s_expire_enabled);
-    NEED_FALSE(ks, s_hide_expired);
-    NEED_FALSE(ks, s_deleted_by_server);
-    NEED_FALSE(c->hooks, s_own_feed);
-    return 1;
 #undef NEED_FALSE
 #undef NEED_TRUE
 #undef NEED_NONE
-#undef NEED_FALSE_NONE
+    if (Py_TYPE(c->state) != c->state_type) {   /* (its class reassigned: the offsets are not its slots) */
+        PyErr_SetString(PyExc_TypeError, "the compiled core's state object changed class");
+        return -1;
+    }
+    PyObject *v = state_get(c, ST_MAY_RUN);
+    if (v == NULL) return -1;
+    if (v != Py_True) return 0;
+    static const int held[] = {ST_WATCHERS, ST_MOVING, ST_DELETED, ST_OWN_FEED};
+    for (size_t k = 0; k < sizeof held / sizeof held[0]; k++) {
+        v = state_get(c, held[k]);
+        if (v == NULL) return -1;
+        t = holds_something(v);
+        if (t != 0) return t < 0 ? -1 : 0;
+    }
+    return 1;
 }
 
 /* Writes back what a run counted (the Python objects hold every counter; the run only batches the adds). */
@@ -1974,11 +2003,10 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         int no_touch = attr_true(r.session, s_no_touch);   /* CLIENT NO-TOUCH: lookups leave access times */
         if (no_touch < 0) goto error;
         if (!no_touch) {
-            PyObject *stamp = ga(self->keyspace, s_lru_stamp);
+            PyObject *stamp = state_get(self, ST_LRU_STAMP);   /* the keyspace's lru_stamp, borrowed */
             if (stamp == NULL) goto error;
             if (stamp != Py_None) {
                 unsigned long lru = PyLong_AsUnsignedLong(stamp);
-                Py_DECREF(stamp);
                 if (PyErr_Occurred() || lru > 0xFFFFFFFFul) {   /* (an access time is 32 bits: set_access says so) */
                     PyErr_Clear();
                     status = 1;
@@ -1986,8 +2014,6 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
                 }
                 r.stamp = 1;
                 r.lru = (uint32_t)lru;
-            } else {
-                Py_DECREF(stamp);
             }
         }
     }
@@ -2342,7 +2368,7 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
         t = sa(session, s_last_interaction_ms, now) < 0 || sa(server, s_now_ms, now) < 0;
         Py_DECREF(now);
         if (t) goto error;
-        PyObject *pc = ga(self->pipeline, s_perf_counter);
+        PyObject *pc = state_get(self, ST_CLOCK);   /* the pipeline's clock, borrowed */
         if (pc == NULL) goto error;
         if (pc == self->perf_counter) {   /* time.perf_counter is CLOCK_MONOTONIC, as monotonic_s */
             PyObject *mark = PyFloat_FromDouble(monotonic_s());
@@ -2353,7 +2379,6 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
             t = m == NULL;
             Py_XDECREF(m);
         }
-        Py_DECREF(pc);
         if (t) goto error;
     }
     int status;
@@ -2450,17 +2475,16 @@ PyMODINIT_FUNC PyInit__core(void) {
     PyObject *names = PyList_New(0);   /* (a reference kept for the module's life: it becomes NAMES) */
     if (names == NULL) return NULL;
     INTERN(s_session, "session"); INTERN(s_outbox, "outbox"); INTERN(s_closing, "closing");
-    INTERN(s_observer, "observer"); INTERN(s_watchers, "watchers");
-    INTERN(s_stats_enabled, "stats_enabled"); INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "mark_s");
-    INTERN(s_refusing, "refusing"); INTERN(s_tracker, "tracker"); INTERN(s_feeds, "feeds");
+    for (int i = 0; i < NSTATE; i++) INTERN(s_state[i], STATE_NAMES[i]);
+    INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "mark_s");
+    INTERN(s_tracker, "tracker"); INTERN(s_feeds, "feeds");
     INTERN(s_authenticated, "authenticated"); INTERN(s_in_multi, "in_multi"); INTERN(s_special, "special");
     INTERN(s_reply_off, "reply_off"); INTERN(s_reply_skip, "reply_skip"); INTERN(s_asking, "asking");
     INTERN(s_decoded, "decoded"); INTERN(s_close_after_reply, "close_after_reply"); INTERN(s_resp, "resp");
-    INTERN(s_db_id, "db_id"); INTERN(s_track_access, "_track"); INTERN(s_expire_enabled, "expire_enabled");
-    INTERN(s_hide_expired, "hide_expired"); INTERN(s_deleted_by_server, "deleted_by_server");
+    INTERN(s_db_id, "db_id");
     INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires");
     INTERN(s_enc, "enc");
-    INTERN(s_slots, "slots"); INTERN(s_own_feed, "own_feed"); INTERN(s_threshold_us, "threshold_us");
+    INTERN(s_slots, "slots"); INTERN(s_threshold_us, "threshold_us");
     INTERN(s_request_limit, "request_limit"); INTERN(s_reply_limit, "reply_limit"); INTERN(s_ready, "ready");
     INTERN(s_held, "held"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");
     INTERN(s_latency, "latency"); INTERN(s_skip_slowlog, "skip_slowlog"); INTERN(s_record, "record");
@@ -2485,12 +2509,11 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_clock_ms, "clock_ms");     INTERN(s_needs_touched, "needs_touched");
     INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler");
     INTERN(s_arity, "arity");
-    INTERN(s_admit_rest, "_admit_rest"); INTERN(s__gate, "_gate");
-    INTERN(s__router, "_router"); INTERN(s_fast_serving, "fast_serving");
-    INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary"); INTERN(s_moving, "moving");
-    INTERN(s_router, "router"); INTERN(s__fast, "_fast"); INTERN(s_add, "add"); INTERN(s_discard, "discard");
+    INTERN(s_fast_serving, "fast_serving");
+    INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary");
+    INTERN(s_add, "add"); INTERN(s_discard, "discard");
     init_crc16(); INTERN(s_failed_calls, "failed_calls");
-    INTERN(s_lru_stamp, "lru_stamp"); INTERN(s_no_touch, "no_touch");
+    INTERN(s_no_touch, "no_touch");
     INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
         INTERN(s_server, "server"); INTERN(s_parser, "parser"); INTERN(s_backlog, "backlog");
     INTERN(s_transport, "transport"); INTERN(s__carry_args, "_carry_args"); INTERN(s__tail, "_tail");

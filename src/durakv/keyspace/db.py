@@ -214,14 +214,17 @@ class Keyspace:
     Keys deleted by lazy/active expiry or eviction are reported in `deleted_by_server` as (db, key)
     so the caller can turn them into DEL effects for the journal.
     """
-    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict
-    __slots__ = ("_track", "lru_stamp", "expire_enabled", "hide_expired", "deleted_by_server", "hits", "misses",
-                 "used_bytes", "changes", "notify_flags",
+    # counters the compiled core adds to at their offsets (fastpath/_core.c), and the inputs of its decision to
+    # run, which it reads from the state they are published to (core_state: commands/corestate.py); the rest in
+    # the dict
+    __slots__ = ("_track", "lru_stamp", "_expire_enabled", "_hide_expired", "_deleted_by_server", "hits", "misses",
+                 "used_bytes", "changes", "notify_flags", "core_state",
                  "__dict__", "__weakref__")
 
 
     def __init__(self, num_dbs: int = 16, clock_ms=None, rng=None):
         import time
+        self.core_state = None       # the compiled core's state, once a server's pipeline binds it
         self.dbs = [Db(i) for i in range(num_dbs)]
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.rng = rng or random.Random()
@@ -508,6 +511,58 @@ class Keyspace:
                 heapq.heapify(db.expiry_heap)
         return removed
 
+    # -- the compiled core's inputs (published to core_state where they change) ---------------------
+    def bind_core_state(self, state):
+        """From now on this keyspace writes its part of the compiled core's decision to `state`
+        (commands/corestate.py): whether time deletes keys, whether expired keys hide, the access times kept,
+        and its list of the server's own deletions. One core per keyspace: a second state is refused."""
+        if self.core_state is not None and self.core_state is not state:
+            raise ValueError("this keyspace already serves another pipeline's compiled core")
+        self.core_state = state
+        state.set("no_expire", not self._expire_enabled)
+        state.set("hide_expired", self._hide_expired)
+        state.deleted = self._deleted_by_server
+        self._publish_access()
+
+    def _publish_access(self):
+        """Access times: none kept, or the LRU clock stamped on each key the core looks up; LFU counters (or an
+        LRU clock not ticked yet) are the Python path's."""
+        state = self.core_state
+        if state is not None:
+            state.lru_stamp = self.lru_stamp
+            state.set("access", self._track is not None and self.lru_stamp is None)
+
+    @property
+    def expire_enabled(self):
+        return self._expire_enabled
+
+    @expire_enabled.setter
+    def expire_enabled(self, on):
+        self._expire_enabled = on
+        if self.core_state is not None:
+            self.core_state.set("no_expire", not on)
+
+    @property
+    def hide_expired(self):
+        return self._hide_expired
+
+    @hide_expired.setter
+    def hide_expired(self, on):
+        self._hide_expired = on
+        if self.core_state is not None:
+            self.core_state.set("hide_expired", on)
+
+    @property
+    def deleted_by_server(self):
+        return self._deleted_by_server
+
+    @deleted_by_server.setter
+    def deleted_by_server(self, log):
+        # (server/notify.py wraps it once; filled and drained in place everywhere else)
+        self._deleted_by_server = log
+        if self.core_state is not None:
+            self.core_state.deleted = log
+
     # -- access tracking for LRU/LFU eviction --------------------------------------------------
     @property
     def track_access(self):
@@ -517,12 +572,14 @@ class Keyspace:
     def track_access(self, value):
         self._track = value
         self.lru_stamp = self.lru_second if value == "lru" else None
+        self._publish_access()
 
     def lru_tick(self):
         """The cron's refresh of the LRU clock."""
         self.lru_second = self.clock_ms() // 1000 + self.lru_offset_s
         if self._track == "lru":
             self.lru_stamp = self.lru_second
+            self._publish_access()
 
     def lru_now_s(self) -> int:
         """The LRU clock (LRU_CLOCK()): the cron's tick, on which access times are stamped and read."""

@@ -70,7 +70,7 @@ class Router:
     """
 
     __slots__ = ("topology", "myself_id", "myself", "my_shard", "is_primary", "healthy", "endpoint",
-                 "allow_reads_when_down", "allow_pubsubshard_when_down", "_fast", "_owner", "_moving_out",
+                 "allow_reads_when_down", "allow_pubsubshard_when_down", "slot_codes", "_owner", "_moving_out",
                  "_moving_in")
 
     def __init__(self, topology, myself_id: str, *, require_full_coverage=True, allow_reads_when_down=False,
@@ -104,7 +104,9 @@ class Router:
                 fast[a:b + 1] = bytes([code]) * (b - a + 1)
             for slot in self._moving_out:
                 fast[slot] = _SLOW
-        self._fast = bytes(fast)
+        # slot -> _SERVE / _SERVE_READS / _SLOW: route()'s first answer, and the compiled core's slot check
+        # (through the pipeline's core state)
+        self.slot_codes = bytes(fast)
 
     def route(self, keys, write=False, readonly=False, asking=False, exists=None, tls=False, pubsub=False):
         """None to serve the command here, else a Refusal.
@@ -124,7 +126,7 @@ class Router:
             return None
         key = keys[0]
         slot = _crc(key, 0) & 16383 if LBRACE not in key else key_slot(key)
-        code = self._fast[slot]
+        code = self.slot_codes[slot]
         if n == 1:
             if code == _SERVE or (code == _SERVE_READS and readonly and not write):
                 return None

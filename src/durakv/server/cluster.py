@@ -62,6 +62,8 @@ class ClusterRouting:
                              endpoint=cfg["cluster-preferred-endpoint-type"])
         self.topology = topology
         self.revision = revision
+        if self.server.pipeline.router is self:     # the compiled core's slot codes are this router's now
+            self.server.pipeline.routing_changed()
         mine = self.router.my_shard
         self.migrations.observe(topology, revision, int(time.time()), mine.id if mine is not None else None)
         if self._waiters:

@@ -398,7 +398,9 @@ class Hooks:
     def after_reply(self, conn):
         """The current client's reply is queued: the invalidations its own command caused follow it."""
         if self.own_feed:
-            feed, self.own_feed = self.own_feed, []
+            # emptied in place, never rebound: the compiled core's state holds this list (commands/corestate.py)
+            feed = self.own_feed.copy()
+            self.own_feed.clear()
             for target, data, ticket in feed:
                 target.push(data, ticket)   # another client's only if its reply never came this way (a Deferred)
         deferred = self._deferred
