@@ -26,8 +26,8 @@ OWNERS = {
     # server's own deletions, pushes queued behind a reply): commands/corestate.py, read at its slots' offsets
     "CoreState": "may_run gate slot_codes lru_stamp clock watchers moving deleted own_feed",
     "Connection": "session outbox closing server parser backlog transport _read _process _run_batch",
-    "Session": "authenticated in_multi special reply_off reply_skip asking decoded close_after_reply resp db_id "
-               "commands_processed last_cmd last_write_index ctx capa_redirect from_primary no_touch net_in net_out "
+    # core_block: the session's flags that leave its requests to the pipeline, folded (commands/session.py)
+    "Session": "core_block resp db_id commands_processed last_cmd last_write_index ctx no_touch net_in net_out "
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
     "Pipeline": "mark_s total_commands",

@@ -7,6 +7,10 @@ expiry on a replica ...), by setting the owner's attribute on the loop; then it 
 the core stops running commands (INFO server `durakv_core_commands` stands still while GETs are answered), and
 that it runs them again once the input is back. A stale decision would let the core serve what the pipeline
 refuses, so each owner's write is what is tested, never the state's own fields.
+
+Per connection, the session's ten flags the core used to read one by one are folded into `core_block` by their
+setters (commands/session.py): each is flipped on a live client's session and the core's answer to that client's
+next batch checked.
 """
 
 import time
@@ -17,6 +21,8 @@ import valkey
 from durakv import fastpath
 from durakv.commands.corestate import REASONS, CoreState
 from durakv.commands.pipeline import Pipeline
+from durakv.commands.session import (CORE_BLOCK_ALWAYS, CORE_BLOCK_GATED, CORE_BLOCK_SPECIAL,
+                                     CORE_BLOCK_UNAUTHENTICATED, Session)
 from durakv.keyspace import Keyspace
 from durakv.server.cluster import ClusterRouting, unassigned_topology
 
@@ -117,8 +123,10 @@ def test_a_serving_server_holds_no_reason(served):
 
 def test_admission_maxmemory(served):
     c = served.c
+    assert c.info("server")["durakv_core_blocked"] in ("", None)
     c.config_set("maxmemory", "100mb")
     assert "admission" in served.state()[0]
+    assert c.info("server")["durakv_core_blocked"] == "admission"    # (INFO says why)
     assert _core_stands_still(c)
     c.config_set("maxmemory", "0")
     assert served.state() == ([], [])
@@ -367,3 +375,84 @@ def test_unbound_until_the_server_builds_its_core():
     assert p.core_state.reasons() == ["no_expire"]
     with pytest.raises(ValueError, match="another"):
         Pipeline(ks).bind_core_state(p.durability, None)
+
+
+# -- per connection: the session's flags, folded into core_block ------------------------------------------
+
+# each flag of the session the core used to read one by one, and a value that sends requests to the pipeline
+SESSION_FLAGS = {"authenticated": False, "in_multi": True, "special": True, "reply_off": True, "reply_skip": 1,
+                 "asking": True, "decoded": (b"payload", None), "close_after_reply": True}
+GATED_FLAGS = {"capa_redirect": True, "from_primary": True}
+
+
+@pytest.mark.parametrize("flag", sorted(SESSION_FLAGS))
+def test_a_session_flag_stops_the_core_for_that_client(served, flag):
+    """Setting the flag (as the command that sets it does: an attribute write) folds it into core_block at once,
+    and the core leaves the client's next batch to the pipeline; clearing it lets the core run again."""
+    server = served.server
+
+    def probe():
+        (conn,) = server.clients.values()
+        session = conn.session
+        old = getattr(session, flag)
+        setattr(session, flag, SESSION_FLAGS[flag])
+        try:
+            return session.core_block & CORE_BLOCK_ALWAYS, _probe(server)
+        finally:
+            setattr(session, flag, old)
+    assert served.loop(probe) == (CORE_BLOCK_ALWAYS, (0, 1))
+    assert served.loop(lambda: next(iter(server.clients.values())).session.core_block) == 0
+    wait_until(lambda: _core_runs(served.c), 10, what="the core runs GET again")
+
+
+@pytest.mark.parametrize("flag", sorted(GATED_FLAGS))
+def test_a_gated_session_flag_stops_the_core_under_a_gate(served, flag):
+    """CLIENT CAPA redirect and the REPLICAOF link's session matter where a role gate decides: with one, the core
+    leaves the client's batches to admission; without one they are like any client's."""
+    server = served.server
+    p = server.pipeline
+
+    def probe():
+        (conn,) = server.clients.values()
+        session = conn.session
+        setattr(session, flag, GATED_FLAGS[flag])
+        p.gate = _MemberGate()
+        try:
+            return session.core_block, _probe(server)
+        finally:
+            p.gate = None
+            setattr(session, flag, False)
+    assert served.loop(probe) == (CORE_BLOCK_GATED, (0, 1))
+    wait_until(lambda: _core_runs(served.c), 10, what="the core runs GET again")
+
+
+def test_multi_exec_through_the_pipeline(served):
+    """MULTI sets in_multi through its setter: the queued GET and EXEC are the pipeline's, then the core runs."""
+    c = served.c
+    before = _core_count(c)
+    assert c.execute_command("MULTI") in (b"OK", "OK", True)
+    assert served.loop(lambda: next(iter(served.server.clients.values())).session.core_block) == CORE_BLOCK_ALWAYS
+    assert c.execute_command("GET", "k") in (b"QUEUED", "QUEUED")
+    assert c.execute_command("EXEC") == [b"v"]
+    assert _core_count(c) == before
+    assert served.loop(lambda: next(iter(served.server.clients.values())).session.core_block) == 0
+    wait_until(lambda: _core_runs(c), 10, what="the core runs GET after EXEC")
+
+
+def test_core_block_is_every_flag_folded():
+    """For every combination of the ten flags, core_block is what the core's old ten reads decided."""
+    import itertools
+    flags = {**SESSION_FLAGS, **GATED_FLAGS}
+    session = Session()
+    cleared = {name: getattr(session, name) for name in flags}
+    assert session.core_block == 0
+    for on in itertools.product((False, True), repeat=len(flags)):
+        for (name, value), set_it in zip(flags.items(), on):
+            setattr(session, name, value if set_it else cleared[name])
+        always = any(set_it for name, set_it in zip(flags, on) if name in SESSION_FLAGS)
+        gated = any(set_it for name, set_it in zip(flags, on) if name in GATED_FLAGS)
+        block = session.core_block
+        assert bool(block & CORE_BLOCK_ALWAYS) == always
+        assert bool(block & CORE_BLOCK_GATED) == gated
+        assert bool(block & CORE_BLOCK_UNAUTHENTICATED) == (not session.authenticated)
+        assert bool(block & CORE_BLOCK_SPECIAL) == bool(session.special)

@@ -44,6 +44,7 @@ they are not known (FLUSHALL, SWAPDB, SORT ... STORE): then every later read wai
 
 import logging
 import time
+from operator import attrgetter
 
 from .. import messages
 from ..errors import CommandError
@@ -122,16 +123,14 @@ def _admission_input(name):
 
 def _core_input(name, reason, blocks):
     """A pipeline attribute the compiled core's decision depends on: setting it writes `reason` into the core's
-    state (commands/corestate.py), `blocks(value)` saying whether the value keeps the core from running."""
+    state (commands/corestate.py), `blocks(value)` saying whether the value keeps the core from running. Read
+    through a C getter: no Python frame where the pipeline reads it per command."""
     private = "_" + name
-
-    def get(self):
-        return getattr(self, private)
 
     def set(self, value):
         setattr(self, private, value)
         self.core_state.set(reason, blocks(value))
-    return property(get, set)
+    return property(attrgetter(private), set)
 
 
 class Redirection(str):
@@ -189,15 +188,11 @@ class Pipeline:
     observer = _core_input("observer", "observer", lambda obs: obs is not None)
     stats_enabled = _core_input("stats_enabled", "stats_off", lambda on: not on)
 
-    @property
-    def perf_counter(self):
-        return self._perf_counter
-
-    @perf_counter.setter
-    def perf_counter(self, clock):
+    def _set_perf_counter(self, clock):
         # (the core also marks a read's start on this clock itself when it is the real one)
         self._perf_counter = self.core_state.clock = clock
         self.core_state.set("clock", clock is not time.perf_counter)
+    perf_counter = property(attrgetter("_perf_counter"), _set_perf_counter)
 
     def __init__(self, keyspace, services=None, perf_counter=time.perf_counter, config=None):
         from .services import Services

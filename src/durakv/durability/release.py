@@ -26,6 +26,7 @@ read_ticket until the commit, and holding them could only make them late.
 
 import heapq
 import itertools
+from operator import attrgetter
 
 from .. import messages
 from ..keyspace.db import FeedOnly
@@ -136,17 +137,13 @@ class Durability:
             return ticket
         self.submit = submit
 
-    @property
-    def refusing(self):
-        return self._refusing
-
-    @refusing.setter
-    def refusing(self, on):
+    def _set_refusing(self, on):
         # (the tracker publishes after every batch: the state is written only when the answer changes)
         if on != self._refusing:
             self._refusing = on
             if self.core_state is not None:
                 self.core_state.set("refusing", on)
+    refusing = property(attrgetter("_refusing"), _set_refusing)   # (a C getter: read per write)
 
     def bind_core_state(self, state):
         """From now on whether writes are refused is written to `state` too (commands/corestate.py). One core

@@ -439,10 +439,15 @@ static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mse
                                       "decrby", "del", "unlink", "exists", "ttl", "pttl", "hget", "hset", "lpush",
                                       "rpush", "lpop", "rpop", "sadd"};
 
+/* A session's core_block bits (commands/session.py, whose setters keep it current) */
+#define CORE_BLOCK_ALWAYS 1           /* its requests go through the pipeline */
+#define CORE_BLOCK_GATED 2            /* ... where a role gate is set */
+#define CORE_BLOCK_UNAUTHENTICATED 4  /* not authenticated (the parser's limits are an unauthenticated one's) */
+#define CORE_BLOCK_SPECIAL 8          /* subscribed or MONITOR (a pubsub client's output limits) */
+
 /* interned attribute names */
 static PyObject *s_session, *s_outbox, *s_closing,
-    *s_perf_counter, *s_mark, *s_tracker, *s_feeds, *s_authenticated,
-    *s_in_multi, *s_special, *s_reply_off, *s_reply_skip, *s_asking, *s_decoded, *s_close_after_reply, *s_resp,
+    *s_perf_counter, *s_mark, *s_tracker, *s_feeds, *s_core_block, *s_resp,
     *s_db_id, *s_data,
     *s_expires, *s_hexpires, *s_enc, *s_slots, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
     *s_held, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
@@ -450,7 +455,7 @@ static PyObject *s_session, *s_outbox, *s_closing,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_last_write_index,
     *s_clock_ms, *s_needs_touched, *s_ctx, *s_db, *s_id,
     *s_handler, *s_arity, *s_failed_calls,
-    *s_fast_serving, *s_capa_redirect, *s_from_primary,
+    *s_fast_serving,
     *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_no_touch;
 /* the core's state object's slots (commands/corestate.py CoreState), read at the offsets Core() finds */
 #define NSTATE 9
@@ -1783,9 +1788,10 @@ static int cluster_entry(Run *r, PyObject *session) {
     PyObject *gate = state_get(c, ST_GATE);
     if (gate == NULL) return -1;
     if (gate != Py_None) {
-        int t;
-        if ((t = attr_true(session, s_capa_redirect)) != 0) return t < 0 ? -1 : 0;
-        if ((t = attr_true(session, s_from_primary)) != 0) return t < 0 ? -1 : 0;
+        /* CLIENT CAPA redirect, or the REPLICAOF link's session: the gate's own rules in admission */
+        long long block = attr_ll(session, s_core_block);
+        if (block == -1 && PyErr_Occurred()) return -1;
+        if (block & CORE_BLOCK_GATED) return 0;
         Py_INCREF(gate);
         r->gate = gate;
     }
@@ -1829,22 +1835,13 @@ static int cluster_admits(Run *r, PyObject *args, Py_ssize_t first, Py_ssize_t s
  * statistics, the clock, refused writes, expiry, access times, a gate or router that cannot answer, keys moving,
  * deletions or pushes not yet sent: commands/corestate.py): 1 if none of it holds, 0 if some does, -1 on error. */
 static int fast_allowed(Core *c, PyObject *conn, PyObject *session) {
-    int t;
-#define NEED_FALSE(o, n) do { t = attr_true(o, n); if (t != 0) return t < 0 ? -1 : 0; } while (0)
-#define NEED_TRUE(o, n) do { t = attr_true(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
-#define NEED_NONE(o, n) do { t = attr_is_none(o, n); if (t != 1) return t < 0 ? -1 : 0; } while (0)
-    NEED_FALSE(conn, s_closing);
-    NEED_TRUE(session, s_authenticated);
-    NEED_FALSE(session, s_in_multi);
-    NEED_FALSE(session, s_special);
-    NEED_FALSE(session, s_reply_off);
-    NEED_FALSE(session, s_reply_skip);
-    NEED_FALSE(session, s_asking);
-    NEED_NONE(session, s_decoded);
-    NEED_FALSE(session, s_close_after_reply);
-#undef NEED_FALSE
-#undef NEED_TRUE
-#undef NEED_NONE
+    int t = attr_true(conn, s_closing);
+    if (t != 0) return t < 0 ? -1 : 0;
+    /* the session's flags (authenticated, MULTI, subscribed or MONITOR, CLIENT REPLY, ASKING, a decoded RESTORE
+     * payload, closing after the reply), folded by their setters (commands/session.py) */
+    long long block = attr_ll(session, s_core_block);
+    if (block == -1 && PyErr_Occurred()) return -1;
+    if (block & CORE_BLOCK_ALWAYS) return 0;
     if (Py_TYPE(c->state) != c->state_type) {   /* (its class reassigned: the offsets are not its slots) */
         PyErr_SetString(PyExc_TypeError, "the compiled core's state object changed class");
         return -1;
@@ -2185,7 +2182,10 @@ static int flush_conn(PyObject *conn, PyObject *session, PyObject *server, PyObj
     int t = attr_true(server, s_obuf_limited);
     if (t == 1) {
         t = attr_true(server, s_obuf_normal_limited);
-        if (t == 0) t = attr_true(session, s_special);
+        if (t == 0) {
+            long long block = attr_ll(session, s_core_block);
+            t = block == -1 && PyErr_Occurred() ? -1 : (block & CORE_BLOCK_SPECIAL) != 0;
+        }
     }
     if (t != 0) { if (t < 0) rc = -1; else goto python; goto out; }
     t = attr_true(outbox, s_closed);
@@ -2316,7 +2316,11 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     t = o == session;
     Py_CLEAR(o);
     if (!t) goto python_decref;
-    if ((t = attr_true(session, s_authenticated)) != 1) { if (t < 0) goto error; goto python_decref; }
+    {
+        long long block = attr_ll(session, s_core_block);
+        if (block == -1 && PyErr_Occurred()) goto error;
+        if (block & CORE_BLOCK_UNAUTHENTICATED) goto python_decref;
+    }
     {
         PyObject **pending[4] = {&s__carry_args, &s__tail, &s__buf, &s__args};
         if ((t = all_none(parser, pending, 4)) != 1) { if (t < 0) goto error; goto python_decref; }
@@ -2478,9 +2482,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     for (int i = 0; i < NSTATE; i++) INTERN(s_state[i], STATE_NAMES[i]);
     INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "mark_s");
     INTERN(s_tracker, "tracker"); INTERN(s_feeds, "feeds");
-    INTERN(s_authenticated, "authenticated"); INTERN(s_in_multi, "in_multi"); INTERN(s_special, "special");
-    INTERN(s_reply_off, "reply_off"); INTERN(s_reply_skip, "reply_skip"); INTERN(s_asking, "asking");
-    INTERN(s_decoded, "decoded"); INTERN(s_close_after_reply, "close_after_reply"); INTERN(s_resp, "resp");
+    INTERN(s_core_block, "core_block"); INTERN(s_resp, "resp");
     INTERN(s_db_id, "db_id");
     INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires");
     INTERN(s_enc, "enc");
@@ -2510,7 +2512,6 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_ctx, "ctx"); INTERN(s_db, "db"); INTERN(s_id, "id"); INTERN(s_handler, "handler");
     INTERN(s_arity, "arity");
     INTERN(s_fast_serving, "fast_serving");
-    INTERN(s_capa_redirect, "capa_redirect"); INTERN(s_from_primary, "from_primary");
     INTERN(s_add, "add"); INTERN(s_discard, "discard");
     init_crc16(); INTERN(s_failed_calls, "failed_calls");
     INTERN(s_no_touch, "no_touch");

@@ -4,6 +4,7 @@ import heapq
 import random
 import sys
 from collections import deque
+from operator import attrgetter
 
 from .bloom import Bloom, BloomDefaults
 from .encoding import EncodingRules
@@ -532,36 +533,25 @@ class Keyspace:
             state.lru_stamp = self.lru_stamp
             state.set("access", self._track is not None and self.lru_stamp is None)
 
-    @property
-    def expire_enabled(self):
-        return self._expire_enabled
-
-    @expire_enabled.setter
-    def expire_enabled(self, on):
+    # (read through C getters: no Python frame where a lookup reads them)
+    def _set_expire_enabled(self, on):
         self._expire_enabled = on
         if self.core_state is not None:
             self.core_state.set("no_expire", not on)
+    expire_enabled = property(attrgetter("_expire_enabled"), _set_expire_enabled)
 
-    @property
-    def hide_expired(self):
-        return self._hide_expired
-
-    @hide_expired.setter
-    def hide_expired(self, on):
+    def _set_hide_expired(self, on):
         self._hide_expired = on
         if self.core_state is not None:
             self.core_state.set("hide_expired", on)
+    hide_expired = property(attrgetter("_hide_expired"), _set_hide_expired)
 
-    @property
-    def deleted_by_server(self):
-        return self._deleted_by_server
-
-    @deleted_by_server.setter
-    def deleted_by_server(self, log):
+    def _set_deleted_by_server(self, log):
         # (server/notify.py wraps it once; filled and drained in place everywhere else)
         self._deleted_by_server = log
         if self.core_state is not None:
             self.core_state.deleted = log
+    deleted_by_server = property(attrgetter("_deleted_by_server"), _set_deleted_by_server)
 
     # -- access tracking for LRU/LFU eviction --------------------------------------------------
     @property

@@ -45,6 +45,9 @@ def _section_server(srv):
         # DURAKV_PURE_PYTHON=1), and how many commands the compiled one ran
         "durakv_core": fastpath.NAME,
         "durakv_core_commands": srv.batch_core.stats()["fast_commands"] if srv.batch_core is not None else 0,
+        # why the compiled core runs no command now (commands/corestate.py's reasons and non-empty containers,
+        # comma-separated; empty while it may)
+        "durakv_core_blocked": ",".join(srv.pipeline.core_state.reasons() + srv.pipeline.core_state.waiting_on()),
     })
     return f
 
