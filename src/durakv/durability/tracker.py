@@ -174,7 +174,9 @@ class WriteTracker:
         # Writes ask refuse_writes() only when it may refuse: a failed journal, or (async) a batch older than
         # the buffer, which a timer notices. Refusing in every async write sent every command of that mode off
         # the pipeline's fast path into full admission (issue 18).
-        owner.refusing = self.failed is not None or (self._over_buffer and self.mode == "async")
+        refusing = self.failed is not None or (self._over_buffer and self.mode == "async")
+        if refusing != owner.refusing:   # (written where it changes: Durability.refusing tells the core's state)
+            owner.refusing = refusing
 
     @property
     def buffer_ms(self) -> int:
