@@ -168,7 +168,8 @@ class NoDurability:
 
 
 class Pipeline:
-    # What the compiled core reads or counts per batch (fastpath/_core.c reads a slot at its offset);
+    # What the compiled core counts per batch (mark_s, total_commands: fastpath/_core.c writes a slot at its
+    # offset), the object it reads its decision to run from (core_state), and what admission reads per command;
     # everything else stays in the instance dict.
     __slots__ = ("_admit_rest", "_admit_always", "_observer", "watchers", "_stats_enabled", "_perf_counter",
                  "mark_s", "total_commands", "_gate", "_router", "core_state",
@@ -183,13 +184,12 @@ class Pipeline:
     maxmemory = _admission_input("maxmemory")
     min_replicas_to_write = _admission_input("min_replicas_to_write")
     locks = _admission_input("locks")
-    # (the compiled core times calls with CLOCK_MONOTONIC, which time.perf_counter reads: another clock is
-    # the Python path's)
     observer = _core_input("observer", "observer", lambda obs: obs is not None)
     stats_enabled = _core_input("stats_enabled", "stats_off", lambda on: not on)
 
     def _set_perf_counter(self, clock):
-        # (the core also marks a read's start on this clock itself when it is the real one)
+        # the compiled core times calls with CLOCK_MONOTONIC, which time.perf_counter reads: another clock is the
+        # Python path's (and the core marks a read's start on this clock itself when it is the real one)
         self._perf_counter = self.core_state.clock = clock
         self.core_state.set("clock", clock is not time.perf_counter)
     perf_counter = property(attrgetter("_perf_counter"), _set_perf_counter)
