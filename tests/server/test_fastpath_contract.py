@@ -31,7 +31,7 @@ OWNERS = {
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
     "Pipeline": "mark_s total_commands",
-    "Durability": "tracker feeds submit assigned committed pending needs_touched read_ticket waiting _promise",
+    "Durability": "tracker feeds submit assigned committed pending needs_touched read_ticket waiting promised_index",
     # a sync write joining the open batch (tracker_join) and the journal's entry limit it checks
     "WriteTracker": "_batch_index _coalesce_handle _coalesce_target mode ack_before_commit journal _batch_db "
                     "_batch_bytes _batch _keys_by_index uncommitted _close_batch",
@@ -40,8 +40,8 @@ OWNERS = {
     "Db": "data expires hexpires enc slots id",
     "SlotIndex": "add discard",
     "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
-    "Outbox": "ready held closed flush hold held_bytes carried_bytes _carried limit_bytes over_limit durability "
-              "_set_over",
+    "Outbox": "ready held closed flush hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
+              "durability set_over",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity",
     "LeaseGate": "fast_serving",   # a shard member's gate (node.lease)
     "RequestParser": "_carry_args _tail _buf _args _auth _partial max_bulk_len feed_rest",

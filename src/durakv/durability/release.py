@@ -74,7 +74,7 @@ class Durability:
         self.feeds = []             # fn(effects, ticket) per submit: Valkey replication-stream listeners (SYNC)
         # push_ticket() names the batch open while a command runs, but a command whose effects do not fit in it
         # lands in the next one: what was promised that index is moved to the real one at submit (placed()).
-        self._promise = 0           # the index push_ticket() handed out since the last submit (0: none)
+        self.promised_index = 0     # the index push_ticket() handed out since the last submit (0: none)
         self._fresh = []            # what was held with it: (outbox, position, item) or a commit waiter's [index]
         self._use(None)
 
@@ -176,13 +176,13 @@ class Durability:
         tracker = self.tracker
         if tracker is None:
             return 0
-        self._promise = index = tracker.next_index()
+        self.promised_index = index = tracker.next_index()
         return index
 
     def placed(self, index):
         """The tracker put the effects just submitted in batch `index`: whatever was promised an earlier batch
         while they were produced waits for this one."""
-        promise, self._promise = self._promise, 0
+        promise, self.promised_index = self.promised_index, 0
         fresh, self._fresh = self._fresh, []
         if index <= promise:
             return
@@ -216,7 +216,7 @@ class Durability:
         """Called by the tracker when nothing from journal index `first` on could be persisted: every reply
         waiting for one of those entries (the writes, and the reads that waited for them) is answered with
         an error now instead of hanging, then the owner (the server, a shard's node) is told."""
-        self._promise, self._fresh = 0, []
+        self.promised_index, self._fresh = 0, []
         reason = failure_reason(exc)
         write_error = b"-%s\r\n" % messages.JOURNAL_FAILED_WRITE.format(reason).encode()
         for box in list(self.waiting):
@@ -236,7 +236,7 @@ class Durability:
         (on_failure), failed(reason) is called instead, when given; without it fn simply never runs."""
         if index <= self.committed or self.tracker is None:
             fn()
-        elif index == self._promise:
+        elif index == self.promised_index:
             cell = [index]          # placed() may move it to a later batch
             self._fresh.append(cell)
 
@@ -273,7 +273,7 @@ class Outbox:
     with one transport.write per batch); `held` is (index, bytes | HeldPush | Deferred) waiting for a commit."""
 
     __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained",
-                 "limit_bytes", "over_limit", "on_limit", "on_failed", "carried_bytes", "_carried")
+                 "limit_bytes", "over_limit", "on_limit", "on_failed", "carried_bytes", "carried_by_ticket")
 
     # What a held reply keeps alive besides its own bytes and the request it answers (those are counted
     # exactly: `carried`): its entry here and the effect's bookkeeping in the batch; a held Deferred counts
@@ -289,7 +289,7 @@ class Outbox:
         # 4 KB in the open batch until the commit, and its reply is only +OK): counted against the limit by
         # the index they wait for, and dropped when it commits (or fails).
         self.carried_bytes = 0
-        self._carried = {}
+        self.carried_by_ticket = {}   # ticket -> carried bytes waiting for it (the compiled core adds to it too)
         self.write = write     # fn(bytes): the transport
         self.encode = encode   # fn(reply) -> bytes, in the connection's protocol
         self.closed = False
@@ -319,13 +319,13 @@ class Outbox:
             self.durability.waiting.add(self)
             if carried:
                 self.carried_bytes += carried
-                c = self._carried
+                c = self.carried_by_ticket
                 c[ticket] = c.get(ticket, 0) + carried
         if self.limit_bytes and self.held_bytes + self.carried_bytes > self.limit_bytes and not self.over_limit:
-            self._set_over(True)
+            self.set_over(True)
 
     def _drop_carried(self, committed=None, failed_from=None):
-        c = self._carried
+        c = self.carried_by_ticket
         for ticket in [t for t in c if (committed is not None and t <= committed)
                        or (failed_from is not None and t >= failed_from)]:
             self.carried_bytes -= c.pop(ticket)
@@ -335,7 +335,9 @@ class Outbox:
         self.held_bytes += self.ENTRY_COST
         deferred.listen(self.release)
 
-    def _set_over(self, over):
+    def set_over(self, over):
+        """Past (True) or back under (False) the held-reply limit: tells the connection (on_limit). Called where
+        the held bytes cross it, here and by the compiled core when it holds a reply."""
         self.over_limit = over
         if self.on_limit is not None:
             self.on_limit(over)
@@ -355,14 +357,14 @@ class Outbox:
         if ticket:
             dur = self.durability
             dur.waiting.add(self)
-            if ticket == dur._promise:
+            if ticket == dur.promised_index:
                 dur._fresh.append((self, len(self.held) - 1, item))
         return True
 
     def release(self):
         """Moves what may leave now from held to ready, in order, and writes it."""
         held = self.held
-        carried = self._carried
+        carried = self.carried_by_ticket
         if carried:
             if max(carried) <= self.durability.committed:   # (the usual case: one ticket, now committed)
                 carried.clear()
@@ -391,7 +393,7 @@ class Outbox:
             if n:
                 del held[:n]
                 if self.over_limit and self.held_bytes + self.carried_bytes <= self.limit_bytes // 2:
-                    self._set_over(False)
+                    self.set_over(False)
             if not held:
                 self.durability.waiting.discard(self)
                 self.flush()
@@ -405,7 +407,7 @@ class Outbox:
         takes their place and they leave in order."""
         held = self.held
         failed = False
-        if self._carried:
+        if self.carried_by_ticket:
             self._drop_carried(failed_from=first)
         for i, (index, item) in enumerate(held):
             if type(item) is Deferred:
@@ -439,5 +441,5 @@ class Outbox:
         self.ready.clear()
         self.held_bytes = 0
         self.carried_bytes = 0
-        self._carried.clear()
+        self.carried_by_ticket.clear()
         self.durability.waiting.discard(self)

@@ -250,7 +250,7 @@ class WriteTracker:
             for dk in touched:
                 d[dk] = index
             marks.extend(touched)
-        if self.owner._promise:
+        if self.owner.promised_index:
             # pushes raised while these effects were produced were promised the batch open then; a full
             # batch sealed above put the effects in a later one, which they must wait for instead
             self.owner.placed(index)

@@ -468,9 +468,9 @@ static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, 
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
     *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
-static PyObject *s_hold, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s__carried, *s_limit_bytes,
-    *s_over_limit, *s_durability, *s_waiting, *s__set_over;
-static PyObject *s__batch_index, *s__coalesce_handle, *s__promise, *s_mode, *s_ack_before_commit, *s_journal,
+static PyObject *s_hold, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s_carried_by_ticket, *s_limit_bytes,
+    *s_over_limit, *s_durability, *s_waiting, *s_set_over;
+static PyObject *s__batch_index, *s__coalesce_handle, *s_promised_index, *s_mode, *s_ack_before_commit, *s_journal,
     *s_max_entry_bytes, *s__batch_db, *s__batch_bytes, *s__batch, *s__keys_by_index, *s_uncommitted, *s_sync,
     *s__coalesce_target, *s__close_batch;
 static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
@@ -887,7 +887,7 @@ static int outbox_hold(PyObject *outbox, long long ticket, PyObject *bytes, long
         if (added < 0) { Py_DECREF(dur); goto out; }
         if (carried) {
             if (attr_add(outbox, s_carried_bytes, carried) < 0) { Py_DECREF(dur); goto out; }
-            PyObject *c = ga(outbox, s__carried);
+            PyObject *c = ga(outbox, s_carried_by_ticket);
             PyObject *was = c ? PyDict_GetItemWithError(c, tk) : NULL;    /* borrowed */
             long long before = was ? PyLong_AsLongLong(was) : 0;
             PyObject *now = c && !PyErr_Occurred() ? PyLong_FromLongLong(before + carried) : NULL;
@@ -908,7 +908,7 @@ static int outbox_hold(PyObject *outbox, long long ticket, PyObject *bytes, long
             int over = attr_true(outbox, s_over_limit);
             if (over < 0) goto out;
             if (!over) {
-                PyObject *res = PyObject_CallMethodOneArg(outbox, s__set_over, Py_True);
+                PyObject *res = PyObject_CallMethodOneArg(outbox, s_set_over, Py_True);
                 if (res == NULL) goto out;
                 Py_DECREF(res);
             }
@@ -1025,7 +1025,7 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     if (index_o == NULL || !PyLong_CheckExact(index_o)) goto out;
     long long index = PyLong_AsLongLong(index_o);
     if (index <= 0) { PyErr_Clear(); goto out; }
-    PyObject *promise = dict_item(*odp, s__promise);
+    PyObject *promise = dict_item(*odp, s_promised_index);
     PyObject *mode = dict_item(d, s_mode);
     PyObject *ack_early = dict_item(d, s_ack_before_commit);
     if (promise == NULL || PyObject_IsTrue(promise) != 0
@@ -2495,11 +2495,13 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_last_cmd, "last_cmd"); INTERN(s_hits, "hits"); INTERN(s_misses, "misses");
     INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
     INTERN(s_hold, "hold"); INTERN(s_read_ticket, "read_ticket");
-    INTERN(s_held_bytes, "held_bytes"); INTERN(s_carried_bytes, "carried_bytes"); INTERN(s__carried, "_carried");
+    INTERN(s_held_bytes, "held_bytes"); INTERN(s_carried_bytes, "carried_bytes");
+    INTERN(s_carried_by_ticket, "carried_by_ticket");
     INTERN(s_limit_bytes, "limit_bytes"); INTERN(s_over_limit, "over_limit"); INTERN(s_durability, "durability");
-    INTERN(s_waiting, "waiting"); INTERN(s__set_over, "_set_over");
+    INTERN(s_waiting, "waiting"); INTERN(s_set_over, "set_over");
     INTERN(s__batch_index, "_batch_index"); INTERN(s__coalesce_handle, "_coalesce_handle");
-    INTERN(s__promise, "_promise"); INTERN(s_mode, "mode"); INTERN(s_ack_before_commit, "ack_before_commit");
+    INTERN(s_promised_index, "promised_index"); INTERN(s_mode, "mode");
+    INTERN(s_ack_before_commit, "ack_before_commit");
     INTERN(s_journal, "journal"); INTERN(s_max_entry_bytes, "max_entry_bytes"); INTERN(s__batch_db, "_batch_db");
     INTERN(s__batch_bytes, "_batch_bytes"); INTERN(s__batch, "_batch"); INTERN(s__keys_by_index, "_keys_by_index");
     INTERN(s_uncommitted, "uncommitted");
