@@ -18,7 +18,7 @@ import pytest
 import valkey
 from valkey.cluster import ValkeyCluster
 
-from conftest import ROOT, scaled, wait_until
+from conftest import ROOT, scaled, terminate, wait_until
 
 SCRIPT = "redis.call('SET', KEYS[1], ARGV[1]); redis.call('SET', KEYS[2], ARGV[1]); return 1"
 OPS = 6                      # the kinds of write MixedWriter cycles through
@@ -108,11 +108,10 @@ def held_cutover(hold_file):
     return ("--cutover", "--cutover-hold-file", hold_file, "--cutover-lag", scaled(1), "--cutover-stable", 1)
 
 
-def start_migrate(*args):
+def start_migrate(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
     env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
     return subprocess.Popen([sys.executable, "-m", "durakv", "migrate", *map(str, args), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            stdout=stdout, stderr=stderr, text=True, env=env, start_new_session=True)
 
 
 def finish(proc, timeout_s=240):
@@ -419,10 +418,8 @@ def test_migrate_follows_a_source_cluster_failover(local_cluster, tmp_path):
 def _migrate_to_files(tmp_path, *args):
     """durakv migrate with its stdout and stderr in files the test reads while it runs: (proc, out(), err())."""
     out_path, err_path = tmp_path / "migrate.out", tmp_path / "migrate.err"
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}/src")
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "durakv", "migrate", *map(str, args), "--quiet"],
-                                stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+        proc = start_migrate(*args, stdout=out, stderr=err)
     return proc, out_path.read_text, err_path.read_text
 
 
@@ -437,11 +434,9 @@ def test_the_cutover_waits_for_its_hold_file_then_for_the_target_to_keep_up(redi
     src.set("before", "1")
     srv = server_factory("--durability", "sync")
     hold = tmp_path / "hold-cutover"
-    hold.touch()
     proc, out, err = _migrate_to_files(
-        tmp_path, "--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", "--cutover",
-        "--cutover-hold-file", hold, "--cutover-lag", scaled(1), "--cutover-stable", 1, "--cutover-after", 3600,
-        "--verify")
+        tmp_path, "--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{srv.port}", *held_cutover(hold),
+        "--cutover-after", 3600, "--verify")
     try:
         wait_until(lambda: "held while" in out() or proc.poll() is not None, 60, what="the cut-over held")
         assert proc.poll() is None, err() + out()
@@ -454,9 +449,7 @@ def test_the_cutover_waits_for_its_hold_file_then_for_the_target_to_keep_up(redi
         hold.unlink()
         proc.wait(timeout=scaled(120))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
     assert proc.returncode == 0, err() + out()
     text = out()
     assert re.search(r"cut-over: begins: the target stayed within [\d.]+ s of every source for 1 s, [\d.]+ s "
@@ -479,9 +472,7 @@ def test_cutover_after_is_the_most_the_lag_trigger_waits(redis_server, server_fa
     try:
         proc.wait(timeout=scaled(120))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
     assert proc.returncode == 0, err() + out()
     assert ("cut-over: begins: 1 s after the full sync (--cutover-after) without the target staying within 0 s "
             "of every source for 3600 s") in out(), out()
