@@ -29,7 +29,7 @@ import secrets
 import struct
 import time
 
-from crc32c import crc32c
+from ..checksum import crc32c
 
 from ..errors import DurakvError
 

@@ -25,7 +25,7 @@ import struct
 from collections import deque
 from itertools import islice
 
-from crc32c import crc32c
+from ..checksum import crc32c
 
 from .. import messages
 from ..errors import CommandError, WrongType

@@ -43,7 +43,7 @@ import struct
 import time
 from typing import NamedTuple, Optional
 
-from crc32c import crc32c
+from ..checksum import crc32c
 
 MAGIC = 0xD8                    # a record with its commit time (format version 3)
 HEADER = struct.Struct("<BIIQQQ")

@@ -5,7 +5,7 @@ found is whole, a torn tail or damage; `iter_entries` reads a journal with it fr
 (recovery, the snapshot builder), `segment_entries` one segment for LocalJournal.read().
 """
 
-from crc32c import crc32c
+from ..checksum import crc32c
 
 from ..errors import JournalCorrupt
 from .base import Entry, JournalTruncated

@@ -33,7 +33,7 @@ from collections import deque
 from typing import NamedTuple
 
 import hiredis
-from crc32c import crc32c
+from ..checksum import crc32c
 
 from ..errors import DurakvError, with_path
 from ..keyspace import ZSet
