@@ -287,16 +287,22 @@ def test_jetstream_cluster_one_primary_per_shard_and_planned_failover(local_clus
         assert str(e.value) == f"MOVED {key_slot(b'stale')} 127.0.0.1:{new.port}"
 
 
-def test_a_port_taken_after_it_was_chosen_moves_the_node(local_cluster, monkeypatch):
+@pytest.mark.parametrize("squatter_kind", ["a silent socket", "another durakv server"])
+def test_a_port_taken_after_it_was_chosen_moves_the_node(local_cluster, server_factory, monkeypatch, squatter_kind):
     """Free ports are chosen before the nodes bind them; another program taking one meanwhile must not fail
-    `cluster up`: the node starts again on another port, and the manifest and topology follow."""
+    `cluster up`: the node starts again on another port, and the manifest and topology follow. The other program
+    may answer RESP itself (another cluster's node, started at the same moment): its answers are not the node's."""
     import socket
     import durakv.cluster.bootstrap as bootstrap
 
-    squatter = socket.socket()
-    squatter.bind(("127.0.0.1", 0))
-    squatter.listen(1)
-    taken = squatter.getsockname()[1]
+    if squatter_kind == "a silent socket":
+        squatter = socket.socket()
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen(1)
+        taken = squatter.getsockname()[1]
+    else:
+        squatter = server_factory()
+        taken = squatter.port
     real = bootstrap.free_ports
     calls = []
 
@@ -323,4 +329,5 @@ def test_a_port_taken_after_it_was_chosen_moves_the_node(local_cluster, monkeypa
         assert node.port in ports and taken not in ports
         client.close()
     finally:
-        squatter.close()
+        if squatter_kind == "a silent socket":
+            squatter.close()

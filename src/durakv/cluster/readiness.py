@@ -57,9 +57,18 @@ class Readiness:
                     with p.client(1.0) as c:
                         if not c.ping():
                             return False
-                        infos[p.name] = c.info("replication", "durability")
+                        infos[p.name] = c.info("server", "replication", "durability")
                 except (OSError, RespError) as exc:
                     state["waiting"] = f"{p.name}: {exc}"
+                    state["node"] = p
+                    return False
+                # Ports are chosen free before the nodes bind them: another program (another cluster started at
+                # the same moment) may have taken this one, and it answers while this node is still starting,
+                # and will exit. Only the node's own process counts; its exit moves it to another port.
+                answered_by = infos[p.name].get("server", {}).get("process_id")
+                if p.pid and answered_by is not None and int(answered_by) != p.pid:
+                    state["waiting"] = (f"{p.name}: port {p.port} is answered by another process (pid {answered_by}), "
+                                        f"not this node's (pid {p.pid})")
                     state["node"] = p
                     return False
             state["infos"] = infos
