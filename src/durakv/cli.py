@@ -137,14 +137,31 @@ def run_server(argv):
     return 0
 
 
+COMMANDS = ("server", "cluster", "bench", "chaos", "verify", "import", "migrate", "backup", "restore")
+
+
+def name_process(command):
+    """The process's name as top, ps -o comm, pidstat and process accounting show it: `durakv-server`,
+    `durakv-cluster`, ... instead of `python` (valkey-server's processes are `valkey-server`). It tells durakv's
+    processes apart from each other and from other Python programs on a machine; the command line is unchanged.
+    Linux only (the main thread's /proc/self/comm, at most 15 bytes; threads started after it inherit it)."""
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(("durakv-" + command)[:15])
+    except OSError:
+        pass
+
+
 def main(argv=None):
     from .logs import quiet_asyncio_ssl_notice
     quiet_asyncio_ssl_notice()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        argv = sys.argv[1:]
+        name_process(argv[0] if argv and argv[0] in COMMANDS else "server")
+    argv = list(argv)
     parser = argparse.ArgumentParser(prog="durakv", description="A durable Valkey-compatible data store.")
     parser.add_argument("command", nargs="?", default="server",
-                        choices=["server", "cluster", "bench", "chaos", "verify", "import", "migrate", "backup",
-                                 "restore"],
+                        choices=COMMANDS,
                         help="server: start a node (default); cluster: a local multi-AZ cluster; "
                              "bench: load generator (bench compare: durakv vs redis/valkey); "
                              "chaos: faults on a local cluster; verify: the seed's verification scenarios; "
