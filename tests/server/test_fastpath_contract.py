@@ -25,16 +25,18 @@ OWNERS = {
     # the clock, refused writes, expiry and access times, the role gate, the slot codes, keys moving, the
     # server's own deletions, pushes queued behind a reply): commands/corestate.py, read at its slots' offsets
     "CoreState": "may_run gate slot_codes lru_stamp clock watchers moving deleted own_feed",
-    "Connection": "session outbox closing server parser backlog transport _read _process _run_batch",
+    # read, process, run_batch: the Python steps the core hands a read or a batch's rest to (their docstrings)
+    "Connection": "session outbox closing server parser backlog transport read process run_batch",
     # core_block: the session's flags that leave its requests to the pipeline, folded (commands/session.py)
     "Session": "core_block resp db_id commands_processed last_cmd last_write_index ctx no_touch net_in net_out "
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
     "Pipeline": "mark_s total_commands",
     "Durability": "tracker feeds submit assigned committed pending needs_touched read_ticket waiting promised_index",
-    # a sync write joining the open batch (tracker_join) and the journal's entry limit it checks
-    "WriteTracker": "_batch_index _coalesce_handle _coalesce_target mode ack_before_commit journal _batch_db "
-                    "_batch_bytes _batch _keys_by_index uncommitted _close_batch",
+    # a sync write joining the open batch (tracker_join: the tracker's docstring states these fields as the
+    # core's contract) and the journal's entry limit it checks
+    "WriteTracker": "batch_index batch_effects batch_bytes batch_db batch_keys close_at close_batch uncommitted "
+                    "mode ack_before_commit journal",
     "Journal": "max_entry_bytes",
     "Keyspace": "hits misses used_bytes changes clock_ms",
     "Db": "data expires hexpires enc slots id",
@@ -44,7 +46,8 @@ OWNERS = {
               "durability set_over",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity",
     "LeaseGate": "fast_serving",   # a shard member's gate (node.lease)
-    "RequestParser": "_carry_args _tail _buf _args _auth _partial max_bulk_len feed_rest",
+    # boundary_for: "at a request boundary, following this session" (the parser's docstring: the core's contract)
+    "RequestParser": "boundary_for max_bulk_len feed_rest",
     "Server": "net_input_bytes reads_processed net_output_bytes writes_processed loop_stats wall_clock_ms now_ms "
               "obuf_limited obuf_normal_limited clock_ms",
     "LoopStats": "open begin loop turn_started_s cycles duration_s longest_stall_s perf_counter",
@@ -82,6 +85,12 @@ def _objects(server):
 def test_every_name_the_core_touches_is_listed():
     listed = [n for names in OWNERS.values() for n in names.split()]
     assert sorted(set(listed)) == sorted(set(fastpath.core.NAMES))
+
+
+def test_the_core_touches_no_private_name():
+    """Each name the core reads is part of a stated interface of its class: none is private."""
+    assert [n for n in fastpath.core.NAMES if n.startswith("_")] == []
+    assert [(owner, n) for owner, names in OWNERS.items() for n in names.split() if n.startswith("_")] == []
 
 
 def test_every_name_the_core_touches_exists(served):

@@ -1,7 +1,7 @@
 /* durakv's compiled core: the per-read batch loop for requests that need nothing but the keyspace's dicts.
  *
  * The Python modules are the reference semantics (commands/pipeline.py's process + call, the handlers of
- * commands/strings.py and commands/keys.py, server/connection.py's _process, journal/codec.py). This file
+ * commands/strings.py and commands/keys.py, server/connection.py's process, journal/codec.py). This file
  * runs the same steps for a small set of commands on plain strings and gives up, before changing anything,
  * wherever the Python path would do something else: an expired key (lazy expiry and its effects), a value of
  * another type, an argument that makes an error reply, a session or server state that admission, an observer
@@ -463,16 +463,16 @@ enum { ST_MAY_RUN, ST_GATE, ST_SLOT_CODES, ST_LRU_STAMP, ST_CLOCK, ST_WATCHERS, 
 static const char *STATE_NAMES[NSTATE] = {"may_run", "gate", "slot_codes", "lru_stamp", "clock", "watchers",
                                               "moving", "deleted", "own_feed"};
 static PyObject *s_state[NSTATE];
-static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, *s__tail, *s__buf, *s__args, *s__auth,
-    *s__partial, *s_max_bulk_len, *s_net_in, *s_net_out, *s_net_input_bytes, *s_reads_processed,
+static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s_boundary_for, *s_max_bulk_len, *s_net_in,
+    *s_net_out, *s_net_input_bytes, *s_reads_processed,
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
-    *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
+    *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s_read, *s_process, *s_run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
 static PyObject *s_hold, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s_carried_by_ticket, *s_limit_bytes,
     *s_over_limit, *s_durability, *s_waiting, *s_set_over;
-static PyObject *s__batch_index, *s__coalesce_handle, *s_promised_index, *s_mode, *s_ack_before_commit, *s_journal,
-    *s_max_entry_bytes, *s__batch_db, *s__batch_bytes, *s__batch, *s__keys_by_index, *s_uncommitted, *s_sync,
-    *s__coalesce_target, *s__close_batch;
+static PyObject *s_batch_index, *s_close_at, *s_promised_index, *s_mode, *s_ack_before_commit, *s_journal,
+    *s_max_entry_bytes, *s_batch_db, *s_batch_bytes, *s_batch_effects, *s_batch_keys, *s_uncommitted, *s_sync,
+    *s_close_batch;
 static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
 static PyObject *s_obuf_normal_limited;
 static PyObject *one;
@@ -831,7 +831,7 @@ static int flush_out(Run *r) {
     return rc;
 }
 
-/* One reply, encoded in tmp, with its ticket: as connection._process gives it to the outbox. */
+/* One reply, encoded in tmp, with its ticket: as connection.process gives it to the outbox. */
 static long long args_bytes(PyObject *args);
 
 /* durability/release.py's Outbox class and its ENTRY_COST, looked up at the first held reply (the module is
@@ -989,7 +989,9 @@ static inline PyObject *dict_item(PyObject *d, PyObject *name) {
 /* WriteTracker.submit's common case at a pipeline's depth, in C: a sync write whose effects join the batch
  * that is already open (the first write of a read opens it in Python: _open_batch's clock, timers and group
  * commit decisions stay there; a batch waiting for the writers the last commit answered is closed by its
- * _close_batch, as the Python submit does, once they are in). Anything else -- no open batch, a batch that would
+ * close_batch, as the Python submit does, once they are in). It reads and writes only the open batch's fields
+ * the tracker's docstring lists as this contract (batch_index, batch_effects, batch_bytes, batch_db, batch_keys,
+ * close_at, close_batch) and `uncommitted`. Anything else -- no open batch, a batch that would
  * pass the entry limit, a promised push, async or the test-only broken mode, unknown keys, feeds, a
  * subclass -- answers -2 before changing anything, and the Python submit runs. Same steps as the Python code
  * (tests/server/test_fastpath_differential.py compares the journals): the ticket, or -1 with an exception. */
@@ -1021,7 +1023,7 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     long long limit = PyLong_Check(lim) ? PyLong_AsLongLong(lim) : -1;
     Py_DECREF(lim);
     if (limit < 0) { PyErr_Clear(); goto out; }
-    PyObject *index_o = dict_item(d, s__batch_index);
+    PyObject *index_o = dict_item(d, s_batch_index);
     if (index_o == NULL || !PyLong_CheckExact(index_o)) goto out;
     long long index = PyLong_AsLongLong(index_o);
     if (index <= 0) { PyErr_Clear(); goto out; }
@@ -1033,18 +1035,16 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
         PyErr_Clear();
         goto out;
     }
-    PyObject *batch = dict_item(d, s__batch);
-    PyObject *keys_by = dict_item(d, s__keys_by_index);
+    PyObject *batch = dict_item(d, s_batch_effects);
+    PyObject *marks = dict_item(d, s_batch_keys);
     PyObject *uncommitted = dict_item(d, s_uncommitted);
-    if (batch == NULL || !PyList_CheckExact(batch) || keys_by == NULL || !PyDict_CheckExact(keys_by)
+    if (batch == NULL || !PyList_CheckExact(batch) || marks == NULL || !PyList_CheckExact(marks)
         || uncommitted == NULL || !PyDict_CheckExact(uncommitted))
         goto out;
-    PyObject *marks = PyDict_GetItemWithError(keys_by, index_o);
-    if (marks == NULL || !PyList_CheckExact(marks)) { PyErr_Clear(); goto out; }
     PyObject *sized = NULL;
     if (limit) {
-        PyObject *bytes_o = dict_item(d, s__batch_bytes);
-        PyObject *db = dict_item(d, s__batch_db);
+        PyObject *bytes_o = dict_item(d, s_batch_bytes);
+        PyObject *db = dict_item(d, s_batch_db);
         if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) goto out;
         PyObject *args[2] = {effects, db};
         sized = fast_effects_size(NULL, args, 2);
@@ -1054,8 +1054,8 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
         if (PyErr_Occurred()) { ticket = -1; Py_DECREF(sized); goto out; }
         if (have + size > limit) { Py_DECREF(sized); goto out; }   /* the batch is sealed: Python */
         PyObject *total = PyLong_FromLongLong(have + size);
-        if (total == NULL || PyDict_SetItem(d, s__batch_bytes, total) < 0
-            || PyDict_SetItem(d, s__batch_db, PyTuple_GET_ITEM(sized, 1)) < 0) {
+        if (total == NULL || PyDict_SetItem(d, s_batch_bytes, total) < 0
+            || PyDict_SetItem(d, s_batch_db, PyTuple_GET_ITEM(sized, 1)) < 0) {
             Py_XDECREF(total); Py_DECREF(sized); ticket = -1; goto out;
         }
         Py_DECREF(total);
@@ -1065,15 +1065,14 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     PyObject *res = _PyList_Extend((PyListObject *)batch, effects);
     if (res == NULL) { ticket = -1; goto out; }
     Py_DECREF(res);
-    Py_INCREF(index_o); Py_INCREF(marks); Py_INCREF(uncommitted);   /* (_close_batch below replaces the batch) */
+    Py_INCREF(index_o); Py_INCREF(marks); Py_INCREF(uncommitted);   /* (close_batch below replaces the batch) */
     ticket = index;
-    PyObject *handle = dict_item(d, s__coalesce_handle);
-    if (handle != NULL && handle != Py_None) {
-        PyObject *target = dict_item(d, s__coalesce_target);
-        long long want = target != NULL ? PyLong_AsLongLong(target) : 0;
-        if (want == -1 && PyErr_Occurred()) ticket = -1;
-        else if (PyList_GET_SIZE(batch) >= want) {   /* the writers the last commit answered are back */
-            res = PyObject_CallMethodNoArgs(tracker, s__close_batch);
+    PyObject *close_at = dict_item(d, s_close_at);   /* 0: the batch does not wait for answered writers */
+    long long want = close_at != NULL ? PyLong_AsLongLong(close_at) : 0;
+    if (want == -1 && PyErr_Occurred()) ticket = -1;
+    else if (want > 0) {
+        if (PyList_GET_SIZE(batch) >= want) {   /* the writers the last commit answered are back */
+            res = PyObject_CallMethodNoArgs(tracker, s_close_batch);
             if (res == NULL) ticket = -1;
             Py_XDECREF(res);
         }
@@ -2071,7 +2070,7 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         int rc = run_one(&r, id, args, cmd);
         if (rc < 0) goto error_counted;
         if (rc == 0) break;
-        if (r.reply_len > r.reply_limit) {   /* COMMANDLOG large-reply, as connection._process checks it */
+        if (r.reply_len > r.reply_limit) {   /* COMMANDLOG large-reply, as connection.process checks it */
             PyObject *nn = PyLong_FromSsize_t(r.reply_len);
             PyObject *res = nn ? PyObject_CallMethodObjArgs(self->monitors, s_record_reply, r.session, cmd, args,
                                                             nn, NULL) : NULL;
@@ -2159,15 +2158,6 @@ static inline double realtime_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
-/* 1 if each of o's attributes `names` is None, 0 if one is not, -1 on error. */
-static int all_none(PyObject *o, PyObject **names[], int count) {
-    for (int k = 0; k < count; k++) {
-        int t = attr_is_none(o, *names[k]);
-        if (t != 1) return t;
-    }
-    return 1;
 }
 
 /* Outbox.flush with Connection._write as its write, for a connection whose server has no client output limits
@@ -2288,11 +2278,11 @@ static PyObject *core_end_turn(Core *self, PyObject *ls) {
 }
 
 /* received(conn, data): Connection.data_received with the compiled core (server/connection.py sets it per
- * connection). The steps of Connection._read, _process and the outbox's flush for a read that starts at a request
+ * connection). The steps of Connection.read, process and the outbox's flush for a read that starts at a request
  * boundary of an authenticated session with nothing parked: the counters, the turn's start (loopstats), the
  * compiled parse of the read's complete requests, the batch loop, one write. Whatever else the read holds (a
  * partial request, a non-canonical one) goes on in the parser's Python steps from where the compiled parse
- * stopped; a request the core does not run goes on in _run_batch from there; any other state is _read's from
+ * stopped; a request the core does not run goes on in run_batch from there; any other state is read's from
  * the start, before anything was changed. One read then costs no Python frame at all. */
 static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -2309,9 +2299,9 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     parser = ga(conn, s_parser);
     session = parser ? ga(conn, s_session) : NULL;
     if (session == NULL) goto error;
-    /* RequestParser.feed's test for its compiled step: at a request boundary, nothing pending, following the
-     * session's authentication (which is true) */
-    o = ga(parser, s__auth);
+    /* RequestParser's contract: boundary_for is this session while the parser stands at a request boundary with
+     * nothing pending and follows the session's authentication (which is true) */
+    o = ga(parser, s_boundary_for);
     if (o == NULL) goto error;
     t = o == session;
     Py_CLEAR(o);
@@ -2321,14 +2311,10 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
         if (block == -1 && PyErr_Occurred()) goto error;
         if (block & CORE_BLOCK_UNAUTHENTICATED) goto python_decref;
     }
-    {
-        PyObject **pending[4] = {&s__carry_args, &s__tail, &s__buf, &s__args};
-        if ((t = all_none(parser, pending, 4)) != 1) { if (t < 0) goto error; goto python_decref; }
-    }
     server = ga(conn, s_server);
     if (server == NULL) goto error;
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    /* _read's counters and the turn's start */
+    /* read's counters and the turn's start */
     if (attr_add(session, s_net_in, n) < 0 || attr_add(server, s_net_input_bytes, n) < 0
         || attr_add(server, s_reads_processed, 1) < 0)
         goto error;
@@ -2344,7 +2330,7 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     Py_ssize_t pos = parse_into((const unsigned char *)PyBytes_AS_STRING(data), 0, n, commands, max_bulk);
     if (pos < 0) goto error;
     if (pos != n) {
-        /* the parser's Python steps from pos, then _process (nothing is parked: tested above) */
+        /* the parser's Python steps from pos, then process (nothing is parked: tested above) */
         PyObject *at = PyLong_FromSsize_t(pos);
         PyObject *fed = at ? PyObject_CallMethodObjArgs(parser, s_feed_rest, data, at, commands, NULL) : NULL;
         Py_XDECREF(at);
@@ -2354,13 +2340,12 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
             PyErr_SetString(PyExc_TypeError, "feed_rest() must return (commands, error)");
             goto error;
         }
-        res = PyObject_CallMethodObjArgs(conn, s__process, PyTuple_GET_ITEM(fed, 0), PyTuple_GET_ITEM(fed, 1), NULL);
+        res = PyObject_CallMethodObjArgs(conn, s_process, PyTuple_GET_ITEM(fed, 0), PyTuple_GET_ITEM(fed, 1), NULL);
         Py_DECREF(fed);
         if (res == NULL) goto error;
         goto done;
     }
-    if (sa(parser, s__partial, Py_None) < 0) goto error;
-    /* _process: one clock read for the batch (idle times), the pipeline's mark, the batch loop */
+    /* process: one clock read for the batch (idle times), the pipeline's mark, the batch loop */
     {
         PyObject *clock = ga(server, s_clock_ms);
         PyObject *wall = clock ? ga(server, s_wall_clock_ms) : NULL;
@@ -2397,7 +2382,7 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     } else {
         PyObject *at = PyLong_FromSsize_t(next);
         if (at == NULL) goto error;
-        res = PyObject_CallMethodObjArgs(conn, s__run_batch, commands, Py_None, at,
+        res = PyObject_CallMethodObjArgs(conn, s_run_batch, commands, Py_None, at,
                                          status == 1 ? Py_None : (PyObject *)self, NULL);
         Py_DECREF(at);
         if (res == NULL) goto error;
@@ -2409,7 +2394,7 @@ done:
 python_decref:
     Py_XDECREF(session); Py_XDECREF(parser);
 python:
-    return PyObject_CallMethodOneArg(conn, s__read, data);
+    return PyObject_CallMethodOneArg(conn, s_read, data);
 error:
     Py_XDECREF(o);
     Py_XDECREF(commands); Py_XDECREF(server); Py_XDECREF(session); Py_XDECREF(parser);
@@ -2499,15 +2484,15 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_carried_by_ticket, "carried_by_ticket");
     INTERN(s_limit_bytes, "limit_bytes"); INTERN(s_over_limit, "over_limit"); INTERN(s_durability, "durability");
     INTERN(s_waiting, "waiting"); INTERN(s_set_over, "set_over");
-    INTERN(s__batch_index, "_batch_index"); INTERN(s__coalesce_handle, "_coalesce_handle");
+    INTERN(s_batch_index, "batch_index"); INTERN(s_close_at, "close_at");
     INTERN(s_promised_index, "promised_index"); INTERN(s_mode, "mode");
     INTERN(s_ack_before_commit, "ack_before_commit");
-    INTERN(s_journal, "journal"); INTERN(s_max_entry_bytes, "max_entry_bytes"); INTERN(s__batch_db, "_batch_db");
-    INTERN(s__batch_bytes, "_batch_bytes"); INTERN(s__batch, "_batch"); INTERN(s__keys_by_index, "_keys_by_index");
+    INTERN(s_journal, "journal"); INTERN(s_max_entry_bytes, "max_entry_bytes"); INTERN(s_batch_db, "batch_db");
+    INTERN(s_batch_bytes, "batch_bytes"); INTERN(s_batch_effects, "batch_effects"); INTERN(s_batch_keys, "batch_keys");
     INTERN(s_uncommitted, "uncommitted");
     s_sync = PyUnicode_InternFromString("sync");    /* (a value the tracker's mode is compared with, not a name) */
     if (s_sync == NULL) return NULL;
-    INTERN(s__coalesce_target, "_coalesce_target"); INTERN(s__close_batch, "_close_batch");
+    INTERN(s_close_batch, "close_batch");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
     INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms");     INTERN(s_needs_touched, "needs_touched");
@@ -2519,16 +2504,15 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_no_touch, "no_touch");
     INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
         INTERN(s_server, "server"); INTERN(s_parser, "parser"); INTERN(s_backlog, "backlog");
-    INTERN(s_transport, "transport"); INTERN(s__carry_args, "_carry_args"); INTERN(s__tail, "_tail");
-    INTERN(s__buf, "_buf"); INTERN(s__args, "_args"); INTERN(s__auth, "_auth"); INTERN(s__partial, "_partial");
+    INTERN(s_transport, "transport"); INTERN(s_boundary_for, "boundary_for");
     INTERN(s_max_bulk_len, "max_bulk_len"); INTERN(s_net_in, "net_in"); INTERN(s_net_out, "net_out");
     INTERN(s_net_input_bytes, "net_input_bytes"); INTERN(s_reads_processed, "reads_processed");
     INTERN(s_net_output_bytes, "net_output_bytes"); INTERN(s_writes_processed, "writes_processed");
     INTERN(s_loop_stats, "loop_stats"); INTERN(s_open, "open"); INTERN(s_begin, "begin");
     INTERN(s_wall_clock_ms, "wall_clock_ms"); INTERN(s_now_ms, "now_ms");
     INTERN(s_last_interaction_ms, "last_interaction_ms"); INTERN(s_obuf_limited, "obuf_limited");
-    INTERN(s_closed, "closed"); INTERN(s__read, "_read"); INTERN(s__process, "_process");
-    INTERN(s__run_batch, "_run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
+    INTERN(s_closed, "closed"); INTERN(s_read, "read"); INTERN(s_process, "process");
+    INTERN(s_run_batch, "run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
     INTERN(s_feed_rest, "feed_rest"); INTERN(s_flush, "flush");
     INTERN(s_loop, "loop"); INTERN(s_turn_started_s, "turn_started_s"); INTERN(s_call_soon, "call_soon");
     INTERN(s_cycles, "cycles"); INTERN(s_duration_s, "duration_s"); INTERN(s_longest_stall_s, "longest_stall_s");

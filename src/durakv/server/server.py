@@ -446,7 +446,7 @@ class Server:
 
     def _set_import_mode(self, on):
         """import-mode: no active or lazy expiry and no eviction on this primary; CLIENT IMPORT-SOURCE ON
-        clients see expired keys as live (Connection._run_batch). A replica, a paused server or one whose
+        clients see expired keys as live (Connection.run_batch). A replica, a paused server or one whose
         journal failed keep their own expiry state and return to this one when they end."""
         self.pipeline.import_mode = on
         ks = self.keyspace
