@@ -42,7 +42,9 @@ OWNERS = {
     "Db": "data expires hexpires enc slots id",
     "SlotIndex": "add discard",
     "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
-    "Outbox": "ready held closed flush hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
+    # emit, hold (the Outbox API, by name for a subclass; an Outbox's own are the core's C functions, which
+    # keep its held_bytes ... set_over) and flush; ready, held and closed are read only
+    "Outbox": "ready held closed flush emit hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
               "durability set_over",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity",
     "LeaseGate": "fast_serving",   # a shard member's gate (node.lease)
@@ -141,3 +143,60 @@ def test_the_core_refuses_a_command_it_does_not_implement():
     with pytest.raises(ValueError, match="append"):
         fastpath.core.Core(pipeline.core_state, pipeline, pipeline.keyspace, pipeline.durability,
                            pipeline.monitors, {"append": append}, 0, None, None)
+
+
+def test_the_core_hands_every_reply_to_the_outbox_api(tmp_path):
+    """Replies go through the Outbox's emit / hold (and a flush through take_ready), never into its lists: an
+    Outbox subclass on a live connection (the core then calls the methods by name) sees every byte the client
+    reads, for replies that leave at once (GET, PING) and for sync writes held for their commit (SET)."""
+    from durakv.durability.release import Outbox
+
+    seen = []
+
+    class Recording(Outbox):
+        __slots__ = ()
+
+        def emit(self, ticket, data):
+            seen.append(("emit", ticket, bytes(data)))
+            return super().emit(ticket, data)
+
+        def hold(self, ticket, data, carried=0):
+            seen.append(("hold", ticket, bytes(data)))
+            return super().hold(ticket, data, carried)
+
+    srv = InProcessServer(tmp_path / "data", "--durability", "sync").start()
+    try:
+        c = srv.client()
+        assert c.set("k", "v")
+        core_count = lambda: int(c.info("server")["durakv_core_commands"])  # noqa: E731
+        wait_until(lambda: c.get("k") == b"v" and core_count() > 0, 20, what="the compiled core ran a command")
+
+        for i in range(20):
+            assert c.set("k%d" % i, "v%d" % i)      # (acknowledged: committed)
+
+        def record():
+            (conn,) = srv.server.clients.values()
+            conn.outbox.__class__ = Recording
+        srv.on_loop(record)
+        before = core_count()
+        p = c.pipeline(transaction=False)      # nothing uncommitted: every reply leaves at once
+        for i in range(20):
+            p.get("k%d" % i)
+            p.ping()
+        assert p.execute() == [r for i in range(20) for r in (b"v%d" % i, True)]
+        assert core_count() >= before + 40            # (the INFO call itself is the pipeline's)
+        assert {(kind, ticket) for kind, ticket, _ in seen} == {("emit", 0)}   # a read's replies, as one
+        assert b"".join(d for _, _, d in seen) == b"".join(b"$2\r\nv%d\r\n+PONG\r\n" % i for i in range(10)) + b"".join(
+            b"$3\r\nv%d\r\n+PONG\r\n" % i for i in range(10, 20))
+        del seen[:]
+        p = c.pipeline(transaction=False)      # sync writes: held for their commit, and what follows them
+        for i in range(20):
+            p.set("k%d" % i, "w%d" % i)
+            p.ping()
+        assert p.execute() == [True] * 40
+        replies = b"".join(d for _, _, d in seen)
+        assert replies == b"+OK\r\n+PONG\r\n" * 20
+        assert any(kind == "hold" and ticket > 0 for kind, ticket, _ in seen)
+        c.close()
+    finally:
+        srv.stop()

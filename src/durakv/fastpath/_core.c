@@ -468,7 +468,7 @@ static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s_boundary_for,
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
     *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s_read, *s_process, *s_run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
-static PyObject *s_hold, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s_carried_by_ticket, *s_limit_bytes,
+static PyObject *s_hold, *s_emit, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s_carried_by_ticket, *s_limit_bytes,
     *s_over_limit, *s_durability, *s_waiting, *s_set_over;
 static PyObject *s_batch_index, *s_close_at, *s_promised_index, *s_mode, *s_ack_before_commit, *s_journal,
     *s_max_entry_bytes, *s_batch_db, *s_batch_bytes, *s_batch_effects, *s_batch_keys, *s_uncommitted, *s_sync,
@@ -770,7 +770,7 @@ static int attr_add(PyObject *o, PyObject *name, long long delta) {
 /* What one run() keeps while it goes. */
 typedef struct {
     Core *core;
-    PyObject *session, *ctx, *outbox, *ready, *held, *db, *data, *expires, *enc;
+    PyObject *session, *ctx, *outbox, *held, *db, *data, *expires, *enc;
     int stamp;                /* a lookup or a store sets the key's access time to `lru` (keyspace.lru_stamp) */
     uint32_t lru;
     PyObject *cur_args;       /* the request being run (borrowed): a held reply counts its bytes */
@@ -820,53 +820,36 @@ static int expired(Run *r, PyObject *key) {
     return when <= now;
 }
 
-/* The ready bytes go to the outbox's ready list (nothing is held before them). */
-static int flush_out(Run *r) {
-    if (r->out.len == 0) return 0;
-    PyObject *chunk = PyBytes_FromStringAndSize(r->out.data, r->out.len);
-    if (chunk == NULL) return -1;
-    r->out.len = 0;
-    int rc = PyList_Append(r->ready, chunk);
-    Py_DECREF(chunk);
-    return rc;
+/* ---- The Outbox API (durability/release.py Outbox: its docstring states this contract) ----
+ * The core hands every reply to the connection's outbox through the Outbox's methods: emit(ticket, data) for a
+ * reply, hold(ticket, data, carried) for one that waits for a commit, take_ready() for what a flush writes. For
+ * an Outbox of exactly that class they are these C functions: fastpath.install() puts them on the class as its
+ * methods (outbox_methods below), so the Python callers and the core run the same code, and the core calls them
+ * without a Python call. For a subclass (which may override them) the core calls the methods by name. The core
+ * reads `held` (a ticket-0 reply may be buffered only while nothing is held) and `closed`; it writes no field. */
+
+static PyTypeObject *outbox_type;      /* the Outbox class whose methods these are (outbox_methods) */
+static long long outbox_entry_cost;    /* its ENTRY_COST */
+
+static inline int outbox_exact(PyObject *outbox) {
+    return outbox_type != NULL && Py_TYPE(outbox) == outbox_type;
 }
 
-/* One reply, encoded in tmp, with its ticket: as connection.process gives it to the outbox. */
-static long long args_bytes(PyObject *args);
-
-/* durability/release.py's Outbox class and its ENTRY_COST, looked up at the first held reply (the module is
- * loaded by then: the server made the outbox); NULL where it cannot be found, and the Python hold runs. */
-static PyTypeObject *outbox_type;
-static long long outbox_entry_cost;
-
-static PyTypeObject *outbox_class(void) {
-    static int looked;
-    if (!looked) {
-        looked = 1;
-        PyObject *mod = PyImport_ImportModule("durakv.durability.release");
-        PyObject *cls = mod ? PyObject_GetAttrString(mod, "Outbox") : NULL;
-        PyObject *cost = cls ? PyObject_GetAttrString(cls, "ENTRY_COST") : NULL;
-        long long c = cost ? PyLong_AsLongLong(cost) : -1;
-        if (cls != NULL && PyType_Check(cls) && c >= 0 && !PyErr_Occurred()) {
-            outbox_type = (PyTypeObject *)cls;     /* (kept: a module's class lives as long as the process) */
-            Py_INCREF(cls);
-            outbox_entry_cost = c;
-        }
-        PyErr_Clear();
+/* Outbox.hold(ticket, data, carried): the reply waits for entry `ticket` (or for what is held before it). 0/-1. */
+static int outbox_hold(PyObject *outbox, long long ticket, PyObject *data, long long carried) {
+    Py_ssize_t size = PyBytes_Check(data) ? PyBytes_GET_SIZE(data) : PyObject_Size(data);
+    if (size < 0) return -1;
+    long long entry_cost = outbox_entry_cost;
+    if (!outbox_exact(outbox)) {   /* a subclass that kept this method: its own ENTRY_COST */
+        PyObject *cost = PyObject_GetAttrString(outbox, "ENTRY_COST");
+        entry_cost = cost ? PyLong_AsLongLong(cost) : -1;
         Py_XDECREF(cost);
-        Py_XDECREF(cls);
-        Py_XDECREF(mod);
+        if (entry_cost == -1 && PyErr_Occurred()) return -1;
     }
-    return outbox_type;
-}
-
-/* Outbox.hold(ticket, bytes, carried) for an outbox of that very class (a subclass may override it: the Python
- * method runs), the same steps: the Python call was ~3k instructions of every held sync reply. 0 or -1. */
-static int outbox_hold(PyObject *outbox, long long ticket, PyObject *bytes, long long carried) {
     PyObject *held = ga(outbox, s_held);
     if (held == NULL) return -1;
     PyObject *tk = PyLong_FromLongLong(ticket);
-    PyObject *item = tk ? PyTuple_Pack(2, tk, bytes) : NULL;
+    PyObject *item = tk ? PyTuple_Pack(2, tk, data) : NULL;
     int rc = item == NULL || !PyList_CheckExact(held) ? -1 : PyList_Append(held, item);
     Py_XDECREF(item);
     Py_DECREF(held);
@@ -875,7 +858,7 @@ static int outbox_hold(PyObject *outbox, long long ticket, PyObject *bytes, long
         goto out;
     }
     rc = -1;
-    if (attr_add(outbox, s_held_bytes, PyBytes_GET_SIZE(bytes) + outbox_entry_cost) < 0) goto out;
+    if (attr_add(outbox, s_held_bytes, size + entry_cost) < 0) goto out;
     PyObject *dur = ga(outbox, s_durability);
     if (dur == NULL) goto out;
     long long committed = attr_ll(dur, s_committed);
@@ -920,6 +903,147 @@ out:
     return rc;
 }
 
+/* Outbox.emit(ticket, data): leaves with the batch (the ready list) unless it, or anything before it, waits. */
+static int outbox_emit(PyObject *outbox, long long ticket, PyObject *data) {
+    PyObject *held = ga(outbox, s_held);
+    if (held == NULL) return -1;
+    Py_ssize_t nheld = PyObject_Size(held);
+    Py_DECREF(held);
+    if (nheld < 0) return -1;
+    if (ticket || nheld) return outbox_hold(outbox, ticket, data, 0);
+    PyObject *ready = ga(outbox, s_ready);
+    if (ready == NULL) return -1;
+    int rc = PyList_Append(ready, data);
+    Py_DECREF(ready);
+    return rc;
+}
+
+/* Outbox.take_ready(): the bytes that may leave now, joined (None if none); the ready list is emptied. */
+static PyObject *outbox_take_ready(PyObject *outbox) {
+    PyObject *ready = ga(outbox, s_ready);
+    if (ready == NULL) return NULL;
+    if (!PyList_CheckExact(ready)) {
+        Py_DECREF(ready);
+        PyErr_SetString(PyExc_TypeError, "outbox.ready is not a list");
+        return NULL;
+    }
+    PyObject *data;
+    Py_ssize_t n = PyList_GET_SIZE(ready);
+    if (n == 0) {
+        data = Py_None;
+        Py_INCREF(data);
+    } else if (n == 1) {
+        data = PyList_GET_ITEM(ready, 0);
+        Py_INCREF(data);
+    } else {
+        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+        data = empty ? _PyBytes_Join(empty, ready) : NULL;
+        Py_XDECREF(empty);
+    }
+    if (data != NULL && n && PyList_SetSlice(ready, 0, PY_SSIZE_T_MAX, NULL) < 0) Py_CLEAR(data);
+    Py_DECREF(ready);
+    return data;
+}
+
+/* The methods' Python faces (METH_FASTCALL on the instance: Outbox.hold(self, ticket, data, carried=0), ...) */
+static PyObject *outbox_m_hold(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "hold(ticket, data, carried=0)");
+        return NULL;
+    }
+    long long ticket = PyLong_AsLongLong(argv[0]);
+    long long carried = nargs == 3 ? PyLong_AsLongLong(argv[2]) : 0;
+    if (PyErr_Occurred() || outbox_hold(self, ticket, argv[1], carried) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *outbox_m_emit(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "emit(ticket, data)");
+        return NULL;
+    }
+    long long ticket = PyLong_AsLongLong(argv[0]);
+    if ((ticket == -1 && PyErr_Occurred()) || outbox_emit(self, ticket, argv[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *outbox_m_take_ready(PyObject *self, PyObject *unused) {
+    return outbox_take_ready(self);
+}
+
+static PyMethodDef outbox_method_defs[] = {
+    {"hold", (PyCFunction)(void (*)(void))outbox_m_hold, METH_FASTCALL,
+     "hold(ticket, data, carried=0): a reply that waits for entry `ticket` (or for what is held before it); "
+     "`carried`: the bytes of the request it answers, kept in memory until that entry commits"},
+    {"emit", (PyCFunction)(void (*)(void))outbox_m_emit, METH_FASTCALL,
+     "emit(ticket, data): an encoded reply; leaves with the batch unless it (or anything before it) must wait"},
+    {"take_ready", (PyCFunction)outbox_m_take_ready, METH_NOARGS,
+     "take_ready() -> bytes or None: what may leave now, joined; the ready list is emptied"},
+    {NULL}
+};
+
+/* outbox_methods(cls) -> {name: method}: the Outbox API's C implementations as methods of cls (durability/
+ * release.py Outbox, its ENTRY_COST read here), which fastpath.install() puts on the class. */
+static PyObject *fast_outbox_methods(PyObject *mod, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "outbox_methods(cls): a class");
+        return NULL;
+    }
+    PyObject *cost = PyObject_GetAttrString(cls, "ENTRY_COST");
+    long long c = cost ? PyLong_AsLongLong(cost) : -1;
+    Py_XDECREF(cost);
+    if (c == -1 && PyErr_Occurred()) return NULL;
+    if (c < 0) {
+        PyErr_SetString(PyExc_ValueError, "Outbox.ENTRY_COST must be >= 0");
+        return NULL;
+    }
+    if (outbox_type != NULL && outbox_type != (PyTypeObject *)cls) {
+        PyErr_SetString(PyExc_ValueError, "the compiled Outbox methods belong to another class");
+        return NULL;
+    }
+    PyObject *methods = PyDict_New();
+    if (methods == NULL) return NULL;
+    for (PyMethodDef *def = outbox_method_defs; def->ml_name != NULL; def++) {
+        PyObject *m = PyDescr_NewMethod((PyTypeObject *)cls, def);
+        if (m == NULL || PyDict_SetItemString(methods, def->ml_name, m) < 0) {
+            Py_XDECREF(m);
+            Py_DECREF(methods);
+            return NULL;
+        }
+        Py_DECREF(m);
+    }
+    if (outbox_type == NULL) {
+        Py_INCREF(cls);     /* (kept: a module's class lives as long as the process) */
+        outbox_type = (PyTypeObject *)cls;
+    }
+    outbox_entry_cost = c;
+    return methods;
+}
+
+/* The ready bytes go to the outbox as one reply (nothing is held before them: emit() flushed before holding). */
+static int flush_out(Run *r) {
+    if (r->out.len == 0) return 0;
+    PyObject *chunk = PyBytes_FromStringAndSize(r->out.data, r->out.len);
+    if (chunk == NULL) return -1;
+    r->out.len = 0;
+    int rc;
+    if (outbox_exact(r->outbox)) {
+        rc = outbox_emit(r->outbox, 0, chunk);
+    } else {   /* outbox.emit(0, chunk) by its interned name, vectorcall */
+        PyObject *zero = PyLong_FromLong(0);   /* (a cached small int) */
+        PyObject *callargs[3] = {r->outbox, zero, chunk};
+        PyObject *res = PyObject_VectorcallMethod(s_emit, callargs, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(zero);
+        rc = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+    }
+    Py_DECREF(chunk);
+    return rc;
+}
+
+static long long args_bytes(PyObject *args);
+
+/* One reply, encoded in data[:n], with its ticket: as connection.run_batch gives it to the outbox. */
 static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
     r->reply_len = n;
     if (ticket == 0 && PyList_GET_SIZE(r->held) == 0)
@@ -928,7 +1052,7 @@ static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
     if (flush_out(r) < 0) return -1;
     PyObject *bytes = PyBytes_FromStringAndSize(data, n);
     if (bytes == NULL) return -1;
-    if (Py_TYPE(r->outbox) == outbox_class()) {
+    if (outbox_exact(r->outbox)) {
         int rc = outbox_hold(r->outbox, ticket, bytes, ticket ? carried : 0);
         Py_DECREF(bytes);
         return rc;
@@ -1906,7 +2030,7 @@ static int run_finish(Run *r, double end) {
 }
 
 static void run_release(Run *r) {
-    Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
+    Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->held);
     Py_XDECREF(r->gate); Py_XDECREF(r->slot_codes); Py_XDECREF(r->slots);
     Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc);
     PyMem_Free(r->out.data);
@@ -1954,9 +2078,8 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         return ok < 0 ? -1 : i;
     }
     r.outbox = ga(conn, s_outbox);
-    r.ready = r.outbox ? ga(r.outbox, s_ready) : NULL;
-    r.held = r.outbox ? ga(r.outbox, s_held) : NULL;
-    if (r.ready == NULL || r.held == NULL || !PyList_Check(r.ready) || !PyList_Check(r.held)) goto error;
+    r.held = r.outbox ? ga(r.outbox, s_held) : NULL;   /* (read: the Outbox API's contract) */
+    if (r.held == NULL || !PyList_Check(r.held)) goto error;
     r.resp3 = attr_ll(r.session, s_resp) == 3;
     r.db_id = attr_ll(r.session, s_db_id);
     if (PyErr_Occurred()) goto error;
@@ -2161,13 +2284,17 @@ static inline double realtime_ms(void) {
 }
 
 /* Outbox.flush with Connection._write as its write, for a connection whose server has no client output limits
- * (otherwise, and for an outbox that writes elsewhere, the Python flush runs): 0 or -1. */
+ * (otherwise, and for an outbox that is not exactly an Outbox, the Python flush runs): the bytes come from the
+ * Outbox API's take_ready. 0 or -1. */
 static int flush_conn(PyObject *conn, PyObject *session, PyObject *server, PyObject *outbox) {
-    PyObject *ready = ga(outbox, s_ready);
-    if (ready == NULL) return -1;
-    int rc = 0;
-    if (!PyList_CheckExact(ready)) goto python;
-    if (PyList_GET_SIZE(ready) == 0) { Py_DECREF(ready); return 0; }
+    if (!outbox_exact(outbox)) goto python;
+    {
+        PyObject *ready = ga(outbox, s_ready);     /* (read: nothing to write, nothing to do) */
+        if (ready == NULL) return -1;
+        Py_ssize_t n = PyObject_Size(ready);
+        Py_DECREF(ready);
+        if (n <= 0) return n < 0 ? -1 : 0;
+    }
     /* Connection._write checks this client's output limits when some apply to it */
     int t = attr_true(server, s_obuf_limited);
     if (t == 1) {
@@ -2177,41 +2304,29 @@ static int flush_conn(PyObject *conn, PyObject *session, PyObject *server, PyObj
             t = block == -1 && PyErr_Occurred() ? -1 : (block & CORE_BLOCK_SPECIAL) != 0;
         }
     }
-    if (t != 0) { if (t < 0) rc = -1; else goto python; goto out; }
+    if (t != 0) { if (t < 0) return -1; goto python; }
     t = attr_true(outbox, s_closed);
-    if (t != 0) { if (t < 0) rc = -1; else goto python; goto out; }
+    if (t != 0) { if (t < 0) return -1; goto python; }
     PyObject *transport = ga(conn, s_transport);
-    if (transport == NULL) { rc = -1; goto out; }
+    if (transport == NULL) return -1;
     if (transport == Py_None) { Py_DECREF(transport); goto python; }
     PyObject *closing = PyObject_CallMethodNoArgs(transport, s_is_closing);
     t = closing == NULL ? -1 : PyObject_IsTrue(closing);
     Py_XDECREF(closing);
-    if (t != 0) { Py_DECREF(transport); if (t < 0) rc = -1; else goto python; goto out; }
-    PyObject *data;
-    if (PyList_GET_SIZE(ready) == 1) {
-        data = PyList_GET_ITEM(ready, 0);
-        Py_INCREF(data);
-    } else {
-        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
-        data = empty ? _PyBytes_Join(empty, ready) : NULL;
-        Py_XDECREF(empty);
-    }
-    if (data == NULL) { Py_DECREF(transport); rc = -1; goto out; }
+    if (t != 0) { Py_DECREF(transport); if (t < 0) return -1; goto python; }
+    PyObject *data = outbox_take_ready(outbox);
+    if (data == NULL || data == Py_None) { Py_DECREF(transport); Py_XDECREF(data); return data == NULL ? -1 : 0; }
     PyObject *res = PyObject_CallMethodOneArg(transport, s_write, data);
     Py_DECREF(transport);
     Py_ssize_t n = PyBytes_Check(data) ? PyBytes_GET_SIZE(data) : 0;
     Py_DECREF(data);
-    if (res == NULL) { rc = -1; goto out; }
+    if (res == NULL) return -1;
     Py_DECREF(res);
     if (attr_add(session, s_net_out, n) < 0 || attr_add(server, s_net_output_bytes, n) < 0
         || attr_add(server, s_writes_processed, 1) < 0)
-        rc = -1;
-    if (PyList_SetSlice(ready, 0, PY_SSIZE_T_MAX, NULL) < 0) rc = -1;
-out:
-    Py_DECREF(ready);
-    return rc;
+        return -1;
+    return 0;
 python:
-    Py_DECREF(ready);
     {
         PyObject *r2 = PyObject_CallMethodNoArgs(outbox, s_flush);
         if (r2 == NULL) return -1;
@@ -2444,6 +2559,8 @@ static PyObject *fast_presized_dict(PyObject *mod, PyObject *arg) {
 
 static PyMethodDef module_methods[] = {
     {"presized_dict", (PyCFunction)fast_presized_dict, METH_O, "presized_dict(n) -> an empty dict with room for n"},
+    {"outbox_methods", (PyCFunction)fast_outbox_methods, METH_O,
+     "outbox_methods(Outbox) -> {name: method}: the Outbox API's hold, emit and take_ready in C, for the class"},
     {"parse", (PyCFunction)(void (*)(void))fast_parse, METH_FASTCALL,
      "parse(buf, pos, end, commands, max_bulk_len) -> pos"},
     {"encode_effects", (PyCFunction)fast_encode_effects, METH_O, "encode_effects(effects) -> bytes"},
@@ -2479,7 +2596,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_total_commands, "total_commands"); INTERN(s_commands_processed, "commands_processed");
     INTERN(s_last_cmd, "last_cmd"); INTERN(s_hits, "hits"); INTERN(s_misses, "misses");
     INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
-    INTERN(s_hold, "hold"); INTERN(s_read_ticket, "read_ticket");
+    INTERN(s_hold, "hold"); INTERN(s_emit, "emit"); INTERN(s_read_ticket, "read_ticket");
     INTERN(s_held_bytes, "held_bytes"); INTERN(s_carried_bytes, "carried_bytes");
     INTERN(s_carried_by_ticket, "carried_by_ticket");
     INTERN(s_limit_bytes, "limit_bytes"); INTERN(s_over_limit, "over_limit"); INTERN(s_durability, "durability");
