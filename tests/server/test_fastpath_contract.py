@@ -24,7 +24,9 @@ OWNERS = {
     # THE STATE OBJECT: every server-wide decision to run commands (admission, the observer, WATCH, statistics,
     # the clock, refused writes, expiry and access times, the role gate, the slot codes, keys moving, the
     # server's own deletions, pushes queued behind a reply): commands/corestate.py, read at its slots' offsets
-    "CoreState": "may_run gate slot_codes lru_stamp clock watchers moving deleted own_feed",
+    "CoreState": "may_run gate slot_codes lru_stamp clock watchers moving deleted own_feed "
+                 # the limits it checks per batch: the monitors' thresholds, client-output-buffer-limit's reach
+                 "threshold_us request_limit reply_limit output_limits",
     # read, process, run_batch: the Python steps the core hands a read or a batch's rest to (their docstrings)
     "Connection": "session outbox closing server parser backlog transport read process run_batch",
     # core_block: the session's flags that leave its requests to the pipeline, folded (commands/session.py)
@@ -41,7 +43,7 @@ OWNERS = {
     "Keyspace": "hits misses used_bytes changes clock_ms",
     "Db": "data expires hexpires enc slots id",
     "SlotIndex": "add discard",
-    "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
+    "Monitors": "record record_request record_reply",
     # emit, hold (the Outbox API, by name for a subclass; an Outbox's own are the core's C functions, which
     # keep its held_bytes ... set_over) and flush; ready, held and closed are read only
     "Outbox": "ready held closed flush emit hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
@@ -51,7 +53,7 @@ OWNERS = {
     # boundary_for: "at a request boundary, following this session" (the parser's docstring: the core's contract)
     "RequestParser": "boundary_for max_bulk_len feed_rest",
     "Server": "net_input_bytes reads_processed net_output_bytes writes_processed loop_stats wall_clock_ms now_ms "
-              "obuf_limited obuf_normal_limited clock_ms",
+              "clock_ms",
     "LoopStats": "open begin loop turn_started_s cycles duration_s longest_stall_s perf_counter",
     "EventLoop": "call_soon",
     "Transport": "is_closing write",

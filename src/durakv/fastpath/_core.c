@@ -449,7 +449,7 @@ static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mse
 static PyObject *s_session, *s_outbox, *s_closing,
     *s_perf_counter, *s_mark, *s_tracker, *s_feeds, *s_core_block, *s_resp,
     *s_db_id, *s_data,
-    *s_expires, *s_hexpires, *s_enc, *s_slots, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
+    *s_expires, *s_hexpires, *s_enc, *s_slots, *s_ready,
     *s_held, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_last_write_index,
@@ -458,15 +458,20 @@ static PyObject *s_session, *s_outbox, *s_closing,
     *s_fast_serving,
     *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_no_touch;
 /* the core's state object's slots (commands/corestate.py CoreState), read at the offsets Core() finds */
-#define NSTATE 9
-enum { ST_MAY_RUN, ST_GATE, ST_SLOT_CODES, ST_LRU_STAMP, ST_CLOCK, ST_WATCHERS, ST_MOVING, ST_DELETED, ST_OWN_FEED };
+#define NSTATE 13
+enum { ST_MAY_RUN, ST_GATE, ST_SLOT_CODES, ST_LRU_STAMP, ST_CLOCK, ST_WATCHERS, ST_MOVING, ST_DELETED, ST_OWN_FEED,
+       ST_THRESHOLD_US, ST_REQUEST_LIMIT, ST_REPLY_LIMIT, ST_OUTPUT_LIMITS };
 static const char *STATE_NAMES[NSTATE] = {"may_run", "gate", "slot_codes", "lru_stamp", "clock", "watchers",
-                                              "moving", "deleted", "own_feed"};
+                                              "moving", "deleted", "own_feed", "threshold_us", "request_limit",
+                                              "reply_limit", "output_limits"};
+/* CoreState.output_limits (commands/corestate.py OUTPUT_LIMITS_*) */
+#define OUTPUT_LIMITS_SPECIAL 1
+#define OUTPUT_LIMITS_ALL 2
 static PyObject *s_state[NSTATE];
 static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s_boundary_for, *s_max_bulk_len, *s_net_in,
     *s_net_out, *s_net_input_bytes, *s_reads_processed,
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
-    *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s_read, *s_process, *s_run_batch, *s_is_closing,
+    *s_last_interaction_ms, *s_closed, *s_read, *s_process, *s_run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
 static PyObject *s_hold, *s_emit, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s_carried_by_ticket, *s_limit_bytes,
     *s_over_limit, *s_durability, *s_waiting, *s_set_over;
@@ -474,7 +479,6 @@ static PyObject *s_batch_index, *s_close_at, *s_promised_index, *s_mode, *s_ack_
     *s_max_entry_bytes, *s_batch_db, *s_batch_bytes, *s_batch_effects, *s_batch_keys, *s_uncommitted, *s_sync,
     *s_close_batch;
 static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
-static PyObject *s_obuf_normal_limited;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
 
@@ -2144,10 +2148,15 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         if (no_tracker < 0 || feeds < 0 || r.needs_touched < 0) goto error;
         r.journal = !no_tracker || feeds;
     }
-    r.threshold_us = attr_ll(self->monitors, s_threshold_us);
-    r.request_limit = attr_ll(self->monitors, s_request_limit);
-    r.reply_limit = attr_ll(self->monitors, s_reply_limit);
-    if (PyErr_Occurred()) goto error;
+    {   /* the monitors' thresholds, as they wrote them to the state */
+        PyObject *t = state_get(self, ST_THRESHOLD_US), *q = t ? state_get(self, ST_REQUEST_LIMIT) : NULL;
+        PyObject *p = q ? state_get(self, ST_REPLY_LIMIT) : NULL;
+        if (p == NULL) goto error;
+        r.threshold_us = PyLong_AsLongLong(t);
+        r.request_limit = PyLong_AsLongLong(q);
+        r.reply_limit = PyLong_AsLongLong(p);
+        if (PyErr_Occurred()) goto error;
+    }
     {
         PyObject *m = ga(self->pipeline, s_mark);
         if (m == NULL) goto error;
@@ -2286,7 +2295,7 @@ static inline double realtime_ms(void) {
 /* Outbox.flush with Connection._write as its write, for a connection whose server has no client output limits
  * (otherwise, and for an outbox that is not exactly an Outbox, the Python flush runs): the bytes come from the
  * Outbox API's take_ready. 0 or -1. */
-static int flush_conn(PyObject *conn, PyObject *session, PyObject *server, PyObject *outbox) {
+static int flush_conn(Core *self, PyObject *conn, PyObject *session, PyObject *server, PyObject *outbox) {
     if (!outbox_exact(outbox)) goto python;
     {
         PyObject *ready = ga(outbox, s_ready);     /* (read: nothing to write, nothing to do) */
@@ -2295,14 +2304,15 @@ static int flush_conn(PyObject *conn, PyObject *session, PyObject *server, PyObj
         Py_DECREF(ready);
         if (n <= 0) return n < 0 ? -1 : 0;
     }
-    /* Connection._write checks this client's output limits when some apply to it */
-    int t = attr_true(server, s_obuf_limited);
-    if (t == 1) {
-        t = attr_true(server, s_obuf_normal_limited);
-        if (t == 0) {
-            long long block = attr_ll(session, s_core_block);
-            t = block == -1 && PyErr_Occurred() ? -1 : (block & CORE_BLOCK_SPECIAL) != 0;
-        }
+    /* Connection._write checks this client's output limits when some apply to it (the state's output_limits,
+     * written where client-output-buffer-limit is set) */
+    PyObject *lim = state_get(self, ST_OUTPUT_LIMITS);
+    long long limits = lim != NULL ? PyLong_AsLongLong(lim) : -1;
+    if (limits == -1 && PyErr_Occurred()) return -1;
+    int t = limits >= OUTPUT_LIMITS_ALL;
+    if (limits == OUTPUT_LIMITS_SPECIAL) {
+        long long block = attr_ll(session, s_core_block);
+        t = block == -1 && PyErr_Occurred() ? -1 : (block & CORE_BLOCK_SPECIAL) != 0;
     }
     if (t != 0) { if (t < 0) return -1; goto python; }
     t = attr_true(outbox, s_closed);
@@ -2491,7 +2501,7 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     if (next >= PyList_GET_SIZE(commands)) {
         PyObject *outbox = ga(conn, s_outbox);
         if (outbox == NULL) goto error;
-        t = flush_conn(conn, session, server, outbox);
+        t = flush_conn(self, conn, session, server, outbox);
         Py_DECREF(outbox);
         if (t < 0) goto error;
     } else {
@@ -2588,8 +2598,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_db_id, "db_id");
     INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires");
     INTERN(s_enc, "enc");
-    INTERN(s_slots, "slots"); INTERN(s_threshold_us, "threshold_us");
-    INTERN(s_request_limit, "request_limit"); INTERN(s_reply_limit, "reply_limit"); INTERN(s_ready, "ready");
+    INTERN(s_slots, "slots");
+    INTERN(s_ready, "ready");
     INTERN(s_held, "held"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");
     INTERN(s_latency, "latency"); INTERN(s_skip_slowlog, "skip_slowlog"); INTERN(s_record, "record");
     INTERN(s_record_request, "record_request"); INTERN(s_record_reply, "record_reply");
@@ -2627,13 +2637,12 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_net_output_bytes, "net_output_bytes"); INTERN(s_writes_processed, "writes_processed");
     INTERN(s_loop_stats, "loop_stats"); INTERN(s_open, "open"); INTERN(s_begin, "begin");
     INTERN(s_wall_clock_ms, "wall_clock_ms"); INTERN(s_now_ms, "now_ms");
-    INTERN(s_last_interaction_ms, "last_interaction_ms"); INTERN(s_obuf_limited, "obuf_limited");
+    INTERN(s_last_interaction_ms, "last_interaction_ms");
     INTERN(s_closed, "closed"); INTERN(s_read, "read"); INTERN(s_process, "process");
     INTERN(s_run_batch, "run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
     INTERN(s_feed_rest, "feed_rest"); INTERN(s_flush, "flush");
     INTERN(s_loop, "loop"); INTERN(s_turn_started_s, "turn_started_s"); INTERN(s_call_soon, "call_soon");
     INTERN(s_cycles, "cycles"); INTERN(s_duration_s, "duration_s"); INTERN(s_longest_stall_s, "longest_stall_s");
-    INTERN(s_obuf_normal_limited, "obuf_normal_limited");
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
     b_SET = PyBytes_FromString("SET"); b_PXAT = PyBytes_FromString("PXAT");

@@ -13,6 +13,7 @@ import time
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__, messages
 from ..commands import load_all
 from .. import fastpath
+from ..commands.corestate import OUTPUT_LIMITS_ALL, OUTPUT_LIMITS_NONE, OUTPUT_LIMITS_SPECIAL
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
@@ -245,6 +246,8 @@ class Server:
             # and pubsub): the check on every reply cost the unpipelined path a call per command (issue 18)
             hard, soft, _s = self.obuf_limits["normal"]
             self.obuf_normal_limited = bool(hard or soft)
+            d.core_state.output_limits = (OUTPUT_LIMITS_ALL if self.obuf_normal_limited else
+                                          OUTPUT_LIMITS_SPECIAL if self.obuf_limited else OUTPUT_LIMITS_NONE)
         elif name == "client-held-replies-limit":
             for conn in self.clients.values():
                 conn.outbox.limit_bytes = value
