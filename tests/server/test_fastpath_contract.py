@@ -24,29 +24,36 @@ OWNERS = {
     # THE STATE OBJECT: every server-wide decision to run commands (admission, the observer, WATCH, statistics,
     # the clock, refused writes, expiry and access times, the role gate, the slot codes, keys moving, the
     # server's own deletions, pushes queued behind a reply): commands/corestate.py, read at its slots' offsets
-    "CoreState": "may_run gate slot_codes lru_stamp clock watchers moving deleted own_feed",
-    "Connection": "session outbox closing server parser backlog transport _read _process _run_batch",
+    "CoreState": "may_run gate slot_codes lru_stamp clock watchers moving deleted own_feed "
+                 # the limits it checks per batch: the monitors' thresholds, client-output-buffer-limit's reach
+                 "threshold_us request_limit reply_limit output_limits",
+    # read, process, run_batch: the Python steps the core hands a read or a batch's rest to (their docstrings)
+    "Connection": "session outbox closing server parser backlog transport read process run_batch",
     # core_block: the session's flags that leave its requests to the pipeline, folded (commands/session.py)
     "Session": "core_block resp db_id commands_processed last_cmd last_write_index ctx no_touch net_in net_out "
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
     "Pipeline": "mark_s total_commands",
     "Durability": "tracker feeds submit assigned committed pending needs_touched read_ticket waiting promised_index",
-    # a sync write joining the open batch (tracker_join) and the journal's entry limit it checks
-    "WriteTracker": "_batch_index _coalesce_handle _coalesce_target mode ack_before_commit journal _batch_db "
-                    "_batch_bytes _batch _keys_by_index uncommitted _close_batch",
+    # a sync write joining the open batch (tracker_join: the tracker's docstring states these fields as the
+    # core's contract) and the journal's entry limit it checks
+    "WriteTracker": "batch_index batch_effects batch_bytes batch_db batch_keys close_at close_batch uncommitted "
+                    "mode ack_before_commit journal",
     "Journal": "max_entry_bytes",
     "Keyspace": "hits misses used_bytes changes clock_ms",
     "Db": "data expires hexpires enc slots id",
     "SlotIndex": "add discard",
-    "Monitors": "threshold_us request_limit reply_limit record record_request record_reply",
-    "Outbox": "ready held closed flush hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
+    "Monitors": "record record_request record_reply",
+    # emit, hold (the Outbox API, by name for a subclass; an Outbox's own are the core's C functions, which
+    # keep its held_bytes ... set_over) and flush; ready, held and closed are read only
+    "Outbox": "ready held closed flush emit hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
               "durability set_over",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity",
     "LeaseGate": "fast_serving",   # a shard member's gate (node.lease)
-    "RequestParser": "_carry_args _tail _buf _args _auth _partial max_bulk_len feed_rest",
+    # boundary_for: "at a request boundary, following this session" (the parser's docstring: the core's contract)
+    "RequestParser": "boundary_for max_bulk_len feed_rest",
     "Server": "net_input_bytes reads_processed net_output_bytes writes_processed loop_stats wall_clock_ms now_ms "
-              "obuf_limited obuf_normal_limited clock_ms",
+              "clock_ms",
     "LoopStats": "open begin loop turn_started_s cycles duration_s longest_stall_s perf_counter",
     "EventLoop": "call_soon",
     "Transport": "is_closing write",
@@ -82,6 +89,12 @@ def _objects(server):
 def test_every_name_the_core_touches_is_listed():
     listed = [n for names in OWNERS.values() for n in names.split()]
     assert sorted(set(listed)) == sorted(set(fastpath.core.NAMES))
+
+
+def test_the_core_touches_no_private_name():
+    """Each name the core reads is part of a stated interface of its class: none is private."""
+    assert [n for n in fastpath.core.NAMES if n.startswith("_")] == []
+    assert [(owner, n) for owner, names in OWNERS.items() for n in names.split() if n.startswith("_")] == []
 
 
 def test_every_name_the_core_touches_exists(served):
@@ -132,3 +145,60 @@ def test_the_core_refuses_a_command_it_does_not_implement():
     with pytest.raises(ValueError, match="append"):
         fastpath.core.Core(pipeline.core_state, pipeline, pipeline.keyspace, pipeline.durability,
                            pipeline.monitors, {"append": append}, 0, None, None)
+
+
+def test_the_core_hands_every_reply_to_the_outbox_api(tmp_path):
+    """Replies go through the Outbox's emit / hold (and a flush through take_ready), never into its lists: an
+    Outbox subclass on a live connection (the core then calls the methods by name) sees every byte the client
+    reads, for replies that leave at once (GET, PING) and for sync writes held for their commit (SET)."""
+    from durakv.durability.release import Outbox
+
+    seen = []
+
+    class Recording(Outbox):
+        __slots__ = ()
+
+        def emit(self, ticket, data):
+            seen.append(("emit", ticket, bytes(data)))
+            return super().emit(ticket, data)
+
+        def hold(self, ticket, data, carried=0):
+            seen.append(("hold", ticket, bytes(data)))
+            return super().hold(ticket, data, carried)
+
+    srv = InProcessServer(tmp_path / "data", "--durability", "sync").start()
+    try:
+        c = srv.client()
+        assert c.set("k", "v")
+        core_count = lambda: int(c.info("server")["durakv_core_commands"])  # noqa: E731
+        wait_until(lambda: c.get("k") == b"v" and core_count() > 0, 20, what="the compiled core ran a command")
+
+        for i in range(20):
+            assert c.set("k%d" % i, "v%d" % i)      # (acknowledged: committed)
+
+        def record():
+            (conn,) = srv.server.clients.values()
+            conn.outbox.__class__ = Recording
+        srv.on_loop(record)
+        before = core_count()
+        p = c.pipeline(transaction=False)      # nothing uncommitted: every reply leaves at once
+        for i in range(20):
+            p.get("k%d" % i)
+            p.ping()
+        assert p.execute() == [r for i in range(20) for r in (b"v%d" % i, True)]
+        assert core_count() >= before + 40            # (the INFO call itself is the pipeline's)
+        assert {(kind, ticket) for kind, ticket, _ in seen} == {("emit", 0)}   # a read's replies, as one
+        assert b"".join(d for _, _, d in seen) == b"".join(b"$2\r\nv%d\r\n+PONG\r\n" % i for i in range(10)) + b"".join(
+            b"$3\r\nv%d\r\n+PONG\r\n" % i for i in range(10, 20))
+        del seen[:]
+        p = c.pipeline(transaction=False)      # sync writes: held for their commit, and what follows them
+        for i in range(20):
+            p.set("k%d" % i, "w%d" % i)
+            p.ping()
+        assert p.execute() == [True] * 40
+        replies = b"".join(d for _, _, d in seen)
+        assert replies == b"+OK\r\n+PONG\r\n" * 20
+        assert any(kind == "hold" and ticket > 0 for kind, ticket, _ in seen)
+        c.close()
+    finally:
+        srv.stop()

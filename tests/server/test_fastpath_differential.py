@@ -283,7 +283,7 @@ def _net(peer):
 @given(seq=st.lists(commands(), min_size=1, max_size=12), cuts=st.lists(st.integers(1, 400), max_size=6),
        inline=st.lists(st.booleans(), min_size=12, max_size=12))
 def test_read_callback_equals_python_reads(peers, seq, cuts, inline):
-    """The compiled read callback (Core.received) against Connection._read: the same bytes, cut into reads at
+    """The compiled read callback (Core.received) against Connection.read: the same bytes, cut into reads at
     random places (a request split across reads goes on in the Python parser from where the compiled parse
     stopped), some requests inline (the Python parser's from the start): the same replies and the same
     network and command counters."""

@@ -19,7 +19,8 @@ import pytest
 import valkey
 
 from durakv import fastpath
-from durakv.commands.corestate import REASONS, CoreState
+from durakv.commands.corestate import (LIMITS, OUTPUT_LIMITS_ALL, OUTPUT_LIMITS_NONE, OUTPUT_LIMITS_SPECIAL,
+                                       REASONS, CoreState)
 from durakv.commands.pipeline import Pipeline
 from durakv.commands.session import (CORE_BLOCK_ALWAYS, CORE_BLOCK_GATED, CORE_BLOCK_SPECIAL,
                                      CORE_BLOCK_UNAUTHENTICATED, Session)
@@ -358,13 +359,120 @@ def test_keys_moving_to_another_shard(clustered):
                       lambda: routing.moving.discard(b"elsewhere"))
 
 
+# -- the limits the core checks per batch: written to the state by their owners ------------------------------
+
+def _limits(s):
+    st = s.server.pipeline.core_state
+    return s.loop(lambda: {name: getattr(st, name) for name in LIMITS})
+
+
+def _config_set(c, name, value):
+    was = c.config_get(name)[name]
+    assert c.config_set(name, value)
+    return was
+
+
+def _logged(c, kind):
+    return c.execute_command("COMMANDLOG", "LEN", kind)
+
+
+def test_the_slow_log_threshold(served):
+    """CONFIG SET commandlog-execution-slower-than (slowlog-log-slower-than) and latency-monitor-threshold write
+    the monitors' threshold to the state; at 0 every GET the core runs goes to the slow log."""
+    c = served.c
+    assert _limits(served)["threshold_us"] == 10000
+    was = _config_set(c, "slowlog-log-slower-than", 0)
+    try:
+        assert _limits(served)["threshold_us"] == 0
+        c.execute_command("COMMANDLOG", "RESET", "slow")
+        assert _core_runs(c, 5)
+        entries = c.execute_command("COMMANDLOG", "GET", 100, "slow")
+        assert sum(1 for e in entries if e[3] == [b"GET", b"k"]) == 5
+        assert _config_set(c, "slowlog-log-slower-than", -1) == "0"
+        assert _limits(served)["threshold_us"] > 10 ** 15          # off: never
+        latency_was = _config_set(c, "latency-monitor-threshold", 7)
+        try:
+            assert _limits(served)["threshold_us"] == 7000
+        finally:
+            c.config_set("latency-monitor-threshold", latency_was)
+    finally:
+        c.config_set("slowlog-log-slower-than", was)
+        c.execute_command("COMMANDLOG", "RESET", "slow")
+    assert _limits(served)["threshold_us"] == 10000
+
+
+@pytest.mark.parametrize("kind, limit", [("large-request", "request_limit"), ("large-reply", "reply_limit")])
+def test_the_large_request_and_reply_limits(served, kind, limit):
+    """CONFIG SET commandlog-request-larger-than / commandlog-reply-larger-than write the limit to the state; under
+    it, every GET the core runs is logged (a GET k request counts 47 bytes, its reply 7); a log of length 0
+    turns it off."""
+    c = served.c
+    option = "commandlog-%s-larger-than" % kind.split("-")[1]
+    max_len = "commandlog-%s-max-len" % kind
+    assert _limits(served)[limit] == 1024 * 1024
+    was = _config_set(c, option, 2)
+    try:
+        assert _limits(served)[limit] == 2
+        c.execute_command("COMMANDLOG", "RESET", kind)
+        assert _core_runs(c, 4)
+        entries = c.execute_command("COMMANDLOG", "GET", 100, kind)
+        assert sum(1 for e in entries if e[3] == [b"GET", b"k"]) == 4
+        max_was = _config_set(c, max_len, 0)
+        try:
+            assert _limits(served)[limit] > 10 ** 15
+        finally:
+            c.config_set(max_len, max_was)
+        assert _limits(served)[limit] == 2
+    finally:
+        c.config_set(option, was)
+        c.execute_command("COMMANDLOG", "RESET", kind)
+    assert _limits(served)[limit] == 1024 * 1024
+
+
+def test_the_output_limits(served):
+    """CONFIG SET client-output-buffer-limit writes whose output the flush checks: the defaults limit only the
+    replica and pubsub classes (SPECIAL: this plain client's batches are written by the core), a normal-class
+    limit reaches every client (the core leaves the flush to the connection, which checks the limit), none
+    reaches nobody. The core runs the GETs in each case."""
+    c = served.c
+    checks = []
+
+    def count_checks():
+        (conn,) = [x for x in served.server.clients.values()]
+        real = conn._check_output_limits
+        conn._check_output_limits = lambda: (checks.append(1), real())[1]
+        return lambda: conn.__dict__.pop("_check_output_limits")
+    assert _limits(served)["output_limits"] == OUTPUT_LIMITS_SPECIAL
+    undo = served.loop(count_checks)
+    was = _config_set(c, "client-output-buffer-limit", "normal 64mb 32mb 60")
+    try:
+        assert _limits(served)["output_limits"] == OUTPUT_LIMITS_ALL
+        del checks[:]
+        assert _core_runs(c, 4)
+        assert len(checks) >= 4       # each batch's flush checked this client's limit (INFO's own reply too)
+        c.config_set("client-output-buffer-limit", "normal 0 0 0 replica 0 0 0 pubsub 0 0 0")
+        assert _limits(served)["output_limits"] == OUTPUT_LIMITS_NONE
+        del checks[:]
+        assert _core_runs(c, 4)
+        assert checks == []
+    finally:
+        c.config_set("client-output-buffer-limit", was)
+        served.loop(undo)
+    assert _limits(served)["output_limits"] == OUTPUT_LIMITS_SPECIAL
+    del checks[:]
+    assert _core_runs(c, 4) and checks == []
+
+
 # -- the state's own rules ----------------------------------------------------------------------------------
 
 def test_every_input_is_tested():
-    """Each reason and each container the core reads has a test above that flips it."""
+    """Each reason, container and limit the core reads has a test above that flips it."""
     flipped = {"admission", "observer", "watchers", "access", "stats_off", "clock", "refusing", "no_expire",
                "hide_expired", "gate", "deleted", "own_feed", "routing", "moving", "unbound"}
     assert flipped == set(REASONS) | set(CONTAINERS)
+    limits = {"threshold_us", "request_limit", "reply_limit", "output_limits"}
+    assert limits == set(LIMITS) == set(CoreState.__slots__) - {"may_run", "blocked", "gate", "slot_codes",
+                                                                  "lru_stamp", "clock"} - set(CONTAINERS)
 
 
 def test_unbound_until_the_server_builds_its_core():

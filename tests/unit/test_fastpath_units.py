@@ -102,3 +102,48 @@ def test_a_core_and_the_server_objects_it_holds_are_freed():
     del pipeline, fast
     gc.collect()
     assert gone() is None
+
+
+# -- the Outbox API (durability/release.py Outbox; fastpath/_core.c "The Outbox API") -------------------------
+outbox_ops = st.lists(st.one_of(
+    st.tuples(st.just("emit"), st.integers(0, 6), st.binary(max_size=20)),
+    st.tuples(st.just("hold"), st.integers(0, 6), st.binary(max_size=20), st.integers(0, 300)),
+    st.tuples(st.just("take")),
+    st.tuples(st.just("commit"), st.integers(0, 6)),
+    st.tuples(st.just("fail"), st.integers(1, 6)),
+), max_size=30)
+
+
+def _outbox_run(cls, ops, limit_bytes):
+    from durakv.durability.release import Durability
+    dur = Durability()
+    written, limits, taken = [], [], []
+    box = cls(dur, written.append, None)
+    box.limit_bytes = limit_bytes
+    box.on_limit = limits.append
+    for op in ops:
+        if op[0] == "emit":
+            box.emit(op[1], op[2])
+        elif op[0] == "hold":
+            box.hold(op[1], op[2], op[3])
+        elif op[0] == "take":
+            taken.append(box.take_ready())
+        elif op[0] == "commit" and op[1] > dur.committed:
+            dur.committed = op[1]
+            dur.on_commit(op[1])
+        elif op[0] == "fail":
+            dur.on_failure(op[1], OSError("disk"))
+    return (written, limits, taken, box.ready, box.held, box.held_bytes, box.carried_bytes,
+            dict(box.carried_by_ticket), box.over_limit, box in dur.waiting)
+
+
+@settings(max_examples=300, deadline=None)
+@given(outbox_ops, st.sampled_from([0, 300, 1000]))
+def test_the_outbox_api_in_c_does_what_the_python_one_does(ops, limit_bytes):
+    from durakv.durability import release
+    fastpath.install()
+    assert all(type(release.Outbox.__dict__[name]).__name__ == "method_descriptor"
+               for name in ("hold", "emit", "take_ready"))
+
+    PythonOutbox = type("PythonOutbox", (release.Outbox,), {"__slots__": (), **release.PYTHON_OUTBOX_METHODS})
+    assert _outbox_run(release.Outbox, ops, limit_bytes) == _outbox_run(PythonOutbox, ops, limit_bytes)

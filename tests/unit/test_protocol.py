@@ -314,6 +314,32 @@ def test_authentication_is_read_from_the_session():
     assert p.feed(b"$1\r\n") == ([], "Protocol error: unauthenticated multibulk length")
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(args_st, st.integers(0, 3000)), min_size=1, max_size=8), st.data())
+def test_boundary_for_says_when_the_parser_stands_between_requests(requests, data):
+    """The compiled core's one question to the parser (fastpath/_core.c received): boundary_for is the session
+    exactly when everything fed so far ends at a request's end, whatever the reads' cuts; None after an error."""
+    class Session:
+        authenticated = True
+    s = Session()
+    stream, ends = b"", {0}
+    for args, pad in requests:
+        stream += encode_command(args + [b"v" * pad])    # (large last payloads stay in hiredis: carried)
+        ends.add(len(stream))
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))) + [len(stream)]
+    p = RequestParser(auth=s)
+    assert p.boundary_for is s
+    fed = 0
+    for cut in cuts:
+        if cut < fed:
+            continue
+        assert p.feed(stream[fed:cut])[1] is None
+        fed = cut
+        assert (p.boundary_for is s) == (fed in ends), fed
+    assert p.feed(b"*1\r\n$x\r\n")[1] is not None
+    assert p.boundary_for is None
+
+
 def test_query_buffer_limit():
     p = RequestParser(query_buffer_limit=100000)
     cmds, err = p.feed(b"*1\r\n$500000\r\n" + b"x" * 50000)

@@ -20,6 +20,12 @@ The owners live in lower layers than this module and never import it: they write
 
 SLOT_COUNT = 16384
 
+# Which clients' output the flush must check against client-output-buffer-limit (CoreState.output_limits): the
+# core writes a batch's replies itself only where no limit applies; otherwise the connection's Python flush runs.
+OUTPUT_LIMITS_NONE = 0      # no class has a limit
+OUTPUT_LIMITS_SPECIAL = 1   # only the replica / pubsub classes: a session whose core_block says SPECIAL
+OUTPUT_LIMITS_ALL = 2       # the normal class has one: every client
+
 # Why the core may not run commands now, one bit each (`blocked`; `reasons()` names them for INFO and tests).
 REASONS = (
     "unbound",        # the keyspace / durability / hooks have not published their inputs yet
@@ -35,6 +41,9 @@ REASONS = (
     "routing",        # cluster mode without a router (CLUSTERDOWN) or its slot codes: Pipeline.router
 )
 _BIT = {name: 1 << i for i, name in enumerate(REASONS)}
+
+# The limits the core checks per batch (CoreState's fields of those names; their owners write them).
+LIMITS = ("threshold_us", "request_limit", "reply_limit", "output_limits")
 
 
 class CoreState:
@@ -52,10 +61,19 @@ class CoreState:
                 (ClusterRouting.moving) or None; deleted: the server's own deletions not yet propagated
                 (Keyspace.deleted_by_server); own_feed: pushes queued behind the current reply (Hooks.own_feed)
                 or None. The core declines while any of them is not empty.
+
+    The limits the core checks per batch, written by their owners where they change (never a copy computed
+    elsewhere; tests/server/test_fastpath_state.py flips each on a live server):
+    threshold_us   a command that took at least this long goes to the slow log / latency monitor
+                   (Monitors.threshold_us: slowlog-log-slower-than, slowlog-max-len, latency-monitor-threshold)
+    request_limit  a request larger than this goes to COMMANDLOG large-request (Monitors.request_limit)
+    reply_limit    a reply larger than this goes to COMMANDLOG large-reply (Monitors.reply_limit)
+    output_limits  OUTPUT_LIMITS_*: whose replies the flush checks against client-output-buffer-limit (the
+                   server's, where that option is set)
     """
 
     __slots__ = ("may_run", "blocked", "gate", "slot_codes", "lru_stamp", "clock", "watchers", "moving", "deleted",
-                 "own_feed")
+                 "own_feed", "threshold_us", "request_limit", "reply_limit", "output_limits")
 
     def __init__(self):
         self.blocked = _BIT["unbound"]
@@ -68,6 +86,9 @@ class CoreState:
         self.moving = None
         self.deleted = None
         self.own_feed = None
+        # (the monitors write their thresholds as the pipeline makes them; until then nothing is exempt)
+        self.threshold_us = self.request_limit = self.reply_limit = 0
+        self.output_limits = OUTPUT_LIMITS_ALL   # (until the server reads client-output-buffer-limit)
 
     def set(self, reason: str, on) -> None:
         """Sets (on) or clears the bit of `reason`, an input's owner telling the core where it changed."""

@@ -55,7 +55,7 @@ class Monitors:
                  "large_request", "large_request_next_id", "request_larger_than", "large_request_max_len",
                  "large_reply", "large_reply_next_id", "reply_larger_than", "large_reply_max_len", "reply_limit",
                  "request_limit",
-                 "latency_threshold_ms", "latency_events", "threshold_us", "config", "encoding_rules")
+                 "latency_threshold_ms", "latency_events", "threshold_us", "config", "encoding_rules", "core_state")
 
     def __init__(self, keyspace=None, config=None):
         # each log newest first: (id, unix_s, value, argv, addr, name), value in usec or bytes by log
@@ -75,6 +75,7 @@ class Monitors:
         self.latency_events = {}        # event -> LatencySeries
         self.config = config
         self.encoding_rules = None
+        self.core_state = None          # the compiled core's state (bind_core_state): the thresholds go there too
         if config is not None:
             for name in _LOG_CONFIGS:
                 self._on_config_set(name, config[name], startup=True)
@@ -116,6 +117,14 @@ class Monitors:
         # likewise the request size past which the pipeline calls record_request
         self.request_limit = (self.request_larger_than if self.request_larger_than >= 0
                               and self.large_request_max_len > 0 else _NEVER)
+        st = self.core_state
+        if st is not None:   # the compiled core reads them there (commands/corestate.py)
+            st.threshold_us, st.request_limit, st.reply_limit = self.threshold_us, self.request_limit, self.reply_limit
+
+    def bind_core_state(self, state):
+        """The thresholds are written to `state` (commands/corestate.py) from now on, where they change."""
+        self.core_state = state
+        self._recompute()
 
     def _trim(self):
         for log, max_len in ((self.slowlog, self.slowlog_max_len), (self.large_request, self.large_request_max_len),

@@ -229,6 +229,7 @@ class Pipeline:
         self.import_mode = False     # import-mode: a primary evicts nothing (the import source owns the data)
         self.used_memory_fn = lambda: keyspace.used_bytes
         self.monitors = Monitors(keyspace, config)
+        self.monitors.bind_core_state(self.core_state)
         self._config = config        # read where a setting is needed rarely (client-query-buffer-limit in MULTI)
         self.scripting = None        # scripting.runner.ScriptingState, made on first use
         self._exact = {}             # command name exactly as received -> Command

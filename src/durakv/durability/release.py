@@ -270,7 +270,14 @@ class HeldPush(bytes):
 
 class Outbox:
     """One connection's replies, in request order. `ready` is what may leave now (the connection writes it
-    with one transport.write per batch); `held` is (index, bytes | HeldPush | Deferred) waiting for a commit."""
+    with one transport.write per batch); `held` is (index, bytes | HeldPush | Deferred) waiting for a commit.
+
+    The compiled core's contract (fastpath/_core.c, "The Outbox API"): the core hands every reply over through
+    `emit(ticket, data)` and `hold(ticket, data, carried)` and takes what a flush writes with `take_ready()`;
+    it reads `held` and `ready` only to see whether they are empty, and `closed`, and writes no field. With the
+    compiled core these three methods of this class are C functions (fastpath.install: `use_compiled`), the
+    same steps as the Python ones below, which the core calls without a Python call; for a subclass it calls
+    them by name."""
 
     __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained",
                  "limit_bytes", "over_limit", "on_limit", "on_failed", "carried_bytes", "carried_by_ticket")
@@ -429,11 +436,19 @@ class Outbox:
         if failed and self.on_failed is not None:
             self.on_failed()
 
-    def flush(self):
+    def take_ready(self):
+        """The bytes that may leave now, joined (None if none); `ready` is emptied."""
         ready = self.ready
-        if ready and not self.closed:
-            self.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        if not ready:
+            return None
+        data = ready[0] if len(ready) == 1 else b"".join(ready)
         ready.clear()
+        return data
+
+    def flush(self):
+        data = self.take_ready()
+        if data is not None and not self.closed:
+            self.write(data)
 
     def close(self):
         self.closed = True
@@ -443,3 +458,15 @@ class Outbox:
         self.carried_bytes = 0
         self.carried_by_ticket.clear()
         self.durability.waiting.discard(self)
+
+
+# The Python implementations of the Outbox API, which use_compiled(None) puts back.
+PYTHON_OUTBOX_METHODS = {name: Outbox.__dict__[name] for name in ("hold", "emit", "take_ready")}
+
+
+def use_compiled(methods):
+    """Installs the compiled core's implementations of the Outbox API ({name: method} for hold, emit and
+    take_ready, from fastpath's outbox_methods(Outbox)); None puts the Python ones back. The durability layer
+    cannot import fastpath: fastpath.install hands them in."""
+    for name, fn in PYTHON_OUTBOX_METHODS.items():
+        setattr(Outbox, name, fn if methods is None else methods[name])

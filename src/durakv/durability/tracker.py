@@ -103,6 +103,24 @@ COMMIT_LATENCY_BOUNDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 
 
 class WriteTracker:
+    """Batches the effects of writes into journal entries and tracks their commits.
+
+    The open batch is the compiled core's contract (fastpath/_core.c tracker_join: a sync write of a pipeline
+    joins the batch a write before it opened, in C, with the same steps as `submit`). The tracker keeps these
+    public fields current, and the core reads and writes only them:
+
+    batch_index    the open batch's journal index, 0 while none is open
+    batch_effects  its effects (a list the core extends)
+    batch_bytes    their encoded size so far, batch_db the database of the last one (a change costs a SELECT);
+                   kept only while the journal has an entry limit (`max_entry_bytes`), which the core checks
+    batch_keys     the (db_id, key) pairs its writes touched (a list the core extends; `uncommitted` maps each
+                   to the newest index that wrote it, which the core sets too)
+    close_at       0, or the number of effects at which the open batch closes now: it waits for the writers the
+                   last commit answered (group commit); the core calls close_batch() once the batch holds them
+    close_batch()  closes the open batch (it goes to the journal unless the append window is full)
+
+    Opening a batch, sealing a full one, parts, promised pushes, async mode and feeds stay in `submit`."""
+
     def __init__(self, journal, owner, mode="sync", buffer_ms=10000, loop=None, clock_ms=None):
         self.journal = journal
         self.owner = owner
@@ -114,13 +132,14 @@ class WriteTracker:
         self.clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self.committed = journal.commit_index
         self.assigned = self.committed      # index of the newest batch handed out
-        self._batch = []                    # effects of the open batch
-        self._batch_index = 0               # 0 = no open batch
-        self._batch_bytes = 0               # encoded size of the open batch so far
-        self._batch_db = None               # database of its last effect (a change costs a SELECT)
+        self.batch_effects = []             # effects of the open batch (the class docstring: the core's contract)
+        self.batch_index = 0                # 0 = no open batch
+        self.batch_bytes = 0                # encoded size of the open batch so far
+        self.batch_db = None                # database of its last effect (a change costs a SELECT)
+        self.batch_keys = None              # the keys its writes touched (_keys_by_index[batch_index])
         self._last_batch_effects = 0        # effects of the batch appended last
         self._coalesce_handle = None        # the poll of a batch waiting for answered writers (COALESCE_MAX_S)
-        self._coalesce_target = 0           # ... the number of effects that closes it sooner
+        self.close_at = 0                   # ... the number of effects that closes it sooner (0: not waiting)
         self._coalesce_until = 0.0          # ... and its deadline (perf_counter s)
         self._answered = 0                  # effects of the last completed append,
         self._answered_s = 0.0              # ... when it completed (perf_counter s),
@@ -221,10 +240,10 @@ class WriteTracker:
         if not effects:
             return 0
         limit = getattr(self.journal, "max_entry_bytes", 0) or 0   # (max_entry_bytes inlined: every write)
-        index = self._batch_index
+        index = self.batch_index
         if limit:
-            size, db = effects_size(effects, self._batch_db if index else None)
-            if index and self._batch_bytes + size > limit:
+            size, db = effects_size(effects, self.batch_db if index else None)
+            if index and self.batch_bytes + size > limit:
                 self._seal()
                 index = 0
                 size, db = effects_size(effects, None)
@@ -233,15 +252,15 @@ class WriteTracker:
             else:
                 if not index:
                     index = self._open_batch()
-                self._batch.extend(effects)
-                self._batch_bytes += size
-                self._batch_db = db
+                self.batch_effects.extend(effects)
+                self.batch_bytes += size
+                self.batch_db = db
         else:
             if not index:
                 index = self._open_batch()
-            self._batch.extend(effects)
-        if self._coalesce_handle is not None and len(self._batch) >= self._coalesce_target:
-            self._close_batch()    # the writers the last commit answered are back: one fsync for all
+            self.batch_effects.extend(effects)
+        if self.close_at and len(self.batch_effects) >= self.close_at:
+            self.close_batch()    # the writers the last commit answered are back: one fsync for all
         if touched is None:
             self.barrier = index
         elif touched:
@@ -291,12 +310,14 @@ class WriteTracker:
 
     def _take_batch(self):
         """(index, payload) of the open batch, which is closed: the next write opens another."""
-        index, effects = self._batch_index, self._batch
-        self._batch = []
-        self._batch_index = 0
-        self._batch_bytes = 0
-        self._batch_db = None
+        index, effects = self.batch_index, self.batch_effects
+        self.batch_effects = []
+        self.batch_index = 0
+        self.batch_bytes = 0
+        self.batch_db = None
+        self.batch_keys = None
         self._last_batch_effects = len(effects)
+        self.close_at = 0
         if self._coalesce_handle is not None:
             self._coalesce_handle.cancel()
             self._coalesce_handle = None
@@ -304,7 +325,7 @@ class WriteTracker:
 
     def _coalesce(self, target):
         """The open batch waits until it holds `target` effects or a deadline after the last commit."""
-        self._coalesce_target = target
+        self.close_at = target
         self._coalesce_until = self._answered_s + min(COALESCE_MAX_S, self._commit_s / 2)
         self.coalesced_batches += 1
         self._coalesce_handle = self.loop.call_soon(self._close_coalesced)
@@ -314,30 +335,32 @@ class WriteTracker:
             self._coalesce_handle = self.loop.call_soon(self._close_coalesced)   # one more loop iteration
             return
         self._coalesce_handle = None
+        self.close_at = 0
         if self.failed is None:
-            self._close_batch()
+            self.close_batch()
 
     def _open_batch(self):
-        index = self._batch_index = self._issue()
+        index = self.batch_index = self._issue()
+        self.batch_keys = self._keys_by_index[index]
         if self.ack_before_commit:
             # The broken mode (tests only) also appends late, so that a crash always loses acknowledged writes
-            self.loop.call_later(ACK_BEFORE_COMMIT_DELAY_S, self._close_batch)
+            self.loop.call_later(ACK_BEFORE_COMMIT_DELAY_S, self.close_batch)
         elif (self._answered > 1 and self.max_in_flight == 1 and not self._in_flight
               and self.clock_s() - self._answered_s < self._commit_s):
             # the first writer back from a commit that answered several: wait for the others (COALESCE_MAX_S)
             self._coalesce(self._answered)
         else:
-            self.loop.call_soon(self._close_batch)
+            self.loop.call_soon(self.close_batch)
         return index
 
     def next_index(self) -> int:
         """The index that effects submitted right now would get: the open batch's, or the next one. What a
         push derived from effects not submitted yet (a keyspace event raised while its command runs) waits
         for, in either mode."""
-        return self._batch_index or self.assigned + 1
+        return self.batch_index or self.assigned + 1
 
     def _late_batch_due(self) -> bool:
-        opened_ms = self._uncommitted.get(self._batch_index)
+        opened_ms = self._uncommitted.get(self.batch_index)
         return opened_ms is None or self.clock_ms() - opened_ms >= ACK_BEFORE_COMMIT_DELAY_S * 1000
 
     def read_ticket(self, db_id, keys) -> int:
@@ -368,8 +391,8 @@ class WriteTracker:
     def in_flight(self) -> int:
         return self._in_flight
 
-    def _close_batch(self):
-        index = self._batch_index
+    def close_batch(self):
+        index = self.batch_index
         if not index or self._in_flight >= self.window:
             # The window is full: what arrives meanwhile joins the open batch, which is closed when the
             # oldest append completes (group commit).
@@ -483,12 +506,12 @@ class WriteTracker:
             return
         answered = self._last_batch_effects
         self._answered, self._answered_s, self._commit_s = answered, now, commit_s
-        if self._batch_index and self.failed is None and (not self.ack_before_commit or self._late_batch_due()):
+        if self.batch_index and self.failed is None and (not self.ack_before_commit or self._late_batch_due()):
             if self.max_in_flight == 1 and not self.ack_before_commit and answered:
                 # the writers just answered are likely to write again: wait for them (COALESCE_MAX_S)
-                self._coalesce(len(self._batch) + answered)
+                self._coalesce(len(self.batch_effects) + answered)
             else:
-                self._close_batch()  # what gathered during the append leaves now, not an iteration later
+                self.close_batch()  # what gathered during the append leaves now, not an iteration later
         if index <= self.committed:
             return
         self.committed = index
@@ -521,10 +544,12 @@ class WriteTracker:
         first = self.committed + 1
         self._generation += 1               # the other appends in flight fail with this one: answered below
         self._in_flight = 0
-        self._batch = []
-        self._batch_index = 0
-        self._batch_bytes = 0
-        self._batch_db = None
+        self.batch_effects = []
+        self.batch_index = 0
+        self.batch_bytes = 0
+        self.batch_db = None
+        self.batch_keys = None
+        self.close_at = 0
         if self._coalesce_handle is not None:
             self._coalesce_handle.cancel()
             self._coalesce_handle = None
@@ -619,7 +644,7 @@ class WriteTracker:
 
     async def drain(self, timeout_s=30.0):
         """Waits until everything issued is committed (shutdown, snapshot, hand-over)."""
-        self._close_batch()
+        self.close_batch()
         deadline = time.monotonic() + timeout_s
         while not self.all_committed and self.failed is None and time.monotonic() < deadline:
             await asyncio.sleep(0.005)

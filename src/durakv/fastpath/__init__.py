@@ -31,14 +31,16 @@ def warn_if_missing():
 
 
 def install():
-    """Puts the compiled parser and effect encoder in place (the protocol and journal layers cannot import this
-    one: it hands them in). Idempotent; a no-op without the compiled core."""
+    """Puts the compiled parser, effect encoder and Outbox API in place (the protocol, journal and durability
+    layers cannot import this one: it hands them in). Idempotent; a no-op without the compiled core."""
     if core is None:
         return
+    from ..durability import release
     from ..journal import codec
     from ..protocol import parser
     parser.use_compiled(core.parse)
     codec.use_compiled(core.encode_effects, core.effects_size)
+    release.use_compiled(core.outbox_methods(release.Outbox))
 
 
 def core_commands():

@@ -1,7 +1,7 @@
 /* durakv's compiled core: the per-read batch loop for requests that need nothing but the keyspace's dicts.
  *
  * The Python modules are the reference semantics (commands/pipeline.py's process + call, the handlers of
- * commands/strings.py and commands/keys.py, server/connection.py's _process, journal/codec.py). This file
+ * commands/strings.py and commands/keys.py, server/connection.py's process, journal/codec.py). This file
  * runs the same steps for a small set of commands on plain strings and gives up, before changing anything,
  * wherever the Python path would do something else: an expired key (lazy expiry and its effects), a value of
  * another type, an argument that makes an error reply, a session or server state that admission, an observer
@@ -449,7 +449,7 @@ static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mse
 static PyObject *s_session, *s_outbox, *s_closing,
     *s_perf_counter, *s_mark, *s_tracker, *s_feeds, *s_core_block, *s_resp,
     *s_db_id, *s_data,
-    *s_expires, *s_hexpires, *s_enc, *s_slots, *s_threshold_us, *s_request_limit, *s_reply_limit, *s_ready,
+    *s_expires, *s_hexpires, *s_enc, *s_slots, *s_ready,
     *s_held, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
     *s_record_reply, *s_total_commands, *s_commands_processed, *s_last_cmd, *s_hits, *s_misses, *s_used_bytes,
     *s_changes, *s_submit, *s_assigned, *s_committed, *s_pending, *s_last_write_index,
@@ -458,23 +458,27 @@ static PyObject *s_session, *s_outbox, *s_closing,
     *s_fast_serving,
     *s_add, *s_discard, *s_effects, *s_touched, *s_touched_exact, *s_no_touch;
 /* the core's state object's slots (commands/corestate.py CoreState), read at the offsets Core() finds */
-#define NSTATE 9
-enum { ST_MAY_RUN, ST_GATE, ST_SLOT_CODES, ST_LRU_STAMP, ST_CLOCK, ST_WATCHERS, ST_MOVING, ST_DELETED, ST_OWN_FEED };
+#define NSTATE 13
+enum { ST_MAY_RUN, ST_GATE, ST_SLOT_CODES, ST_LRU_STAMP, ST_CLOCK, ST_WATCHERS, ST_MOVING, ST_DELETED, ST_OWN_FEED,
+       ST_THRESHOLD_US, ST_REQUEST_LIMIT, ST_REPLY_LIMIT, ST_OUTPUT_LIMITS };
 static const char *STATE_NAMES[NSTATE] = {"may_run", "gate", "slot_codes", "lru_stamp", "clock", "watchers",
-                                              "moving", "deleted", "own_feed"};
+                                              "moving", "deleted", "own_feed", "threshold_us", "request_limit",
+                                              "reply_limit", "output_limits"};
+/* CoreState.output_limits (commands/corestate.py OUTPUT_LIMITS_*) */
+#define OUTPUT_LIMITS_SPECIAL 1
+#define OUTPUT_LIMITS_ALL 2
 static PyObject *s_state[NSTATE];
-static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s__carry_args, *s__tail, *s__buf, *s__args, *s__auth,
-    *s__partial, *s_max_bulk_len, *s_net_in, *s_net_out, *s_net_input_bytes, *s_reads_processed,
+static PyObject *s_server, *s_parser, *s_backlog, *s_transport, *s_boundary_for, *s_max_bulk_len, *s_net_in,
+    *s_net_out, *s_net_input_bytes, *s_reads_processed,
     *s_net_output_bytes, *s_writes_processed, *s_loop_stats, *s_open, *s_begin, *s_wall_clock_ms, *s_now_ms,
-    *s_last_interaction_ms, *s_obuf_limited, *s_closed, *s__read, *s__process, *s__run_batch, *s_is_closing,
+    *s_last_interaction_ms, *s_closed, *s_read, *s_process, *s_run_batch, *s_is_closing,
     *s_write, *s_feed_rest, *s_flush;
-static PyObject *s_hold, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s_carried_by_ticket, *s_limit_bytes,
+static PyObject *s_hold, *s_emit, *s_read_ticket, *s_held_bytes, *s_carried_bytes, *s_carried_by_ticket, *s_limit_bytes,
     *s_over_limit, *s_durability, *s_waiting, *s_set_over;
-static PyObject *s__batch_index, *s__coalesce_handle, *s_promised_index, *s_mode, *s_ack_before_commit, *s_journal,
-    *s_max_entry_bytes, *s__batch_db, *s__batch_bytes, *s__batch, *s__keys_by_index, *s_uncommitted, *s_sync,
-    *s__coalesce_target, *s__close_batch;
+static PyObject *s_batch_index, *s_close_at, *s_promised_index, *s_mode, *s_ack_before_commit, *s_journal,
+    *s_max_entry_bytes, *s_batch_db, *s_batch_bytes, *s_batch_effects, *s_batch_keys, *s_uncommitted, *s_sync,
+    *s_close_batch;
 static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
-static PyObject *s_obuf_normal_limited;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
 
@@ -770,7 +774,7 @@ static int attr_add(PyObject *o, PyObject *name, long long delta) {
 /* What one run() keeps while it goes. */
 typedef struct {
     Core *core;
-    PyObject *session, *ctx, *outbox, *ready, *held, *db, *data, *expires, *enc;
+    PyObject *session, *ctx, *outbox, *held, *db, *data, *expires, *enc;
     int stamp;                /* a lookup or a store sets the key's access time to `lru` (keyspace.lru_stamp) */
     uint32_t lru;
     PyObject *cur_args;       /* the request being run (borrowed): a held reply counts its bytes */
@@ -820,53 +824,36 @@ static int expired(Run *r, PyObject *key) {
     return when <= now;
 }
 
-/* The ready bytes go to the outbox's ready list (nothing is held before them). */
-static int flush_out(Run *r) {
-    if (r->out.len == 0) return 0;
-    PyObject *chunk = PyBytes_FromStringAndSize(r->out.data, r->out.len);
-    if (chunk == NULL) return -1;
-    r->out.len = 0;
-    int rc = PyList_Append(r->ready, chunk);
-    Py_DECREF(chunk);
-    return rc;
+/* ---- The Outbox API (durability/release.py Outbox: its docstring states this contract) ----
+ * The core hands every reply to the connection's outbox through the Outbox's methods: emit(ticket, data) for a
+ * reply, hold(ticket, data, carried) for one that waits for a commit, take_ready() for what a flush writes. For
+ * an Outbox of exactly that class they are these C functions: fastpath.install() puts them on the class as its
+ * methods (outbox_methods below), so the Python callers and the core run the same code, and the core calls them
+ * without a Python call. For a subclass (which may override them) the core calls the methods by name. The core
+ * reads `held` (a ticket-0 reply may be buffered only while nothing is held) and `closed`; it writes no field. */
+
+static PyTypeObject *outbox_type;      /* the Outbox class whose methods these are (outbox_methods) */
+static long long outbox_entry_cost;    /* its ENTRY_COST */
+
+static inline int outbox_exact(PyObject *outbox) {
+    return outbox_type != NULL && Py_TYPE(outbox) == outbox_type;
 }
 
-/* One reply, encoded in tmp, with its ticket: as connection._process gives it to the outbox. */
-static long long args_bytes(PyObject *args);
-
-/* durability/release.py's Outbox class and its ENTRY_COST, looked up at the first held reply (the module is
- * loaded by then: the server made the outbox); NULL where it cannot be found, and the Python hold runs. */
-static PyTypeObject *outbox_type;
-static long long outbox_entry_cost;
-
-static PyTypeObject *outbox_class(void) {
-    static int looked;
-    if (!looked) {
-        looked = 1;
-        PyObject *mod = PyImport_ImportModule("durakv.durability.release");
-        PyObject *cls = mod ? PyObject_GetAttrString(mod, "Outbox") : NULL;
-        PyObject *cost = cls ? PyObject_GetAttrString(cls, "ENTRY_COST") : NULL;
-        long long c = cost ? PyLong_AsLongLong(cost) : -1;
-        if (cls != NULL && PyType_Check(cls) && c >= 0 && !PyErr_Occurred()) {
-            outbox_type = (PyTypeObject *)cls;     /* (kept: a module's class lives as long as the process) */
-            Py_INCREF(cls);
-            outbox_entry_cost = c;
-        }
-        PyErr_Clear();
+/* Outbox.hold(ticket, data, carried): the reply waits for entry `ticket` (or for what is held before it). 0/-1. */
+static int outbox_hold(PyObject *outbox, long long ticket, PyObject *data, long long carried) {
+    Py_ssize_t size = PyBytes_Check(data) ? PyBytes_GET_SIZE(data) : PyObject_Size(data);
+    if (size < 0) return -1;
+    long long entry_cost = outbox_entry_cost;
+    if (!outbox_exact(outbox)) {   /* a subclass that kept this method: its own ENTRY_COST */
+        PyObject *cost = PyObject_GetAttrString(outbox, "ENTRY_COST");
+        entry_cost = cost ? PyLong_AsLongLong(cost) : -1;
         Py_XDECREF(cost);
-        Py_XDECREF(cls);
-        Py_XDECREF(mod);
+        if (entry_cost == -1 && PyErr_Occurred()) return -1;
     }
-    return outbox_type;
-}
-
-/* Outbox.hold(ticket, bytes, carried) for an outbox of that very class (a subclass may override it: the Python
- * method runs), the same steps: the Python call was ~3k instructions of every held sync reply. 0 or -1. */
-static int outbox_hold(PyObject *outbox, long long ticket, PyObject *bytes, long long carried) {
     PyObject *held = ga(outbox, s_held);
     if (held == NULL) return -1;
     PyObject *tk = PyLong_FromLongLong(ticket);
-    PyObject *item = tk ? PyTuple_Pack(2, tk, bytes) : NULL;
+    PyObject *item = tk ? PyTuple_Pack(2, tk, data) : NULL;
     int rc = item == NULL || !PyList_CheckExact(held) ? -1 : PyList_Append(held, item);
     Py_XDECREF(item);
     Py_DECREF(held);
@@ -875,7 +862,7 @@ static int outbox_hold(PyObject *outbox, long long ticket, PyObject *bytes, long
         goto out;
     }
     rc = -1;
-    if (attr_add(outbox, s_held_bytes, PyBytes_GET_SIZE(bytes) + outbox_entry_cost) < 0) goto out;
+    if (attr_add(outbox, s_held_bytes, size + entry_cost) < 0) goto out;
     PyObject *dur = ga(outbox, s_durability);
     if (dur == NULL) goto out;
     long long committed = attr_ll(dur, s_committed);
@@ -920,6 +907,147 @@ out:
     return rc;
 }
 
+/* Outbox.emit(ticket, data): leaves with the batch (the ready list) unless it, or anything before it, waits. */
+static int outbox_emit(PyObject *outbox, long long ticket, PyObject *data) {
+    PyObject *held = ga(outbox, s_held);
+    if (held == NULL) return -1;
+    Py_ssize_t nheld = PyObject_Size(held);
+    Py_DECREF(held);
+    if (nheld < 0) return -1;
+    if (ticket || nheld) return outbox_hold(outbox, ticket, data, 0);
+    PyObject *ready = ga(outbox, s_ready);
+    if (ready == NULL) return -1;
+    int rc = PyList_Append(ready, data);
+    Py_DECREF(ready);
+    return rc;
+}
+
+/* Outbox.take_ready(): the bytes that may leave now, joined (None if none); the ready list is emptied. */
+static PyObject *outbox_take_ready(PyObject *outbox) {
+    PyObject *ready = ga(outbox, s_ready);
+    if (ready == NULL) return NULL;
+    if (!PyList_CheckExact(ready)) {
+        Py_DECREF(ready);
+        PyErr_SetString(PyExc_TypeError, "outbox.ready is not a list");
+        return NULL;
+    }
+    PyObject *data;
+    Py_ssize_t n = PyList_GET_SIZE(ready);
+    if (n == 0) {
+        data = Py_None;
+        Py_INCREF(data);
+    } else if (n == 1) {
+        data = PyList_GET_ITEM(ready, 0);
+        Py_INCREF(data);
+    } else {
+        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+        data = empty ? _PyBytes_Join(empty, ready) : NULL;
+        Py_XDECREF(empty);
+    }
+    if (data != NULL && n && PyList_SetSlice(ready, 0, PY_SSIZE_T_MAX, NULL) < 0) Py_CLEAR(data);
+    Py_DECREF(ready);
+    return data;
+}
+
+/* The methods' Python faces (METH_FASTCALL on the instance: Outbox.hold(self, ticket, data, carried=0), ...) */
+static PyObject *outbox_m_hold(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "hold(ticket, data, carried=0)");
+        return NULL;
+    }
+    long long ticket = PyLong_AsLongLong(argv[0]);
+    long long carried = nargs == 3 ? PyLong_AsLongLong(argv[2]) : 0;
+    if (PyErr_Occurred() || outbox_hold(self, ticket, argv[1], carried) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *outbox_m_emit(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "emit(ticket, data)");
+        return NULL;
+    }
+    long long ticket = PyLong_AsLongLong(argv[0]);
+    if ((ticket == -1 && PyErr_Occurred()) || outbox_emit(self, ticket, argv[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *outbox_m_take_ready(PyObject *self, PyObject *unused) {
+    return outbox_take_ready(self);
+}
+
+static PyMethodDef outbox_method_defs[] = {
+    {"hold", (PyCFunction)(void (*)(void))outbox_m_hold, METH_FASTCALL,
+     "hold(ticket, data, carried=0): a reply that waits for entry `ticket` (or for what is held before it); "
+     "`carried`: the bytes of the request it answers, kept in memory until that entry commits"},
+    {"emit", (PyCFunction)(void (*)(void))outbox_m_emit, METH_FASTCALL,
+     "emit(ticket, data): an encoded reply; leaves with the batch unless it (or anything before it) must wait"},
+    {"take_ready", (PyCFunction)outbox_m_take_ready, METH_NOARGS,
+     "take_ready() -> bytes or None: what may leave now, joined; the ready list is emptied"},
+    {NULL}
+};
+
+/* outbox_methods(cls) -> {name: method}: the Outbox API's C implementations as methods of cls (durability/
+ * release.py Outbox, its ENTRY_COST read here), which fastpath.install() puts on the class. */
+static PyObject *fast_outbox_methods(PyObject *mod, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "outbox_methods(cls): a class");
+        return NULL;
+    }
+    PyObject *cost = PyObject_GetAttrString(cls, "ENTRY_COST");
+    long long c = cost ? PyLong_AsLongLong(cost) : -1;
+    Py_XDECREF(cost);
+    if (c == -1 && PyErr_Occurred()) return NULL;
+    if (c < 0) {
+        PyErr_SetString(PyExc_ValueError, "Outbox.ENTRY_COST must be >= 0");
+        return NULL;
+    }
+    if (outbox_type != NULL && outbox_type != (PyTypeObject *)cls) {
+        PyErr_SetString(PyExc_ValueError, "the compiled Outbox methods belong to another class");
+        return NULL;
+    }
+    PyObject *methods = PyDict_New();
+    if (methods == NULL) return NULL;
+    for (PyMethodDef *def = outbox_method_defs; def->ml_name != NULL; def++) {
+        PyObject *m = PyDescr_NewMethod((PyTypeObject *)cls, def);
+        if (m == NULL || PyDict_SetItemString(methods, def->ml_name, m) < 0) {
+            Py_XDECREF(m);
+            Py_DECREF(methods);
+            return NULL;
+        }
+        Py_DECREF(m);
+    }
+    if (outbox_type == NULL) {
+        Py_INCREF(cls);     /* (kept: a module's class lives as long as the process) */
+        outbox_type = (PyTypeObject *)cls;
+    }
+    outbox_entry_cost = c;
+    return methods;
+}
+
+/* The ready bytes go to the outbox as one reply (nothing is held before them: emit() flushed before holding). */
+static int flush_out(Run *r) {
+    if (r->out.len == 0) return 0;
+    PyObject *chunk = PyBytes_FromStringAndSize(r->out.data, r->out.len);
+    if (chunk == NULL) return -1;
+    r->out.len = 0;
+    int rc;
+    if (outbox_exact(r->outbox)) {
+        rc = outbox_emit(r->outbox, 0, chunk);
+    } else {   /* outbox.emit(0, chunk) by its interned name, vectorcall */
+        PyObject *zero = PyLong_FromLong(0);   /* (a cached small int) */
+        PyObject *callargs[3] = {r->outbox, zero, chunk};
+        PyObject *res = PyObject_VectorcallMethod(s_emit, callargs, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(zero);
+        rc = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+    }
+    Py_DECREF(chunk);
+    return rc;
+}
+
+static long long args_bytes(PyObject *args);
+
+/* One reply, encoded in data[:n], with its ticket: as connection.run_batch gives it to the outbox. */
 static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
     r->reply_len = n;
     if (ticket == 0 && PyList_GET_SIZE(r->held) == 0)
@@ -928,7 +1056,7 @@ static int emit(Run *r, const char *data, Py_ssize_t n, long long ticket) {
     if (flush_out(r) < 0) return -1;
     PyObject *bytes = PyBytes_FromStringAndSize(data, n);
     if (bytes == NULL) return -1;
-    if (Py_TYPE(r->outbox) == outbox_class()) {
+    if (outbox_exact(r->outbox)) {
         int rc = outbox_hold(r->outbox, ticket, bytes, ticket ? carried : 0);
         Py_DECREF(bytes);
         return rc;
@@ -989,7 +1117,9 @@ static inline PyObject *dict_item(PyObject *d, PyObject *name) {
 /* WriteTracker.submit's common case at a pipeline's depth, in C: a sync write whose effects join the batch
  * that is already open (the first write of a read opens it in Python: _open_batch's clock, timers and group
  * commit decisions stay there; a batch waiting for the writers the last commit answered is closed by its
- * _close_batch, as the Python submit does, once they are in). Anything else -- no open batch, a batch that would
+ * close_batch, as the Python submit does, once they are in). It reads and writes only the open batch's fields
+ * the tracker's docstring lists as this contract (batch_index, batch_effects, batch_bytes, batch_db, batch_keys,
+ * close_at, close_batch) and `uncommitted`. Anything else -- no open batch, a batch that would
  * pass the entry limit, a promised push, async or the test-only broken mode, unknown keys, feeds, a
  * subclass -- answers -2 before changing anything, and the Python submit runs. Same steps as the Python code
  * (tests/server/test_fastpath_differential.py compares the journals): the ticket, or -1 with an exception. */
@@ -1021,7 +1151,7 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     long long limit = PyLong_Check(lim) ? PyLong_AsLongLong(lim) : -1;
     Py_DECREF(lim);
     if (limit < 0) { PyErr_Clear(); goto out; }
-    PyObject *index_o = dict_item(d, s__batch_index);
+    PyObject *index_o = dict_item(d, s_batch_index);
     if (index_o == NULL || !PyLong_CheckExact(index_o)) goto out;
     long long index = PyLong_AsLongLong(index_o);
     if (index <= 0) { PyErr_Clear(); goto out; }
@@ -1033,18 +1163,16 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
         PyErr_Clear();
         goto out;
     }
-    PyObject *batch = dict_item(d, s__batch);
-    PyObject *keys_by = dict_item(d, s__keys_by_index);
+    PyObject *batch = dict_item(d, s_batch_effects);
+    PyObject *marks = dict_item(d, s_batch_keys);
     PyObject *uncommitted = dict_item(d, s_uncommitted);
-    if (batch == NULL || !PyList_CheckExact(batch) || keys_by == NULL || !PyDict_CheckExact(keys_by)
+    if (batch == NULL || !PyList_CheckExact(batch) || marks == NULL || !PyList_CheckExact(marks)
         || uncommitted == NULL || !PyDict_CheckExact(uncommitted))
         goto out;
-    PyObject *marks = PyDict_GetItemWithError(keys_by, index_o);
-    if (marks == NULL || !PyList_CheckExact(marks)) { PyErr_Clear(); goto out; }
     PyObject *sized = NULL;
     if (limit) {
-        PyObject *bytes_o = dict_item(d, s__batch_bytes);
-        PyObject *db = dict_item(d, s__batch_db);
+        PyObject *bytes_o = dict_item(d, s_batch_bytes);
+        PyObject *db = dict_item(d, s_batch_db);
         if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) goto out;
         PyObject *args[2] = {effects, db};
         sized = fast_effects_size(NULL, args, 2);
@@ -1054,8 +1182,8 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
         if (PyErr_Occurred()) { ticket = -1; Py_DECREF(sized); goto out; }
         if (have + size > limit) { Py_DECREF(sized); goto out; }   /* the batch is sealed: Python */
         PyObject *total = PyLong_FromLongLong(have + size);
-        if (total == NULL || PyDict_SetItem(d, s__batch_bytes, total) < 0
-            || PyDict_SetItem(d, s__batch_db, PyTuple_GET_ITEM(sized, 1)) < 0) {
+        if (total == NULL || PyDict_SetItem(d, s_batch_bytes, total) < 0
+            || PyDict_SetItem(d, s_batch_db, PyTuple_GET_ITEM(sized, 1)) < 0) {
             Py_XDECREF(total); Py_DECREF(sized); ticket = -1; goto out;
         }
         Py_DECREF(total);
@@ -1065,15 +1193,14 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     PyObject *res = _PyList_Extend((PyListObject *)batch, effects);
     if (res == NULL) { ticket = -1; goto out; }
     Py_DECREF(res);
-    Py_INCREF(index_o); Py_INCREF(marks); Py_INCREF(uncommitted);   /* (_close_batch below replaces the batch) */
+    Py_INCREF(index_o); Py_INCREF(marks); Py_INCREF(uncommitted);   /* (close_batch below replaces the batch) */
     ticket = index;
-    PyObject *handle = dict_item(d, s__coalesce_handle);
-    if (handle != NULL && handle != Py_None) {
-        PyObject *target = dict_item(d, s__coalesce_target);
-        long long want = target != NULL ? PyLong_AsLongLong(target) : 0;
-        if (want == -1 && PyErr_Occurred()) ticket = -1;
-        else if (PyList_GET_SIZE(batch) >= want) {   /* the writers the last commit answered are back */
-            res = PyObject_CallMethodNoArgs(tracker, s__close_batch);
+    PyObject *close_at = dict_item(d, s_close_at);   /* 0: the batch does not wait for answered writers */
+    long long want = close_at != NULL ? PyLong_AsLongLong(close_at) : 0;
+    if (want == -1 && PyErr_Occurred()) ticket = -1;
+    else if (want > 0) {
+        if (PyList_GET_SIZE(batch) >= want) {   /* the writers the last commit answered are back */
+            res = PyObject_CallMethodNoArgs(tracker, s_close_batch);
             if (res == NULL) ticket = -1;
             Py_XDECREF(res);
         }
@@ -1907,7 +2034,7 @@ static int run_finish(Run *r, double end) {
 }
 
 static void run_release(Run *r) {
-    Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->ready); Py_XDECREF(r->held);
+    Py_XDECREF(r->session); Py_XDECREF(r->ctx); Py_XDECREF(r->outbox); Py_XDECREF(r->held);
     Py_XDECREF(r->gate); Py_XDECREF(r->slot_codes); Py_XDECREF(r->slots);
     Py_XDECREF(r->db); Py_XDECREF(r->data); Py_XDECREF(r->expires); Py_XDECREF(r->enc);
     PyMem_Free(r->out.data);
@@ -1955,9 +2082,8 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         return ok < 0 ? -1 : i;
     }
     r.outbox = ga(conn, s_outbox);
-    r.ready = r.outbox ? ga(r.outbox, s_ready) : NULL;
-    r.held = r.outbox ? ga(r.outbox, s_held) : NULL;
-    if (r.ready == NULL || r.held == NULL || !PyList_Check(r.ready) || !PyList_Check(r.held)) goto error;
+    r.held = r.outbox ? ga(r.outbox, s_held) : NULL;   /* (read: the Outbox API's contract) */
+    if (r.held == NULL || !PyList_Check(r.held)) goto error;
     r.resp3 = attr_ll(r.session, s_resp) == 3;
     r.db_id = attr_ll(r.session, s_db_id);
     if (PyErr_Occurred()) goto error;
@@ -2022,10 +2148,15 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         if (no_tracker < 0 || feeds < 0 || r.needs_touched < 0) goto error;
         r.journal = !no_tracker || feeds;
     }
-    r.threshold_us = attr_ll(self->monitors, s_threshold_us);
-    r.request_limit = attr_ll(self->monitors, s_request_limit);
-    r.reply_limit = attr_ll(self->monitors, s_reply_limit);
-    if (PyErr_Occurred()) goto error;
+    {   /* the monitors' thresholds, as they wrote them to the state */
+        PyObject *t = state_get(self, ST_THRESHOLD_US), *q = t ? state_get(self, ST_REQUEST_LIMIT) : NULL;
+        PyObject *p = q ? state_get(self, ST_REPLY_LIMIT) : NULL;
+        if (p == NULL) goto error;
+        r.threshold_us = PyLong_AsLongLong(t);
+        r.request_limit = PyLong_AsLongLong(q);
+        r.reply_limit = PyLong_AsLongLong(p);
+        if (PyErr_Occurred()) goto error;
+    }
     {
         PyObject *m = ga(self->pipeline, s_mark);
         if (m == NULL) goto error;
@@ -2071,7 +2202,7 @@ static Py_ssize_t run_batch(Core *self, PyObject *conn, PyObject *commands, Py_s
         int rc = run_one(&r, id, args, cmd);
         if (rc < 0) goto error_counted;
         if (rc == 0) break;
-        if (r.reply_len > r.reply_limit) {   /* COMMANDLOG large-reply, as connection._process checks it */
+        if (r.reply_len > r.reply_limit) {   /* COMMANDLOG large-reply, as connection.process checks it */
             PyObject *nn = PyLong_FromSsize_t(r.reply_len);
             PyObject *res = nn ? PyObject_CallMethodObjArgs(self->monitors, s_record_reply, r.session, cmd, args,
                                                             nn, NULL) : NULL;
@@ -2161,67 +2292,51 @@ static inline double realtime_ms(void) {
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-/* 1 if each of o's attributes `names` is None, 0 if one is not, -1 on error. */
-static int all_none(PyObject *o, PyObject **names[], int count) {
-    for (int k = 0; k < count; k++) {
-        int t = attr_is_none(o, *names[k]);
-        if (t != 1) return t;
-    }
-    return 1;
-}
-
 /* Outbox.flush with Connection._write as its write, for a connection whose server has no client output limits
- * (otherwise, and for an outbox that writes elsewhere, the Python flush runs): 0 or -1. */
-static int flush_conn(PyObject *conn, PyObject *session, PyObject *server, PyObject *outbox) {
-    PyObject *ready = ga(outbox, s_ready);
-    if (ready == NULL) return -1;
-    int rc = 0;
-    if (!PyList_CheckExact(ready)) goto python;
-    if (PyList_GET_SIZE(ready) == 0) { Py_DECREF(ready); return 0; }
-    /* Connection._write checks this client's output limits when some apply to it */
-    int t = attr_true(server, s_obuf_limited);
-    if (t == 1) {
-        t = attr_true(server, s_obuf_normal_limited);
-        if (t == 0) {
-            long long block = attr_ll(session, s_core_block);
-            t = block == -1 && PyErr_Occurred() ? -1 : (block & CORE_BLOCK_SPECIAL) != 0;
-        }
+ * (otherwise, and for an outbox that is not exactly an Outbox, the Python flush runs): the bytes come from the
+ * Outbox API's take_ready. 0 or -1. */
+static int flush_conn(Core *self, PyObject *conn, PyObject *session, PyObject *server, PyObject *outbox) {
+    if (!outbox_exact(outbox)) goto python;
+    {
+        PyObject *ready = ga(outbox, s_ready);     /* (read: nothing to write, nothing to do) */
+        if (ready == NULL) return -1;
+        Py_ssize_t n = PyObject_Size(ready);
+        Py_DECREF(ready);
+        if (n <= 0) return n < 0 ? -1 : 0;
     }
-    if (t != 0) { if (t < 0) rc = -1; else goto python; goto out; }
+    /* Connection._write checks this client's output limits when some apply to it (the state's output_limits,
+     * written where client-output-buffer-limit is set) */
+    PyObject *lim = state_get(self, ST_OUTPUT_LIMITS);
+    long long limits = lim != NULL ? PyLong_AsLongLong(lim) : -1;
+    if (limits == -1 && PyErr_Occurred()) return -1;
+    int t = limits >= OUTPUT_LIMITS_ALL;
+    if (limits == OUTPUT_LIMITS_SPECIAL) {
+        long long block = attr_ll(session, s_core_block);
+        t = block == -1 && PyErr_Occurred() ? -1 : (block & CORE_BLOCK_SPECIAL) != 0;
+    }
+    if (t != 0) { if (t < 0) return -1; goto python; }
     t = attr_true(outbox, s_closed);
-    if (t != 0) { if (t < 0) rc = -1; else goto python; goto out; }
+    if (t != 0) { if (t < 0) return -1; goto python; }
     PyObject *transport = ga(conn, s_transport);
-    if (transport == NULL) { rc = -1; goto out; }
+    if (transport == NULL) return -1;
     if (transport == Py_None) { Py_DECREF(transport); goto python; }
     PyObject *closing = PyObject_CallMethodNoArgs(transport, s_is_closing);
     t = closing == NULL ? -1 : PyObject_IsTrue(closing);
     Py_XDECREF(closing);
-    if (t != 0) { Py_DECREF(transport); if (t < 0) rc = -1; else goto python; goto out; }
-    PyObject *data;
-    if (PyList_GET_SIZE(ready) == 1) {
-        data = PyList_GET_ITEM(ready, 0);
-        Py_INCREF(data);
-    } else {
-        PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
-        data = empty ? _PyBytes_Join(empty, ready) : NULL;
-        Py_XDECREF(empty);
-    }
-    if (data == NULL) { Py_DECREF(transport); rc = -1; goto out; }
+    if (t != 0) { Py_DECREF(transport); if (t < 0) return -1; goto python; }
+    PyObject *data = outbox_take_ready(outbox);
+    if (data == NULL || data == Py_None) { Py_DECREF(transport); Py_XDECREF(data); return data == NULL ? -1 : 0; }
     PyObject *res = PyObject_CallMethodOneArg(transport, s_write, data);
     Py_DECREF(transport);
     Py_ssize_t n = PyBytes_Check(data) ? PyBytes_GET_SIZE(data) : 0;
     Py_DECREF(data);
-    if (res == NULL) { rc = -1; goto out; }
+    if (res == NULL) return -1;
     Py_DECREF(res);
     if (attr_add(session, s_net_out, n) < 0 || attr_add(server, s_net_output_bytes, n) < 0
         || attr_add(server, s_writes_processed, 1) < 0)
-        rc = -1;
-    if (PyList_SetSlice(ready, 0, PY_SSIZE_T_MAX, NULL) < 0) rc = -1;
-out:
-    Py_DECREF(ready);
-    return rc;
+        return -1;
+    return 0;
 python:
-    Py_DECREF(ready);
     {
         PyObject *r2 = PyObject_CallMethodNoArgs(outbox, s_flush);
         if (r2 == NULL) return -1;
@@ -2288,11 +2403,11 @@ static PyObject *core_end_turn(Core *self, PyObject *ls) {
 }
 
 /* received(conn, data): Connection.data_received with the compiled core (server/connection.py sets it per
- * connection). The steps of Connection._read, _process and the outbox's flush for a read that starts at a request
+ * connection). The steps of Connection.read, process and the outbox's flush for a read that starts at a request
  * boundary of an authenticated session with nothing parked: the counters, the turn's start (loopstats), the
  * compiled parse of the read's complete requests, the batch loop, one write. Whatever else the read holds (a
  * partial request, a non-canonical one) goes on in the parser's Python steps from where the compiled parse
- * stopped; a request the core does not run goes on in _run_batch from there; any other state is _read's from
+ * stopped; a request the core does not run goes on in run_batch from there; any other state is read's from
  * the start, before anything was changed. One read then costs no Python frame at all. */
 static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -2309,9 +2424,9 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     parser = ga(conn, s_parser);
     session = parser ? ga(conn, s_session) : NULL;
     if (session == NULL) goto error;
-    /* RequestParser.feed's test for its compiled step: at a request boundary, nothing pending, following the
-     * session's authentication (which is true) */
-    o = ga(parser, s__auth);
+    /* RequestParser's contract: boundary_for is this session while the parser stands at a request boundary with
+     * nothing pending and follows the session's authentication (which is true) */
+    o = ga(parser, s_boundary_for);
     if (o == NULL) goto error;
     t = o == session;
     Py_CLEAR(o);
@@ -2321,14 +2436,10 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
         if (block == -1 && PyErr_Occurred()) goto error;
         if (block & CORE_BLOCK_UNAUTHENTICATED) goto python_decref;
     }
-    {
-        PyObject **pending[4] = {&s__carry_args, &s__tail, &s__buf, &s__args};
-        if ((t = all_none(parser, pending, 4)) != 1) { if (t < 0) goto error; goto python_decref; }
-    }
     server = ga(conn, s_server);
     if (server == NULL) goto error;
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    /* _read's counters and the turn's start */
+    /* read's counters and the turn's start */
     if (attr_add(session, s_net_in, n) < 0 || attr_add(server, s_net_input_bytes, n) < 0
         || attr_add(server, s_reads_processed, 1) < 0)
         goto error;
@@ -2344,7 +2455,7 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     Py_ssize_t pos = parse_into((const unsigned char *)PyBytes_AS_STRING(data), 0, n, commands, max_bulk);
     if (pos < 0) goto error;
     if (pos != n) {
-        /* the parser's Python steps from pos, then _process (nothing is parked: tested above) */
+        /* the parser's Python steps from pos, then process (nothing is parked: tested above) */
         PyObject *at = PyLong_FromSsize_t(pos);
         PyObject *fed = at ? PyObject_CallMethodObjArgs(parser, s_feed_rest, data, at, commands, NULL) : NULL;
         Py_XDECREF(at);
@@ -2354,13 +2465,12 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
             PyErr_SetString(PyExc_TypeError, "feed_rest() must return (commands, error)");
             goto error;
         }
-        res = PyObject_CallMethodObjArgs(conn, s__process, PyTuple_GET_ITEM(fed, 0), PyTuple_GET_ITEM(fed, 1), NULL);
+        res = PyObject_CallMethodObjArgs(conn, s_process, PyTuple_GET_ITEM(fed, 0), PyTuple_GET_ITEM(fed, 1), NULL);
         Py_DECREF(fed);
         if (res == NULL) goto error;
         goto done;
     }
-    if (sa(parser, s__partial, Py_None) < 0) goto error;
-    /* _process: one clock read for the batch (idle times), the pipeline's mark, the batch loop */
+    /* process: one clock read for the batch (idle times), the pipeline's mark, the batch loop */
     {
         PyObject *clock = ga(server, s_clock_ms);
         PyObject *wall = clock ? ga(server, s_wall_clock_ms) : NULL;
@@ -2391,13 +2501,13 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
     if (next >= PyList_GET_SIZE(commands)) {
         PyObject *outbox = ga(conn, s_outbox);
         if (outbox == NULL) goto error;
-        t = flush_conn(conn, session, server, outbox);
+        t = flush_conn(self, conn, session, server, outbox);
         Py_DECREF(outbox);
         if (t < 0) goto error;
     } else {
         PyObject *at = PyLong_FromSsize_t(next);
         if (at == NULL) goto error;
-        res = PyObject_CallMethodObjArgs(conn, s__run_batch, commands, Py_None, at,
+        res = PyObject_CallMethodObjArgs(conn, s_run_batch, commands, Py_None, at,
                                          status == 1 ? Py_None : (PyObject *)self, NULL);
         Py_DECREF(at);
         if (res == NULL) goto error;
@@ -2409,7 +2519,7 @@ done:
 python_decref:
     Py_XDECREF(session); Py_XDECREF(parser);
 python:
-    return PyObject_CallMethodOneArg(conn, s__read, data);
+    return PyObject_CallMethodOneArg(conn, s_read, data);
 error:
     Py_XDECREF(o);
     Py_XDECREF(commands); Py_XDECREF(server); Py_XDECREF(session); Py_XDECREF(parser);
@@ -2459,6 +2569,8 @@ static PyObject *fast_presized_dict(PyObject *mod, PyObject *arg) {
 
 static PyMethodDef module_methods[] = {
     {"presized_dict", (PyCFunction)fast_presized_dict, METH_O, "presized_dict(n) -> an empty dict with room for n"},
+    {"outbox_methods", (PyCFunction)fast_outbox_methods, METH_O,
+     "outbox_methods(Outbox) -> {name: method}: the Outbox API's hold, emit and take_ready in C, for the class"},
     {"parse", (PyCFunction)(void (*)(void))fast_parse, METH_FASTCALL,
      "parse(buf, pos, end, commands, max_bulk_len) -> pos"},
     {"encode_effects", (PyCFunction)fast_encode_effects, METH_O, "encode_effects(effects) -> bytes"},
@@ -2486,28 +2598,28 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_db_id, "db_id");
     INTERN(s_data, "data"); INTERN(s_expires, "expires"); INTERN(s_hexpires, "hexpires");
     INTERN(s_enc, "enc");
-    INTERN(s_slots, "slots"); INTERN(s_threshold_us, "threshold_us");
-    INTERN(s_request_limit, "request_limit"); INTERN(s_reply_limit, "reply_limit"); INTERN(s_ready, "ready");
+    INTERN(s_slots, "slots");
+    INTERN(s_ready, "ready");
     INTERN(s_held, "held"); INTERN(s_calls, "calls"); INTERN(s_usec, "usec");
     INTERN(s_latency, "latency"); INTERN(s_skip_slowlog, "skip_slowlog"); INTERN(s_record, "record");
     INTERN(s_record_request, "record_request"); INTERN(s_record_reply, "record_reply");
     INTERN(s_total_commands, "total_commands"); INTERN(s_commands_processed, "commands_processed");
     INTERN(s_last_cmd, "last_cmd"); INTERN(s_hits, "hits"); INTERN(s_misses, "misses");
     INTERN(s_used_bytes, "used_bytes"); INTERN(s_changes, "changes"); INTERN(s_submit, "submit");
-    INTERN(s_hold, "hold"); INTERN(s_read_ticket, "read_ticket");
+    INTERN(s_hold, "hold"); INTERN(s_emit, "emit"); INTERN(s_read_ticket, "read_ticket");
     INTERN(s_held_bytes, "held_bytes"); INTERN(s_carried_bytes, "carried_bytes");
     INTERN(s_carried_by_ticket, "carried_by_ticket");
     INTERN(s_limit_bytes, "limit_bytes"); INTERN(s_over_limit, "over_limit"); INTERN(s_durability, "durability");
     INTERN(s_waiting, "waiting"); INTERN(s_set_over, "set_over");
-    INTERN(s__batch_index, "_batch_index"); INTERN(s__coalesce_handle, "_coalesce_handle");
+    INTERN(s_batch_index, "batch_index"); INTERN(s_close_at, "close_at");
     INTERN(s_promised_index, "promised_index"); INTERN(s_mode, "mode");
     INTERN(s_ack_before_commit, "ack_before_commit");
-    INTERN(s_journal, "journal"); INTERN(s_max_entry_bytes, "max_entry_bytes"); INTERN(s__batch_db, "_batch_db");
-    INTERN(s__batch_bytes, "_batch_bytes"); INTERN(s__batch, "_batch"); INTERN(s__keys_by_index, "_keys_by_index");
+    INTERN(s_journal, "journal"); INTERN(s_max_entry_bytes, "max_entry_bytes"); INTERN(s_batch_db, "batch_db");
+    INTERN(s_batch_bytes, "batch_bytes"); INTERN(s_batch_effects, "batch_effects"); INTERN(s_batch_keys, "batch_keys");
     INTERN(s_uncommitted, "uncommitted");
     s_sync = PyUnicode_InternFromString("sync");    /* (a value the tracker's mode is compared with, not a name) */
     if (s_sync == NULL) return NULL;
-    INTERN(s__coalesce_target, "_coalesce_target"); INTERN(s__close_batch, "_close_batch");
+    INTERN(s_close_batch, "close_batch");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
     INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms");     INTERN(s_needs_touched, "needs_touched");
@@ -2519,20 +2631,18 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_no_touch, "no_touch");
     INTERN(s_effects, "effects"); INTERN(s_touched, "touched"); INTERN(s_touched_exact, "touched_exact");
         INTERN(s_server, "server"); INTERN(s_parser, "parser"); INTERN(s_backlog, "backlog");
-    INTERN(s_transport, "transport"); INTERN(s__carry_args, "_carry_args"); INTERN(s__tail, "_tail");
-    INTERN(s__buf, "_buf"); INTERN(s__args, "_args"); INTERN(s__auth, "_auth"); INTERN(s__partial, "_partial");
+    INTERN(s_transport, "transport"); INTERN(s_boundary_for, "boundary_for");
     INTERN(s_max_bulk_len, "max_bulk_len"); INTERN(s_net_in, "net_in"); INTERN(s_net_out, "net_out");
     INTERN(s_net_input_bytes, "net_input_bytes"); INTERN(s_reads_processed, "reads_processed");
     INTERN(s_net_output_bytes, "net_output_bytes"); INTERN(s_writes_processed, "writes_processed");
     INTERN(s_loop_stats, "loop_stats"); INTERN(s_open, "open"); INTERN(s_begin, "begin");
     INTERN(s_wall_clock_ms, "wall_clock_ms"); INTERN(s_now_ms, "now_ms");
-    INTERN(s_last_interaction_ms, "last_interaction_ms"); INTERN(s_obuf_limited, "obuf_limited");
-    INTERN(s_closed, "closed"); INTERN(s__read, "_read"); INTERN(s__process, "_process");
-    INTERN(s__run_batch, "_run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
+    INTERN(s_last_interaction_ms, "last_interaction_ms");
+    INTERN(s_closed, "closed"); INTERN(s_read, "read"); INTERN(s_process, "process");
+    INTERN(s_run_batch, "run_batch"); INTERN(s_is_closing, "is_closing"); INTERN(s_write, "write");
     INTERN(s_feed_rest, "feed_rest"); INTERN(s_flush, "flush");
     INTERN(s_loop, "loop"); INTERN(s_turn_started_s, "turn_started_s"); INTERN(s_call_soon, "call_soon");
     INTERN(s_cycles, "cycles"); INTERN(s_duration_s, "duration_s"); INTERN(s_longest_stall_s, "longest_stall_s");
-    INTERN(s_obuf_normal_limited, "obuf_normal_limited");
     one = PyLong_FromLong(1);
     if (one == NULL) return NULL;
     b_SET = PyBytes_FromString("SET"); b_PXAT = PyBytes_FromString("PXAT");

@@ -89,14 +89,23 @@ class RequestParser:
     Before AUTH, the requests that follow an AUTH or HELLO in the same read are parsed with the
     authenticated limits, as Valkey parses each request after running the one before it; if that AUTH
     fails, the caller applies `unauthenticated_limit` to each of those complete requests, and a partial one
-    is checked again at the next feed."""
+    is checked again at the next feed.
 
-    __slots__ = ("_auth", "_authenticated", "max_bulk_len", "query_buffer_limit", "_reader", "_window",
+    The compiled core's contract (fastpath/_core.c `received`): `boundary_for` is the one thing it reads of the
+    parser's state before it parses a read itself. It is the session this parser follows (`auth`) while the
+    parser stands at a request boundary with nothing pending from earlier reads (no partial request, tail,
+    carried payload or buffered line), else None; the parser keeps it current at the end of every feed. The
+    core parses such a read with the same compiled parse `feed` uses and, for what it leaves, calls `feed_rest`;
+    a read it parses completely leaves the state as it was (at the boundary). `max_bulk_len` bounds the
+    compiled parse's bulk lengths."""
+
+    __slots__ = ("_auth", "boundary_for", "_authenticated", "max_bulk_len", "query_buffer_limit", "_reader", "_window",
                  "_partial", "_carry_args", "_carry_len", "_carry_have", "_tail",
                  "_buf", "_args", "_args_bytes", "_mbulk", "_bulklen", "_scanned", "_blocked", "_req_start")
 
     def __init__(self, max_bulk_len=512 * 1024 * 1024, query_buffer_limit=1024 * 1024 * 1024, auth=None):
         self._auth = auth
+        self.boundary_for = auth   # at a request boundary, following `auth`: the core's contract (see above)
         self._authenticated = True
         self.max_bulk_len = max_bulk_len
         self.query_buffer_limit = query_buffer_limit
@@ -170,22 +179,29 @@ class RequestParser:
                 pos = self._finish_carried(data, commands, auth)
                 if pos < len(data):
                     self._parse(data, pos, commands, auth, True, False)
-                return commands, None
-            tail = self._tail
-            if tail is not None:
-                self._tail = None
-                data = tail + data
-            if self._buf is None and self._args is None and auth and data and data[0] == 42:  # the common case
-                end = len(data)
-                pos = self._hiredis_run(data, 0, end, commands)
-                if pos < end:
-                    self._parse(data, pos, commands, auth, False, tail is not None)
             else:
-                self._parse(data, 0, commands, auth, True, tail is not None)
+                tail = self._tail
+                if tail is not None:
+                    self._tail = None
+                    data = tail + data
+                if self._buf is None and self._args is None and auth and data and data[0] == 42:  # the common case
+                    end = len(data)
+                    pos = self._hiredis_run(data, 0, end, commands)
+                    if pos < end:
+                        self._parse(data, pos, commands, auth, False, tail is not None)
+                else:
+                    self._parse(data, 0, commands, auth, True, tail is not None)
         except ProtocolError as exc:
             self._buf = self._args = self._tail = self._carry_args = self._reader = self._partial = None
             self._scanned, self._blocked = 0, False
+            self.boundary_for = None   # (not fed again after an error)
             return commands, str(exc)
+        if self._carry_args is None and self._tail is None and self._buf is None and self._args is None:
+            # at a boundary: no hiredis run is left incomplete either, so the compiled parse may take the next read
+            self._partial = None
+            self.boundary_for = self._auth
+        else:
+            self.boundary_for = None
         return commands, None
 
     # -- the stream ------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ class Connection(asyncio.Protocol):
         self.replica_feed = None            # SYNC: Valkey's replication stream (server/replfeed.py)
         self.no_evict = False
         if server.batch_core is not None:
-            # The compiled read callback (fastpath/_core.c received): this class's _read, _process and flush
+            # The compiled read callback (fastpath/_core.c received): this class's read, process and flush
             # for a read of complete requests it runs; anything else it hands to them before changing anything.
             self.data_received = functools.partial(server.batch_core.received, self)
 
@@ -139,7 +139,14 @@ class Connection(asyncio.Protocol):
             self.reading_paused = False
             transport.resume_reading()
 
-    def _read(self, data):
+    # -- the compiled core's contract ------------------------------------------------------------
+    # fastpath/_core.c `received` is data_received with the core: it does read()'s steps itself for a read it
+    # can take whole, and calls these three public methods for the rest, each at the point named below.
+
+    def read(self, data):
+        """data_received's Python steps for one read: counters, the parser, then process() (or the backlog
+        while parked). The core calls it for a read it does not take from the start (not at a request boundary
+        of its session, parked, closing, ...), before it changed anything."""
         if self.closing:
             return
         n = len(data)
@@ -155,11 +162,11 @@ class Connection(asyncio.Protocol):
             if error is not None and self.backlog_error is None:
                 self.backlog_error = error
         else:
-            self._process(commands, error)
+            self.process(commands, error)
         if srv.client_eviction.limit:
             srv.client_eviction.after_read(self)
 
-    data_received = _read
+    data_received = read
 
     def resume(self):
         """Runs the commands that waited while this connection was parked (blocked or paused)."""
@@ -168,9 +175,12 @@ class Connection(asyncio.Protocol):
         commands = list(self.backlog)
         error = self.backlog_error
         self.backlog = self.backlog_error = None
-        self._process(commands, error)
+        self.process(commands, error)
 
-    def _process(self, commands, error):
+    def process(self, commands, error):
+        """Runs one read's parsed requests in order (error: the parser's, answered after them), then flushes.
+        The core calls it with what the parser's Python steps (feed_rest) returned for a read it parsed only in
+        part; nothing is parked then."""
         server = self.server
         core = server.batch_core
         start = 0
@@ -186,9 +196,13 @@ class Connection(asyncio.Protocol):
                 return
             if status == 1:
                 core = None
-        self._run_batch(commands, error, start, core)
+        self.run_batch(commands, error, start, core)
 
-    def _run_batch(self, commands, error, i, core):
+    def run_batch(self, commands, error, i, core):
+        """Runs commands[i:] (error: the parser's, answered after them), the core first while it takes them
+        (core None: the pipeline for all of them), then flushes and closes if asked. The core calls it, with
+        error None and core itself (or None: status 1), for the commands of a read it parsed whole but ran
+        only up to i; the clock and mark are read again here."""
         server = self.server
         pipeline = server.pipeline
         process = pipeline.process

@@ -13,6 +13,7 @@ import time
 from .. import REDIS_COMPAT_VERSION, VALKEY_VERSION, __version__, messages
 from ..commands import load_all
 from .. import fastpath
+from ..commands.corestate import OUTPUT_LIMITS_ALL, OUTPUT_LIMITS_NONE, OUTPUT_LIMITS_SPECIAL
 from ..commands.pipeline import Pipeline
 from ..commands.session import Session
 from ..durability import Durability
@@ -245,6 +246,8 @@ class Server:
             # and pubsub): the check on every reply cost the unpipelined path a call per command (issue 18)
             hard, soft, _s = self.obuf_limits["normal"]
             self.obuf_normal_limited = bool(hard or soft)
+            d.core_state.output_limits = (OUTPUT_LIMITS_ALL if self.obuf_normal_limited else
+                                          OUTPUT_LIMITS_SPECIAL if self.obuf_limited else OUTPUT_LIMITS_NONE)
         elif name == "client-held-replies-limit":
             for conn in self.clients.values():
                 conn.outbox.limit_bytes = value
@@ -446,7 +449,7 @@ class Server:
 
     def _set_import_mode(self, on):
         """import-mode: no active or lazy expiry and no eviction on this primary; CLIENT IMPORT-SOURCE ON
-        clients see expired keys as live (Connection._run_batch). A replica, a paused server or one whose
+        clients see expired keys as live (Connection.run_batch). A replica, a paused server or one whose
         journal failed keep their own expiry state and return to this one when they end."""
         self.pipeline.import_mode = on
         ks = self.keyspace
