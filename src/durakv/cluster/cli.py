@@ -204,16 +204,23 @@ def _cmd_status(args):
         return 0
     cluster = LocalCluster.load(args.dir)
     st = cluster.status()
-    try:
-        remote = asyncio.run(asyncio.wait_for(cluster.admin().status(), 20))
-    except Exception as exc:  # noqa: BLE001 - NATS down: the local view is still worth printing
-        remote = {"error": str(exc) or type(exc).__name__}
+    if cluster.options.get("journal_backend", "jetstream") != "jetstream":
+        # Each node keeps its own journal and no `cluster create` ran: there is no coordination store to ask
+        # (asking waited 20 s for a bucket that is never made).
+        remote = {"none": "each node keeps a local journal: no coordination store"}
+    else:
+        try:
+            remote = asyncio.run(asyncio.wait_for(cluster.admin().status(), 20))
+        except Exception as exc:  # noqa: BLE001 - NATS down: the local view is still worth printing
+            remote = {"error": str(exc) or type(exc).__name__}
     st["cluster"] = remote
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
     print(render_status(st))
-    if "error" in remote:
+    if "none" in remote:
+        print("\n(%s)" % remote["none"])
+    elif "error" in remote:
         print("\n(the coordination store does not answer: %s)" % remote["error"])
     else:
         for line in warnings(remote):
