@@ -208,6 +208,9 @@ def _cmd_status(args):
         # Each node keeps its own journal and no `cluster create` ran: there is no coordination store to ask
         # (asking waited 20 s for a bucket that is never made).
         remote = {"none": "each node keeps a local journal: no coordination store"}
+    elif not any(p.alive for p in cluster.nats):
+        # (a stopped cluster: waiting 20 s for a connection that cannot come only delays the local view)
+        remote = {"error": "no NATS server of this cluster is running"}
     else:
         try:
             remote = asyncio.run(asyncio.wait_for(cluster.admin().status(), 20))
