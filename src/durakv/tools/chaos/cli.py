@@ -48,6 +48,9 @@ def build_parser():
     pt = common(sub.add_parser("partition", help="cut an AZ off the others both ways, heal after --duration"))
     pt.add_argument("--az", required=True)
     pt.add_argument("--duration", type=float, default=20.0)
+    pt.add_argument("--heal-after-failover", type=float, default=None, metavar="S",
+                    help="heal S seconds after another node of --shard serves as its primary (--duration is then "
+                         "the longest cut)")
     fo = common(sub.add_parser("failover", help="planned failover of a shard"))
     fo.add_argument("--to", default=None, help="the replica to promote (default: the most caught-up)")
     fo.add_argument("--timeout", type=float, default=30.0)
@@ -65,7 +68,9 @@ def run(args, out=sys.stdout) -> dict:
     elif args.fault == "pause":
         result = nem.pause(args.node, args.duration, shard=args.shard)
     elif args.fault == "partition":
-        result = nem.partition(args.az, args.duration, shard=args.shard)
+        if args.heal_after_failover is not None and not 0 <= args.heal_after_failover <= args.duration:
+            raise FaultError("--heal-after-failover must be between 0 and --duration")
+        result = nem.partition(args.az, args.duration, shard=args.shard, heal_after_failover_s=args.heal_after_failover)
     elif args.fault == "failover":
         result = nem.failover(args.shard, to=args.to, timeout_s=args.timeout)
     else:

@@ -153,13 +153,20 @@ class Nemesis:
         return {"fault": "pause", "node": name, "role_before": role, "role_after": role_after, "az": p.az,
                 "paused_s": round(time.monotonic() - t0, 3)}
 
-    def partition(self, az, duration_s=20.0, shard=0) -> dict:
+    def partition(self, az, duration_s=20.0, shard=0, heal_after_failover_s=None) -> dict:
         """Cut the AZ off the other AZs both ways for duration_s (NATS routes, durakv-to-NATS connections), then
         heal. Needs a cluster started with --partitionable (the partition proxy). Clients outside the AZs still
-        reach every node, as Jepsen's control node does."""
+        reach every node, as Jepsen's control node does. heal_after_failover_s: heal that many seconds after
+        another node of `shard` serves as its primary (a lease of its own), duration_s being then the longest
+        cut: the fault lasts as long as the failover takes on this machine, not a guess of it."""
         az = self.resolve_az(az, shard)
         log = self._log("partition")
         before = {p.name: p.role(timeout_s=0.5) for p in self.cluster.nodes}
+        until = None
+        if heal_after_failover_s is not None:
+            old = {n for n, r in before.items() if r in MASTER_ROLES}
+            others = [p for p in self.cluster.shard_nodes(shard) if p.name not in old]
+            until = (lambda: self._serving_primary(others), heal_after_failover_s)
         at = log.now()
         groups = self.cluster.proxy_control(f"CUT {az}")
         t0 = time.monotonic()
@@ -167,7 +174,7 @@ class Nemesis:
                         f"before: {_roles(before)}", at=at, az=az,
                  groups=groups, roles=before)
         try:
-            self._hold(log, duration_s, f"{az} stays cut off", roles=True)
+            self._hold(log, duration_s, f"{az} stays cut off", roles=True, until=until)
         finally:
             self.cluster.proxy_control("HEAL")
             log.emit(STOP, f"network healed after {time.monotonic() - t0:.1f}s", az=az)
@@ -209,21 +216,45 @@ class Nemesis:
         return done
 
     # -- helpers -----------------------------------------------------------------------------------------------
-    def _hold(self, log, duration_s, what, roles=False):
-        """Waits out a fault, with a progress line every few seconds (the primary of each shard, if asked)."""
-        end = time.monotonic() + max(0.0, duration_s)
+    def _hold(self, log, duration_s, what, roles=False, until=None):
+        """Waits out a fault, with a progress line every few seconds (the primary of each shard, if asked).
+        until: (condition, after_s): the fault ends after_s seconds after condition() first names something
+        (polled every 0.2 s), or at duration_s, whichever comes first."""
+        now = time.monotonic()
+        end = now + max(0.0, duration_s)
         step = 5.0
+        next_line = now + step
         while True:
-            left = end - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= end:
                 return
-            self.sleep(min(step, left))
-            left = end - time.monotonic()
-            if left > 0.5:
+            if until is not None:
+                seen = until[0]()
+                if seen:
+                    end = min(end, now + max(0.0, until[1]))
+                    log.emit(STEP, f"{seen}; healing in {end - now:.1f}s")
+                    until = None
+                    continue
+            self.sleep(min(0.2 if until is not None else step, end - now, max(0.01, next_line - now)))
+            now = time.monotonic()
+            left = end - now
+            if now >= next_line and left > 0.5:
+                next_line = now + step
                 extra = ""
                 if roles:
                     extra = "; " + self._primaries_line()
                 log.emit(STEP, f"{what}, {left:.0f}s left{extra}")
+
+    def _serving_primary(self, candidates) -> str:
+        """'NAME serves as primary' for the first of candidates that reports master with a valid lease, else ''."""
+        for p in candidates:
+            try:
+                info = p.info("replication", timeout_s=0.3).get("replication", {})
+            except (OSError, RespError):
+                continue
+            if info.get("role") in MASTER_ROLES and info.get("lease_valid_ms", 1):
+                return f"{p.name} serves as primary"
+        return ""
 
     def _primaries_line(self) -> str:
         """Which nodes say they are primary, and whether their lease is valid (an isolated one keeps saying so)."""

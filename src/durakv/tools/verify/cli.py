@@ -138,6 +138,9 @@ def build_parser():
     dr.add_argument("--fault-duration", type=float, default=15.0,
                     help="seconds the fault lasts (default 15: NATS may first need 4-9 s to elect leaders in the "
                          "majority, then a replica watches a whole lease before it takes over)")
+    dr.add_argument("--heal-after-failover", type=float, default=None, metavar="S",
+                    help="partition: heal S seconds after another node serves as the shard's primary "
+                         "(--fault-duration is then the longest cut)")
     dr.add_argument("--runs", type=int, default=1)
     dr.add_argument("--writers", type=int, default=4)
     dr.add_argument("--rate", type=float, default=50.0, help="writes per second per writer")
@@ -258,7 +261,7 @@ def run(args) -> sc.Result:
                 raise ClusterError("dirty-reads needs a local cluster (--dir, or none to start one) or --fault-cmd")
             return sc.dirty_reads(env, fault=args.fault, runs=args.runs, writers=args.writers,
                                   rate_per_writer=args.rate, warmup_s=args.warmup, fault_s=args.fault_duration,
-                                  after_s=args.after)
+                                  after_s=args.after, heal_after_failover_s=args.heal_after_failover)
     if s == "bench":
         return _bench(args)
     if s == "region-loss":

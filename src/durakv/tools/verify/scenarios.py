@@ -609,7 +609,7 @@ def _env_text(env) -> str:
 DIRTY_FAULTS = ("partition", "pause-nats", "kill", "pause")
 
 
-def dirty_chaos_args(env, fault, duration_s):
+def dirty_chaos_args(env, fault, duration_s, heal_after_failover_s=None):
     """The nemesis of dirty-reads: commits stall on the primary while the others elect a new one.
     partition: the primary's AZ is cut off (its own NATS node is in the minority; clients still reach it);
     pause-nats: SIGSTOP of the NATS node of the primary's AZ (a node connects to a NATS server picked at random
@@ -619,11 +619,14 @@ def dirty_chaos_args(env, fault, duration_s):
         if primary is None:
             raise ClusterError("pause-nats needs a local cluster with a primary")
         return ["pause", "--node", f"nats-{primary.az}", "--duration", f"{duration_s:g}"]
-    return chaos_args(fault, duration_s)
+    args = chaos_args(fault, duration_s)
+    if fault == "partition" and heal_after_failover_s is not None:
+        args += ["--heal-after-failover", f"{heal_after_failover_s:g}"]
+    return args
 
 
 def dirty_reads(env, fault="partition", runs=1, writers=4, rate_per_writer=50.0, warmup_s=3.0, fault_s=15.0,
-                after_s=3.0, write_timeout_s=15.0) -> Result:
+                after_s=3.0, write_timeout_s=15.0, heal_after_failover_s=None) -> Result:
     """Writers write unique values (SET of keys written once, XADD to one stream) while readers record what
     they see: GET of the key in flight (a cluster client), XREAD BLOCK, keyspace notifications and a SYNC
     connection (its RDB file and the command stream after it), the last three attached to the primary. The
@@ -656,7 +659,8 @@ def dirty_reads(env, fault="partition", runs=1, writers=4, rate_per_writer=50.0,
                 raise RuntimeError("before the fault: no acknowledged write, or a reader saw nothing ("
                                    + ", ".join(f"{o.via} {o.seen} ({o.last_error})" for o in obs) + ")")
             say(f"run {run}/{runs}: readers attached to {obs[0].attached[-1][1]}; fault {fault}")
-            fr = FaultRun(env, None if env.fault_cmd else dirty_chaos_args(env, fault, fault_s)).start()
+            fr = FaultRun(env, None if env.fault_cmd else dirty_chaos_args(env, fault, fault_s,
+                                                                           heal_after_failover_s)).start()
             fr.wait()
             healed = time.monotonic()
             acked_at_heal = sum(w.acked for w in ws)
@@ -678,16 +682,16 @@ def dirty_reads(env, fault="partition", runs=1, writers=4, rate_per_writer=50.0,
         for row in dirty_reads_table_rows(res):
             rows.append([str(run)] + row)
         window = fr.windows()[0]
-        run_rows.append([str(run), fault, round((window[1] - window[0]) / 1e9, 3) if window[1] else None,
-                         res.writes, res.acked, res.failed, res.indefinite, res.unacked_gone, len(res.lost),
-                         len(res.dirty)])
+        held_s = round((window[1] - window[0]) / 1e9, 3) if window[1] else None
+        run_rows.append([str(run), fault, held_s, res.writes, res.acked, res.failed, res.indefinite,
+                         res.unacked_gone, len(res.lost), len(res.dirty)])
         if res.dirty:
             reasons.append(f"run {run}: {len(res.dirty)} dirty read(s): values of writes never acknowledged and "
                            "gone after recovery were shown to clients\n" + "\n".join(first_dirty(res)))
         if res.lost:
             reasons.append(f"run {run}: {len(res.lost)} acknowledged write(s) lost")
         d = res.to_dict()
-        d["run"], d["fault"] = run, fault
+        d["run"], d["fault"], d["fault_s"] = run, fault, held_s
         d["readers_attached"] = {o.via: [a for _t, a in o.attached] for o in obs}
         data.append(d)
         say(f"run {run}: {res.writes:,} writes ({res.acked:,} acked, {res.unacked_gone:,} unacked and gone), "
