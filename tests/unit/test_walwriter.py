@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from crc32c import crc32c
+from durakv.checksum import crc32c   # the one CRC32C of every durakv format
 
 import durakv.journal._walwriter as walwriter   # not local's: checked whatever DURAKV_PURE_PYTHON says
 from durakv.journal import walformat
