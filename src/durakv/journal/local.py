@@ -449,8 +449,9 @@ class LocalJournal(Journal):
             raise JournalFailed(str(self._failed))
         index = self._next
         self._next = index + 1
-        # stamped with the time it is queued, just before its write and fsync: never later than the
-        # acknowledgement of any write it carries (point-in-time restore replays up to a time)
+        # stamped with the time it is queued, just before its write and fsync (by the compiled writer: when its
+        # thread writes the batch): never later than the acknowledgement of any write it carries (point-in-time
+        # restore replays up to a time)
         self._pending.append((_APPEND, index, payload, epoch if self._cwriter is not None
                               else encode_header(index, epoch, payload), fut))
         self._kick()
