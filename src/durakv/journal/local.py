@@ -6,6 +6,12 @@ from its report), the readers journal/walscan.py's.
 Group commit: append() queues the record and returns a future. One writer task takes everything queued,
 and in a dedicated single thread does one pwrite of all the frames, one pwrite of the state slot and one
 fsync, so the event loop never waits for the disk; appends that arrive during that fsync form the next batch.
+
+Two writers do that: the compiled one (journal/_walwriter.c: a C thread that never takes the GIL, and an eventfd
+the loop watches) for every batch that stays in the current segment of a journal on the default SysIO, and the
+Python one (_Writer, _write_items, _flush: the reference) for batches that rotate a segment, for a journal whose
+io is a test's SysIO (the fault-injection seam), during DEBUG JOURNAL-STALL, and where the module is not built or
+DURAKV_PURE_PYTHON=1. Only one batch is written at a time, so the two never race for the segment.
 """
 
 import asyncio
@@ -25,6 +31,14 @@ from .walformat import (HEADER_SIZE, MAX_ENTRY_BYTES, encode_header, encode_segm
 from .walscan import segment_entries
 
 log = logging.getLogger("durakv.journal")
+
+# The compiled writer's class (journal/_walwriter.c), or None: not built, or DURAKV_PURE_PYTHON=1
+CWriter = None
+if os.environ.get("DURAKV_PURE_PYTHON", "") not in ("1", "true", "yes"):
+    try:
+        from ._walwriter import Writer as CWriter
+    except ImportError:   # built without a C compiler: the Python writer (the reference) does it all
+        CWriter = None
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
@@ -176,6 +190,10 @@ class LocalJournal(Journal):
         self.fsync = fsync
         self.load_truncated = load_truncated
         self.io = io or SysIO()
+        # the compiled writer makes its system calls itself: only a journal on the plain SysIO may use it
+        self._use_c = CWriter is not None and type(self.io) is SysIO
+        self._cwriter = None
+        self._c_batch = None      # (items, segment, start) of the batch the compiled writer has
         self.stall_ms = 0
         self.group_per_iteration = group_per_iteration
         self._kick_scheduled = False
@@ -274,6 +292,9 @@ class LocalJournal(Journal):
         self._idle = asyncio.Event()
         self._idle.set()
         self._writer = _Writer(self._thread_batch, "durakv-journal-writer")
+        if self._use_c:
+            self._cwriter = CWriter()
+            self._loop.add_reader(self._cwriter.fd, self._c_done)
         self._open = True
 
     def _recover(self, base_index):
@@ -412,7 +433,9 @@ class LocalJournal(Journal):
         # _queue and _kick inline: this runs once per sync batch, and each Python frame is ~1k instructions
         index = self._next
         self._next = index + 1
-        self._pending.append((_APPEND, index, payload, encode_header(index, epoch, payload), _Notify(notify)))
+        # with the compiled writer the header is made there: its slot holds the epoch until then
+        self._pending.append((_APPEND, index, payload, epoch if self._cwriter is not None
+                              else encode_header(index, epoch, payload), _Notify(notify)))
         if self.group_per_iteration or self.writing:
             self._kick()
         else:
@@ -426,9 +449,11 @@ class LocalJournal(Journal):
             raise JournalFailed(str(self._failed))
         index = self._next
         self._next = index + 1
-        # stamped with the time it is queued, just before its write and fsync: never later than the
-        # acknowledgement of any write it carries (point-in-time restore replays up to a time)
-        self._pending.append((_APPEND, index, payload, encode_header(index, epoch, payload), fut))
+        # stamped with the time it is queued, just before its write and fsync (by the compiled writer: when its
+        # thread writes the batch): never later than the acknowledgement of any write it carries (point-in-time
+        # restore replays up to a time)
+        self._pending.append((_APPEND, index, payload, epoch if self._cwriter is not None
+                              else encode_header(index, epoch, payload), fut))
         self._kick()
         return index
 
@@ -471,7 +496,38 @@ class LocalJournal(Journal):
         self.writing = True
         self._inflight = len(items)
         self._idle.clear()
+        cw = self._cwriter
+        if cw is not None and not self.stall_ms:
+            seg = self._segments[-1]
+            start = seg.file_end
+            if cw.submit(items, self._fd, start, seg.size, self.segment_bytes, seg.seq + 1,
+                         seg.first_index + seg.count - 1, self.fsync):
+                self._c_batch = (items, seg, start)
+                return
         self._writer.put(items)
+
+    def _c_done(self):
+        """The loop's reader callback on the compiled writer's eventfd: settles its finished batch as
+        _thread_batch and _flush do for the Python writer's (the same counters, the same failures)."""
+        for err, written, cut_err, size, count in self._cwriter.results():
+            items, seg, start = self._c_batch
+            self._c_batch = None
+            self.batch_count += 1
+            self.write_count += written
+            if not err:
+                seg.seq += 1
+                seg.batch_start = start
+                seg.size += size
+                seg.count += count
+                if self.fsync:
+                    self.fsync_count += 1
+                self._batch_done(items, len(items), None, False)
+                continue
+            exc = with_path(OSError(err, os.strerror(err)), seg.path)
+            broken = False
+            if cut_err:
+                exc, broken = _Broken(exc, with_path(OSError(cut_err, os.strerror(cut_err)), seg.path)), True
+            self._batch_done(items, 0, exc, broken)
 
     def _thread_batch(self, items):
         """Runs in the journal thread: write + fsync, then completes the batch on the event loop in one
@@ -559,6 +615,9 @@ class LocalJournal(Journal):
         limit = self.segment_bytes
         try:
             for k, (kind, index, payload, header, _fut) in enumerate(items):
+                if type(header) is int:
+                    # the compiled writer's item (the epoch): this batch rotates, or a stall is on
+                    header = encode_header(index, header, payload)
                 if kind == _ROTATE:
                     if seg.size + size > 0:
                         if parts:
@@ -726,6 +785,10 @@ class LocalJournal(Journal):
             if self._writer is not None:
                 self._writer.stop()
                 self._writer = None
+            if self._cwriter is not None:
+                self._loop.remove_reader(self._cwriter.fd)
+                self._cwriter.stop()
+                self._cwriter = None
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
