@@ -8,6 +8,8 @@ after a client has run commands through the core."""
 import pytest
 
 from durakv import fastpath
+from durakv.durability import tracker as tracker_module
+from durakv.errors import CommandError
 from durakv.commands import load_all, registry
 from durakv.keyspace.slotindex import SlotIndex
 from durakv.replication.lease import LeaseGate
@@ -33,7 +35,7 @@ OWNERS = {
     "Session": "core_block resp db_id commands_processed last_cmd last_write_index ctx no_touch net_in net_out "
                "last_interaction_ms",
     "Context": "db effects touched touched_exact",
-    "Pipeline": "mark_s total_commands",
+    "Pipeline": "count_error mark mark_s total_commands",
     "Durability": "tracker feeds submit assigned committed pending needs_touched read_ticket waiting promised_index",
     # a sync write joining the open batch (tracker_join: the tracker's docstring states these fields as the
     # core's contract) and the journal's entry limit it checks
@@ -41,14 +43,16 @@ OWNERS = {
                     "mode ack_before_commit journal",
     "Journal": "max_entry_bytes",
     "Keyspace": "hits misses used_bytes changes clock_ms",
-    "Db": "data expires hexpires enc slots id",
+    "Db": "data expires hexpires enc slots id set_expire",
     "SlotIndex": "add discard",
     "Monitors": "record record_request record_reply",
     # emit, hold (the Outbox API, by name for a subclass; an Outbox's own are the core's C functions, which
     # keep its held_bytes ... set_over) and flush; ready, held and closed are read only
-    "Outbox": "ready held closed flush emit hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
+    "Outbox": "ENTRY_COST ready held closed flush emit hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
               "durability set_over",
-    "Command": "calls usec latency skip_slowlog handler failed_calls arity",
+    "Command": "calls usec latency skip_slowlog handler failed_calls arity fullname",
+    "CommandError": "text",          # a handler's error reply (errors.py)
+    "tracker module": "WriteTracker",    # durability/tracker.py, the class whose instances the core joins
     "LeaseGate": "fast_serving",   # a shard member's gate (node.lease)
     # boundary_for: "at a request boundary, following this session" (the parser's docstring: the core's contract)
     "RequestParser": "boundary_for max_bulk_len feed_rest",
@@ -83,6 +87,7 @@ def _objects(server):
         "Outbox": conn.outbox, "Command": registry.lookup((b"set",)), "LeaseGate": LeaseGate,
         "RequestParser": conn.parser, "Server": server,
         "LoopStats": server.loop_stats, "EventLoop": server.loop_stats.loop, "Transport": conn.transport,
+        "CommandError": CommandError("ERR x"), "tracker module": tracker_module,
     }
 
 

@@ -447,7 +447,8 @@ static const char *CMD_NAMES[NCMD] = {"ping", "echo", "get", "set", "mget", "mse
 
 /* interned attribute names */
 static PyObject *s_session, *s_outbox, *s_closing,
-    *s_perf_counter, *s_mark, *s_tracker, *s_feeds, *s_core_block, *s_resp,
+    *s_perf_counter, *s_mark, *s_mark_now, *s_count_error, *s_set_expire, *s_entry_cost, *s_write_tracker, *s_text,
+    *s_fullname, *s_tracker, *s_feeds, *s_core_block, *s_resp,
     *s_db_id, *s_data,
     *s_expires, *s_hexpires, *s_enc, *s_slots, *s_ready,
     *s_held, *s_calls, *s_usec, *s_latency, *s_skip_slowlog, *s_record, *s_record_request,
@@ -553,7 +554,7 @@ static int core_init(Core *self, PyObject *args, PyObject *kw) {
     Py_INCREF(Py_TYPE(state)); self->state_type = Py_TYPE(state);
     {
         PyObject *time = PyImport_ImportModule("time");
-        self->perf_counter = time != NULL ? PyObject_GetAttrString(time, "perf_counter") : NULL;
+        self->perf_counter = time != NULL ? PyObject_GetAttr(time, s_perf_counter) : NULL;
         Py_XDECREF(time);
         if (self->perf_counter == NULL) return -1;
     }
@@ -845,7 +846,7 @@ static int outbox_hold(PyObject *outbox, long long ticket, PyObject *data, long 
     if (size < 0) return -1;
     long long entry_cost = outbox_entry_cost;
     if (!outbox_exact(outbox)) {   /* a subclass that kept this method: its own ENTRY_COST */
-        PyObject *cost = PyObject_GetAttrString(outbox, "ENTRY_COST");
+        PyObject *cost = PyObject_GetAttr(outbox, s_entry_cost);
         entry_cost = cost ? PyLong_AsLongLong(cost) : -1;
         Py_XDECREF(cost);
         if (entry_cost == -1 && PyErr_Occurred()) return -1;
@@ -993,7 +994,7 @@ static PyObject *fast_outbox_methods(PyObject *mod, PyObject *cls) {
         PyErr_SetString(PyExc_TypeError, "outbox_methods(cls): a class");
         return NULL;
     }
-    PyObject *cost = PyObject_GetAttrString(cls, "ENTRY_COST");
+    PyObject *cost = PyObject_GetAttr(cls, s_entry_cost);
     long long c = cost ? PyLong_AsLongLong(cost) : -1;
     Py_XDECREF(cost);
     if (c == -1 && PyErr_Occurred()) return NULL;
@@ -1095,7 +1096,7 @@ static PyTypeObject *tracker_class(void) {
     if (!looked) {
         looked = 1;
         PyObject *mod = PyImport_ImportModule("durakv.durability.tracker");
-        PyObject *cls = mod ? PyObject_GetAttrString(mod, "WriteTracker") : NULL;
+        PyObject *cls = mod ? PyObject_GetAttr(mod, s_write_tracker) : NULL;
         if (cls != NULL && PyType_Check(cls)) {
             type = (PyTypeObject *)cls;
             Py_INCREF(cls);
@@ -1438,16 +1439,16 @@ static int run_handler(Run *r, PyObject *args, PyObject *cmd, PyObject *value) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyErr_NormalizeException(&et, &ev, &tb);
-        PyObject *text = ev ? PyObject_GetAttrString(ev, "text") : NULL;
+        PyObject *text = ev ? PyObject_GetAttr(ev, s_text) : NULL;
         if (text == NULL) {
             PyErr_Clear();
-            PyObject *name = PyObject_GetAttrString(cmd, "fullname");
+            PyObject *name = PyObject_GetAttr(cmd, s_fullname);
             text = PyUnicode_FromFormat("ERR internal error in '%S': %S", name ? name : Py_None, ev ? ev : Py_None);
             Py_XDECREF(name);
         }
         Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
         if (text == NULL) return -1;
-        PyObject *res = PyObject_CallMethod(r->core->pipeline, "count_error", "O", text);
+        PyObject *res = PyObject_CallMethodOneArg(r->core->pipeline, s_count_error, text);
         Py_XDECREF(res);
         if (res == NULL || attr_add(cmd, s_failed_calls, 1) < 0) { Py_DECREF(text); return -1; }
         const char *t = PyUnicode_AsUTF8(text);
@@ -1625,7 +1626,9 @@ static int run_one(Run *r, int id, PyObject *args, PyObject *cmd) {
         if (store(r, key, value, flags & F_KEEPTTL) < 0) { Py_XDECREF(old); return -1; }
         PyObject *argv;
         if (expire_arg != NULL) {
-            PyObject *res = PyObject_CallMethod(r->db, "set_expire", "OL", key, expire_at);
+            PyObject *at = PyLong_FromLongLong(expire_at);
+            PyObject *res = at == NULL ? NULL : PyObject_CallMethodObjArgs(r->db, s_set_expire, key, at, NULL);
+            Py_XDECREF(at);
             if (res == NULL) { Py_XDECREF(old); return -1; }
             Py_DECREF(res);
             if (expire_flag == F_PXAT) {
@@ -2489,7 +2492,7 @@ static PyObject *core_received(Core *self, PyObject *const *argv, Py_ssize_t nar
             t = mark == NULL || sa(self->pipeline, s_mark, mark) < 0;
             Py_XDECREF(mark);
         } else {
-            PyObject *m = PyObject_CallMethod(self->pipeline, "mark", NULL);
+            PyObject *m = PyObject_CallMethodNoArgs(self->pipeline, s_mark_now);   /* an injected clock's */
             t = m == NULL;
             Py_XDECREF(m);
         }
@@ -2592,7 +2595,10 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (names == NULL) return NULL;
     INTERN(s_session, "session"); INTERN(s_outbox, "outbox"); INTERN(s_closing, "closing");
     for (int i = 0; i < NSTATE; i++) INTERN(s_state[i], STATE_NAMES[i]);
-    INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "mark_s");
+    INTERN(s_perf_counter, "perf_counter"); INTERN(s_mark, "mark_s"); INTERN(s_mark_now, "mark");
+    INTERN(s_count_error, "count_error"); INTERN(s_set_expire, "set_expire");
+    INTERN(s_entry_cost, "ENTRY_COST"); INTERN(s_write_tracker, "WriteTracker"); INTERN(s_text, "text");
+    INTERN(s_fullname, "fullname");
     INTERN(s_tracker, "tracker"); INTERN(s_feeds, "feeds");
     INTERN(s_core_block, "core_block"); INTERN(s_resp, "resp");
     INTERN(s_db_id, "db_id");
