@@ -79,8 +79,22 @@ def regions(local_cluster):
     return a, b
 
 
-def test_follower_region_serves_reads_under_load_and_catches_up(regions):
-    a, b = regions
+@pytest.fixture(scope="module")
+def following_regions(tmp_path_factory):
+    """Region A and its follower B, shared by the tests that leave both as they found them (B following A, no
+    promotion, no process stopped): two regions are six NATS servers and two nodes, 5-10 s of set-up each."""
+    from helpers.clusters import ClusterFactory
+    factory = ClusterFactory(tmp_path_factory.mktemp("following-regions"))
+    try:
+        a = factory(shards=1, replicas=0, region_domain="ra")
+        b = factory(shards=1, replicas=0, follow_region=a.dir, region_domain="rb")
+        yield a, b
+    finally:
+        factory.teardown()
+
+
+def test_follower_region_serves_reads_under_load_and_catches_up(following_regions):
+    a, b = following_regions
     primary = a.nodes[0]
     follower = b.nodes[0]
     info = _replication(follower)
@@ -125,10 +139,10 @@ def test_follower_region_serves_reads_under_load_and_catches_up(regions):
     assert float(lines["durakv_region_lag_seconds"]) == 0.0
 
 
-def test_region_link_carries_only_the_mirrors(regions):
+def test_region_link_carries_only_the_mirrors(following_regions):
     """The leafnode link's identity lets the mirrors through and nothing else: a publish on a shard's journal
     subject in region B does not reach region A's journal (without the link's permissions it did: measured)."""
-    a, b = regions
+    a, b = following_regions
     from durakv.cluster.natsnames import journal_stream, journal_subject
     stream = journal_stream("0")
 
