@@ -209,7 +209,7 @@ class Durability:
         while heap and heap[0][0] <= index:
             fn = heapq.heappop(heap)[2]
             fn()
-        for fn in self.commit_listeners:
+        for fn in tuple(self.commit_listeners):   # (a listener may remove itself: server._journal_healed)
             fn(index)
 
     def on_failure(self, first, exc):

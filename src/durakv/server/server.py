@@ -580,7 +580,7 @@ class Server:
             self.durability.attach(self.journal, mode, self.config["durability-buffer-ms"])
         self.durability.commit_listeners.append(self._maybe_auto_snapshot)
         self.durability.failure_listeners.append(self._journal_failed)
-        self.durability.commit_listeners.append(self._journal_healed)
+        # _journal_healed listens only while expiry is held (_journal_failed adds it): a frame less per commit
         if self.config["cluster-enabled"]:
             # A cluster of one on the local journal: this node owns all 16384 slots.
             cfg = self.config
@@ -723,6 +723,8 @@ class Server:
         ks = self.keyspace
         ks.expire_enabled, ks.hide_expired = False, True
         self.expiry_held = True
+        if self._journal_healed not in self.durability.commit_listeners:
+            self.durability.commit_listeners.append(self._journal_healed)
         log.error("rebuilt the dataset from the snapshot and the journal after the failed append of entry %d "
                   "in %.3fs (%d keys); writes resume once the journal persists again", first,
                   time.monotonic() - started, keys)
@@ -731,6 +733,7 @@ class Server:
         """A commit after a journal failure: expiry (suspended by _journal_failed) runs again."""
         if self.expiry_held and self.durability.tracker is not None and self.durability.tracker.failed is None:
             self.expiry_held = False
+            self.durability.commit_listeners.remove(self._journal_healed)
             ks = self.keyspace
             ks.expire_enabled, ks.hide_expired = self.primary_expiry()
             log.info("the journal persists again: key expiry resumes")
