@@ -57,7 +57,12 @@ def test_jetstream_r3_stream_survives_killing_its_leader(nats_cluster):
                                 max_reconnect_attempts=-1, user_credentials=nats_cluster.secrets.operator_creds)
         try:
             js = nc.jetstream(timeout=2)
-            info = await js.add_stream(name="T", subjects=["t.>"], num_replicas=3, storage=StorageType.FILE)
+            # A server just elected into the cluster may still answer 503 "JetStream not enabled for account"
+            # until it has the account's JetStream (seen once in a CI run); the product retries 503s (is_transient)
+            # and so does this: the same stream config again is answered with the stream.
+            info = await async_wait_for(
+                lambda: js.add_stream(name="T", subjects=["t.>"], num_replicas=3, storage=StorageType.FILE),
+                20, "stream T created")
             assert info.config.num_replicas == 3
 
             async def placed():
