@@ -110,9 +110,11 @@ class CoordinationStore(abc.ABC):
       StaleRevision, and the caller re-reads, re-applies its change to what it read, and tries again. A timeout
       or connection error raises another exception: the write may or may not have happened (re-read).
     * watch_topology(cb) calls cb(topology, revision) on the event loop with the stored topology (if any) and
-      then with every later one, in revision order, never the same revision twice; documents that do not
-      validate are logged and skipped (the node keeps its last good snapshot). It returns a handle whose
-      `await stop()` ends the deliveries.
+      then after every later change, the revision never going back; documents that do not validate are logged
+      and skipped (the node keeps its last good snapshot). A topology composed of several documents delivers
+      a document that arrives after a newer one of another document too (with the newest revision seen).
+      It returns a handle whose `await stop()` ends the deliveries and whose `revisions()` says what it
+      delivered, for a check against the store (replication/topology_sync.py).
     * get_shard_settings / put_shard_settings / watch_shard_settings: a shard's settings (cluster/settings.py),
       with exactly the contracts of the topology's three (consistent read with revision, compare-and-set with
       StaleRevision, ordered deliveries of valid documents only).
@@ -307,13 +309,19 @@ class ComposedTopologyWatch:
         return True
 
     def _deliver(self):
+        """The composed topology after a change of any document. Not gated on the composed revision growing:
+        the two watchers deliver independently, so a shard's state (revision 510) can arrive before an older
+        change of the operator's topology (revision 500, e.g. a reshard's migration marks); skipping that one
+        because 500 <= 510 would leave the node routing by the old topology until some later change."""
         if self._base is None:
             return
-        revision = max([self._base_revision] + [rev for _st, rev in self._states.values()])
-        if revision <= self.revision:
-            return
-        self.revision = revision
-        self._cb(compose(self._base, {n: st for n, (st, _rev) in self._states.items()}), revision)
+        self.revision = max([self.revision, self._base_revision] + [rev for _st, rev in self._states.values()])
+        self._cb(compose(self._base, {n: st for n, (st, _rev) in self._states.items()}), self.revision)
+
+    def revisions(self):
+        """(the operator's topology's revision, {shard name: its state's revision}) as delivered: what
+        replication/topology_sync.py compares with the store to find a watch that stopped delivering."""
+        return self._base_revision, {name: rev for name, (_st, rev) in self._states.items()}
 
     async def stop(self):
         try:

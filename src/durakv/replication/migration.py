@@ -128,6 +128,9 @@ class SlotMigrator:
         return topology, {s: dst for s, (src, dst) in topology.migrating.items() if src == mine.id}
 
     async def _run(self):
+        _topology, outgoing = self._outgoing()
+        if outgoing:
+            log.info("moving %d slot(s) out of this shard", len(outgoing))
         while self.node.role == "primary":
             topology, outgoing = self._outgoing()
             self._release_held(outgoing)
@@ -307,9 +310,15 @@ class SlotMigrator:
         return reply, ticket
 
     def _committed(self, ticket):
-        """An awaitable done once journal entry `ticket` is committed (at once for 0)."""
+        """An awaitable done once journal entry `ticket` is committed (at once for 0); it raises MigrationError
+        if the entry could not be persisted (without that the round waited forever, and the slots with it)."""
         done = self.server.loop.create_future()
-        self.server.durability.when_committed(ticket, lambda: done.done() or done.set_result(None))
+
+        def failed(reason):
+            if not done.done():
+                done.set_exception(MigrationError("journal entry %d of this shard was not persisted (%s)"
+                                                  % (ticket, reason)))
+        self.server.durability.when_committed(ticket, lambda: done.done() or done.set_result(None), failed)
         return done
 
     async def _read_and_send(self, conn, batch):
@@ -410,7 +419,9 @@ class SlotMigrator:
             if ticket:
                 self._last_del_ticket = max(self._last_del_ticket, ticket)
                 unlock = False
-                self.server.durability.when_committed(ticket, lambda: routing.moving.difference_update(keys))
+                # (a DEL that is not persisted unlocks them too: the next round finds them and sends them again)
+                self.server.durability.when_committed(ticket, lambda: routing.moving.difference_update(keys),
+                                                      lambda _reason: routing.moving.difference_update(keys))
             self._queue_emptied(batch, outgoing)
             return len(batch.sent)
         finally:

@@ -294,6 +294,7 @@ class ClusterNode:
                 self.members.beat()
                 if self.topology_watcher is not None:
                     self.topology_watcher.clear_own_failure()
+                    self.topology_watcher.check_watch(now)
             if now - self._last_copies_check >= self.COPIES_CHECK_S and self.journal is not None and (
                     self._copies_task is None or self._copies_task.done()):
                 self._last_copies_check = now

@@ -9,6 +9,8 @@ from .retry import retry_transient
 
 log = logging.getLogger("durakv.replication")
 
+WATCH_CHECK_S = 10.0    # how often the topology watch is compared with the store (one KV read per document)
+
 
 class TopologyWatcher:
     """The stored topology, read and written for one node's role: `node.topology_watcher`.
@@ -29,10 +31,55 @@ class TopologyWatcher:
         self.migrator = None
         self._promotion_task = None
         self._health_task = None
+        self._check_task = None
+        self._last_check = 0.0
+        self._undelivered = {}      # document -> stored revision the watch had not delivered at the last check
 
     async def start(self, store):
         self.store = store
         self.watch = await retry_transient("watching the topology", lambda: store.watch_topology(self.on_topology))
+
+    def check_watch(self, now):
+        """Every WATCH_CHECK_S (called from the node's control loop): compares what the watch delivered with what
+        the store holds, and watches again when a stored revision stayed undelivered for a whole check period.
+        A watch is a NATS consumer on one server; after that server is lost the client is meant to recreate it,
+        and a watch that silently stopped delivering the operator's topology left a shard's primary deaf to a
+        reshard's migration marks: the rebalance waited for it forever (seen once after a machine's power cut,
+        tests/faults/test_multi_az_netns.py)."""
+        if (self.watch is None or not hasattr(self.watch, "revisions") or now - self._last_check < WATCH_CHECK_S
+                or (self._check_task is not None and not self._check_task.done())):
+            return
+        self._last_check = now
+        self._check_task = self.server.loop.create_task(self._check_watch())
+
+    async def _check_watch(self):
+        try:
+            base, base_revision = await self.store.get_base_topology()
+            states = await self.store.get_states(base) if base is not None else {}
+        except Exception as exc:  # noqa: BLE001 - the store is unreachable: the next check
+            log.debug("checking the topology watch: %r", exc)
+            return
+        watch = self.watch
+        have_base, have_states = watch.revisions()
+        stored = {"topology": base_revision}
+        stored.update(("state of shard %s" % name, rev) for name, (_st, rev) in states.items())
+        have = {"topology": have_base}
+        have.update(("state of shard %s" % name, rev) for name, rev in have_states.items())
+        undelivered = {doc: rev for doc, rev in stored.items() if rev > have.get(doc, 0)}
+        stale = sorted(doc for doc, rev in self._undelivered.items() if have.get(doc, 0) < rev)
+        self._undelivered = undelivered
+        if not stale or watch is not self.watch:
+            return
+        log.warning("the topology watch did not deliver the stored %s for %.0f s (%s): watching again",
+                    " and ".join(stale), WATCH_CHECK_S,
+                    ", ".join("%s revision %d, delivered %d" % (doc, stored[doc], have.get(doc, 0)) for doc in stale
+                              if doc in stored))
+        self._undelivered = {}
+        self.watch = await retry_transient("watching the topology", lambda: self.store.watch_topology(self.on_topology))
+        try:
+            await asyncio.wait_for(watch.stop(), 5.0)
+        except Exception as exc:  # noqa: BLE001 - the old watch's consumer may be gone with its server
+            log.debug("stopping the old topology watch: %r", exc)
 
     def promoted(self):
         """The node became primary: the topology names it (now, locally; in the store, by a task), and a
