@@ -192,3 +192,45 @@ def test_watch_task_runs_on_the_callers_loop(module_nats, bucket):
         finally:
             await store.nc.close()
     run(main())
+
+
+def test_a_node_watches_again_when_its_watch_stops_delivering(module_nats, bucket):
+    """The node's check (replication/topology_sync.py) against the real store: the watch's consumer of the
+    operator's topology is stopped under it (as a consumer lost with its NATS server), the operator marks a
+    migration, and the next checks find it undelivered, watch again and install it."""
+    from types import SimpleNamespace
+
+    from durakv.replication import topology_sync
+    from durakv.replication.topology_sync import TopologyWatcher
+
+    async def main():
+        store = await open_store(module_nats, bucket)
+        installed = []
+        try:
+            t0 = three_shard_topology()
+            r0 = await store.put_topology(t0, 0)
+            node = SimpleNamespace(server=SimpleNamespace(loop=asyncio.get_running_loop()), node_id=nid(1),
+                                   shard="0", role="replica")
+            watcher = TopologyWatcher(node, routing=None)
+            watcher.on_topology = lambda t, rev: installed.append((t, rev))
+            await watcher.start(store)
+            await async_wait_for(lambda: _true(installed and installed[-1][1] == r0), 20, "the stored topology")
+            deaf = watcher.watch
+            await deaf._watchers[0].stop()          # the base document's consumer is gone; nothing says so
+            t1 = t0.with_migration(range(100, 110), nid(0x5001))
+            r1 = await store.put_topology(t1, r0)
+            now = 1000.0
+            for i in range(2):
+                watcher.check_watch(now + i * topology_sync.WATCH_CHECK_S)
+                await watcher._check_task
+            assert watcher.watch is not deaf
+            await async_wait_for(lambda: _true(installed[-1][1] >= r1), 20, "the marks through the new watch")
+            assert set(range(100, 110)) <= set(installed[-1][0].migrating)
+            await watcher.watch.stop()
+        finally:
+            await store.nc.close()
+    run(main())
+
+
+async def _true(value):
+    return bool(value)
