@@ -9,6 +9,7 @@ flight), not of time.
 """
 
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -290,3 +291,27 @@ def test_migrate_waiting_for_a_write_that_fails_to_persist_sends_nothing(tmp_pat
         finally:
             first.close()
             big.close()
+
+
+def test_sigterm_ends_the_server_while_a_migrate_waits_on_a_silent_target(server_factory):
+    """A graceful shutdown does not wait for a MIGRATE exchange: the worker thread in it waited for the command's
+    timeout (a minute here) and the interpreter joined it at exit, so the server outlived "durakv stopped"."""
+    srv = server_factory()
+    srv.client().set("k", "v")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    silent.settimeout(20)
+    try:
+        migrating = _Call(srv.client(), "MIGRATE", "127.0.0.1", silent.getsockname()[1], "k", 0, 60000)
+        conn, _addr = silent.accept()        # the exchange is in flight; nothing will ever answer
+        try:
+            srv.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: srv.proc.poll() is not None, 10, what="the server to exit after SIGTERM")
+            assert srv.proc.returncode == 0
+            assert "durakv stopped" in srv.read_log()
+            migrating.wait()
+        finally:
+            conn.close()
+    finally:
+        silent.close()
