@@ -84,7 +84,7 @@ class Store:
     async def get_base_topology(self):
         return self.base, self.base_revision
 
-    async def get_states(self, _topology):
+    async def get_states(self, _topology, log_invalid=True):
         return dict(self.states)
 
     async def watch_topology(self, cb):

@@ -546,15 +546,16 @@ class NatsStore(CoordinationStore):
         """(the operator's topology, its revision), (None, 0) when none is stored."""
         return await self._get(self.TOPOLOGY_KEY, Topology.from_json)
 
-    async def get_states(self, topology):
+    async def get_states(self, topology, log_invalid=True):
         """{shard name: (ShardState, revision)} of the shards of `topology` that have a state; a state that does
-        not validate is left out (logged): it changes nothing."""
+        not validate is left out (logged, unless log_invalid is False: a periodic check): it changes nothing."""
         out = {}
         for sh in topology.shards:
             try:
                 state, revision = await self._get(nn.KEY_STATE % sh.name, ShardState.from_json)
             except TopologyError as exc:
-                log.warning("the state of shard %s is invalid and is not used: %s", sh.name, exc)
+                if log_invalid:
+                    log.warning("the state of shard %s is invalid and is not used: %s", sh.name, exc)
                 continue
             if state is not None:
                 out[sh.name] = (state, revision)
