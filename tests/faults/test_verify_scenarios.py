@@ -238,7 +238,13 @@ def test_switch_async_to_sync_and_back_without_errors(async_cluster):
 def test_the_checkers_catch_acknowledgement_before_commit(tmp_path):
     with sc.Env.start_own(durability="sync", tls=False, server_args=["--debug-ack-before-commit", "yes"],
                           env={"DURAKV_TEST_UNSAFE": "1"}, say=quiet, parent=str(tmp_path)) as env:
-        res = sc.acked_writes(env, fault="kill", runs=1, writers=3, fault_s=1.0, **SHORT)
+        # A kill loses what was acknowledged and not yet committed; on a loaded machine the journal can catch up
+        # before the kill lands and nothing is lost (seen with four workers). Up to three runs: one must lose.
+        for _attempt in range(3):
+            res = sc.acked_writes(env, fault="kill", runs=1, writers=3, fault_s=1.0, **SHORT)
+            if res.status == sc.FAILED:
+                break
+            env.healthy()
         assert res.status == sc.FAILED, res.report.data["runs"]
         assert res.report.data["runs"][0]["lost"] > 0, "a kill of the primary must lose writes acked early"
         assert "acknowledged write(s) lost" in res.reasons[0]
