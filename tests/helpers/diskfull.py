@@ -26,14 +26,22 @@ def tmpfs_supported(mnt):
 
 
 class FullDisk:
-    """The running server: `client`, `proc`, `log_path`; free_space() deletes the 2 MiB filler file."""
+    """The running server: `client`, `proc`, `log_path`; fill_rest() takes what is left of the disk,
+    free_space() deletes the fillers."""
 
     def __init__(self, client, proc, log_path, mnt):
         self.client, self.proc, self.log_path, self.mnt = client, proc, log_path, mnt
 
+    def fill_rest(self):
+        """Takes every byte still free (a second filler): the journal cut back what it failed to write, so its
+        own retries could otherwise succeed for a small write and take writes again before the test looks."""
+        subprocess.run(["nsenter", "--target", str(self.proc.pid), "--mount", "sh", "-c",
+                        "dd if=/dev/zero of=%s bs=4k 2>/dev/null; true" % (self.mnt / "filler-rest")],
+                       check=True, timeout=30)
+
     def free_space(self):
-        subprocess.run(["nsenter", "--target", str(self.proc.pid), "--mount", "rm", str(self.mnt / "filler")],
-                       check=True, timeout=10)
+        subprocess.run(["nsenter", "--target", str(self.proc.pid), "--mount", "rm", "-f", str(self.mnt / "filler"),
+                        str(self.mnt / "filler-rest")], check=True, timeout=10)
 
     def wait_writable(self, timeout_s):
         """Polls until a SET is accepted again (the journal healed by itself after free_space())."""
