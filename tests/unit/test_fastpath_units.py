@@ -147,3 +147,30 @@ def test_the_outbox_api_in_c_does_what_the_python_one_does(ops, limit_bytes):
 
     PythonOutbox = type("PythonOutbox", (release.Outbox,), {"__slots__": (), **release.PYTHON_OUTBOX_METHODS})
     assert _outbox_run(release.Outbox, ops, limit_bytes) == _outbox_run(PythonOutbox, ops, limit_bytes)
+
+
+def test_the_outbox_api_in_c_takes_arguments_as_the_python_one_does():
+    """By position or by name, and the same refusals: a caller passing `carried=` by keyword worked with the
+    Python methods and broke once the compiled ones were installed."""
+    from durakv.durability import release
+    from durakv.durability.release import Durability
+    fastpath.install()
+    PythonOutbox = type("PythonOutbox", (release.Outbox,), {"__slots__": (), **release.PYTHON_OUTBOX_METHODS})
+    calls = [("hold", (3, b"a"), {"carried": 7}), ("hold", (), {"ticket": 3, "data": b"b", "carried": 1}),
+             ("hold", (3,), {"data": b"c"}), ("emit", (), {"ticket": 0, "data": b"d"}), ("emit", (0,), {"data": b"e"})]
+    refused = [("hold", (3, b"a"), {"ticket": 4}), ("hold", (3,), {}), ("hold", (3, b"a"), {"carry": 1}),
+               ("hold", (3, b"a", 1, 2), {}), ("emit", (0,), {}), ("emit", (0, b"x"), {"carried": 1})]
+    outcome = {}
+    for cls in (release.Outbox, PythonOutbox):
+        dur = Durability()
+        box = cls(dur, [].append, None)
+        for name, args, kwargs in calls:
+            getattr(box, name)(*args, **kwargs)
+        errors = []
+        for name, args, kwargs in refused:
+            with pytest.raises(TypeError):
+                getattr(box, name)(*args, **kwargs)
+            errors.append(name)
+        outcome[cls] = (list(box.held), list(box.ready), box.held_bytes, box.carried_bytes,
+                        dict(box.carried_by_ticket), errors)
+    assert outcome[release.Outbox] == outcome[PythonOutbox]

@@ -950,25 +950,48 @@ static PyObject *outbox_take_ready(PyObject *outbox) {
     return data;
 }
 
-/* The methods' Python faces (METH_FASTCALL on the instance: Outbox.hold(self, ticket, data, carried=0), ...) */
-static PyObject *outbox_m_hold(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "hold(ticket, data, carried=0)");
-        return NULL;
+/* The methods' Python faces (METH_FASTCALL | METH_KEYWORDS on the instance: Outbox.hold(self, ticket, data,
+   carried=0), ...), taking their arguments by position or by name as the Python methods do. */
+static int outbox_args(PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,
+                       Py_ssize_t count, Py_ssize_t required, PyObject **out, const char *usage) {
+    for (Py_ssize_t i = 0; i < count; i++) out[i] = NULL;
+    if (nargs > count) goto usage_error;
+    for (Py_ssize_t i = 0; i < nargs; i++) out[i] = argv[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+        if (name == NULL) return -1;
+        Py_ssize_t i = 0;
+        while (i < count && strcmp(name, names[i]) != 0) i++;
+        if (i == count || out[i] != NULL) goto usage_error;     /* unknown, or given twice */
+        out[i] = argv[nargs + k];
     }
-    long long ticket = PyLong_AsLongLong(argv[0]);
-    long long carried = nargs == 3 ? PyLong_AsLongLong(argv[2]) : 0;
-    if (PyErr_Occurred() || outbox_hold(self, ticket, argv[1], carried) < 0) return NULL;
+    for (Py_ssize_t i = 0; i < required; i++)
+        if (out[i] == NULL) goto usage_error;
+    return 0;
+usage_error:
+    PyErr_SetString(PyExc_TypeError, usage);
+    return -1;
+}
+
+static const char *const outbox_hold_names[] = {"ticket", "data", "carried"};
+static const char *const outbox_emit_names[] = {"ticket", "data"};
+
+static PyObject *outbox_m_hold(PyObject *self, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *args[3];
+    if (outbox_args(argv, nargs, kwnames, outbox_hold_names, 3, 2, args, "hold(ticket, data, carried=0)") < 0)
+        return NULL;
+    long long ticket = PyLong_AsLongLong(args[0]);
+    long long carried = args[2] != NULL ? PyLong_AsLongLong(args[2]) : 0;
+    if (PyErr_Occurred() || outbox_hold(self, ticket, args[1], carried) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
-static PyObject *outbox_m_emit(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "emit(ticket, data)");
-        return NULL;
-    }
-    long long ticket = PyLong_AsLongLong(argv[0]);
-    if ((ticket == -1 && PyErr_Occurred()) || outbox_emit(self, ticket, argv[1]) < 0) return NULL;
+static PyObject *outbox_m_emit(PyObject *self, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *args[2];
+    if (outbox_args(argv, nargs, kwnames, outbox_emit_names, 2, 2, args, "emit(ticket, data)") < 0) return NULL;
+    long long ticket = PyLong_AsLongLong(args[0]);
+    if ((ticket == -1 && PyErr_Occurred()) || outbox_emit(self, ticket, args[1]) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -977,10 +1000,10 @@ static PyObject *outbox_m_take_ready(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef outbox_method_defs[] = {
-    {"hold", (PyCFunction)(void (*)(void))outbox_m_hold, METH_FASTCALL,
+    {"hold", (PyCFunction)(void (*)(void))outbox_m_hold, METH_FASTCALL | METH_KEYWORDS,
      "hold(ticket, data, carried=0): a reply that waits for entry `ticket` (or for what is held before it); "
      "`carried`: the bytes of the request it answers, kept in memory until that entry commits"},
-    {"emit", (PyCFunction)(void (*)(void))outbox_m_emit, METH_FASTCALL,
+    {"emit", (PyCFunction)(void (*)(void))outbox_m_emit, METH_FASTCALL | METH_KEYWORDS,
      "emit(ticket, data): an encoded reply; leaves with the batch unless it (or anything before it) must wait"},
     {"take_ready", (PyCFunction)outbox_m_take_ready, METH_NOARGS,
      "take_ready() -> bytes or None: what may leave now, joined; the ready list is emptied"},
