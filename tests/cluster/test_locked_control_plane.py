@@ -409,6 +409,8 @@ def test_a_malformed_entry_stops_replicas_once_instead_of_a_restart_loop(one_sha
     wait_until(lambda: all(_info(c, r).get("replica_apply_stopped") for r in replicas), 30,
                what="replicas stopping at the malformed entry")
     _stay_up(c, [r.name for r in replicas])
+    # and none was restarted from outside either (a supervisor's restart is a new pid)
+    assert {r.name: r.pid for r in c.reload().nodes if r.name in pids} == pids
     for r in replicas:
         assert "entry" in _info(c, r)["replica_apply_stopped"]
 
