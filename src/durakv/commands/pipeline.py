@@ -896,8 +896,8 @@ class Pipeline:
         """A blocked command retried because one of its keys changed (Valkey re-processes it through
         processCommand). Returns (reply, ticket): reply None or Blocked keeps it waiting."""
         if cmd is not None:
-            write, denyoom, may_replicate = cmd.write, cmd.denyoom, cmd.may_replicate
-            text = self.admit(session, cmd, args, write, False, may_replicate)
+            # (denyoom is not checked again: the command was admitted, OOM included, when it first ran)
+            text = self.admit(session, cmd, args, cmd.write, False, cmd.may_replicate)
             if text is POSTPONE:
                 if self._locks:
                     self.lock_retries = True   # retried when the locks are gone (off_loop)

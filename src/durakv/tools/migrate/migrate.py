@@ -43,7 +43,7 @@ from ...protocol.resp import encode_command
 from ...routing import SLOTS, key_slot
 from ..bench.slots import parse_cluster_slots
 from .importer import import_rdb
-from .target import Target, TargetError, TargetLost, TargetUnavailable, Transaction
+from .target import Target, TargetLost, TargetUnavailable, Transaction
 
 ACK_INTERVAL_S = 1.0
 IDLE_READ_S = 0.05                 # a quiet stream: forward what was read after this long
