@@ -8,6 +8,7 @@ reads go on. The checks here are of liveness and order (another client is answer
 flight), not of time.
 """
 
+import contextlib
 import shutil
 import signal
 import socket
@@ -62,18 +63,26 @@ def _named(srv, name, **kw):
     return c
 
 
+@contextlib.contextmanager
+def _silent_target():
+    """A listening socket that never answers: a MIGRATE to it waits for its timeout. Yields its port."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    silent.settimeout(20)
+    try:
+        yield silent
+    finally:
+        silent.close()
+
+
 def test_migrate_to_a_silent_target_keeps_the_loop_serving(server_factory):
     src = server_factory()
     admin = src.client()
     admin.set("k", "v1")
     admin.set("other", "o")
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(1)
-    silent.settimeout(20)
-    port = silent.getsockname()[1]
-    try:
-        migrating = _Call(_named(src, "migrator"), "MIGRATE", "127.0.0.1", port, "k", 0, 3000)
+    with _silent_target() as silent:
+        migrating = _Call(_named(src, "migrator"), "MIGRATE", "127.0.0.1", silent.getsockname()[1], "k", 0, 3000)
         conn, _addr = silent.accept()        # the source connected: the exchange is in flight, nothing answers
         with conn:
             # other clients are answered meanwhile: a PING, a read of another key, a read of the migrating key
@@ -111,8 +120,6 @@ def test_migrate_to_a_silent_target_keeps_the_loop_serving(server_factory):
             assert scripted.result == b"OK"
             flushing.wait()
             assert b.dbsize() == 0
-    finally:
-        silent.close()
 
 
 def test_migrate_of_ten_thousand_keys_moves_them_with_ttls(server_factory):
@@ -188,11 +195,7 @@ def test_a_blocked_client_whose_retry_waited_for_the_lock_is_served_after_it(ser
     b.rpush("k", "old")
     blocker = _Call(_named(src, "blocker"), "BLMOVE", "src", "k", "RIGHT", "LEFT", 0)
     _wait_parked(b, "blocker")
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(1)
-    silent.settimeout(20)
-    try:
+    with _silent_target() as silent:
         migrating = _Call(src.client(), "MIGRATE", "127.0.0.1", silent.getsockname()[1], "k", 0, 2000)
         conn, _addr = silent.accept()
         with conn:
@@ -202,8 +205,6 @@ def test_a_blocked_client_whose_retry_waited_for_the_lock_is_served_after_it(ser
             migrating.wait()
             assert str(migrating.error) == "IOERR error or timeout reading to target instance"
             blocker.wait()
-    finally:
-        silent.close()
     assert blocker.result == b"x"
     assert b.lrange("k", 0, -1) == [b"x", b"old"] and b.exists("src") == 0
 
@@ -298,20 +299,12 @@ def test_sigterm_ends_the_server_while_a_migrate_waits_on_a_silent_target(server
     timeout (a minute here) and the interpreter joined it at exit, so the server outlived "durakv stopped"."""
     srv = server_factory()
     srv.client().set("k", "v")
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(1)
-    silent.settimeout(20)
-    try:
+    with _silent_target() as silent:
         migrating = _Call(srv.client(), "MIGRATE", "127.0.0.1", silent.getsockname()[1], "k", 0, 60000)
         conn, _addr = silent.accept()        # the exchange is in flight; nothing will ever answer
-        try:
+        with conn:
             srv.proc.send_signal(signal.SIGTERM)
             wait_until(lambda: srv.proc.poll() is not None, 10, what="the server to exit after SIGTERM")
             assert srv.proc.returncode == 0
             assert "durakv stopped" in srv.read_log()
             migrating.wait()
-        finally:
-            conn.close()
-    finally:
-        silent.close()
