@@ -69,6 +69,14 @@ def test_the_store_keeps_only_the_newest_snapshots_and_drops_leftovers(local_clu
     cluster = local_cluster(shards=1, replicas=1, durability="sync",
                             extra_server_args=("--replica-snapshot-interval-ms", "300"),
                             env={"DURAKV_SNAPSHOT_ORPHAN_AGE_MS": "1000"})
+    # An earlier run's leftovers are older than anything this run's replica will snapshot, as real ones are: the
+    # replica applies past them first. (Put at the very start, a loaded replica's first snapshot could land below
+    # them, at index 1, where no real older snapshot can be.)
+    with valkey.Valkey(port=cluster.primary(0).port, socket_timeout=scaled(10)) as c:
+        for i in range(8):
+            c.set("warm%d" % i, "x")
+    replica = cluster.replicas(0)[0]
+    wait_until(lambda: _repl(replica)["journal_applied_index"] >= 8, 30, what="the replica applying the warm-up")
     _on_store(cluster, _leave_leftovers)
     nodes = cluster.shard_nodes(0)
     stop = threading.Event()
@@ -136,3 +144,44 @@ def test_the_store_keeps_only_the_newest_snapshots_and_drops_leftovers(local_clu
     assert 0 < info["snapshot_store_bytes"] and info["snapshot_store_messages"] >= 2
     print(f"after {info['snapshots_stored']} snapshots: {len(live)} kept, {seen['messages']} messages, "
           f"{seen['size']} bytes")
+
+
+async def _put_foreign(store, _js):
+    """Snapshots of an earlier shard 0 whose stream was created again: indexes far past this journal's end."""
+    for index in (1000000, 1000001):
+        await store.put_snapshot("0", index, 1, b"an earlier shard's snapshot %d " % index * 100)
+
+
+def test_snapshots_past_the_journals_end_are_dropped_not_kept(local_cluster):
+    """The finding (a loaded run of the test above): leftovers with higher indexes than the journal had reached
+    were kept as "the newest" in place of the snapshot just written, the journal was purged up to them, and every
+    node that restarted loaded one and could not start. A snapshot past the journal's end is not of this journal:
+    it is dropped, the journal is purged only below this journal's snapshots, and a restarted replica loads one."""
+    cluster = local_cluster(shards=1, replicas=1, durability="sync",
+                            extra_server_args=("--replica-snapshot-interval-ms", "300"))
+    with valkey.Valkey(port=cluster.primary(0).port, socket_timeout=scaled(10)) as c:
+        for i in range(20):
+            c.set("k%d" % i, "v%d" % i)
+    replica = cluster.replicas(0)[0]
+    stored = _repl(replica)["snapshots_stored"]
+    _on_store(cluster, _put_foreign)
+    for n in (1, 2):    # two snapshots: the first may have listed the store before the foreign ones were put
+        with valkey.Valkey(port=cluster.primary(0).port, socket_timeout=scaled(10)) as c:
+            c.set("after", str(n))
+        wait_until(lambda: _repl(replica)["snapshots_stored"] > stored, 30, what="a snapshot after a write")
+        stored = _repl(replica)["snapshots_stored"]
+
+    async def names(store, _js):
+        return sorted(int(o.name) for o in await (await store._bucket("0")).list() if o.name.isdigit())
+    wait_until(lambda: all(i < 1000000 for i in _on_store(cluster, names)), 30, interval_s=0.3,
+               what="the foreign snapshots gone from the store")
+    assert _on_store(cluster, names), "no snapshot of this journal kept"
+    with open(replica.entry["log"], errors="replace") as f:
+        assert "past the journal's end" in f.read()
+    # a replica that starts again loads a snapshot of this journal and serves every key
+    cluster.restart(replica.name)
+    replica = next(p for p in cluster.reload().nodes if p.name == replica.name)
+    with valkey.Valkey(port=replica.port, socket_timeout=scaled(10)) as c:
+        wait_until(lambda: c.execute_command("READONLY") and c.get("after") == b"2", 60,
+                   what="the restarted replica serving the keys")
+        assert [c.get("k%d" % i) for i in range(20)] == [b"v%d" % i for i in range(20)]

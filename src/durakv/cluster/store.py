@@ -184,15 +184,40 @@ class CoordinationStore(abc.ABC):
     async def delete_snapshot(self, shard: str, index: int):
         """Drops one snapshot."""
 
-    async def prune_snapshots(self, shard: str, keep: int = None, orphan_age_s=None) -> dict:
+    async def prune_snapshots(self, shard: str, keep: int = None, orphan_age_s=None, journal_last=None) -> dict:
         """Keeps the `keep` newest snapshots of `shard`, drops the others; returns {"kept": [indexes], "bytes",
-        "messages", "objects"} (the sizes are the store's own, 0 where it has none to tell)."""
+        "messages", "objects"} (the sizes are the store's own, 0 where it has none to tell). journal_last: an
+        async function answering the shard journal's last index, asked after the snapshots are listed; a snapshot
+        past it is not of this journal (foreign_snapshots) and is dropped, never kept."""
         keep = SNAPSHOTS_KEPT if keep is None else keep
         indexes = await self.snapshot_indexes(shard)
+        indexes, foreign = await foreign_snapshots(shard, indexes, journal_last)
+        for index in foreign:
+            await self.delete_snapshot(shard, index)
         for index in indexes[:-keep] if keep > 0 else indexes:
             await self.delete_snapshot(shard, index)
         kept = indexes[-keep:] if keep > 0 else []
         return {"kept": kept, "bytes": 0, "messages": 0, "objects": len(kept)}
+
+
+async def foreign_snapshots(shard, indexes, journal_last):
+    """(indexes of this journal, indexes past its end) of a shard's stored snapshots, listed before
+    journal_last() is asked: a snapshot is taken at an index the journal had reached, and a journal's last index
+    never goes back, so one past the end comes from an earlier shard of the same name (its stream created again)
+    or is garbage. Kept as "the newest", it replaced the snapshot just written and the journal was purged up to
+    it: the nodes then loaded it and could not start. No journal_last, or no answer: nothing is foreign."""
+    if journal_last is None or not indexes:
+        return indexes, []
+    try:
+        last = await journal_last()
+    except Exception as exc:  # noqa: BLE001 - the stream's leader may be moving: judge next time
+        log.debug("the journal's last index for pruning snapshots: %r", exc)
+        return indexes, []
+    foreign = [i for i in indexes if i > last]
+    if foreign:
+        log.warning("snapshot(s) of shard %s at index %s are past the journal's end (%d): not of this journal, "
+                    "dropped", shard, ", ".join(str(i) for i in foreign), last)
+    return [i for i in indexes if i <= last], foreign
 
 
 def backup_floor(doc, now_ms):
@@ -804,8 +829,9 @@ class NatsStore(CoordinationStore):
         if info.nuid:
             await self.js.purge_stream(self._obs_stream(shard), subject=self._chunk_subject(shard, info.nuid))
 
-    async def prune_snapshots(self, shard, keep=None, orphan_age_s=None):
-        """Keeps the `keep` newest snapshots of `shard` and removes the rest, plus what earlier runs and
+    async def prune_snapshots(self, shard, keep=None, orphan_age_s=None, journal_last=None):
+        """Keeps the `keep` newest snapshots of `shard` (none past the journal's end: foreign_snapshots) and
+        removes the rest, plus what earlier runs and
         crashes left in the bucket: tombstones of deleted snapshots and chunks no snapshot refers to (a put
         that died before its meta message), once their newest chunk is `orphan_age_s` old (a put in progress
         elsewhere writes its chunks before its meta). Returns the kept indexes and the bucket's size:
@@ -816,6 +842,10 @@ class NatsStore(CoordinationStore):
             orphan_age_s = orphan_age_default_s()
         objects = await self._objects(shard)
         mine = sorted((int(o.name), o) for o in objects if not o.deleted and o.name.isdigit())
+        _ours, foreign = await foreign_snapshots(shard, [index for index, _o in mine], journal_last)
+        for index in foreign:
+            await self.delete_snapshot(shard, index)
+        mine = [(index, o) for index, o in mine if index not in foreign]
         for index, _o in mine[:-keep] if keep > 0 else mine:
             await self.delete_snapshot(shard, index)
         kept = [index for index, _o in (mine[-keep:] if keep > 0 else [])]
@@ -843,4 +873,4 @@ class NatsStore(CoordinationStore):
         state = (await self.js.stream_info(stream)).state
         live = sum(1 for o in objects if not o.deleted)
         return {"kept": kept, "bytes": state.bytes, "messages": state.messages,
-                "objects": live - max(0, len(mine) - keep)}
+                "objects": live - len(foreign) - max(0, len(mine) - keep)}

@@ -141,7 +141,8 @@ class Snapshotter:
                 pass
         self.index = index
         self.stored += 1
-        pruned = await node.store.prune_snapshots(self.shard)
+        # (a snapshot past the journal's end is not this journal's: dropped, never kept in place of this one)
+        pruned = await node.store.prune_snapshots(self.shard, journal_last=node.journal.last_index)
         self.store_view = pruned
         kept = pruned["kept"]
         if kept:
