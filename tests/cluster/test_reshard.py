@@ -11,7 +11,7 @@ import pytest
 import valkey
 from valkey.cluster import ValkeyCluster
 
-from conftest import DEBUG_ARGS, wait_until
+from conftest import DEBUG_ARGS, scaled, wait_until
 from helpers.clusters import mark_migration
 from durakv.routing import key_slot
 
@@ -159,8 +159,11 @@ def _kill_mid_migration(local_cluster, which):
         return False
     wait_until(moved, max(1, deadline - time.monotonic()), interval_s=0.2, what="the slot to reach its target")
     writers.finish()
+    # The killed primary's shard answers again only once its replica took over: on a loaded machine that can come
+    # after the slot's move, and a read of that shard's keys before it found the dead node (connection refused).
+    cluster.wait_ready(timeout_s=scaled(60), procs=[p for p in cluster.nodes if p.alive])
     live = next(p.port for p in cluster.nodes if p.alive)
-    missing, lost = _check(live, writers, fill)
+    missing, lost = wait_until(lambda: _check(live, writers, fill), 30, what="every key read back")
     assert (missing, lost) == ([], []), (len(missing), len(lost))
 
 
