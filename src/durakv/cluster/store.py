@@ -842,10 +842,11 @@ class NatsStore(CoordinationStore):
             orphan_age_s = orphan_age_default_s()
         objects = await self._objects(shard)
         mine = sorted((int(o.name), o) for o in objects if not o.deleted and o.name.isdigit())
-        _ours, foreign = await foreign_snapshots(shard, [index for index, _o in mine], journal_last)
+        ours, foreign = await foreign_snapshots(shard, [index for index, _o in mine], journal_last)
         for index in foreign:
             await self.delete_snapshot(shard, index)
-        mine = [(index, o) for index, o in mine if index not in foreign]
+        ours = set(ours)
+        mine = [(index, o) for index, o in mine if index in ours]
         for index, _o in mine[:-keep] if keep > 0 else mine:
             await self.delete_snapshot(shard, index)
         kept = [index for index, _o in (mine[-keep:] if keep > 0 else [])]

@@ -420,8 +420,9 @@ class SlotMigrator:
                 self._last_del_ticket = max(self._last_del_ticket, ticket)
                 unlock = False
                 # (a DEL that is not persisted unlocks them too: the next round finds them and sends them again)
-                self.server.durability.when_committed(ticket, lambda: routing.moving.difference_update(keys),
-                                                      lambda _reason: routing.moving.difference_update(keys))
+                def unlock_keys(_reason=None):
+                    routing.moving.difference_update(keys)
+                self.server.durability.when_committed(ticket, unlock_keys, unlock_keys)
             self._queue_emptied(batch, outgoing)
             return len(batch.sent)
         finally:
