@@ -13,7 +13,7 @@ from nats.js.api import StorageType
 
 from durakv.cluster.local import LocalCluster
 from durakv.cluster.manifest import manifest_path
-from durakv.cluster.nats_procs import http_json
+from durakv.cluster.nats_procs import host_share, http_json
 from durakv.cluster.processes import pid_alive
 from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
@@ -23,6 +23,11 @@ from conftest import durakv_cli
 from helpers.waiting import wait_until
 
 NATS_NAMES = {"nats-az1", "nats-az2", "nats-az3"}
+
+
+def nats_go_procs():
+    """GOMAXPROCS each of the three local NATS servers runs with: the environment's, else its share of the cores."""
+    return int(os.environ.get("GOMAXPROCS") or host_share(3))
 
 
 def client(proc, **kw):
@@ -44,6 +49,8 @@ def test_nats_nodes_fsync_always_and_az_tags(nats_cluster):
         assert config["unique_tag"] == "az:"
         assert config["store_dir"].startswith(node.store_dir)
         assert node.healthy()
+        # the three share this host: each runs Go's scheduler on its share of the cores (host_share)
+        assert varz["gomaxprocs"] == nats_go_procs()
     assert [n.az for n in nats_cluster.nodes] == ["az1", "az2", "az3"]
     assert nats_cluster.servers == ",".join(f"nats://127.0.0.1:{n.client_port}" for n in nats_cluster.nodes)
 
@@ -140,6 +147,7 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
                 conf = f.read()
             assert "sync_interval: always" in conf and 'unique_tag: "az:"' in conf
             assert f'server_tags: ["az:{p["az"]}"]' in conf
+            assert p["go_procs"] == host_share(3)
             continue
         argv = p["argv"]
         # the node's config file first: it holds what must not be in argv (the cluster's password)
@@ -189,6 +197,8 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
     c.restart("nats-az3")
     n3 = c.get("nats-az3")
     assert http_json(n3.ports["monitor"], "/healthz")[0] == 200
+    # the launcher's restart gives it the share it was started with
+    assert http_json(n3.ports["monitor"], "/varz")[1]["gomaxprocs"] == nats_go_procs()
 
     stopped = c.down()
     assert set(stopped) == {p["name"] for p in procs}

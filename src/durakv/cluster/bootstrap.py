@@ -137,7 +137,7 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
                 manifest["processes"].append({
                     "kind": "nats", "name": n.name, "az": n.az, "ports": n.ports, "pid": n.pid,
                     "start_time": n.start_time, "dir": n.store_dir, "log": n.log_path, "argv": n.argv,
-                    "config": n.config_path})
+                    "config": n.config_path, "go_procs": n.go_procs})
             manifest["nats_servers"] = nats.servers
             secrets.meta["nats"] = nats.urls
             secrets.save()

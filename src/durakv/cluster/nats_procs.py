@@ -52,7 +52,9 @@ class NatsNode:
 
     def __init__(self, name, az, client_port, cluster_port, store_dir, routes, monitor_port=None,
                  cluster_name="durakv", config_path=None, log_path=None, host="127.0.0.1", tls=None,
-                 client_advertise=None, cluster_advertise=None, secrets=None, region=None):
+                 client_advertise=None, cluster_advertise=None, secrets=None, region=None, go_procs=None):
+        """go_procs: the server's GOMAXPROCS (NatsCluster: its share of the host's cores); None leaves Go's
+        default, every core, as on a machine of its own. A GOMAXPROCS in the environment always wins."""
         if secrets is None:
             raise ProcessError("a NATS server of durakv's always asks for credentials: give it the cluster's secrets")
         self.secrets = secrets
@@ -73,6 +75,7 @@ class NatsNode:
         base = os.path.dirname(self.store_dir)
         self.config_path = os.path.abspath(config_path or os.path.join(base, f"{name}.conf"))
         self.log_path = os.path.abspath(log_path or os.path.join(base, f"{name}.log"))
+        self.go_procs = go_procs
         self.pid = None
         self.start_time = None
 
@@ -111,8 +114,11 @@ class NatsNode:
         if self.alive:
             raise ProcessError(f"{self.name} is already running (pid {self.pid})")
         self.write_config()
-        self.pid, self.start_time = spawn(self.argv, self.log_path)
+        self.pid, self.start_time = spawn(self.argv, self.log_path, env=self.environment())
         return self
+
+    def environment(self):
+        return nats_env(self.go_procs)
 
     @property
     def state(self) -> str:
@@ -175,8 +181,26 @@ class NatsNode:
             raise ProcessError(f"{self.name} exited; last log lines:\n" + "\n".join(self.read_log().splitlines()[-15:]))
 
 
+def nats_env(go_procs):
+    """A NATS server's environment: this process's, with GOMAXPROCS set to go_procs unless it is set already
+    (None: inherited unchanged). The launcher's restarts use it too (cluster/procs.py), from the manifest."""
+    if go_procs is None or "GOMAXPROCS" in os.environ:
+        return None
+    return dict(os.environ, GOMAXPROCS=str(go_procs))
+
+
+def host_share(servers: int) -> int:
+    """GOMAXPROCS for one of `servers` NATS servers sharing this host: its share of the cores, at least one. With
+    Go's default each server runs a scheduler thread per core, and the three of a local cluster hand every message
+    between goroutines across OS threads that compete for the same cores: on the 2-core machine a sync write cost
+    the NATS servers 75-80 us of CPU by default and 62-65 us with one each (docs/commit-path.md, "Go's schedulers
+    on a shared host")."""
+    return max(1, (os.cpu_count() or 1) // max(1, servers))
+
+
 class NatsCluster:
-    """Three NATS nodes, one per AZ (az1..az3), on 127.0.0.1.
+    """Three NATS nodes, one per AZ (az1..az3), on 127.0.0.1; each runs with its share of the host's cores
+    (host_share).
 
     base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports."""
 
@@ -219,7 +243,7 @@ class NatsCluster:
                                        config_path=os.path.join(self.dir, "nats", f"{name}.conf"),
                                        log_path=os.path.join(self.dir, "logs", f"{name}.log"), host=host,
                                        tls=tls, secrets=secrets, region=self._node_region(region, host, leaf[i]),
-                                       **advertise))
+                                       go_procs=host_share(n), **advertise))
 
     @staticmethod
     def _node_region(region, host, leaf_port):

@@ -10,7 +10,7 @@ import signal
 import time
 
 from .manifest import ClusterError, Proc
-from .nats_procs import http_json
+from .nats_procs import http_json, nats_env
 from .processes import ProcessError, pid_alive, pid_state, process_start_time, signal_pid, spawn, stop_many, wait_for
 from .portowner import cmdline, port_owners, ports_owners
 
@@ -45,6 +45,8 @@ class ProcessControl:
         if p.kind in ("durakv", "proxy"):
             env = package_env()
             env.update(self.cluster.manifest.get("env") or {})
+        elif p.kind == "nats":
+            env = nats_env(p.entry.get("go_procs"))     # (absent from a manifest written before it: None)
         p.entry["pid"], p.entry["start_time"] = spawn(p.argv, p.log, env=env)
         p.entry.pop("stopped_at", None)
 
