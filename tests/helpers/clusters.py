@@ -6,8 +6,11 @@ scaled by DURAKV_TEST_TIME_SCALE (helpers/waiting.py).
 """
 
 import asyncio
+import contextlib
+import logging
 import os
 import time
+import warnings
 
 import pytest
 
@@ -72,7 +75,33 @@ class ClusterFactory:
     def teardown(self):
         for d in self.dirs:
             if os.path.exists(manifest_path(d)):
-                LocalCluster.load(d).down()
+                with killed_reports() as killed:
+                    LocalCluster.load(d).down()
+                for report in killed:
+                    # a passing test's teardown that waited out the 10 s bound: shown in the run's warnings summary
+                    warnings.warn(f"{d}: {report}", SlowStopWarning)
+
+
+class SlowStopWarning(UserWarning):
+    """A process of a test's cluster outlived its SIGTERM by the whole stop deadline and was killed."""
+
+
+@contextlib.contextmanager
+def killed_reports():
+    """Collects the launcher's 'did not exit within ... of SIGTERM' reports (cluster/processes.py) meanwhile."""
+    reports = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if "of SIGTERM" in record.getMessage():
+                reports.append(record.getMessage())
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger("durakv.cluster")
+    logger.addHandler(handler)
+    try:
+        yield reports
+    finally:
+        logger.removeHandler(handler)
 
 
 @pytest.fixture

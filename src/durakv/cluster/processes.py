@@ -6,11 +6,14 @@ every other module of cluster/ that starts or watches a process (nats_procs.py, 
 so none of them needs another to reach it.
 """
 
+import logging
 import os
 import signal
 import socket
 import subprocess
 import time
+
+log = logging.getLogger("durakv.cluster")
 
 
 class ProcessError(RuntimeError):
@@ -145,6 +148,31 @@ def signal_pid(pid, sig, start_time=None) -> bool:
     return True
 
 
+def threads_of(pid) -> str:
+    """Each live thread of pid as `name(wait channel)`, from /proc: what a process that outlived its SIGTERM was
+    still doing (durakv and NATS name their threads), said before it is killed."""
+    threads = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return "?"
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                wchan = f.read().strip() or "running"
+        except OSError:
+            continue
+        threads.append(f"{name}({'running' if wchan == '0' else wchan})")
+    return ", ".join(threads)
+
+
+def _killing(what, pid, timeout_s):
+    log.warning("%s (pid %d) did not exit within %g s of SIGTERM; killing it. Its threads: %s", what, pid,
+                timeout_s, threads_of(pid))
+
+
 def stop_pid(pid, start_time=None, timeout_s=10.0) -> str:
     """SIGTERM (resuming it first if paused), then SIGKILL after the deadline. Returns what happened:
     'already-dead', 'terminated' or 'killed'."""
@@ -161,7 +189,7 @@ def stop_pid(pid, start_time=None, timeout_s=10.0) -> str:
         wait_for(lambda: not pid_alive(pid, start_time), timeout_s, f"pid {pid} to exit")
         return "terminated"
     except TimeoutError:
-        pass
+        _killing("process", pid, timeout_s)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -197,6 +225,7 @@ def stop_many(procs, timeout_s=10.0) -> dict:
         wait_for(all_gone, timeout_s, "processes to exit after SIGTERM")
     except TimeoutError:
         for key, (pid, _st) in pending.items():
+            _killing(key, pid, timeout_s)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
