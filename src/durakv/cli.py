@@ -110,6 +110,10 @@ def run_server(argv):
         server = Server(config)
         await server.start()
         await server.serve_until_shutdown()
+        # Ends here, not by returning: asyncio.run would cancel every task left on the loop and wait for each to
+        # finish, and one that swallowed its cancellation (a retry loop catching the wrong exception) kept a
+        # cluster node serving its slot migration 10 s past "durakv stopped", until the launcher killed it.
+        _exit_without_joining_workers(0)
 
     try:
         if "uvloop" in sys.modules:
@@ -139,7 +143,8 @@ def run_server(argv):
 
 def _exit_without_joining_workers(code):
     """The server's last step after a graceful shutdown: Server.close() has run (the journal is closed, everything
-    acknowledged is on disk, the data directory's lock released), so the process ends here. Not by returning:
+    acknowledged is on disk, the data directory's lock released), so the process ends here, from the loop itself
+    (no task left on it can hold the end up). Not by returning:
     the interpreter would join every worker thread at exit (concurrent.futures does), and a worker of the
     off-loop pool in a MIGRATE exchange with a silent target holds on until the command's timeout, so a SIGTERM
     left the server running long after "durakv stopped" (and `durakv cluster down` killed it 10 s later).
