@@ -17,7 +17,7 @@ import pytest
 from durakv.cluster.local import LocalCluster
 from durakv.cluster.manifest import manifest_path
 from durakv.cluster.nats_procs import NatsCluster
-from durakv.cluster.processes import port_is_free
+from durakv.cluster.processes import SLOW_STOP, port_is_free
 from durakv.cluster.reshard import mark_migrations
 from helpers.waiting import scaled
 
@@ -93,7 +93,7 @@ def killed_reports():
 
     class Collect(logging.Handler):
         def emit(self, record):
-            if "of SIGTERM" in record.getMessage():
+            if record.msg == SLOW_STOP:
                 reports.append(record.getMessage())
     handler = Collect(logging.WARNING)
     logger = logging.getLogger("durakv.cluster")

@@ -10,7 +10,7 @@ import sys
 
 import valkey
 
-from durakv.cluster.processes import pid_alive, process_start_time, stop_many, stop_pid, threads_of
+from durakv.cluster.processes import SLOW_STOP, pid_alive, process_start_time, stop_many, stop_pid, threads_of
 from helpers.servers import free_port
 from helpers.waiting import scaled, wait_until
 
@@ -39,7 +39,7 @@ def test_a_process_that_ignores_sigterm_is_killed_and_its_threads_are_named(capl
                              "polite": (polite.pid, process_start_time(polite.pid))}, timeout_s=1.0)
             assert stop_pid(procs[1].pid, process_start_time(procs[1].pid), timeout_s=1.0) == "killed"
         assert out == {"a": "killed", "polite": "terminated"}
-        reports = [r.getMessage() for r in caplog.records if "of SIGTERM" in r.getMessage()]
+        reports = [r.getMessage() for r in caplog.records if r.msg == SLOW_STOP]
         assert len(reports) == 2, reports
         assert reports[0].startswith(f"a (pid {procs[0].pid}) did not exit within 1 s of SIGTERM; killing it. "
                                      "Its threads: ")

@@ -114,11 +114,8 @@ class NatsNode:
         if self.alive:
             raise ProcessError(f"{self.name} is already running (pid {self.pid})")
         self.write_config()
-        self.pid, self.start_time = spawn(self.argv, self.log_path, env=self.environment())
+        self.pid, self.start_time = spawn(self.argv, self.log_path, env=nats_env(self.go_procs))
         return self
-
-    def environment(self):
-        return nats_env(self.go_procs)
 
     @property
     def state(self) -> str:

@@ -150,7 +150,8 @@ def signal_pid(pid, sig, start_time=None) -> bool:
 
 def threads_of(pid) -> str:
     """Each live thread of pid as `name(wait channel)`, from /proc: what a process that outlived its SIGTERM was
-    still doing (durakv and NATS name their threads), said before it is killed."""
+    still doing, said before it is killed (a thread's name is its process's unless it set one: uvloop's are
+    `libuv-worker`)."""
     threads = []
     try:
         tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
@@ -168,9 +169,12 @@ def threads_of(pid) -> str:
     return ", ".join(threads)
 
 
+# The report of a process killed after its stop deadline (the test harness collects these by this format).
+SLOW_STOP = "%s (pid %d) did not exit within %g s of SIGTERM; killing it. Its threads: %s"
+
+
 def _killing(what, pid, timeout_s):
-    log.warning("%s (pid %d) did not exit within %g s of SIGTERM; killing it. Its threads: %s", what, pid,
-                timeout_s, threads_of(pid))
+    log.warning(SLOW_STOP, what, pid, timeout_s, threads_of(pid))
 
 
 def stop_pid(pid, start_time=None, timeout_s=10.0) -> str:
