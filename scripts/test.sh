@@ -54,7 +54,13 @@ fi
 # (the server, cluster, compat and faults tiers, and any file not sorted into a tier yet).
 # pytest exits 5 when a selection holds no test (`scripts/test.sh tests/server/test_keys.py` has no unit test).
 # With no selection of the caller's, an empty tier is a failure too (exit 5 is red in CI): something unselected it.
-tier() { python -m pytest -q -n "${DURAKV_TEST_WORKERS:-3}" "$@" || { rc=$?; [ "$rc" = 5 ] && [ "$SELECTED" = 1 ]; }; }
+# --dist worksteal: each worker starts on a third of the collection and one that runs dry takes half of the
+# longest queue left. xdist's default (`load`) sent each worker a quarter of its share first, consecutive tests,
+# and the first quarter of this collection is the cluster tier: one worker's first chunk held 792 s of the 806 s
+# main pass while the others went idle after 670 s (docs/testing.md, "Long poles").
+XDIST="-n ${DURAKV_TEST_WORKERS:-3} --dist worksteal"
+[ "${DURAKV_TEST_WORKERS:-3}" = 0 ] && XDIST="-n 0"
+tier() { python -m pytest -q $XDIST "$@" || { rc=$?; [ "$rc" = 5 ] && [ "$SELECTED" = 1 ]; }; }
 # a path or node id (tests/x.py::test_y) the caller named; an option's value (`-m unit`, `-k name`) is not one
 SELECTED=0; for a in "$@"; do case "$a" in -*) ;; *) [ -e "${a%%::*}" ] && SELECTED=1 ;; esac; done
 # Every worker of every pass imports every test module, and pytest rewrites a module's asserts on its first
@@ -68,5 +74,5 @@ tier -m "not unit" "$@"
 # The pure-Python core (the reference the compiled one is proven against, and what runs where no C compiler was
 # found at install time): the protocol, keyspace and command tests (marker both_cores) once more with it.
 if python -c "import durakv.fastpath as f; raise SystemExit(f.core is None)"; then
-  DURAKV_PURE_PYTHON=1 python -m pytest -q -n "${DURAKV_TEST_WORKERS:-3}" -m both_cores
+  DURAKV_PURE_PYTHON=1 python -m pytest -q $XDIST -m both_cores
 fi

@@ -1,12 +1,14 @@
 """The long poles start first on xdist's workers (tests/helpers/ordering.py, docs/testing.md "Long poles").
 
-The order is a model of xdist's load scheduler, so besides the model the behaviour is checked on the real one:
-a child pytest with two xdist workers runs a generated file whose long poles come last in it, and each worker
-must have started with its share of them."""
+The order is a model of xdist's schedulers (`load`, and `worksteal`, which scripts/test.sh runs), so besides the
+model the behaviour is checked on the real ones: a child pytest with two xdist workers runs a generated file whose
+long poles come last in it, and each worker must have started with its share of them."""
 
 import os
 import subprocess
 import sys
+
+import pytest
 
 from helpers.ordering import first_chunk_size, long_poles_first
 from helpers.waiting import scaled
@@ -26,6 +28,20 @@ def test_each_worker_chunk_starts_with_its_share_heaviest_first():
     assert order[chunk:2 * chunk][:3] == ["t37", "t39", "t33"]
     light = [it for it in order if it not in weights]
     assert light == [it for it in items if it not in weights]      # the rest keeps its order
+
+
+def test_worksteal_shares_are_whole_thirds_each_starting_with_its_long_poles():
+    items = [f"t{i}" for i in range(31)]
+    weights = {"t28": 30, "t29": 100, "t30": 50}
+    order = long_poles_first(items, lambda it: weights.get(it, 0), workers=3, dist="worksteal")
+    assert sorted(order) == sorted(items)
+    chunk = first_chunk_size(31, 3, dist="worksteal")
+    assert chunk == 10                  # xdist sends 10, 10 and the last 11
+    assert [order[0], order[chunk], order[2 * chunk]] == ["t29", "t30", "t28"]
+    light = [it for it in order if it not in weights]
+    assert light == [it for it in items if it not in weights]
+    # fewer tests than workers: nothing to share out, the long poles first
+    assert long_poles_first(["a", "b"], lambda it: 1 if it == "b" else 0, workers=3, dist="worksteal") == ["b", "a"]
 
 
 def test_one_worker_or_no_long_pole_keeps_the_order():
@@ -73,7 +89,8 @@ def test_heavy40():
 '''
 
 
-def test_xdist_workers_start_with_the_long_poles(tmp_path):
+@pytest.mark.parametrize("dist", ["load", "worksteal"])
+def test_xdist_workers_start_with_the_long_poles(tmp_path, dist):
     (tmp_path / "test_generated.py").write_text(GENERATED)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    long_pole(seconds): a long test\n")
     log_dir = tmp_path / "log"
@@ -81,7 +98,7 @@ def test_xdist_workers_start_with_the_long_poles(tmp_path):
     # the child is pytest with xdist and the ordering plugin only (no other installed plugin: each worker would
     # import them all), two workers
     env = dict(os.environ, ORDER_LOG=str(log_dir), PYTHONPATH=TESTS_DIR, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "xdist.plugin",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", dist, "-p", "xdist.plugin",
                           "-p", "helpers.ordering", "-p", "no:cacheprovider", str(tmp_path)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(120))
     assert run.returncode == 0, run.stdout + run.stderr
@@ -89,6 +106,7 @@ def test_xdist_workers_start_with_the_long_poles(tmp_path):
     for worker in os.listdir(log_dir):
         first = open(log_dir / worker).read().split()[:3]
         starts[first[0]] = first
-    # 40 tests, 2 workers: each is sent a first chunk of 5; one starts with heavy100, the other with the rest
+    # 40 tests, 2 workers: each is sent a first chunk (5 with load, 20 with worksteal); one starts with heavy100,
+    # the other with the rest
     assert sorted(starts) == ["heavy100", "heavy50"]
     assert starts["heavy50"] == ["heavy50", "heavy40", "heavy30"]
