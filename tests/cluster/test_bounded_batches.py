@@ -145,9 +145,11 @@ def _failover_and_check(cluster, old, check):
     cluster.kill(old.name, signal.SIGKILL)
     new, seconds = wait_new_primary(cluster, old.name, timeout_s=120)
     print("failover: %s -> %s in %.2fs" % (old.name, new.name, seconds))
-    with valkey.Valkey(port=new.port, socket_timeout=120) as c:
-        # Until the new primary has installed the topology naming it, it may still answer MOVED: poll.
-        _check_until(c, check)
+    # Until the new primary has installed the topology naming it, it may still answer MOVED: poll. The primary
+    # is looked up again at each attempt: on a loaded machine the new one's loop can stall past its lease while
+    # it serves these values and the other replica take over (four workers on two cores: 0-1 promoted, its loop
+    # stopped for 2.5 s, 0-2 promoted 4 s later, and 0-1 answered MOVED until the deadline).
+    new = _check_on_primary(cluster, check)
     set_answers(new.port)
     # The other replica applied everything too (it read the parts from the stream and applied them once whole).
     others = [p for p in cluster.replicas(0) if p.name not in (old.name, new.name)]
@@ -156,6 +158,17 @@ def _failover_and_check(cluster, old, check):
         r.execute_command("READONLY")
         wait_until(lambda: r.get("after") == b"1", 60, what="the replica caught up")
         _check_until(r, check)
+
+
+def _check_on_primary(cluster, check, timeout_s=60):
+    """check() passes on the shard's primary of the moment within timeout_s; returns that primary."""
+    def passes():
+        primary = cluster.primary(0)
+        assert primary is not None, "no primary"
+        with valkey.Valkey(port=primary.port, socket_timeout=120) as c:
+            check(c)
+        return primary
+    return wait_until(passes, timeout_s, interval_s=0.5, what="%s on the shard's primary" % check.__name__)
 
 
 def _check_until(client, check, timeout_s=60):
