@@ -18,6 +18,7 @@ from durakv.cluster.processes import pid_alive
 from durakv.cluster.respclient import parse_info
 from durakv.routing import key_slot
 from helpers.clusters import async_wait_for, free_port_range, run
+from helpers.servers import cluster_port_range
 
 from conftest import durakv_cli
 from helpers.waiting import wait_until
@@ -126,8 +127,13 @@ def test_local_cluster_layout_manifest_and_process_control(local_cluster):
         m = json.load(f)
     assert m["options"] == {"shards": 2, "replicas": 2, "durability": "sync", "base_port": None,
                             "journal_backend": "local", "cluster_mode": False, "tls": False,
-                            "partitionable": False}
+                            "partitionable": False, "port_range": list(cluster_port_range())}
     procs = m["processes"]
+    # every port from the range, none from the kernel's ephemeral one (a node restarted at its port finds it free)
+    low, high = cluster_port_range()
+    ports = [port for p in procs for port in p["ports"].values()]
+    assert len(ports) == 3 * 3 + 6 * 2 and len(set(ports)) == len(ports), procs
+    assert all(low <= port <= high for port in ports), ports
     assert [(p["kind"], p["name"], p["az"]) for p in procs] == [
         ("nats", "nats-az1", "az1"), ("nats", "nats-az2", "az2"), ("nats", "nats-az3", "az3"),
         ("durakv", "0-0", "az1"), ("durakv", "0-1", "az2"), ("durakv", "0-2", "az3"),

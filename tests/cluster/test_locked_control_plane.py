@@ -32,6 +32,7 @@ from durakv.cluster.processes import free_ports
 from durakv.cluster.tls import client_context
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST
 from helpers.clusters import run
+from helpers.servers import cluster_port_range
 
 
 
@@ -39,7 +40,8 @@ from helpers.clusters import run
 def locked(tmp_path_factory):
     """A locked two-shard cluster, one replica each, mutual TLS: as `durakv cluster up --tls` makes it."""
     d = tmp_path_factory.mktemp("locked") / "c"
-    cluster = LocalCluster.up(d, shards=2, replicas=1, tls=True, password=None, timeout_s=120 * TIME_SCALE)
+    cluster = LocalCluster.up(d, shards=2, replicas=1, tls=True, password=None, timeout_s=120 * TIME_SCALE,
+                             port_range=cluster_port_range())
     try:
         yield cluster
     finally:
@@ -285,7 +287,8 @@ def test_auth_is_cluster_wide_and_cluster_status_takes_credentials(locked):
 @pytest.fixture
 def one_shard(tmp_path):
     """A locked one-shard cluster (primary + two replicas), without TLS, for the tests that break it."""
-    cluster = LocalCluster.up(tmp_path / "c", shards=1, replicas=2, password=None, timeout_s=120 * TIME_SCALE)
+    cluster = LocalCluster.up(tmp_path / "c", shards=1, replicas=2, password=None, timeout_s=120 * TIME_SCALE,
+                             port_range=cluster_port_range())
     try:
         yield cluster
     finally:

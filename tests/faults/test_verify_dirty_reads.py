@@ -16,6 +16,7 @@ from durakv.tools.verify.dirty import (OBSERVE, VIA_FEED, VIA_GET, VIA_NOTIFY, V
 from durakv.tools.verify.history import WRITE_KEY
 from conftest import durakv_cli, scaled
 from test_verify_scenarios import quiet
+from helpers.servers import cluster_port_range
 
 
 def clock():
@@ -95,7 +96,8 @@ def test_a_notification_names_the_write_of_its_key_and_a_lost_acknowledged_write
 def partitionable_cluster(tmp_path_factory):
     d = tmp_path_factory.mktemp("verify-dirty") / "cluster"
     try:
-        yield LocalCluster.up(d, durability="sync", partitionable=True, timeout_s=90)
+        yield LocalCluster.up(d, durability="sync", partitionable=True, timeout_s=90,
+                              port_range=cluster_port_range())
     finally:
         if os.path.exists(os.path.join(d, "manifest.json")):
             LocalCluster.load(d).down()

@@ -17,6 +17,7 @@ from durakv.tools.verify import Recorder
 from durakv.tools.verify import scenarios as sc
 from durakv.tools.verify.history import FAULT_START, FAULT_STOP, NEMESIS, WRITE_KEY
 from durakv.tools.verify.workload import FAIL, INFO, classify
+from helpers.servers import cluster_port_range
 
 SHORT = dict(warmup_s=1.0, after_s=1.0)
 
@@ -30,7 +31,8 @@ def sync_cluster(tmp_path_factory):
     """One sync cluster over TLS, partitionable, shared by the sync scenarios (each leaves it healthy)."""
     d = tmp_path_factory.mktemp("verify-sync") / "cluster"
     try:
-        cluster = LocalCluster.up(d, durability="sync", tls=True, partitionable=True, timeout_s=90)
+        cluster = LocalCluster.up(d, durability="sync", tls=True, partitionable=True, timeout_s=90,
+                                 port_range=cluster_port_range())
         yield cluster
     finally:
         if os.path.exists(os.path.join(d, "manifest.json")):
@@ -41,7 +43,7 @@ def sync_cluster(tmp_path_factory):
 def async_cluster(tmp_path_factory):
     d = tmp_path_factory.mktemp("verify-async") / "cluster"
     try:
-        yield LocalCluster.up(d, durability="async", timeout_s=90)
+        yield LocalCluster.up(d, durability="async", timeout_s=90, port_range=cluster_port_range())
     finally:
         if os.path.exists(os.path.join(d, "manifest.json")):
             LocalCluster.load(d).down()

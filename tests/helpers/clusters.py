@@ -19,6 +19,7 @@ from durakv.cluster.manifest import manifest_path
 from durakv.cluster.nats_procs import NatsCluster
 from durakv.cluster.processes import SLOW_STOP, port_is_free
 from durakv.cluster.reshard import mark_migrations
+from helpers.servers import cluster_port_range
 from helpers.waiting import scaled
 
 
@@ -66,6 +67,7 @@ class ClusterFactory:
         # The harness's clusters ask their nodes for no password (tests talk to each node directly on 127.0.0.1);
         # NATS is locked as in every layout. Tests of the locked nodes pass password=None.
         options.setdefault("password", "")
+        options.setdefault("port_range", cluster_port_range())
         return LocalCluster.up(self.new_dir(), **options)
 
     def track(self, d):
@@ -111,9 +113,11 @@ def local_cluster(tmp_path):
     factory.teardown()
 
 
-def free_port_range(count, start=20000, stop=60000, step=97):
-    """A base port P with P..P+count-1 all free on 127.0.0.1 right now."""
-    for base in range(start + (os.getpid() % 50) * step, stop, step):
+def free_port_range(count):
+    """A base port P with P..P+count-1 all free on 127.0.0.1 right now, in this worker's slice of the test
+    clusters' ports (helpers/servers.py cluster_port_range)."""
+    low, high = cluster_port_range()
+    for base in range(low, high + 2 - count):
         if all(port_is_free(p) for p in range(base, base + count)):
             return base
     raise RuntimeError("no free port range")

@@ -42,6 +42,37 @@ def free_port() -> int:
     raise RuntimeError("no free port in %d..%d" % (base, base + _PORT_SLICE - 1))
 
 
+# A test cluster's ports (helpers/clusters.py gives every LocalCluster it starts port_range=cluster_port_range()):
+# from 30000 up to the kernel's ephemeral range (or above it), each worker its own slice. A node killed and started again at its
+# port (chaos kill, stop-node/start-node) must find it free; from the ephemeral range, where the launcher picks
+# ports by default, an outgoing connection's source port or another worker's cluster could take it meanwhile
+# (it happened: another test's NATS server took a killed primary's port, and its restart failed). 30000 is above
+# the free_port slices and their cluster bus ports (+10000).
+_CLUSTER_FIRST = 30000
+
+
+def _ephemeral_range(path="/proc/sys/net/ipv4/ip_local_port_range") -> tuple:
+    try:
+        with open(path) as f:
+            low, high = map(int, f.read().split()[:2])
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999    # Linux's default
+
+
+def cluster_port_range():
+    """(low, high) of this worker's slice of the test clusters' ports: from 30000 up to the kernel's ephemeral
+    range, or above it where that leaves fewer than 100 ports a worker."""
+    ephemeral_low, ephemeral_high = _ephemeral_range()
+    first, span = _CLUSTER_FIRST, (ephemeral_low - _CLUSTER_FIRST) // _WORKERS
+    if span < 100:
+        first, span = ephemeral_high + 1, (65535 - ephemeral_high) // _WORKERS
+    if span < 100:
+        raise RuntimeError(f"no room for test clusters' ports outside the ephemeral range {ephemeral_low}-{ephemeral_high}")
+    low = first + _WORKER * span
+    return low, low + span - 1
+
+
 def cluster_port() -> int:
     """A free port whose cluster bus port (port + 10000, as redis-server's cluster mode opens) is free too."""
     for _ in range(100):

@@ -22,7 +22,7 @@ import time
 from .manifest import MANIFEST_VERSION, ClusterError, manifest_path
 from .nats_procs import NatsCluster
 from .nodeargs import durakv_argv, layout_azs, node_config_text, shard_flags
-from .processes import ProcessError, free_ports, port_is_free
+from .processes import ProcessError, check_port_range, free_ports, port_is_free
 from .proxyctl import choose_proxy_ports
 from .readiness import ClusterNotReady
 from .secrets import ClusterSecrets, _write_private
@@ -42,11 +42,12 @@ def _port_clash(log_text: str) -> bool:
 
 def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None, journal_backend="jetstream",
        timeout_s=60.0, extra_server_args=(), log=None, cluster_mode=True, tls=False,
-       partitionable=False, env=None, password=None, region_domain=None, follow_region=None):
+       partitionable=False, env=None, password=None, region_domain=None, follow_region=None, port_range=None):
     """Start NATS (az1..az3) and shards x (1 + replicas) durakv nodes; return once the cluster serves.
 
     Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
-    else free ports. A directory whose previous cluster is fully stopped is reused with its data.
+    else free ports: from port_range (low, high) when given, kept in the manifest for every port the cluster
+    chooses later (a moved node, a new shard), else from the kernel's ephemeral range. A directory whose previous cluster is fully stopped is reused with its data.
     On a readiness timeout the processes stay up (manifest written) and ClusterNotReady is raised.
     partitionable: every connection into a NATS node from another AZ goes through the partition proxy
     (cluster/netproxy.py), so `durakv chaos partition` can cut an AZ off. env: extra environment variables
@@ -61,6 +62,11 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
     the same slot layout as the source's (refused with the difference before anything starts)."""
     dir = os.path.abspath(str(dir))
     say = log or (lambda msg: None)
+    if port_range is not None:
+        try:
+            port_range = check_port_range(port_range)
+        except ValueError as exc:
+            raise ClusterError(str(exc)) from None
     if durability == "none" and journal_backend == "jetstream":
         raise ClusterError("--durability none: " + NONE_REFUSED)
     if shards < 1 or replicas < 0:
@@ -90,7 +96,7 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
     else:
         secrets = ClusterSecrets.init(secrets_dir, tls=tls, resp_password=password or None)
     certs = secrets.host_cert("node", ["127.0.0.1", "localhost"]) if tls else None
-    proxy_ports = choose_proxy_ports(base_port) if partitionable else None
+    proxy_ports = choose_proxy_ports(base_port, port_range) if partitionable else None
     if follow is not None:
         nats_region = {"domain": region_domain, "leaf_remotes": follow["leaf_urls"],
                        "leaf_creds": secrets.region_link_creds(follow["peer_domain"],
@@ -100,7 +106,8 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
         nats_region = {"domain": region_domain, "leaf_listen": True}
     else:
         nats_region = None
-    nats = NatsCluster(dir, base_port=base_port, tls=certs, proxy=proxy_ports, secrets=secrets, region=nats_region)
+    nats = NatsCluster(dir, base_port=base_port, tls=certs, proxy=proxy_ports, secrets=secrets, region=nats_region,
+                       port_range=port_range, exclude=_proxy_port_set(proxy_ports))
     nats.check_ports()
     if base_port:
         durakv_ports = [base_port + 10 + k for k in range(n_durakv)]
@@ -108,9 +115,11 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
         if busy:
             raise ClusterError(f"port(s) {busy} already in use")
     else:
-        durakv_ports = free_ports(n_durakv, exclude=set(nats.ports))
+        durakv_ports = free_ports(n_durakv, exclude=set(nats.ports) | _proxy_port_set(proxy_ports),
+                                  port_range=port_range)
     # each node's --metrics-port (free ones; a clash at bind time moves it as it moves the client port)
-    metrics_ports = free_ports(n_durakv, exclude=set(nats.ports) | set(durakv_ports))
+    metrics_ports = free_ports(n_durakv, exclude=set(nats.ports) | _proxy_port_set(proxy_ports) | set(durakv_ports),
+                               port_range=port_range)
     manifest = {"version": MANIFEST_VERSION, "dir": dir, "created": time.time(),
                 "options": {"shards": shards, "replicas": replicas, "durability": durability,
                             "base_port": base_port, "journal_backend": journal_backend,
@@ -122,6 +131,8 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
     if region_domain:
         # (only in a region's manifest: a cluster without a second region keeps its options as they were)
         manifest["options"]["region_domain"] = region_domain
+    if port_range is not None:
+        manifest["options"]["port_range"] = list(port_range)
     if follow_region:
         manifest["options"]["follow_region"] = os.path.abspath(str(follow_region))
     cluster = cluster_cls(dir, manifest)
@@ -129,7 +140,7 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
         say(f"starting NATS: {', '.join(f'{n.name} ({n.az}) {n.url}' for n in nats.nodes)}")
         try:
             if proxy_ports:
-                cluster.partition.start(nats, proxy_ports)
+                cluster.partition.start(nats, proxy_ports, exclude=set(durakv_ports) | set(metrics_ports))
                 say(f"partition proxy on 127.0.0.1:{cluster.partition.entry().ports['control']} (control): NATS routes and "
                     f"durakv-to-NATS connections between AZs go through it")
             for n in nats.nodes:
@@ -155,9 +166,11 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
                 raise
             say(f"a NATS port was taken meanwhile ({exc}); choosing other ports")
             manifest["processes"] = []
-            proxy_ports = choose_proxy_ports(None) if partitionable else None
+            node_ports = set(durakv_ports) | set(metrics_ports)
+            proxy_ports = choose_proxy_ports(None, port_range, exclude=node_ports) if partitionable else None
             nats = NatsCluster(dir, base_port=None, tls=certs, proxy=proxy_ports, secrets=secrets,
-                               region=nats_region)
+                               region=nats_region, port_range=port_range,
+                               exclude=node_ports | _proxy_port_set(proxy_ports))
         except BaseException:
             nats.stop()
             cluster.partition.stop()
@@ -260,9 +273,14 @@ def _wait_ready_moving_clashes(cluster, timeout_s, procs, single_master=None):
     return cluster.readiness.wait_ready(timeout_s, procs=procs, single_master=single_master)
 
 
+def _proxy_port_set(proxy_ports) -> set:
+    """The partition proxy's listening ports (choose_proxy_ports), which no other process may be given."""
+    return {port for links in (proxy_ports or {}).values() for port in links.values()}
+
+
 def _move_port(cluster, p):
     taken = {port for q in cluster.processes for port in q.ports.values()}
-    new, new_metrics = free_ports(2, exclude=taken)
+    new, new_metrics = free_ports(2, exclude=taken, port_range=cluster.options.get("port_range"))
     argv = p.entry["argv"]
     flag = "--tls-port" if "--tls-port" in argv else "--port"
     argv[argv.index(flag) + 1] = str(new)

@@ -21,7 +21,7 @@ import time
 from .admin import AdminError, ClusterAdmin
 from .local import LocalCluster
 from .manifest import ClusterError
-from .processes import ProcessError
+from .processes import ProcessError, parse_port_range
 from .reshard import ReshardError
 from .respclient import RespError
 from .readiness import ClusterNotReady
@@ -117,6 +117,13 @@ def warnings(st) -> list:
     return lines
 
 
+def _port_range_arg(text):
+    try:
+        return parse_port_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_up(args):
     try:
         cluster = LocalCluster.up(args.dir, shards=args.shards, replicas=args.replicas, durability=args.durability,
@@ -124,7 +131,8 @@ def _cmd_up(args):
                                   timeout_s=args.timeout, log=lambda m: print(m, flush=True),
                                   cluster_mode=not args.no_cluster_mode, tls=args.tls,
                                   partitionable=args.partitionable, extra_server_args=args.server_arg or (),
-                                  region_domain=args.region_domain, follow_region=args.follow_region)
+                                  region_domain=args.region_domain, follow_region=args.follow_region,
+                                  port_range=args.port_range)
     except ClusterNotReady as exc:
         print(f"cluster started but not ready: {exc}", file=sys.stderr)
         return 1
@@ -750,6 +758,11 @@ def build_parser():
     up.add_argument("--durability", choices=["none", "async", "sync"], default="sync")
     up.add_argument("--base-port", type=int, default=None,
                     help="NATS on P..P+8, durakv nodes from P+10 (default: free ports)")
+    up.add_argument("--port-range", type=_port_range_arg, default=None, metavar="LOW-HIGH",
+                    help="choose every free port this cluster needs, now and later (a moved node, a new shard), "
+                         "from LOW..HIGH, e.g. below the kernel's ephemeral range "
+                         "(/proc/sys/net/ipv4/ip_local_port_range), where no outgoing connection takes the port of "
+                         "a node that is down (default: free ports the kernel picks)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to serve")
     up.add_argument("--journal-backend", choices=["jetstream", "local"], default="jetstream",
                     help=argparse.SUPPRESS)

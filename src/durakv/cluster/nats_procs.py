@@ -199,10 +199,11 @@ class NatsCluster:
     """Three NATS nodes, one per AZ (az1..az3), on 127.0.0.1; each runs with its share of the host's cores
     (host_share).
 
-    base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports."""
+    base_port P: clients on P..P+2, routes on P+3..P+5, monitoring on P+6..P+8; without it, free ports (from
+    port_range (low, high) when given: processes.free_ports), none of exclude."""
 
     def __init__(self, dir, base_port=None, azs=AZS, cluster_name="durakv", host="127.0.0.1", tls=None,
-                 proxy=None, secrets=None, region=None):
+                 proxy=None, secrets=None, region=None, port_range=None, exclude=()):
         """region: {"domain", "leaf_listen": True} for a primary region (each node gets a leafnode port), or
         {"domain", "leaf_remotes", "leaf_creds"} for a follower region (secrets.nats_config). proxy: {node name: {"client": port, "cluster": port}}, the partition proxy's listeners for each node:
         routes go to the others' proxy route ports and each node advertises its proxy ports. secrets: the
@@ -221,9 +222,10 @@ class NatsCluster:
             cluster = [base_port + n + i for i in range(n)]
             monitor = [base_port + 2 * n + i for i in range(n)]
         else:
-            ports = free_ports(3 * n, host)
+            ports = free_ports(3 * n, host, exclude=exclude, port_range=port_range)
             client, cluster, monitor = ports[:n], ports[n:2 * n], ports[2 * n:]
-        leaf = free_ports(n, host) if region and region.get("leaf_listen") else [None] * n
+        leaf = (free_ports(n, host, exclude=set(exclude) | set(client + cluster + monitor), port_range=port_range)
+                if region and region.get("leaf_listen") else [None] * n)
         self.nodes = []
         for i, az in enumerate(self.azs):
             name = f"nats-{az}"

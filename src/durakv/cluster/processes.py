@@ -28,8 +28,36 @@ def free_port(host="127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def free_ports(count, host="127.0.0.1", exclude=()) -> list:
-    """count distinct free ports (all held open while choosing, so none is handed out twice)."""
+def parse_port_range(text) -> tuple:
+    """`LOW-HIGH` (both included) -> (low, high); ValueError says what is wrong."""
+    low_text, sep, high_text = str(text).partition("-")
+    if not sep or not low_text.isdigit() or not high_text.isdigit():
+        raise ValueError(f"port range {text!r}: expected LOW-HIGH, e.g. 30000-30999")
+    return check_port_range((int(low_text), int(high_text)))
+
+
+def check_port_range(port_range) -> tuple:
+    low, high = port_range
+    if not 1 <= low <= high <= 65535:
+        raise ValueError(f"port range {low}-{high}: need 1 <= LOW <= HIGH <= 65535")
+    return low, high
+
+
+def free_ports(count, host="127.0.0.1", exclude=(), port_range=None) -> list:
+    """count distinct free ports. Without port_range the kernel picks them from its ephemeral range (all held open
+    while choosing, so none is handed out twice); a port from there, once its process stops, may be taken by any
+    outgoing connection's source port or another program's free port before the process is started again at it.
+    With port_range (low, high), the lowest free ones of low..high not in exclude: a layout whose processes
+    restart at their ports (a local cluster's nodes) keeps them out of the ephemeral range."""
+    if port_range is not None:
+        low, high = check_port_range(port_range)
+        ports = []
+        for port in range(low, high + 1):
+            if port not in exclude and port_is_free(port, host):
+                ports.append(port)
+                if len(ports) == count:
+                    return ports
+        raise ProcessError(f"fewer than {count} free ports in {low}-{high}")
     socks, ports = [], []
     try:
         while len(ports) < count:

@@ -14,9 +14,12 @@ from .nats_procs import AZS
 from .processes import ProcessError, free_ports, stop_many, wait_for
 
 
-def choose_proxy_ports(base_port):
-    """Listeners of the partition proxy: a client and a route port per NATS node (free ports)."""
-    ports = free_ports(2 * len(AZS), exclude=set(range(base_port, base_port + 40)) if base_port else ())
+def choose_proxy_ports(base_port, port_range=None, exclude=()):
+    """Listeners of the partition proxy: a client and a route port per NATS node (free ports not in exclude, from
+    port_range when given)."""
+    ports = free_ports(2 * len(AZS), exclude=set(exclude) | (set(range(base_port, base_port + 40)) if base_port
+                                                              else set()),
+                       port_range=port_range)
     return {f"nats-{az}": {"client": ports[2 * i], "cluster": ports[2 * i + 1]} for i, az in enumerate(AZS)}
 
 
@@ -56,12 +59,15 @@ class PartitionProxy:
                 others.append(f"{scheme}://127.0.0.1:{proxy.entry['links'][n.name]['client']}")
         return ",".join(own + others)
 
-    def start(self, nats, proxy_ports, timeout_s=15.0):
+    def start(self, nats, proxy_ports, timeout_s=15.0, exclude=()):
         """Starts the proxy in front of the NATS servers `nats` (nats_procs.NatsCluster) on `proxy_ports`
-        (choose_proxy_ports) and records it first in the manifest; returns once it listens."""
+        (choose_proxy_ports) and records it first in the manifest; returns once it listens. Its control port is
+        none of `exclude` (ports chosen for processes not started yet)."""
         from .netproxy import CONFIG_NAME, send_control
         cluster = self.cluster
-        control = free_ports(1, exclude=set(nats.ports) | {p for v in proxy_ports.values() for p in v.values()})[0]
+        control = free_ports(1, exclude=set(exclude) | set(nats.ports)
+                             | {p for v in proxy_ports.values() for p in v.values()},
+                             port_range=cluster.options.get("port_range"))[0]
         links = []
         for n in nats.nodes:
             links.append({"name": f"{n.name}/client", "listen": proxy_ports[n.name]["client"],

@@ -39,7 +39,8 @@ class ShardMembership:
         shard = max(cluster.shards) + 1
         manifest = cluster.manifest
         certs = manifest.get("tls")
-        ports = free_ports(2 * (1 + replicas), exclude={port for p in cluster.processes for port in p.ports.values()})
+        ports = free_ports(2 * (1 + replicas), exclude={port for p in cluster.processes for port in p.ports.values()},
+                           port_range=opts.get("port_range"))
         metrics_ports = ports[1 + replicas:]     # each node's --metrics-port
         procs = []
         secrets = cluster.secrets
