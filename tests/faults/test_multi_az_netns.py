@@ -516,6 +516,7 @@ def _attacker(lab, secrets, ca, password, writer, op_home):
 
     import nats
     from durakv.cluster.natsnames import inbox_prefix
+    from durakv.cluster.store import Lease
     from durakv.cluster.tls import client_context
     urls = ["tls://10.0.1.10:4222", "tls://10.0.2.10:4222"]
 
@@ -563,9 +564,10 @@ def _attacker(lab, secrets, ca, password, writer, op_home):
         kv = await js.key_value("DURAKV_LEASES")
         await attempt("write the topology", kv.put("topology", b"{}"))
         await attempt("write another shard's lease", kv.put("lease.%s" % other, b"{}"))
-        # its own shard's journal: an entry with an epoch no primary announced
-        epoch = max(int((m.headers or {}).get("Durakv-Epoch", "0")) for m in [await js.get_last_msg(
-            "DURAKV_SHARD_%s" % shard, "durakv.shard.%s.journal" % shard)])
+        # its own shard's journal: an entry with an epoch no primary announced. The shard's lease has the epoch
+        # of now (its journal may hold no entry to read one from: a snapshot taken after the last write purges
+        # the journal up to its end, and the attacker's read of the last entry then failed, "no message found")
+        epoch = Lease.decode((await kv.get("lease.%s" % shard)).value).epoch
         forged = b"*3\r\n$3\r\nSET\r\n$8\r\ninjected\r\n$5\r\nowned\r\n"
         await js.publish("durakv.shard.%s.journal" % shard, forged, headers={"Durakv-Epoch": str(epoch + 7)})
         await nc.close()
