@@ -25,7 +25,8 @@ def _free_span(width):
 def test_parse_port_range():
     assert parse_port_range("30000-30999") == (30000, 30999)
     assert parse_port_range("5-5") == (5, 5)
-    for bad in ("30000", "a-b", "-5", "30000-", "30999-30000", "0-10", "1-65536", " 1-2", "1_0-20"):
+    for bad in ("30000", "a-b", "-5", "30000-", "30999-30000", "0-10", "1-65536", " 1-2", "1_0-20", "01-20",
+                "\u0661-\u0662"):
         with pytest.raises(ValueError):
             parse_port_range(bad)
 

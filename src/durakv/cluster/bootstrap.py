@@ -47,7 +47,8 @@ def up(cluster_cls, dir, shards=1, replicas=2, durability="sync", base_port=None
 
     Ports with base_port P: NATS on P..P+8 (clients, routes, monitoring), durakv nodes from P+10;
     else free ports: from port_range (low, high) when given, kept in the manifest for every port the cluster
-    chooses later (a moved node, a new shard), else from the kernel's ephemeral range. A directory whose previous cluster is fully stopped is reused with its data.
+    chooses later (a moved node, a new shard), else from the kernel's ephemeral range. A directory whose
+    previous cluster is fully stopped is reused with its data.
     On a readiness timeout the processes stay up (manifest written) and ClusterNotReady is raised.
     partitionable: every connection into a NATS node from another AZ goes through the partition proxy
     (cluster/netproxy.py), so `durakv chaos partition` can cut an AZ off. env: extra environment variables

@@ -13,6 +13,8 @@ import socket
 import subprocess
 import time
 
+from ..intstring import string2ll
+
 log = logging.getLogger("durakv.cluster")
 
 
@@ -31,9 +33,10 @@ def free_port(host="127.0.0.1") -> int:
 def parse_port_range(text) -> tuple:
     """`LOW-HIGH` (both included) -> (low, high); ValueError says what is wrong."""
     low_text, sep, high_text = str(text).partition("-")
-    if not sep or not low_text.isdigit() or not high_text.isdigit():
+    low, high = string2ll(low_text.encode()), string2ll(high_text.encode())
+    if not sep or low is None or high is None:
         raise ValueError(f"port range {text!r}: expected LOW-HIGH, e.g. 30000-30999")
-    return check_port_range((int(low_text), int(high_text)))
+    return check_port_range((low, high))
 
 
 def check_port_range(port_range) -> tuple:
