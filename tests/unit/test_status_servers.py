@@ -1,6 +1,6 @@
 """`durakv cluster status` asks every NATS server for its JetStream state with one system-account ping, which has
 an answer per server and no end marker. It waited out its whole 1 s window on a healthy cluster, so every status
-took 1.2 s for 0.2 s of work (tests poll it; the operators' guide on five machines called it 29 times). It stops
+took 1.2 s for 0.2 s of work (tests poll it; the operators' guide on five machines called it 30 times). It stops
 asking once as many servers answered as the JetStream meta group has, and waits only for one that is missing.
 A fake connection stands in for NATS here: what is checked is how many answers the admin asks for."""
 
