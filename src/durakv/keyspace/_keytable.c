@@ -561,18 +561,39 @@ static PyObject *KeyTable_set_access(KeyTable *t, PyObject *const *args, Py_ssiz
     Py_RETURN_TRUE;
 }
 
+#define KT_RANDOM_CHAIN 4u
+
 static PyObject *KeyTable_random_key(KeyTable *t, PyObject *arg) {
     uint64_t bits = PyLong_AsUnsignedLongLongMask(arg);
     if (bits == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     if (t->used == 0) Py_RETURN_NONE;
     uint64_t mask = t->size - 1;
-    uint64_t i = bits & mask;
-    while (t->buckets[i] == NULL) i = (i + 1) & mask;
-    kt_entry *e = t->buckets[i];
-    unsigned n = 0;
-    for (kt_entry *c = e; c != NULL; c = c->next) n++;
-    for (unsigned pick = (unsigned)((bits >> 32) % n); pick; pick--) e = e->next;
-    return entry_key(e);
+    /* A random bucket and a random place among KT_RANDOM_CHAIN in it, drawn again while that place is empty, so
+     * every key has the same chance (a chain longer than KT_RANDOM_CHAIN, rare at this table's fill, is picked
+     * from uniformly). Walking on to the next non-empty bucket instead gave a key after a long empty run that
+     * run's whole weight and a key right behind another almost none: three keys in a table that had held many,
+     * 60 RANDOMKEYs never answered one of them. */
+    uint64_t z = bits;
+    for (int tries = 0; tries < 128; tries++) {
+        z += 0x9E3779B97F4A7C15ull;                      /* splitmix64: every try's bits from the caller's */
+        uint64_t x = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+        bits = x ^ (x >> 31);
+        kt_entry *e = t->buckets[bits & mask];
+        if (e == NULL) continue;
+        unsigned n = 0;
+        for (kt_entry *c = e; c != NULL; c = c->next) n++;
+        unsigned place = (unsigned)((bits >> 32) % (n > KT_RANDOM_CHAIN ? n : KT_RANDOM_CHAIN));
+        if (place >= n) continue;
+        for (; place; place--) e = e->next;
+        return entry_key(e);
+    }
+    /* a sparse table (far fewer keys than buckets): the key at a random rank, in bucket order */
+    uint64_t rank = (bits >> 11) % t->used;
+    for (uint64_t i = 0; i < t->size; i++)
+        for (kt_entry *c = t->buckets[i]; c != NULL; c = c->next)
+            if (rank-- == 0) return entry_key(c);
+    Py_RETURN_NONE;   /* not reached: used counts the entries */
 }
 
 static inline uint64_t rev64(uint64_t v) {
