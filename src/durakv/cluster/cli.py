@@ -21,7 +21,7 @@ import time
 from .admin import AdminError, ClusterAdmin
 from .local import LocalCluster
 from .manifest import ClusterError
-from .processes import ProcessError, port_range_arg
+from .processes import ProcessError, parse_port_range
 from .reshard import ReshardError
 from .respclient import RespError
 from .readiness import ClusterNotReady
@@ -115,6 +115,13 @@ def warnings(st) -> list:
                          "JetStream is enabled again (a full disk turns it off; free space, then restart it)"
                          % (name, " (%s)" % v["error"] if v.get("error") else ""))
     return lines
+
+
+def _port_range_arg(text):
+    try:
+        return parse_port_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cmd_up(args):
@@ -751,7 +758,7 @@ def build_parser():
     up.add_argument("--durability", choices=["none", "async", "sync"], default="sync")
     up.add_argument("--base-port", type=int, default=None,
                     help="NATS on P..P+8, durakv nodes from P+10 (default: free ports)")
-    up.add_argument("--port-range", type=port_range_arg, default=None, metavar="LOW-HIGH",
+    up.add_argument("--port-range", type=_port_range_arg, default=None, metavar="LOW-HIGH",
                     help="choose every free port this cluster needs, now and later (a moved node, a new shard), "
                          "from LOW..HIGH, e.g. below the kernel's ephemeral range "
                          "(/proc/sys/net/ipv4/ip_local_port_range), where no outgoing connection takes the port of "

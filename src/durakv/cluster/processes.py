@@ -39,15 +39,6 @@ def parse_port_range(text) -> tuple:
     return check_port_range((low, high))
 
 
-def port_range_arg(text) -> tuple:
-    """parse_port_range as an argparse `type=`: its reason in argparse's error line."""
-    import argparse
-    try:
-        return parse_port_range(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def check_port_range(port_range) -> tuple:
     low, high = port_range
     if not 1 <= low <= high <= 65535:

@@ -7,7 +7,7 @@ import signal
 import sys
 
 from ...cluster.manifest import ClusterError
-from ...cluster.processes import ProcessError, port_range_arg
+from ...cluster.processes import ProcessError
 from . import scenarios as sc
 from .report import write_report
 
@@ -172,10 +172,6 @@ def build_parser():
     rl.add_argument("--timeout", type=float, default=180.0, help="seconds each region may take to start")
     rl.add_argument("--keep", action="store_true", help="leave both regions' processes and directories")
     rl.add_argument("--workdir", default=None, help="where the regions' temp dir goes (default: the system's)")
-    rl.add_argument("--port-range", type=port_range_arg, default=None, metavar="LOW-HIGH",
-                    help="both regions' ports from LOW..HIGH (`durakv cluster up --port-range`): region A's "
-                         "processes start again at their ports after the cut (default: free ports the kernel "
-                         "picks)")
     rl.add_argument("--json", metavar="FILE", help="write the result as JSON")
     rl.add_argument("--report", metavar="DIR", help="write report.md, report.json, report.txt")
     rl.add_argument("-q", "--quiet", action="store_true", help="only the tables")
@@ -272,7 +268,7 @@ def run(args) -> sc.Result:
         from .regions import region_loss
         return region_loss(shards=args.shards, replicas=args.replicas, writers=args.writers, rate=args.rate,
                            warmup_s=args.warmup, parent=args.workdir, keep=args.keep, say=_say(args),
-                           timeout_s=args.timeout, port_range=args.port_range)
+                           timeout_s=args.timeout)
     if s == "backup-restore":
         from .backups import backup_restore
         with _env(args, "sync") as env:

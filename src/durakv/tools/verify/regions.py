@@ -73,7 +73,7 @@ def _fenced_refusals(cluster):
 
 
 def region_loss(shards=1, replicas=1, writers=8, rate=5000.0, warmup_s=10.0, parent=None, keep=False, say=print,
-                timeout_s=180.0, port_range=None) -> Result:
+                timeout_s=180.0) -> Result:
     from ...cluster.local import LocalCluster
     from ...cluster.processes import wait_for
     root = tempfile.mkdtemp(prefix="durakv-verify-regions-", dir=parent)
@@ -82,10 +82,9 @@ def region_loss(shards=1, replicas=1, writers=8, rate=5000.0, warmup_s=10.0, par
     reasons = []
     try:
         a = LocalCluster.up(os.path.join(root, "a"), shards=shards, replicas=replicas, durability="sync",
-                            region_domain="ra", timeout_s=timeout_s, log=say, port_range=port_range)
+                            region_domain="ra", timeout_s=timeout_s, log=say)
         b = LocalCluster.up(os.path.join(root, "b"), shards=shards, replicas=replicas, durability="sync",
-                            follow_region=a.dir, region_domain="rb", timeout_s=timeout_s, log=say,
-                            port_range=port_range)
+                            follow_region=a.dir, region_domain="rb", timeout_s=timeout_s, log=say)
         tag = _tag()
         rec = Recorder(clock_ns=time.time_ns, meta={"scenario": "region-loss"})
         stop = threading.Event()
