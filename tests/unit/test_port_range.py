@@ -7,19 +7,15 @@ import socket
 
 import pytest
 
-from durakv.cluster.processes import ProcessError, free_ports, parse_port_range, port_is_free
+from durakv.cluster.processes import ProcessError, free_ports, parse_port_range
 from durakv.cluster.proxyctl import choose_proxy_ports
-from helpers.servers import cluster_port_range
+from helpers.clusters import free_port_range
 
 
 def _free_span(width):
-    """A range of `width` ports, all free now, in this worker's slice (the harness's clusters use it too, one
-    test at a time per worker)."""
-    low, high = cluster_port_range()
-    for base in range(low, high + 2 - width):
-        if all(port_is_free(p) for p in range(base, base + width)):
-            return base, base + width - 1
-    pytest.fail("no free span")
+    """A range of `width` ports, all free now, in this worker's slice (helpers/clusters.py free_port_range)."""
+    base = free_port_range(width)
+    return base, base + width - 1
 
 
 def test_parse_port_range():
