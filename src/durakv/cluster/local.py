@@ -10,6 +10,7 @@ makes one. The RESP client is respclient.py.
 """
 
 import asyncio
+import logging
 import os
 import signal
 
@@ -21,6 +22,8 @@ from .proxyctl import PartitionProxy
 from .readiness import Readiness
 from .shards import ShardMembership
 from .status import StatusReport
+
+log = logging.getLogger("durakv.cluster")
 
 
 class LocalCluster:
@@ -55,6 +58,22 @@ class LocalCluster:
         """Starts a local cluster in dir and returns it once it serves (cluster/bootstrap.py `up`: its
         options)."""
         return bootstrap.up(cls, dir, **kwargs)
+
+    @classmethod
+    def up_or_down(cls, dir, **kwargs) -> "LocalCluster":
+        """up() for a caller that removes dir afterwards (the verify and bench tools' own clusters): when the
+        start fails or is interrupted, whatever it started is stopped first. up() itself leaves a cluster that
+        did not become ready running, for the operator to look at; with its directory gone, nothing could stop
+        those processes any more."""
+        try:
+            return cls.up(dir, **kwargs)
+        except BaseException:
+            if os.path.exists(manifest_path(dir)):
+                try:
+                    cls.load(dir).down()
+                except Exception:  # noqa: BLE001 - the start's own error is the one to report
+                    log.exception("stopping the half-started cluster in %s failed", dir)
+            raise
 
     @classmethod
     def load(cls, dir) -> "LocalCluster":

@@ -177,8 +177,8 @@ def run_shape(name, opts, log=sys.stderr):
     try:
         _say(log, f"--- durakv: {shape['shards']} shard(s) x (1 + {shape['replicas']}), sync"
                   f"{', TLS' if shape['tls'] else ''}")
-        c = LocalCluster.up(os.path.join(base, "durakv"), shards=shape["shards"], replicas=shape["replicas"],
-                            durability="sync", tls=shape["tls"], timeout_s=180)
+        c = LocalCluster.up_or_down(os.path.join(base, "durakv"), shards=shape["shards"], replicas=shape["replicas"],
+                                    durability="sync", tls=shape["tls"], timeout_s=180)
         try:
             primaries = {c.primary(i).name for i in range(shape["shards"])}
             groups = {"primaries": [p.pid for p in c.nodes if p.name in primaries],

@@ -81,10 +81,10 @@ def region_loss(shards=1, replicas=1, writers=8, rate=5000.0, warmup_s=10.0, par
     a = b = None
     reasons = []
     try:
-        a = LocalCluster.up(os.path.join(root, "a"), shards=shards, replicas=replicas, durability="sync",
-                            region_domain="ra", timeout_s=timeout_s, log=say)
-        b = LocalCluster.up(os.path.join(root, "b"), shards=shards, replicas=replicas, durability="sync",
-                            follow_region=a.dir, region_domain="rb", timeout_s=timeout_s, log=say)
+        a = LocalCluster.up_or_down(os.path.join(root, "a"), shards=shards, replicas=replicas, durability="sync",
+                                    region_domain="ra", timeout_s=timeout_s, log=say)
+        b = LocalCluster.up_or_down(os.path.join(root, "b"), shards=shards, replicas=replicas, durability="sync",
+                                    follow_region=a.dir, region_domain="rb", timeout_s=timeout_s, log=say)
         tag = _tag()
         rec = Recorder(clock_ns=time.time_ns, meta={"scenario": "region-loss"})
         stop = threading.Event()
