@@ -133,6 +133,7 @@ READS_ALL = "all"
 READS_EXPORT = "export"
 
 TABLE = {}  # lowercase bytes name -> Command
+GENERATION = 0  # bumped by every registration: what a reply computed from the whole table is valid for
 
 
 def _entry(fullname):
@@ -174,7 +175,8 @@ def command(fullname: str, *, flags=None, arity=None, extra_flags=(), prepare_of
     tests/server/test_fastpath_differential.py). reads_data: what a command with neither the readonly nor the write
     flag reads (Command.reads_data)."""
     def register(fn):
-        global OFF_LOOP_ARG, OFF_LOOP_MIN_BYTES
+        global OFF_LOOP_ARG, OFF_LOOP_MIN_BYTES, GENERATION
+        GENERATION += 1
         cmd = _entry(fullname.lower())
         cmd.handler = fn
         if prepare_off_loop is not None:
