@@ -226,6 +226,20 @@ def find(name: bytes):
     return cmd
 
 
+_FLAT = (None, ())
+
+
+def every_command() -> tuple:
+    """Every command of the table, each followed by its subcommands (the order INFO commandstats lists them in),
+    made once per registry generation: INFO sums and lists the counters of all of them on every call."""
+    global _FLAT
+    generation, flat = _FLAT
+    if generation != GENERATION:
+        flat = tuple(c for cmd in TABLE.values() for c in (cmd, *cmd.subcommands.values()))
+        _FLAT = (GENERATION, flat)
+    return flat
+
+
 def implemented():
     """Commands (top-level) that have a handler or at least one implemented subcommand."""
     return {name: cmd for name, cmd in TABLE.items()

@@ -118,10 +118,9 @@ def config_set(ctx, args):
 def config_resetstat(ctx, args):
     ctx.pipeline.reset_stats()
     ctx.keyspace.hits = ctx.keyspace.misses = 0
-    for cmd in registry.TABLE.values():
-        for c in [cmd] + list(cmd.subcommands.values()):
-            c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
-            c.latency = [0] * 64
+    for c in registry.every_command():
+        c.calls = c.usec = c.rejected_calls = c.failed_calls = 0
+        c.latency = [0] * 64
     ctx.services.admin.reset_stats()
     ctx.keyspace.expired_keys = ctx.keyspace.evicted_keys = 0
     ctx.keyspace.expired_time_cap_reached = ctx.keyspace.dump_payload_sanitizations = 0

@@ -206,7 +206,7 @@ def _commands_usec() -> int:
     """Time spent running commands (Valkey's eventloop_duration_cmd_sum): commandstats' usec, summed here rather
     than counted again on every call."""
     from ..commands import registry
-    return sum(c.usec + sum(sub.usec for sub in c.subcommands.values()) for c in registry.TABLE.values())
+    return sum(c.usec for c in registry.every_command())
 
 
 def _section_replication(srv):
@@ -353,13 +353,12 @@ def _shown(cmd) -> str:
 def _section_commandstats(srv):
     from ..commands import registry
     out = {}
-    for cmd in registry.TABLE.values():
-        for c in [cmd] + list(cmd.subcommands.values()):
-            if c.calls or c.rejected_calls or c.failed_calls:
-                per = c.usec / c.calls if c.calls else 0
-                out["cmdstat_" + _shown(c)] = ("calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,"
-                                                "failed_calls=%d" % (c.calls, c.usec, per, c.rejected_calls,
-                                                                     c.failed_calls))
+    for c in registry.every_command():
+        if c.calls or c.rejected_calls or c.failed_calls:
+            per = c.usec / c.calls if c.calls else 0
+            out["cmdstat_" + _shown(c)] = ("calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,"
+                                            "failed_calls=%d" % (c.calls, c.usec, per, c.rejected_calls,
+                                                                 c.failed_calls))
     return out
 
 
@@ -380,13 +379,12 @@ def _percentile_usec(buckets, total, pct) -> int:
 def _section_latencystats(srv):
     from ..commands import registry
     out = {}
-    for cmd in registry.TABLE.values():
-        for c in [cmd] + list(cmd.subcommands.values()):
-            buckets = c.latency
-            total = sum(buckets)
-            if total:
-                out["latency_percentiles_usec_" + _shown(c)] = ",".join(
-                    "p%s=%.3f" % (("%g" % p), _percentile_usec(buckets, total, p)) for p in LATENCY_PERCENTILES)
+    for c in registry.every_command():
+        buckets = c.latency
+        total = sum(buckets)
+        if total:
+            out["latency_percentiles_usec_" + _shown(c)] = ",".join(
+                "p%s=%.3f" % (("%g" % p), _percentile_usec(buckets, total, p)) for p in LATENCY_PERCENTILES)
     return out
 
 
