@@ -631,6 +631,9 @@ class Server:
         """The last step of either start-up: serverCron on its timer, SIGTERM/SIGINT a graceful shutdown."""
         if self.metrics is not None:
             self.metrics.publish()   # what the load changed (the journal, the role), before the first cron tick
+        # the LRU clock is set before the first tick (initServer's server.lruclock = getLRUClock()): until it is,
+        # access times are the Python path's and the compiled core runs no command (up to 1/hz s after start)
+        self.keyspace.lru_tick()
         self._timer = self.loop.create_task(self._cron())
         self._backup_task = self.loop.create_task(self.backup_scheduler.run())
         for sig in (signal.SIGTERM, signal.SIGINT):
