@@ -151,7 +151,6 @@ def compose(topology: Topology, states: dict) -> Topology:
     mine = [(shards[by_name[name]].id, state) for name, state in sorted(states.items())
             if state is not None and name in by_name]
     migrating = dict(topology.migrating)
-    owner = {s: sh.id for sh in shards for s in _slots_in(sh.slots)}
     current = topology.current_epoch
     for name, state in states.items():
         i = by_name.get(name)
@@ -171,6 +170,12 @@ def compose(topology: Topology, states: dict) -> Topology:
         epoch = max(sh.config_epoch, state.epoch)
         current = max(current, epoch)
         shards[i] = replace(sh, primary=primary, replicas=tuple(replicas), config_epoch=epoch)
+    if not any(st.released or st.claimed or st.marks or st.unmarked or st.handed for _sid, st in mine):
+        # no state moves a slot (a promotion, an epoch, health: the usual change): every shard keeps its slots,
+        # already sorted and merged, and the moves stay as they are; the slot-by-slot map below took 5.3 ms for
+        # three shards, on every node, at every change of any shard's state
+        return Topology(shards, current, migrating)
+    owner = {s: sh.id for sh in shards for s in _slots_in(sh.slots)}
     for sid, state in mine:
         for slot in state.released:
             if owner.get(slot) == sid and slot not in migrating:
