@@ -105,7 +105,8 @@ class MigrationLog:
             job.message = _progress_text(job.moved, len(job.slots))
         if pending:
             return
-        left = [s for s in job.slots if s not in set(moved)]
+        moved_set = set(moved)     # once: built per slot it made this check quadratic in the job's slots
+        left = [s for s in job.slots if s not in moved_set]
         job.last_update_time = now
         if not left:
             job.state, job.message = "success", ""

@@ -172,7 +172,16 @@ class Topology:
     def uncovered(self) -> tuple:
         """Slot ranges no shard owns, as ((start, end), ...)."""
         if self._uncovered is None:
-            self._uncovered = ranges_of(s for s in range(SLOTS) if self.shard_by_slot[s] is None)
+            # the gaps between the shards' ranges (each sorted, merged and disjoint from the others'): a walk over
+            # the ranges, not the 16384 slots, since every composed topology asks
+            gaps, nxt = [], 0
+            for a, b in sorted(r for sh in self.shards for r in sh.slots):
+                if a > nxt:
+                    gaps.append((nxt, a - 1))
+                nxt = max(nxt, b + 1)
+            if nxt < SLOTS:
+                gaps.append((nxt, SLOTS - 1))
+            self._uncovered = tuple(gaps)
         return self._uncovered
 
     def slots_assigned(self) -> int:
