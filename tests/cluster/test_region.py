@@ -15,6 +15,7 @@ import pytest
 import valkey
 
 from conftest import durakv_cli, scaled, wait_until
+from helpers.servers import processes_on
 from durakv.cluster.manifest import ClusterError
 
 MAX_WRITES = 3000
@@ -312,21 +313,6 @@ def test_verify_region_loss_prints_its_table(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("durakv-verify-regions-")]
 
 
-def _processes_under(path):
-    """pids of the live processes whose command line names a path under `path` (NATS's config, a node's --dir)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                if str(path).encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 def test_verify_region_loss_stops_a_region_whose_start_failed(tmp_path, monkeypatch):
     """Region B's `cluster create` failed once in a run ("no suitable peers for placement"): the tool removed its
     directory and left B's NATS servers and nodes running, with no manifest left to stop them by. Now whatever
@@ -341,8 +327,8 @@ def test_verify_region_loss_stops_a_region_whose_start_failed(tmp_path, monkeypa
         with pytest.raises(ClusterError, match="injected by the test"):
             region_loss(shards=1, replicas=0, writers=1, rate=50, warmup_s=0.5, parent=str(tmp_path),
                         say=lambda *a: None, timeout_s=scaled(60))
-        wait_until(lambda: _processes_under(tmp_path) == [], scaled(10), what="no process of either region left")
+        wait_until(lambda: processes_on(tmp_path) == [], scaled(10), what="no process of either region left")
         assert not [p for p in tmp_path.iterdir() if p.name.startswith("durakv-verify-regions-")]
     finally:
-        for pid in _processes_under(tmp_path):     # what a failure of this test would leave: by pid
+        for pid in processes_on(tmp_path):     # what a failure of this test would leave: by pid
             os.kill(pid, signal.SIGKILL)

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from conftest import ROOT, wait_until
+from helpers.servers import processes_on
 from helpers.waiting import default_sigint
 from durakv.cluster.processes import pid_alive
 
@@ -143,16 +144,3 @@ def stop_clusters_under(path):
             LocalCluster.load(root).down()
 
 
-def processes_on(path):
-    """Pids of processes whose command line names path (a cluster's nodes, NATS servers and proxy do)."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if str(path).encode() in f.read():
-                    out.append(int(pid))
-        except OSError:
-            pass
-    return out

@@ -103,6 +103,22 @@ def durakv_cli(*args, timeout_s=300, env=None):
 DEBUG_ARGS = ("--enable-debug-command", "yes")
 
 
+def processes_on(path):
+    """Pids of the live processes whose command line names `path` (a cluster's NATS servers, nodes and proxy do:
+    their configuration files and data directories are under its directory)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(path).encode() in f.read():
+                    out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
 def terminate(proc):
     """Stops a process this test run started, by its pid: SIGTERM, then SIGKILL after 10 s."""
     if proc.poll() is None:

@@ -98,14 +98,20 @@ class TypedConnection:
 
 def wire(client, *args):
     """The exact bytes of the reply to one command, sent with the client's protocol."""
+    return wire_replies(client, [args])[0]
+
+
+def wire_replies(client, commands):
+    """The exact bytes of the replies to `commands` (each a list of arguments), sent together on one new
+    connection with the client's protocol."""
     kw = client.connection_pool.connection_kwargs
     with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
         f = s.makefile("rb")
         if kw.get("protocol") == 3:
             s.sendall(_encode(["HELLO", "3"]))
             _read_reply(f)
-        s.sendall(_encode(args))
-        return _read_reply(f)
+        s.sendall(b"".join(_encode(c) for c in commands))
+        return [_read_reply(f) for _ in commands]
 
 
 def is_resp3(client) -> bool:

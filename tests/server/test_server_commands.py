@@ -6,7 +6,7 @@ import pytest
 import valkey
 
 from conftest import wait_until
-from helpers.wire import _encode, _read_reply, wire
+from helpers.wire import wire, wire_replies
 
 
 def raw(port, payload: bytes, expect_close=False, timeout=5.0) -> bytes:
@@ -194,15 +194,8 @@ def test_whole_table_replies_are_the_tables_own_on_every_path(rr):
     docs = wire(rr, "COMMAND", "DOCS")
     assert docs == wire(rr, "COMMAND", "DOCS") == wire(rr, "COMMAND", "DOCS", *names)
     # in MULTI/EXEC: the kept bytes are one element of EXEC's array
-    kw = rr.connection_pool.connection_kwargs
-    with socket.create_connection((kw["host"], kw["port"]), timeout=10) as s:
-        f = s.makefile("rb")
-        if kw.get("protocol") == 3:
-            s.sendall(_encode(["HELLO", "3"]))
-            _read_reply(f)
-        s.sendall(_encode(["MULTI"]) + _encode(["COMMAND"]) + _encode(["PING"]) + _encode(["EXEC"]))
-        assert [_read_reply(f) for _ in range(3)] == [b"+OK\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n"]
-        assert _read_reply(f) == b"*2\r\n" + whole + b"+PONG\r\n"
+    assert wire_replies(rr, [["MULTI"], ["COMMAND"], ["PING"], ["EXEC"]]) == [
+        b"+OK\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n", b"*2\r\n" + whole + b"+PONG\r\n"]
     # a script sees the table as a Lua array of entries, the SET entry as it is
     assert rr.eval("return #redis.call('COMMAND')", 0) == len(names)
     assert rr.eval("for _, e in ipairs(redis.call('COMMAND')) do if e[1] == 'set' then return e[2] end end", 0) == -3
