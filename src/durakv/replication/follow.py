@@ -11,6 +11,7 @@ from ..logs import Recurring
 from ..recovery.loading import LoadStopped
 from .clock import monotonic_ms
 from .promotion import reexec
+from .retry import retry_transient
 
 log = logging.getLogger("durakv.replication")
 
@@ -251,7 +252,9 @@ class Follower:
     async def catch_up(self, timeout_s=30.0):
         """Waits until everything committed in the stream (as of now) is applied."""
         node = self.node
-        last = await node.journal.last_index()
+        # (a node restarting while its shard's new primary moves the stream's leader met a timeout here and did not
+        # start: the read is retried while NATS elects, as start-up's other requests are)
+        last = await retry_transient("reading the journal's end", node.journal.last_index, timeout_s=timeout_s)
         self.stream_last = last
         self.note_known(last)
         deadline = time.monotonic() + timeout_s
