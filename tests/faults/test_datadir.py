@@ -12,6 +12,7 @@ import pytest
 import valkey
 
 from conftest import ROOT, ServerProcess, free_port, wait_until
+from helpers.servers import processes_on
 
 
 def segments(data_dir):
@@ -210,18 +211,7 @@ def test_a_corrupt_newest_snapshot_falls_back_to_the_previous_one_and_its_journa
 # -- 4. the snapshot builder dies with its server and is never adopted -------------------------------------
 
 def builder_pids(data_dir):
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"durakv.recovery.builder" in cmd and os.fsencode(str(data_dir)) in cmd:
-            out.append(int(pid))
-    return out
+    return processes_on(data_dir, "durakv.recovery.builder")
 
 
 def test_killing_the_server_kills_its_snapshot_builder_and_nothing_is_adopted(server_factory, tmp_path):

@@ -103,19 +103,21 @@ def durakv_cli(*args, timeout_s=300, env=None):
 DEBUG_ARGS = ("--enable-debug-command", "yes")
 
 
-def processes_on(path):
+def processes_on(path, *also):
     """Pids of the live processes whose command line names `path` (a cluster's NATS servers, nodes and proxy do:
-    their configuration files and data directories are under its directory)."""
+    their configuration files and data directories are under its directory), and each of `also` too."""
+    needles = [os.fsencode(str(n)) for n in (path, *also)]
     out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if str(path).encode() in f.read():
-                    out.append(int(pid))
+                cmd = f.read()
         except OSError:
-            pass
+            continue
+        if all(n in cmd for n in needles):
+            out.append(int(pid))
     return out
 
 

@@ -99,14 +99,13 @@ class Env:
                "leaves both)"))
         own = cls(None, None, None, say, own_dir=d, keep=keep)
         try:
-            own.cluster = LocalCluster.up(os.path.join(d, "cluster"), shards=shards, durability=durability,
-                                          tls=tls, partitionable=partitionable,
-                                          extra_server_args=tuple(server_args), env=env, timeout_s=90.0)
+            # a start that failed or was interrupted stops whatever it started (up_or_down)
+            own.cluster = LocalCluster.up_or_down(os.path.join(d, "cluster"), shards=shards, durability=durability,
+                                                  tls=tls, partitionable=partitionable,
+                                                  extra_server_args=tuple(server_args), env=env, timeout_s=90.0)
             own.target = Target.from_cluster(own.cluster)
         except BaseException as exc:
-            # a start that failed or was interrupted: whatever it started is stopped, its data removed
-            if own.cluster is None and os.path.exists(os.path.join(d, "cluster", "manifest.json")):
-                own.cluster = LocalCluster.load(os.path.join(d, "cluster"))
+            # ... and its data is removed unless kept
             own.keep = False                # a half-started cluster is never left running
             own.close(keep_data=keep)
             if isinstance(exc, ClusterNotReady):
