@@ -169,14 +169,40 @@ class Target:
             c.close()
 
 
-class _Client:
-    """A client that is rebuilt (bootstrap rotated) after any error, with a short back-off."""
+# The pause before a client is rebuilt after an error: REBUILD_PAUSE_MIN_S, doubled at each error that follows
+# within REBUILD_CALM_S of the one before, up to REBUILD_PAUSE_MAX_S. A cluster client's construction is a
+# CLUSTER SLOTS, a COMMAND parsed into its table, a walk over the 16384 slots and new connections: 20-50 ms of
+# CPU. Rebuilt every 20 ms through a failover of a few seconds, each writer thread kept a core busy doing that
+# (57% of a test process's samples with the GIL during four failover test files, py-spy --gil), the time the
+# failover itself needed. The cap bounds how late a writer notices the cluster serving again: the
+# unavailability windows (acked.py) are measured to within it, and with several writers usually closer.
+REBUILD_PAUSE_MIN_S = 0.02
+REBUILD_PAUSE_MAX_S = 0.2
+REBUILD_CALM_S = 1.0
 
-    def __init__(self, target, timeout_s, stop):
+
+class _Client:
+    """A client that is rebuilt (bootstrap rotated) after any error, with a back-off that grows while the errors
+    keep coming (REBUILD_PAUSE_MIN_S .. REBUILD_PAUSE_MAX_S)."""
+
+    def __init__(self, target, timeout_s, stop, clock=time.monotonic):
         self.target, self.timeout_s, self.stop = target, timeout_s, stop
+        self.clock = clock
         self.c = None
         self.rotation = random.randrange(len(target.nodes))
         self.rebuilds = 0
+        self._pause_s = REBUILD_PAUSE_MIN_S
+        self._last_error_at = None
+
+    def pause_s(self) -> float:
+        """The pause after an error now: the minimum after a calm spell, else twice the last one (capped)."""
+        now = self.clock()
+        if self._last_error_at is None or now - self._last_error_at > REBUILD_CALM_S:
+            self._pause_s = REBUILD_PAUSE_MIN_S
+        else:
+            self._pause_s = min(self._pause_s * 2, REBUILD_PAUSE_MAX_S)
+        self._last_error_at = now
+        return self._pause_s
 
     def get(self, deadline=None):
         while self.c is None and not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
@@ -184,14 +210,14 @@ class _Client:
                 self.c = self.target.client(self.timeout_s, self.rotation)
             except Exception:  # noqa: BLE001 - no node reachable yet: try the next one
                 self.rotation += 1
-                self.stop.wait(0.05)
+                self.stop.wait(max(0.05, self.pause_s()))
         return self.c
 
     def broken(self):
         self.close()
         self.rotation += 1
         self.rebuilds += 1
-        self.stop.wait(0.02)
+        self.stop.wait(self.pause_s())
 
     def close(self):
         if self.c is not None:
