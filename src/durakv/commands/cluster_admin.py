@@ -287,6 +287,12 @@ def _check_ranges(args, start, error_text):
     return slots
 
 
+class _OwnerRefusal(CommandError):
+    """A slot word refused by the owners a topology shows (not by its arguments): this node's copy may be
+    behind the store's, which is asked before the refusal stands (_change_slots)."""
+    __slots__ = ()
+
+
 def _slot_list(topology, ranges, delete):
     """clusterAddSlots / clusterDelSlots's checks: each slot owned (DEL) or unowned (ADD), and named once."""
     seen = set()
@@ -295,9 +301,9 @@ def _slot_list(topology, ranges, delete):
         for s in range(a, b + 1):
             owner = topology.shard_by_slot[s]
             if delete and owner is None:
-                raise CommandError(messages.DELSLOTS_UNASSIGNED.format(s))
+                raise _OwnerRefusal(messages.DELSLOTS_UNASSIGNED.format(s))
             if not delete and owner is not None:
-                raise CommandError(messages.ADDSLOTS_BUSY.format(s))
+                raise _OwnerRefusal(messages.ADDSLOTS_BUSY.format(s))
             if s in seen:
                 raise CommandError(messages.ADDSLOTS_TWICE.format(s))
             seen.add(s)
@@ -315,14 +321,29 @@ def _my_shard(routing, args):
 def _change_slots(ctx, args, ranges, delete):
     routing, topology = _cluster(ctx)
     name = args[1].decode("utf-8", "replace").upper()
-    slots = _slot_list(topology, ranges, delete)
-    mine = _my_shard(routing, args)
-    if delete:
-        for s in slots:
-            if topology.shard_by_slot[s].id != mine.id:
-                raise CommandError(messages.CLUSTER_SLOT_OTHER_SHARD.format(s, topology.shard_by_slot[s].name))
-        return ctx.services.cluster.unassign_slots(name, slots, mine.id)
-    return ctx.services.cluster.assign_slots(name, slots, mine.id)
+    mine = routing.router.my_shard if routing.router is not None else None
+
+    def check(topology):
+        """The slots to change by `topology`'s owners, or Valkey's refusal (arguments first, as it checks)."""
+        slots = _slot_list(topology, ranges, delete)
+        if mine is None:
+            _refuse(args, messages.CLUSTER_ROLES_IN_STORE)
+        if delete:
+            for s in slots:
+                if topology.shard_by_slot[s].id != mine.id:
+                    raise _OwnerRefusal(messages.CLUSTER_SLOT_OTHER_SHARD.format(s, topology.shard_by_slot[s].name))
+        return slots
+    change = ctx.services.cluster.unassign_slots if delete else ctx.services.cluster.assign_slots
+    try:
+        slots = check(topology)
+    except _OwnerRefusal:
+        if mine is None:
+            raise
+        # This node's copy of the topology may be behind the store's: a DELSLOTS another node committed (and
+        # answered OK) reaches this one a moment later. The store's topology is the cluster's, so the change
+        # checks that copy, and Valkey's refusal stands only if it refuses too.
+        return change(name, None, mine.id, check=check)
+    return change(name, slots, mine.id)
 
 
 @command("cluster|addslots")

@@ -260,12 +260,13 @@ class Cluster:
         """CLUSTER CANCELSLOTMIGRATIONS: every move out of this node's shard, slot by slot."""
         raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
-    def assign_slots(self, name, slots, shard_id):
-        """CLUSTER ADDSLOTS(RANGE) / SETSLOT NODE of unowned slots: they become shard_id's."""
+    def assign_slots(self, name, slots, shard_id, check=None):
+        """CLUSTER ADDSLOTS(RANGE) / SETSLOT NODE of unowned slots: they become shard_id's. With check (slots
+        None), the slots are check(the store's topology), which raises the command's refusal."""
         raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
-    def unassign_slots(self, name, slots, shard_id):
-        """CLUSTER DELSLOTS(RANGE) / FLUSHSLOTS: shard_id's slots become nobody's."""
+    def unassign_slots(self, name, slots, shard_id, check=None):
+        """CLUSTER DELSLOTS(RANGE) / FLUSHSLOTS: shard_id's slots become nobody's (check: as assign_slots)."""
         raise CommandError(messages.CLUSTER_SUPPORT_DISABLED)
 
     def hand_over_slot(self, slot, shard_id):

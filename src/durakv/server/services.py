@@ -425,7 +425,9 @@ class ServerCluster(_Served, Cluster):
 
         def finished(task):
             exc = task.exception()
-            if exc is not None:
+            if isinstance(exc, CommandError):
+                d.resolve(ErrorReply(exc.text))     # the command's own refusal, decided on the store's copy
+            elif exc is not None:
                 d.resolve(ErrorReply(messages.CLUSTER_CHANGE_FAILED.format(exc)))
             elif done is not None:
                 done(task.result(), d)
@@ -460,19 +462,30 @@ class ServerCluster(_Served, Cluster):
             return revision
         return self._run_change(cancel())
 
-    def assign_slots(self, name, slots, shard_id):
+    def assign_slots(self, name, slots, shard_id, check=None):
         from ..cluster.reshard import assign_slots
-        node = self._store_node(name)
-        if shard_id != self._mine().id:
-            raise CommandError(messages.CLUSTER_OTHER_SHARD.format(name))
-        return self._run_change(assign_slots(node.store, slots, shard_id, shard_name=node.shard))
+        return self._change_slots(name, slots, shard_id, check, assign_slots)
 
-    def unassign_slots(self, name, slots, shard_id):
+    def unassign_slots(self, name, slots, shard_id, check=None):
         from ..cluster.reshard import unassign_slots
+        return self._change_slots(name, slots, shard_id, check, unassign_slots)
+
+    def _change_slots(self, name, slots, shard_id, check, change):
+        node = self.server.cluster_node
+        if check is not None and (node is None or node.store is None) and self.server.cluster_routing is not None:
+            # no store: this node's topology is the only one, and its refusal stands
+            check(self.server.cluster_routing.view())
         node = self._store_node(name)
         if shard_id != self._mine().id:
             raise CommandError(messages.CLUSTER_OTHER_SHARD.format(name))
-        return self._run_change(unassign_slots(node.store, slots, shard_id, shard_name=node.shard))
+
+        async def checked():
+            chosen = slots
+            if check is not None:
+                topology, _revision = await node.store.get_topology()
+                chosen = check(topology)     # CommandError: Valkey's refusal by the store's owners
+            return await change(node.store, chosen, shard_id, shard_name=node.shard)
+        return self._run_change(checked())
 
     def hand_over_slot(self, slot, shard_id):
         from ..cluster.reshard import node_mark_migrations
