@@ -20,6 +20,20 @@ class _Clock:
         return self.now
 
 
+class _Stop:
+    """The workload's stop event: never set; a wait moves the clock on and is recorded."""
+
+    def __init__(self, clock):
+        self.clock, self.waits = clock, []
+
+    def wait(self, seconds):
+        self.waits.append(seconds)
+        self.clock.now += seconds
+
+    def is_set(self):
+        return False
+
+
 def test_pauses_double_while_errors_follow_each_other_and_reset_after_a_calm_spell():
     clock = _Clock()
     client = _Client(_Target(), 1.0, threading.Event(), clock=clock)
@@ -35,34 +49,18 @@ def test_pauses_double_while_errors_follow_each_other_and_reset_after_a_calm_spe
 
 def test_broken_waits_the_grown_pause_and_counts_the_rebuild():
     clock = _Clock()
-    waits = []
-
-    class Stop:
-        def wait(self, seconds):
-            waits.append(seconds)
-            clock.now += seconds
-
-        def is_set(self):
-            return False
-    client = _Client(_Target(), 1.0, Stop(), clock=clock)
+    stop = _Stop(clock)
+    client = _Client(_Target(), 1.0, stop, clock=clock)
     for _ in range(4):
         client.broken()
-    assert waits == [0.02, 0.04, 0.08, 0.16]
+    assert stop.waits == [0.02, 0.04, 0.08, 0.16]
     assert client.rebuilds == 4
 
 
 def test_a_failed_build_backs_off_too():
     clock = _Clock()
-    waits = []
+    stop = _Stop(clock)
     built = []
-
-    class Stop:
-        def wait(self, seconds):
-            waits.append(seconds)
-            clock.now += seconds
-
-        def is_set(self):
-            return False
 
     class Target(_Target):
         def client(self, timeout_s, rotation):
@@ -70,7 +68,7 @@ def test_a_failed_build_backs_off_too():
             if len(built) < 5:
                 raise ConnectionRefusedError("no node yet")
             return "a client"
-    client = _Client(Target(), 1.0, Stop(), clock=clock)
+    client = _Client(Target(), 1.0, stop, clock=clock)
     assert client.get() == "a client"
-    assert waits == [0.05, 0.05, 0.08, 0.16]           # never under the build's own 50 ms
+    assert stop.waits == [0.05, 0.05, 0.08, 0.16]           # never under the build's own 50 ms
     assert built == [built[0] + i for i in range(5)]   # each attempt bootstraps from the next node
