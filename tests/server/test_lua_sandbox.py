@@ -190,22 +190,11 @@ def test_memory_limit_binds_functions_too(small_lua):
     assert c.call("FCALL", "grow", "0", "10") == 10
 
 
-@pytest.fixture
-def tiny_lua(server_factory):
-    """A VM bounded at 4 MB: each unbounded loop below meets the limit after about a quarter of the callbacks
-    it makes at 16 MB (the test took 9.2 s at 16 MB, 1.75 s at 4 MB, both beside two CPU burners); the 100 KB
-    reply still fits, the 20 MB one does not."""
-    srv = server_factory("--lua-memory-limit", "4mb")
-    c = RawConn(srv.port, timeout_s=300)
-    yield srv, c
-    c.close()
-
-
-def test_memory_limit_at_the_edge_of_every_callback(tiny_lua):
+def test_memory_limit_at_the_edge_of_every_callback(small_lua):
     """What a Python callback hands a script (a reply, an error, a library result) must never meet the
     limit inside lupa's glue, where it would abort or deadlock the process: each of these scripts ends with
     Lua's out-of-memory error and the server answers the next command."""
-    _, c = tiny_lua
+    _, c = small_lua
     c.call("SET", "big", "v" * 20_000_000)
     c.call("SET", "mid", "m" * 100_000)
     loops = [
