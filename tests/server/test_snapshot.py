@@ -26,6 +26,7 @@ from durakv.snapshot.format import (CHUNK, SnapshotCorrupt, list_snapshots, load
                                     newest_valid_snapshot, read_header, score_text, snapshot_path,
                                     verify_snapshot, write_snapshot)
 from helpers.replay import dump
+from helpers.servers import processes_on
 
 from conftest import ROOT  # noqa: E402 - the repository, wherever this file sits under tests/
 NOW = 1_700_000_000_000
@@ -692,19 +693,7 @@ def _builder_env(**extra):
     return env
 
 
-def _pids_of(marker):
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if marker.encode() in cmd and b"durakv.recovery.builder" in cmd:
-            out.append(int(pid))
-    return out
+BUILDER = "durakv.recovery.builder"     # in the snapshot builder's command line
 
 
 @pytest.mark.parametrize("how", ["pdeathsig", "pipe"])
@@ -731,9 +720,9 @@ def test_builder_dies_with_the_process_that_started_it(tmp_path, how):
     parent = subprocess.Popen([sys.executable, "-c", starter, str(tmp_path), out], stdout=subprocess.PIPE, env=env)
     try:
         builder_pid = int(parent.stdout.readline())
-        wait_until(lambda: builder_pid in _pids_of(out), 20, what="the builder to run")
+        wait_until(lambda: builder_pid in processes_on(out, BUILDER), 20, what="the builder to run")
     finally:
         parent.kill()
         parent.wait(timeout=20)
-    wait_until(lambda: builder_pid not in _pids_of(out), 20, what="the builder to exit with its parent")
+    wait_until(lambda: builder_pid not in processes_on(out, BUILDER), 20, what="the builder to exit with its parent")
     assert not os.path.exists(out)
