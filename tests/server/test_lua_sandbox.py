@@ -15,7 +15,7 @@ import time
 import hiredis
 import pytest
 
-from conftest import wait_until
+from conftest import scaled, wait_until
 from helpers.lua import RawConn, as_vector_reply, mismatches
 
 
@@ -158,7 +158,7 @@ def _peak_rss_kb(pid):
 
 @pytest.fixture
 def small_lua(server_factory):
-    srv = server_factory("--lua-memory-limit", "16mb")
+    srv = server_factory("--lua-memory-limit", "4mb")
     c = RawConn(srv.port, timeout_s=300)
     yield srv, c
     c.close()
@@ -174,7 +174,7 @@ def test_memory_limit_answers_lua_out_of_memory(small_lua):
         [b"false", b"not enough memory"]
     script = "local t = {} for i = 1, 1e8 do t[i] = i end return #t"
     assert str(c.call("EVAL", script, "0")) == "ERR Error running script %s, not enough memory" % sha(script)
-    assert c.call("CONFIG", "GET", "lua-memory-limit") == [b"lua-memory-limit", b"16777216"]
+    assert c.call("CONFIG", "GET", "lua-memory-limit") == [b"lua-memory-limit", b"4194304"]
     assert c.call("PING") == b"PONG"
 
 
@@ -222,6 +222,28 @@ def test_memory_limit_at_the_edge_of_every_callback(small_lua):
     assert c.call("EVAL", "local ok, e = pcall(redis.call, 'get', 'big') return {tostring(ok), e}", "0") == \
         [b"false", b"not enough memory"]
     assert c.call("EVAL", "return #redis.call('get', 'mid')", "0") == 100_000
+
+
+def test_small_memory_limits_never_hang_a_callback_push(server_factory):
+    """A callback's result pushed near a small limit: the new string can make Lua double its string table,
+    which the room made for the result alone did not hold, and the failure longjmped out of lupa's glue and
+    left the server deadlocked. On the main before the fix, `struct.pack` at 1 MB hung every run and
+    `sha1hex` at 4 MB most runs. Each small limit here ends in Lua's out-of-memory error, and the server
+    answers the next command."""
+    srv = server_factory()
+    c = RawConn(srv.port, timeout_s=scaled(60))
+    try:
+        bodies = ["t[i] = struct.pack('>d', i)", "t[i] = redis.sha1hex(i)", "t[i] = redis.call('echo', i)",
+                  "t[i] = bit.tohex(i)"]
+        for limit_kb in (1024, 1280, 1536, 4096):
+            assert c.call("CONFIG", "SET", "lua-memory-limit", str(limit_kb * 1024)) == b"OK"
+            for body in bodies:
+                script = "local t = {} for i = 1, 1e8 do %s end return 'unbounded'" % body
+                assert str(c.call("EVAL", script, "0")) == \
+                    "ERR Error running script %s, not enough memory" % sha(script), (limit_kb, body)
+                assert c.call("PING") == b"PONG"
+    finally:
+        c.close()
 
 
 def test_memory_limit_config(small_lua):

@@ -94,8 +94,14 @@ class _Budget:
     * a script starts with S = L - reserve, and what lupa enforces (`current`) never exceeds the ceiling
       C = L - _FLOOR while Lua code runs;
     * before a callback creates Lua values (a reply's tables, the strings lupa pushes for its result) it
-      asks room(n): past C the script gets Lua's out-of-memory error instead, else the limit is raised
-      just enough for that glue (the script, already near its limit, gets nothing more);
+      asks room(n): past C the script gets Lua's out-of-memory error instead. Else, when the limit might not
+      hold the glue's allocations, it is lifted for them and `lifted[1]` is set; the prelude calls every
+      callback through `settle`, which tightens the limit back to max(S, used) before script code runs
+      again (the script, already near its limit, gets nothing more). The glue allocates more than the n
+      bytes of its values: a new string may make Lua grow its string table to twice its size, and a
+      collector step may shrink that table or the string buffer. Each reallocation is bounded by what the
+      VM holds already, so the limit is lifted to used + n + used (measured: raising it to just used + n
+      deadlocked the server on `t[i] = struct.pack('>d', i)` at a 1 MB limit, every run);
     * raising into Lua lifts the limit by _RAISE_BYTES (under L, as C leaves _FLOOR) for the exception's
       userdata; the first Lua code to see the error unwraps it (unwrap), which tightens the limit back to
       max(S, used) before any script code runs again;
@@ -103,7 +109,8 @@ class _Budget:
       long (LuaEngine._grow_registry) and taking a ref never allocates.
     """
 
-    __slots__ = ("rt", "limit", "script_limit", "ceiling", "current", "active", "bounded", "_used")
+    __slots__ = ("rt", "limit", "script_limit", "ceiling", "current", "active", "bounded", "_used", "lifted",
+                 "_is_lifted")
 
     def __init__(self, rt, bounded=True):
         self.rt = rt
@@ -111,6 +118,8 @@ class _Budget:
         self.active = False
         self.bounded = bounded
         self._used = rt.get_memory_used
+        self.lifted = rt.table_from([False])   # {false}: setting [1] later reuses the slot, allocating nothing
+        self._is_lifted = False
 
     def script(self):
         """Entering Lua to run script code."""
@@ -123,12 +132,14 @@ class _Budget:
         self.script_limit = max(limit - reserve, 1)
         self.ceiling = max(limit - _FLOOR, self.script_limit)
         self.active = True
+        self._lower()
         self.current = self.script_limit
         self.rt.set_max_memory(self.current, total=True)
 
     def off(self):
         """Python drives the runtime again."""
         self.active = False
+        self._lower()
         if self.bounded:
             self.rt.set_max_memory(_NO_LIMIT)
 
@@ -140,23 +151,35 @@ class _Budget:
             self.current = limit
             self.rt.set_max_memory(limit, total=True)
 
+    def _lower(self):
+        if self._is_lifted:
+            self._is_lifted = False
+            self.lifted[1] = False
+
     # -- inside a Python callback -------------------------------------------------------------------
     def room(self, nbytes: int):
         """Before Python creates nbytes (an upper bound) of Lua values or lupa pushes them."""
         if self.active:
-            need = self._used(True) + nbytes
-            if need > self.current:
-                if need > self.ceiling:
-                    raise_lua(OUT_OF_MEMORY)
-                self._set(need)
+            used = self._used(True)
+            need = used + nbytes
+            if need > self.ceiling:
+                raise_lua(OUT_OF_MEMORY)
+            top = need + used     # the string table's or buffer's reallocation on top (see the class)
+            if top > self.current:
+                self._set(top)
+                if not self._is_lifted:
+                    self._is_lifted = True
+                    self.lifted[1] = True
 
     def raising(self):
         if self.active:
             self._set(max(self.current, min(self.limit, self.used() + _RAISE_BYTES)))
 
     def tighten(self):
-        """Script code runs again after an error: no more than S (or what it already holds)."""
+        """Script code runs again (after an error, or after a callback lifted the limit): no more than S
+        (or what it already holds)."""
         if self.active:
+            self._lower()
             self._set(max(self.script_limit, self.used()))
 
 
@@ -165,8 +188,8 @@ def _glue_bytes(v) -> int:
     t = type(v)
     if t is bytes:
         return len(v) + 64
-    if t is tuple:
-        return sum(_glue_bytes(x) for x in v)
+    if t is tuple:   # 16 per value: the TValue slots lupa may grow the Lua stack for
+        return sum(16 + _glue_bytes(x) for x in v)
     if t is str:
         return 4 * len(v) + 64
     return 0
@@ -366,6 +389,7 @@ class LuaEngine:
             b"jdecode": g(self._py_jdecode), b"register": g(self._py_register), b"bit": g(bit_op),
             b"bitarg": g(bit_arg), b"struct": g(self._struct), b"mpdouble": g(mp_double),
             b"mpfloat": g(mp_float_value), b"tighten": self._budget.tighten, b"leave": self._budget.off,
+            b"lifted": self._budget.lifted,
         })
         versions = rt.table_from({
             b"REDIS_VERSION": REDIS_COMPAT_VERSION.encode(), b"REDIS_VERSION_NUM": _version_num(REDIS_COMPAT_VERSION),

@@ -44,9 +44,23 @@ local STRING_MT = getmetatable("")
 local PYMT = getmetatable(py.call)   -- lupa's metatable of Python objects: a C function in Valkey has none
 local real_type = type
 
-local py_interrupt, py_rand, py_srand, py_jdecode = py.interrupt, py.rand, py.srand, py.jdecode
 -- lua-memory-limit (lua.py _Budget): tighten after a caught error, leave before returning to Python
 local py_tighten, py_leave = py.tighten, py.leave
+-- A callback near the limit lifts it for lupa's push of its result (_Budget.room sets LIFTED[1]); every
+-- callback is called through settle, which puts the limit back before any script code runs again.
+local LIFTED = py.lifted
+local function settle(...)
+  if LIFTED[1] then py_tighten() end
+  return ...
+end
+local function settled(f)
+  return function(...) return settle(f(...)) end
+end
+for name, f in next, py do
+  if f ~= py_tighten and f ~= py_leave and f ~= LIFTED then py[name] = settled(f) end
+end
+
+local py_interrupt, py_rand, py_srand, py_jdecode = py.interrupt, py.rand, py.srand, py.jdecode
 local py_register = py.register
 
 -- errors raised by Python callbacks reach Lua as the Python exception; this gives back the Lua value
