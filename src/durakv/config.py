@@ -635,8 +635,9 @@ OPTIONS = [
            help="Debug: delay per key while an RDB export for SYNC or a BGSAVE snapshot is written, in "
                 "microseconds (negative -N: 1 us with probability 1/N); runs in the exporting child only"),
     Option("key-load-delay", 0, _int(INT_MIN, INT_MAX), hidden=True,
-           help="Debug: delay per entry while the dataset loads at start-up (snapshot and journal replay), in "
-                "microseconds (negative -N: 1 us with probability 1/N)"),
+           help="Debug: delay per entry while a dataset loads (start-up's snapshot and journal replay, a shard "
+                "member's snapshot, a REPLICAOF sync's RDB), in microseconds (negative -N: 1 us with probability "
+                "1/N)"),
     Option("watchdog-period", 0, _int(0, INT_MAX), hidden=True,
            help="Debug: when the event loop is stuck longer than this many milliseconds, log WATCHDOG TIMER "
                 "EXPIRED with the main thread's stack (0: off)"),

@@ -21,6 +21,10 @@ LOADING_TEXT = "Valkey is loading the dataset in memory"
 # Valkey's INFO persistence ends with these while it loads (server.c genValkeyInfoString), in this order
 LOADING_FIELDS = ["loading_start_time", "loading_total_bytes", "loading_rdb_used_mem", "loading_loaded_bytes",
                   "loading_loaded_perc", "loading_eta_seconds"]
+# key-load-delay / rdb-key-save-delay per entry: 3,000 entries take at least 3 s to load (or to save), long enough to
+# watch the load move, and 5,000 outlast a 2 s repl-timeout with room, on any machine (a sleep is never shorter).
+# Valkey's own replication tests slow their loads so; these tests loaded 300,000 keys instead.
+LOAD_DELAY_US = 1000
 
 
 class Raw:
@@ -108,18 +112,19 @@ def check_progress_fields(samples):
 
 
 def test_a_restart_answers_while_it_loads_in_slices(server_factory):
-    """A standalone server restarted on a dataset of 300,000 keys (a snapshot, plus 30,000 keys journaled after
-    it: large entries, replayed one command at a time) listens at once and answers while it loads: -LOADING to
+    """A standalone server restarted on a dataset of 3,000 keys (a snapshot, plus 300 keys journaled after it:
+    a large entry, replayed one command at a time), each load step slowed by key-load-delay (Valkey's tests slow
+    their loads so, rather than load a large dataset), listens at once and answers while it loads: -LOADING to
     PING and GET, INFO showing the progress move, CONFIG SET durability and DEBUG POPULATE refused (a write
     before the journal is open would be lost). Then every key is there. Before, the server listened only after
     the whole load, so nothing was answered during it."""
-    srv = server_factory("--durability", "sync")
+    srv = server_factory("--durability", "sync", "--key-load-delay", str(LOAD_DELAY_US))
     c = srv.client(socket_timeout=120)
-    c.execute_command("DEBUG", "POPULATE", 300000, "key", 20)
+    c.execute_command("DEBUG", "POPULATE", 3000, "key", 20)
     c.bgsave()
     wait_until(lambda: c.info("persistence")["rdb_bgsave_in_progress"] == 0 and
                c.info("persistence")["rdb_last_bgsave_status"] == "ok", 120, what="the snapshot")
-    c.execute_command("DEBUG", "POPULATE", 30000, "late", 20)
+    c.execute_command("DEBUG", "POPULATE", 300, "late", 20)
     c.close()
     srv.stop()
     srv.start(wait=False)
@@ -136,9 +141,9 @@ def test_a_restart_answers_while_it_loads_in_slices(server_factory):
         check_progress_fields(samples)
         assert "loading_total_bytes" not in conn.info("persistence")     # the fields end with the load
         assert conn.call("PING") == b"PONG"
-        assert conn.call("DBSIZE") == 330000
-        assert conn.call("GET", "key:299999") == b"value:299999" + bytes(8)
-        assert conn.call("GET", "late:29999") == b"value:29999" + bytes(9)
+        assert conn.call("DBSIZE") == 3300
+        assert conn.call("GET", "key:2999") == b"value:2999" + bytes(10)
+        assert conn.call("GET", "late:299") == b"value:299" + bytes(11)
         assert conn.call("CONFIG", "GET", "durability") == [b"durability", b"sync"]
     finally:
         conn.close()
@@ -147,9 +152,9 @@ def test_a_restart_answers_while_it_loads_in_slices(server_factory):
 def test_shutdown_while_loading_stops_the_load(server_factory):
     """SHUTDOWN during the load is answered (its connection closes) and the process exits without finishing the
     load, as Valkey exits when asked during a load; the data is loaded in full by the next start."""
-    srv = server_factory("--durability", "sync")
+    srv = server_factory("--durability", "sync", "--key-load-delay", str(LOAD_DELAY_US))
     c = srv.client(socket_timeout=120)
-    c.execute_command("DEBUG", "POPULATE", 300000, "key", 20)
+    c.execute_command("DEBUG", "POPULATE", 3000, "key", 20)
     c.close()
     srv.stop()
     srv.start(wait=False)
@@ -164,7 +169,7 @@ def test_shutdown_while_loading_stops_the_load(server_factory):
     srv.start(wait=False)
     srv.wait_ready(timeout_s=120)   # the whole load, on a machine that may be busy (PING is -LOADING until then)
     with srv.client() as c:
-        assert c.dbsize() == 300000
+        assert c.dbsize() == 3000
 
 
 def test_pfselftest_leaves_the_loop_to_other_clients(server_factory):
@@ -204,11 +209,12 @@ def test_a_replica_stores_its_snapshot_while_it_follows_and_answers(local_cluste
     store (INFO rdb_bgsave_in_progress:1, as Valkey's BGSAVE) it applies a write the primary made meanwhile and
     serves it. Before, the image was written on the loop: nothing was applied or answered until it was done."""
     cluster = local_cluster(durability="sync",
-                            extra_server_args=("--replica-snapshot-interval-ms", "0", *DEBUG_ARGS))
+                            extra_server_args=("--replica-snapshot-interval-ms", "0",
+                                               "--rdb-key-save-delay", str(LOAD_DELAY_US), *DEBUG_ARGS))
     primary = cluster.primary(0)
     replica = cluster.replicas(0)[0]
     with valkey.Valkey(port=primary.port, socket_timeout=120) as p:
-        p.execute_command("DEBUG", "POPULATE", 300000, "key", 20)
+        p.execute_command("DEBUG", "POPULATE", 5000, "key", 20)
         target = int(p.info("replication")["master_repl_offset"])
         with valkey.Valkey(port=replica.port, socket_timeout=120) as r:
             wait_until(lambda: int(r.info("replication")["slave_repl_offset"]) >= target, 120,
@@ -227,16 +233,18 @@ def test_a_replica_stores_its_snapshot_while_it_follows_and_answers(local_cluste
 
 @pytest.mark.long_pole(25)     # seconds on the 2-core machine: xdist starts it first
 def test_a_rejoining_replica_answers_and_is_heard_while_it_loads(local_cluster):
-    """A replica killed and restarted loads the newest snapshot (300,000 keys) and the journal after it in slices:
+    """A replica killed and restarted loads the newest snapshot (5,000 keys, key-load-delay) and the journal after
+    it in slices:
     it answers INFO with the load moving (loading:1, Valkey's loading_* fields), GET with -LOADING, and the
     primary hears its heartbeats (it lists it again) while it is still loading the snapshot; then it serves every
     key. Before, the snapshot was applied in one go: no answer, no heartbeat until it was done."""
     cluster = local_cluster(durability="sync",
-                            extra_server_args=("--replica-snapshot-interval-ms", "0", *DEBUG_ARGS))
+                            extra_server_args=("--replica-snapshot-interval-ms", "0",
+                                               "--key-load-delay", str(LOAD_DELAY_US), *DEBUG_ARGS))
     primary = cluster.primary(0)
     keeper, victim = cluster.replicas(0)[:2]
     with valkey.Valkey(port=primary.port, socket_timeout=120) as p:
-        p.execute_command("DEBUG", "POPULATE", 300000, "key", 20)
+        p.execute_command("DEBUG", "POPULATE", 5000, "key", 20)
         target = int(p.info("replication")["master_repl_offset"])
         wait_until(lambda: int(_info(keeper.port, "replication")["slave_repl_offset"]) >= target, 120,
                    what="the replica caught up")
@@ -279,8 +287,8 @@ def test_a_rejoining_replica_answers_and_is_heard_while_it_loads(local_cluster):
             assert others <= {"CLUSTERDOWN", "MASTERDOWN"}, refusals
             assert heard_while_loading_snapshot, "the primary did not list the replica while it loaded"
             wait_until(lambda: conn.info("replication")["durakv_phase"] == "following", 60, what="following")
-            assert conn.call("DBSIZE") == 300200
-            assert conn.call("GET", "key:299999") == b"value:299999" + bytes(8)
+            assert conn.call("DBSIZE") == 5200
+            assert conn.call("GET", "key:4999") == b"value:4999" + bytes(10)
             assert conn.call("GET", "after:199") == b"199"
         finally:
             conn.close()
@@ -289,9 +297,9 @@ def test_a_rejoining_replica_answers_and_is_heard_while_it_loads(local_cluster):
 @pytest.mark.parametrize("durability", ["none"])
 def test_a_server_without_journal_loads_its_snapshot_in_slices(server_factory, durability):
     """durability none: the snapshot alone (written by SAVE from memory), loaded in slices as well."""
-    srv = server_factory("--durability", durability)
+    srv = server_factory("--durability", durability, "--key-load-delay", str(LOAD_DELAY_US))
     c = srv.client(socket_timeout=120)
-    c.execute_command("DEBUG", "POPULATE", 300000, "key", 20)
+    c.execute_command("DEBUG", "POPULATE", 3000, "key", 20)
     c.save()
     c.close()
     srv.stop()
@@ -301,7 +309,7 @@ def test_a_server_without_journal_loads_its_snapshot_in_slices(server_factory, d
         first = conn.info("persistence")
         assert first["loading"] == "1"
         check_progress_fields([first] + watch_load(conn))
-        assert conn.call("DBSIZE") == 300000
+        assert conn.call("DBSIZE") == 3000
     finally:
         conn.close()
 
@@ -309,17 +317,17 @@ def test_a_server_without_journal_loads_its_snapshot_in_slices(server_factory, d
 @pytest.mark.long_pole(30)     # seconds on the 2-core machine: xdist starts it first
 def test_a_long_replicaof_load_keeps_the_link(redis_server, server_factory):
     """REPLICAOF from a redis-server with repl-timeout 2: the primary counts the replica online once the RDB is sent
-    and drops one it heard nothing from for that long; the load (300,000 keys) takes longer. The replica sends a
-    newline every second while it loads, as Valkey's replica does, so one full sync is enough and the link comes
-    up. Before, the primary dropped it after every load and it synced again and again."""
+    and drops one it heard nothing from for that long; the load (5,000 keys, key-load-delay) takes longer. The
+    replica sends a newline every second while it loads, as Valkey's replica does, so one full sync is enough and
+    the link comes up. Before, the primary dropped it after every load and it synced again and again."""
     port, src = redis_server("--repl-diskless-sync", "no", "--repl-timeout", "2", "--enable-debug-command", "local")
-    src.execute_command("DEBUG", "POPULATE", 300000, "key", 20)
-    srv = server_factory("--durability", "sync")
+    src.execute_command("DEBUG", "POPULATE", 5000, "key", 20)
+    srv = server_factory("--durability", "sync", "--key-load-delay", str(LOAD_DELAY_US))
     with srv.client(socket_timeout=60) as c:
         c.execute_command("REPLICAOF", "127.0.0.1", port)
         wait_until(lambda: c.execute_command("ROLE")[3] == b"connected", 120, what="the link up")
         src.set("after", "the load")
         wait_until(lambda: c.get("after") == b"the load", 30, what="the stream")
-        assert c.dbsize() == 300001
+        assert c.dbsize() == 5001
         assert src.info("stats")["sync_full"] == 1
         c.execute_command("REPLICAOF", "NO", "ONE")

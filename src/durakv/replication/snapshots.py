@@ -72,8 +72,8 @@ class Snapshotter:
             saved = ks.expire_enabled
             ks.expire_enabled = False
             try:
-                await node.follower.slicer.run(load_snapshot_steps(path, ks, self.server.apply_effect, progress,
-                                                           count_total=False))
+                apply = self.server.delayed_load(self.server.apply_effect)
+                await node.follower.slicer.run(load_snapshot_steps(path, ks, apply, progress, count_total=False))
             finally:
                 ks.expire_enabled = saved
             size = os.path.getsize(path)
@@ -131,7 +131,8 @@ class Snapshotter:
             # Written by a forked child from memory as it is now (as Valkey's BGSAVE forks): the loop goes on
             # applying entries and answering clients while the image is encoded, and the store reads the file
             # in chunks on a worker thread (nats-py's object store), never the whole of it in the loop.
-            size = await write_snapshot_forked(path, self.server.keyspace, index, forked=self.server.note_fork)
+            size = await write_snapshot_forked(path, self.server.keyspace, index, forked=self.server.note_fork,
+                                               key_save_delay_us=self.server.config["rdb-key-save-delay"])
             with open(path, "rb") as f:
                 await node.store.put_snapshot(self.shard, index, epoch, f)
         finally:

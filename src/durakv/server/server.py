@@ -548,12 +548,7 @@ class Server:
         started = time.monotonic()
         slicer = Slicer(stop=self.shutdown_event.is_set)
         self.keyspace.expire_enabled = False
-        apply = self._replay_effect
-        delay_us = self.config["key-load-delay"]
-        if delay_us:
-            def apply(db_id, argv, apply=apply):   # key-load-delay: slows loading for tests that watch it
-                debug_delay(delay_us)
-                apply(db_id, argv)
+        apply = self.delayed_load(self._replay_effect)
         self.hooks.search.pause()             # indexes are built once the data is in, in the background
         try:
             snap_index, last_index = await slicer.run(recover_steps(self.dir, self.keyspace, apply,
@@ -616,6 +611,19 @@ class Server:
         if more:
             self._backfill_scheduled = True
             self.loop.call_soon(self._backfill_tick)
+
+    def delayed_load(self, apply):
+        """apply, preceded by key-load-delay's pause when it is set: every load of a dataset (start-up's snapshot
+        and journal, a shard member's snapshot, a REPLICAOF sync's RDB) pauses per entry, as Valkey's rdbLoad
+        does per key, so that a test can watch a load in progress without loading a large dataset."""
+        delay_us = self.config["key-load-delay"]
+        if not delay_us:
+            return apply
+
+        def delayed(*args):
+            debug_delay(delay_us)
+            return apply(*args)
+        return delayed
 
     def _replay_effect(self, db_id, argv):
         """One effect of start-up's snapshot or journal, uncounted: replayed commands are not client commands

@@ -301,6 +301,7 @@ class ValkeyReplicaLink:
         apply = self._apply
         apply([b"FLUSHALL"])
         apply([b"FUNCTION", b"FLUSH"])
+        restore = server.delayed_load(apply)
         selected, keys = None, 0
         with open(path, "rb", buffering=0) as f:
             def read(n):
@@ -314,7 +315,7 @@ class ValkeyReplicaLink:
                     if db_id != selected:
                         apply([b"SELECT", b"%d" % db_id])
                         selected = db_id
-                    apply([b"RESTORE", key, b"%d" % (expire_at_ms or 0), payload, b"REPLACE", b"ABSTTL"])
+                    restore([b"RESTORE", key, b"%d" % (expire_at_ms or 0), payload, b"REPLACE", b"ABSTTL"])
                     keys += 1
                 elif kind == "function":
                     apply([b"FUNCTION", b"LOAD", b"REPLACE", rec[1]])

@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 
+from ..config import debug_delay
 from .format import write_snapshot_file
 
 _PR_SET_PDEATHSIG = 1
@@ -105,14 +106,18 @@ def watch_exit(loop, pid, callback):
     return cancel
 
 
-async def write_snapshot_forked(path, keyspace, index: int, journal_follows=False, forked=None) -> int:
+async def write_snapshot_forked(path, keyspace, index: int, journal_follows=False, forked=None,
+                                key_save_delay_us=0) -> int:
     """write_snapshot_file(path, keyspace, index) in a forked child: the image is memory at the moment of the
     call, whatever the loop changes while the child writes. Returns the file's size; raises (the file removed)
     an OSError naming path if the child's write failed (a full disk), else ChildFailed if the child failed.
-    forked(usec): told how long the fork took. Cancelled, it kills the child."""
+    forked(usec): told how long the fork took. key_save_delay_us: rdb-key-save-delay, waited in the child before
+    each key. Cancelled, it kills the child."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    pid, fork_usec = fork_child(lambda: write_snapshot_file(path, keyspace, index, journal_follows=journal_follows))
+    on_key = (lambda: debug_delay(key_save_delay_us)) if key_save_delay_us else None
+    pid, fork_usec = fork_child(lambda: write_snapshot_file(path, keyspace, index, journal_follows=journal_follows,
+                                                            on_key=on_key))
     if forked is not None:
         forked(fork_usec)
     cancel = watch_exit(loop, pid, lambda code: done.done() or done.set_result(code))
