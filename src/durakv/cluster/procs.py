@@ -120,7 +120,7 @@ class ProcessControl:
             ports = [v for v in p.ports.values() if isinstance(v, int)]
             if ports:
                 first[p.name] = ports[0]   # the client port (the proxy: its control port)
-        owners = ports_owners(set(first.values())) if first else {}
+        owners = ports_owners(set(first.values()), expected=[p.pid for p in procs]) if first else {}
         out = {}
         for p in procs:
             for pid in owners.get(first.get(p.name), []):
