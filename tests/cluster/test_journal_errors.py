@@ -8,7 +8,7 @@ import time
 
 import valkey
 
-from conftest import DEBUG_ARGS, wait_until
+from conftest import DEBUG_ARGS, scaled, wait_until
 from helpers.diskfull import server_on_full_disk
 from durakv.journal.codec import encode_effects
 from durakv.journal.jetstream import EPOCH_HEADER, EXPECTED_LAST, EXPECTED_STREAM, stream_name, subject_name
@@ -199,19 +199,32 @@ def test_local_journal_failure_with_ttl_keys_neither_reloads_each_tick_nor_refus
 
 def test_a_primary_whose_append_stalls_past_the_bound_steps_down(local_cluster):
     """journal-append-stall-ms bounds how long a primary keeps its lease while its oldest append is
-    unacknowledged. With the bound at 1 ms every append is 'stalled': the primary steps down at its first write
-    (never acknowledging it), a replica takes over, and the shard takes new writes (the restarted node has the
-    default bound again)."""
+    unacknowledged. The cluster's NATS servers are paused (SIGSTOP), so no append can be acknowledged: with the
+    bound at 200 ms the primary steps down on its own clock meanwhile, and its client's write is never
+    acknowledged. Resumed, a replica takes over and the shard takes new writes (the restarted node has the
+    default bound again). (The test set the bound to 1 ms with NATS running: on tmpfs an append can be
+    acknowledged within that millisecond, before the bound's timer, and a run found the write acknowledged.)"""
     cluster = local_cluster(durability="sync")
     old = cluster.primary(0)
-    with valkey.Valkey(port=old.port, socket_timeout=10) as c:
+
+    def stepped_down():
+        return "journal appends unacknowledged for" in open(old.log, errors="replace").read()
+    with valkey.Valkey(port=old.port, socket_timeout=scaled(30)) as c:
         assert c.info("durability")["journal_append_stall_ms"] == 20000
-        assert c.config_set("journal-append-stall-ms", "1") is True
+        assert c.config_set("journal-append-stall-ms", "200") is True
+        paused = []
         try:
-            c.set("k", "v")
-            acknowledged = True
-        except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
-            acknowledged = False
-        assert not acknowledged, "a write was acknowledged by a primary past its stall bound"
+            for n in cluster.nats:
+                assert cluster.pause(n.name)
+                paused.append(n.name)
+            try:
+                c.set("k", "v")
+                acknowledged = True
+            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+                acknowledged = False
+            wait_until(stepped_down, 30, what="the primary stepping down on the stalled append")
+        finally:
+            for name in paused:
+                cluster.resume(name)
+        assert not acknowledged, "a write was acknowledged while no journal server ran"
     _wait_serving_again(cluster)
-    assert "journal appends unacknowledged for" in open(old.log, errors="replace").read()
