@@ -7,6 +7,7 @@ failover) and the shard takes new writes at once.
 All against real processes over real sockets with valkey-py; the heavy cases are bounded by polls with
 deadlines, never by an upper time bound."""
 
+import functools
 import random
 import signal
 import threading
@@ -25,7 +26,9 @@ PIPE_SETS = 20_000
 PIPE_VALUE_BYTES = 4096
 
 
+@functools.lru_cache(maxsize=len(LARGE_SIZES) + 1)
 def large_value(size) -> bytes:
+    # made once per size (83 MB in all): the checks poll, and making them again was 10 CPU-s of the cluster tier
     return random.Random(size).randbytes(size)
 
 
