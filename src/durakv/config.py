@@ -470,6 +470,11 @@ def debug_delay(usec):
         time.sleep(usec / 1e6)
 
 
+def delay_hook(usec):
+    """A no-argument callable that waits debug_delay(usec) (a writer's on_key), or None when usec is 0."""
+    return (lambda: debug_delay(usec)) if usec else None
+
+
 def _fmt(v):
     if isinstance(v, bool):
         return "yes" if v else "no"

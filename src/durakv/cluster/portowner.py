@@ -140,9 +140,8 @@ def _host_pairs(local_host, remote_host):
     """The (local, remote) addresses a loopback connection may carry: _same_host takes 127.0.0.1 and ::1 for one
     another, and an IPv4 peer of an IPv6 socket shows as ::ffff:a.b.c.d."""
     local_host, remote_host = _unmapped(local_host), _unmapped(remote_host)
-    loop = {"127.0.0.1", "::1", "localhost"}
-    locals_ = ["127.0.0.1", "::1"] if local_host in loop else [local_host]
-    remotes = ["127.0.0.1", "::1"] if remote_host in loop else [remote_host]
+    locals_ = ["127.0.0.1", "::1"] if local_host in _LOOPBACK else [local_host]
+    remotes = ["127.0.0.1", "::1"] if remote_host in _LOOPBACK else [remote_host]
     pairs = []
     for a in locals_:
         for b in remotes:
@@ -170,8 +169,11 @@ def _connection_inode_proc(local, remote):
     return None
 
 
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})   # one host to _same_host and _host_pairs
+
+
 def _same_host(a, b):
-    return a == b or {a, b} <= {"127.0.0.1", "::1", "localhost"}
+    return a == b or {a, b} <= _LOOPBACK
 
 
 def _all_pids():

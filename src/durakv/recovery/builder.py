@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 
-from ..config import debug_delay
+from ..config import delay_hook
 from ..keyspace import Keyspace
 from ..snapshot.adopt import adopt_snapshot, journal_needed_from, prune_snapshots, temp_path
 from ..snapshot.format import load_newest_snapshot, write_snapshot_file
@@ -73,8 +73,8 @@ def build(data_dir, upto: int, databases: int = 16, keep: int = 2, out=None, key
         time.sleep(delay_ms / 1000.0)
     target = out or temp_path(data_dir, upto, os.getpid())
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    on_key = (lambda: debug_delay(key_save_delay_us)) if key_save_delay_us else None   # rdb-key-save-delay
-    info = write_snapshot_file(target, keyspace, upto, journal_follows=True, on_key=on_key)
+    info = write_snapshot_file(target, keyspace, upto, journal_follows=True,
+                               on_key=delay_hook(key_save_delay_us))   # rdb-key-save-delay
     result = {"ok": True, "index": upto, "path": target, "base_index": base_index,
               "entries": upto - base_index, "keys": info["keys"], "commands": info["commands"],
               "bytes": info["bytes"], "crc": info["crc"], "deleted": [], "already": False}

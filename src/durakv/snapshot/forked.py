@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 
-from ..config import debug_delay
+from ..config import delay_hook
 from .format import write_snapshot_file
 
 _PR_SET_PDEATHSIG = 1
@@ -115,7 +115,7 @@ async def write_snapshot_forked(path, keyspace, index: int, journal_follows=Fals
     each key. Cancelled, it kills the child."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    on_key = (lambda: debug_delay(key_save_delay_us)) if key_save_delay_us else None
+    on_key = delay_hook(key_save_delay_us)
     pid, fork_usec = fork_child(lambda: write_snapshot_file(path, keyspace, index, journal_follows=journal_follows,
                                                             on_key=on_key))
     if forked is not None:
