@@ -12,6 +12,7 @@ from durakv.durability import tracker as tracker_module
 from durakv.errors import CommandError
 from durakv.commands import load_all, registry
 from durakv.keyspace.slotindex import SlotIndex
+from durakv.protocol.resp import Deferred
 from durakv.replication.lease import LeaseGate
 
 from conftest import wait_until
@@ -49,7 +50,12 @@ OWNERS = {
     # emit, hold (the Outbox API, by name for a subclass; an Outbox's own are the core's C functions, which
     # keep its held_bytes ... set_over) and flush; ready, held and closed are read only
     "Outbox": "ENTRY_COST ready held closed flush emit hold held_bytes carried_bytes carried_by_ticket limit_bytes over_limit "
-              "durability set_over",
+              "durability set_over "
+              # what Outbox.release (a C function of the class) reads besides: encode for a held Deferred's reply,
+              # on_drained once nothing is held
+              "encode on_drained",
+    # a held reply not known yet (protocol/resp.py): release() writes it once done and its entry committed
+    "Deferred": "done index reply",
     "Command": "calls usec latency skip_slowlog handler failed_calls arity fullname",
     "CommandError": "text",          # a handler's error reply (errors.py)
     "tracker module": "WriteTracker",    # durability/tracker.py, the class whose instances the core joins
@@ -87,7 +93,7 @@ def _objects(server):
         "Outbox": conn.outbox, "Command": registry.lookup((b"set",)), "LeaseGate": LeaseGate,
         "RequestParser": conn.parser, "Server": server,
         "LoopStats": server.loop_stats, "EventLoop": server.loop_stats.loop, "Transport": conn.transport,
-        "CommandError": CommandError("ERR x"), "tracker module": tracker_module,
+        "CommandError": CommandError("ERR x"), "tracker module": tracker_module, "Deferred": Deferred(),
     }
 
 

@@ -111,18 +111,37 @@ outbox_ops = st.lists(st.one_of(
     st.tuples(st.just("take")),
     st.tuples(st.just("commit"), st.integers(0, 6)),
     st.tuples(st.just("fail"), st.integers(1, 6)),
+    st.tuples(st.just("push"), st.integers(0, 6), st.binary(max_size=20)),
+    st.tuples(st.just("defer")),
+    st.tuples(st.just("resolve"), st.integers(0, 20), st.integers(0, 6)),
+    st.tuples(st.just("release")),
+    st.tuples(st.just("close")),
 ), max_size=30)
 
 
 def _outbox_run(cls, ops, limit_bytes):
     from durakv.durability.release import Durability
+    from durakv.protocol.resp import Deferred
     dur = Durability()
     written, limits, taken = [], [], []
-    box = cls(dur, written.append, None)
+    box = cls(dur, written.append, lambda reply: b"<%r>" % (reply,))
     box.limit_bytes = limit_bytes
     box.on_limit = limits.append
+    drained, deferreds = [], []
+    box.on_drained = lambda: drained.append(len(written))
     for op in ops:
-        if op[0] == "emit":
+        if op[0] == "push":
+            box.push(op[2], op[1])
+        elif op[0] == "defer":
+            deferreds.append(Deferred())
+            box.hold_deferred(deferreds[-1])
+        elif op[0] == "resolve" and deferreds:
+            deferreds[op[1] % len(deferreds)].resolve(b"r%d" % op[1], op[2])   # (its listener releases)
+        elif op[0] == "release":
+            box.release()
+        elif op[0] == "close":
+            box.close()
+        elif op[0] == "emit":
             box.emit(op[1], op[2])
         elif op[0] == "hold":
             box.hold(op[1], op[2], op[3])
@@ -133,8 +152,9 @@ def _outbox_run(cls, ops, limit_bytes):
             dur.on_commit(op[1])
         elif op[0] == "fail":
             dur.on_failure(op[1], OSError("disk"))
-    return (written, limits, taken, box.ready, box.held, box.held_bytes, box.carried_bytes,
-            dict(box.carried_by_ticket), box.over_limit, box in dur.waiting)
+    return (written, limits, taken, drained, box.ready, [(t, type(x).__name__, getattr(x, "reply", x))
+                                                           for t, x in box.held],
+            box.held_bytes, box.carried_bytes, dict(box.carried_by_ticket), box.over_limit, box in dur.waiting)
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,7 +163,7 @@ def test_the_outbox_api_in_c_does_what_the_python_one_does(ops, limit_bytes):
     from durakv.durability import release
     fastpath.install()
     assert all(type(release.Outbox.__dict__[name]).__name__ == "method_descriptor"
-               for name in ("hold", "emit", "take_ready"))
+               for name in ("hold", "emit", "take_ready", "release"))
 
     PythonOutbox = type("PythonOutbox", (release.Outbox,), {"__slots__": (), **release.PYTHON_OUTBOX_METHODS})
     assert _outbox_run(release.Outbox, ops, limit_bytes) == _outbox_run(PythonOutbox, ops, limit_bytes)

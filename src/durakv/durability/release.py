@@ -277,7 +277,8 @@ class Outbox:
     it reads `held` and `ready` only to see whether they are empty, and `closed`, and writes no field. With the
     compiled core these three methods of this class are C functions (fastpath.install: `use_compiled`), the
     same steps as the Python ones below, which the core calls without a Python call; for a subclass it calls
-    them by name."""
+    them by name. `release`, the way out of every held reply on each commit, is a C function of the class too
+    (not one the core calls: Durability.on_commit does)."""
 
     __slots__ = ("durability", "ready", "held", "held_bytes", "write", "encode", "closed", "on_drained",
                  "limit_bytes", "over_limit", "on_limit", "on_failed", "carried_bytes", "carried_by_ticket")
@@ -461,12 +462,12 @@ class Outbox:
 
 
 # The Python implementations of the Outbox API, which use_compiled(None) puts back.
-PYTHON_OUTBOX_METHODS = {name: Outbox.__dict__[name] for name in ("hold", "emit", "take_ready")}
+PYTHON_OUTBOX_METHODS = {name: Outbox.__dict__[name] for name in ("hold", "emit", "take_ready", "release")}
 
 
 def use_compiled(methods):
-    """Installs the compiled core's implementations of the Outbox API ({name: method} for hold, emit and
-    take_ready, from fastpath's outbox_methods(Outbox)); None puts the Python ones back. The durability layer
+    """Installs the compiled core's implementations of the Outbox API ({name: method} for hold, emit, take_ready
+    and release, from fastpath's outbox_methods(Outbox, Deferred)); None puts the Python ones back. The durability layer
     cannot import fastpath: fastpath.install hands them in."""
     for name, fn in PYTHON_OUTBOX_METHODS.items():
         setattr(Outbox, name, fn if methods is None else methods[name])

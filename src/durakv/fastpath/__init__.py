@@ -37,10 +37,10 @@ def install():
         return
     from ..durability import release
     from ..journal import codec
-    from ..protocol import parser
+    from ..protocol import parser, resp
     parser.use_compiled(core.parse)
     codec.use_compiled(core.encode_effects, core.effects_size)
-    release.use_compiled(core.outbox_methods(release.Outbox))
+    release.use_compiled(core.outbox_methods(release.Outbox, resp.Deferred))
 
 
 def core_commands():

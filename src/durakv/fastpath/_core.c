@@ -950,6 +950,192 @@ static PyObject *outbox_take_ready(PyObject *outbox) {
     return data;
 }
 
+/* The Deferred class (protocol/resp.py): a held reply not known yet; release() encodes it once it is resolved and
+ * its own entry committed. Given to outbox_methods(cls, deferred). */
+static PyTypeObject *deferred_type;
+static PyObject *s_encode, *s_on_drained, *s_done, *s_index, *s_reply;
+
+/* Drops the carried bytes counted against tickets <= committed (Outbox._drop_carried(committed=...)). 0/-1. */
+static int outbox_drop_carried(PyObject *outbox, long long committed) {
+    PyObject *c = ga(outbox, s_carried_by_ticket);
+    if (c == NULL) return -1;
+    int rc = -1;
+    if (!PyDict_CheckExact(c)) {
+        PyErr_SetString(PyExc_TypeError, "outbox.carried_by_ticket is not a dict");
+        goto out;
+    }
+    if (PyDict_GET_SIZE(c) == 0) { rc = 0; goto out; }
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    long long newest = LLONG_MIN, dropped = 0;
+    while (PyDict_Next(c, &pos, &key, &value)) {
+        long long t = PyLong_AsLongLong(key);
+        if (t == -1 && PyErr_Occurred()) goto out;
+        if (t > newest) newest = t;
+    }
+    if (newest <= committed) {        /* the usual case: one ticket, now committed */
+        PyDict_Clear(c);
+        PyObject *zero = PyLong_FromLong(0);
+        rc = zero ? sa(outbox, s_carried_bytes, zero) : -1;
+        Py_XDECREF(zero);
+        goto out;
+    }
+    PyObject *gone = PyList_New(0);
+    if (gone == NULL) goto out;
+    pos = 0;
+    while (PyDict_Next(c, &pos, &key, &value)) {
+        long long t = PyLong_AsLongLong(key);
+        long long n = PyLong_AsLongLong(value);
+        if (PyErr_Occurred() || (t <= committed && PyList_Append(gone, key) < 0)) { Py_DECREF(gone); goto out; }
+        if (t <= committed) dropped += n;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++)
+        if (PyDict_DelItem(c, PyList_GET_ITEM(gone, i)) < 0) { Py_DECREF(gone); goto out; }
+    Py_DECREF(gone);
+    rc = attr_add(outbox, s_carried_bytes, -dropped);
+out:
+    Py_DECREF(c);
+    return rc;
+}
+
+/* Outbox.flush(): what is ready goes to the transport (the method, by name, for a subclass). 0/-1. */
+static int outbox_flush(PyObject *outbox) {
+    if (!outbox_exact(outbox)) {
+        PyObject *res = PyObject_CallMethodNoArgs(outbox, s_flush);
+        Py_XDECREF(res);
+        return res ? 0 : -1;
+    }
+    PyObject *data = outbox_take_ready(outbox);
+    if (data == NULL) return -1;
+    int rc = 0;
+    if (data != Py_None) {
+        int closed = attr_true(outbox, s_closed);
+        if (closed < 0) rc = -1;
+        else if (!closed) {
+            PyObject *write = ga(outbox, s_write);
+            PyObject *res = write ? PyObject_CallOneArg(write, data) : NULL;
+            Py_XDECREF(write);
+            Py_XDECREF(res);
+            if (res == NULL) rc = -1;
+        }
+    }
+    Py_DECREF(data);
+    return rc;
+}
+
+/* Outbox.release(): moves what may leave now from held to ready, in order, and writes it. Called once per
+ * waiting outbox on every commit (Durability.on_commit): a held reply's way out. 0/-1. */
+static int outbox_release(PyObject *outbox) {
+    PyObject *dur = ga(outbox, s_durability);
+    if (dur == NULL) return -1;
+    PyObject *held = NULL, *ready = NULL, *waiting = NULL;
+    int rc = -1;
+    long long committed = attr_ll(dur, s_committed);
+    if (committed == -1 && PyErr_Occurred()) goto out;
+    if (outbox_drop_carried(outbox, committed) < 0) goto out;
+    held = ga(outbox, s_held);
+    if (held == NULL) goto out;
+    if (!PyList_CheckExact(held)) {
+        PyErr_SetString(PyExc_TypeError, "outbox.held is not a list");
+        goto out;
+    }
+    Py_ssize_t nheld = PyList_GET_SIZE(held);
+    if (nheld) {
+        long long entry_cost = outbox_entry_cost;
+        if (!outbox_exact(outbox)) {
+            PyObject *cost = PyObject_GetAttr(outbox, s_entry_cost);
+            entry_cost = cost ? PyLong_AsLongLong(cost) : -1;
+            Py_XDECREF(cost);
+            if (entry_cost == -1 && PyErr_Occurred()) goto out;
+        }
+        ready = ga(outbox, s_ready);
+        waiting = ready ? PyObject_GetAttr(dur, s_waiting) : NULL;
+        if (waiting == NULL) goto out;
+        if (!PyList_CheckExact(ready)) {
+            PyErr_SetString(PyExc_TypeError, "outbox.ready is not a list");
+            goto out;
+        }
+        Py_ssize_t n = 0;
+        long long freed = 0;
+        int failed = 0;
+        for (; n < PyList_GET_SIZE(held); n++) {
+            PyObject *entry = PyList_GET_ITEM(held, n);
+            if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
+                PyErr_SetString(PyExc_TypeError, "outbox.held holds (index, reply) pairs");
+                failed = 1;
+                break;
+            }
+            long long index = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
+            if (index == -1 && PyErr_Occurred()) { failed = 1; break; }
+            if (index > committed) {
+                if (PySet_Add(waiting, outbox) < 0) failed = 1;
+                break;
+            }
+            PyObject *item = PyTuple_GET_ITEM(entry, 1);
+            if (deferred_type != NULL && Py_TYPE(item) == deferred_type) {
+                int done = attr_true(item, s_done);
+                if (done <= 0) { failed = done < 0; break; }
+                long long di = attr_ll(item, s_index);
+                if (di == -1 && PyErr_Occurred()) { failed = 1; break; }
+                if (di > committed) {
+                    if (PySet_Add(waiting, outbox) < 0) failed = 1;
+                    break;
+                }
+                PyObject *encode = ga(outbox, s_encode);
+                PyObject *reply = encode ? ga(item, s_reply) : NULL;
+                PyObject *data = reply ? PyObject_CallOneArg(encode, reply) : NULL;
+                Py_XDECREF(encode);
+                Py_XDECREF(reply);
+                int appended = data ? PyList_Append(ready, data) : -1;
+                Py_XDECREF(data);
+                if (appended < 0) { failed = 1; break; }
+                freed += entry_cost;
+            } else {
+                Py_ssize_t size = PyBytes_Check(item) ? PyBytes_GET_SIZE(item) : PyObject_Size(item);
+                if (size < 0 || PyList_Append(ready, item) < 0) { failed = 1; break; }
+                freed += size + entry_cost;
+            }
+        }
+        /* (what moved to ready is no longer held, even when a later item failed: as the Python method, which
+         * counts each item as it goes, leaves it) */
+        if (attr_add(outbox, s_held_bytes, -freed) < 0 || failed) goto out;
+        if (n) {
+            if (PyList_SetSlice(held, 0, n, NULL) < 0) goto out;
+            int over = attr_true(outbox, s_over_limit);
+            if (over < 0) goto out;
+            if (over) {
+                long long limit = attr_ll(outbox, s_limit_bytes);
+                long long total = limit == -1 && PyErr_Occurred() ? -1 : attr_ll(outbox, s_held_bytes);
+                long long carried = total == -1 && PyErr_Occurred() ? -1 : attr_ll(outbox, s_carried_bytes);
+                if (PyErr_Occurred()) goto out;
+                if (total + carried <= limit / 2 - (limit < 0 && limit % 2)) {   /* Python's // */
+                    PyObject *res = PyObject_CallMethodOneArg(outbox, s_set_over, Py_False);
+                    if (res == NULL) goto out;
+                    Py_DECREF(res);
+                }
+            }
+        }
+        if (PyList_GET_SIZE(held) == 0) {
+            if (PySet_Discard(waiting, outbox) < 0 || outbox_flush(outbox) < 0) goto out;
+            PyObject *drained = ga(outbox, s_on_drained);
+            if (drained == NULL) goto out;
+            PyObject *res = drained == Py_None ? Py_None : PyObject_CallNoArgs(drained);
+            Py_DECREF(drained);
+            if (res == NULL) goto out;
+            if (res != Py_None) Py_DECREF(res);
+            rc = 0;
+            goto out;
+        }
+    }
+    rc = outbox_flush(outbox);
+out:
+    Py_XDECREF(held);
+    Py_XDECREF(ready);
+    Py_XDECREF(waiting);
+    Py_DECREF(dur);
+    return rc;
+}
+
 /* The methods' Python faces (METH_FASTCALL | METH_KEYWORDS on the instance: Outbox.hold(self, ticket, data,
    carried=0), ...), taking their arguments by position or by name as the Python methods do. */
 static int outbox_args(PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,
@@ -999,6 +1185,11 @@ static PyObject *outbox_m_take_ready(PyObject *self, PyObject *unused) {
     return outbox_take_ready(self);
 }
 
+static PyObject *outbox_m_release(PyObject *self, PyObject *unused) {
+    if (outbox_release(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef outbox_method_defs[] = {
     {"hold", (PyCFunction)(void (*)(void))outbox_m_hold, METH_FASTCALL | METH_KEYWORDS,
      "hold(ticket, data, carried=0): a reply that waits for entry `ticket` (or for what is held before it); "
@@ -1007,14 +1198,23 @@ static PyMethodDef outbox_method_defs[] = {
      "emit(ticket, data): an encoded reply; leaves with the batch unless it (or anything before it) must wait"},
     {"take_ready", (PyCFunction)outbox_m_take_ready, METH_NOARGS,
      "take_ready() -> bytes or None: what may leave now, joined; the ready list is emptied"},
+    {"release", (PyCFunction)outbox_m_release, METH_NOARGS,
+     "release(): moves what may leave now from held to ready, in order, and writes it"},
     {NULL}
 };
 
-/* outbox_methods(cls) -> {name: method}: the Outbox API's C implementations as methods of cls (durability/
- * release.py Outbox, its ENTRY_COST read here), which fastpath.install() puts on the class. */
-static PyObject *fast_outbox_methods(PyObject *mod, PyObject *cls) {
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "outbox_methods(cls): a class");
+/* outbox_methods(cls, deferred) -> {name: method}: the Outbox API's C implementations as methods of cls
+ * (durability/release.py Outbox, its ENTRY_COST read here), which fastpath.install() puts on the class; deferred is
+ * protocol/resp.py's Deferred, the one held item release() does not write as it is. */
+static PyObject *fast_outbox_methods(PyObject *mod, PyObject *args) {
+    PyObject *cls, *deferred;
+    if (!PyArg_ParseTuple(args, "OO:outbox_methods", &cls, &deferred)) return NULL;
+    if (!PyType_Check(cls) || !PyType_Check(deferred)) {
+        PyErr_SetString(PyExc_TypeError, "outbox_methods(cls, deferred): two classes");
+        return NULL;
+    }
+    if (deferred_type != NULL && deferred_type != (PyTypeObject *)deferred) {
+        PyErr_SetString(PyExc_ValueError, "the compiled Outbox methods release another Deferred class");
         return NULL;
     }
     PyObject *cost = PyObject_GetAttr(cls, s_entry_cost);
@@ -1043,6 +1243,10 @@ static PyObject *fast_outbox_methods(PyObject *mod, PyObject *cls) {
     if (outbox_type == NULL) {
         Py_INCREF(cls);     /* (kept: a module's class lives as long as the process) */
         outbox_type = (PyTypeObject *)cls;
+    }
+    if (deferred_type == NULL) {
+        Py_INCREF(deferred);
+        deferred_type = (PyTypeObject *)deferred;
     }
     outbox_entry_cost = c;
     return methods;
@@ -2595,8 +2799,9 @@ static PyObject *fast_presized_dict(PyObject *mod, PyObject *arg) {
 
 static PyMethodDef module_methods[] = {
     {"presized_dict", (PyCFunction)fast_presized_dict, METH_O, "presized_dict(n) -> an empty dict with room for n"},
-    {"outbox_methods", (PyCFunction)fast_outbox_methods, METH_O,
-     "outbox_methods(Outbox) -> {name: method}: the Outbox API's hold, emit and take_ready in C, for the class"},
+    {"outbox_methods", (PyCFunction)fast_outbox_methods, METH_VARARGS,
+     "outbox_methods(Outbox, Deferred) -> {name: method}: the Outbox API's hold, emit, take_ready and release in "
+     "C, for the class; a held Deferred is released as Outbox.release does"},
     {"parse", (PyCFunction)(void (*)(void))fast_parse, METH_FASTCALL,
      "parse(buf, pos, end, commands, max_bulk_len) -> pos"},
     {"encode_effects", (PyCFunction)fast_encode_effects, METH_O, "encode_effects(effects) -> bytes"},
@@ -2640,6 +2845,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(s_carried_by_ticket, "carried_by_ticket");
     INTERN(s_limit_bytes, "limit_bytes"); INTERN(s_over_limit, "over_limit"); INTERN(s_durability, "durability");
     INTERN(s_waiting, "waiting"); INTERN(s_set_over, "set_over");
+    INTERN(s_encode, "encode"); INTERN(s_on_drained, "on_drained"); INTERN(s_done, "done");
+    INTERN(s_index, "index"); INTERN(s_reply, "reply");
     INTERN(s_batch_index, "batch_index"); INTERN(s_close_at, "close_at");
     INTERN(s_promised_index, "promised_index"); INTERN(s_mode, "mode");
     INTERN(s_ack_before_commit, "ack_before_commit");
