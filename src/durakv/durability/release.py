@@ -43,10 +43,11 @@ def _no_refusal():
 
 
 class Durability:
-    # read per batch by the compiled core at their offsets (fastpath/_core.c); the rest in the dict. `refusing`
+    # read per batch by the compiled core at their offsets (fastpath/_core.c; `waiting` per held reply); the rest
+    # in the dict. `refusing`
     # is an input of the core's decision to run: it is published to the core's state (core_state) where it changes
     __slots__ = ("_refusing", "tracker", "feeds", "needs_touched", "assigned", "committed", "pending", "core_state",
-                 "__dict__", "__weakref__")
+                 "waiting", "__dict__", "__weakref__")
 
     # What the pipeline calls on every command, bound to the current policy's functions by _use (instance
     # attributes, so no extra call layer): submit(effects, touched) -> ticket, read_ticket(db_id, keys) ->

@@ -366,16 +366,12 @@ static Py_ssize_t digits_of(Py_ssize_t n) {
     return d;
 }
 
-/* effects_size(effects, db) -> (bytes, db): what encode_effects adds for effects to a batch whose last
- * effect was in database db (None: a new batch), and the database it ends in (codec.effects_size). */
-static PyObject *fast_effects_size(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "effects_size(effects, db)");
-        return NULL;
-    }
-    PyObject *seq = PySequence_Fast(argv[0], "effects must be a sequence");
-    if (seq == NULL) return NULL;
-    PyObject *db = argv[1];
+/* What encode_effects adds for effects to a batch whose last effect was in database db (None: a new batch):
+ * *size, and in *db_out (a new reference) the database it ends in. 0/-1. effects_size's body, which the tracker
+ * join calls once per write without building its tuple. */
+static int effects_size_of(PyObject *effects, PyObject *db, long long *size_out, PyObject **db_out) {
+    PyObject *seq = PySequence_Fast(effects, "effects must be a sequence");
+    if (seq == NULL) return -1;
     Py_INCREF(db);
     long long size = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -410,13 +406,27 @@ static PyObject *fast_effects_size(PyObject *self, PyObject *const *argv, Py_ssi
         Py_DECREF(args);
     }
     Py_DECREF(seq);
-    PyObject *out = Py_BuildValue("(LO)", size, db);
-    Py_DECREF(db);
-    return out;
+    *size_out = size;
+    *db_out = db;
+    return 0;
 error:
     Py_DECREF(seq);
     Py_DECREF(db);
-    return NULL;
+    return -1;
+}
+
+/* effects_size(effects, db) -> (bytes, db): effects_size_of for Python (codec.effects_size). */
+static PyObject *fast_effects_size(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "effects_size(effects, db)");
+        return NULL;
+    }
+    long long size;
+    PyObject *db;
+    if (effects_size_of(argv[0], argv[1], &size, &db) < 0) return NULL;
+    PyObject *out = Py_BuildValue("(LO)", size, db);
+    Py_DECREF(db);
+    return out;
 }
 
 static PyObject *fast_encode_effects(PyObject *self, PyObject *effects) {
@@ -1402,16 +1412,14 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
         PyObject *bytes_o = dict_item(d, s_batch_bytes);
         PyObject *db = dict_item(d, s_batch_db);
         if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) goto out;
-        PyObject *args[2] = {effects, db};
-        sized = fast_effects_size(NULL, args, 2);
-        if (sized == NULL) { ticket = -1; goto out; }
-        long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(sized, 0));
+        long long size;
+        if (effects_size_of(effects, db, &size, &sized) < 0) { ticket = -1; goto out; }
         long long have = PyLong_AsLongLong(bytes_o);
         if (PyErr_Occurred()) { ticket = -1; Py_DECREF(sized); goto out; }
         if (have + size > limit) { Py_DECREF(sized); goto out; }   /* the batch is sealed: Python */
         PyObject *total = PyLong_FromLongLong(have + size);
         if (total == NULL || PyDict_SetItem(d, s_batch_bytes, total) < 0
-            || PyDict_SetItem(d, s_batch_db, PyTuple_GET_ITEM(sized, 1)) < 0) {
+            || (sized != db && PyDict_SetItem(d, s_batch_db, sized) < 0)) {   /* (sized: the db it ends in) */
             Py_XDECREF(total); Py_DECREF(sized); ticket = -1; goto out;
         }
         Py_DECREF(total);
