@@ -274,6 +274,30 @@ def test_snapshot_then_restart(server_factory, tmp_path):
         assert c.get("after") == b"snapshot"
 
 
+def test_the_journal_growing_past_auto_snapshot_journal_bytes_takes_a_snapshot(server_factory, tmp_path):
+    """auto-snapshot-journal-bytes: once the journal grew that much since the last snapshot, the server builds
+    one by itself (the cron looks, as Valkey's serverCron looks at the AOF's growth); a restart loads the snapshot
+    and what followed it."""
+    srv = server_factory("--durability", "sync", "--auto-snapshot-journal-bytes", "65536",
+                         data_dir=tmp_path / "data")
+    with srv.client() as c:
+        assert c.info("durability")["last_snapshot_index"] == 0
+        for i in range(40):        # 40 entries of 1 KB: under the threshold, no snapshot
+            c.set(f"small{i}", b"x" * 1000)
+        assert c.info("durability")["last_snapshot_index"] == 0
+        for i in range(100):       # 100 KB more: past it
+            c.set(f"k{i}", b"%d" % i + b"x" * 1000)
+        wait_until(lambda: c.info("durability")["last_snapshot_index"] >= 140, 20, what="an automatic snapshot")
+        wait_until(lambda: c.info("persistence")["rdb_bgsave_in_progress"] == 0, 20, what="the snapshot's end")
+        c.set("after", "snapshot")
+    assert glob.glob(str(tmp_path / "data" / "snapshots" / "*.dks"))
+    srv.kill()
+    srv.start()
+    with srv.client() as c:
+        assert c.get("k99") == b"99" + b"x" * 1000 and c.get("small0") == b"x" * 1000
+        assert c.get("after") == b"snapshot"
+
+
 def _segments(data_dir):
     return sorted(glob.glob(os.path.join(str(data_dir), "journal", "*.seg")))
 
