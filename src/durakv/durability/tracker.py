@@ -42,7 +42,8 @@ import logging
 import time
 
 from .. import messages
-from ..journal.codec import effect_pieces, effects_size, encode_effects, encode_parts
+from ..journal import codec
+from ..journal.codec import effect_pieces, encode_parts
 
 log = logging.getLogger("durakv.durability")
 
@@ -242,11 +243,11 @@ class WriteTracker:
         limit = getattr(self.journal, "max_entry_bytes", 0) or 0   # (max_entry_bytes inlined: every write)
         index = self.batch_index
         if limit:
-            size, db = effects_size(effects, self.batch_db if index else None)
+            size, db = codec.effects_size(effects, self.batch_db if index else None)
             if index and self.batch_bytes + size > limit:
                 self._seal()
                 index = 0
-                size, db = effects_size(effects, None)
+                size, db = codec.effects_size(effects, None)
             if not index and size > limit:
                 index = self._submit_parts(effects, limit)
             else:
@@ -321,7 +322,7 @@ class WriteTracker:
         if self._coalesce_handle is not None:
             self._coalesce_handle.cancel()
             self._coalesce_handle = None
-        return index, encode_effects(effects)
+        return index, codec.encode_effects(effects)
 
     def _coalesce(self, target):
         """The open batch waits until it holds `target` effects or a deadline after the last commit."""
@@ -581,7 +582,7 @@ class WriteTracker:
                 await journal.close()
                 await journal.open(base_index=self.committed)
             journal.resume()
-            index = await journal.append(encode_effects([(0, (b"PING",))]))
+            index = await journal.append(codec.encode_effects([(0, (b"PING",))]))
         except Exception as exc:  # noqa: BLE001 - still failing: try again later, less often
             self.failed = exc
             self._retry_delay_s = min(self._retry_delay_s * 2, RETRY_MAX_S)

@@ -32,16 +32,12 @@ def effect_pieces(effects) -> list:
 def encode_effects(effects) -> bytes:
     """One journal payload for effects [(db_id, argv)]: SELECT of the first effect's db, then the commands,
     with a SELECT wherever the db changes."""
-    if _compiled_encode is not None:
-        return _compiled_encode(effects)
     return b"".join(effect_pieces(effects))
 
 
 def effects_size(effects, db):
     """(bytes, db): what encode_effects adds for effects to a batch whose last effect was in database db (None:
     a new batch, which starts with a SELECT), and the database the batch ends in."""
-    if _compiled_size is not None:
-        return _compiled_size(effects, db)
     size = 0
     for db_id, argv in effects:
         if db_id != db:
@@ -51,16 +47,17 @@ def effects_size(effects, db):
     return size, db
 
 
-_compiled_encode = None
-_compiled_size = None
+# The Python implementations above: the reference of the compiled ones, which use_compiled(None) puts back.
+PYTHON = {"encode_effects": encode_effects, "effects_size": effects_size}
 
 
 def use_compiled(encode, size=None):
-    """Installs the compiled core's encode_effects and effects_size (fastpath.install), which this module's
-    Python is the reference of; None goes back to the Python."""
-    global _compiled_encode, _compiled_size
-    _compiled_encode = encode
-    _compiled_size = size
+    """Puts the compiled core's encode_effects and effects_size (fastpath.install), which this module's Python is
+    the reference of, in this module's place of those names; None puts the Python back. Callers reach them
+    through the module (`codec.encode_effects`): a Python function that forwarded to the compiled one cost a
+    frame on every batch."""
+    globals()["encode_effects"] = encode or PYTHON["encode_effects"]
+    globals()["effects_size"] = size or PYTHON["effects_size"]
 
 
 LARGE_ARG_BYTES = 64 * 1024

@@ -27,7 +27,7 @@ log = logging.getLogger("durakv.journal")
 class Segment:
     """A segment as the writer sees it. `size` counts record bytes only (the header is not in it)."""
 
-    __slots__ = ("first_index", "path", "size", "count", "legacy", "seq", "batch_start", "sealed")
+    __slots__ = ("first_index", "path", "size", "count", "legacy", "file_start", "seq", "batch_start", "sealed")
 
     def __init__(self, first_index, path, size=0, count=0, legacy=False, seq=0, batch_start=None, sealed=False):
         self.first_index = first_index
@@ -35,13 +35,12 @@ class Segment:
         self.size = size
         self.count = count
         self.legacy = legacy
+        # where its records start: a legacy segment has no header (fixed with the segment; an attribute, not a
+        # property, since the writer reads file_end on every batch)
+        self.file_start = 0 if legacy else DATA_START
         self.seq = seq
         self.batch_start = self.file_start if batch_start is None else batch_start
         self.sealed = sealed
-
-    @property
-    def file_start(self):
-        return 0 if self.legacy else DATA_START
 
     @property
     def file_end(self):
