@@ -213,7 +213,8 @@ class LocalJournal(Journal):
         self._commit = 0
         self._next = 1
         self._pending = []
-        self._idle = None
+        self._idle = True             # no batch is being written: what close() waits for
+        self._idle_waiters = []       # ... its futures (a flag, not an asyncio.Event: set and cleared every batch)
         self._loop = None
         self._executor = None
         self._writer = None
@@ -289,8 +290,8 @@ class LocalJournal(Journal):
         self._failed = None
         self._broken = False
         self._pending = []
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle = True
+        self._idle_waiters = []
         self._writer = _Writer(self._thread_batch, "durakv-journal-writer")
         if self._use_c:
             self._cwriter = CWriter()
@@ -495,7 +496,7 @@ class LocalJournal(Journal):
         self._pending = []
         self.writing = True
         self._inflight = len(items)
-        self._idle.clear()
+        self._idle = False
         cw = self._cwriter
         if cw is not None and not self.stall_ms:
             seg = self._segments[-1]
@@ -553,7 +554,15 @@ class LocalJournal(Journal):
                         # other entries of the batch must still be reported
                         log.exception("journal %s: an append's completion callback failed", self.dir)
         if not self.writing and not self._pending and exc is None:
-            self._idle.set()
+            self._set_idle()
+
+    def _set_idle(self):
+        self._idle = True
+        if self._idle_waiters:
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def _settle(self, items, done, exc, broken):
         """The journal's side of _batch_done. Returns the queued appends failed with it (empty on success)."""
@@ -600,7 +609,7 @@ class LocalJournal(Journal):
                 item[4].set_exception(later)
         self._pending = []
         self._next = commit + 1
-        self._idle.set()
+        self._set_idle()
         return failed_pending
 
     def _write_items(self, items):
@@ -780,7 +789,10 @@ class LocalJournal(Journal):
         self._open = False
         try:
             self._kick_now()
-            await self._idle.wait()
+            if not self._idle:
+                waiter = self._loop.create_future()
+                self._idle_waiters.append(waiter)
+                await waiter
         finally:
             if self._writer is not None:
                 self._writer.stop()
