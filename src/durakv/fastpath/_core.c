@@ -879,7 +879,7 @@ static int outbox_hold(PyObject *outbox, long long ticket, PyObject *data, long 
     long long committed = attr_ll(dur, s_committed);
     if (committed == -1 && PyErr_Occurred()) { Py_DECREF(dur); goto out; }
     if (ticket > committed) {
-        PyObject *waiting = PyObject_GetAttr(dur, s_waiting);
+        PyObject *waiting = ga(dur, s_waiting);
         int added = waiting == NULL ? -1 : PySet_Add(waiting, outbox);
         Py_XDECREF(waiting);
         if (added < 0) { Py_DECREF(dur); goto out; }
@@ -1059,7 +1059,7 @@ static int outbox_release(PyObject *outbox) {
             if (entry_cost == -1 && PyErr_Occurred()) goto out;
         }
         ready = ga(outbox, s_ready);
-        waiting = ready ? PyObject_GetAttr(dur, s_waiting) : NULL;
+        waiting = ready ? ga(dur, s_waiting) : NULL;
         if (waiting == NULL) goto out;
         if (!PyList_CheckExact(ready)) {
             PyErr_SetString(PyExc_TypeError, "outbox.ready is not a list");
