@@ -2,7 +2,8 @@
 an answer per server and no end marker. It waited out its whole 1 s window on a healthy cluster, so every status
 took 1.2 s for 0.2 s of work (tests poll it; the operators' guide on five machines called it 30 times). It stops
 asking once as many servers answered as the JetStream meta group has, and waits only for one that is missing.
-A fake connection stands in for NATS here: what is checked is how many answers the admin asks for."""
+A fake connection stands in for NATS here: what is checked is how many answers the admin asks for. The last test
+checks that the status asks its nodes together."""
 
 import asyncio
 import json
@@ -85,3 +86,52 @@ def test_answers_of_another_shape_are_skipped():
     # `True` is no size: only the last answer closes the window
     assert nc.sub.asked == len(odd) + 1
     assert sorted(out) == ["b", "nats-az1"]
+
+
+# -- the nodes: asked at once ----------------------------------------------------------------------------------
+def test_every_node_is_asked_at_once_and_each_answer_lands_on_its_node():
+    """`durakv cluster status` asked the nodes one after another: a TLS handshake and an INFO each, and a node
+    that did not answer held the rest back for its whole timeout (two stopped nodes: 4.4 s instead of 2.4). Here
+    each node's answer waits until every node has been asked, which only a status that asks them together sees
+    through (asked one after another, the first one's wait breaks)."""
+    import threading
+    from types import SimpleNamespace as NS
+
+    nodes = {sh: [NS(id="%s-%d" % (sh, k), az="az%d" % k, role="primary" if k == 0 else "replica",
+                     health="online", ip="10.0.0.%d" % k, port=7000 + k, tls_port=0) for k in range(2)]
+             for sh in ("a", "b")}
+    topology = NS(shards=[NS(name=sh, id="id-" + sh, slots=[(0, 1)], nodes=nodes[sh]) for sh in ("a", "b")],
+                  migrating={})
+    every_node_asked = threading.Barrier(4, timeout=30)
+
+    def node_info(node):
+        every_node_asked.wait()
+        return {"reported_role": "answer of " + node.id}
+
+    async def nothing(*_args):
+        return None, 0
+
+    async def no_stream(_name):
+        raise RuntimeError("no leader")
+
+    async def closed():
+        pass
+
+    async def get_topology():
+        return topology, 7
+
+    store = NS(get_topology=get_topology, get_cluster=nothing, get_lease=nothing,
+               js=NS(stream_info=no_stream), nc=NS(close=closed))
+    admin = object.__new__(ClusterAdmin)
+    admin.nats, admin.secrets, admin._node_info = [], NS(tls=False), node_info
+
+    async def get_store(create=False):
+        return store
+
+    async def no_servers():
+        return {}
+    admin.store, admin._servers = get_store, no_servers
+    out = asyncio.run(admin.status())
+    assert [[(n["node_id"], n["reported_role"], n["addr"]) for n in sh["nodes"]] for sh in out["shards"]] == [
+        [("a-0", "answer of a-0", "10.0.0.0:7000"), ("a-1", "answer of a-1", "10.0.0.1:7001")],
+        [("b-0", "answer of b-0", "10.0.0.0:7000"), ("b-1", "answer of b-1", "10.0.0.1:7001")]]

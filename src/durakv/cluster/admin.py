@@ -565,6 +565,11 @@ class ClusterAdmin:
                    "revision": revision, "nats": self.nats, "shards": [], "streams": {}, "servers": {}}
             if topology is None:
                 return out
+            # every node is asked at once: one after the other, a status took a TLS handshake and an INFO per
+            # node, and a node that does not answer held the rest back for its whole timeout
+            infos = asyncio.gather(*(loop.run_in_executor(None, self._node_info, n)
+                                     for sh in topology.shards for n in sh.nodes))
+            shards = []
             for sh in topology.shards:
                 lease, _lrev = await store.get_lease(sh.name)
                 shard = {"name": sh.name, "id": sh.id, "slots": [list(r) for r in sh.slots],
@@ -572,12 +577,13 @@ class ClusterAdmin:
                          "lease_holder": lease.holder if lease else None, "epoch": lease.epoch if lease else None,
                          "nodes": []}
                 for n in sh.nodes:
-                    entry = {"node_id": n.id, "az": n.az, "addr": "%s:%d" % self.node_addr(n), "role": n.role,
-                             "health": n.health}
-                    entry.update(await loop.run_in_executor(None, self._node_info, n))
-                    shard["nodes"].append(entry)
-                out["shards"].append(shard)
+                    shard["nodes"].append({"node_id": n.id, "az": n.az, "addr": "%s:%d" % self.node_addr(n),
+                                           "role": n.role, "health": n.health})
+                shards.append(shard)
                 out["streams"][nn.journal_stream(sh.name)] = await self._stream(store, nn.journal_stream(sh.name))
+            for entry, info in zip((e for shard in shards for e in shard["nodes"]), await infos):
+                entry.update(info)
+            out["shards"] = shards
             out["streams"][nn.LEASES_BUCKET] = await self._stream(store, "KV_%s" % nn.LEASES_BUCKET)
             out["servers"] = await self._servers()
             return out
