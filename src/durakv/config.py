@@ -849,7 +849,8 @@ OPTIONS = [
     # the same kind as Valkey's auto-aof-rewrite-min-size (0 .. LLONG_MAX), whose role it plays
     Option("auto-snapshot-journal-bytes", 256 * MB, _mem(0, LLONG_MAX),
            help="durakv: journal bytes written since the last snapshot after which a snapshot is built (and the "
-                "journal before it dropped); 0: never"),
+                "journal before it dropped; looked at hz times a second, a failed one tried again after 5 s); "
+                "0: never"),
     # Scheduled backups (durakv/backup/schedule.py; docs/multi-az.md "Backups and restore"). MemoryDB keeps
     # automatic snapshots 0..35 days: the same bounds.
     Option("backup-schedule", "", Text(lambda t: backup_schedule_problem(t),

@@ -298,6 +298,30 @@ def test_the_journal_growing_past_auto_snapshot_journal_bytes_takes_a_snapshot(s
         assert c.get("after") == b"snapshot"
 
 
+def test_a_failed_automatic_snapshot_is_tried_again_after_the_retry_delay(server_factory, tmp_path):
+    """The cron looks at the journal's growth 10 times a second; a snapshot that fails (here: a file where the
+    snapshots directory goes) is not tried again, nor logged again, for 5 s (Valkey's CONFIG_BGSAVE_RETRY_DELAY),
+    and is taken once the directory can be made."""
+    data = tmp_path / "data"
+    srv = server_factory("--durability", "sync", "--auto-snapshot-journal-bytes", "65536", data_dir=data)
+    blocker = data / "snapshots"
+    if blocker.is_dir():
+        os.rmdir(blocker)
+    blocker.write_text("not a directory")
+    with srv.client() as c:
+        for i in range(100):
+            c.set(f"k{i}", b"x" * 1000)
+        wait_until(lambda: c.info("persistence")["rdb_last_bgsave_status"] == "err", 20, what="a failed snapshot")
+        failed_at = time.monotonic()
+        # within the retry delay the cron (10 looks a second) tries nothing more
+        while time.monotonic() - failed_at < 1.0:
+            assert srv.read_log().count("snapshot failed") == 1
+            time.sleep(0.1)
+        os.unlink(blocker)
+        wait_until(lambda: c.info("durability")["last_snapshot_index"] >= 100, 30, what="the snapshot, tried again")
+        assert srv.read_log().count("snapshot failed") == 1
+
+
 def _segments(data_dir):
     return sorted(glob.glob(os.path.join(str(data_dir), "journal", "*.seg")))
 

@@ -54,6 +54,9 @@ log = logging.getLogger("durakv.server")
 # Descriptors kept for the server's own files beyond its clients (Valkey's CONFIG_MIN_RESERVED_FDS): listeners,
 # journal segments, the data-directory lock, snapshot builder pipes, NATS connections, logs.
 RESERVED_FDS = 32
+# After a snapshot failed, the automatic one is not tried again for this long (Valkey's CONFIG_BGSAVE_RETRY_DELAY):
+# the cron looks 10 times a second, and a disk that refuses would otherwise be asked, and logged, at that rate.
+SNAPSHOT_RETRY_DELAY_S = 5.0
 
 
 def adjust_open_files_limit(config):
@@ -168,6 +171,7 @@ class Server:
         self.snapshot_in_progress = None   # Future while a snapshot is being built
         self.snapshot_journal_bytes = 0    # journal bytes at the last snapshot
         self.auto_snapshot = False         # the journal's growth is watched (a local journal's server, once started)
+        self.snapshot_failed_at = None     # monotonic s of the last failed snapshot (SNAPSHOT_RETRY_DELAY_S)
         # INFO persistence's rdb_/aof_ timings: a snapshot is durakv's BGSAVE and its BGREWRITEAOF (the journal
         # before it is dropped), so both report the same builds
         self.snapshot_started = None       # monotonic s of the build under way
@@ -983,6 +987,9 @@ class Server:
         as Valkey's serverCron looks at the AOF's growth for auto-aof-rewrite-percentage (a commit listener cost
         every commit a config read and a sum over the segments: ~3% of an unpipelined sync SET's instructions)."""
         threshold = self.config["auto-snapshot-journal-bytes"]
+        if self.snapshot_failed_at is not None and self.last_bgsave_status == "err" \
+                and time.monotonic() - self.snapshot_failed_at < SNAPSHOT_RETRY_DELAY_S:
+            return
         if (threshold and self.snapshot_in_progress is None and self.journal is not None
                 and self.journal.bytes_size - self.snapshot_journal_bytes > threshold):
             self.start_snapshot()
@@ -1049,6 +1056,7 @@ class Server:
             fut.resolve("OK")
         except Exception as exc:  # noqa: BLE001
             log.error("snapshot failed: %s", exc)
+            self.snapshot_failed_at = time.monotonic()
             self.last_bgsave_status = "err"
             self._snapshot_done()
             fut.resolve(ErrorReply(messages.SNAPSHOT_FAILED % exc))
