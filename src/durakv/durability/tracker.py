@@ -43,7 +43,6 @@ import time
 
 from .. import messages
 from ..journal import codec
-from ..journal.codec import effect_pieces, encode_parts
 
 log = logging.getLogger("durakv.durability")
 
@@ -295,7 +294,7 @@ class WriteTracker:
     def _submit_parts(self, effects, limit):
         """One command's effects larger than an entry: its parts go to the journal now, in order, behind
         everything handed over before (no batch is open: the caller sealed it). Returns the last part's index."""
-        parts = encode_parts(effect_pieces(effects), limit)
+        parts = codec.encode_parts(codec.effect_pieces(effects), limit)
         index = self._issue(len(parts))
         first = index - len(parts) + 1
         self.part_entries += len(parts)

@@ -1118,7 +1118,7 @@ static int outbox_release(PyObject *outbox) {
                 long long total = limit == -1 && PyErr_Occurred() ? -1 : attr_ll(outbox, s_held_bytes);
                 long long carried = total == -1 && PyErr_Occurred() ? -1 : attr_ll(outbox, s_carried_bytes);
                 if (PyErr_Occurred()) goto out;
-                if (total + carried <= limit / 2 - (limit < 0 && limit % 2)) {   /* Python's // */
+                if (total + carried <= limit / 2) {   /* (limit >= 0: client-held-replies-limit's bounds) */
                     PyObject *res = PyObject_CallMethodOneArg(outbox, s_set_over, Py_False);
                     if (res == NULL) goto out;
                     Py_DECREF(res);
