@@ -985,7 +985,7 @@ class Server:
     def _maybe_auto_snapshot(self):
         """A snapshot once the journal grew auto-snapshot-journal-bytes since the last one: looked at by the cron,
         as Valkey's serverCron looks at the AOF's growth for auto-aof-rewrite-percentage (a commit listener cost
-        every commit a config read and a sum over the segments: ~3% of an unpipelined sync SET's instructions)."""
+        every commit a config read and a sum over the segments: ~5% of an unpipelined sync SET's instructions)."""
         threshold = self.config["auto-snapshot-journal-bytes"]
         if self.snapshot_failed_at is not None and self.last_bgsave_status == "err" \
                 and time.monotonic() - self.snapshot_failed_at < SNAPSHOT_RETRY_DELAY_S:
