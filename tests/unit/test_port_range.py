@@ -32,6 +32,9 @@ def test_free_ports_come_from_the_range_lowest_first_and_skip_what_is_taken():
     assert free_ports(3, port_range=(low, high)) == [low, low + 1, low + 2]
     assert free_ports(2, port_range=(low, high), exclude={low, low + 2}) == [low + 1, low + 3]
     with socket.socket() as listener:
+        # as every server binds (asyncio's, Valkey's), and as port_is_free probes: an earlier test of this worker
+        # may have left the port in TIME_WAIT, which refuses a bind without it (a suite run's EADDRINUSE here)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", low))
         listener.listen()
         assert free_ports(2, port_range=(low, high)) == [low + 1, low + 2]
