@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from durakv.cluster.store import Lease, NatsStore, StaleRevision
+from durakv.replication.retry import retry_transient
 from durakv.routing import Node, Shard, Topology, TopologyError
 from helpers.clusters import async_wait_for, run
 
@@ -96,6 +97,12 @@ def test_compare_and_set_conflicts(module_nats, bucket):
     run(main())
 
 
+async def watch_topology(store, cb):
+    """store.watch_topology(cb) as the nodes set it up (replication/topology_sync.py): again while NATS cannot
+    answer yet. A suite run's watch timed out once creating its consumer (5 s) on the loaded machine."""
+    return await retry_transient("watching the topology", lambda: store.watch_topology(cb), timeout_s=30.0)
+
+
 def test_watch_delivers_the_current_topology_and_every_update_in_order(module_nats, bucket):
     async def main():
         store = await open_store(module_nats, bucket)
@@ -103,7 +110,7 @@ def test_watch_delivers_the_current_topology_and_every_update_in_order(module_na
         try:
             t0 = three_shard_topology()
             r0 = await store.put_topology(t0, 0)
-            watch = await store.watch_topology(lambda t, rev: seen.append((t, rev)))
+            watch = await watch_topology(store, lambda t, rev: seen.append((t, rev)))
 
             async def got(n):
                 return len(seen) >= n
@@ -127,7 +134,7 @@ def test_watch_delivers_the_current_topology_and_every_update_in_order(module_na
             # After stop nothing more arrives: a second watch sees the next write, the stopped one does not.
             t4 = t3.with_node(nid(1), health="online")
             r4 = await store.put_topology(t4, r3)
-            watch2 = await store.watch_topology(lambda t, rev: seen2.append((t, rev)))
+            watch2 = await watch_topology(store, lambda t, rev: seen2.append((t, rev)))
 
             async def got2():
                 return seen2 and seen2[-1][1] == r4
@@ -149,7 +156,7 @@ def test_watch_starts_empty_and_survives_a_failing_callback(module_nats, bucket)
             if len(calls) == 1:
                 raise RuntimeError("subscriber bug")
         try:
-            watch = await store.watch_topology(cb)
+            watch = await watch_topology(store, cb)
             t = three_shard_topology()
             r1 = await store.put_topology(t, 0)
             r2 = await store.put_topology(t.promote(nid(2)), r1)
@@ -181,7 +188,7 @@ def test_watch_task_runs_on_the_callers_loop(module_nats, bucket):
         store = await open_store(module_nats, bucket)
         loops = []
         try:
-            watch = await store.watch_topology(lambda t, rev: loops.append(asyncio.get_running_loop()))
+            watch = await watch_topology(store, lambda t, rev: loops.append(asyncio.get_running_loop()))
             await store.put_topology(three_shard_topology(), 0)
 
             async def called():
