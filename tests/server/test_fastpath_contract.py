@@ -38,9 +38,10 @@ OWNERS = {
     "Context": "db effects touched touched_exact",
     "Pipeline": "count_error mark mark_s total_commands",
     "Durability": "tracker feeds submit assigned committed pending needs_touched read_ticket waiting promised_index",
-    # a sync write joining the open batch (tracker_join: the tracker's docstring states these fields as the
-    # core's contract) and the journal's entry limit it checks
-    "WriteTracker": "batch_index batch_effects batch_bytes batch_db batch_keys close_at close_batch uncommitted "
+    # a sync write joining the open batch, opening it first when none is (tracker_join: the tracker's docstring
+    # states these fields as the core's contract) and the journal's entry limit it checks
+    "WriteTracker": "batch_index batch_effects batch_bytes batch_db batch_keys close_at close_batch open_batch "
+                    "uncommitted "
                     "mode ack_before_commit journal",
     "Journal": "max_entry_bytes",
     "Keyspace": "hits misses used_bytes changes clock_ms",

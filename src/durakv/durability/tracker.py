@@ -118,8 +118,11 @@ class WriteTracker:
     close_at       0, or the number of effects at which the open batch closes now: it waits for the writers the
                    last commit answered (group commit); the core calls close_batch() once the batch holds them
     close_batch()  closes the open batch (it goes to the journal unless the append window is full)
+    open_batch()   opens a batch while none is open (batch_index 0) and returns its index; the core then joins
+                   it. It is called only for effects that fit an entry (`max_entry_bytes`): a batch opened
+                   for them is never sealed at once
 
-    Opening a batch, sealing a full one, parts, promised pushes, async mode and feeds stay in `submit`."""
+    Sealing a full batch, parts, promised pushes, async mode and feeds stay in `submit`."""
 
     def __init__(self, journal, owner, mode="sync", buffer_ms=10000, loop=None, clock_ms=None):
         self.journal = journal
@@ -251,13 +254,13 @@ class WriteTracker:
                 index = self._submit_parts(effects, limit)
             else:
                 if not index:
-                    index = self._open_batch()
+                    index = self.open_batch()
                 self.batch_effects.extend(effects)
                 self.batch_bytes += size
                 self.batch_db = db
         else:
             if not index:
-                index = self._open_batch()
+                index = self.open_batch()
             self.batch_effects.extend(effects)
         if self.close_at and len(self.batch_effects) >= self.close_at:
             self.close_batch()    # the writers the last commit answered are back: one fsync for all
@@ -339,7 +342,10 @@ class WriteTracker:
         if self.failed is None:
             self.close_batch()
 
-    def _open_batch(self):
+    def open_batch(self) -> int:
+        """Opens a batch (none is open) and returns its index: the next index, and when it closes (this loop
+        iteration's end, or once the writers the last commit answered are back). The compiled core calls it
+        for the first write of a batch and then joins it as for any other (the class docstring)."""
         index = self.batch_index = self._issue()
         self.batch_keys = self._keys_by_index[index]
         if self.ack_before_commit:

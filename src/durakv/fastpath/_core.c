@@ -488,7 +488,7 @@ static PyObject *s_hold, *s_emit, *s_read_ticket, *s_held_bytes, *s_carried_byte
     *s_over_limit, *s_durability, *s_waiting, *s_set_over;
 static PyObject *s_batch_index, *s_close_at, *s_promised_index, *s_mode, *s_ack_before_commit, *s_journal,
     *s_max_entry_bytes, *s_batch_db, *s_batch_bytes, *s_batch_effects, *s_batch_keys, *s_uncommitted, *s_sync,
-    *s_close_batch;
+    *s_close_batch, *s_open_batch;
 static PyObject *s_loop, *s_turn_started_s, *s_call_soon, *s_cycles, *s_duration_s, *s_longest_stall_s;
 static PyObject *one;
 static PyObject *b_SET, *b_PXAT, *b_KEEPTTL, *b_DEL;
@@ -1352,15 +1352,16 @@ static inline PyObject *dict_item(PyObject *d, PyObject *name) {
     return v;
 }
 
-/* WriteTracker.submit's common case at a pipeline's depth, in C: a sync write whose effects join the batch
- * that is already open (the first write of a read opens it in Python: _open_batch's clock, timers and group
- * commit decisions stay there; a batch waiting for the writers the last commit answered is closed by its
- * close_batch, as the Python submit does, once they are in). It reads and writes only the open batch's fields
- * the tracker's docstring lists as this contract (batch_index, batch_effects, batch_bytes, batch_db, batch_keys,
- * close_at, close_batch) and `uncommitted`. Anything else -- no open batch, a batch that would
- * pass the entry limit, a promised push, async or the test-only broken mode, unknown keys, feeds, a
- * subclass -- answers -2 before changing anything, and the Python submit runs. Same steps as the Python code
- * (tests/server/test_fastpath_differential.py compares the journals): the ticket, or -1 with an exception. */
+/* WriteTracker.submit's common case, in C: a sync write whose effects join the open batch, after opening one
+ * when none is (the tracker's open_batch(), in Python: the index, its clock, timers and group commit decisions
+ * stay there; a batch waiting for the writers the last commit answered is closed by its close_batch, as the
+ * Python submit does, once they are in). It reads and writes only the fields the tracker's docstring lists as
+ * this contract (batch_index, batch_effects, batch_bytes, batch_db, batch_keys, close_at, close_batch,
+ * open_batch) and `uncommitted`. Anything else -- a batch that would pass the entry limit (sealed, or parts),
+ * a promised push, async or the test-only broken mode, unknown keys, feeds, a subclass -- answers -2 before
+ * adding anything, and the Python submit runs (it joins a batch opened here as any open batch). Same steps as
+ * the Python code (tests/server/test_fastpath_differential.py compares the journals): the ticket, or -1 with an
+ * exception. */
 static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     PyObject *dur = r->core->durability;
     if (touched == NULL || !PyList_CheckExact(touched) || !PyList_CheckExact(effects) || PyList_GET_SIZE(effects) == 0)
@@ -1392,7 +1393,7 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     PyObject *index_o = dict_item(d, s_batch_index);
     if (index_o == NULL || !PyLong_CheckExact(index_o)) goto out;
     long long index = PyLong_AsLongLong(index_o);
-    if (index <= 0) { PyErr_Clear(); goto out; }
+    if (index < 0) { PyErr_Clear(); goto out; }
     PyObject *promise = dict_item(*odp, s_promised_index);
     PyObject *mode = dict_item(d, s_mode);
     PyObject *ack_early = dict_item(d, s_ack_before_commit);
@@ -1401,19 +1402,34 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
         PyErr_Clear();
         goto out;
     }
+    long long size = 0;
+    PyObject *sized = NULL;     /* the database the effects end in, once their size is known (new reference) */
+    if (index == 0) {
+        /* No open batch: effects larger than an entry go to the journal in parts (Python); others open one,
+         * which has no effects yet (batch_bytes 0, batch_db None: _take_batch's reset), so their size is known
+         * before. Everything read from the tracker's dict is read again after: open_batch runs Python. */
+        if (limit && (effects_size_of(effects, Py_None, &size, &sized) < 0)) { ticket = -1; goto out; }
+        if (limit && size > limit) { Py_DECREF(sized); goto out; }
+        PyObject *opened = PyObject_CallMethodNoArgs(tracker, s_open_batch);
+        if (opened == NULL) { Py_XDECREF(sized); ticket = -1; goto out; }
+        Py_DECREF(opened);
+        index_o = dict_item(d, s_batch_index);
+        index = index_o != NULL && PyLong_CheckExact(index_o) ? PyLong_AsLongLong(index_o) : -1;
+        if (index <= 0) { PyErr_Clear(); Py_XDECREF(sized); goto out; }
+    }
     PyObject *batch = dict_item(d, s_batch_effects);
     PyObject *marks = dict_item(d, s_batch_keys);
     PyObject *uncommitted = dict_item(d, s_uncommitted);
     if (batch == NULL || !PyList_CheckExact(batch) || marks == NULL || !PyList_CheckExact(marks)
-        || uncommitted == NULL || !PyDict_CheckExact(uncommitted))
+        || uncommitted == NULL || !PyDict_CheckExact(uncommitted)) {
+        Py_XDECREF(sized);
         goto out;
-    PyObject *sized = NULL;
+    }
     if (limit) {
         PyObject *bytes_o = dict_item(d, s_batch_bytes);
         PyObject *db = dict_item(d, s_batch_db);
-        if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) goto out;
-        long long size;
-        if (effects_size_of(effects, db, &size, &sized) < 0) { ticket = -1; goto out; }
+        if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) { Py_XDECREF(sized); goto out; }
+        if (sized == NULL && effects_size_of(effects, db, &size, &sized) < 0) { ticket = -1; goto out; }
         long long have = PyLong_AsLongLong(bytes_o);
         if (PyErr_Occurred()) { ticket = -1; Py_DECREF(sized); goto out; }
         if (have + size > limit) { Py_DECREF(sized); goto out; }   /* the batch is sealed: Python */
@@ -2864,6 +2880,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     s_sync = PyUnicode_InternFromString("sync");    /* (a value the tracker's mode is compared with, not a name) */
     if (s_sync == NULL) return NULL;
     INTERN(s_close_batch, "close_batch");
+    INTERN(s_open_batch, "open_batch");
     INTERN(s_assigned, "assigned"); INTERN(s_committed, "committed"); INTERN(s_pending, "pending");
     INTERN(s_last_write_index, "last_write_index");
     INTERN(s_clock_ms, "clock_ms");     INTERN(s_needs_touched, "needs_touched");
