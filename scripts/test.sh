@@ -65,26 +65,27 @@ if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(stat -f -c
     trap 'exit 130' INT
   fi
 fi
-# Three workers (pytest-xdist) on two cores: the suite mostly waits on real processes (6 min 56 s with three
-# workers, 9 min 40 s with two, on this 2-core machine, 2026-12-02); six finished the faults tier faster but made
-# the cluster tier, which computes, slower and starved a lease (docs/testing.md, "Workers", 2026-12-06). Each
-# worker takes its own port slice (tests/helpers/servers.py free_port) and its own tmp dirs.
+# Four workers (pytest-xdist) on two cores: the suite mostly waits on real processes. On a quiet 2-core machine
+# (2026-12-07, docs/testing.md "Workers") the main pass took 551 s with three workers, 469 s with four and 447 s
+# with five, for 0.78, 0.83 and 0.86 of both cores; earlier, on a machine shared with other developers' tests,
+# six starved a primary's lease in the cluster tier, which computes. Each worker takes its own port slice
+# (tests/helpers/servers.py free_port) and its own tmp dirs.
 # DURAKV_TEST_WORKERS=0 runs it in one process.
 # The tiers (docs/testing.md): the unit tier first (seconds; a broken build stops here), then every other test
 # (the server, cluster, compat and faults tiers, and any file not sorted into a tier yet).
 # pytest exits 5 when a selection holds no test (`scripts/test.sh tests/server/test_keys.py` has no unit test).
 # With no selection of the caller's, an empty tier is a failure too (exit 5 is red in CI): something unselected it.
-# --dist worksteal: each worker starts on a third of the collection and one that runs dry takes half of the
+# --dist worksteal: each worker starts on an equal share of the collection and one that runs dry takes half of the
 # longest queue left. xdist's default (`load`) sent each worker a quarter of its share first, consecutive tests,
 # and the first quarter of this collection is the cluster tier: one worker's first chunk held 792 s of the 806 s
 # main pass while the others went idle after 670 s (docs/testing.md, "Long poles").
-XDIST="-n ${DURAKV_TEST_WORKERS:-3} --dist worksteal"
-[ "${DURAKV_TEST_WORKERS:-3}" = 0 ] && XDIST="-n 0"
+XDIST="-n ${DURAKV_TEST_WORKERS:-4} --dist worksteal"
+[ "${DURAKV_TEST_WORKERS:-4}" = 0 ] && XDIST="-n 0"
 tier() { python -m pytest -q $XDIST "$@" || { rc=$?; [ "$rc" = 5 ] && [ "$SELECTED" = 1 ]; }; }
 # a path or node id (tests/x.py::test_y) the caller named; an option's value (`-m unit`, `-k name`) is not one
 SELECTED=0; for a in "$@"; do case "$a" in -*) ;; *) [ -e "${a%%::*}" ] && SELECTED=1 ;; esac; done
 # Every worker of every pass imports every test module, and pytest rewrites a module's asserts on its first
-# import (cached in __pycache__). On a fresh clone the three workers of the first pass all found the cache empty
+# import (cached in __pycache__). On a fresh clone the workers of the first pass all found the cache empty
 # and each rewrote and compiled everything: 52.7 s of CPU for the unit tier, against 33.5 s for one collection
 # first and then the tier (docs/testing.md, "Where the time goes"). So the cache is filled first, by two
 # processes that take half the folders each (one took 13.1 s on a fresh clone, two together 7.8 s). A collection
