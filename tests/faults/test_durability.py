@@ -287,7 +287,9 @@ def test_the_journal_growing_past_auto_snapshot_journal_bytes_takes_a_snapshot(s
         assert c.info("durability")["last_snapshot_index"] == 0
         for i in range(100):       # 100 KB more: past it
             c.set(f"k{i}", b"%d" % i + b"x" * 1000)
-        wait_until(lambda: c.info("durability")["last_snapshot_index"] >= 140, 20, what="an automatic snapshot")
+        # the cron may look while these writes go on (on a busy machine they take longer than a tick): the
+        # snapshot is of whatever index it saw past the threshold, not necessarily of the last write
+        wait_until(lambda: c.info("durability")["last_snapshot_index"] > 40, 20, what="an automatic snapshot")
         wait_until(lambda: c.info("persistence")["rdb_bgsave_in_progress"] == 0, 20, what="the snapshot's end")
         c.set("after", "snapshot")
     assert glob.glob(str(tmp_path / "data" / "snapshots" / "*.dks"))
