@@ -214,3 +214,34 @@ def test_the_core_hands_every_reply_to_the_outbox_api(tmp_path):
         c.close()
     finally:
         srv.stop()
+
+
+def test_the_core_opens_a_sync_batch_without_the_python_submit(tmp_path):
+    """An unpipelined sync write opens a batch each time: the core calls the tracker's open_batch() and joins the
+    batch in C (WriteTracker's docstring), where it called the whole Python submit before (~14k instructions of
+    such a write, docs/commit-path.md). What it writes is what the Python path writes: acknowledged, read back."""
+    srv = InProcessServer(tmp_path / "data", "--durability", "sync").start()
+    try:
+        c = srv.client()
+        core_count = lambda: int(c.info("server")["durakv_core_commands"])  # noqa: E731
+        wait_until(lambda: c.set("k", "v") and core_count() > 0, 20, what="the compiled core ran SET")
+        calls = []
+
+        def count_submits():
+            durability = srv.server.durability
+            python_submit = durability.submit
+
+            def counted(effects, touched):
+                calls.append(len(effects))
+                return python_submit(effects, touched)
+            durability.submit = counted
+        srv.on_loop(count_submits)
+        before = core_count()
+        for i in range(20):
+            assert c.set("k%d" % i, "v%d" % i)
+        assert core_count() == before + 20
+        assert calls == []
+        assert [c.get("k%d" % i) for i in range(20)] == [b"v%d" % i for i in range(20)]
+        c.close()
+    finally:
+        srv.stop()
