@@ -32,6 +32,21 @@ pip install -q -e ".[test]"
 # build (a missing compiler, a changed CPython private API) would leave the whole suite on the pure-Python one and
 # pass. DURAKV_PURE_PYTHON=1 runs the suite on the pure-Python core on purpose.
 python scripts/check_core.py
+# a path or node id (tests/x.py::test_y) the caller named; an option's value (`-m unit`, `-k name`) is not one
+SELECTED=0; for a in "$@"; do case "$a" in -*) ;; *) [ -e "${a%%::*}" ] && SELECTED=1 ;; esac; done
+# Every worker of every pass imports every test module, and pytest rewrites a module's asserts on its first
+# import (cached in __pycache__). On a fresh clone the workers of the first pass all found the cache empty
+# and each rewrote and compiled everything: 52.7 s of CPU for the unit tier, against 33.5 s for one collection
+# first and then the tier (docs/testing.md, "Where the time goes"). So the cache is filled first, by two
+# processes that take half the folders each (one took 13.1 s on a fresh clone, two together 7.8 s). A collection
+# error is not hidden: the tiers collect again and report it. It runs while apt-get may still be installing
+# (collecting needs none of its packages).
+if [ "$SELECTED" = 0 ]; then
+  python -m pytest -q --collect-only -p no:xdist tests/cluster tests/faults tests/unit >/dev/null 2>&1 &
+  python -m pytest -q --collect-only -p no:xdist tests --ignore=tests/cluster --ignore=tests/faults \
+    --ignore=tests/unit >/dev/null 2>&1 || true
+  wait $! || true
+fi
 if [ -n "$APT_PID" ]; then
   apt_rc=0; wait "$APT_PID" || apt_rc=$?
   cat "$APT_LOG"; rm -f "$APT_LOG"
@@ -82,20 +97,6 @@ fi
 XDIST="-n ${DURAKV_TEST_WORKERS:-4} --dist worksteal"
 [ "${DURAKV_TEST_WORKERS:-4}" = 0 ] && XDIST="-n 0"
 tier() { python -m pytest -q $XDIST "$@" || { rc=$?; [ "$rc" = 5 ] && [ "$SELECTED" = 1 ]; }; }
-# a path or node id (tests/x.py::test_y) the caller named; an option's value (`-m unit`, `-k name`) is not one
-SELECTED=0; for a in "$@"; do case "$a" in -*) ;; *) [ -e "${a%%::*}" ] && SELECTED=1 ;; esac; done
-# Every worker of every pass imports every test module, and pytest rewrites a module's asserts on its first
-# import (cached in __pycache__). On a fresh clone the workers of the first pass all found the cache empty
-# and each rewrote and compiled everything: 52.7 s of CPU for the unit tier, against 33.5 s for one collection
-# first and then the tier (docs/testing.md, "Where the time goes"). So the cache is filled first, by two
-# processes that take half the folders each (one took 13.1 s on a fresh clone, two together 7.8 s). A collection
-# error is not hidden: the tiers collect again and report it.
-if [ "$SELECTED" = 0 ]; then
-  python -m pytest -q --collect-only -p no:xdist tests/cluster tests/faults tests/unit >/dev/null 2>&1 &
-  python -m pytest -q --collect-only -p no:xdist tests --ignore=tests/cluster --ignore=tests/faults \
-    --ignore=tests/unit >/dev/null 2>&1 || true
-  wait $! || true
-fi
 # With no path of the caller's the unit tier collects its own folder only (conftest.py gives the unit marker by
 # folder): 1.5 s less wall time than collecting the whole tree in each worker.
 if [ "$SELECTED" = 1 ]; then tier -m unit "$@"; else tier -m unit "$@" tests/unit; fi
