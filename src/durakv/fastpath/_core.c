@@ -1402,13 +1402,19 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
         PyErr_Clear();
         goto out;
     }
+    /* The effects' encoded size and the database they end in, from the open batch's (None when none is open:
+     * the Python submit's `self.batch_db if index else None`), before anything changes */
     long long size = 0;
-    PyObject *sized = NULL;     /* the database the effects end in, once their size is known (new reference) */
+    PyObject *sized = NULL;     /* new reference, once limit */
+    if (limit) {
+        PyObject *db = index ? dict_item(d, s_batch_db) : Py_None;
+        if (db == NULL) goto out;
+        if (effects_size_of(effects, db, &size, &sized) < 0) { ticket = -1; goto out; }
+    }
     if (index == 0) {
-        /* No open batch: effects larger than an entry go to the journal in parts (Python); others open one,
-         * which has no effects yet (batch_bytes 0, batch_db None: _take_batch's reset), so their size is known
-         * before. Everything read from the tracker's dict is read again after: open_batch runs Python. */
-        if (limit && (effects_size_of(effects, Py_None, &size, &sized) < 0)) { ticket = -1; goto out; }
+        /* No open batch: effects larger than an entry go to the journal in parts (Python); others open one (it
+         * has no effects yet: batch_bytes 0). Everything read from the tracker's dict is read again after:
+         * open_batch runs Python. */
         if (limit && size > limit) { Py_DECREF(sized); goto out; }
         PyObject *opened = PyObject_CallMethodNoArgs(tracker, s_open_batch);
         if (opened == NULL) { Py_XDECREF(sized); ticket = -1; goto out; }
@@ -1428,8 +1434,7 @@ static long long tracker_join(Run *r, PyObject *effects, PyObject *touched) {
     if (limit) {
         PyObject *bytes_o = dict_item(d, s_batch_bytes);
         PyObject *db = dict_item(d, s_batch_db);
-        if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) { Py_XDECREF(sized); goto out; }
-        if (sized == NULL && effects_size_of(effects, db, &size, &sized) < 0) { ticket = -1; goto out; }
+        if (bytes_o == NULL || !PyLong_CheckExact(bytes_o) || db == NULL) { Py_DECREF(sized); goto out; }
         long long have = PyLong_AsLongLong(bytes_o);
         if (PyErr_Occurred()) { ticket = -1; Py_DECREF(sized); goto out; }
         if (have + size > limit) { Py_DECREF(sized); goto out; }   /* the batch is sealed: Python */
