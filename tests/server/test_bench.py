@@ -432,8 +432,10 @@ def test_a_generator_behind_schedule_is_reported(fake_servers):
     sched = rep["schedule"]
     assert sched["kept"] is False and sched["late_ms"] == 50
     assert sched["sent"] == pytest.approx(1200, rel=0.05)
-    # the requests due in the first 0.35 s of the stall were sent more than 50 ms late: about 140 of them
-    assert 100 <= sched["late"] <= 300, sched
+    # the requests due in the first 0.35 s of the stall were sent more than 50 ms late: about 140 of them. The
+    # count is of the late ones, not of all: at most half of what was sent (on a loaded machine the stall runs past
+    # its 0.4 s and the generator catches up more slowly: 352 with six xdist workers on two cores)
+    assert 100 <= sched["late"] <= sched["sent"] // 2, sched
     assert sched["lag_ms"]["max"] >= 350 and sched["late_seconds"] >= 1
     assert sched["worst_second"]["lag_max_ms"] >= 350 and sched["worst_second"]["t"] in (2, 3)
     stalled = [p for p in rep["timeline"] if p.get("late")]
