@@ -80,11 +80,12 @@ if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(stat -f -c
     trap 'exit 130' INT
   fi
 fi
-# Four workers (pytest-xdist) on two cores: the suite mostly waits on real processes. On a quiet 2-core machine
-# (2026-12-07, docs/testing.md "Workers") the main pass took 551 s with three workers, 469 s with four and 447 s
-# with five, for 0.78, 0.83 and 0.86 of both cores; earlier, on a machine shared with other developers' tests,
-# six starved a primary's lease in the cluster tier, which computes. Each worker takes its own port slice
-# (tests/helpers/servers.py free_port) and its own tmp dirs.
+# Five workers (pytest-xdist) on two cores: the suite waits on real processes (failovers, leases, fsyncs) about a
+# sixth of the time, and a fifth worker fills most of it. On a quiet 2-core machine, one after another with the venv
+# kept (2026-12-07 22:49-23:12, docs/testing.md "Workers"), the main pass took 463 s with four, 402 s with five and
+# 395 s with six, for about the same CPU; six failed a test that bounds the generator's lateness, and earlier, on a
+# machine shared with other developers' tests, six starved a primary's lease in the cluster tier, which computes.
+# Each worker takes its own port slice (tests/helpers/servers.py free_port) and its own tmp dirs.
 # DURAKV_TEST_WORKERS=0 runs it in one process.
 # The tiers (docs/testing.md): the unit tier first (seconds; a broken build stops here), then every other test
 # (the server, cluster, compat and faults tiers, and any file not sorted into a tier yet).
@@ -94,8 +95,8 @@ fi
 # longest queue left. xdist's default (`load`) sent each worker a quarter of its share first, consecutive tests,
 # and the first quarter of this collection is the cluster tier: one worker's first chunk held 792 s of the 806 s
 # main pass while the others went idle after 670 s (docs/testing.md, "Long poles").
-XDIST="-n ${DURAKV_TEST_WORKERS:-4} --dist worksteal"
-[ "${DURAKV_TEST_WORKERS:-4}" = 0 ] && XDIST="-n 0"
+XDIST="-n ${DURAKV_TEST_WORKERS:-5} --dist worksteal"
+[ "${DURAKV_TEST_WORKERS:-5}" = 0 ] && XDIST="-n 0"
 tier() { python -m pytest -q $XDIST "$@" || { rc=$?; [ "$rc" = 5 ] && [ "$SELECTED" = 1 ]; }; }
 # With no path of the caller's the unit tier collects its own folder only (conftest.py gives the unit marker by
 # folder): 1.5 s less wall time than collecting the whole tree in each worker.
