@@ -162,7 +162,10 @@ def test_watch_starts_empty_and_survives_a_failing_callback(module_nats, bucket)
             r2 = await store.put_topology(t.promote(nid(2)), r1)
 
             async def both():
-                return calls == [r1, r2]
+                # (what a timeout reports: a suite run with five workers saw r2 undelivered for 60 s, once)
+                assert calls == [r1, r2], "calls %r of %r; delivered %r; the watch's tasks done: %r" % (
+                    calls, [r1, r2], watch.revisions(), [task.done() for task in watch._tasks])
+                return True
             await async_wait_for(both, 20, "both revisions despite the failing first call")
             await watch.stop()
         finally:
