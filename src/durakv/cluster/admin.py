@@ -16,7 +16,6 @@ format.
 import asyncio
 import json
 import logging
-import secrets as _random
 import time
 
 from ..journal.jetstream import connect, stream_copies
@@ -25,7 +24,7 @@ from ..routing.topology import bus_port_of, node_id_for
 from . import natsnames as nn
 from .reshard import ReshardError, change_topology, rebalance, reshard, wait_moved
 from .respclient import RespClient, RespError
-from .secrets import FORMAT, ClusterSecrets
+from .secrets import FORMAT, ClusterSecrets, new_password
 from .settings import AuthSettings, ClusterDocument, ShardSettings
 from .store import NatsStore, StaleRevision
 
@@ -486,7 +485,7 @@ class ClusterAdmin:
             _user, name, rules = (line.split(" ", 2) + [""])[:3]
             if name != INTERNAL_USER:
                 users.append({"name": name, "rules": rules})
-        password = _random.token_urlsafe(32)
+        password = new_password(32)
         import hashlib
         users.append({"name": INTERNAL_USER,
                       "rules": "on #%s ~* &* +@all" % hashlib.sha256(password.encode()).hexdigest()})

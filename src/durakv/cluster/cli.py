@@ -25,7 +25,7 @@ from .processes import ProcessError, parse_port_range
 from .reshard import ReshardError
 from .respclient import RespError
 from .readiness import ClusterNotReady
-from .secrets import ClusterSecrets, SecretsError, _write_private
+from .secrets import ClusterSecrets, SecretsError, _write_private, add_password_options, password_from
 
 
 def _table(headers, rows) -> str:
@@ -167,6 +167,8 @@ def client_lines(cluster) -> str:
     ca = (cluster.manifest.get("tls") or {}).get("ca")
     pw_file = p.entry.get("password_file")
     pw_py = ', password=open("%s").read().strip()' % pw_file if pw_file else ""
+    # redis-cli reads REDISCLI_AUTH, which keeps the password out of its argv (`ps`); memtier has only -a
+    pw_env = 'REDISCLI_AUTH="$(cat %s)" ' % pw_file if pw_file else ""
     pw_cli = ' -a "$(cat %s)"' % pw_file if pw_file else ""
     if ca:
         return "\n".join([
@@ -175,23 +177,14 @@ def client_lines(cluster) -> str:
             f"ssl_ca_certs=\"{ca}\"{pw_py})",
             f"  redis-py:   redis.cluster.RedisCluster(host=\"127.0.0.1\", port={p.port}, ssl=True, "
             f"ssl_ca_certs=\"{ca}\"{pw_py})",
-            f"  redis-cli:  redis-cli -c --tls --cacert {ca} -p {p.port}{pw_cli}",
+            f"  redis-cli:  {pw_env}redis-cli -c --tls --cacert {ca} -p {p.port}",
             f"  memtier:    memtier_benchmark --cluster-mode --tls --cacert {ca} -s 127.0.0.1 -p {p.port}{pw_cli}"])
     return "\n".join([
         "cluster clients (any node bootstraps; they follow MOVED and failovers):",
         f"  valkey-py:  valkey.cluster.ValkeyCluster(host=\"127.0.0.1\", port={p.port}{pw_py})",
         f"  redis-py:   redis.cluster.RedisCluster(host=\"127.0.0.1\", port={p.port}{pw_py})",
-        f"  redis-cli:  redis-cli -c -p {p.port}{pw_cli}",
+        f"  redis-cli:  {pw_env}redis-cli -c -p {p.port}",
         f"  memtier:    memtier_benchmark --cluster-mode -s 127.0.0.1 -p {p.port}{pw_cli}"])
-
-def _password(args):
-    """The nodes' password: --pass, --pass-file, DURAKV_AUTH, else None (the secrets directory's resp.pass)."""
-    if getattr(args, "password", None):
-        return args.password
-    if getattr(args, "pass_file", None):
-        with open(args.pass_file, encoding="utf-8") as f:
-            return f.read().strip()
-    return os.environ.get("DURAKV_AUTH") or None
 
 
 def _admin(args) -> ClusterAdmin:
@@ -199,7 +192,7 @@ def _admin(args) -> ClusterAdmin:
     say = lambda m: print(m, flush=True)  # noqa: E731
     if getattr(args, "secrets", None):
         nats = [u for u in (args.nats or "").split(",") if u] or None
-        return ClusterAdmin(args.secrets, nats=nats, user=args.user, password=_password(args), say=say)
+        return ClusterAdmin(args.secrets, nats=nats, user=args.user, password=password_from(args), say=say)
     if getattr(args, "dir", None):
         return LocalCluster.load(args.dir).admin(say=say)
     raise ClusterError("name the cluster: --secrets DIR [--nats URLS] (any hosts) or --dir DIR (a local cluster)")
@@ -407,7 +400,7 @@ def _cmd_remove_shard(args):
 
 def _cmd_init(args):
     nats = [u for u in (args.nats or "").split(",") if u]
-    password = _password(args)
+    password = password_from(args)
     s = ClusterSecrets.init(args.secrets, nats_urls=nats, tls=args.tls, resp_password=password)
     print(f"cluster {s.cluster_id}: secrets in {s.dir} (keep them on the operator's machine, 0700)")
     print(f"  the nodes' password: {os.path.join(s.dir, 'resp.pass')} (put it in each node's config: "
@@ -476,7 +469,7 @@ def _cmd_create(args):
                 print("--follow-domain needs --source-domain and --source-nats", file=sys.stderr)
                 return 2
             source = ClusterAdmin(args.secrets, nats=args.source_nats.split(","), user=args.user,
-                                  password=_password(args), say=admin.say)
+                                  password=password_from(args), say=admin.say)
             asyncio.run(admin.create_follower(args.nodes, source, args.follow_domain, args.source_domain,
                                               replicas=args.replicas, durability=args.durability,
                                               lease_ttl_ms=args.lease_ttl_ms, timeout_s=args.timeout))
@@ -507,7 +500,7 @@ def _cmd_promote_region(args):
         source = LocalCluster.load(args.source_dir).admin(say=admin.say)
     elif args.source_nats:
         source = ClusterAdmin(args.secrets or LocalCluster.load(args.dir).manifest["secrets"],
-                              nats=args.source_nats.split(","), user=args.user, password=_password(args),
+                              nats=args.source_nats.split(","), user=args.user, password=password_from(args),
                               say=admin.say)
     try:
         report = asyncio.run(admin.promote_region(source=source, timeout_s=args.timeout))
@@ -529,7 +522,7 @@ def _cmd_region_gap(args):
         source = LocalCluster.load(args.source_dir).admin(say=admin.say)
     else:
         source = ClusterAdmin(args.secrets or LocalCluster.load(args.dir).manifest["secrets"],
-                              nats=args.source_nats.split(","), user=args.user, password=_password(args),
+                              nats=args.source_nats.split(","), user=args.user, password=password_from(args),
                               say=admin.say)
 
     async def go():
@@ -603,8 +596,7 @@ def _target(p, local=True):
         g.add_argument("--dir", default=None, help="a local cluster's directory (`durakv cluster up`)")
     a = p.add_argument_group("the nodes' credentials (default: the secrets directory's resp.pass)")
     a.add_argument("--user", default=None, help="ACL user to present to the nodes")
-    a.add_argument("--pass", dest="password", default=None, help="its password (or --pass-file, or DURAKV_AUTH)")
-    a.add_argument("--pass-file", default=None, help="a file holding the password")
+    add_password_options(a)
 
 
 def build_parser():
@@ -617,8 +609,7 @@ def build_parser():
     init.add_argument("--secrets", required=True, help="the directory to make (0700)")
     init.add_argument("--nats", default=None, help="the NATS server URLs the operations will use")
     init.add_argument("--tls", action="store_true", help="make a CA: NATS and nodes speak TLS with mutual auth")
-    init.add_argument("--pass", dest="password", default=None, help="the nodes' password (default: a random one)")
-    init.add_argument("--pass-file", default=None)
+    add_password_options(init, who="the nodes'")   # default: a random one
     init.set_defaults(func=_cmd_init)
     certs = sub.add_parser("certs", help="a TLS certificate (server and client) for one host, signed by the CA")
     certs.add_argument("--secrets", required=True)

@@ -22,6 +22,7 @@ import time
 
 from ...backup.format import BackupError, iso_ms, parse_time
 from ...backup.storage import open_storage
+from ...cluster.secrets import SecretsError, add_password_options, password_from
 
 
 def _s3_options(p):
@@ -44,20 +45,10 @@ def _storage(args, url):
     return open_storage(url, opts)
 
 
-def _password(args):
-    if args.password is not None:
-        return args.password
-    if args.pass_file:
-        with open(args.pass_file, encoding="utf-8") as f:
-            return f.read().strip()
-    return os.environ.get("DURAKV_AUTH") or None
-
-
 def _resp_options(p, who):
     g = p.add_argument_group(who)
     g.add_argument("--user", default=None, help="ACL user (an admin: DURAKV BACKUP is @admin)")
-    g.add_argument("--pass", dest="password", default=None, help="its password (or --pass-file, or DURAKV_AUTH)")
-    g.add_argument("--pass-file", default=None)
+    add_password_options(g)
     g.add_argument("--tls", action="store_true")
     g.add_argument("--tls-cacert", default=None)
 
@@ -71,7 +62,7 @@ def _ssl(args):
 def _connect(args, host, port):
     from ...protocol.client import RespClient
     conn = RespClient(host, port, timeout_s=120.0, ssl_context=_ssl(args))
-    password = _password(args)
+    password = password_from(args)
     if password:
         conn.execute(*(("AUTH", args.user, password) if args.user else ("AUTH", password)))
     return conn
@@ -291,7 +282,7 @@ def restore_main(argv) -> int:
     args = restore_parser().parse_args(argv)
     try:
         return _restore(args)
-    except BackupError as exc:
+    except (BackupError, SecretsError) as exc:
         print("durakv restore: %s" % exc, file=sys.stderr)
         return 1
     except (OSError, ConnectionError) as exc:
@@ -340,7 +331,7 @@ def _restore_cluster(args, keyspace):
     from ...backup.restore import key_records
     from ..migrate.target import Target
     host, port = args.cluster
-    target = Target(host, port, ssl_context=_ssl(args), user=args.user, password=_password(args))
+    target = Target(host, port, ssl_context=_ssl(args), user=args.user, password=password_from(args))
     try:
         for rec in key_records(keyspace):
             if rec[0] == "function":

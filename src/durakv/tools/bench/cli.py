@@ -5,6 +5,7 @@ import json
 import signal
 import sys
 
+from ...cluster.secrets import SecretsError, add_password_options, password_from
 from .compare import DEFAULT_TARGETS, WORKLOADS, format_compare, run_compare
 from .config import WORKLOADS as WORKLOAD_COMMANDS, BenchConfig, parse_ratio
 from .drivers import DRIVERS
@@ -100,7 +101,7 @@ def bench_parser():
     p.add_argument("--tls-skip-verify", action="store_true")
     p.add_argument("--sni", default="")
     p.add_argument("--user", default="")
-    p.add_argument("-a", "--password", default="")
+    add_password_options(p, aliases=("-a",))
     p.add_argument("--max-outstanding", type=int, default=1000,
                    help="open loop: requests in flight per connection before sending waits (default 1000)")
     p.add_argument("--drain", type=float, default=5.0, help="seconds to wait for replies after the last send")
@@ -234,6 +235,11 @@ def main(argv=None):
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
     args = bench_parser().parse_args(argv)
+    try:
+        args.password = password_from(args) or ""
+    except SecretsError as exc:
+        print(f"durakv bench: {exc}", file=sys.stderr)
+        return 2
     if args.workload == "vector":
         from .vector import vector_main
         _terminate_on_sigterm()

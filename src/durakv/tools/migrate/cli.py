@@ -5,6 +5,7 @@ import ssl
 import sys
 import time
 
+from ...cluster.secrets import SecretsError, add_password_options, password_from
 from ...keyspace.rdbvalue import RdbError
 from ...protocol.client import RespError
 from .importer import import_rdb, progress_line
@@ -41,7 +42,16 @@ def _connection_options(p, prefix="", who="the target"):
     p.add_argument(f"--{dash}tls-key", default="")
     p.add_argument(f"--{dash}tls-skip-verify", action="store_true")
     p.add_argument(f"--{dash}user", default=None)
-    p.add_argument(f"--{dash}password", default=None)
+    add_password_options(p, prefix, who=f"{who}'s")
+
+
+def _passwords(p, args, *prefixes):
+    """Each prefix's password (--pass, --pass-file, DURAKV_AUTH for the target) into args.PREFIXpassword."""
+    for prefix in prefixes:
+        try:
+            setattr(args, prefix + "password", password_from(args, prefix))
+        except SecretsError as exc:
+            p.error(str(exc))
 
 
 def import_main(argv):
@@ -55,6 +65,7 @@ def import_main(argv):
     p.add_argument("--batch", type=int, default=BATCH_WRITES, help="writes per node per round trip")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     args = p.parse_args(argv)
+    _passwords(p, args, "")
     try:
         target = Target(args.target[0], args.target[1], ssl_context=_ssl_context(args), user=args.user,
                         password=args.password, batch_writes=max(1, args.batch))
@@ -112,6 +123,7 @@ def migrate_main(argv):
     p.add_argument("--tmp-dir", default=None, help="where the full syncs' RDB files are written while loaded")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
+    _passwords(p, args, "source_", "")
     for name in ("cutover_after", "cutover_lag", "cutover_stable"):
         value = getattr(args, name)
         if value is not None and not 0 <= value <= CUTOVER_WAIT_MAX_S:

@@ -8,6 +8,7 @@ import sys
 
 from ...cluster.manifest import ClusterError
 from ...cluster.processes import ProcessError
+from ...cluster.secrets import SecretsError, add_password_options, password_from
 from . import scenarios as sc
 from .report import write_report
 
@@ -59,7 +60,7 @@ def build_parser():
             g.add_argument("--target", type=_hostport, metavar="HOST:PORT", help="any RESP endpoint")
             g.add_argument("--tls", action="store_true", help="--target over TLS")
             g.add_argument("--tls-ca", help="CA file to verify --target's certificate")
-            g.add_argument("--password", help="AUTH password of --target")
+            add_password_options(g, who="--target's")
         g.add_argument("--fault-cmd", help="inject the fault by running this shell command (its start and exit "
                                            "are the fault window) instead of `durakv chaos`")
         o = sp.add_argument_group("a cluster started for the run (no --dir, no --target)")
@@ -194,7 +195,7 @@ def _env(args, durability="sync", partitionable=False):
         raise ClusterError("give --dir or --target, not both")
     if target:
         return sc.Env.endpoint(target[0], target[1], tls=args.tls, tls_ca=args.tls_ca, fault_cmd=args.fault_cmd,
-                               password=args.password, say=say)
+                               password=password_from(args), say=say)
     if args.dir:
         return sc.Env.local(args.dir, fault_cmd=args.fault_cmd, say=say)
     env = sc.Env.start_own(durability=durability, tls=not args.no_tls, partitionable=partitionable,
@@ -350,7 +351,7 @@ def main(argv) -> int:
     _terminate_on_sigterm()
     try:
         result = run(args)
-    except (ClusterError, ProcessError, TimeoutError, RuntimeError, KeyError, OSError) as exc:
+    except (ClusterError, ProcessError, SecretsError, TimeoutError, RuntimeError, KeyError, OSError) as exc:
         print(f"durakv verify {args.scenario}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
