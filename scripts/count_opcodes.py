@@ -1,13 +1,17 @@
 """Python bytecodes the server executes per unpipelined SET and GET (or --commands), by function: a measure of the per-command
 interpreter work that, unlike ops/s on a shared machine, does not move with the load of other processes.
 
-Starts a Server in this process (the sources on PYTHONPATH) with --durability MODE, feeds one connection (a
-stand-in transport: no sockets) one request per data_received, as an unpipelined client does, and counts the
-opcodes executed under sys.settrace. Time that passes nothing in C (hiredis, dict lookups, syscalls) is not
-counted: compare trees with it, not with redis-server. Run it with PYTHONPATH pointing at two trees to
-compare them (issue 18: the unpipelined regression).
+Starts a Server in this process (the sources on PYTHONPATH) with --durability MODE on uvloop, as `durakv server`
+runs, feeds one connection (a stand-in transport: no sockets) one request per data_received, as an unpipelined
+client does (--pipeline N: N at a time), lets the loop run until that request's reply is written (in sync mode: the
+batch's close, the journal's write and fsync, the commit's completion and the release), and counts the opcodes
+executed under sys.settrace, with the number of calls of each function. The count's own frames (this file,
+asyncio's sleep, uvloop.run's wrapper, resumed once per loop iteration while the fsync runs) are left out. Time
+that passes nothing in C (the compiled core, hiredis, dict lookups, syscalls) is not counted: compare trees with
+it, not with redis-server. Run it with PYTHONPATH pointing at two trees to compare them (issue 18: the unpipelined
+regression).
 
-    PYTHONPATH=src python scripts/count_opcodes.py [--durability none|async|sync] [--top 15]
+    PYTHONPATH=src python scripts/count_opcodes.py [--durability none|async|sync] [--pipeline 16] [--top 15]
 """
 
 import argparse
@@ -27,12 +31,14 @@ class Transport:
 
     def __init__(self):
         self.written_bytes = 0
+        self.writes = 0
 
     def get_extra_info(self, name, default=None):
         return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 6379)}.get(name, default)
 
     def write(self, data):
         self.written_bytes += len(data)
+        self.writes += 1
 
     def is_closing(self):
         return False
@@ -54,24 +60,35 @@ def request(*args):
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
-def count(conn, requests, by_line):
-    counts = collections.Counter()
+async def count(conn, transport, requests, by_line):
+    """(opcodes, calls) per function over `requests`, each followed until its reply is written."""
+    counts, calls = collections.Counter(), collections.Counter()
+    import uvloop
+    skip = {os.path.abspath(f) for f in (__file__, asyncio.sleep.__code__.co_filename, uvloop.__file__)}
 
     def tracer(frame, event, _arg):
+        code = frame.f_code
+        if code.co_filename in skip:
+            return None
         frame.f_trace_opcodes = True
         frame.f_trace_lines = False
-        if event == "opcode":
-            code = frame.f_code
-            where = frame.f_lineno if by_line else os.path.basename(code.co_filename)
-            counts["%s (%s)" % (code.co_qualname, where)] += 1
+        where = "%s (%s)" % (code.co_qualname, os.path.basename(code.co_filename))
+        if event == "call":
+            calls[where] += 1
+        elif event == "opcode":
+            counts[where if not by_line else "%s:%s" % (where, frame.f_lineno)] += 1
         return tracer
     sys.settrace(tracer)
     try:
         for data in requests:
+            written = transport.writes
             conn.data_received(data)
+            # held replies: the loop closes, writes and commits their batch, then they leave
+            while transport.writes == written or conn.outbox.held:
+                await asyncio.sleep(0)
     finally:
         sys.settrace(None)
-    return counts
+    return counts, calls
 
 
 async def main(args):
@@ -80,7 +97,8 @@ async def main(args):
         await server.start()
         server.keyspace.lru_tick()   # the cron's first tick (the count below never yields to the loop to run it)
         conn = Connection(server)
-        conn.connection_made(Transport())
+        transport = Transport()
+        conn.connection_made(transport)
         value = b"x" * args.data_size
         makers = {
             "SET": lambda i: request(b"SET", b"key:%012d" % i, value),
@@ -94,15 +112,17 @@ async def main(args):
         }
         for name in args.commands.split(","):
             make = makers[name.upper()]
-            requests = [make(i) for i in range(args.requests)]
-            for data in requests[:50]:      # warm: the command caches, the first batch of the journal
-                conn.data_received(data)
-            counts = count(conn, requests, args.by_line)
-            total = sum(counts.values())
-            print("%s: %.1f opcodes/command (%d requests, durability %s)"
-                  % (name, total / args.requests, args.requests, args.durability))
+            commands = [make(i) for i in range(args.requests)]
+            requests = [b"".join(commands[i:i + args.pipeline]) for i in range(0, len(commands), args.pipeline)]
+            # warm: the command caches, the first batch of the journal
+            await count(conn, transport, [make(i) for i in range(50)], args.by_line)
+            counts, calls = await count(conn, transport, requests, args.by_line)
+            print("%s: %.1f opcodes and %.1f Python calls per command (%d requests, pipeline %d, durability %s)"
+                  % (name, sum(counts.values()) / args.requests, sum(calls.values()) / args.requests,
+                     args.requests, args.pipeline, args.durability))
             for where, n in counts.most_common(args.top):
-                print("  %7.1f %s" % (n / args.requests, where))
+                print("  %7.1f %s%s" % (n / args.requests, where,
+                                        "" if args.by_line else "  (%.2f calls)" % (calls[where] / args.requests)))
         os._exit(0)   # the server's tasks and journal thread need no orderly stop for a count
 
 
@@ -111,7 +131,9 @@ if __name__ == "__main__":
     p.add_argument("--durability", default="none", choices=["none", "async", "sync"])
     p.add_argument("--requests", type=int, default=500)
     p.add_argument("--data-size", type=int, default=256)
+    p.add_argument("--pipeline", type=int, default=1, help="requests per data_received (default 1)")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--commands", default="SET,GET", help="of SET,GET,INCR,LPUSH,HSET,SADD,ZADD")
     p.add_argument("--by-line", action="store_true", help="count by source line instead of by function")
-    asyncio.run(main(p.parse_args()))
+    import uvloop
+    uvloop.run(main(p.parse_args()))
