@@ -214,20 +214,39 @@ def test_disk_full_errors_instead_of_hanging_then_resumes_by_itself(tmp_path):
         assert "Errors writing to the journal" in failed[0][1]
         # reads and whole-keyspace reads answer (from what is on disk), writes are refused with MISCONF. The server
         # retries the journal by itself, and a small write fits in what the failed batch left: the rest of the disk
-        # is taken first, so that a retry cannot succeed while the test looks (seen with four workers)
+        # is taken first (seen with four workers), though a few bytes remain in the journal's last page (below)
         disk.fill_rest()
         assert c.get(failed[0][0]) is None
         assert c.dbsize() == len(acked)
+        # The retry's entry is a small PING: it can still commit into the page the failed batch was cut back to, and
+        # then the journal persists again until the next write fails (a fresh clone's CI read INFO after such a retry:
+        # journal_failed 0). So each look is one turn of the server: a write too large for that page, and INFO,
+        # pipelined; until the write is refused (not merely failed), each attempt is a write that failed again.
         refusals = []
-        for _attempt in range(3):       # a retry that ran before the disk was filled: the next write fails again
-            with pytest.raises(valkey.exceptions.ResponseError) as e:
-                c.set("more", "x")
-            refusals.append(str(e.value))
+        for _attempt in range(20):
+            p = c.pipeline(transaction=False)
+            p.set("more", "x" * 16384)
+            p.info("durability")
+            reply, info = p.execute(raise_on_error=False)
+            assert isinstance(reply, valkey.exceptions.ResponseError), reply
+            refusals.append(str(reply))
             if "Writes are refused" in refusals[-1]:
                 break
         assert "Errors writing to the journal" in refusals[-1] and "Writes are refused" in refusals[-1], refusals
-        info = c.info("durability")
         assert info["journal_failed"] == 1 and info["journal_failed_batches"] >= 1 and info["journal_reloads"] >= 1
+        # While the disk stays full the retries keep failing: the retry's entry is as large as what failed. A bare
+        # PING fitted in those few bytes of the last page, the journal "persisted again", and the next write failed
+        # and reloaded the dataset from disk again, round after round.
+        persisted = disk.log_path.read_text().count("the journal persists again")
+
+        def three_more_retries_or_persisted():
+            now = c.info("durability")
+            return (now["journal_retries"] >= info["journal_retries"] + 3
+                    or disk.log_path.read_text().count("the journal persists again") > persisted)
+        wait_until(three_more_retries_or_persisted, 30, what="three more retries of the journal")
+        after = c.info("durability")
+        assert disk.log_path.read_text().count("the journal persists again") == persisted
+        assert after["journal_failed"] == 1 and after["journal_reloads"] == info["journal_reloads"], after
         # space comes back: the server retries the journal by itself and takes writes again
         disk.free_space()
         disk.wait_writable(20)

@@ -48,6 +48,11 @@ log = logging.getLogger("durakv.durability")
 
 RETRY_MIN_S = 0.1    # first retry of a failed journal; doubling up to
 RETRY_MAX_S = 5.0
+# The retry's no-op entry (a PING) is padded to the size of the largest entry that failed, and to at least this:
+# a bare PING fits in the few bytes a full disk leaves in the journal's last page, so the journal "persisted
+# again", the next write failed again, and every such round reloaded the dataset from disk. As Valkey clears its
+# AOF write error only once its pending buffer is written, writes resume once an entry of their size fits.
+PROBE_MIN_BYTES = 64 * 1024
 # debug-ack-before-commit: how late each batch is appended. Long enough that a kill always finds acknowledged
 # writes unappended even when a loaded machine stalls the writers for a few hundred milliseconds.
 ACK_BEFORE_COMMIT_DELAY_S = 0.5
@@ -150,7 +155,7 @@ class WriteTracker:
         self._sent_s = 0.0                  # when the newest append was handed over (clock_s)
         self.coalesced_batches = 0          # batches that waited so (INFO durability)
         self.clock_s = time.perf_counter    # the group commit's clock (tests inject one)
-        self._sent_ms = collections.deque()  # (index, ms, perf_counter s) of appends handed to the journal,
+        self._sent_ms = collections.deque()  # (index, ms, perf_counter s, bytes) of appends handed to the journal,
         # oldest first
         self.commit_latency = None     # Buckets of each entry's commit latency (Durability's: kept across trackers)
         self._journal_delta = 0             # journal index - tracker index of the newest acknowledged batch
@@ -172,6 +177,7 @@ class WriteTracker:
         self.appended_bytes = 0
         self.failed_batches = 0             # appends that failed (INFO durability)
         self.retries = 0                    # probes of a failed journal
+        self._probe_bytes = PROBE_MIN_BYTES  # the size of the probe's entry (_probe_entry)
         self._retry_delay_s = RETRY_MIN_S
         self._retry_handle = None
         self._in_flight = 0                 # batches handed to the journal and not yet acknowledged
@@ -411,7 +417,7 @@ class WriteTracker:
         """Hands entry `index` to the journal (its position is fixed by this call: journal contract)."""
         self.appended_bytes += len(payload)
         self._in_flight += 1
-        self._sent_ms.append((index, self.clock_ms(), self.clock_s()))
+        self._sent_ms.append((index, self.clock_ms(), self.clock_s(), len(payload)))
         self._sent_s = self.clock_s()
         if self.stall_ms and self._stall_handle is None:
             self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)
@@ -559,6 +565,7 @@ class WriteTracker:
         if self._coalesce_handle is not None:
             self._coalesce_handle.cancel()
             self._coalesce_handle = None
+        self._probe_bytes = max([PROBE_MIN_BYTES] + [sent[3] for sent in self._sent_ms])
         self._sent_ms.clear()
         self._inner_parts.clear()
         self.assigned = self.committed     # the journal gives the failed indices again (its contract)
@@ -578,6 +585,15 @@ class WriteTracker:
         self._retry_handle = None
         asyncio.ensure_future(self._probe(), loop=self.loop)
 
+    def _probe_entry(self) -> bytes:
+        """The retry's entry: PING with a padding argument (replay and replicas answer it and change nothing), as
+        large as the largest entry that failed (PROBE_MIN_BYTES at least), within the journal's entry limit."""
+        size = self._probe_bytes
+        limit = self.max_entry_bytes
+        if limit:
+            size = min(size, limit - 1024)    # (the effect's own framing stays within the limit)
+        return codec.encode_effects([(0, (b"PING", b"x" * max(0, size)))])
+
     async def _probe(self):
         """One retry: the journal takes a no-op entry (PING: replay ignores it) and commits it, or fails again."""
         self.retries += 1
@@ -587,7 +603,7 @@ class WriteTracker:
                 await journal.close()
                 await journal.open(base_index=self.committed)
             journal.resume()
-            index = await journal.append(codec.encode_effects([(0, (b"PING",))]))
+            index = await journal.append(self._probe_entry())
         except Exception as exc:  # noqa: BLE001 - still failing: try again later, less often
             self.failed = exc
             self._retry_delay_s = min(self._retry_delay_s * 2, RETRY_MAX_S)
