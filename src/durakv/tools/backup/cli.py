@@ -15,7 +15,6 @@ the command line (it would show in `ps`).
 import argparse
 import asyncio
 import json
-import os
 import ssl
 import sys
 import time
