@@ -52,7 +52,10 @@ RETRY_MAX_S = 5.0
 # a bare PING fits in the few bytes a full disk leaves in the journal's last page, so the journal "persisted
 # again", the next write failed again, and every such round reloaded the dataset from disk. As Valkey clears its
 # AOF write error only once its pending buffer is written, writes resume once an entry of their size fits.
+# At most PROBE_MAX_BYTES: the retries go on every few seconds while the disk stays full, and writing (then
+# cutting) an entry as large as a journal entry may be (16 MiB) each time would be the outage's largest cost.
 PROBE_MIN_BYTES = 64 * 1024
+PROBE_MAX_BYTES = 1024 * 1024
 # debug-ack-before-commit: how late each batch is appended. Long enough that a kill always finds acknowledged
 # writes unappended even when a loaded machine stalls the writers for a few hundred milliseconds.
 ACK_BEFORE_COMMIT_DELAY_S = 0.5
@@ -565,7 +568,7 @@ class WriteTracker:
         if self._coalesce_handle is not None:
             self._coalesce_handle.cancel()
             self._coalesce_handle = None
-        self._probe_bytes = max([PROBE_MIN_BYTES] + [sent[3] for sent in self._sent_ms])
+        self._probe_bytes = min(PROBE_MAX_BYTES, max([PROBE_MIN_BYTES] + [sent[3] for sent in self._sent_ms]))
         self._sent_ms.clear()
         self._inner_parts.clear()
         self.assigned = self.committed     # the journal gives the failed indices again (its contract)
@@ -587,7 +590,8 @@ class WriteTracker:
 
     def _probe_entry(self) -> bytes:
         """The retry's entry: PING with a padding argument (replay and replicas answer it and change nothing), as
-        large as the largest entry that failed (PROBE_MIN_BYTES at least), within the journal's entry limit."""
+        large as the largest entry that failed (PROBE_MIN_BYTES to PROBE_MAX_BYTES), within the journal's entry
+        limit."""
         size = self._probe_bytes
         limit = self.max_entry_bytes
         if limit:
