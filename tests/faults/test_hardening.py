@@ -218,10 +218,10 @@ def test_disk_full_errors_instead_of_hanging_then_resumes_by_itself(tmp_path):
         disk.fill_rest()
         assert c.get(failed[0][0]) is None
         assert c.dbsize() == len(acked)
-        # The retry's entry is a small PING: it can still commit into the page the failed batch was cut back to, and
-        # then the journal persists again until the next write fails (a fresh clone's CI read INFO after such a retry:
-        # journal_failed 0). So each look is one turn of the server: a write too large for that page, and INFO,
-        # pipelined; until the write is refused (not merely failed), each attempt is a write that failed again.
+        # A write that fails again (a retry ran before the disk was filled) is not a refusal, so each look is one turn
+        # of the server: a write too large for the page the failed batch was cut back to, and INFO, pipelined, until
+        # the write is refused. (A fresh clone's CI once read INFO alone after a retry's bare PING had committed into
+        # that page: journal_failed 0. The retry's entry is as large as what failed now: below.)
         refusals = []
         for _attempt in range(20):
             p = c.pipeline(transaction=False)
