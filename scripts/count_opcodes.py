@@ -21,6 +21,8 @@ import os
 import sys
 import tempfile
 
+import uvloop
+
 from durakv.cli import load_config
 from durakv.server.connection import Connection
 from durakv.server.server import Server
@@ -63,7 +65,6 @@ def request(*args):
 async def count(conn, transport, requests, by_line):
     """(opcodes, calls) per function over `requests`, each followed until its reply is written."""
     counts, calls = collections.Counter(), collections.Counter()
-    import uvloop
     skip = {os.path.abspath(f) for f in (__file__, asyncio.sleep.__code__.co_filename, uvloop.__file__)}
 
     def tracer(frame, event, _arg):
@@ -135,5 +136,4 @@ if __name__ == "__main__":
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--commands", default="SET,GET", help="of SET,GET,INCR,LPUSH,HSET,SADD,ZADD")
     p.add_argument("--by-line", action="store_true", help="count by source line instead of by function")
-    import uvloop
     uvloop.run(main(p.parse_args()))

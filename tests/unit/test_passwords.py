@@ -8,8 +8,9 @@ import stat
 import pytest
 
 from durakv.cluster import secrets
-from durakv.cluster.secrets import (PASS_FILE_MAX_BYTES, ClusterSecrets, SecretsError, add_password_options,
-                                    new_password, password_from)
+from durakv.cluster.passwords import (PASS_FILE_MAX_BYTES, SecretsError, add_password_options, new_password,
+                                      password_from)
+from durakv.cluster.secrets import ClusterSecrets
 
 
 def _tokens(*values):

@@ -24,7 +24,8 @@ from ..routing.topology import bus_port_of, node_id_for
 from . import natsnames as nn
 from .reshard import ReshardError, change_topology, rebalance, reshard, wait_moved
 from .respclient import RespClient, RespError
-from .secrets import FORMAT, ClusterSecrets, new_password
+from .passwords import new_password
+from .secrets import FORMAT, ClusterSecrets
 from .settings import AuthSettings, ClusterDocument, ShardSettings
 from .store import NatsStore, StaleRevision
 

@@ -25,7 +25,8 @@ from .processes import ProcessError, parse_port_range
 from .reshard import ReshardError
 from .respclient import RespError
 from .readiness import ClusterNotReady
-from .secrets import ClusterSecrets, SecretsError, _write_private, add_password_options, password_from
+from .passwords import add_password_options, password_from
+from .secrets import ClusterSecrets, SecretsError, _write_private
 
 
 def _table(headers, rows) -> str:

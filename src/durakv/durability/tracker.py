@@ -418,9 +418,10 @@ class WriteTracker:
 
     def _append(self, index, payload):
         """Hands entry `index` to the journal (its position is fixed by this call: journal contract)."""
-        self.appended_bytes += len(payload)
+        size = len(payload)
+        self.appended_bytes += size
         self._in_flight += 1
-        self._sent_ms.append((index, self.clock_ms(), self.clock_s(), len(payload)))
+        self._sent_ms.append((index, self.clock_ms(), self.clock_s(), size))
         self._sent_s = self.clock_s()
         if self.stall_ms and self._stall_handle is None:
             self._stall_handle = self.loop.call_later(self.stall_ms / 1000.0, self._check_stall)

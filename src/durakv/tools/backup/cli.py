@@ -21,7 +21,7 @@ import time
 
 from ...backup.format import BackupError, iso_ms, parse_time
 from ...backup.storage import open_storage
-from ...cluster.secrets import SecretsError, add_password_options, password_from
+from ...cluster.passwords import SecretsError, add_password_options, password_from
 
 
 def _s3_options(p):

@@ -5,7 +5,7 @@ import json
 import signal
 import sys
 
-from ...cluster.secrets import SecretsError, add_password_options, password_from
+from ...cluster.passwords import SecretsError, add_password_options, password_from
 from .compare import DEFAULT_TARGETS, WORKLOADS, format_compare, run_compare
 from .config import WORKLOADS as WORKLOAD_COMMANDS, BenchConfig, parse_ratio
 from .drivers import DRIVERS

@@ -5,7 +5,7 @@ import ssl
 import sys
 import time
 
-from ...cluster.secrets import SecretsError, add_password_options, password_from
+from ...cluster.passwords import SecretsError, add_password_options, password_from
 from ...keyspace.rdbvalue import RdbError
 from ...protocol.client import RespError
 from .importer import import_rdb, progress_line

@@ -8,7 +8,7 @@ import sys
 
 from ...cluster.manifest import ClusterError
 from ...cluster.processes import ProcessError
-from ...cluster.secrets import SecretsError, add_password_options, password_from
+from ...cluster.passwords import SecretsError, add_password_options, password_from
 from . import scenarios as sc
 from .report import write_report
 
